@@ -1,0 +1,369 @@
+"""A model definition: what a model is, how it can run, and how many copies to keep.
+
+The field names are the YAML keys operators write in ``catalog.yaml`` and in a
+runtime definition; the two are the same shape on purpose, so a model tried at
+runtime can be moved into reviewed configuration by copying it.
+
+Defaults are applied in one place (``normalize``) and checks in another
+(``validate``), in that order, as the Go control plane did. Parsing refuses
+unknown fields: a typo such as ``gpu_clas`` must stop the change, not be
+silently dropped and turn a GPU profile into a CPU one.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, Strict
+
+from catalog.durations import format_duration, parse_duration
+from catalog.errors import CatalogError
+from catalog.views import EngineProfile, PlacementProfile
+
+T = TypeVar("T")
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+]
+
+# A list in YAML or JSON, held as a tuple so a definition cannot change in place.
+# Only the container is lax: its items stay strict.
+Seq = Annotated[tuple[T, ...], Strict(False)]
+
+DEFAULT_ENGINE = "vllm"
+# Loading a large model across nodes takes tens of minutes; twenty is the
+# default the Go control plane used, and profiles that need more say so.
+DEFAULT_STARTUP_TIMEOUT = timedelta(minutes=20)
+
+# Strict: a YAML "8" (a string) is not silently an int, and a boolean is not a
+# number. Frozen: a definition handed out by the catalog cannot be edited in
+# place behind the catalog's back.
+_STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def cpu_capable(engine: str) -> bool:
+    """Whether an engine can serve a model without a GPU.
+
+    llama.cpp is the one that can, and it is what makes a cluster with no cards
+    testable end to end.
+    """
+    return engine == "llamacpp"
+
+
+class Scaling(BaseModel):
+    """How many replicas a model should have."""
+
+    model_config = _STRICT
+
+    min: int = 0
+    max: int = 0
+
+
+class SLO(BaseModel):
+    """The latency a model is expected to meet; benchmarks measure capacity against it."""
+
+    model_config = _STRICT
+
+    ttft_p99: Duration = timedelta(0)
+    tpot_p99: Duration = timedelta(0)
+
+
+class Capabilities(BaseModel):
+    """What a client may ask a model for, beyond plain completion.
+
+    These are the operator's claims, not discoveries: there is no way to ask an
+    engine what its model can do. The reason they exist is that a model given a
+    tools array it cannot use answers in prose, and every client then behaves
+    as though the model were broken.
+    """
+
+    model_config = _STRICT
+
+    tools: bool = False
+    vision: bool = False
+    embeddings: bool = False
+
+
+class Profile(BaseModel):
+    """How a model runs on one GPU class (or on CPU, for an engine that can)."""
+
+    model_config = _STRICT
+
+    name: str = ""
+    engine: str = ""
+    gpu_class: str = ""
+    tp: int = 0
+    pp: int = 0
+    # Defaults to TP / nodes: a single-node profile uses TP cards on one node.
+    gpus_per_node: int = 0
+    # Above 1 makes this a multi-node profile, which needs nodes sharing a fabric.
+    nodes: int = 0
+    args: Seq[str] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    # The host RAM this profile needs: the weights, the KV cache for the whole
+    # context pool and the engine's overhead. Small for a GPU profile, the whole
+    # working set for a CPU one; wrong means an OOM on a node that reported
+    # itself healthy. Zero is unconstrained, which every older profile is.
+    min_memory_gb: int = 0
+    # Restricts the profile to nodes carrying every one of these labels with
+    # these values. A CPU profile otherwise fits everywhere, which is right for
+    # a 0.5B model and wrong for a 14B one: the operator says which nodes are
+    # meant for it rather than the scheduler guessing.
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    # The router's capacity weight; it should come from a benchmark, not a guess.
+    weight: float = 0.0
+    # Orders profiles during placement: the highest that fits wins.
+    priority: int = 0
+    # Per profile, because a 70B model across two nodes takes tens of minutes
+    # to load and a 0.5B one seconds.
+    startup_timeout: Duration = timedelta(0)
+
+    @property
+    def cpu_only(self) -> bool:
+        """Whether this profile needs no GPUs.
+
+        Naming no GPU class is how a profile says so, and only an engine that can
+        serve without a card may leave it out: otherwise an omitted class would
+        quietly become a replica placed on a machine with no hardware to run it.
+        """
+        return self.gpu_class == "" and cpu_capable(self.engine)
+
+    def placement_view(self) -> PlacementProfile:
+        return PlacementProfile(
+            name=self.name,
+            engine=self.engine,
+            gpu_class=None if self.cpu_only else self.gpu_class,
+            gpus_per_node=self.gpus_per_node,
+            nodes=self.nodes,
+            priority=self.priority,
+            node_selector=dict(self.node_selector),
+            min_memory_gb=self.min_memory_gb,
+        )
+
+
+class Model(BaseModel):
+    """A catalog entry as clients see it."""
+
+    model_config = _STRICT
+
+    name: str = ""
+    aliases: Seq[str] = ()
+    # The weights path or a HuggingFace id.
+    source: str = ""
+    profiles: Seq[Profile] = ()
+    scaling: Scaling = Field(default_factory=Scaling)
+    fallbacks: Seq[str] = ()
+    # How the router scores endpoints for this model.
+    routing_profile: str = ""
+    slo: SLO = Field(default_factory=SLO)
+    # Tokens one request may use, prompt and completion together; max_output
+    # bounds the completion alone. Zero is unknown. Without them an over-long
+    # prompt is admitted, given a replica and fails at the engine, and a client
+    # sizing its prompts has nothing to read.
+    context_length: int = 0
+    max_output: int = 0
+    capabilities: Capabilities = Field(default_factory=Capabilities)
+
+    @property
+    def simulated(self) -> bool:
+        """Whether this model produces synthetic text rather than inference output.
+
+        Derived rather than configured: an operator who added a sim profile and
+        forgot a flag would ship placeholder text under a real model's name. Only
+        a model whose every profile is simulated counts; one real profile means a
+        request can land on a real engine.
+        """
+        return bool(self.profiles) and all(p.engine == "sim" for p in self.profiles)
+
+    def profile(self, name: str) -> Profile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+    def placement_profiles(self) -> tuple[PlacementProfile, ...]:
+        return tuple(p.placement_view() for p in self.profiles)
+
+    def engine_profile(self, name: str) -> EngineProfile | None:
+        p = self.profile(name)
+        if p is None:
+            return None
+        return EngineProfile(
+            name=p.name,
+            engine=p.engine,
+            gpu_class=None if p.cpu_only else p.gpu_class,
+            tp=p.tp,
+            pp=p.pp,
+            gpus_per_node=p.gpus_per_node,
+            nodes=p.nodes,
+            args=p.args,
+            env=dict(p.env),
+            model_path=self.source,
+            served_model_name=self.name,
+        )
+
+    def to_definition(self) -> dict[str, Any]:
+        """The definition as JSON-ready data with the YAML keys: parses back to an equal model."""
+        return self.model_dump(mode="json")
+
+
+def normalize(model: Model) -> Model:
+    """Apply every default, returning a new model. Idempotent."""
+    scaling_min = max(model.scaling.min, 0)
+    scaling_max = model.scaling.max if model.scaling.max != 0 else max(scaling_min, 1)
+    profiles = tuple(_normalize_profile(p) for p in model.profiles)
+    return model.model_copy(
+        update={
+            "scaling": Scaling(min=scaling_min, max=scaling_max),
+            "profiles": profiles,
+        }
+    )
+
+
+def _normalize_profile(p: Profile) -> Profile:
+    engine = p.engine or DEFAULT_ENGINE
+    tp = p.tp if p.tp > 0 else 1
+    nodes = p.nodes if p.nodes > 0 else 1
+    gpus_per_node = p.gpus_per_node
+    if p.gpu_class == "" and cpu_capable(engine):
+        # Nothing to divide up: this profile asks for no cards at all.
+        gpus_per_node = 0
+    elif gpus_per_node <= 0:
+        gpus_per_node = max(tp // nodes, 1)
+    return p.model_copy(
+        update={
+            "engine": engine,
+            "tp": tp,
+            "nodes": nodes,
+            "gpus_per_node": gpus_per_node,
+            "startup_timeout": (
+                p.startup_timeout if p.startup_timeout > timedelta(0) else DEFAULT_STARTUP_TIMEOUT
+            ),
+            "weight": p.weight if p.weight > 0 else 1.0,
+        }
+    )
+
+
+def validate(model: Model) -> None:
+    """Refuse a normalised definition that would fail confusingly later.
+
+    Every message names the model, the profile and the field, and says what
+    would make it right.
+    """
+    name = model.name
+    if not name.strip():
+        raise CatalogError(
+            "a model has no name: set `name` to the name clients will request", field="name"
+        )
+    if name != name.strip():
+        raise CatalogError(
+            f"model {name!r}: name has leading or trailing spaces; clients would never match it",
+            model=name,
+            field="name",
+        )
+    if not model.source:
+        raise CatalogError(
+            f"model {name!r}: source is required: the weights path or a HuggingFace id",
+            model=name,
+            field="source",
+        )
+    if not model.profiles:
+        raise CatalogError(
+            f"model {name!r}: at least one profile is required, or it can run nowhere",
+            model=name,
+            field="profiles",
+        )
+    if model.scaling.max < model.scaling.min:
+        raise CatalogError(
+            f"model {name!r}: scaling.max {model.scaling.max} is below scaling.min "
+            f"{model.scaling.min}; raise max or lower min",
+            model=name,
+            field="scaling.max",
+        )
+    for alias in model.aliases:
+        if not alias.strip() or alias == name:
+            raise CatalogError(
+                f"model {name!r}: alias {alias!r} is empty or repeats the model's own name",
+                model=name,
+                field="aliases",
+            )
+    if len(set(model.aliases)) != len(model.aliases):
+        raise CatalogError(
+            f"model {name!r}: an alias is listed twice in aliases", model=name, field="aliases"
+        )
+    # Zero means unknown for both; a negative number or a completion bound larger
+    # than the whole window is a typo that clients would size their prompts from.
+    for field_name, value in (
+        ("context_length", model.context_length),
+        ("max_output", model.max_output),
+    ):
+        if value < 0:
+            raise CatalogError(
+                f"model {name!r}: {field_name} {value} is negative; use 0 for unknown",
+                model=name,
+                field=field_name,
+            )
+    if model.context_length and model.max_output > model.context_length:
+        raise CatalogError(
+            f"model {name!r}: max_output {model.max_output} exceeds context_length "
+            f"{model.context_length}; a completion cannot be longer than the whole window",
+            model=name,
+            field="max_output",
+        )
+    seen: set[str] = set()
+    for p in model.profiles:
+        _validate_profile(name, p, seen)
+
+
+def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
+    if not p.name:
+        raise CatalogError(
+            f"model {model!r}: a profile has no name; give each profile a name such as 'a100-tp2'",
+            model=model,
+            field="profiles.name",
+        )
+    if p.name in seen:
+        raise CatalogError(
+            f"model {model!r}: profile {p.name!r} is declared twice; profile names must be "
+            "unique within a model",
+            model=model,
+            profile=p.name,
+            field="profiles.name",
+        )
+    seen.add(p.name)
+    where = f"model {model!r} profile {p.name!r}"
+    if p.gpu_class == "" and not cpu_capable(p.engine):
+        raise CatalogError(
+            f"{where}: gpu_class is required for engine {p.engine!r}; only llamacpp can serve "
+            "without a GPU",
+            model=model,
+            profile=p.name,
+            field="gpu_class",
+        )
+    if p.min_memory_gb < 0:
+        raise CatalogError(
+            f"{where}: min_memory_gb {p.min_memory_gb} is negative; use 0 for unconstrained",
+            model=model,
+            profile=p.name,
+            field="min_memory_gb",
+        )
+    if p.cpu_only:
+        if p.nodes > 1:
+            raise CatalogError(
+                f"{where}: a CPU profile cannot span {p.nodes} nodes; set nodes to 1",
+                model=model,
+                profile=p.name,
+                field="nodes",
+            )
+        return
+    # The arithmetic has to add up, or the engine is handed a shard spec it
+    # cannot satisfy and fails minutes later, during model loading.
+    pp = max(p.pp, 1)
+    if p.gpus_per_node * p.nodes != p.tp * pp:
+        raise CatalogError(
+            f"{where}: {p.nodes} nodes x {p.gpus_per_node} GPUs does not match TP {p.tp} x "
+            f"PP {pp}; make nodes x gpus_per_node equal tp x pp",
+            model=model,
+            profile=p.name,
+            field="gpus_per_node",
+        )

@@ -1,0 +1,112 @@
+"""From raw data (YAML or JSON) to a normalised, validated model.
+
+Pydantic's own errors are precise but speak in its vocabulary; an operator
+wants the model, the field and the fix. This is the translation.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from catalog.errors import CatalogError
+from catalog.model import Model, Profile, normalize, validate
+
+_KNOWN_FIELDS: dict[str, frozenset[str]] = {
+    "model": frozenset(Model.model_fields),
+    "profile": frozenset(Profile.model_fields),
+}
+
+
+def parse_model(raw: object, *, origin: str = "") -> Model:
+    """Parse, normalise and validate one model definition.
+
+    ``origin`` says where the definition came from (a file and index) and is
+    prefixed to every refusal, so a refusal of a declared model points at the
+    line to edit.
+    """
+    prefix = f"{origin}: " if origin else ""
+    if not isinstance(raw, Mapping):
+        raise CatalogError(
+            f"{prefix}a model definition must be a mapping of fields, not {type(raw).__name__}"
+        )
+    name = raw.get("name")
+    label = f"model {name!r}" if isinstance(name, str) and name else "a model with no name"
+    try:
+        model = Model.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise _translate(exc, raw, label, prefix) from None
+    model = normalize(model)
+    try:
+        validate(model)
+    except CatalogError as exc:
+        if not prefix:
+            raise
+        raise CatalogError(
+            prefix + exc.message, model=exc.model, profile=exc.profile, field=exc.field
+        ) from None
+    return model
+
+
+def _translate(
+    exc: ValidationError, raw: Mapping[Any, Any], label: str, prefix: str
+) -> CatalogError:
+    errors = exc.errors()
+    problems = [_describe(err, _profile_name(raw, tuple(err["loc"]))) for err in errors]
+    first_loc = tuple(errors[0]["loc"]) if errors else ()
+    name = raw.get("name")
+    return CatalogError(
+        f"{prefix}{label}: " + "; ".join(problems),
+        model=name if isinstance(name, str) else None,
+        profile=_profile_name(raw, first_loc),
+        field=_dotted(first_loc) or None,
+    )
+
+
+def _profile_name(raw: Mapping[Any, Any], loc: tuple[Any, ...]) -> str | None:
+    """The name of the profile an error is in, so the message can say which."""
+    if len(loc) < 2 or loc[0] != "profiles" or not isinstance(loc[1], int):
+        return None
+    profiles = raw.get("profiles")
+    if not isinstance(profiles, list) or loc[1] >= len(profiles):
+        return None
+    profile = profiles[loc[1]]
+    name = profile.get("name") if isinstance(profile, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _describe(err: Any, profile: str | None) -> str:
+    loc = tuple(err["loc"])
+    field = _dotted(loc)
+    if profile is not None:
+        field = f"profile {profile!r} ({field})"
+    if err["type"] == "extra_forbidden":
+        known = _KNOWN_FIELDS["profile" if "profiles" in loc else "model"]
+        if len(loc) >= 2 and loc[-2] in {"scaling", "slo", "capabilities"}:
+            known = _nested_fields(str(loc[-2]))
+        hint = difflib.get_close_matches(str(loc[-1]), sorted(known), n=1)
+        suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+        return f"{field}: unknown field{suggestion} (known: {', '.join(sorted(known))})"
+    shown = repr(err.get("input"))
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return f"{field}: {err['msg']} (got {shown})"
+
+
+def _nested_fields(section: str) -> frozenset[str]:
+    annotation = Model.model_fields[section].annotation
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return frozenset(annotation.model_fields)
+    return frozenset()
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out

@@ -1,0 +1,236 @@
+"""The catalog as it changes: declared models plus runtime additions, checked incrementally.
+
+Replay and the write commands both ask the same question, "may this change be
+made to what is already accepted?", thousands of times in a row. Rebuilding
+and revalidating the whole catalog for each would make replay quadratic, so
+this keeps the indexes a check needs (every name and alias, and who falls
+back to whom) and answers in time proportional to the change, not to the
+catalog. The rules are the same as ``Catalog.build``'s; only the bookkeeping
+differs.
+
+Configuration wins every conflict, and the direction matters: a request for
+a reviewed production model must never be answered by something added from a
+laptop, so a runtime model colliding with a declared name is refused, and a
+declared model cannot be removed at runtime (it would return on the next
+restart, leaving the cluster disagreeing with its own configuration file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from catalog.catalog import Catalog
+from catalog.errors import CatalogError
+from catalog.model import Model
+
+
+class CatalogState:
+    """Mutable working state; ``snapshot()`` hands out an immutable ``Catalog``.
+
+    ``check_*`` methods never mutate; ``add`` and ``remove`` apply a change that
+    a check accepted. Models passed in must already be normalised and validated
+    (``parse_model`` does both).
+    """
+
+    def __init__(self, declared: Catalog, *, config_path: str = "catalog.yaml") -> None:
+        self._config_path = config_path
+        self._declared = declared.declared_names
+        self._models: dict[str, Model] = {m.name: m for m in declared.models()}
+        self._index: dict[str, str] = {}
+        # canonical target -> names of the models that fall back to it; what a
+        # removal must consult, kept so that consulting it is one lookup.
+        self._dependents: dict[str, set[str]] = {}
+        for model in self._models.values():
+            self._index_model(model)
+        for model in self._models.values():
+            self._link_fallbacks(model)
+
+    @property
+    def config_path(self) -> str:
+        return self._config_path
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+    def is_declared(self, name: str) -> bool:
+        return self._index.get(name) in self._declared
+
+    def resolve(self, name: str) -> Model | None:
+        canonical = self._index.get(name)
+        return None if canonical is None else self._models[canonical]
+
+    def snapshot(self) -> Catalog:
+        return Catalog(self._models, self._index, self._declared)
+
+    # -- adding -----------------------------------------------------------
+
+    def check_add(self, models: Sequence[Model]) -> tuple[Model, ...]:
+        """Refuse an addition that would leave the catalog invalid.
+
+        A list is judged as a whole (all or nothing), and a fallback may name
+        another model of the same list. Returns the models in an order in which
+        each one's fallbacks are already present, so that the additions can be
+        recorded, and later replayed, one model at a time.
+        """
+        batch: dict[str, str] = {}  # name or alias within the batch -> its model
+        for model in models:
+            self._check_name_free(model.name, model.name, batch)
+            batch[model.name] = model.name
+        for model in models:
+            for alias in model.aliases:
+                self._check_name_free(alias, model.name, batch, is_alias=True)
+                batch[alias] = model.name
+        for model in models:
+            for fallback in model.fallbacks:
+                if fallback not in self._index and fallback not in batch:
+                    raise CatalogError(
+                        f"model {model.name!r}: fallback {fallback!r} is not in the catalog; "
+                        "add it first or correct the name (a typo in a fallback should stop "
+                        "the change, not surface during an outage)",
+                        model=model.name,
+                        field="fallbacks",
+                    )
+        return _dependency_order(models, batch)
+
+    def _check_name_free(
+        self, name: str, owner: str, batch: dict[str, str], *, is_alias: bool = False
+    ) -> None:
+        what = f"alias {name!r}" if is_alias else "the name"
+        if name in batch:
+            raise CatalogError(
+                f"model {owner!r}: {what} is used twice in this change "
+                f"(also by {batch[name]!r}); names and aliases share one namespace",
+                model=owner,
+                field="aliases" if is_alias else "name",
+            )
+        holder = self._index.get(name)
+        if holder is None:
+            return
+        field = "aliases" if is_alias else "name"
+        role = "name" if holder == name else "alias"
+        if holder in self._declared:
+            raise CatalogError(
+                f"model {owner!r}: {what} is already the {role} of declared model {holder!r} "
+                f"in {self._config_path}, and configuration wins every conflict; choose "
+                f"another {'alias' if is_alias else 'name'}, or change the declared model "
+                f"in {self._config_path}",
+                model=owner,
+                field=field,
+            )
+        if not is_alias and holder == name:
+            raise CatalogError(
+                f"model {owner!r} is already in the catalog (added at runtime); remove it "
+                "first to replace it",
+                model=owner,
+                field="name",
+            )
+        raise CatalogError(
+            f"model {owner!r}: {what} is already the {role} of model {holder!r}; names and "
+            "aliases share one namespace, so choose another",
+            model=owner,
+            field=field,
+        )
+
+    def add(self, model: Model) -> None:
+        """Apply one addition that ``check_add`` accepted."""
+        self._models[model.name] = model
+        self._index_model(model)
+        self._link_fallbacks(model)
+
+    # -- removing ---------------------------------------------------------
+
+    def check_remove(self, name: str) -> None:
+        """Refuse a removal that configuration forbids or that would strand a fallback."""
+        canonical = self._index.get(name)
+        if canonical is None:
+            raise CatalogError(
+                f"model {name!r} is not in the catalog; nothing to remove", model=name
+            )
+        if canonical != name:
+            raise CatalogError(
+                f"{name!r} is an alias of model {canonical!r}; remove the model by its name",
+                model=canonical,
+                field="name",
+            )
+        if name in self._declared:
+            raise CatalogError(
+                f"model {name!r} is declared in {self._config_path} and cannot be removed at "
+                f"runtime: it would return on the next restart. Remove it from "
+                f"{self._config_path} instead",
+                model=name,
+            )
+        dependents = sorted(self._dependents.get(name, ()))
+        if dependents:
+            names = ", ".join(repr(d) for d in dependents)
+            raise CatalogError(
+                f"model {name!r} cannot be removed: {names} "
+                f"{'falls' if len(dependents) == 1 else 'fall'} back to it, and a fallback "
+                "pointing at nothing is discovered during the outage it was meant to cover; "
+                "remove those models or change their fallbacks first",
+                model=name,
+                field="fallbacks",
+            )
+
+    def remove(self, name: str) -> None:
+        """Apply one removal that ``check_remove`` accepted."""
+        model = self._models.pop(name)
+        del self._index[name]
+        for alias in model.aliases:
+            del self._index[alias]
+        for fallback in model.fallbacks:
+            target = self._index.get(fallback)
+            if target is not None:
+                self._dependents.get(target, set()).discard(name)
+        self._dependents.pop(name, None)
+
+    # -- bookkeeping ------------------------------------------------------
+
+    def _index_model(self, model: Model) -> None:
+        self._index[model.name] = model.name
+        for alias in model.aliases:
+            self._index[alias] = model.name
+
+    def _link_fallbacks(self, model: Model) -> None:
+        for fallback in model.fallbacks:
+            target = self._index[fallback]
+            # Falling back to yourself strands nothing when you are removed.
+            if target != model.name:
+                self._dependents.setdefault(target, set()).add(model.name)
+
+
+def _dependency_order(models: Sequence[Model], batch: dict[str, str]) -> tuple[Model, ...]:
+    """Order a batch so each model follows the batch members it falls back to.
+
+    The log records one event per model and replay judges each on its own, so
+    a model must never be recorded before a fallback it needs. A cycle within
+    one batch cannot be written that way and is refused.
+    """
+    by_name = {m.name: m for m in models}
+    ordered: list[Model] = []
+    state: dict[str, int] = {}  # 1 = in progress, 2 = done
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            cycle = " -> ".join((*chain, name))
+            raise CatalogError(
+                f"model {name!r}: fallbacks within this change form a cycle ({cycle}); runtime "
+                "additions are recorded one at a time, so add them in an order that breaks it",
+                model=name,
+                field="fallbacks",
+            )
+        state[name] = 1
+        for fallback in by_name[name].fallbacks:
+            target = batch.get(fallback)
+            if target is not None and target != name:
+                visit(target, (*chain, name))
+        state[name] = 2
+        ordered.append(by_name[name])
+
+    for model in models:
+        visit(model.name, ())
+    return tuple(ordered)

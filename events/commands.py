@@ -1,0 +1,196 @@
+"""The write side: add and remove models, each checked against the whole resulting catalog.
+
+The whole catalog is built before anything is written: a model naming a
+missing fallback, colliding with another, or malformed is refused rather than
+persisted and then skipped forever after. A model that looks added and never
+appears is the worst outcome available.
+
+Validation runs against the catalog at some log position N, and the append
+succeeds only if the log is still at N. If another writer got there first, the
+command catches up on the new events, validates again and retries, a bounded
+number of times; a retried command with the same key is recorded once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from catalog import Catalog, CatalogError, Model
+from events.replay import Replayer, ReplayResult
+from events.store import ConcurrencyConflict, EventStore
+from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
+
+log = structlog.get_logger("llmgw.catalog")
+
+MAX_ATTEMPTS = 8
+
+
+class CommandConflict(Exception):
+    """The log kept moving under a command; nothing was written."""
+
+
+class KeyReused(CatalogError):
+    """An idempotency key was sent again with a different change."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    events: tuple[StoredEvent, ...]
+    already_recorded: bool
+    attempts: int
+
+    @property
+    def positions(self) -> list[int]:
+        return [e.position for e in self.events]
+
+
+class CatalogService:
+    """The catalog as of the log's head, and the commands that change it.
+
+    Keeps its replay state between calls and only reads what was appended
+    since, so a long-lived process (the daemon, an API server, a benchmark)
+    pays for each event once.
+    """
+
+    def __init__(self, store: EventStore, declared: Catalog, config_path: str = "catalog.yaml"):
+        self.store = store
+        self.declared = declared
+        self.config_path = config_path
+        self._replayer = Replayer.start(declared, config_path)
+
+    def refresh(self) -> ReplayResult:
+        """Catch up with the log; returns the replay as of its head."""
+        for event in self.store.read(after=self._replayer.position):
+            skipped = self._replayer.apply(event)
+            if skipped is not None:
+                log.warning(
+                    "catalog.event_skipped",
+                    position=skipped.position,
+                    event_id=skipped.event_id,
+                    type=skipped.type,
+                    reason=skipped.reason,
+                )
+        return self._replayer.result()
+
+    def catalog(self) -> Catalog:
+        self.refresh()
+        return self._replayer.state.snapshot()
+
+    @property
+    def position(self) -> int:
+        return self._replayer.position
+
+    # -- commands ---------------------------------------------------------
+
+    def add(
+        self,
+        models: Sequence[Model],
+        *,
+        actor: str = "",
+        reason: str = "",
+        key: str | None = None,
+    ) -> CommandResult:
+        """Add one model or a list, all or nothing."""
+        if not models:
+            raise CatalogError("nothing to add: the definition holds no model")
+
+        def build() -> list[NewEvent]:
+            ordered = self._replayer.state.check_add(models)
+            return [
+                NewEvent(
+                    type=MODEL_ADDED,
+                    model=m.name,
+                    payload=json.dumps({"model": m.to_definition()}, sort_keys=True),
+                )
+                for m in ordered
+            ]
+
+        names = [m.name for m in models]
+        return self._run(MODEL_ADDED, names, build, actor=actor, reason=reason, key=key)
+
+    def remove(
+        self, name: str, *, actor: str = "", reason: str = "", key: str | None = None
+    ) -> CommandResult:
+        def build() -> list[NewEvent]:
+            self._replayer.state.check_remove(name)
+            return [NewEvent(type=MODEL_REMOVED, model=name, payload=json.dumps({"name": name}))]
+
+        return self._run(MODEL_REMOVED, [name], build, actor=actor, reason=reason, key=key)
+
+    def _run(
+        self,
+        command: str,
+        names: list[str],
+        build: Callable[[], list[NewEvent]],
+        *,
+        actor: str,
+        reason: str,
+        key: str | None,
+    ) -> CommandResult:
+        if key is not None:
+            previous = self.store.by_command(key)
+            if previous:
+                return self._repeat(command, names, key, previous)
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            self.refresh()
+            events = build()
+            try:
+                outcome = self.store.append(
+                    events,
+                    expected_head=self._replayer.position,
+                    actor=actor,
+                    reason=reason,
+                    key=key,
+                )
+            except ConcurrencyConflict as conflict:
+                log.info(
+                    "catalog.append_conflict",
+                    command=command,
+                    attempt=attempt,
+                    expected=conflict.expected,
+                    actual=conflict.actual,
+                )
+                continue
+            if outcome.already_recorded:
+                # A retry of ours raced with the first attempt and lost: report its outcome.
+                return self._repeat(command, names, key or "", outcome.events)
+            log.info(
+                "catalog.appended",
+                command=command,
+                positions=[e.position for e in outcome.events],
+                models=[e.model for e in outcome.events],
+                actor=actor,
+                attempts=attempt,
+            )
+            self.refresh()
+            return CommandResult(outcome.events, already_recorded=False, attempts=attempt)
+        raise CommandConflict(
+            f"{command} of {', '.join(names)} gave up after {MAX_ATTEMPTS} attempts: other "
+            "writers kept appending to the log while it validated. Nothing was written; "
+            "run it again."
+        )
+
+    def _repeat(
+        self, command: str, names: list[str], key: str, previous: tuple[StoredEvent, ...]
+    ) -> CommandResult:
+        """The same key again: report the first outcome, if it is the same change.
+
+        Compared by type and model names: a repeat cannot be validated again
+        (the first attempt already changed the catalog), and a retry after a
+        timeout, which is what keys are for, names the same models.
+        """
+        same = all(e.type == command for e in previous) and sorted(names) == sorted(
+            e.model or "" for e in previous
+        )
+        if not same:
+            raise KeyReused(
+                f"idempotency key {key!r} was already used for a different change "
+                f"(position {previous[0].position}); use a new key for a new change"
+            )
+        log.info("catalog.command_repeated", command=command, key=key)
+        self.refresh()
+        return CommandResult(previous, already_recorded=True, attempts=0)

@@ -1,0 +1,57 @@
+"""Running the Alembic migrations from code: the only way the schema is created or changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+from alembic import command
+
+# The migrations live at the project root (alembic/), beside the packages.
+MIGRATIONS = Path(__file__).resolve().parent.parent / "alembic"
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    # ConfigParser interpolation would read a '%' in a password as syntax.
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def is_at_head(engine: Engine) -> bool:
+    return current_revision(engine) == head_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to ``revision``, on the given engine's database."""
+    config = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    config = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, revision)
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Migrate an empty or older database on first use; a no-op when already at head."""
+    if not is_at_head(engine):
+        upgrade(engine)

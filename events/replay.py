@@ -1,0 +1,113 @@
+"""Replay: the declared models, then each stored event judged on its own.
+
+Pure: events in, catalog out. At start-up and on every read each stored event
+is validated against what is already accepted, so one bad row (unreadable, of
+an unknown type, invalid, or colliding with a model declared since it was
+written) is skipped and named rather than taking the catalog down with it.
+The declared models are applied first and are precisely the ones that must
+survive. The same declared configuration and the same events always give the
+same catalog, which is what makes debugging by replay possible.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from catalog import Catalog, CatalogError, CatalogState, parse_model
+from events.types import MODEL_ADDED, MODEL_REMOVED, StoredEvent
+from events.upcast import UnreadableEvent, upcast
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedEvent:
+    position: int
+    event_id: str
+    type: str
+    reason: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "position": self.position,
+            "event_id": self.event_id,
+            "type": self.type,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    catalog: Catalog
+    position: int
+    applied: tuple[int, ...]
+    skipped: tuple[SkippedEvent, ...]
+
+
+@dataclass
+class Replayer:
+    """Replay state that can be advanced event by event (for tailing the log)."""
+
+    state: CatalogState
+    position: int = 0
+    applied: list[int] = field(default_factory=list)
+    skipped: list[SkippedEvent] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, declared: Catalog, config_path: str = "catalog.yaml") -> Replayer:
+        return cls(CatalogState(declared, config_path=config_path))
+
+    def apply(self, event: StoredEvent) -> SkippedEvent | None:
+        """Apply one event if it is valid against what is accepted; else record why not."""
+        if event.position <= self.position:
+            raise ValueError(
+                f"event at position {event.position} replayed after position {self.position}"
+            )
+        self.position = event.position
+        try:
+            self._apply(event)
+        except (CatalogError, UnreadableEvent) as exc:
+            skipped = SkippedEvent(event.position, event.event_id, event.type, str(exc))
+            self.skipped.append(skipped)
+            return skipped
+        self.applied.append(event.position)
+        return None
+
+    def apply_all(self, events: Iterable[StoredEvent]) -> None:
+        for event in events:
+            self.apply(event)
+
+    def _apply(self, event: StoredEvent) -> None:
+        try:
+            payload = json.loads(event.payload)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UnreadableEvent(f"payload is not valid JSON: {exc}") from None
+        if not isinstance(payload, dict):
+            raise UnreadableEvent("payload is not a JSON object")
+        payload = upcast(event.type, event.schema_version, payload)
+        if event.type == MODEL_ADDED:
+            model = parse_model(payload.get("model"))
+            self.state.check_add([model])
+            self.state.add(model)
+        elif event.type == MODEL_REMOVED:
+            name = payload.get("name")
+            if not isinstance(name, str):
+                raise UnreadableEvent("payload has no model name to remove")
+            self.state.check_remove(name)
+            self.state.remove(name)
+
+    def result(self) -> ReplayResult:
+        return ReplayResult(
+            catalog=self.state.snapshot(),
+            position=self.position,
+            applied=tuple(self.applied),
+            skipped=tuple(self.skipped),
+        )
+
+
+def replay(
+    declared: Catalog, events: Iterable[StoredEvent], config_path: str = "catalog.yaml"
+) -> ReplayResult:
+    replayer = Replayer.start(declared, config_path)
+    replayer.apply_all(events)
+    return replayer.result()

@@ -1,0 +1,40 @@
+"""Events as the rest of the system sees them: what is appended and what is read back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+MODEL_ADDED = "model.added"
+MODEL_REMOVED = "model.removed"
+
+# The version of each event type's payload this code writes. Older versions
+# are upcast on read (events.upcast); stored rows are never rewritten.
+CURRENT_SCHEMA: dict[str, int] = {MODEL_ADDED: 1, MODEL_REMOVED: 1}
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event about to be appended; the store assigns position, id and time."""
+
+    type: str
+    model: str
+    payload: str  # JSON text
+    schema_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One row of the log, as stored. The payload stays text: decoding is replay's job,
+    so that a row that cannot be decoded is skipped and named rather than crashing a read."""
+
+    position: int
+    event_id: str
+    command_id: str
+    type: str
+    schema_version: int
+    model: str | None
+    payload: str
+    actor: str
+    reason: str
+    recorded_at: datetime

@@ -1,0 +1,176 @@
+"""Catalog commands: models, add, remove, resolve, history, replay, show, db."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from catalog import Catalog, load_definitions
+from events import replay
+from events.migrate import current_revision, head_revision, upgrade
+from llmgw.cli.context import App, Refused, iso, parse_when, print_json, table
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser("models", parents=[parent], help="the current catalog")
+    p.add_argument("--json", action="store_true", help="full definitions, for programs")
+    p.set_defaults(run=cmd_models)
+
+    p = sub.add_parser("add", parents=[parent], help="add one model or a list (all or nothing)")
+    p.add_argument("file", type=Path, help="YAML or JSON: one model, or `models: [...]`")
+    _audit_args(p)
+    p.set_defaults(run=cmd_add)
+
+    p = sub.add_parser("remove", parents=[parent], help="remove a model added at runtime")
+    p.add_argument("name")
+    _audit_args(p)
+    p.set_defaults(run=cmd_remove)
+
+    p = sub.add_parser("resolve", parents=[parent], help="the canonical name of a name or alias")
+    p.add_argument("name")
+    p.set_defaults(run=cmd_resolve)
+
+    p = sub.add_parser("history", parents=[parent], help="the catalog's events, in order")
+    p.add_argument("--model", help="only events about this model")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_history)
+
+    p = sub.add_parser("replay", parents=[parent], help="what applied, what was skipped and why")
+    p.add_argument("--until", type=int, metavar="POSITION")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_replay)
+
+    p = sub.add_parser("show", parents=[parent], help="the catalog as it was at a position or time")
+    p.add_argument("--at", metavar="POSITION|TIME", help="a log position or an ISO-8601 time")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_show)
+
+    p = sub.add_parser("db", parents=[parent], help="the database schema")
+    db_sub = p.add_subparsers(dest="db_command", required=True)
+    u = db_sub.add_parser("upgrade", parents=[parent], help="migrate to the newest schema")
+    u.set_defaults(run=cmd_db_upgrade)
+    c = db_sub.add_parser("current", parents=[parent], help="the schema revision in use")
+    c.set_defaults(run=cmd_db_current)
+
+
+def _audit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--actor", default="", help="who makes the change (recorded in the log)")
+    p.add_argument("--reason", default="", help="why (recorded in the log)")
+    p.add_argument("--key", help="idempotency key: the same key again is recorded once")
+
+
+def model_json(catalog: Catalog) -> list[dict[str, object]]:
+    return [
+        {**m.to_definition(), "declared": catalog.is_declared(m.name)} for m in catalog.models()
+    ]
+
+
+def cmd_models(app: App, args: argparse.Namespace) -> int:
+    catalog = app.service.catalog()
+    if args.json:
+        print_json(model_json(catalog))
+    else:
+        sys.stdout.write(catalog.render() or "no models\n")
+    return 0
+
+
+def cmd_add(app: App, args: argparse.Namespace) -> int:
+    models = load_definitions(args.file)
+    result = app.service.add(models, actor=args.actor, reason=args.reason, key=args.key)
+    verb = "already recorded" if result.already_recorded else "added"
+    for event in result.events:
+        print(f"{verb} {event.model} at position {event.position}")
+    return 0
+
+
+def cmd_remove(app: App, args: argparse.Namespace) -> int:
+    result = app.service.remove(args.name, actor=args.actor, reason=args.reason, key=args.key)
+    verb = "already recorded: removed" if result.already_recorded else "removed"
+    for event in result.events:
+        print(f"{verb} {event.model} at position {event.position}")
+    return 0
+
+
+def cmd_resolve(app: App, args: argparse.Namespace) -> int:
+    canonical = app.service.catalog().canonical(args.name)
+    if canonical is None:
+        raise Refused(f"model {args.name!r} is not in the catalog (neither a name nor an alias)")
+    print(canonical)
+    return 0
+
+
+def cmd_history(app: App, args: argparse.Namespace) -> int:
+    rows = [
+        {
+            "position": e.position,
+            "recorded_at": iso(e.recorded_at),
+            "type": e.type,
+            "model": e.model,
+            "actor": e.actor,
+            "reason": e.reason,
+        }
+        for e in app.store.read(model=args.model)
+    ]
+    if args.json:
+        print_json(rows)
+        return 0
+    headers = ["position", "recorded_at", "type", "model", "actor", "reason"]
+    sys.stdout.write(table(headers, [[str(r[h] or "") for h in headers] for r in rows]))
+    return 0
+
+
+def cmd_replay(app: App, args: argparse.Namespace) -> int:
+    result = replay(app.declared, app.store.read(until=args.until), app.config_label)
+    if args.json:
+        print_json(
+            {
+                "position": result.position,
+                "applied": list(result.applied),
+                "skipped": [s.to_json() for s in result.skipped],
+                "models": result.catalog.names(),
+            }
+        )
+        return 0
+    print(
+        f"replayed to position {result.position}: {len(result.applied)} applied, "
+        f"{len(result.skipped)} skipped, {len(result.catalog)} models"
+    )
+    for s in result.skipped:
+        print(f"  skipped position {s.position} ({s.type}, event {s.event_id}): {s.reason}")
+    return 0
+
+
+def resolve_position(app: App, at: str | None) -> int | None:
+    """A position as given, or the last position recorded at or before a time."""
+    if at is None:
+        return None
+    if at.isdigit():
+        return int(at)
+    return app.store.position_at(parse_when(at))
+
+
+def cmd_show(app: App, args: argparse.Namespace) -> int:
+    until = resolve_position(app, args.at)
+    result = replay(app.declared, app.store.read(until=until), app.config_label)
+    if args.json:
+        print_json(model_json(result.catalog))
+    else:
+        print(f"catalog at position {result.position}:")
+        sys.stdout.write(result.catalog.render() or "no models\n")
+    return 0
+
+
+def cmd_db_upgrade(app: App, args: argparse.Namespace) -> int:
+    engine = app.engine  # migrates on first use
+    upgrade(engine)
+    print(f"schema at {current_revision(engine)}")
+    return 0
+
+
+def cmd_db_current(app: App, args: argparse.Namespace) -> int:
+    revision = current_revision(app.engine)
+    print(f"{revision} (head {head_revision()})")
+    return 0

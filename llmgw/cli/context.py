@@ -1,0 +1,111 @@
+"""What every command needs: settings, the migrated store, the declared catalog."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
+
+from catalog import Catalog, CatalogError, load_declared
+from events import CatalogService, CommandConflict, EventStore
+from events.db import make_engine
+from events.migrate import ensure_schema
+from llmgw.settings import Settings
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+
+
+class Refused(Exception):
+    """A command refused for a reason the operator can act on (exit status 1)."""
+
+
+@dataclass
+class App:
+    settings: Settings
+
+    @cached_property
+    def engine(self) -> Engine:
+        engine = make_engine(self.settings.database_url)
+        # An empty database is migrated on first use, so the first command just works.
+        ensure_schema(engine)
+        return engine
+
+    @cached_property
+    def store(self) -> EventStore:
+        return EventStore(self.engine)
+
+    @cached_property
+    def declared(self) -> Catalog:
+        path = self.settings.config_path
+        if path is None:
+            return Catalog.build([])
+        return load_declared(path)
+
+    @property
+    def config_label(self) -> str:
+        path = self.settings.config_path
+        return str(path) if path is not None else "the declared configuration (catalog.yaml)"
+
+    @cached_property
+    def service(self) -> CatalogService:
+        return CatalogService(self.store, self.declared, self.config_label)
+
+
+@contextmanager
+def refusals() -> Iterator[None]:
+    """Turn the domain's refusals into exit status 1 with the message on stderr."""
+    try:
+        yield
+    except (CatalogError, CommandConflict, Refused) as exc:
+        raise SystemExitWith(EXIT_REFUSED, f"error: {exc}") from None
+    except OperationalError as exc:
+        raise SystemExitWith(
+            EXIT_REFUSED, f"error: cannot use the database: {exc.orig or exc}"
+        ) from None
+
+
+class SystemExitWith(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")
+
+
+def iso(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_when(text: str) -> datetime:
+    """An ISO-8601 time; a time without a zone is taken as UTC (the log's zone)."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise Refused(
+            f"{text!r} is neither a log position nor an ISO-8601 time such as 2026-11-30T12:00:00Z"
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,162 @@
+"""What is left free on each node during a round, and where a profile fits best.
+
+Finding a node must not cost a scan of the inventory per replica: a round may
+place ten thousand replicas on five thousand nodes. So the fresh nodes that
+could ever suit a profile (right card type, right labels) are gathered once
+into a *pool*, bucketed by free GPUs and sorted by free memory then name
+inside each bucket. Best fit is then the first entry at or past
+``(gpus needed, memory needed)``: O(L log N) for L distinct free-GPU counts
+(a handful), instead of O(N). Consuming capacity moves a node between buckets
+of the few pools it belongs to, O(P log N) plus a list shift.
+
+Capacity only ever shrinks while replicas are being placed, which is what
+lets the planner remember that a profile found no room and not ask again.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from collections.abc import Collection, Iterator, Sequence
+
+from catalog.views import PlacementProfile
+from scheduler.fit import gpu_class_matches, missing_label, selector_key
+from scheduler.inventory import Node
+
+_PoolKey = tuple[str | None, tuple[tuple[str, str], ...]]
+
+
+class Capacity:
+    """Free GPUs and memory per node as placements consume them, with best-fit search."""
+
+    def __init__(self, nodes: Sequence[Node], fresh: Collection[str]) -> None:
+        """``nodes`` is the whole inventory (names unique); only ``fresh`` ones get new work."""
+        # Sorted by name so that pools, and therefore every tie, are independent
+        # of the order the inventory arrived in.
+        self._nodes = {node.name: node for node in sorted(nodes, key=lambda n: n.name)}
+        self._fresh = fresh
+        self._free_gpus = {node.name: node.gpus - node.gpus_reserved for node in nodes}
+        self._free_memory = {node.name: node.memory_gb for node in nodes}
+        self._pools: dict[_PoolKey, _Pool] = {}
+        self._pools_of_node: dict[str, list[_Pool]] = {}
+
+    def knows(self, name: str) -> bool:
+        return name in self._nodes
+
+    def free_gpus(self, name: str) -> int:
+        return self._free_gpus[name]
+
+    def free_memory(self, name: str) -> float | None:
+        return self._free_memory[name]
+
+    def consume(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> None:
+        """Take a replica's share from each of its nodes; nodes not in the inventory are skipped."""
+        for name in nodes:
+            if name not in self._nodes:
+                continue
+            pools = self._pools_of_node.get(name, ())
+            for pool in pools:
+                pool.remove(self._entry(name))
+            self._free_gpus[name] -= gpus_per_node
+            memory = self._free_memory[name]
+            if memory is not None:
+                self._free_memory[name] = memory - memory_gb_per_node
+            for pool in pools:
+                pool.add(self._entry(name))
+
+    def best_node(self, profile: PlacementProfile) -> str | None:
+        """The fitting node with the fewest free GPUs, then least free memory, then name."""
+        wanted = self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb)
+        entry = next(wanted, None)
+        return None if entry is None else entry[2]
+
+    def best_gang(self, profile: PlacementProfile) -> tuple[str, ...] | None:
+        """``profile.nodes`` distinct fitting nodes on one fabric, chosen by best fit.
+
+        Within each fabric the best-fitting nodes are taken; among fabrics that
+        have enough, the one leaving the fewest GPUs (then memory) idle on the
+        chosen nodes wins, ties broken by fabric name. O(F) for F fitting nodes.
+        """
+        size = profile.nodes
+        by_fabric: dict[str, list[tuple[int, float, str]]] = {}
+        for entry in self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb):
+            fabric = self._nodes[entry[2]].fabric
+            if fabric is None:
+                continue
+            group = by_fabric.setdefault(fabric, [])
+            if len(group) < size:
+                group.append(entry)
+        candidates = [
+            (sum(e[0] for e in group), sum(e[1] for e in group), fabric, group)
+            for fabric, group in by_fabric.items()
+            if len(group) == size
+        ]
+        if not candidates:
+            return None
+        best = min(candidates, key=lambda c: c[:3])
+        return tuple(sorted(entry[2] for entry in best[3]))
+
+    def _entry(self, name: str) -> tuple[int, float, str]:
+        # Free GPUs below zero (over-reserved outside our control) still allow a
+        # CPU replica, which needs none; clamping keeps such nodes in bucket 0.
+        memory = self._free_memory[name]
+        return (
+            max(self._free_gpus[name], 0),
+            math.inf if memory is None else memory,
+            name,
+        )
+
+    def _pool(self, profile: PlacementProfile) -> _Pool:
+        """The fresh nodes of the right class and labels, built on first use: O(N log N)."""
+        key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = _Pool()
+            for name, node in self._nodes.items():
+                if (
+                    name in self._fresh
+                    and gpu_class_matches(node.gpu_class, profile)
+                    and missing_label(node.labels, profile.node_selector) is None
+                ):
+                    pool.add(self._entry(name))
+                    self._pools_of_node.setdefault(name, []).append(pool)
+            self._pools[key] = pool
+        return pool
+
+
+class _Pool:
+    """Nodes bucketed by free GPUs; each bucket sorted by (free memory, name)."""
+
+    __slots__ = ("_buckets", "_levels")
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, list[tuple[float, str]]] = {}
+        self._levels: list[int] = []  # sorted free-GPU counts with a non-empty bucket
+
+    def add(self, entry: tuple[int, float, str]) -> None:
+        level, memory, name = entry
+        bucket = self._buckets.get(level)
+        if bucket is None:
+            bucket = self._buckets[level] = []
+            insort(self._levels, level)
+        insort(bucket, (memory, name))
+
+    def remove(self, entry: tuple[int, float, str]) -> None:
+        level, memory, name = entry
+        bucket = self._buckets[level]
+        del bucket[bisect_left(bucket, (memory, name))]
+        if not bucket:
+            del self._buckets[level]
+            self._levels.remove(level)
+
+    def fitting(self, gpus: int, memory_gb: int) -> Iterator[tuple[int, float, str]]:
+        """Nodes with at least ``gpus`` free GPUs and ``memory_gb`` free memory, best fit first.
+
+        Must not be consumed across a change to the pool.
+        """
+        floor = (float(max(memory_gb, 0)), "")
+        for level in self._levels[bisect_left(self._levels, gpus) :]:
+            bucket = self._buckets[level]
+            for index in range(bisect_left(bucket, floor), len(bucket)):
+                memory, name = bucket[index]
+                yield level, memory, name

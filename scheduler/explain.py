@@ -1,0 +1,174 @@
+"""Why a replica fits nowhere, as counts per reason and as a sentence.
+
+The counts are data (``ProfileRejections``) so an API can return them as they
+are; ``render`` turns them into the line an operator reads, in the manner of
+``profile a100-tp8: 0/4278 nodes fit: 3880 gpu_class is A10 not A100, 390 have
+fewer than 8 free GPUs, 8 lack label zone=eu``. Each node is counted once,
+under the first check it fails (see ``scheduler.fit.Check``).
+
+Counting scans every node, O(N) per profile; the planner does it only for
+profiles that failed, once per profile, after the round.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from catalog.views import PlacementProfile
+from scheduler.fit import Check, misfit
+from scheduler.inventory import Node
+
+
+class FreeCapacity(Protocol):
+    """What is left on each node; ``scheduler.capacity.Capacity`` is one."""
+
+    def free_gpus(self, name: str) -> int: ...
+
+    def free_memory(self, name: str) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRejections:
+    """How many nodes one profile was refused by, per first failing check.
+
+    ``wrong_gpu_class`` counts nodes by the card type they have instead;
+    ``without_gpus`` counts nodes with no cards. ``missing_labels`` counts nodes
+    by the first selector label (``key=value``, by key) they lack. For a
+    multi-node profile (``nodes_needed`` > 1), ``nodes_fit`` counts nodes that
+    would fit on their own, ``largest_fabric_group`` the most of those sharing
+    one fabric, and ``fit_without_fabric`` those with no fabric at all.
+    Mappings are ordered by count, largest first, then by name.
+    """
+
+    profile: str
+    nodes_total: int
+    nodes_fit: int
+    stale: int = 0
+    gpu_class_wanted: str | None = None
+    wrong_gpu_class: Mapping[str, int] = field(default_factory=dict)
+    without_gpus: int = 0
+    gpus_needed: int = 0
+    too_few_gpus: int = 0
+    missing_labels: Mapping[str, int] = field(default_factory=dict)
+    memory_needed_gb: int = 0
+    too_little_memory: int = 0
+    nodes_needed: int = 1
+    largest_fabric_group: int = 0
+    fit_without_fabric: int = 0
+
+
+def count_rejections(
+    profile: PlacementProfile,
+    nodes: Sequence[Node],
+    *,
+    fresh: Collection[str],
+    capacity: FreeCapacity,
+) -> ProfileRejections:
+    """Count, for each node, the first check it fails for ``profile``. O(N)."""
+    failures: Counter[tuple[Check, str]] = Counter()
+    fabric_sizes: Counter[str] = Counter()
+    fit_without_fabric = 0
+    for node in nodes:
+        failure = misfit(
+            node,
+            profile,
+            fresh=node.name in fresh,
+            free_gpus=capacity.free_gpus(node.name),
+            free_memory_gb=capacity.free_memory(node.name),
+        )
+        if failure is not None:
+            failures[failure.check, failure.detail] += 1
+        elif node.fabric is None:
+            fit_without_fabric += 1
+        else:
+            fabric_sizes[node.fabric] += 1
+    wrong_classes = {cls: n for (check, cls), n in failures.items() if check is Check.GPU_CLASS}
+    return ProfileRejections(
+        profile=profile.name,
+        nodes_total=len(nodes),
+        nodes_fit=len(nodes) - sum(failures.values()),
+        stale=failures[Check.STALE, ""],
+        gpu_class_wanted=profile.gpu_class,
+        wrong_gpu_class=_by_count({cls: n for cls, n in wrong_classes.items() if cls}),
+        without_gpus=wrong_classes.get("", 0),
+        gpus_needed=profile.gpus_per_node,
+        too_few_gpus=failures[Check.FREE_GPUS, ""],
+        missing_labels=_by_count(
+            {label: n for (check, label), n in failures.items() if check is Check.LABELS}
+        ),
+        memory_needed_gb=profile.min_memory_gb,
+        too_little_memory=failures[Check.MEMORY, ""],
+        nodes_needed=profile.nodes,
+        largest_fabric_group=max(fabric_sizes.values(), default=0),
+        fit_without_fabric=fit_without_fabric,
+    )
+
+
+def render(rejections: Sequence[ProfileRejections]) -> str:
+    """One clause per profile tried, in the order tried, joined with "; "."""
+    return "; ".join(render_profile(r) for r in rejections)
+
+
+def render_profile(r: ProfileRejections) -> str:
+    """``profile NAME: FIT/TOTAL nodes fit[ gang note]: reason, reason, ...``."""
+    head = f"profile {r.profile}: {r.nodes_fit}/{r.nodes_total} nodes fit"
+    if r.nodes_needed > 1:
+        head += _gang_note(r)
+    if r.nodes_total == 0:
+        return head + " (no nodes are reported)"
+    reasons = _reasons(r)
+    return f"{head}: {', '.join(reasons)}" if reasons else head
+
+
+def _gang_note(r: ProfileRejections) -> str:
+    if r.nodes_fit < r.nodes_needed:
+        return f", {r.nodes_needed} needed on one fabric"
+    note = f" but no fabric has {r.nodes_needed} of them (the most on one fabric is {r.largest_fabric_group}"
+    if r.fit_without_fabric:
+        note += f"; {r.fit_without_fabric} {_verb(r.fit_without_fabric, 'has', 'have')} no fabric"
+    return note + ")"
+
+
+def _reasons(r: ProfileRejections) -> list[str]:
+    reasons = []
+    if r.stale:
+        reasons.append(f"{r.stale} {_verb(r.stale, 'is', 'are')} stale")
+    reasons.extend(_gpu_class_reasons(r))
+    if r.too_few_gpus:
+        reasons.append(
+            f"{r.too_few_gpus} {_verb(r.too_few_gpus, 'has', 'have')} "
+            + ("no free GPU" if r.gpus_needed == 1 else f"fewer than {r.gpus_needed} free GPUs")
+        )
+    for label, count in r.missing_labels.items():
+        reasons.append(f"{count} {_verb(count, 'lacks', 'lack')} label {label}")
+    if r.too_little_memory:
+        reasons.append(
+            f"{r.too_little_memory} {_verb(r.too_little_memory, 'has', 'have')} "
+            f"less than {r.memory_needed_gb} GB free memory"
+        )
+    return reasons
+
+
+def _gpu_class_reasons(r: ProfileRejections) -> list[str]:
+    classes = list(r.wrong_gpu_class.items())
+    if len(classes) == 1 and not r.without_gpus:
+        (cls, count), = classes
+        return [f"{count} gpu_class is {cls} not {r.gpu_class_wanted}"]
+    if not classes:
+        return [f"{r.without_gpus} {_verb(r.without_gpus, 'has', 'have')} no GPU"] if r.without_gpus else []
+    parts = [f"{count} {cls}" for cls, count in classes]
+    if r.without_gpus:
+        parts.append(f"{r.without_gpus} without GPUs")
+    total = sum(r.wrong_gpu_class.values()) + r.without_gpus
+    return [f"{total} gpu_class is not {r.gpu_class_wanted} ({', '.join(parts)})"]
+
+
+def _verb(count: int, singular: str, plural: str) -> str:
+    return singular if count == 1 else plural
+
+
+def _by_count(counts: Mapping[str, int]) -> dict[str, int]:
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))

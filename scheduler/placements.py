@@ -1,0 +1,91 @@
+"""What the planner is asked for and what it answers: demands, placements, plans."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from catalog.views import PlacementProfile
+from scheduler.explain import ProfileRejections
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """How many replicas of a model the cluster should run, and how each may run.
+
+    ``profiles`` keep the catalog's declaration order, which breaks ties between
+    profiles of equal priority.
+    """
+
+    model: str
+    replicas: int
+    profiles: tuple[PlacementProfile, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One replica slot of a model, bound to a profile and the nodes that run it.
+
+    ``replica`` is the slot's stable identity (0-based): a replica keeps its
+    index for as long as it runs, so a plan can say which one it removes.
+    ``memory_gb_per_node`` is what the replica consumes on each of its nodes.
+    """
+
+    model: str
+    replica: int
+    profile: str
+    nodes: tuple[str, ...]
+    gpus_per_node: int
+    gpu_class: str | None
+    memory_gb_per_node: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    """A current placement the plan gives up, and why."""
+
+    placement: Placement
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A replica the cluster should run but that fits nowhere.
+
+    ``reason`` is for people; ``rejections`` holds the same counts, per profile
+    tried, for an API to return as data.
+    """
+
+    model: str
+    replica: int
+    reason: str
+    rejections: tuple[ProfileRejections, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The outcome of one placement round.
+
+    ``keep`` holds current placements as they should be recorded now: one whose
+    profile's memory need changed carries the new ``memory_gb_per_node``, which
+    is the only field a kept placement can change. ``mass_loss`` says that so
+    many nodes looked lost at once that their replicas were kept anyway;
+    ``lost_nodes`` are the nodes hosting current placements that looked lost,
+    whether or not that led to removals.
+    """
+
+    keep: tuple[Placement, ...]
+    place: tuple[Placement, ...]
+    remove: tuple[Removal, ...]
+    unplaced: tuple[Unplaced, ...]
+    mass_loss: bool = False
+    lost_nodes: tuple[str, ...] = ()
+
+    @property
+    def placements(self) -> tuple[Placement, ...]:
+        """Every placement once the plan is applied, sorted by (model, replica)."""
+        return tuple(sorted(self.keep + self.place, key=lambda p: (p.model, p.replica)))
+
+    @property
+    def changes_anything(self) -> bool:
+        """Whether applying the plan would start or stop anything."""
+        return bool(self.place or self.remove)
