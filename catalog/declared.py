@@ -8,6 +8,7 @@ into reviewed configuration by copying it.
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
+        if not isinstance(key, Hashable):
+            continue  # construct_mapping refuses it, as a YAML error
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"key {key!r} is written twice in one mapping", key_node.start_mark
@@ -50,10 +53,32 @@ def read_data(text: str, origin: str) -> Any:
     stripped = text.lstrip()
     try:
         if stripped.startswith(("{", "[")):
-            return json.loads(text)
+            try:
+                return json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
+            except json.JSONDecodeError as json_error:
+                # Flow-style YAML (`{name: x}`) is not JSON; if it is not YAML
+                # either, the JSON parser's complaint is the more precise one.
+                try:
+                    return yaml.load(text, Loader=_StrictLoader)
+                except yaml.YAMLError:
+                    raise json_error from None
         return yaml.load(text, Loader=_StrictLoader)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+    except (yaml.YAMLError, json.JSONDecodeError, _DuplicateKey) as exc:
         raise CatalogError(f"{origin}: not valid YAML or JSON: {exc}") from None
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """JSON's counterpart of ``_StrictLoader``: a key written twice is refused, not dropped."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"key {key!r} is written twice in one object")
+        out[key] = value
+    return out
 
 
 def parse_definitions(data: Any, origin: str, *, allow_single: bool = True) -> list[Model]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+# Each unit as a timedelta keyword, so a written duration is summed exactly.
+_UNITS = {"us": "microseconds", "ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(us|ms|h|m|s)")
 
 
 def parse_duration(value: object) -> timedelta:
@@ -22,8 +23,19 @@ def parse_duration(value: object) -> timedelta:
     """
     if isinstance(value, timedelta):
         return value
-    if isinstance(value, bool):
+    try:
+        parsed = _parse(value)
+    except OverflowError:
+        # Infinity, or more days than a timedelta holds: a refusal, not a crash.
+        raise ValueError(f"duration {value!r} is too large") from None
+    if parsed is None:
         raise ValueError(f"{value!r} is not a duration; write e.g. 90s, 20m, 1h30m or seconds")
+    return parsed
+
+
+def _parse(value: object) -> timedelta | None:
+    if isinstance(value, bool):
+        return None
     if isinstance(value, int | float):
         if value < 0:
             raise ValueError(f"duration {value} is negative")
@@ -34,18 +46,19 @@ def parse_duration(value: object) -> timedelta:
             return timedelta(seconds=float(text))
         parts = _PART.findall(text)
         if text and "".join(n + u for n, u in parts) == text:
-            return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
-    raise ValueError(f"{value!r} is not a duration; write e.g. 90s, 20m, 1h30m or seconds")
+            return sum((timedelta(**{_UNITS[u]: float(n)}) for n, u in parts), timedelta())
+    return None
 
 
 def format_duration(value: timedelta) -> str:
     """Render a timedelta in the shortest form ``parse_duration`` reads back exactly."""
-    total_ms = round(value.total_seconds() * 1000)
-    if total_ms == 0:
+    total_us = value // timedelta(microseconds=1)
+    if total_us == 0:
         return "0s"
-    hours, rest = divmod(total_ms, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, millis = divmod(rest, 1000)
+    hours, rest = divmod(total_us, 3_600_000_000)
+    minutes, rest = divmod(rest, 60_000_000)
+    seconds, rest = divmod(rest, 1_000_000)
+    millis, micros = divmod(rest, 1000)
     out = ""
     if hours:
         out += f"{hours}h"
@@ -55,4 +68,6 @@ def format_duration(value: timedelta) -> str:
         out += f"{seconds}s"
     if millis:
         out += f"{millis}ms"
+    if micros:
+        out += f"{micros}us"
     return out

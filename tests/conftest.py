@@ -1,0 +1,116 @@
+"""Fixtures for real databases: a SQLite file and a fresh PostgreSQL database per test.
+
+Both are migrated by Alembic, once per session into a template, then copied:
+a SQLite file is copied, a PostgreSQL database is created FROM that template.
+Tests that take ``db_url`` run once on each back end (the store's contract).
+
+PostgreSQL tests skip with a reason when no server answers, unless
+LLMGW_REQUIRE_POSTGRES=1 (CI sets it): then they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import Engine
+
+from events.db import make_engine
+from events.migrate import upgrade
+
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _pg_url(database: str) -> str:
+    return f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
+
+
+def _pg_available() -> str | None:
+    try:
+        with psycopg.connect(PG_ADMIN, connect_timeout=3):
+            return None
+    except psycopg.Error as exc:
+        return f"PostgreSQL is not reachable at 127.0.0.1:5432 ({exc.__class__.__name__})"
+
+
+@pytest.fixture(scope="session")
+def pg_template(worker_id: str) -> Iterator[str]:
+    reason = _pg_available()
+    if reason is not None:
+        if os.environ.get("LLMGW_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"{reason}, and LLMGW_REQUIRE_POSTGRES=1 requires it")
+        pytest.skip(reason)
+    name = f"llmgw_tpl_{worker_id}_{os.getpid()}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    engine = make_engine(_pg_url(name))
+    upgrade(engine)
+    engine.dispose()
+    yield name
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "template.db"
+    engine = make_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    engine.dispose()
+    return path
+
+
+@pytest.fixture
+def pg_url(pg_template: str) -> Iterator[str]:
+    name = f"llmgw_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    yield _pg_url(name)
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    path = tmp_path / "llmgw.db"
+    shutil.copy(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def empty_pg_url(pg_template: str) -> Iterator[str]:
+    """A PostgreSQL database with no schema at all, for migration tests."""
+    name = f"llmgw_e_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _pg_url(name)
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """A migrated, empty database on each back end in turn."""
+    name = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    return str(request.getfixturevalue(name))
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    engine = make_engine(db_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def worker_id(request: pytest.FixtureRequest) -> str:
+    """The xdist worker name ("master" without xdist): workers never share a template."""
+    workerinput = getattr(request.config, "workerinput", None)
+    return "master" if workerinput is None else str(workerinput["workerid"])

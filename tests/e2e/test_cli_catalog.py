@@ -1,0 +1,174 @@
+"""The `llmgw` command as operators and scripts drive it: exit codes, messages, JSON shapes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+LLMGW = str(Path(sys.executable).parent / "llmgw")
+
+DECLARED = {
+    "models": [
+        {
+            "name": "llama-70b",
+            "aliases": ["llama"],
+            "source": "meta-llama/Llama-3.1-70B-Instruct",
+            "scaling": {"min": 2},
+            "profiles": [{"name": "a100-tp4", "gpu_class": "A100", "tp": 4, "priority": 10}],
+        },
+        {
+            "name": "qwen-0.5b",
+            "source": "Qwen/Qwen2.5-0.5B-Instruct",
+            "fallbacks": ["llama"],
+            "profiles": [{"name": "cpu", "engine": "llamacpp", "min_memory_gb": 4}],
+        },
+    ]
+}
+TRIAL = {
+    "name": "qwen-test",
+    "source": "Qwen/Qwen2.5-7B-Instruct",
+    "fallbacks": ["llama"],
+    "profiles": [{"name": "t4", "gpu_class": "T4"}],
+}
+
+
+class Cli:
+    def __init__(self, workdir: Path, db_url: str) -> None:
+        self.workdir = workdir
+        self.env = {**os.environ, "LLMGW_DATABASE_URL": db_url, "LLMGW_LOG_LEVEL": "ERROR"}
+        self.env.pop("LLMGW_CONFIG", None)
+
+    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [LLMGW, *args],
+            cwd=self.workdir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def json(self, *args: str) -> Any:
+        done = self(*args, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def write(self, name: str, data: Any) -> str:
+        (self.workdir / name).write_text(yaml.safe_dump(data))
+        return name
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
+    # An empty database: the first command migrates it.
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'llmgw.db'}"
+    else:
+        url = str(request.getfixturevalue("empty_pg_url"))
+    cli = Cli(tmp_path, url)
+    cli.write("catalog.yaml", DECLARED)
+    return cli
+
+
+def test_the_operator_workflow_end_to_end(cli: Cli) -> None:
+    cli.write("qwen-test.yaml", TRIAL)
+    added = cli("add", "qwen-test.yaml", "--actor", "alice", "--reason", "try before review")
+    assert added.returncode == 0, added.stderr
+    assert "added qwen-test at position 1" in added.stdout
+
+    models = cli.json("models")
+    assert [(m["name"], m["declared"]) for m in models] == [
+        ("llama-70b", True),
+        ("qwen-0.5b", True),
+        ("qwen-test", False),
+    ]
+    # Full definitions with defaults applied, in the YAML's field names.
+    assert models[2]["profiles"][0]["engine"] == "vllm"
+    assert models[2]["profiles"][0]["startup_timeout"] == "20m"
+    assert models[0]["scaling"] == {"min": 2, "max": 2}
+
+    assert cli("resolve", "llama").stdout.strip() == "llama-70b"
+    removed = cli("remove", "qwen-test", "--actor", "bob")
+    assert removed.returncode == 0, removed.stderr
+
+    history = cli.json("history", "--model", "qwen-test")
+    assert [(h["position"], h["type"], h["actor"]) for h in history] == [
+        (1, "model.added", "alice"),
+        (2, "model.removed", "bob"),
+    ]
+    assert set(history[0]) == {"position", "recorded_at", "type", "model", "actor", "reason"}
+    assert history[0]["reason"] == "try before review"
+
+    assert [m["name"] for m in cli.json("show", "--at", "1")] == [
+        "llama-70b",
+        "qwen-0.5b",
+        "qwen-test",
+    ]
+    at_time = cli.json("show", "--at", history[1]["recorded_at"])
+    assert [m["name"] for m in at_time] == ["llama-70b", "qwen-0.5b"]
+    assert cli.json("replay") == {
+        "position": 2,
+        "applied": [1, 2],
+        "skipped": [],
+        "models": ["llama-70b", "qwen-0.5b"],
+    }
+    assert cli.json("replay", "--until", "1")["models"] == ["llama-70b", "qwen-0.5b", "qwen-test"]
+
+
+def test_refusals_exit_1_and_name_the_model_and_the_fix(cli: Cli) -> None:
+    cli.write("clash.yaml", {**TRIAL, "name": "llama"})
+    clash = cli("add", "clash.yaml")
+    assert clash.returncode == 1
+    assert "'llama'" in clash.stderr and "catalog.yaml" in clash.stderr
+
+    declared = cli("remove", "llama-70b")
+    assert declared.returncode == 1
+    assert "Remove it from catalog.yaml instead" in declared.stderr
+
+    cli.write("typo.yaml", {**TRIAL, "profiles": [{"name": "t4", "gpu_clas": "T4"}]})
+    typo = cli("add", "typo.yaml")
+    assert typo.returncode == 1
+    assert "qwen-test" in typo.stderr and "did you mean 'gpu_class'" in typo.stderr
+
+    unknown = cli("resolve", "nope")
+    assert unknown.returncode == 1 and "'nope'" in unknown.stderr
+    assert cli.json("history") == []  # nothing invalid was written
+
+
+def test_usage_errors_exit_2(cli: Cli) -> None:
+    assert cli("add").returncode == 2
+    assert cli("frobnicate").returncode == 2
+    assert cli("replay", "--until", "soon").returncode == 2
+
+
+def test_a_list_add_with_the_same_key_is_recorded_once(cli: Cli) -> None:
+    second = {**TRIAL, "name": "qwen-b", "fallbacks": ["qwen-test"]}
+    cli.write("pair.yaml", {"models": [second, TRIAL]})
+    first = cli("add", "pair.yaml", "--key", "deploy-7")
+    assert first.returncode == 0, first.stderr
+    again = cli("add", "pair.yaml", "--key", "deploy-7")
+    assert again.returncode == 0, again.stderr
+    assert "already recorded" in again.stdout
+    assert [h["model"] for h in cli.json("history")] == ["qwen-test", "qwen-b"]
+
+
+def test_an_invalid_declared_file_stops_with_the_file_model_and_field(cli: Cli) -> None:
+    broken = {"models": [DECLARED["models"][0], {**DECLARED["models"][1], "fallbacks": ["gone"]}]}
+    cli.write("catalog.yaml", broken)
+    done = cli("models")
+    assert done.returncode == 1
+    assert "catalog.yaml" in done.stderr
+    assert "qwen-0.5b" in done.stderr and "fallback 'gone'" in done.stderr
+
+
+def test_db_upgrade_migrates_explicitly(cli: Cli) -> None:
+    done = cli("db", "upgrade")
+    assert done.returncode == 0, done.stderr
+    assert "schema at" in done.stdout

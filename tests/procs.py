@@ -1,0 +1,67 @@
+"""Entry points for the child processes of the concurrency tests.
+
+Run as ``python -m tests.procs ROLE URL ...`` from the repository root; each
+prints one JSON line with what it did, for the parent to check against the log.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from catalog import Catalog, CatalogError
+from events import CatalogService, CommandConflict, EventStore
+from events.db import make_engine
+from tests.support import model
+
+
+def writer(url: str, name: str, count: int) -> None:
+    """Add ``count`` models of our own and race the others for ``count`` shared names."""
+    service = CatalogService(EventStore(make_engine(url)), Catalog.build([]), "catalog.yaml")
+    added: list[str] = []
+    refused: list[str] = []
+    conflicts: list[str] = []
+    for i in range(count):
+        for candidate in (f"{name}-{i}", f"shared-{i}"):
+            try:
+                service.add([model(candidate)], actor=name)
+                added.append(candidate)
+            except CommandConflict:
+                conflicts.append(candidate)
+            except CatalogError:
+                refused.append(candidate)
+    print(json.dumps({"added": added, "refused": refused, "conflicts": conflicts}))
+
+
+def batch_writer(url: str, name: str, batch: int) -> None:
+    """Append batches forever, until killed: each batch must land whole or not at all."""
+    service = CatalogService(EventStore(make_engine(url)), Catalog.build([]), "catalog.yaml")
+    n = 0
+    print("ready", flush=True)
+    while True:
+        service.add([model(f"{name}-{n}-{i}") for i in range(batch)])
+        n += 1
+
+
+def tailer(url: str, seconds: float) -> None:
+    """Follow the log by position, as a reader tailing it would, and report what it saw."""
+    store = EventStore(make_engine(url))
+    seen: list[int] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for event in store.read(after=seen[-1] if seen else 0):
+            seen.append(event.position)
+    print(json.dumps({"seen": seen}))
+
+
+if __name__ == "__main__":
+    role, url, *rest = sys.argv[1:]
+    if role == "writer":
+        writer(url, rest[0], int(rest[1]))
+    elif role == "batch_writer":
+        batch_writer(url, rest[0], int(rest[1]))
+    elif role == "tailer":
+        tailer(url, float(rest[0]))
+    else:
+        raise SystemExit(f"unknown role {role!r}")

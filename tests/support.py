@@ -1,0 +1,71 @@
+"""Small builders shared by the tests: model definitions and raw event rows."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, insert
+
+from catalog import Model, parse_model
+from events.tables import EventRow
+
+
+def definition(
+    name: str,
+    *,
+    aliases: list[str] | None = None,
+    fallbacks: list[str] | None = None,
+    gpu_class: str = "A100",
+    tp: int = 1,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A small valid runtime definition, as an operator would write it."""
+    data: dict[str, Any] = {
+        "name": name,
+        "source": f"org/{name}",
+        "profiles": [{"name": "main", "gpu_class": gpu_class, "tp": tp}],
+    }
+    if aliases:
+        data["aliases"] = aliases
+    if fallbacks:
+        data["fallbacks"] = fallbacks
+    data.update(extra)
+    return data
+
+
+def model(name: str, **kwargs: Any) -> Model:
+    return parse_model(definition(name, **kwargs))
+
+
+def insert_raw_event(
+    engine: Engine,
+    position: int,
+    *,
+    type: str = "model.added",
+    payload: str | dict[str, Any],
+    schema_version: int = 1,
+    model: str | None = None,
+) -> str:
+    """Write a row straight into the table, bypassing every check: what an old
+    release, a manual SQL edit or a bug could have left behind."""
+    event_id = uuid.uuid4().hex
+    with engine.begin() as conn:
+        conn.execute(
+            insert(EventRow.__table__),
+            {
+                "position": position,
+                "event_id": event_id,
+                "command_id": event_id,
+                "type": type,
+                "schema_version": schema_version,
+                "model": model,
+                "payload": payload if isinstance(payload, str) else json.dumps(payload),
+                "actor": "test",
+                "reason": "",
+                "recorded_at": datetime.now(UTC),
+            },
+        )
+    return event_id
