@@ -48,6 +48,7 @@ class Cli:
     def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [LLMGW, *args],
+            check=False,
             cwd=self.workdir,
             env=self.env,
             capture_output=True,
