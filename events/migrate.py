@@ -23,20 +23,29 @@ def alembic_config(url: str) -> Config:
     return config
 
 
+def head_revisions() -> frozenset[str]:
+    """The newest revision of each branch (one, unless two lines of work are not yet merged)."""
+    return frozenset(ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads())
+
+
 def head_revision() -> str | None:
-    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    return ",".join(sorted(head_revisions())) or None
+
+
+def current_revisions(engine: Engine) -> frozenset[str]:
+    with engine.connect() as conn:
+        return frozenset(MigrationContext.configure(conn).get_current_heads())
 
 
 def current_revision(engine: Engine) -> str | None:
-    with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+    return ",".join(sorted(current_revisions(engine))) or None
 
 
 def is_at_head(engine: Engine) -> bool:
-    return current_revision(engine) == head_revision()
+    return current_revisions(engine) == head_revisions()
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
+def upgrade(engine: Engine, revision: str = "heads") -> None:
     """Bring the schema to ``revision``, on the given engine's database."""
     config = alembic_config(engine.url.render_as_string(hide_password=False))
     with engine.begin() as conn:

@@ -126,10 +126,13 @@ def render_profile(r: ProfileRejections) -> str:
 def _gang_note(r: ProfileRejections) -> str:
     if r.nodes_fit < r.nodes_needed:
         return f", {r.nodes_needed} needed on one fabric"
-    note = f" but no fabric has {r.nodes_needed} of them (the most on one fabric is {r.largest_fabric_group}"
+    details = []
+    if r.largest_fabric_group:
+        details.append(f"the most on one fabric is {r.largest_fabric_group}")
     if r.fit_without_fabric:
-        note += f"; {r.fit_without_fabric} {_verb(r.fit_without_fabric, 'has', 'have')} no fabric"
-    return note + ")"
+        count = r.fit_without_fabric
+        details.append(f"{count} {_verb(count, 'has', 'have')} no fabric")
+    return f" but no fabric has {r.nodes_needed} of them ({'; '.join(details)})"
 
 
 def _reasons(r: ProfileRejections) -> list[str]:
@@ -155,10 +158,14 @@ def _reasons(r: ProfileRejections) -> list[str]:
 def _gpu_class_reasons(r: ProfileRejections) -> list[str]:
     classes = list(r.wrong_gpu_class.items())
     if len(classes) == 1 and not r.without_gpus:
-        (cls, count), = classes
+        ((cls, count),) = classes
         return [f"{count} gpu_class is {cls} not {r.gpu_class_wanted}"]
     if not classes:
-        return [f"{r.without_gpus} {_verb(r.without_gpus, 'has', 'have')} no GPU"] if r.without_gpus else []
+        return (
+            [f"{r.without_gpus} {_verb(r.without_gpus, 'has', 'have')} no GPU"]
+            if r.without_gpus
+            else []
+        )
     parts = [f"{count} {cls}" for cls, count in classes]
     if r.without_gpus:
         parts.append(f"{r.without_gpus} without GPUs")

@@ -155,4 +155,6 @@ def _problem(error: Any) -> str:
         known = ", ".join(NodeReport.model_fields)
         return f"{where} is not a field of a node report; the fields are {known}"
     got = error.get("input")
-    return f"{where} {got!r} is not accepted ({error['msg'].lower()}); {_FIXES.get(top, 'correct it')}"
+    return (
+        f"{where} {got!r} is not accepted ({error['msg'].lower()}); {_FIXES.get(top, 'correct it')}"
+    )

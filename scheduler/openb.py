@@ -16,7 +16,9 @@ from scheduler.inventory import Node
 _MIB_PER_GB = 1024
 
 
-def load_openb_csv(path: str | os.PathLike[str], *, reported_at: datetime | None = None) -> list[Node]:
+def load_openb_csv(
+    path: str | os.PathLike[str], *, reported_at: datetime | None = None
+) -> list[Node]:
     """Nodes from a CSV with columns ``sn,cpu_milli,memory_mib,gpu,model``.
 
     The trace says nothing about when nodes reported, so every node is stamped
@@ -32,7 +34,7 @@ def _node(row: dict[str, str], reported_at: datetime) -> Node:
     gpus = int(row["gpu"])
     return Node(
         name=row["sn"],
-        gpu_class=row["model"] or None if gpus > 0 else None,
+        gpu_class=(row["model"] or None) if gpus > 0 else None,
         gpus=gpus,
         memory_gb=int(row["memory_mib"]) / _MIB_PER_GB,
         reported_at=reported_at,

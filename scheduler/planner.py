@@ -28,7 +28,7 @@ fits nowhere, paid once for the explanation.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from catalog.views import PlacementProfile
@@ -54,26 +54,23 @@ def plan(
     """
     if now.tzinfo is None:
         raise ValueError(f"now {now} has no time zone; pass the current time in UTC")
-    inventory = _index_nodes(nodes)
-    by_model = _index_demands(demands)
-    state = {name: freshness(node.reported_at, now, policy) for name, node in inventory.items()}
+    round_ = _Round(_index_demands(demands), _index_nodes(nodes), now)
+    state = {name: freshness(n.reported_at, now, policy) for name, n in round_.inventory.items()}
     fresh = frozenset(name for name, f in state.items() if f is Freshness.FRESH)
-    lost = _lost_nodes(current, inventory, state)
-    mass_loss = len(lost) > 1 and len(lost) > policy.mass_loss_fraction * _hosting_count(current)
 
-    round_ = _Round(by_model, inventory, now)
-    kept = round_.keep_valid(current, set() if mass_loss else lost)
+    valid = round_.keep_valid(current)
+    lost = _lost_nodes(valid, state)
+    mass_loss = _is_mass_loss(lost, valid, fresh, policy)
+    kept = valid if mass_loss else round_.keep_off_lost(valid, lost)
     capacity = Capacity(nodes, fresh)
     kept = round_.keep_what_fits(kept, capacity)
     placed, unplaced = round_.place_missing(demands, kept, capacity, fresh)
 
-    by_slot = _slot_order
     return Plan(
-        keep=tuple(sorted(kept, key=by_slot)),
-        place=tuple(sorted(placed, key=by_slot)),
-        remove=tuple(
-            sorted(round_.removals, key=lambda r: (r.placement.model, -r.placement.replica, r.reason))
-        ),
+        keep=tuple(sorted(kept, key=_slot_order)),
+        place=tuple(sorted(placed, key=_slot_order)),
+        # Within a model, highest replica first: the order surplus replicas go in.
+        remove=tuple(sorted(round_.removals, key=_removal_order)),
         unplaced=unplaced,
         mass_loss=mass_loss,
         lost_nodes=tuple(sorted(lost)),
@@ -87,17 +84,13 @@ class _Round:
     demands: dict[str, tuple[int, Demand]]
     inventory: dict[str, Node]
     now: datetime
-    removals: list[Removal] | None = None
-
-    def __post_init__(self) -> None:
-        self.removals = []
+    removals: list[Removal] = field(default_factory=list)
 
     def drop(self, placement: Placement, reason: str) -> None:
-        assert self.removals is not None
         self.removals.append(Removal(placement, reason))
 
-    def keep_valid(self, current: Sequence[Placement], lost: set[str]) -> list[Placement]:
-        """Current placements minus those with a reason to go, except lack of room.
+    def keep_valid(self, current: Sequence[Placement]) -> list[Placement]:
+        """Current placements minus those with a reason to go other than node loss or room.
 
         Sorted first so that which of two duplicates survives does not depend on
         the order the store returned them in.
@@ -109,11 +102,22 @@ class _Round:
             duplicate = slot in slots
             slots.add(slot)
             profile = self._profile_of(placement)
-            reason = self._reason_to_drop(placement, profile, duplicate, lost)
+            reason = self._reason_to_drop(placement, profile, duplicate)
             if reason is not None:
                 self.drop(placement, reason)
             elif profile is not None:
                 kept.append(_with_current_memory(placement, profile))
+        return kept
+
+    def keep_off_lost(self, placements: list[Placement], lost: set[str]) -> list[Placement]:
+        """The placements that touch no lost node; the others are dropped, naming the node."""
+        kept = []
+        for placement in placements:
+            gone = sorted(name for name in placement.nodes if name in lost)
+            if gone:
+                self.drop(placement, self._lost_reason(gone[0]))
+            else:
+                kept.append(placement)
         return kept
 
     def keep_what_fits(self, kept: list[Placement], capacity: Capacity) -> list[Placement]:
@@ -126,7 +130,9 @@ class _Round:
         for placement in sorted(kept, key=self._catalog_order):
             reason = _no_room(placement, capacity)
             if reason is None:
-                capacity.consume(placement.nodes, placement.gpus_per_node, placement.memory_gb_per_node)
+                capacity.consume(
+                    placement.nodes, placement.gpus_per_node, placement.memory_gb_per_node
+                )
                 fitting.append(placement)
             else:
                 self.drop(placement, reason)
@@ -154,11 +160,11 @@ class _Round:
             for replica in range(max(demand.replicas, 0)):
                 if replica in taken:
                     continue
-                placement = _place_one(demand.model, replica, profiles, capacity, no_room)
-                if placement is None:
+                new = _place_one(demand.model, replica, profiles, capacity, no_room)
+                if new is None:
                     failed.append((demand.model, replica, profiles))
                 else:
-                    placed.append(placement)
+                    placed.append(new)
         return placed, self._explain(failed, capacity, fresh)
 
     def _explain(
@@ -180,7 +186,9 @@ class _Round:
                 if key not in counted:
                     counted[key] = count_rejections(profile, nodes, fresh=fresh, capacity=capacity)
                 rejections.append(counted[key])
-            reason = render(rejections) if rejections else "the model has no profiles to place it with"
+            reason = (
+                render(rejections) if rejections else "the model has no profiles to place it with"
+            )
             unplaced.append(Unplaced(model, replica, reason, tuple(rejections)))
         return tuple(sorted(unplaced, key=lambda u: (u.model, u.replica)))
 
@@ -191,13 +199,9 @@ class _Round:
         return next((p for p in entry[1].profiles if p.name == placement.profile), None)
 
     def _reason_to_drop(
-        self,
-        placement: Placement,
-        profile: PlacementProfile | None,
-        duplicate: bool,
-        lost: set[str],
+        self, placement: Placement, profile: PlacementProfile | None, duplicate: bool
     ) -> str | None:
-        """Why a current placement must go regardless of capacity, or None to keep it."""
+        """Why a current placement must go whatever the nodes' health and room, or None."""
         entry = self.demands.get(placement.model)
         if entry is None:
             return "model removed from catalog"
@@ -212,12 +216,8 @@ class _Round:
         if not 0 <= placement.replica < desired:
             return f"surplus replica (the model wants {desired})"
         for name in sorted(placement.nodes):
-            if name in lost:
-                return self._lost_reason(name)
-        for name in sorted(placement.nodes):
             node = self.inventory.get(name)
-            # A node missing from the inventory is only kept here during a mass
-            # loss; nothing is known about it to check.
+            # A node missing from the inventory is judged by the loss rules.
             misfit = None if node is None else hardware_misfit(node, profile)
             if misfit is not None:
                 return f"node {name} no longer fits: {misfit}"
@@ -332,7 +332,9 @@ def _index_nodes(nodes: Sequence[Node]) -> dict[str, Node]:
     inventory: dict[str, Node] = {}
     for node in nodes:
         if node.name in inventory:
-            raise ValueError(f'node "{node.name}" appears twice in the inventory; each node reports once')
+            raise ValueError(
+                f'node "{node.name}" appears twice in the inventory; each node reports once'
+            )
         inventory[node.name] = node
     return inventory
 
@@ -341,25 +343,46 @@ def _index_demands(demands: Sequence[Demand]) -> dict[str, tuple[int, Demand]]:
     by_model: dict[str, tuple[int, Demand]] = {}
     for position, demand in enumerate(demands):
         if demand.model in by_model:
-            raise ValueError(f'model "{demand.model}" is demanded twice; merge its demands into one')
+            raise ValueError(
+                f'model "{demand.model}" is demanded twice; merge its demands into one'
+            )
         by_model[demand.model] = (position, demand)
     return by_model
 
 
-def _lost_nodes(
-    current: Sequence[Placement], inventory: dict[str, Node], state: dict[str, Freshness]
-) -> set[str]:
-    """Nodes hosting current placements that are gone or silent beyond the grace period."""
+def _lost_nodes(placements: Sequence[Placement], state: dict[str, Freshness]) -> set[str]:
+    """Nodes hosting placements that are gone from the inventory or silent beyond grace."""
     return {
         name
-        for placement in current
+        for placement in placements
         for name in placement.nodes
-        if name not in inventory or state[name] is Freshness.LOST
+        if state.get(name, Freshness.LOST) is Freshness.LOST
     }
 
 
-def _hosting_count(current: Sequence[Placement]) -> int:
-    return len({name for placement in current for name in placement.nodes})
+def _is_mass_loss(
+    lost: set[str],
+    placements: Sequence[Placement],
+    fresh: frozenset[str],
+    policy: StalenessPolicy,
+) -> bool:
+    """Whether so many nodes look lost at once that the control plane should doubt itself.
+
+    The fraction is of the nodes that matter to the round: those hosting
+    replicas and those able to take new ones. Counting fresh nodes matters for
+    two reasons. A control plane that still hears from most of the cluster is
+    not the one with the blip, so the loss is real. And new replicas only land
+    on fresh nodes, so the fraction does not drop in the next round just
+    because replacements were placed: a second round over the result comes to
+    the same decision (stability), rather than wiping what the first one kept.
+    """
+    hosting = {name for placement in placements for name in placement.nodes}
+    relevant = len(hosting | fresh)
+    return len(lost) > 1 and len(lost) > policy.mass_loss_fraction * relevant
+
+
+def _removal_order(removal: Removal) -> tuple[str, int, str]:
+    return removal.placement.model, -removal.placement.replica, removal.reason
 
 
 def _slot_order(placement: Placement) -> tuple[str, int]:

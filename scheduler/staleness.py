@@ -74,5 +74,7 @@ def format_age(age: timedelta) -> str:
     seconds = max(int(age.total_seconds()), 0)
     hours, rest = divmod(seconds, 3600)
     minutes, seconds = divmod(rest, 60)
-    parts = [f"{value}{unit}" for value, unit in ((hours, "h"), (minutes, "m"), (seconds, "s")) if value]
+    parts = [
+        f"{value}{unit}" for value, unit in ((hours, "h"), (minutes, "m"), (seconds, "s")) if value
+    ]
     return "".join(parts) or "0s"
