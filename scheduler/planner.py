@@ -85,9 +85,12 @@ class _Round:
     inventory: dict[str, Node]
     now: datetime
     removals: list[Removal] = field(default_factory=list)
+    # Kept placements re-recorded with a new memory need, mapped to the stored
+    # originals, so that a removal names the placement the store actually holds.
+    recorded_as: dict[Placement, Placement] = field(default_factory=dict)
 
     def drop(self, placement: Placement, reason: str) -> None:
-        self.removals.append(Removal(placement, reason))
+        self.removals.append(Removal(self.recorded_as.get(placement, placement), reason))
 
     def keep_valid(self, current: Sequence[Placement]) -> list[Placement]:
         """Current placements minus those with a reason to go other than node loss or room.
@@ -106,7 +109,10 @@ class _Round:
             if reason is not None:
                 self.drop(placement, reason)
             elif profile is not None:
-                kept.append(_with_current_memory(placement, profile))
+                updated = _with_current_memory(placement, profile)
+                if updated is not placement:
+                    self.recorded_as[updated] = placement
+                kept.append(updated)
         return kept
 
     def keep_off_lost(self, placements: list[Placement], lost: set[str]) -> list[Placement]:

@@ -1,0 +1,268 @@
+"""Scheduler commands: nodes report/list/forget, place, placements, daemon."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from catalog import read_data
+from llmgw import logs
+from llmgw.cli.context import App, Refused, iso, print_json, table
+from scheduler import NodeReport, NodeReportError, Placement, StalenessPolicy, parse_node_report
+from scheduler.daemon import Daemon
+from scheduler.leader import leadership_for
+from scheduler.rounds import Placer
+from scheduler.staleness import Freshness, freshness
+from scheduler.store import SchedulerStore
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser) -> None:
+    staleness = argparse.ArgumentParser(add_help=False)
+    staleness.add_argument(
+        "--stale-after",
+        type=float,
+        default=float(os.environ.get("LLMGW_STALE_AFTER", 90)),
+        metavar="SECONDS",
+        help="a node silent this long gets nothing new (env LLMGW_STALE_AFTER; default 90)",
+    )
+    staleness.add_argument(
+        "--grace",
+        type=float,
+        default=float(os.environ.get("LLMGW_GRACE", 300)),
+        metavar="SECONDS",
+        help="further silence after which its replicas move (env LLMGW_GRACE; default 300)",
+    )
+
+    nodes = sub.add_parser("nodes", parents=[parent], help="the node inventory")
+    nodes_sub = nodes.add_subparsers(dest="nodes_command", required=True)
+    p = nodes_sub.add_parser("report", parents=[parent], help="record an agent's report")
+    p.add_argument("file", type=Path, help="YAML or JSON: one node, a list, or `nodes: [...]`")
+    p.set_defaults(run=cmd_nodes_report)
+    p = nodes_sub.add_parser("list", parents=[parent, staleness], help="nodes as reported")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_nodes_list)
+    p = nodes_sub.add_parser("forget", parents=[parent], help="drop a decommissioned node")
+    p.add_argument("name")
+    p.set_defaults(run=cmd_nodes_forget)
+
+    p = sub.add_parser("place", parents=[parent, staleness], help="run one placement round")
+    p.add_argument("--dry-run", action="store_true", help="plan and show, write nothing")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_place)
+
+    p = sub.add_parser("placements", parents=[parent], help="where every replica runs now")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_placements)
+
+    p = sub.add_parser("daemon", parents=[parent, staleness], help="place in the background")
+    p.add_argument("--interval", type=float, default=10.0, metavar="SECONDS")
+    p.add_argument("--once", action="store_true", help="run one round and exit")
+    p.set_defaults(run=cmd_daemon)
+
+
+def policy(args: argparse.Namespace) -> StalenessPolicy:
+    return StalenessPolicy(
+        stale_after=timedelta(seconds=args.stale_after), grace=timedelta(seconds=args.grace)
+    )
+
+
+def placement_json(p: Placement) -> dict[str, Any]:
+    return {
+        "model": p.model,
+        "replica": p.replica,
+        "profile": p.profile,
+        "nodes": list(p.nodes),
+        "gpus_per_node": p.gpus_per_node,
+        "gpu_class": p.gpu_class,
+    }
+
+
+def load_reports(path: Path) -> list[NodeReport]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise Refused(f"{path}: cannot read the node report: {exc.strerror}") from None
+    data = read_data(text, str(path))
+    if isinstance(data, dict) and "nodes" in data and "name" not in data:
+        extra = sorted(set(data) - {"nodes"})
+        if extra:
+            raise Refused(f"{path}: unknown top-level key(s) {', '.join(map(repr, extra))}")
+        data = data["nodes"]
+    items = data if isinstance(data, list) else [data]
+    if not items or not all(isinstance(i, dict) for i in items):
+        raise Refused(f"{path}: expected a node mapping, a list of them, or `nodes: [...]`")
+    reports: list[NodeReport] = []
+    problems: list[str] = []
+    for item in items:
+        try:
+            reports.append(parse_node_report(item))
+        except NodeReportError as exc:
+            problems.extend(exc.problems)
+    names = [r.name for r in reports]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    problems.extend(f'node "{n}" is reported twice in {path}' for n in duplicates)
+    if problems:
+        # All or nothing: a half-recorded inventory is harder to reason about than none.
+        raise Refused(f"{path}: nothing recorded:\n  " + "\n  ".join(problems))
+    return reports
+
+
+def cmd_nodes_report(app: App, args: argparse.Namespace) -> int:
+    reports = load_reports(args.file)
+    nodes = SchedulerStore(app.engine).report(reports, datetime.now(UTC))
+    print(f"recorded {len(nodes)} node report(s): {', '.join(n.name for n in nodes)}")
+    return 0
+
+
+def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
+    now = datetime.now(UTC)
+    rules = policy(args)
+    rows: list[dict[str, Any]] = []
+    for n in SchedulerStore(app.engine).nodes():
+        state = freshness(n.reported_at, now, rules)
+        rows.append(
+            {
+                "name": n.name,
+                "gpu_class": n.gpu_class,
+                "gpus": n.gpus,
+                "gpus_reserved": n.gpus_reserved,
+                "memory_gb": n.memory_gb,
+                "labels": dict(n.labels),
+                "fabric": n.fabric,
+                "reported_at": iso(n.reported_at),
+                "stale": state is not Freshness.FRESH,
+                "state": state.value,
+            }
+        )
+    if args.json:
+        print_json(rows)
+        return 0
+    headers = ["name", "gpu_class", "gpus", "reserved", "memory_gb", "fabric", "state", "labels"]
+    sys.stdout.write(
+        table(
+            headers,
+            [
+                [
+                    r["name"],
+                    r["gpu_class"] or "-",
+                    str(r["gpus"]),
+                    str(r["gpus_reserved"]),
+                    "?" if r["memory_gb"] is None else f"{r['memory_gb']:g}",
+                    r["fabric"] or "-",
+                    r["state"],
+                    ",".join(f"{k}={v}" for k, v in r["labels"].items()),
+                ]
+                for r in rows
+            ],
+        )
+    )
+    return 0
+
+
+def cmd_nodes_forget(app: App, args: argparse.Namespace) -> int:
+    if not SchedulerStore(app.engine).forget(args.name):
+        raise Refused(f'node "{args.name}" is not in the inventory')
+    print(f"forgot node {args.name}; its replicas are placed elsewhere next round")
+    return 0
+
+
+def _placer(app: App, args: argparse.Namespace) -> Placer:
+    return Placer(app.service, SchedulerStore(app.engine), policy(args))
+
+
+def cmd_place(app: App, args: argparse.Namespace) -> int:
+    leadership = None
+    if not args.dry_run:
+        leadership = leadership_for(app.settings.database_url)
+        if not leadership.ensure():
+            raise Refused(
+                "a placement daemon is running against this database and places every round; "
+                "use `llmgw place --dry-run` to see what it would do"
+            )
+    try:
+        outcome = _placer(app, args).run(dry_run=args.dry_run)
+    finally:
+        if leadership is not None:
+            leadership.release()
+    plan = outcome.plan
+    if args.json:
+        print_json(
+            {
+                "catalog_position": outcome.catalog_position,
+                "placements": [placement_json(p) for p in plan.placements],
+                "unplaced": [
+                    {"model": u.model, "replica": u.replica, "reason": u.reason}
+                    for u in plan.unplaced
+                ],
+                "placed": [placement_json(p) for p in plan.place],
+                "removed": [
+                    {**placement_json(r.placement), "reason": r.reason} for r in plan.remove
+                ],
+                "mass_loss": plan.mass_loss,
+                "round": outcome.round_id,
+            }
+        )
+        return 0
+    verb = "would place" if args.dry_run else "placed"
+    print(
+        f"catalog position {outcome.catalog_position}, {len(outcome.nodes)} nodes: "
+        f"{verb} {len(plan.place)}, "
+        f"{'would remove' if args.dry_run else 'removed'} {len(plan.remove)}, "
+        f"kept {len(plan.keep)}, unplaced {len(plan.unplaced)}"
+    )
+    for p in plan.place:
+        print(f"  + {p.model}[{p.replica}] {p.profile} on {', '.join(p.nodes)}")
+    for r in plan.remove:
+        p = r.placement
+        print(f"  - {p.model}[{p.replica}] {p.profile} on {', '.join(p.nodes)}: {r.reason}")
+    for u in plan.unplaced:
+        print(f"  ! {u.model}[{u.replica}] unplaced: {u.reason}")
+    if plan.mass_loss:
+        print(
+            f"  mass loss: {len(plan.lost_nodes)} nodes look lost at once; "
+            "their replicas are kept"
+        )
+    return 0
+
+
+def cmd_placements(app: App, args: argparse.Namespace) -> int:
+    placements = SchedulerStore(app.engine).state().placements
+    if args.json:
+        print_json([placement_json(p) for p in placements])
+        return 0
+    headers = ["model", "replica", "profile", "gpu_class", "gpus/node", "nodes"]
+    sys.stdout.write(
+        table(
+            headers,
+            [
+                [
+                    p.model,
+                    str(p.replica),
+                    p.profile,
+                    p.gpu_class or "cpu",
+                    str(p.gpus_per_node),
+                    ",".join(p.nodes),
+                ]
+                for p in placements
+            ],
+        )
+    )
+    return 0
+
+
+def cmd_daemon(app: App, args: argparse.Namespace) -> int:
+    logs.configure(default_level="INFO")
+    if args.interval <= 0:
+        raise Refused(f"--interval {args.interval} must be a positive number of seconds")
+    daemon = Daemon(_placer(app, args), leadership_for(app.settings.database_url), args.interval)
+    if args.once:
+        try:
+            daemon.round()
+        finally:
+            daemon.leadership.release()
+        return 0
+    daemon.run_forever()
+    return 0

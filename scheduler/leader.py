@@ -1,0 +1,139 @@
+"""Only one scheduler acts on a database at a time.
+
+On PostgreSQL several daemons may run (one per control-plane replica): each
+tries a session-level advisory lock on a dedicated connection, the holder
+leads, and the others wait. When the leader dies its session ends, the lock is
+released, and the next daemon to try takes over. Leadership is checked every
+round, because a connection can die without the process noticing.
+
+On SQLite, where every process is on one machine, an exclusive ``flock`` on a
+file beside the database does the same; the kernel releases it when the
+holder dies.
+
+Leading is necessary but not sufficient for writing: a paused leader may wake
+after it lost the lock, so the write itself is fenced too (see
+``SchedulerStore.apply``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import Protocol
+
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
+
+from events.db import make_engine, sqlite_path
+
+# pg advisory locks are keyed by a bigint; this one is "llmgw-scheduler".
+ADVISORY_KEY = 0x6C6C6D6777_5343
+
+
+class Leadership(Protocol):
+    def ensure(self) -> bool:
+        """Whether this process leads now (trying to become leader if it does not)."""
+
+    def release(self) -> None: ...
+
+
+class PostgresLeadership:
+    def __init__(self, url: str) -> None:
+        # A dedicated connection outside any pool: the lock lives as long as it does.
+        self._engine: Engine = make_engine(url, poolclass=NullPool)
+        self._conn: Connection | None = None
+        self._held = False
+
+    def ensure(self) -> bool:
+        try:
+            if self._conn is None:
+                self._conn = self._engine.connect().execution_options(
+                    isolation_level="AUTOCOMMIT"
+                )
+                self._held = False
+            if self._held:
+                # Still the same session? If it died, the lock went with it.
+                still = self._conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                        "AND pid = pg_backend_pid() AND granted"
+                    )
+                ).scalar_one()
+                self._held = bool(still)
+            if not self._held:
+                self._held = bool(
+                    self._conn.execute(
+                        text("SELECT pg_try_advisory_lock(:key)"), {"key": ADVISORY_KEY}
+                    ).scalar_one()
+                )
+        except DBAPIError:
+            self._drop()
+            raise
+        return self._held
+
+    def _drop(self) -> None:
+        self._held = False
+        if self._conn is not None:
+            try:
+                self._conn.invalidate()
+                self._conn.close()
+            except DBAPIError:
+                pass
+            self._conn = None
+
+    def release(self) -> None:
+        if self._conn is not None and self._held:
+            try:
+                self._conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_KEY})
+            except DBAPIError:
+                pass
+        self._drop()
+        self._engine.dispose()
+
+
+class FileLeadership:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._fd: int | None = None
+
+    def ensure(self) -> bool:
+        if self._fd is not None:
+            return True
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+class ProcessLeadership:
+    """An in-memory SQLite database is private to its process: that process leads."""
+
+    def ensure(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass
+
+
+def leadership_for(url: str) -> Leadership:
+    if make_url(url).get_backend_name() != "sqlite":
+        return PostgresLeadership(url)
+    path = sqlite_path(url)
+    if path is None:
+        return ProcessLeadership()
+    return FileLeadership(path.with_name(path.name + ".scheduler.lock"))

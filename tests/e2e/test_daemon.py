@@ -1,0 +1,209 @@
+"""The placement daemon as a real process: placing, stopping cleanly, leading, surviving outages."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+from tests.conftest import PG_ADMIN
+
+LLMGW = str(Path(sys.executable).parent / "llmgw")
+
+NODES = {
+    "nodes": [
+        {"name": f"gpu-{i}", "gpu_class": "T4", "gpus": 4, "memory_gb": 128, "fabric": "eth-1"}
+        for i in range(3)
+    ]
+}
+
+
+def _model(name: str, replicas: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "source": f"org/{name}",
+        "scaling": {"min": replicas},
+        "profiles": [{"name": "t4", "gpu_class": "T4", "tp": 2}],
+    }
+
+
+class Env:
+    def __init__(self, workdir: Path, url: str) -> None:
+        self.workdir = workdir
+        self.url = url
+        self.env = {**os.environ, "LLMGW_DATABASE_URL": url}
+        self.env.pop("LLMGW_CONFIG", None)
+        self.daemons: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def llmgw(self, *args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [LLMGW, *args],
+            check=False,
+            cwd=self.workdir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done
+
+    def write(self, name: str, data: Any) -> str:
+        (self.workdir / name).write_text(yaml.safe_dump(data))
+        return name
+
+    def start_daemon(self, interval: float = 0.3) -> tuple[subprocess.Popen[bytes], Path]:
+        log = self.workdir / f"daemon-{len(self.daemons)}.log"
+        proc = subprocess.Popen(
+            [LLMGW, "daemon", "--interval", str(interval)],
+            cwd=self.workdir,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("wb"),
+        )
+        self.daemons.append((proc, log))
+        return proc, log
+
+    def placements(self) -> list[dict[str, Any]]:
+        return list(json.loads(self.llmgw("placements", "--json").stdout))
+
+
+def logs(path: Path) -> list[dict[str, Any]]:
+    lines = path.read_text().splitlines()
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def sqlite_env(tmp_path: Path) -> Iterator[Env]:
+    env = Env(tmp_path, f"sqlite:///{tmp_path / 'llmgw.db'}")
+    env.llmgw("db", "upgrade")
+    yield env
+    for proc, _ in env.daemons:
+        proc.kill()
+
+
+@pytest.fixture
+def pg_env(tmp_path: Path, pg_url: str) -> Iterator[Env]:
+    env = Env(tmp_path, pg_url)
+    yield env
+    for proc, _ in env.daemons:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_daemon_places_a_new_model_and_stops_cleanly_on_sigterm(sqlite_env: Env) -> None:
+    env = sqlite_env
+    proc, log = env.start_daemon()
+    env.llmgw("nodes", "report", env.write("nodes.yaml", NODES))
+    env.llmgw("add", env.write("m.yaml", _model("qwen", 2)))
+    wait_for(lambda: len(env.placements()) == 2, "the daemon to place both replicas")
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    events = logs(log)
+    rounds = [e for e in events if e["event"] == "placement.round"]
+    assert rounds, "one log line per round"
+    assert {
+        "round",
+        "catalog_position",
+        "nodes",
+        "placed",
+        "removed",
+        "unplaced",
+        "duration_ms",
+    } <= set(rounds[-1])
+    assert sum(r["placed"] for r in rounds) == 2
+    assert events[-1]["event"] == "placement.stopped"
+
+
+def test_a_second_daemon_on_sqlite_waits_while_the_first_leads(sqlite_env: Env) -> None:
+    env = sqlite_env
+    first, first_log = env.start_daemon()
+    wait_for(lambda: any(e["event"] == "placement.round" for e in logs(first_log)), "leader")
+    second, second_log = env.start_daemon()
+    wait_for(lambda: any(e["event"] == "placement.waiting" for e in logs(second_log)), "waiting")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=20) == 0
+    wait_for(lambda: any(e["event"] == "placement.round" for e in logs(second_log)), "takeover")
+
+
+@pytest.mark.postgres
+def test_on_postgres_one_daemon_leads_and_another_takes_over_when_it_dies(pg_env: Env) -> None:
+    env = pg_env
+    env.llmgw("nodes", "report", env.write("nodes.yaml", NODES))
+    (a, a_log), (b, b_log) = env.start_daemon(), env.start_daemon()
+
+    def leaders() -> list[Path]:
+        return [
+            log for log in (a_log, b_log) if any(e["event"] == "placement.round" for e in logs(log))
+        ]
+
+    wait_for(lambda: len(leaders()) >= 1, "one daemon to lead")
+    time.sleep(1.5)  # several rounds: the other must still be waiting
+    assert len(leaders()) == 1
+    leader, follower = (a, b) if leaders() == [a_log] else (b, a)
+    follower_log = b_log if leader is a else a_log
+    assert any(e["event"] == "placement.waiting" for e in logs(follower_log))
+
+    leader.send_signal(signal.SIGKILL)
+    leader.wait(timeout=10)
+    env.llmgw("add", env.write("m.yaml", _model("qwen", 3)))
+    wait_for(lambda: len(env.placements()) == 3, "the follower to take over and place")
+    assert any(e["event"] == "placement.leadership" and e["leading"] for e in logs(follower_log))
+
+
+@pytest.mark.postgres
+def test_the_daemon_survives_an_unreachable_database_without_duplicating(pg_env: Env) -> None:
+    env = pg_env
+    database = env.url.rsplit("/", 1)[1]
+    env.llmgw("nodes", "report", env.write("nodes.yaml", NODES))
+    env.llmgw("add", env.write("a.yaml", _model("first", 2)))
+    proc, log = env.start_daemon()
+    wait_for(lambda: len(env.placements()) == 2, "the first model to be placed")
+
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (database,),
+        )
+        wait_for(
+            lambda: any(e["event"] == "placement.round_failed" for e in logs(log)),
+            "the daemon to notice the outage",
+        )
+        assert proc.poll() is None, "the daemon keeps running through the outage"
+        admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+
+    env.llmgw("nodes", "report", "nodes.yaml")
+    env.llmgw("add", env.write("b.yaml", _model("second", 1)))
+    wait_for(lambda: len(env.placements()) == 3, "the daemon to resume and place")
+    time.sleep(1.0)  # a few more rounds
+    placements = env.placements()
+    assert sorted((p["model"], p["replica"]) for p in placements) == [
+        ("first", 0),
+        ("first", 1),
+        ("second", 0),
+    ]
+    history = [e for e in logs(log) if e["event"] == "placement.placed"]
+    assert len(history) == 3, "each replica was placed once, across the outage"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
