@@ -17,6 +17,7 @@ after it lost the lock, so the write itself is fenced too (see
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from pathlib import Path
@@ -50,9 +51,7 @@ class PostgresLeadership:
     def ensure(self) -> bool:
         try:
             if self._conn is None:
-                self._conn = self._engine.connect().execution_options(
-                    isolation_level="AUTOCOMMIT"
-                )
+                self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
                 self._held = False
             if self._held:
                 # Still the same session? If it died, the lock went with it.
@@ -77,19 +76,15 @@ class PostgresLeadership:
     def _drop(self) -> None:
         self._held = False
         if self._conn is not None:
-            try:
+            with contextlib.suppress(DBAPIError):
                 self._conn.invalidate()
                 self._conn.close()
-            except DBAPIError:
-                pass
             self._conn = None
 
     def release(self) -> None:
         if self._conn is not None and self._held:
-            try:
+            with contextlib.suppress(DBAPIError):
                 self._conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_KEY})
-            except DBAPIError:
-                pass
         self._drop()
         self._engine.dispose()
 

@@ -145,8 +145,14 @@ class SchedulerStore:
         nodes = [r.to_node(received_at) for r in reports]
         if not nodes:
             return nodes
-        rows = [{**node_content(n), "labels": json.dumps(node_content(n)["labels"]),
-                 "reported_at": n.reported_at} for n in nodes]
+        rows = [
+            {
+                **node_content(n),
+                "labels": json.dumps(node_content(n)["labels"]),
+                "reported_at": n.reported_at,
+            }
+            for n in nodes
+        ]
         dialect = self.engine.dialect.name
         upsert_insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
         stmt = upsert_insert(nodes_t)
@@ -191,9 +197,13 @@ class SchedulerStore:
         """
         with self.engine.connect() as conn:
             round_id = _round_head(conn)
-            rows = conn.execute(
-                select(placements_t).order_by(placements_t.c.model, placements_t.c.replica)
-            ).mappings().all()
+            rows = (
+                conn.execute(
+                    select(placements_t).order_by(placements_t.c.model, placements_t.c.replica)
+                )
+                .mappings()
+                .all()
+            )
         placements = tuple(
             Placement(
                 model=r["model"],
@@ -238,9 +248,12 @@ class SchedulerStore:
                     f"round {head} was written since this plan read round {based_on.round_id}"
                 )
             round_id = head + 1
-            if conn.execute(
-                select(inventories_t.c.digest).where(inventories_t.c.digest == digest)
-            ).first() is None:
+            if (
+                conn.execute(
+                    select(inventories_t.c.digest).where(inventories_t.c.digest == digest)
+                ).first()
+                is None
+            ):
                 content = sorted((node_content(n) for n in nodes), key=lambda c: c["name"])
                 conn.execute(
                     insert(inventories_t), {"digest": digest, "nodes": json.dumps(content)}
@@ -338,9 +351,9 @@ class SchedulerStore:
                 recorded_at=r["recorded_at"],
             )
 
-    def recorded_round(self, *, round_id: int | None = None, at: datetime | None = None) -> (
-        RecordedRound | None
-    ):
+    def recorded_round(
+        self, *, round_id: int | None = None, at: datetime | None = None
+    ) -> RecordedRound | None:
         """A recorded round by id, or the last one planned at or before ``at``, or the last."""
         query = select(rounds_t)
         if round_id is not None:
@@ -403,6 +416,4 @@ def _round_head(conn: Connection) -> int:
 
 
 def _events_head(conn: Connection) -> int:
-    return int(
-        conn.execute(select(func.coalesce(func.max(pevents_t.c.position), 0))).scalar_one()
-    )
+    return int(conn.execute(select(func.coalesce(func.max(pevents_t.c.position), 0))).scalar_one())

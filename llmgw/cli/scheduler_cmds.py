@@ -19,19 +19,22 @@ from scheduler.rounds import Placer
 from scheduler.staleness import Freshness, freshness
 from scheduler.store import SchedulerStore
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser) -> None:
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+) -> None:
     staleness = argparse.ArgumentParser(add_help=False)
     staleness.add_argument(
         "--stale-after",
         type=float,
-        default=float(os.environ.get("LLMGW_STALE_AFTER", 90)),
+        default=float(os.environ.get("LLMGW_STALE_AFTER", "90")),
         metavar="SECONDS",
         help="a node silent this long gets nothing new (env LLMGW_STALE_AFTER; default 90)",
     )
     staleness.add_argument(
         "--grace",
         type=float,
-        default=float(os.environ.get("LLMGW_GRACE", 300)),
+        default=float(os.environ.get("LLMGW_GRACE", "300")),
         metavar="SECONDS",
         help="further silence after which its replicas move (env LLMGW_GRACE; default 300)",
     )
@@ -222,8 +225,7 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
         print(f"  ! {u.model}[{u.replica}] unplaced: {u.reason}")
     if plan.mass_loss:
         print(
-            f"  mass loss: {len(plan.lost_nodes)} nodes look lost at once; "
-            "their replicas are kept"
+            f"  mass loss: {len(plan.lost_nodes)} nodes look lost at once; their replicas are kept"
         )
     return 0
 

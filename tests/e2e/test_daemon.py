@@ -139,7 +139,7 @@ def test_a_second_daemon_on_sqlite_waits_while_the_first_leads(sqlite_env: Env) 
     env = sqlite_env
     first, first_log = env.start_daemon()
     wait_for(lambda: any(e["event"] == "placement.round" for e in logs(first_log)), "leader")
-    second, second_log = env.start_daemon()
+    _, second_log = env.start_daemon()
     wait_for(lambda: any(e["event"] == "placement.waiting" for e in logs(second_log)), "waiting")
     first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=20) == 0
@@ -160,7 +160,7 @@ def test_on_postgres_one_daemon_leads_and_another_takes_over_when_it_dies(pg_env
     wait_for(lambda: len(leaders()) >= 1, "one daemon to lead")
     time.sleep(1.5)  # several rounds: the other must still be waiting
     assert len(leaders()) == 1
-    leader, follower = (a, b) if leaders() == [a_log] else (b, a)
+    leader = a if leaders() == [a_log] else b
     follower_log = b_log if leader is a else a_log
     assert any(e["event"] == "placement.waiting" for e in logs(follower_log))
 
