@@ -1,0 +1,133 @@
+"""`llmgw nodes`, `place` and `placements` as agents, operators and scripts drive them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+LLMGW = str(Path(sys.executable).parent / "llmgw")
+
+DECLARED = {
+    "models": [
+        {
+            "name": "llama-70b",
+            "source": "meta-llama/Llama-3.1-70B-Instruct",
+            "scaling": {"min": 2},
+            "profiles": [
+                {
+                    "name": "a100-tp8",
+                    "gpu_class": "A100",
+                    "tp": 8,
+                    "priority": 10,
+                    "node_selector": {"zone": "eu"},
+                },
+                {"name": "t4-2x4", "gpu_class": "T4", "tp": 8, "nodes": 2, "priority": 1},
+            ],
+        },
+        {
+            "name": "qwen-0.5b",
+            "source": "Qwen/Qwen2.5-0.5B-Instruct-GGUF",
+            "scaling": {"min": 1},
+            "profiles": [{"name": "cpu", "engine": "llamacpp", "min_memory_gb": 8}],
+        },
+    ]
+}
+NODES = [
+    {"name": "a100-eu", "gpu_class": "A100", "gpus": 8, "labels": {"zone": "eu"}},
+    {"name": "a100-us", "gpu_class": "A100", "gpus": 8, "labels": {"zone": "us"}},
+    {"name": "t4-a", "gpu_class": "T4", "gpus": 4, "fabric": "eth-7", "memory_gb": 64},
+    {"name": "t4-b", "gpu_class": "T4", "gpus": 4, "fabric": "eth-7", "memory_gb": 64},
+    {"name": "cpu-1", "gpus": 0, "memory_gb": 4},
+]
+
+
+class Cli:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.env = {**os.environ, "LLMGW_DATABASE_URL": f"sqlite:///{workdir / 'llmgw.db'}"}
+        self.env.pop("LLMGW_CONFIG", None)
+
+    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [LLMGW, *args],
+            check=False,
+            cwd=self.workdir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def json(self, *args: str) -> Any:
+        done = self(*args, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def write(self, name: str, data: Any) -> str:
+        (self.workdir / name).write_text(yaml.safe_dump(data))
+        return name
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    cli = Cli(tmp_path)
+    cli.write("catalog.yaml", DECLARED)
+    return cli
+
+
+def test_place_puts_each_replica_where_it_fits_and_explains_the_rest(cli: Cli) -> None:
+    assert cli("nodes", "report", cli.write("nodes.yaml", {"nodes": NODES})).returncode == 0
+    listed = cli.json("nodes", "list")
+    assert {n["name"] for n in listed} == {n["name"] for n in NODES}
+    assert all(n["stale"] is False and n["reported_at"] for n in listed)
+
+    dry = cli.json("place", "--dry-run")
+    assert cli.json("placements") == []  # a dry run writes nothing
+    placed = cli.json("place")
+    assert placed["placements"] == dry["placements"]
+    by_replica = {(p["model"], p["replica"]): p for p in placed["placements"]}
+    # The preferred profile where its selector matches; the gang on a shared fabric next.
+    assert by_replica[("llama-70b", 0)]["nodes"] == ["a100-eu"]
+    assert by_replica[("llama-70b", 1)]["profile"] == "t4-2x4"
+    assert sorted(by_replica[("llama-70b", 1)]["nodes"]) == ["t4-a", "t4-b"]
+    assert set(by_replica[("llama-70b", 0)]) == {
+        "model",
+        "replica",
+        "profile",
+        "nodes",
+        "gpus_per_node",
+        "gpu_class",
+    }
+    # The CPU model needs 8 GB and the CPU node has 4: it lands on a GPU node with the
+    # memory (or unknown memory), without taking a card.
+    qwen = by_replica[("qwen-0.5b", 0)]
+    assert qwen["gpu_class"] is None and qwen["gpus_per_node"] == 0
+    assert qwen["nodes"] != ["cpu-1"]
+    assert cli.json("placements") == placed["placements"]
+    assert cli.json("place")["placed"] == []  # stable: nothing moves
+
+
+def test_an_unplaceable_replica_is_reported_with_counts_of_why(cli: Cli) -> None:
+    cli("nodes", "report", cli.write("one.yaml", NODES[1]))
+    result = cli.json("place", "--dry-run")
+    reasons = {(u["model"], u["replica"]): u["reason"] for u in result["unplaced"]}
+    assert "profile a100-tp8: 0/1 nodes fit" in reasons[("llama-70b", 0)]
+    assert "zone=eu" in reasons[("llama-70b", 0)]
+    assert "profile t4-2x4" in reasons[("llama-70b", 0)]
+
+
+def test_a_bad_node_report_is_refused_whole_and_names_the_node_and_field(cli: Cli) -> None:
+    bad = [NODES[0], {"name": "gpu-9", "gpu_class": "A100", "gpus": 4, "gpus_reserved": 6}]
+    done = cli("nodes", "report", cli.write("bad.yaml", bad))
+    assert done.returncode == 1
+    assert 'node "gpu-9"' in done.stderr and "gpus_reserved" in done.stderr
+    typo = cli("nodes", "report", cli.write("typo.yaml", {"name": "n", "gpu": 2}))
+    assert typo.returncode == 1 and "gpu" in typo.stderr
+    assert cli.json("nodes", "list") == []
