@@ -27,5 +27,14 @@ step remove qwen2.5-coder-7b --actor alice --reason "trial over"
 step history
 step replay
 step show --at 1
+
+# Placement: agents report their nodes, one round places what fits and explains the rest.
+step nodes report nodes.yaml
+step nodes list
+step place --dry-run
+step place
+step placements
+step add a100-trial.yaml --actor dave --reason "does it fit?"
+step place
 echo
 echo "The database is $work/llmgw.db; run more commands with LLMGW_DATABASE_URL=$LLMGW_DATABASE_URL"
