@@ -20,7 +20,7 @@ from bisect import bisect_left, insort
 from collections.abc import Collection, Iterator, Sequence
 
 from catalog.views import PlacementProfile
-from scheduler.fit import gpu_class_matches, missing_label, selector_key
+from scheduler.fit import gpu_class_matches, gpus_fit, memory_fits, missing_label, selector_key
 from scheduler.inventory import Node
 
 _PoolKey = tuple[str | None, tuple[tuple[str, str], ...]]
@@ -48,6 +48,17 @@ class Capacity:
 
     def free_memory(self, name: str) -> float | None:
         return self._free_memory[name]
+
+    def has_room(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> bool:
+        """Whether each of ``nodes`` still has this much free; unknown nodes are not judged."""
+        return all(
+            name not in self._nodes
+            or (
+                gpus_fit(self._free_gpus[name], gpus_per_node)
+                and memory_fits(self._free_memory[name], memory_gb_per_node)
+            )
+            for name in nodes
+        )
 
     def consume(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> None:
         """Take a replica's share from each of its nodes; nodes not in the inventory are skipped."""

@@ -160,12 +160,10 @@ def _gpu_class_reasons(r: ProfileRejections) -> list[str]:
     if len(classes) == 1 and not r.without_gpus:
         ((cls, count),) = classes
         return [f"{count} gpu_class is {cls} not {r.gpu_class_wanted}"]
+    if not classes and not r.without_gpus:
+        return []
     if not classes:
-        return (
-            [f"{r.without_gpus} {_verb(r.without_gpus, 'has', 'have')} no GPU"]
-            if r.without_gpus
-            else []
-        )
+        return [f"{r.without_gpus} {_verb(r.without_gpus, 'has', 'have')} no GPU"]
     parts = [f"{count} {cls}" for cls, count in classes]
     if r.without_gpus:
         parts.append(f"{r.without_gpus} without GPUs")

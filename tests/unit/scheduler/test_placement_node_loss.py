@@ -1,4 +1,4 @@
-"""Silent nodes: stale ones keep their replicas, lost ones give them up, unless too many go at once."""
+"""Silent nodes: stale ones keep their replicas, lost ones give them up, unless most go at once."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ profiles, nodes, shapes), which a round must clean up without tripping.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import given, settings
@@ -19,90 +20,120 @@ from scheduler.fit import gpu_class_matches, missing_label
 from tests.unit.scheduler.placement_builders import NOW, node, overcommitted, profile, run
 
 NODE_NAMES = [f"n{i}" for i in range(10)]
-GPU_CLASSES = ["A100", "T4"]
-LABELS = st.dictionaries(st.sampled_from(["zone", "tier"]), st.sampled_from(["a", "b"]), max_size=2)
 
-moderate = settings(max_examples=100, deadline=None)
+# Strategies are built once, here, and drawn from many times: building one per
+# draw costs hypothesis a validation each time, which made these tests several
+# times slower. Nodes and profiles are drawn unnamed and named afterwards.
+GPU_CLASSES = st.sampled_from(["A100", "T4", None])
+CARD_COUNTS = st.sampled_from([1, 2, 4, 8])
+MEMORY_GB = st.sampled_from([None, 16.0, 64.0, 256.0])
+MEMORY_NEEDS = st.sampled_from([0, 8, 32, 100])
+LABELS = st.dictionaries(st.sampled_from(["zone", "tier"]), st.sampled_from(["a", "b"]), max_size=2)
+SELECTORS = st.dictionaries(st.just("zone"), st.sampled_from(["a", "b"]), max_size=1)
+FABRICS = st.sampled_from([None, "f1", "f2"])
+# Fresh, fresh, stale within grace, lost.
+SILENCES = st.sampled_from(
+    [timedelta(0), timedelta(seconds=60), timedelta(minutes=2), timedelta(minutes=10)]
+)
+GANG_SIZES = st.sampled_from([1, 1, 2, 3])
+PRIORITIES = st.integers(0, 2)
+PROFILE_COUNTS = st.integers(1, 3)
+REPLICAS = st.integers(0, 4)
+NAME_SETS = st.lists(st.sampled_from(NODE_NAMES), unique=True, max_size=len(NODE_NAMES))
+MODEL_SETS = st.lists(st.sampled_from(["m0", "m1", "m2"]), unique=True, max_size=3)
 
 
 @st.composite
-def a_node(draw: st.DrawFn, name: str) -> Node:
-    gpu_class = draw(st.sampled_from([*GPU_CLASSES, None]))
-    gpus = 0 if gpu_class is None else draw(st.sampled_from([1, 2, 4, 8]))
+def _unnamed_nodes(draw: st.DrawFn) -> Node:
+    gpu_class = draw(GPU_CLASSES)
+    gpus = 0 if gpu_class is None else draw(CARD_COUNTS)
     return node(
-        name,
+        "",
         gpu_class,
         gpus,
-        memory_gb=draw(st.sampled_from([None, 16.0, 64.0, 256.0])),
+        memory_gb=draw(MEMORY_GB),
         labels=draw(LABELS),
-        fabric=draw(st.sampled_from([None, "f1", "f2"])),
+        fabric=draw(FABRICS),
         reserved=draw(st.integers(0, gpus)),
-        # Fresh, fresh, stale within grace, lost.
-        silent_for=timedelta(seconds=draw(st.sampled_from([0, 60, 120, 600]))),
+        silent_for=draw(SILENCES),
     )
 
 
 @st.composite
-def inventories(draw: st.DrawFn) -> list[Node]:
-    names = draw(st.lists(st.sampled_from(NODE_NAMES), unique=True, max_size=len(NODE_NAMES)))
-    return [draw(a_node(name)) for name in names]
-
-
-@st.composite
-def a_profile(draw: st.DrawFn, name: str) -> PlacementProfile:
-    gpu_class = draw(st.sampled_from([*GPU_CLASSES, None]))
+def _unnamed_profiles(draw: st.DrawFn) -> PlacementProfile:
+    gpu_class = draw(GPU_CLASSES)
     cpu = gpu_class is None
     return profile(
-        name,
+        "",
         gpu_class,
-        0 if cpu else draw(st.sampled_from([1, 2, 4, 8])),
-        nodes=1 if cpu else draw(st.sampled_from([1, 1, 2, 3])),
-        priority=draw(st.integers(0, 2)),
-        selector=draw(st.dictionaries(st.just("zone"), st.sampled_from(["a", "b"]), max_size=1)),
-        memory_gb=draw(st.sampled_from([0, 8, 32, 100])),
+        0 if cpu else draw(CARD_COUNTS),
+        nodes=1 if cpu else draw(GANG_SIZES),
+        priority=draw(PRIORITIES),
+        selector=draw(SELECTORS),
+        memory_gb=draw(MEMORY_NEEDS),
     )
 
 
+UNNAMED_NODES = _unnamed_nodes()
+UNNAMED_PROFILES = _unnamed_profiles()
+
+
 @st.composite
-def catalogs(draw: st.DrawFn) -> list[Demand]:
-    models = draw(st.lists(st.sampled_from(["m0", "m1", "m2"]), unique=True, max_size=3))
+def _inventories(draw: st.DrawFn) -> list[Node]:
+    return [replace(draw(UNNAMED_NODES), name=name) for name in draw(NAME_SETS)]
+
+
+@st.composite
+def _catalogs(draw: st.DrawFn) -> list[Demand]:
     demands = []
-    for model in models:
-        count = draw(st.integers(1, 3))
-        profiles = tuple(draw(a_profile(f"p{i}")) for i in range(count))
-        demands.append(Demand(model, draw(st.integers(0, 4)), profiles))
+    for model in draw(MODEL_SETS):
+        count = draw(PROFILE_COUNTS)
+        profiles = tuple(replace(draw(UNNAMED_PROFILES), name=f"p{i}") for i in range(count))
+        demands.append(Demand(model, draw(REPLICAS), profiles))
     return demands
 
 
 @st.composite
-def junk_placements(draw: st.DrawFn) -> Placement:
-    gpu_class = draw(st.sampled_from([*GPU_CLASSES, None]))
+def _junk_placements(draw: st.DrawFn) -> Placement:
+    gpu_class = draw(GPU_CLASSES)
     return Placement(
-        model=draw(st.sampled_from(["m0", "m1", "m2", "retired"])),
-        replica=draw(st.integers(0, 5)),
-        profile=draw(st.sampled_from(["p0", "p1", "p2", "old"])),
-        nodes=tuple(
-            draw(st.lists(st.sampled_from([*NODE_NAMES, "ghost"]), min_size=1, max_size=3))
-        ),
-        gpus_per_node=0 if gpu_class is None else draw(st.sampled_from([1, 2, 4, 8])),
+        model=draw(JUNK_MODELS),
+        replica=draw(JUNK_REPLICAS),
+        profile=draw(JUNK_PROFILES),
+        nodes=tuple(draw(JUNK_NODES)),
+        gpus_per_node=0 if gpu_class is None else draw(CARD_COUNTS),
         gpu_class=gpu_class,
-        memory_gb_per_node=draw(st.sampled_from([0, 8, 32, 100])),
+        memory_gb_per_node=draw(MEMORY_NEEDS),
     )
 
 
+JUNK_MODELS = st.sampled_from(["m0", "m1", "m2", "retired"])
+JUNK_REPLICAS = st.integers(0, 5)
+JUNK_PROFILES = st.sampled_from(["p0", "p1", "p2", "old"])
+JUNK_NODES = st.lists(st.sampled_from([*NODE_NAMES, "ghost"]), min_size=1, max_size=3)
+INVENTORIES = _inventories()
+CATALOGS = _catalogs()
+JUNK = st.lists(_junk_placements(), max_size=4)
+
+
 @st.composite
-def rounds(draw: st.DrawFn) -> tuple[list[Demand], list[Node], list[Placement]]:
+def _rounds(draw: st.DrawFn) -> tuple[list[Demand], list[Node], list[Placement]]:
     """A catalog, an inventory, and placements from a previous round plus junk."""
-    demands = draw(catalogs())
-    nodes = draw(inventories())
-    previous = run(draw(catalogs()), draw(inventories())).placements
-    current = [*previous, *draw(st.lists(junk_placements(), max_size=4))]
+    demands = draw(CATALOGS)
+    nodes = draw(INVENTORIES)
+    previous = run(draw(CATALOGS), draw(INVENTORIES)).placements
+    current = [*previous, *draw(JUNK)]
     return demands, nodes, draw(st.permutations(current))
 
 
+ROUNDS = _rounds()
+Round = tuple[list[Demand], list[Node], list[Placement]]
+moderate = settings(max_examples=100, deadline=None)
+
+
 @moderate
-@given(rounds())
-def test_no_node_is_ever_overcommitted(inputs: tuple[list[Demand], list[Node], list[Placement]]) -> None:
+@given(ROUNDS)
+def test_no_node_is_ever_overcommitted(inputs: Round) -> None:
     demands, nodes, current = inputs
 
     result = run(demands, nodes, current)
@@ -111,9 +142,9 @@ def test_no_node_is_ever_overcommitted(inputs: tuple[list[Demand], list[Node], l
 
 
 @moderate
-@given(rounds(), st.data())
+@given(ROUNDS, st.data())
 def test_the_plan_depends_on_the_inputs_not_on_their_order(
-    inputs: tuple[list[Demand], list[Node], list[Placement]], data: st.DataObject
+    inputs: Round, data: st.DataObject
 ) -> None:
     demands, nodes, current = inputs
     shuffled_nodes = data.draw(st.permutations(nodes))
@@ -123,9 +154,9 @@ def test_the_plan_depends_on_the_inputs_not_on_their_order(
 
 
 @moderate
-@given(rounds())
+@given(ROUNDS)
 def test_every_replica_is_placed_or_explained(
-    inputs: tuple[list[Demand], list[Node], list[Placement]],
+    inputs: Round,
 ) -> None:
     demands, nodes, current = inputs
 
@@ -140,9 +171,9 @@ def test_every_replica_is_placed_or_explained(
 
 
 @moderate
-@given(rounds())
+@given(ROUNDS)
 def test_every_current_placement_is_kept_or_removed_with_a_reason(
-    inputs: tuple[list[Demand], list[Node], list[Placement]],
+    inputs: Round,
 ) -> None:
     demands, nodes, current = inputs
 
@@ -154,9 +185,9 @@ def test_every_current_placement_is_kept_or_removed_with_a_reason(
 
 
 @moderate
-@given(rounds())
+@given(ROUNDS)
 def test_new_replicas_go_only_where_they_fit(
-    inputs: tuple[list[Demand], list[Node], list[Placement]],
+    inputs: Round,
 ) -> None:
     demands, nodes, current = inputs
     by_name = {n.name: n for n in nodes}
@@ -181,9 +212,9 @@ def test_new_replicas_go_only_where_they_fit(
 
 
 @moderate
-@given(rounds())
+@given(ROUNDS)
 def test_replanning_the_result_with_nothing_changed_is_a_fixed_point(
-    inputs: tuple[list[Demand], list[Node], list[Placement]],
+    inputs: Round,
 ) -> None:
     demands, nodes, current = inputs
     first = run(demands, nodes, current)
@@ -195,4 +226,3 @@ def test_replanning_the_result_with_nothing_changed_is_a_fixed_point(
     assert second.keep == first.placements
     assert second.unplaced == first.unplaced
     assert second.mass_loss == first.mass_loss
-

@@ -16,9 +16,9 @@ from tests.unit.scheduler.placement_builders import (
 
 
 def running(
-    model: str, replica: int, *nodes: str, profile: str = "a100x8", gpus: int = 8
+    model: str, replica: int, *nodes: str, profile_name: str = "a100x8", gpus: int = 8
 ) -> Placement:
-    return Placement(model, replica, profile, nodes or ("a",), gpus, "A100", 0)
+    return Placement(model, replica, profile_name, nodes or ("a",), gpus, "A100", 0)
 
 
 def test_a_second_round_with_nothing_changed_changes_nothing() -> None:
@@ -63,7 +63,7 @@ def test_a_replica_of_a_removed_model_is_removed() -> None:
 
 
 def test_a_replica_of_a_removed_profile_is_replaced_with_a_remaining_one() -> None:
-    current = [running("m", 0, "a", profile="old")]
+    current = [running("m", 0, "a", profile_name="old")]
 
     result = run([demand("m", 1, profile("new"))], [node("a")], current)
 
