@@ -1,0 +1,117 @@
+"""`llmgw explain MODEL`: why each replica went where it did, now or in a recorded round."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+from events import replay
+from llmgw.cli.context import App, Refused, iso, parse_when, print_json
+from llmgw.cli.scheduler_cmds import policy as policy_from_args
+from scheduler.store import PLACED, REMOVED, SchedulerStore
+from scheduler.why import explain
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser(
+        "explain",
+        parents=[parent],
+        help="why each replica of a model is where it is (now, or in a recorded round)",
+    )
+    p.add_argument("model", help="a model name or alias")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--at", metavar="TIME", help="the last round recorded at or before TIME")
+    when.add_argument("--round", type=int, metavar="N", help="recorded round N")
+    p.add_argument("--stale-after", type=float, default=90.0, help=argparse.SUPPRESS)
+    p.add_argument("--grace", type=float, default=300.0, help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_explain)
+
+
+def cmd_explain(app: App, args: argparse.Namespace) -> int:
+    store = SchedulerStore(app.engine)
+    if args.at is None and args.round is None:
+        # Now: the inputs a round would read this moment, planned without writing.
+        catalog = app.service.catalog()
+        position = app.service.position
+        nodes = store.nodes()
+        current = store.state().placements
+        now = datetime.now(UTC)
+        rules = policy_from_args(args)
+        header = f"now ({iso(now)}), catalog position {position}, {len(nodes)} nodes"
+        recorded = None
+    else:
+        recorded = store.recorded_round(
+            round_id=args.round, at=parse_when(args.at) if args.at else None
+        )
+        if recorded is None:
+            where = f"round {args.round}" if args.round is not None else f"at or before {args.at}"
+            raise Refused(f"no placement round is recorded {where}")
+        position = recorded.catalog_position
+        catalog = replay(app.declared, app.store.read(until=position), app.config_label).catalog
+        nodes, current, now, rules = (
+            list(recorded.nodes),
+            recorded.current,
+            recorded.planned_at,
+            recorded.policy,
+        )
+        header = (
+            f"round {recorded.id} at {iso(now)}, catalog position {position}, {len(nodes)} nodes"
+        )
+    if catalog.resolve(args.model) is None and not any(p.model == args.model for p in current):
+        raise Refused(
+            f"model {args.model!r} was not in the catalog at position {position}, "
+            "and no replica of it was running"
+        )
+    result = explain(
+        args.model, catalog=catalog, nodes=nodes, current=current, now=now, policy=rules
+    )
+    matches = None
+    if recorded is not None:
+        written = {
+            (e.type, e.model, e.replica, e.nodes)
+            for e in store.events()
+            if e.round_id == recorded.id and e.type in (PLACED, REMOVED)
+        }
+        again = {(PLACED, p.model, p.replica, p.nodes) for p in result.plan.place} | {
+            (REMOVED, r.placement.model, r.placement.replica, r.placement.nodes)
+            for r in result.plan.remove
+        }
+        matches = written == again
+    if args.json:
+        print_json(
+            {
+                "model": result.model,
+                "round": recorded.id if recorded else None,
+                "planned_at": iso(now),
+                "catalog_position": position,
+                "matches_recorded_round": matches,
+                "replicas": [
+                    {
+                        "replica": s.replica,
+                        "outcome": s.outcome,
+                        "profile": s.profile,
+                        "nodes": list(s.nodes),
+                        "why": s.why,
+                    }
+                    for s in result.stories
+                ],
+            }
+        )
+        return 0
+    print(f"{result.model}: {header}")
+    if matches is not None:
+        print(
+            "  planned again: identical to what the round wrote"
+            if matches
+            else "  planned again: DIFFERS from what the round wrote (has the declared "
+            "configuration changed since? it is part of the catalog the round saw)"
+        )
+    if not result.stories:
+        print("  no replicas wanted (scaling.min is 0) and none running")
+    for s in result.stories:
+        where = f" {s.profile} on {', '.join(s.nodes)}" if s.nodes else ""
+        print(f"  replica {s.replica}: {s.outcome}{where}: {s.why}")
+    return 0

@@ -1,0 +1,120 @@
+"""Explaining a past round plans it again on exactly its inputs and gets what it wrote."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Engine
+
+from catalog import Catalog
+from events import CatalogService, EventStore, replay
+from scheduler import parse_node_report
+from scheduler.rounds import Placer
+from scheduler.store import PLACED, REMOVED, SchedulerStore
+from scheduler.why import explain
+from tests.support import model
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def _node(name: str, gpu_class: str, gpus: int, **extra: object) -> object:
+    return parse_node_report({"name": name, "gpu_class": gpu_class, "gpus": gpus, **extra})
+
+
+def test_every_recorded_round_plans_again_to_exactly_what_it_wrote(engine: Engine) -> None:
+    declared = Catalog.build(
+        [
+            model("big", gpu_class="A100", tp=8, scaling={"min": 1}),
+            model(
+                "small",
+                scaling={"min": 3},
+                profiles=[
+                    {"name": "t4", "gpu_class": "T4", "tp": 2, "priority": 10},
+                    {"name": "a100", "gpu_class": "A100", "tp": 2, "priority": 1},
+                ],
+            ),
+        ]
+    )
+    events = EventStore(engine)
+    service = CatalogService(events, declared)
+    store = SchedulerStore(engine)
+    placer = Placer(service, store)
+
+    # A day in the life: nodes come, a trial model is added, a node goes quiet, more nodes.
+    store.report([_node("a1", "A100", 8), _node("t1", "T4", 4)], T0)  # type: ignore[list-item]
+    placer.run(now=T0)
+    service.add([model("trial", gpu_class="A100", tp=4, scaling={"min": 2})])
+    store.report([_node("a2", "A100", 8)], T0 + timedelta(minutes=1))  # type: ignore[list-item]
+    placer.run(now=T0 + timedelta(minutes=1))
+    store.report(  # t1 goes quiet; the A100s keep reporting
+        [_node("a1", "A100", 8), _node("a2", "A100", 8)],  # type: ignore[list-item]
+        T0 + timedelta(minutes=9),
+    )
+    placer.run(now=T0 + timedelta(minutes=9))
+    service.remove("trial")
+    placer.run(now=T0 + timedelta(minutes=10))
+
+    rounds = store.state().round_id
+    assert rounds >= 3
+    kinds = {e.type for e in store.events()}
+    assert kinds == {PLACED, REMOVED}, "the history exercises placements and removals"
+    for round_id in range(1, rounds + 1):
+        recorded = store.recorded_round(round_id=round_id)
+        assert recorded is not None
+        catalog = replay(declared, events.read(until=recorded.catalog_position)).catalog
+        written = {
+            (e.type, e.model, e.replica, e.nodes)
+            for e in store.events()
+            if e.round_id == round_id and e.type in (PLACED, REMOVED)
+        }
+        again: set[tuple[str, str, int, tuple[str, ...]]] = set()
+        for name in catalog.names() + ["trial"]:
+            result = explain(
+                name,
+                catalog=catalog,
+                nodes=recorded.nodes,
+                current=recorded.current,
+                now=recorded.planned_at,
+                policy=recorded.policy,
+            )
+            again |= {(PLACED, p.model, p.replica, p.nodes) for p in result.plan.place} | {
+                (REMOVED, r.placement.model, r.placement.replica, r.placement.nodes)
+                for r in result.plan.remove
+            }
+        assert again == written, f"round {round_id} planned again differs"
+
+
+def test_a_replica_on_a_fallback_profile_says_why_the_better_one_did_not_fit(
+    engine: Engine,
+) -> None:
+    declared = Catalog.build(
+        [
+            model(
+                "small",
+                scaling={"min": 2},
+                profiles=[
+                    {"name": "t4", "gpu_class": "T4", "tp": 2, "priority": 10},
+                    {"name": "a100", "gpu_class": "A100", "tp": 2, "priority": 1},
+                ],
+            )
+        ]
+    )
+    store = SchedulerStore(engine)
+    placer = Placer(CatalogService(EventStore(engine), declared), store)
+    store.report([_node("t1", "T4", 2), _node("a1", "A100", 8)], T0)  # type: ignore[list-item]
+    outcome = placer.run(now=T0)
+    recorded = store.recorded_round(round_id=outcome.round_id)
+    assert recorded is not None
+    result = explain(
+        "small",
+        catalog=declared,
+        nodes=recorded.nodes,
+        current=recorded.current,
+        now=recorded.planned_at,
+        policy=recorded.policy,
+    )
+    stories = {s.replica: s for s in result.stories}
+    assert stories[0].profile == "t4" and "better profiles" not in stories[0].why
+    assert stories[1].profile == "a100"
+    assert "profile t4: 0/2 nodes fit" in stories[1].why
+    assert "fewer than 2 free GPUs" in stories[1].why
