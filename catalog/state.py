@@ -65,6 +65,31 @@ class CatalogState:
     def snapshot(self) -> Catalog:
         return Catalog(self._models, self._index, self._declared)
 
+    def runtime_models(self) -> tuple[Model, ...]:
+        """The models added at runtime, in the order they were accepted: with the
+        declared catalog, everything needed to rebuild this state (``restore``)."""
+        return tuple(m for name, m in self._models.items() if name not in self._declared)
+
+    @classmethod
+    def restore(
+        cls,
+        declared: Catalog,
+        runtime: Sequence[Model],
+        *,
+        config_path: str = "catalog.yaml",
+    ) -> CatalogState:
+        """The state holding ``declared`` and then ``runtime``, added in that order.
+
+        For state saved earlier (a snapshot): each model is checked as an
+        addition again, which is cheap, so a saved state that does not fit the
+        declared catalog is refused with ``CatalogError`` rather than trusted.
+        """
+        state = cls(declared, config_path=config_path)
+        for model in runtime:
+            state.check_add((model,))
+            state.add(model)
+        return state
+
     # -- adding -----------------------------------------------------------
 
     def check_add(self, models: Sequence[Model]) -> tuple[Model, ...]:
@@ -208,29 +233,43 @@ def _dependency_order(models: Sequence[Model], batch: dict[str, str]) -> tuple[M
     a model must never be recorded before a fallback it needs. A cycle within
     one batch cannot be written that way and is refused.
     """
+    if len(models) == 1:
+        # One model is its own order: a fallback to itself is no cycle. (Replay
+        # checks every stored add this way, one at a time.)
+        return (models[0],)
     by_name = {m.name: m for m in models}
     ordered: list[Model] = []
-    state: dict[str, int] = {}  # 1 = in progress, 2 = done
-
-    def visit(name: str, chain: tuple[str, ...]) -> None:
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            cycle = " -> ".join((*chain, name))
-            raise CatalogError(
-                f"model {name!r}: fallbacks within this change form a cycle ({cycle}); runtime "
-                "additions are recorded one at a time, so add them in an order that breaks it",
-                model=name,
-                field="fallbacks",
-            )
-        state[name] = 1
-        for fallback in by_name[name].fallbacks:
-            target = batch.get(fallback)
-            if target is not None and target != name:
-                visit(target, (*chain, name))
-        state[name] = 2
-        ordered.append(by_name[name])
-
-    for model in models:
-        visit(model.name, ())
+    done: set[str] = set()
+    # Depth-first with an explicit stack (no recursion limit on long chains):
+    # each frame is a model and the fallbacks of it still to visit.
+    for root in models:
+        if root.name in done:
+            continue
+        path: list[str] = [root.name]
+        stack = [iter(_batch_targets(by_name[root.name], batch))]
+        while stack:
+            target = next(stack[-1], None)
+            if target is None:
+                stack.pop()
+                name = path.pop()
+                done.add(name)
+                ordered.append(by_name[name])
+            elif target in path:
+                cycle = " -> ".join((*path[path.index(target) :], target))
+                raise CatalogError(
+                    f"model {target!r}: fallbacks within this change form a cycle ({cycle}); "
+                    "runtime additions are recorded one at a time, so add them in an order "
+                    "that breaks it",
+                    model=target,
+                    field="fallbacks",
+                )
+            elif target not in done:
+                path.append(target)
+                stack.append(iter(_batch_targets(by_name[target], batch)))
     return tuple(ordered)
+
+
+def _batch_targets(model: Model, batch: dict[str, str]) -> list[str]:
+    """The other members of the batch that ``model`` falls back to, in the order written."""
+    targets = (batch.get(f) for f in model.fallbacks)
+    return [t for t in targets if t is not None and t != model.name]

@@ -314,3 +314,21 @@ def test_the_default_config_path_is_named_in_refusals() -> None:
     assert state.config_path == "catalog.yaml"
     with pytest.raises(CatalogError, match=r"catalog\.yaml"):
         state.check_remove("prod")
+
+
+def test_a_long_fallback_chain_in_one_batch_is_ordered_without_exhausting_the_stack() -> None:
+    from catalog import Catalog, CatalogState, parse_model
+
+    chain = [
+        parse_model(
+            {
+                "name": f"m{i}",
+                "source": "org/m",
+                "fallbacks": [f"m{i + 1}"] if i < 2999 else [],
+                "profiles": [{"name": "p", "gpu_class": "A100"}],
+            }
+        )
+        for i in range(3000)
+    ]
+    ordered = CatalogState(Catalog.build([])).check_add(chain)
+    assert [m.name for m in ordered] == [f"m{i}" for i in reversed(range(3000))]
