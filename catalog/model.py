@@ -23,9 +23,29 @@ from catalog.views import EngineProfile, PlacementProfile
 
 T = TypeVar("T")
 
+# A catalog holds a handful of distinct duration strings ("20m", "2s", "80ms"),
+# each parsed again for every stored event replay reads; the parse is pure, so
+# the successful ones are remembered. Only exact ``str`` inputs are cached (a
+# ``bool`` hashes like an ``int``, and a refusal must be raised every time).
+_PARSED_DURATIONS: dict[str, timedelta] = {}
+_PARSED_DURATIONS_MAX = 4096
+
+
+def _parse_duration_cached(value: object) -> timedelta:
+    if type(value) is not str:
+        return parse_duration(value)
+    parsed = _PARSED_DURATIONS.get(value)
+    if parsed is None:
+        parsed = parse_duration(value)
+        if len(_PARSED_DURATIONS) >= _PARSED_DURATIONS_MAX:
+            _PARSED_DURATIONS.clear()
+        _PARSED_DURATIONS[value] = parsed
+    return parsed
+
+
 Duration = Annotated[
     timedelta,
-    BeforeValidator(parse_duration),
+    BeforeValidator(_parse_duration_cached),
     PlainSerializer(format_duration, return_type=str),
 ]
 
@@ -37,6 +57,7 @@ DEFAULT_ENGINE = "vllm"
 # Loading a large model across nodes takes tens of minutes; twenty is the
 # default the Go control plane used, and profiles that need more say so.
 DEFAULT_STARTUP_TIMEOUT = timedelta(minutes=20)
+_ZERO = timedelta(0)
 
 # Strict: a YAML "8" (a string) is not silently an int, and a boolean is not a
 # number. Frozen: a definition handed out by the catalog cannot be edited in
@@ -208,7 +229,18 @@ class Model(BaseModel):
 
 
 def normalize(model: Model) -> Model:
-    """Apply every default, returning a new model. Idempotent."""
+    """Apply every default, returning a new model. Idempotent.
+
+    A model that is already normalised (every stored definition is: the log
+    records ``to_definition()`` of a normalised model) is returned as it is,
+    rather than copied field by field into an equal one.
+    """
+    if model.scaling.min >= 0 and model.scaling.max != 0:
+        for p in model.profiles:
+            if _normalize_profile(p) is not p:
+                break
+        else:
+            return model
     scaling_min = max(model.scaling.min, 0)
     scaling_max = model.scaling.max if model.scaling.max != 0 else max(scaling_min, 1)
     profiles = tuple(_normalize_profile(p) for p in model.profiles)
@@ -230,16 +262,26 @@ def _normalize_profile(p: Profile) -> Profile:
         gpus_per_node = 0
     elif gpus_per_node <= 0:
         gpus_per_node = max(tp // nodes, 1)
+    startup_timeout = p.startup_timeout if p.startup_timeout > _ZERO else DEFAULT_STARTUP_TIMEOUT
+    weight = p.weight if p.weight > 0 else 1.0
+    # Each value above is the field itself when no default applies: nothing to copy then.
+    if (
+        engine is p.engine
+        and tp is p.tp
+        and nodes is p.nodes
+        and gpus_per_node is p.gpus_per_node
+        and startup_timeout is p.startup_timeout
+        and weight is p.weight
+    ):
+        return p
     return p.model_copy(
         update={
             "engine": engine,
             "tp": tp,
             "nodes": nodes,
             "gpus_per_node": gpus_per_node,
-            "startup_timeout": (
-                p.startup_timeout if p.startup_timeout > timedelta(0) else DEFAULT_STARTUP_TIMEOUT
-            ),
-            "weight": p.weight if p.weight > 0 else 1.0,
+            "startup_timeout": startup_timeout,
+            "weight": weight,
         }
     )
 
@@ -251,11 +293,12 @@ def validate(model: Model) -> None:
     would make it right.
     """
     name = model.name
-    if not name.strip():
+    stripped = name.strip()
+    if not stripped:
         raise CatalogError(
             "a model has no name: set `name` to the name clients will request", field="name"
         )
-    if name != name.strip():
+    if name != stripped:
         raise CatalogError(
             f"model {name!r}: name has leading or trailing spaces; clients would never match it",
             model=name,
@@ -287,22 +330,23 @@ def validate(model: Model) -> None:
                 model=name,
                 field="aliases",
             )
-    if len(set(model.aliases)) != len(model.aliases):
+    if len(model.aliases) > 1 and len(set(model.aliases)) != len(model.aliases):
         raise CatalogError(
             f"model {name!r}: an alias is listed twice in aliases", model=name, field="aliases"
         )
     # Zero means unknown for both; a negative number or a completion bound larger
     # than the whole window is a typo that clients would size their prompts from.
-    for field_name, value in (
-        ("context_length", model.context_length),
-        ("max_output", model.max_output),
-    ):
-        if value < 0:
-            raise CatalogError(
-                f"model {name!r}: {field_name} {value} is negative; use 0 for unknown",
-                model=name,
-                field=field_name,
-            )
+    if model.context_length < 0 or model.max_output < 0:
+        for field_name, value in (
+            ("context_length", model.context_length),
+            ("max_output", model.max_output),
+        ):
+            if value < 0:
+                raise CatalogError(
+                    f"model {name!r}: {field_name} {value} is negative; use 0 for unknown",
+                    model=name,
+                    field=field_name,
+                )
     if model.context_length and model.max_output > model.context_length:
         raise CatalogError(
             f"model {name!r}: max_output {model.max_output} exceeds context_length "
@@ -331,8 +375,8 @@ def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
             field="profiles.name",
         )
     seen.add(p.name)
-    where = f"model {model!r} profile {p.name!r}"
     if p.gpu_class == "" and not cpu_capable(p.engine):
+        where = _where(model, p)
         raise CatalogError(
             f"{where}: gpu_class is required for engine {p.engine!r}; only llamacpp can serve "
             "without a GPU",
@@ -341,6 +385,7 @@ def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
             field="gpu_class",
         )
     if p.min_memory_gb < 0:
+        where = _where(model, p)
         raise CatalogError(
             f"{where}: min_memory_gb {p.min_memory_gb} is negative; use 0 for unconstrained",
             model=model,
@@ -349,6 +394,7 @@ def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
         )
     if p.cpu_only:
         if p.nodes > 1:
+            where = _where(model, p)
             raise CatalogError(
                 f"{where}: a CPU profile cannot span {p.nodes} nodes; set nodes to 1",
                 model=model,
@@ -360,6 +406,7 @@ def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
     # cannot satisfy and fails minutes later, during model loading.
     pp = max(p.pp, 1)
     if p.gpus_per_node * p.nodes != p.tp * pp:
+        where = _where(model, p)
         raise CatalogError(
             f"{where}: {p.nodes} nodes x {p.gpus_per_node} GPUs does not match TP {p.tp} x "
             f"PP {pp}; make nodes x gpus_per_node equal tp x pp",
@@ -367,3 +414,9 @@ def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
             profile=p.name,
             field="gpus_per_node",
         )
+
+
+def _where(model: str, p: Profile) -> str:
+    # Built only for a refusal: formatting it for every profile checked cost more
+    # than the checks themselves.
+    return f"model {model!r} profile {p.name!r}"

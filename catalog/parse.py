@@ -10,7 +10,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from catalog.errors import CatalogError
 from catalog.model import Model, Profile, normalize, validate
@@ -48,6 +48,35 @@ def parse_model(raw: object, *, origin: str = "") -> Model:
         raise CatalogError(
             prefix + exc.message, model=exc.model, profile=exc.profile, field=exc.field
         ) from None
+    return model
+
+
+class _Wrapped(BaseModel):
+    """A JSON object holding a model definition under ``"model"``; other keys are not read."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+
+    model: Model
+
+
+def parse_wrapped_model_json(text: str) -> Model | None:
+    """The definition under ``"model"`` in a JSON object, as ``parse_model`` would return it.
+
+    A fast path for reading back what was stored (each event of a replay): the
+    text is validated in one pass by pydantic's JSON parser, with no
+    intermediate dicts, then normalised and validated exactly as
+    ``parse_model`` does. It answers only when everything is in order; for
+    anything else (not JSON, not an object, no ``"model"``, an invalid or
+    refused definition) it returns None, and the caller takes the general path
+    (``json.loads`` and ``parse_model``), which refuses with the usual,
+    precise reason. So a definition is never accepted here that
+    ``parse_model`` would refuse, and a refusal always reads the same.
+    """
+    try:
+        model = normalize(_Wrapped.model_validate_json(text).model)
+        validate(model)
+    except (ValidationError, CatalogError, ValueError):
+        return None
     return model
 
 

@@ -18,15 +18,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
+from sqlalchemy.exc import SQLAlchemyError
 
 from catalog import Catalog, CatalogError, Model
+from catalog.digest import catalog_digest
 from events.replay import Replayer, ReplayResult
+from events.snapshots import SnapshotStore
 from events.store import ConcurrencyConflict, EventStore
-from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
+from events.types import CURRENT_SCHEMA, MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
 
 log = structlog.get_logger("llmgw.catalog")
 
 MAX_ATTEMPTS = 8
+# A snapshot is taken after catching up on this many events (replay runs at
+# roughly 10,000 events a second, so a start-up never replays much more than
+# a fifth of a second before restoring), and whenever a snapshot was ignored.
+SNAPSHOT_EVERY = 2_000
 
 
 class CommandConflict(Exception):
@@ -53,18 +60,48 @@ class CatalogService:
 
     Keeps its replay state between calls and only reads what was appended
     since, so a long-lived process (the daemon, an API server, a benchmark)
-    pays for each event once.
+    pays for each event once. The first refresh starts from the newest usable
+    snapshot (events.snapshots) rather than from the beginning of the log, and
+    a refresh that caught up on ``snapshot_every`` events or more takes a new
+    one (``snapshot_every=None``: never). A ``ReplayResult`` from a service
+    restored from a snapshot lists only the events after it.
     """
 
-    def __init__(self, store: EventStore, declared: Catalog, config_path: str = "catalog.yaml"):
+    def __init__(
+        self,
+        store: EventStore,
+        declared: Catalog,
+        config_path: str = "catalog.yaml",
+        *,
+        snapshot_every: int | None = SNAPSHOT_EVERY,
+    ):
         self.store = store
         self.declared = declared
         self.config_path = config_path
+        self.declared_digest = catalog_digest(declared)
+        self.snapshots = SnapshotStore(store.engine)
+        self.snapshot_every = snapshot_every
         self._replayer = Replayer.start(declared, config_path)
+        self._started = False
+        self._since_snapshot = 0
+        self._replace_snapshot = False
 
     def refresh(self) -> ReplayResult:
         """Catch up with the log; returns the replay as of its head."""
+        self._catch_up()
+        if self.snapshot_every is not None and (
+            self._since_snapshot >= self.snapshot_every
+            or (self._replace_snapshot and self._since_snapshot > 0)
+        ):
+            self._save_snapshot()
+        return self._replayer.result()
+
+    def _catch_up(self) -> None:
+        if not self._started:
+            self._started = True
+            self._restore()
         for event in self.store.read(after=self._replayer.position):
+            self._since_snapshot += 1
             skipped = self._replayer.apply(event)
             if skipped is not None:
                 log.warning(
@@ -74,7 +111,35 @@ class CatalogService:
                     type=skipped.type,
                     reason=skipped.reason,
                 )
-        return self._replayer.result()
+
+    def _restore(self) -> None:
+        if self.snapshot_every is None:
+            return
+        try:
+            restored = self.snapshots.load(self.declared, self.config_path)
+        except SQLAlchemyError as exc:  # e.g. a database not yet migrated to snapshots
+            log.warning("catalog.snapshot_ignored", reason=f"cannot read snapshots: {exc}")
+            return
+        if restored.replayer is not None:
+            self._replayer = restored.replayer
+        self._replace_snapshot = restored.ignored
+
+    def snapshot(self) -> int | None:
+        """Catch up and store the replay state as of the head; the snapshot's id, or None
+        if the database refused (a read-only replica, a lock held too long): nothing
+        depends on it."""
+        self._catch_up()
+        return self._save_snapshot()
+
+    def _save_snapshot(self) -> int | None:
+        try:
+            info = self.snapshots.save(self._replayer, self.declared)
+        except SQLAlchemyError as exc:
+            log.warning("catalog.snapshot_failed", position=self.position, error=str(exc))
+            return None
+        self._since_snapshot = 0
+        self._replace_snapshot = False
+        return info.id
 
     def catalog(self) -> Catalog:
         self.refresh()
@@ -104,7 +169,11 @@ class CatalogService:
                 NewEvent(
                     type=MODEL_ADDED,
                     model=m.name,
-                    payload=json.dumps({"model": m.to_definition()}, sort_keys=True),
+                    payload=json.dumps(
+                        {"model": m.to_definition(), "declared_digest": self.declared_digest},
+                        sort_keys=True,
+                    ),
+                    schema_version=CURRENT_SCHEMA[MODEL_ADDED],
                 )
                 for m in ordered
             ]

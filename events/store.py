@@ -13,6 +13,9 @@ The log's guarantees, and how each back end keeps them:
   the append is refused with ``ConcurrencyConflict`` if the log has moved.
 - A command key makes an append idempotent: the same key again returns the
   events first written under it, and appends nothing.
+- Each appended row carries its hash in the log's hash chain (events.chain),
+  computed under the same lock from the previous row's hash, which the append
+  reads together with the head.
 """
 
 from __future__ import annotations
@@ -23,14 +26,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, func, insert, select
+from sqlalchemy import Connection, Engine, Select, Table, func, insert, select
 
+from events.chain import GENESIS, ChainRow, Seal, event_hash
 from events.db import WRITE
-from events.tables import EventRow
+from events.tables import ChainSealRow, EventRow
 from events.types import NewEvent, StoredEvent
 
 READ_BATCH = 5_000
 t: Table = EventRow.__table__  # type: ignore[assignment]  # declarative tables are Tables
+seal_table: Table = ChainSealRow.__table__  # type: ignore[assignment]
 
 
 class ConcurrencyConflict(Exception):
@@ -40,6 +45,22 @@ class ConcurrencyConflict(Exception):
         super().__init__(f"the log is at position {actual}, not {expected}")
         self.expected = expected
         self.actual = actual
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryQuery:
+    """Which events ``EventStore.history`` returns; every filter given must hold.
+
+    ``model``, ``actor`` and ``type`` match exactly (a model by the name the
+    event recorded); ``since`` and ``until`` bound ``recorded_at``, both
+    inclusive.
+    """
+
+    model: str | None = None
+    actor: str | None = None
+    type: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +85,64 @@ _COLUMNS = (
 )
 
 
+_CHAIN_COLUMNS = (*_COLUMNS, t.c.prev_hash, t.c.hash)
+
+
 def _to_event(row: Sequence[Any]) -> StoredEvent:
     # Columns are selected in StoredEvent's field order (_COLUMNS).
     position, event_id, command_id, type_, version, model, payload, actor, reason, at = row
     return StoredEvent(
         position, event_id, command_id, type_, version, model, payload, actor, reason, at
     )
+
+
+def _fetch_events(conn: Connection, query: Select[Any]) -> list[StoredEvent]:
+    """The events a select of ``_COLUMNS`` returns, fetched with the driver's own cursor.
+
+    Start-up reads the whole log, and SQLAlchemy's result rows (a ``Row`` per
+    row, a type processor per value) cost more than everything else about
+    reading it. On SQLite and PostgreSQL the rows are fetched as plain tuples
+    instead; only ``recorded_at`` needs converting, and it goes through its
+    column type's own result processor (``UTCDateTime``), so the events are
+    exactly those ``conn.execute(query).all()`` would give.
+    """
+    dialect = conn.dialect
+    if dialect.name not in ("sqlite", "postgresql"):
+        return [_to_event(row) for row in conn.execute(query).all()]
+    compiled = query.compile(dialect=dialect)
+    bound = compiled.params
+    params: Any = (
+        tuple(bound[name] for name in compiled.positiontup or ()) if dialect.positional else bound
+    )
+    at_type = t.c.recorded_at.type.dialect_impl(dialect)
+    convert: Any = at_type.result_processor(dialect, None) or (lambda value: value)
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(compiled.string, params)
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    return [
+        StoredEvent(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], convert(r[9]))
+        for r in rows
+    ]
+
+
+def _to_chain_row(row: Sequence[Any]) -> ChainRow:
+    *event, prev_hash, hash_ = row
+    return ChainRow(*_hash_input(event), prev_hash, hash_)
+
+
+def _hash_row(prev_hash: str, row: Sequence[Any]) -> str:
+    """The chain's value at a row of _COLUMNS, given the value before it."""
+    return event_hash(prev_hash, *_hash_input(row))
+
+
+def _hash_input(
+    row: Sequence[Any],
+) -> tuple[int, str, str, str, int, str | None, str, str, str, datetime]:
+    position, event_id, command_id, type_, version, model, payload, actor, reason, at = row
+    return position, event_id, command_id, type_, version, model, payload, actor, reason, at
 
 
 class EventStore:
@@ -104,12 +177,11 @@ class EventStore:
                 query = query.where(t.c.model == model)
             query = query.order_by(t.c.position).limit(READ_BATCH)
             with self.engine.connect() as conn:
-                rows = conn.execute(query).all()
-            for row in rows:
-                yield _to_event(row)
-            if len(rows) < READ_BATCH:
+                events = _fetch_events(conn, query)
+            yield from events
+            if len(events) < READ_BATCH:
                 return
-            last = rows[-1][0]
+            last = events[-1].position
 
     def position_at(self, when: datetime) -> int:
         """The last position recorded at or before ``when`` (0 if none).
@@ -120,6 +192,62 @@ class EventStore:
         query = select(func.coalesce(func.max(t.c.position), 0)).where(t.c.recorded_at <= when)
         with self.engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
+
+    def history(self, query: HistoryQuery, after: int = 0) -> Iterator[StoredEvent]:
+        """The events matching ``query``, in log order, filtered in SQL and streamed in batches."""
+        conditions = [t.c.position > after]
+        if query.model is not None:
+            conditions.append(t.c.model == query.model)
+        if query.actor is not None:
+            conditions.append(t.c.actor == query.actor)
+        if query.type is not None:
+            conditions.append(t.c.type == query.type)
+        if query.since is not None:
+            conditions.append(t.c.recorded_at >= query.since)
+        if query.until is not None:
+            conditions.append(t.c.recorded_at <= query.until)
+        while True:
+            select_batch = (
+                select(*_COLUMNS).where(*conditions).order_by(t.c.position).limit(READ_BATCH)
+            )
+            with self.engine.connect() as conn:
+                rows = conn.execute(select_batch).all()
+            for row in rows:
+                yield _to_event(row)
+            if len(rows) < READ_BATCH:
+                return
+            conditions[0] = t.c.position > rows[-1][0]
+
+    def read_chain(self, after: int = 0) -> Iterator[ChainRow]:
+        """Every event with its chain columns, in order, for ``llmgw verify``."""
+        last = after
+        while True:
+            query = (
+                select(*_CHAIN_COLUMNS)
+                .where(t.c.position > last)
+                .order_by(t.c.position)
+                .limit(READ_BATCH)
+            )
+            with self.engine.connect() as conn:
+                rows = conn.execute(query).all()
+            for row in rows:
+                yield _to_chain_row(row)
+            if len(rows) < READ_BATCH:
+                return
+            last = rows[-1][0]
+
+    def seal(self) -> Seal | None:
+        """Where the hash chain starts (see events.chain); None if the row is missing."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(seal_table.c.position, seal_table.c.hash, seal_table.c.sealed_at)
+            ).first()
+        return None if row is None else Seal(int(row[0]), row[1], row[2])
+
+    def hash_at(self, position: int) -> str | None:
+        """The stored chain hash of one event (None: no such event, or written before the chain)."""
+        with self.engine.connect() as conn:
+            return conn.execute(select(t.c.hash).where(t.c.position == position)).scalar()
 
     def by_command(self, key: str) -> tuple[StoredEvent, ...]:
         with self.engine.connect() as conn:
@@ -161,18 +289,23 @@ class EventStore:
                 if previous:
                     return AppendOutcome(previous, already_recorded=True)
             last = conn.execute(
-                select(t.c.position, t.c.recorded_at).order_by(t.c.position.desc()).limit(1)
+                select(t.c.position, t.c.recorded_at, t.c.hash)
+                .order_by(t.c.position.desc())
+                .limit(1)
             ).first()
             head, last_time = (int(last[0]), last[1]) if last else (0, None)
             if expected_head is not None and head != expected_head:
                 raise ConcurrencyConflict(expected_head, head)
+            prev_hash: str = (
+                last[2] if last is not None and last[2] is not None else _chain_hash_at(conn, head)
+            )
             recorded_at = now or datetime.now(UTC)
             # Clocks of different replicas disagree a little; clamping keeps
             # time order equal to log order, so "the catalog at 12:00" is a
             # prefix of the log.
             if last_time is not None and recorded_at < last_time:
                 recorded_at = last_time
-            rows = [
+            rows: list[dict[str, Any]] = [
                 {
                     "position": head + i,
                     "event_id": _event_id(key, i) if key else uuid.uuid4().hex,
@@ -187,11 +320,42 @@ class EventStore:
                 }
                 for i, e in enumerate(events, start=1)
             ]
+            for row in rows:
+                row["prev_hash"] = prev_hash
+                prev_hash = _hash_row(prev_hash, [row[c.name] for c in _COLUMNS])
+                row["hash"] = prev_hash
             conn.execute(insert(t), rows)
         return AppendOutcome(
-            tuple(StoredEvent(**row) for row in rows),  # type: ignore[arg-type]
+            tuple(_to_event([row[c.name] for c in _COLUMNS]) for row in rows),
             already_recorded=False,
         )
+
+
+def _chain_hash_at(conn: Connection, head: int) -> str:
+    """The chain's value at ``head`` when that row carries no stored hash.
+
+    Normally the row was the last one written before the chain existed, and
+    the value is the seal. After an older release appended during an upgrade,
+    the unhashed rows since the last stored hash are hashed here, once.
+    """
+    seal = conn.execute(select(seal_table.c.position, seal_table.c.hash)).first()
+    anchor, value = (int(seal[0]), str(seal[1])) if seal is not None else (0, GENESIS)
+    if anchor >= head:
+        return value
+    stored = conn.execute(
+        select(t.c.position, t.c.hash)
+        .where(t.c.hash.is_not(None), t.c.position <= head)
+        .order_by(t.c.position.desc())
+        .limit(1)
+    ).first()
+    if stored is not None and int(stored[0]) > anchor:
+        anchor, value = int(stored[0]), str(stored[1])
+    rows = conn.execute(
+        select(*_COLUMNS).where(t.c.position > anchor, t.c.position <= head).order_by(t.c.position)
+    )
+    for row in rows:
+        value = _hash_row(value, row)
+    return value
 
 
 def _event_id(key: str, index: int) -> str:

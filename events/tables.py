@@ -70,3 +70,49 @@ class EventRow(Base):
     actor: Mapped[str] = mapped_column(String(255))
     reason: Mapped[str] = mapped_column(Text)
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    # The hash chain (events.chain): sha256 hex of the previous event's hash and
+    # this row's content, and the previous event's hash. NULL on rows written
+    # before migration 0002 (they are covered by the chain's seal instead).
+    prev_hash: Mapped[str | None] = mapped_column(String(64))
+    hash: Mapped[str | None] = mapped_column(String(64))
+
+
+class ChainSealRow(Base):
+    """Where the hash chain starts: one row, written by migration 0002.
+
+    ``position`` is the last event written before the chain existed (0 for a
+    log created with it) and ``hash`` the chain's value there, computed over
+    those rows when the migration ran. Rows are never rewritten to add hashes.
+    """
+
+    __tablename__ = "event_chain_seal"
+
+    position: Mapped[int] = mapped_column(Position, primary_key=True, autoincrement=False)
+    hash: Mapped[str] = mapped_column(String(64))
+    sealed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class SnapshotRow(Base):
+    """The replay state at a log position, so that start-up replays only what follows it.
+
+    Bound to the declared configuration it was built with and to the code that
+    built it (events.snapshots); ``checksum`` covers every other column, so a
+    damaged or hand-edited snapshot is ignored rather than trusted.
+    """
+
+    __tablename__ = "catalog_snapshots"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    position: Mapped[int] = mapped_column(Position)
+    # The chain hash of the event at ``position``: a log rewritten under the
+    # snapshot no longer matches it.
+    event_hash: Mapped[str | None] = mapped_column(String(64))
+    declared_digest: Mapped[str] = mapped_column(String(64), index=True)
+    code_version: Mapped[str] = mapped_column(String(255))
+    applied_count: Mapped[int] = mapped_column(Integer)
+    skipped_count: Mapped[int] = mapped_column(Integer)
+    model_count: Mapped[int] = mapped_column(Integer)
+    # JSON array of the runtime models' definitions, in the order they were accepted.
+    models: Mapped[str] = mapped_column(Text)
+    checksum: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())

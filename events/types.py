@@ -10,7 +10,13 @@ MODEL_REMOVED = "model.removed"
 
 # The version of each event type's payload this code writes. Older versions
 # are upcast on read (events.upcast); stored rows are never rewritten.
-CURRENT_SCHEMA: dict[str, int] = {MODEL_ADDED: 1, MODEL_REMOVED: 1}
+#   model.added 1: {"model": definition}
+#   model.added 2: {"model": definition, "declared_digest": hex or null}: the
+#     digest (catalog.digest) of the declared catalog the add was validated
+#     against, so that a later skip ("collides with a model declared since")
+#     can be told apart from a bad write.
+#   model.removed 1: {"name": name}
+CURRENT_SCHEMA: dict[str, int] = {MODEL_ADDED: 2, MODEL_REMOVED: 1}
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from events.types import CURRENT_SCHEMA
+from events.types import CURRENT_SCHEMA, MODEL_ADDED
 
 Payload = dict[str, Any]
+
+
+def _added_v1_to_v2(payload: Payload) -> Payload:
+    """v1 did not record the declared catalog an add was validated against: unknown."""
+    return {**payload, "declared_digest": None}
+
+
 # (type, from_version) -> function giving the payload at from_version + 1
-UPCASTERS: dict[tuple[str, int], Callable[[Payload], Payload]] = {}
+UPCASTERS: dict[tuple[str, int], Callable[[Payload], Payload]] = {
+    (MODEL_ADDED, 1): _added_v1_to_v2,
+}
 
 
 class UnreadableEvent(Exception):

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from llmgw import logs
-from llmgw.cli import catalog_cmds, scheduler_cmds
+from llmgw.cli import audit_cmds, catalog_cmds, explain_cmd, scheduler_cmds
 from llmgw.cli.context import EXIT_REFUSED, App, SystemExitWith, refusals
 from llmgw.settings import Settings
 
@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     catalog_cmds.register(sub, common)
+    audit_cmds.register(sub, common)
     scheduler_cmds.register(sub, common)
+    explain_cmd.register(sub, common)
     return parser
 
 

@@ -1,4 +1,8 @@
-"""Catalog commands: models, add, remove, resolve, history, replay, show, db."""
+"""Catalog commands: models, add, remove, resolve, show, db.
+
+The audit and debugging commands (history, replay, diff, verify, snapshot) are
+in audit_cmds.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ import sys
 from pathlib import Path
 
 from catalog import Catalog, load_definitions
-from events import replay
 from events.migrate import current_revision, head_revision, upgrade
-from llmgw.cli.context import App, Refused, iso, parse_when, print_json, table
+from events.timetravel import catalog_at
+from llmgw.cli.context import App, Refused, parse_when, print_json
 
 
 def register(
@@ -32,16 +36,6 @@ def register(
     p = sub.add_parser("resolve", parents=[parent], help="the canonical name of a name or alias")
     p.add_argument("name")
     p.set_defaults(run=cmd_resolve)
-
-    p = sub.add_parser("history", parents=[parent], help="the catalog's events, in order")
-    p.add_argument("--model", help="only events about this model")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(run=cmd_history)
-
-    p = sub.add_parser("replay", parents=[parent], help="what applied, what was skipped and why")
-    p.add_argument("--until", type=int, metavar="POSITION")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(run=cmd_replay)
 
     p = sub.add_parser("show", parents=[parent], help="the catalog as it was at a position or time")
     p.add_argument("--at", metavar="POSITION|TIME", help="a log position or an ISO-8601 time")
@@ -102,47 +96,6 @@ def cmd_resolve(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_history(app: App, args: argparse.Namespace) -> int:
-    rows = [
-        {
-            "position": e.position,
-            "recorded_at": iso(e.recorded_at),
-            "type": e.type,
-            "model": e.model,
-            "actor": e.actor,
-            "reason": e.reason,
-        }
-        for e in app.store.read(model=args.model)
-    ]
-    if args.json:
-        print_json(rows)
-        return 0
-    headers = ["position", "recorded_at", "type", "model", "actor", "reason"]
-    sys.stdout.write(table(headers, [[str(r[h] or "") for h in headers] for r in rows]))
-    return 0
-
-
-def cmd_replay(app: App, args: argparse.Namespace) -> int:
-    result = replay(app.declared, app.store.read(until=args.until), app.config_label)
-    if args.json:
-        print_json(
-            {
-                "position": result.position,
-                "applied": list(result.applied),
-                "skipped": [s.to_json() for s in result.skipped],
-                "models": result.catalog.names(),
-            }
-        )
-        return 0
-    print(
-        f"replayed to position {result.position}: {len(result.applied)} applied, "
-        f"{len(result.skipped)} skipped, {len(result.catalog)} models"
-    )
-    for s in result.skipped:
-        print(f"  skipped position {s.position} ({s.type}, event {s.event_id}): {s.reason}")
-    return 0
-
-
 def resolve_position(app: App, at: str | None) -> int | None:
     """A position as given, or the last position recorded at or before a time."""
     if at is None:
@@ -154,12 +107,18 @@ def resolve_position(app: App, at: str | None) -> int | None:
 
 def cmd_show(app: App, args: argparse.Namespace) -> int:
     until = resolve_position(app, args.at)
-    result = replay(app.declared, app.store.read(until=until), app.config_label)
+    position, catalog = catalog_at(
+        app.store,
+        app.declared,
+        until,
+        config_path=app.config_label,
+        snapshots=app.service.snapshots,
+    )
     if args.json:
-        print_json(model_json(result.catalog))
+        print_json(model_json(catalog))
     else:
-        print(f"catalog at position {result.position}:")
-        sys.stdout.write(result.catalog.render() or "no models\n")
+        print(f"catalog at position {position}:")
+        sys.stdout.write(catalog.render() or "no models\n")
     return 0
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, func, select
 
 from catalog import Catalog
 from events import EventStore, replay
+from events.chain import verify_chain
 from events.tables import EventRow
 from tests.conftest import REPO
 
@@ -52,6 +53,7 @@ def test_concurrent_writers_lose_nothing_duplicate_nothing_and_leave_a_valid_cat
     events = list(store.read())
     positions = [e.position for e in events]
     assert positions == list(range(1, len(events) + 1)), "positions must be gapless"
+    assert verify_chain(store.read_chain(), store.seal()).ok, "racing appends kept the hash chain"
 
     recorded = Counter(e.model for e in events)
     added = Counter(name for r in reports for name in r["added"])

@@ -68,7 +68,7 @@ def test_every_recorded_round_plans_again_to_exactly_what_it_wrote(engine: Engin
             if e.round_id == round_id and e.type in (PLACED, REMOVED)
         }
         again: set[tuple[str, str, int, tuple[str, ...]]] = set()
-        for name in catalog.names() + ["trial"]:
+        for name in [*catalog.names(), "trial"]:
             result = explain(
                 name,
                 catalog=catalog,

@@ -1,7 +1,7 @@
 """The scheduler: node inventory, placements, placement rounds and their audit trail.
 
-Revision ID: 0010_scheduler
-Revises: 0001_events
+Revision ID: 0004_scheduler
+Revises: 0003_snapshots
 Create Date: 2026-12-02
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ from alembic import op
 
 from events.tables import UTCDateTime
 
-revision: str = "0010_scheduler"
-down_revision: str | None = "0001_events"
+revision: str = "0004_scheduler"
+down_revision: str | None = "0003_snapshots"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,285 @@
+"""Snapshots of replay state, so that start-up replays only the events after one.
+
+A snapshot holds what replay needs to continue exactly where it stopped: the
+position, the runtime models in the order they were accepted (the declared
+ones come from catalog.yaml), and the applied and skipped counts (the lists
+themselves stay out: ``llmgw replay`` always replays in full and names them).
+
+It is only used when it provably belongs to the present:
+
+- **the declared configuration**: the digest of the declared catalog it was
+  built with (catalog.digest). Declared models win every conflict, so a changed
+  catalog.yaml can change which runtime events apply; such a snapshot is ignored.
+- **the code**: the snapshot format, the event schema versions (CURRENT_SCHEMA)
+  and the llmgw version that wrote it. A release may judge events differently.
+- **the log**: the chain hash of the event at its position. A log rewritten,
+  truncated or restored from an older backup under the snapshot no longer
+  matches, and the snapshot is ignored.
+- **itself**: a sha256 checksum over every column. Damaged or hand-edited,
+  it is ignored.
+
+An ignored snapshot is named in a ``catalog.snapshot_ignored`` warning with
+the reason and is never trusted; replay then starts from the beginning (or from
+an older snapshot that does match), and the service replaces it after catching
+up. Restoring validates each model's types (pydantic, one call for the whole
+list) and re-checks each addition against the catalog (names, aliases,
+fallbacks), which is cheap; it skips re-parsing events, which is not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+import structlog
+from pydantic import TypeAdapter, ValidationError
+from sqlalchemy import Engine, Row, Table, delete, func, insert, select
+
+from catalog import Catalog, CatalogError, CatalogState, Model
+from catalog.digest import catalog_digest
+from events.db import WRITE
+from events.replay import Replayer
+from events.tables import EventRow, SnapshotRow
+from events.types import CURRENT_SCHEMA
+
+log = structlog.get_logger("llmgw.catalog")
+
+# Bump when what a snapshot holds, or how it is read, changes.
+SNAPSHOT_FORMAT = 1
+# How many snapshots are kept; older ones are deleted when a new one is taken.
+KEEP = 3
+
+s: Table = SnapshotRow.__table__  # type: ignore[assignment]
+e: Table = EventRow.__table__  # type: ignore[assignment]
+_MODELS = TypeAdapter(list[Model])
+
+
+@cache
+def code_version() -> str:
+    """What a snapshot is bound to on the code's side."""
+    try:
+        release = metadata.version("llmgw-control")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        release = "unknown"
+    schema = ",".join(f"{t}:{v}" for t, v in sorted(CURRENT_SCHEMA.items()))
+    return f"format={SNAPSHOT_FORMAT};events={schema};llmgw={release}"
+
+
+class SnapshotIgnored(Exception):
+    """Why a stored snapshot cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    id: int
+    position: int
+    model_count: int
+    applied_count: int
+    skipped_count: int
+    declared_digest: str
+    created_at: datetime
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What ``SnapshotStore.load`` found: a replayer to continue from, and whether the
+    newest snapshot had to be ignored (then it is worth replacing)."""
+
+    replayer: Replayer | None
+    ignored: bool
+
+
+_CHECKED = (
+    "position",
+    "event_hash",
+    "declared_digest",
+    "code_version",
+    "applied_count",
+    "skipped_count",
+    "model_count",
+)
+
+
+def _checksum(row: Mapping[str, Any]) -> str:
+    """sha256 over every column that matters, the models last."""
+    head = "".join(f"{'' if row[k] is None else row[k]}\n" for k in _CHECKED)
+    return hashlib.sha256(head.encode("utf-8") + row["models"].encode("utf-8")).hexdigest()
+
+
+class SnapshotStore:
+    """Snapshots in the ``catalog_snapshots`` table of one database."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # -- taking -----------------------------------------------------------
+
+    def save(self, replayer: Replayer, declared: Catalog) -> SnapshotInfo:
+        """Store the replayer's state as of its position; keeps the newest ``KEEP``."""
+        started = time.perf_counter()
+        models = replayer.state.runtime_models()
+        text = _MODELS.dump_json(list(models)).decode("utf-8")
+        digest = catalog_digest(declared)
+        code = code_version()
+        position = replayer.position
+        now = datetime.now(UTC)
+        with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            event_hash = (
+                conn.execute(select(e.c.hash).where(e.c.position == position)).scalar()
+                if position
+                else None
+            )
+            row: dict[str, Any] = {
+                "position": position,
+                "event_hash": event_hash,
+                "declared_digest": digest,
+                "code_version": code,
+                "applied_count": replayer.applied_count,
+                "skipped_count": replayer.skipped_count,
+                "model_count": len(models),
+                "models": text,
+                "created_at": now,
+            }
+            row["checksum"] = _checksum(row)
+            new_id = int(conn.execute(insert(s).values(**row).returning(s.c.id)).scalar_one())
+            keep = select(s.c.id).order_by(s.c.id.desc()).limit(KEEP).scalar_subquery()
+            conn.execute(delete(s).where(s.c.id.not_in(keep)))
+        info = SnapshotInfo(
+            new_id,
+            position,
+            len(models),
+            row["applied_count"],
+            row["skipped_count"],
+            digest,
+            now,
+            len(text),
+        )
+        log.info(
+            "catalog.snapshot_taken",
+            snapshot=new_id,
+            position=position,
+            models=len(models),
+            bytes=len(text),
+            ms=round((time.perf_counter() - started) * 1000, 1),
+        )
+        return info
+
+    # -- restoring --------------------------------------------------------
+
+    def load(
+        self, declared: Catalog, config_path: str = "catalog.yaml", *, at_most: int | None = None
+    ) -> Restored:
+        """The newest usable snapshot (at or before ``at_most``) as a replayer, if any."""
+        digest = catalog_digest(declared)
+        code = code_version()
+        query = select(s).order_by(s.c.position.desc(), s.c.id.desc()).limit(1)
+        if at_most is not None:
+            query = query.where(s.c.position <= at_most)
+        with self.engine.connect() as conn:
+            newest = conn.execute(query).first()
+            if newest is None:
+                return Restored(None, ignored=False)
+            candidate = newest
+            if (newest.declared_digest, newest.code_version) != (digest, code):
+                _ignored(newest, _binding_reason(newest, digest, code))
+                bound = conn.execute(
+                    query.where(s.c.declared_digest == digest, s.c.code_version == code)
+                ).first()
+                if bound is None:
+                    return Restored(None, ignored=True)
+                candidate = bound
+        try:
+            replayer = self._restore(candidate, declared, config_path)
+        except SnapshotIgnored as exc:
+            _ignored(candidate, str(exc))
+            return Restored(None, ignored=True)
+        return Restored(replayer, ignored=candidate is not newest)
+
+    def _restore(self, row: Row[Any], declared: Catalog, config_path: str) -> Replayer:
+        started = time.perf_counter()
+        if _checksum(dict(row._mapping)) != row.checksum:
+            raise SnapshotIgnored("checksum mismatch: the snapshot was changed after it was taken")
+        try:
+            models = _MODELS.validate_json(row.models)
+        except ValidationError as exc:
+            raise SnapshotIgnored(f"its models cannot be read: {_first_error(exc)}") from None
+        if len(models) != row.model_count:
+            raise SnapshotIgnored(f"it holds {len(models)} models, not {row.model_count}")
+        if row.position:
+            with self.engine.connect() as conn:
+                event = conn.execute(
+                    select(e.c.position, e.c.hash).where(e.c.position == row.position)
+                ).first()
+            if event is None:
+                raise SnapshotIgnored(
+                    f"the log has no position {row.position}: it was truncated or replaced "
+                    "since the snapshot was taken"
+                )
+            if row.event_hash is not None and event.hash != row.event_hash:
+                raise SnapshotIgnored(
+                    f"the event at position {row.position} is not the one the snapshot was "
+                    "built from: the log was rewritten since"
+                )
+        try:
+            state = CatalogState.restore(declared, models, config_path=config_path)
+        except CatalogError as exc:
+            raise SnapshotIgnored(f"it does not fit the declared catalog: {exc}") from None
+        replayer = Replayer.resume(
+            state, row.position, applied=row.applied_count, skipped=row.skipped_count
+        )
+        log.info(
+            "catalog.snapshot_restored",
+            snapshot=row.id,
+            position=row.position,
+            models=row.model_count,
+            skipped_before=row.skipped_count,
+            ms=round((time.perf_counter() - started) * 1000, 1),
+        )
+        return replayer
+
+    def taken(self) -> list[SnapshotInfo]:
+        """Every stored snapshot, oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(
+                    s.c.id,
+                    s.c.position,
+                    s.c.model_count,
+                    s.c.applied_count,
+                    s.c.skipped_count,
+                    s.c.declared_digest,
+                    s.c.created_at,
+                    func.length(s.c.models),
+                ).order_by(s.c.id)
+            ).all()
+        return [SnapshotInfo(*row) for row in rows]
+
+
+def _binding_reason(row: Row[Any], digest: str, code: str) -> str:
+    if row.declared_digest != digest:
+        return (
+            "the declared configuration changed since it was taken (declared digest "
+            f"{row.declared_digest[:12]}, now {digest[:12]}); declared models win conflicts, "
+            "so the runtime events must be judged again"
+        )
+    return f"it was written by other code ({row.code_version}; this is {code})"
+
+
+def _ignored(row: Row[Any], reason: str) -> None:
+    log.warning("catalog.snapshot_ignored", snapshot=row.id, position=row.position, reason=reason)
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    first = errors[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where}: {first['msg']}" if where else str(first["msg"])

@@ -1,0 +1,326 @@
+"""Audit and debugging commands: history, replay (--explain, --strict), diff, verify, snapshot."""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import structlog
+
+from catalog.diff import diff_catalogs
+from events import replay
+from events.chain import verify_chain
+from events.explain import explain, render_context
+from events.store import HistoryQuery
+from events.timetravel import catalogs_at
+from events.types import StoredEvent
+from llmgw.cli.catalog_cmds import resolve_position
+from llmgw.cli.context import EXIT_REFUSED, App, Refused, iso, parse_when, print_json, table
+
+log = structlog.get_logger("llmgw.catalog")
+
+HISTORY_KEYS = ["position", "recorded_at", "type", "model", "actor", "reason"]
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser(
+        "history",
+        parents=[parent],
+        help="who changed what, and when (filters combine)",
+        description="The catalog's events in log order. Times are ISO-8601 (UTC unless they "
+        "carry a zone); --since and --until are inclusive, and a date alone means the whole "
+        "day for --until (--since 2026-12-01 --until 2026-12-01 is that day).",
+    )
+    p.add_argument("--model", help="only events about this model (its name as recorded)")
+    p.add_argument("--actor", help="only events by this actor (as given with --actor)")
+    p.add_argument("--type", help="only events of this type (model.added, model.removed)")
+    p.add_argument(
+        "--since", type=_time, metavar="TIME", help="only events recorded at or after TIME"
+    )
+    p.add_argument(
+        "--until", type=_time, metavar="TIME", help="only events recorded at or before TIME"
+    )
+    p.add_argument("--json", action="store_true", help="a list of objects, for programs")
+    p.set_defaults(run=cmd_history)
+
+    p = sub.add_parser("replay", parents=[parent], help="what applied, what was skipped and why")
+    p.add_argument(
+        "--until",
+        type=_position_or_time,
+        metavar="POSITION|TIME",
+        help="replay up to this log position, or the last event recorded at or before TIME",
+    )
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="walk event by event: applied, or skipped with the catalog around it",
+    )
+    p.add_argument(
+        "--strict", action="store_true", help="exit 1 when any event is skipped (for CI)"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_replay)
+
+    p = sub.add_parser(
+        "diff", parents=[parent], help="models added, removed and changed between two points"
+    )
+    p.add_argument("frm", metavar="A", type=_position_or_time, help="a log position or a time")
+    p.add_argument("to", metavar="B", type=_position_or_time, help="a log position or a time")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_diff)
+
+    p = sub.add_parser(
+        "verify", parents=[parent], help="check the log's hash chain; print its head hash"
+    )
+    p.add_argument(
+        "--expect-head",
+        metavar="HASH",
+        help="a head hash recorded earlier: it must still be in the chain (catches truncation "
+        "and wholesale rewrites, which the chain alone cannot)",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_verify)
+
+    p = sub.add_parser(
+        "snapshot", parents=[parent], help="store the replay state now, for fast start-up"
+    )
+    p.add_argument("--list", action="store_true", help="list the stored snapshots instead")
+    p.set_defaults(run=cmd_snapshot)
+
+
+def _position_or_time(text: str) -> str:
+    """Checked at parse time (a usage error, exit 2); resolved against the log later."""
+    return text if text.isdigit() else _time(text)
+
+
+def _time(text: str) -> str:
+    try:
+        parse_when(text)
+    except Refused:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO-8601 time such as 2026-11-30T12:00:00Z"
+        ) from None
+    return text
+
+
+# -- history ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One line of ``llmgw history``, from whichever log it comes."""
+
+    position: int
+    recorded_at: datetime
+    type: str
+    model: str | None
+    actor: str
+    reason: str
+
+    @classmethod
+    def of(cls, event: StoredEvent) -> HistoryEntry:
+        return cls(
+            event.position, event.recorded_at, event.type, event.model, event.actor, event.reason
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "position": self.position,
+            "recorded_at": iso(self.recorded_at),
+            "type": self.type,
+            "model": self.model,
+            "actor": self.actor,
+            "reason": self.reason,
+        }
+
+
+def history_query(args: argparse.Namespace) -> HistoryQuery:
+    return HistoryQuery(
+        model=args.model,
+        actor=args.actor,
+        type=args.type,
+        since=None if args.since is None else parse_when(args.since),
+        until=None if args.until is None else _until(args.until),
+    )
+
+
+def _until(text: str) -> datetime:
+    when = parse_when(text)
+    if len(text) == 10:  # a date alone: up to the end of that day
+        when += timedelta(days=1) - timedelta(microseconds=1)
+    return when
+
+
+def history_sources(app: App, query: HistoryQuery) -> list[Iterable[HistoryEntry]]:
+    """The logs ``history`` reads, each in time order, all filtered by ``query``.
+
+    The hook for ``--placements``: the scheduler's ``placement_events`` table
+    becomes a second source here (``PlacementStore.events(model=, since=,
+    until=)`` as ``HistoryEntry`` rows, actor "scheduler"); ``cmd_history``
+    already merges the sources by time.
+    """
+    return [(HistoryEntry.of(e) for e in app.store.history(query))]
+
+
+def cmd_history(app: App, args: argparse.Namespace) -> int:
+    sources = history_sources(app, history_query(args))
+    entries: Iterator[HistoryEntry] = heapq.merge(*sources, key=lambda e: e.recorded_at)
+    rows = [e.to_json() for e in entries]
+    if args.json:
+        print_json(rows)
+        return 0
+    sys.stdout.write(table(HISTORY_KEYS, [[str(r[h] or "") for h in HISTORY_KEYS] for r in rows]))
+    return 0
+
+
+# -- replay -----------------------------------------------------------------
+
+
+def cmd_replay(app: App, args: argparse.Namespace) -> int:
+    until = resolve_position(app, args.until)
+    events = app.store.read(until=until)
+    steps = []
+    if args.explain:
+        replayer, walk = explain(app.declared, events, app.config_label)
+        for step in walk:
+            if args.json:
+                steps.append(step.to_json())
+                continue
+            outcome = "applied" if step.applied else "SKIPPED"
+            print(
+                f"{step.position:>6}  {iso(step.recorded_at)}  {step.type:<13}  "
+                f"{step.model or '-':<24} {step.actor or '-':<10} {outcome}"
+            )
+            if not step.applied:
+                print(f"{'':>8}reason: {step.reason}")
+                for line in render_context(step.context):
+                    print(f"{'':>8}{line}")
+        result = replayer.result()
+    else:
+        result = replay(app.declared, events, app.config_label)
+    if args.json:
+        out: dict[str, object] = {
+            "position": result.position,
+            "applied": list(result.applied),
+            "skipped": [s.to_json() for s in result.skipped],
+            "models": result.catalog.names(),
+        }
+        if args.explain:
+            out["events"] = steps
+        print_json(out)
+    else:
+        print(
+            f"replayed to position {result.position}: {len(result.applied)} applied, "
+            f"{len(result.skipped)} skipped, {len(result.catalog)} models"
+        )
+        if not args.explain:
+            for s in result.skipped:
+                print(f"  skipped position {s.position} ({s.type}, event {s.event_id}): {s.reason}")
+    if args.strict and result.skipped:
+        positions = ", ".join(str(s.position) for s in result.skipped[:10])
+        more = "" if len(result.skipped) <= 10 else ", ..."
+        print(
+            f"error: {len(result.skipped)} event(s) skipped (positions {positions}{more}) with "
+            f"{app.config_label}; --strict fails on any",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+    return 0
+
+
+# -- diff -------------------------------------------------------------------
+
+
+def cmd_diff(app: App, args: argparse.Namespace) -> int:
+    a = resolve_position(app, args.frm)
+    b = resolve_position(app, args.to)
+    assert a is not None and b is not None  # both arguments are required
+    before, after = catalogs_at(
+        app.store,
+        app.declared,
+        [a, b],
+        config_path=app.config_label,
+        snapshots=app.service.snapshots,
+    )
+    diff = diff_catalogs(before, after)
+    if args.json:
+        print_json({"from": a, "to": b, **diff.to_json()})
+        return 0
+    counts = f"{len(diff.added)} added, {len(diff.removed)} removed, {len(diff.changed)} changed"
+    print(f"from position {a} to {b}: {counts}")
+    sys.stdout.write(diff.render())
+    return 0
+
+
+# -- verify -----------------------------------------------------------------
+
+
+def cmd_verify(app: App, args: argparse.Namespace) -> int:
+    expect = args.expect_head.strip().lower() if args.expect_head else None
+    report = verify_chain(app.store.read_chain(), app.store.seal(), expect)
+    if not report.ok:
+        log.warning("catalog.verify_failed", position=report.failed_at, reason=report.reason)
+    if args.json:
+        print_json(report.to_json())
+        return 0 if report.ok else EXIT_REFUSED
+    if not report.ok:
+        print(
+            f"error: verify failed at position {report.failed_at}: {report.reason}",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+    print(f"ok: {report.events} events, head position {report.head_position}")
+    print(f"head {report.head_hash}")
+    seal = report.seal
+    if seal is not None and seal.position:
+        print(
+            f"positions 1..{seal.position} predate the hash chain: covered by its seal since "
+            f"{iso(seal.sealed_at)}"
+        )
+    if report.unhashed:
+        print(
+            f"{report.unhashed} event(s) after the seal carry no hash (written by a release "
+            "before the chain); each is covered by the next hashed event"
+        )
+    if expect is not None:
+        print(f"expected head found at position {report.expected_head_at}")
+    return 0
+
+
+# -- snapshot ---------------------------------------------------------------
+
+
+def cmd_snapshot(app: App, args: argparse.Namespace) -> int:
+    snapshots = app.service.snapshots
+    if args.list:
+        rows = [
+            [
+                str(i.id),
+                str(i.position),
+                str(i.model_count),
+                str(i.skipped_count),
+                i.declared_digest[:12],
+                iso(i.created_at),
+                f"{i.size:,}",
+            ]
+            for i in snapshots.taken()
+        ]
+        headers = ["id", "position", "runtime_models", "skipped", "declared", "taken_at", "bytes"]
+        sys.stdout.write(table(headers, rows))
+        return 0
+    snapshot_id = app.service.snapshot()
+    if snapshot_id is None:
+        print("error: the database refused the snapshot (see the log)", file=sys.stderr)
+        return EXIT_REFUSED
+    (info,) = [i for i in snapshots.taken() if i.id == snapshot_id]
+    print(
+        f"snapshot {info.id} at position {info.position}: {info.model_count} runtime models, "
+        f"{info.size:,} bytes, declared catalog {info.declared_digest[:12]}"
+    )
+    return 0

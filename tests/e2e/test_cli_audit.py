@@ -1,0 +1,105 @@
+"""Auditing and debugging through the `llmgw` command: history, diff, replay --explain, verify."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import update
+
+from events.db import make_engine
+from events.tables import EventRow
+from tests.e2e.test_cli_catalog import DECLARED, TRIAL, Cli
+
+
+def _cli(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> Cli:
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'llmgw.db'}"
+    else:
+        url = str(request.getfixturevalue("empty_pg_url"))
+    cli = Cli(tmp_path, url)
+    cli.url = url  # type: ignore[attr-defined]
+    cli.write("catalog.yaml", DECLARED)
+    return cli
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
+    return _cli(request, tmp_path, request.param)
+
+
+@pytest.fixture
+def sqlite_cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
+    """The read-side commands on one back end: what they read is the store's contract,
+    run on both back ends in tests/integration; each command here costs a process."""
+    return _cli(request, tmp_path, "sqlite")
+
+
+def _ok(cli: Cli, *args: str) -> str:
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_history_filters_diff_and_explained_replay(sqlite_cli: Cli) -> None:
+    cli = sqlite_cli
+    cli.write("trial.yaml", TRIAL)
+    cli.write("trial-tp2.yaml", {**TRIAL, "profiles": [{"name": "t4", "gpu_class": "T4", "tp": 2}]})
+    _ok(cli, "add", "trial.yaml", "--actor", "alice", "--reason", "try it")
+    _ok(cli, "remove", "qwen-test", "--actor", "bob")
+    _ok(cli, "add", "trial-tp2.yaml", "--actor", "alice", "--reason", "on two cards")
+
+    history = cli.json("history", "--actor", "alice", "--type", "model.added")
+    assert [h["position"] for h in history] == [1, 3]
+    assert all(set(h) == {"position", "recorded_at", "type", "model", "actor", "reason"}
+               for h in history)  # fmt: skip
+    since = history[1]["recorded_at"]
+    assert [h["position"] for h in cli.json("history", "--since", since)] == [3]
+    # A date alone as --until is the whole of that day.
+    assert [h["position"] for h in cli.json("history", "--until", since[:10])] == [1, 2, 3]
+
+    diff = cli.json("diff", "1", "3")
+    assert diff["added"] == diff["removed"] == []
+    (changed,) = diff["changed"]
+    assert changed["model"] == "qwen-test"
+    assert {"path": "profiles[t4].tp", "before": 1, "after": 2} in changed["changes"]
+    assert "profiles[t4].tp: 1 -> 2" in _ok(cli, "diff", "1", history[1]["recorded_at"])
+
+    # The trial is moved into reviewed configuration: its runtime events now lose.
+    cli.write("next.yaml", {"models": [*DECLARED["models"], {**TRIAL, "source": "reviewed"}]})
+    assert cli("replay", "--strict").returncode == 0
+    strict = cli("replay", "--strict", "--explain", "--config", "next.yaml")
+    assert strict.returncode == 1
+    assert "3 event(s) skipped" in strict.stderr
+    assert "collides with: qwen-test, a declared model" in strict.stdout
+    explained = cli.json("replay", "--explain", "--config", "next.yaml")
+    assert {"position", "applied", "skipped", "models", "events"} <= set(explained)
+    assert [s["position"] for s in explained["skipped"]] == [1, 2, 3]
+    assert explained["events"][0]["context"]["declared_changed_since"] is True
+    until = cli.json("replay", "--until", history[0]["recorded_at"])
+    assert until["position"] == 1 and until["applied"] == [1]
+
+    assert "at position 3: 1 runtime models" in _ok(cli, "snapshot")
+    header, row = _ok(cli, "snapshot", "--list").splitlines()
+    assert header.split()[:3] == ["id", "position", "runtime_models"]
+    assert row.split()[1:3] == ["3", "1"]
+
+
+def test_verify_names_an_edited_row_and_checks_a_recorded_head(cli: Cli) -> None:
+    cli.write("trial.yaml", TRIAL)
+    _ok(cli, "add", "trial.yaml", "--actor", "alice")
+    _ok(cli, "remove", "qwen-test", "--actor", "bob")
+    report = cli.json("verify")
+    assert report["ok"] and report["head"]["position"] == 2
+    head = report["head"]["hash"]
+    _ok(cli, "add", "trial.yaml", "--actor", "carol")
+    assert "expected head found at position 2" in _ok(cli, "verify", "--expect-head", head)
+
+    engine = make_engine(cli.url)  # type: ignore[attr-defined]
+    with engine.begin() as conn:
+        conn.execute(update(EventRow).where(EventRow.position == 2).values(actor="mallory"))
+    engine.dispose()
+    failed = cli("verify")
+    assert failed.returncode == 1
+    assert "verify failed at position 2" in failed.stderr
+    assert "edited" in failed.stderr
