@@ -60,7 +60,27 @@ def downgrade(engine: Engine, revision: str) -> None:
         command.downgrade(config, revision)
 
 
+class UnknownSchema(Exception):
+    """The database is at a schema revision this code does not know."""
+
+
 def ensure_schema(engine: Engine) -> None:
-    """Migrate an empty or older database on first use; a no-op when already at head."""
-    if not is_at_head(engine):
-        upgrade(engine)
+    """Migrate an empty or older database on first use; a no-op when already at head.
+
+    A database stamped with a revision this code has never heard of was
+    written by a newer release (or a development branch): refuse to touch it
+    rather than guess, and say so.
+    """
+    current = current_revisions(engine)
+    if current == head_revisions():
+        return
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    known = {rev.revision for rev in script.walk_revisions()}
+    unknown = sorted(current - known)
+    if unknown:
+        raise UnknownSchema(
+            f"the database's schema is at revision {', '.join(unknown)}, which this version "
+            "of llmgw does not know: it was written by a newer release. Upgrade llmgw, or "
+            "point --db at another database"
+        )
+    upgrade(engine)

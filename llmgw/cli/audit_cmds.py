@@ -6,7 +6,7 @@ import argparse
 import heapq
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import structlog
@@ -20,6 +20,7 @@ from events.timetravel import catalogs_at
 from events.types import StoredEvent
 from llmgw.cli.catalog_cmds import resolve_position
 from llmgw.cli.context import EXIT_REFUSED, App, Refused, iso, parse_when, print_json, table
+from scheduler.store import PlacementEvent, SchedulerStore
 
 log = structlog.get_logger("llmgw.catalog")
 
@@ -45,6 +46,12 @@ def register(
     )
     p.add_argument(
         "--until", type=_time, metavar="TIME", help="only events recorded at or before TIME"
+    )
+    p.add_argument(
+        "--placements",
+        action="store_true",
+        help="also the scheduler's placement events (placement.placed, placement.removed), "
+        "merged by time; each line then says which log it is from",
     )
     p.add_argument("--json", action="store_true", help="a list of objects, for programs")
     p.set_defaults(run=cmd_history)
@@ -122,6 +129,9 @@ class HistoryEntry:
     model: str | None
     actor: str
     reason: str
+    # None for the catalog's log alone; "catalog" or "placements" when merged,
+    # since the two logs number their positions separately.
+    log: str | None = None
 
     @classmethod
     def of(cls, event: StoredEvent) -> HistoryEntry:
@@ -129,8 +139,23 @@ class HistoryEntry:
             event.position, event.recorded_at, event.type, event.model, event.actor, event.reason
         )
 
+    @classmethod
+    def of_placement(cls, event: PlacementEvent) -> HistoryEntry:
+        where = f"replica {event.replica} ({event.profile}) on {', '.join(event.nodes)}"
+        reason = f"{where}: {event.reason}" if event.reason else where
+        reason += f" [round {event.round_id}, catalog position {event.catalog_position}]"
+        return cls(
+            event.position,
+            event.recorded_at,
+            event.type,
+            event.model,
+            "scheduler",
+            reason,
+            "placements",
+        )
+
     def to_json(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "position": self.position,
             "recorded_at": iso(self.recorded_at),
             "type": self.type,
@@ -138,6 +163,9 @@ class HistoryEntry:
             "actor": self.actor,
             "reason": self.reason,
         }
+        if self.log is not None:
+            out["log"] = self.log
+        return out
 
 
 def history_query(args: argparse.Namespace) -> HistoryQuery:
@@ -157,25 +185,39 @@ def _until(text: str) -> datetime:
     return when
 
 
-def history_sources(app: App, query: HistoryQuery) -> list[Iterable[HistoryEntry]]:
+def history_sources(
+    app: App, query: HistoryQuery, *, placements: bool = False
+) -> list[Iterable[HistoryEntry]]:
     """The logs ``history`` reads, each in time order, all filtered by ``query``.
 
-    The hook for ``--placements``: the scheduler's ``placement_events`` table
-    becomes a second source here (``PlacementStore.events(model=, since=,
-    until=)`` as ``HistoryEntry`` rows, actor "scheduler"); ``cmd_history``
-    already merges the sources by time.
+    With ``placements``, the scheduler's ``placement_events`` are a second
+    source (actor "scheduler"), merged by time by ``cmd_history``.
     """
-    return [(HistoryEntry.of(e) for e in app.store.history(query))]
+    if not placements:
+        return [(HistoryEntry.of(e) for e in app.store.history(query))]
+    catalog = (replace(HistoryEntry.of(e), log="catalog") for e in app.store.history(query))
+    sources: list[Iterable[HistoryEntry]] = [catalog]
+    if query.actor in (None, "scheduler"):
+        events = SchedulerStore(app.engine).events(
+            model=query.model, since=query.since, until=query.until
+        )
+        sources.append(
+            HistoryEntry.of_placement(e)
+            for e in events
+            if query.type is None or e.type == query.type
+        )
+    return sources
 
 
 def cmd_history(app: App, args: argparse.Namespace) -> int:
-    sources = history_sources(app, history_query(args))
+    sources = history_sources(app, history_query(args), placements=args.placements)
     entries: Iterator[HistoryEntry] = heapq.merge(*sources, key=lambda e: e.recorded_at)
     rows = [e.to_json() for e in entries]
     if args.json:
         print_json(rows)
         return 0
-    sys.stdout.write(table(HISTORY_KEYS, [[str(r[h] or "") for h in HISTORY_KEYS] for r in rows]))
+    keys = [*HISTORY_KEYS, "log"] if args.placements else HISTORY_KEYS
+    sys.stdout.write(table(keys, [[str(r[h] or "") for h in keys] for r in rows]))
     return 0
 
 

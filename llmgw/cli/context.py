@@ -17,7 +17,7 @@ from sqlalchemy.exc import OperationalError
 from catalog import Catalog, CatalogError, load_declared
 from events import CatalogService, CommandConflict, EventStore
 from events.db import make_engine
-from events.migrate import ensure_schema
+from events.migrate import UnknownSchema, ensure_schema
 from llmgw.settings import Settings
 
 EXIT_OK = 0
@@ -66,7 +66,7 @@ def refusals() -> Iterator[None]:
     """Turn the domain's refusals into exit status 1 with the message on stderr."""
     try:
         yield
-    except (CatalogError, CommandConflict, Refused) as exc:
+    except (CatalogError, CommandConflict, Refused, UnknownSchema) as exc:
         raise SystemExitWith(EXIT_REFUSED, f"error: {exc}") from None
     except OperationalError as exc:
         raise SystemExitWith(

@@ -131,3 +131,23 @@ def test_a_bad_node_report_is_refused_whole_and_names_the_node_and_field(cli: Cl
     typo = cli("nodes", "report", cli.write("typo.yaml", {"name": "n", "gpu": 2}))
     assert typo.returncode == 1 and "gpu" in typo.stderr
     assert cli.json("nodes", "list") == []
+
+
+def test_history_shows_placement_events_beside_catalog_events(cli: Cli) -> None:
+    cli("nodes", "report", cli.write("nodes.yaml", {"nodes": NODES}))
+    cli.write("trial.yaml", {**DECLARED["models"][1], "name": "trial"})
+    assert cli("add", "trial.yaml", "--actor", "alice").returncode == 0
+    cli.json("place")
+    merged = cli.json("history", "--placements")
+    logs = [(e["log"], e["type"]) for e in merged]
+    assert logs[0] == ("catalog", "model.added")
+    placed = [e for e in merged if e["log"] == "placements"]
+    assert {e["type"] for e in placed} == {"placement.placed"}
+    assert {e["model"] for e in placed} == {"llama-70b", "qwen-0.5b", "trial"}
+    assert all(e["actor"] == "scheduler" and "round 1" in e["reason"] for e in placed)
+    only_trial = cli.json("history", "--placements", "--model", "trial")
+    assert [(e["log"], e["type"]) for e in only_trial] == [
+        ("catalog", "model.added"),
+        ("placements", "placement.placed"),
+    ]
+    assert "log" not in cli.json("history")[0]
