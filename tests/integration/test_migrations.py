@@ -59,3 +59,9 @@ def test_a_database_from_a_newer_release_is_refused_not_touched(empty_url: str) 
         ensure_schema(engine)
     assert current_revision(engine) == "0999_future"
     engine.dispose()
+
+
+def test_the_schema_head_the_code_expects_is_the_migrations_head() -> None:
+    from events.migrate import SCHEMA_HEAD, head_revisions
+
+    assert head_revisions() == SCHEMA_HEAD
