@@ -19,7 +19,6 @@ from catalog.errors import CatalogError
 from catalog.model import Model
 from catalog.parse import parse_model
 
-
 # libyaml's parser when PyYAML was built with it: several times faster on a
 # catalog of thousands of models, and every command reads the declared file.
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
