@@ -38,3 +38,50 @@ step add a100-trial.yaml --actor dave --reason "does it fit?"
 step place
 echo
 echo "The database is $work/llmgw.db; run more commands with LLMGW_DATABASE_URL=$LLMGW_DATABASE_URL"
+
+# The API: the same commands over HTTP. An agent reports its node with a token issued for
+# it; an operator adds a model; each is refused what its role does not allow.
+if ! command -v curl >/dev/null; then
+  echo "(curl is not installed: skipping the API part of the demo)"
+  exit 0
+fi
+printf '\n\033[1m$ llmgw token new dave --role operator; llmgw token new agent-t4-01 --role agent --node t4-01\033[0m\n'
+"$llmgw" token new dave --role operator > dave.token
+"$llmgw" token new agent-t4-01 --role agent --node t4-01 > agent.token
+tail -n +2 dave.token > auth.toml && tail -n +2 agent.token >> auth.toml
+cat auth.toml
+ops=$(head -1 dave.token) agent=$(head -1 agent.token)
+
+printf '\n\033[1m$ llmgw serve --auth-file auth.toml --port 0 &\033[0m\n'
+"$llmgw" serve --auth-file auth.toml --port 0 > serve.out 2> serve.log &
+server=$!
+stop_server() { kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null; }
+trap stop_server EXIT
+for _ in $(seq 100); do grep -q "listening on" serve.out 2>/dev/null && break; sleep 0.1; done
+url=$(sed -n 's/.*listening on //p' serve.out)
+if [ -z "$url" ]; then echo "the server did not start:"; cat serve.log; exit 1; fi
+for _ in $(seq 100); do curl -sf "$url/healthz" >/dev/null && break; sleep 0.1; done
+echo "$(cat serve.out)"
+
+# curl with a token ($1: ops or agent), printing the command, the body and the status.
+api() {
+  local who=$1; shift
+  local token; [ "$who" = ops ] && token=$ops || token=$agent
+  printf '\n\033[1m$ curl %s  (as %s)\033[0m\n' "$*" "$who"
+  curl -s -w '\n(HTTP %{http_code})\n' -H "Authorization: Bearer $token" "$@"
+}
+api agent -X PUT "$url/v1/nodes/t4-01" -d '{"gpu_class": "T4", "gpus": 4, "memory_gb": 96}'
+api agent -X PUT "$url/v1/nodes/t4-02" -d '{"gpu_class": "T4", "gpus": 4}'
+api agent -X POST "$url/v1/catalog/models" --data-binary @qwen-coder.yaml
+api ops -X POST "$url/v1/catalog/models?reason=through+the+API" -H 'Idempotency-Key: demo-api-1' \
+  --data-binary @qwen-coder.yaml
+api ops -X POST "$url/v1/catalog/models" --data-binary @clash.yaml
+api ops "$url/v1/models"
+head=$(curl -s -H "Authorization: Bearer $ops" "$url/v1/events?limit=1" |
+  "$here/.venv/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["head"])')
+api ops "$url/v1/events?after=$((head - 2))"
+api agent "$url/v1/placements?node=t4-01"
+printf '\n\033[1m$ kill -TERM %s  (stops the server)\033[0m\n' "$server"
+stop_server
+trap - EXIT
+grep -c '"api.request"' serve.log | sed 's/$/ api.request log lines in serve.log/'

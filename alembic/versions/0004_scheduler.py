@@ -4,6 +4,7 @@ Revision ID: 0004_scheduler
 Revises: 0003_snapshots
 Create Date: 2026-12-02
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,0 +1,121 @@
+"""Who may do what: one FastAPI dependency per kind of route, turning a bearer token into a
+``Caller`` (the services, and who is calling).
+
+- No token where one is needed, or a token that is not configured: 401, with
+  ``WWW-Authenticate: Bearer``. A wrong token is refused even on a route that
+  is open to reading: a bad credential is a bug or an attack, never ignored.
+- A configured token whose role does not allow the call: 403.
+
+One ``async`` dependency per route, reading the header itself, because
+dependency resolution is most of what a read costs: FastAPI runs a plain
+``def`` dependency in its thread pool, and a graph of small dependencies
+(a bearer scheme, the services, the principal, the role) cost more than the
+whole route did. The bearer scheme is declared in the OpenAPI document by
+``app._openapi`` instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from llmgw.api.auth import Principal, Role
+from llmgw.api.problems import Problem
+from llmgw.api.services import Services
+
+ANONYMOUS = Principal("anonymous", Role.READER)
+# Merged into a route's OpenAPI operation: it takes a bearer token.
+SECURED: dict[str, Any] = {"security": [{"bearer": []}]}
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    svc: Services
+    who: Principal
+
+
+def services(request: Request) -> Services:
+    found: Services = request.app.state.services
+    return found
+
+
+def _principal(request: Request, svc: Services) -> Principal | None:
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Problem(
+            401,
+            "unauthenticated",
+            "the Authorization header must be `Bearer <token>`",
+            headers={"WWW-Authenticate": 'Bearer error="invalid_request"'},
+        )
+    principal = svc.book.verify(token.strip())
+    if principal is None:
+        raise Problem(
+            401,
+            "unauthenticated",
+            "the token is not configured on this server (revoked, or mistyped)",
+            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+        )
+    request.state.actor = principal.name
+    return principal
+
+
+def _required(principal: Principal | None, what: str) -> Principal:
+    if principal is None:
+        raise Problem(
+            401,
+            "unauthenticated",
+            f"{what} needs a bearer token (Authorization: Bearer <token>)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return principal
+
+
+async def reader(request: Request) -> Caller:
+    svc = services(request)
+    principal = _principal(request, svc)
+    if principal is None and svc.settings.reads_open:
+        return Caller(svc, ANONYMOUS)
+    return Caller(svc, _required(principal, "reading"))
+
+
+async def operator(request: Request) -> Caller:
+    svc = services(request)
+    who = _required(_principal(request, svc), "changing the catalog")
+    if not who.may_change_catalog():
+        raise Problem(
+            403,
+            "forbidden",
+            f"token {who.name!r} has the {who.role.value} role; changing the catalog needs an "
+            "operator token",
+        )
+    return Caller(svc, who)
+
+
+async def reporter(request: Request) -> Caller:
+    """Any token that may report some node; which node is checked by the route."""
+    svc = services(request)
+    who = _required(_principal(request, svc), "reporting a node")
+    if who.role is Role.READER:
+        raise Problem(
+            403,
+            "forbidden",
+            f"token {who.name!r} has the reader role; reporting a node needs its agent token",
+        )
+    return Caller(svc, who)
+
+
+async def anyone(request: Request) -> Services:
+    """For the routes open to all (health, readiness)."""
+    return services(request)
+
+
+Reader = Annotated[Caller, Depends(reader)]
+Operator = Annotated[Caller, Depends(operator)]
+Reporter = Annotated[Caller, Depends(reporter)]
+Anyone = Annotated[Services, Depends(anyone)]

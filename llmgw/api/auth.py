@@ -1,0 +1,209 @@
+"""Bearer tokens: who may call the API, in which role, stored hashed.
+
+A token is 32 random bytes (256 bits) from ``secrets``, shown once when it is
+issued (``llmgw token new``). Only its SHA-256 is configured. A plain, fast
+hash is enough *because* the token is random: there is nothing to guess a
+256-bit value from, so the slow, salted hashes that protect people's
+passwords (bcrypt, argon2) would add ~100 ms to every request and no
+security. A leaked settings file therefore leaks no usable token.
+
+A presented token is hashed and compared with every configured hash using
+``hmac.compare_digest``, without stopping at the first match, so the time a
+check takes says nothing about which entry, or how much of one, matched.
+
+Roles:
+
+- ``operator``: changes the catalog; may also report any node (tooling).
+- ``agent``: reports only the nodes it was issued for; reads.
+- ``reader``: reads.
+
+The token's name is recorded as the ``actor`` of every event it causes.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+TOKEN_PREFIX = "llmgw_"
+# A token name is an event's actor and a key in the settings file: keep it to
+# characters that need no quoting anywhere (and no ':' ';' ',' used by LLMGW_TOKENS).
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class Role(enum.StrEnum):
+    OPERATOR = "operator"
+    AGENT = "agent"
+    READER = "reader"
+
+
+class TokenConfigError(ValueError):
+    """A token entry that cannot be used; the message names the entry and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEntry:
+    """One configured token: its name, role, the nodes an agent may report, and its hash."""
+
+    name: str
+    role: Role
+    sha256: str
+    nodes: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, data: dict[str, Any], where: str) -> TokenEntry:
+        """An entry from the settings file (a TOML table), checked; ``where`` names it."""
+        known = {"name", "role", "sha256", "nodes"}
+        extra = sorted(set(data) - known)
+        if extra:
+            raise TokenConfigError(
+                f"{where}: unknown key(s) {', '.join(map(repr, extra))}; "
+                f"a token has {', '.join(sorted(known))}"
+            )
+        name, role, digest, nodes = (data.get(k) for k in ("name", "role", "sha256", "nodes"))
+        if not isinstance(nodes, list | tuple | type(None)) or not all(
+            isinstance(n, str) for n in nodes or ()
+        ):
+            raise TokenConfigError(f"{where}: nodes must be a list of node names")
+        return cls.checked(name, role, digest, tuple(nodes or ()), where)
+
+    @classmethod
+    def checked(
+        cls, name: object, role: object, digest: object, nodes: tuple[str, ...], where: str
+    ) -> TokenEntry:
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            raise TokenConfigError(
+                f"{where}: name {name!r} must be 1-64 letters, digits or ._@- "
+                "(it becomes the actor of the events the token causes)"
+            )
+        try:
+            parsed_role = Role(str(role))
+        except ValueError:
+            raise TokenConfigError(
+                f"{where}: token {name!r} has role {role!r}; use one of "
+                f"{', '.join(r.value for r in Role)}"
+            ) from None
+        if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+            raise TokenConfigError(
+                f"{where}: token {name!r}: sha256 must be the 64 lowercase hex digits "
+                "printed by `llmgw token new` (the token itself is never configured)"
+            )
+        if parsed_role is Role.AGENT and not nodes:
+            raise TokenConfigError(
+                f"{where}: agent token {name!r} names no node; give the nodes it may report"
+            )
+        if parsed_role is not Role.AGENT and nodes:
+            raise TokenConfigError(
+                f"{where}: token {name!r} has the {parsed_role.value} role and cannot be "
+                "limited to nodes; only agent tokens are"
+            )
+        if any(not n for n in nodes):
+            raise TokenConfigError(f"{where}: token {name!r} names an empty node")
+        return cls(name, parsed_role, digest, nodes)
+
+    def to_toml(self) -> str:
+        lines = ["[[tokens]]", f'name = "{self.name}"', f'role = "{self.role.value}"']
+        if self.nodes:
+            lines.append("nodes = [" + ", ".join(_toml_string(n) for n in self.nodes) + "]")
+        lines.append(f'sha256 = "{self.sha256}"')
+        return "\n".join(lines)
+
+    def to_env(self) -> str:
+        """The entry in ``LLMGW_TOKENS`` form: ``name:role:sha256[:node,node]``."""
+        parts = [self.name, self.role.value, self.sha256]
+        if self.nodes:
+            parts.append(",".join(self.nodes))
+        return ":".join(parts)
+
+
+def _toml_string(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def parse_env_tokens(value: str, where: str = "LLMGW_TOKENS") -> list[TokenEntry]:
+    """``name:role:sha256[:node,node]`` entries separated by ``;`` or new lines."""
+    entries = []
+    for i, raw in enumerate(re.split(r"[;\n]", value)):
+        text = raw.strip()
+        if not text:
+            continue
+        parts = text.split(":")
+        if len(parts) not in (3, 4):
+            raise TokenConfigError(
+                f"{where} entry {i + 1}: expected name:role:sha256 or name:role:sha256:node,node"
+            )
+        nodes = tuple(n.strip() for n in parts[3].split(",")) if len(parts) == 4 else ()
+        entries.append(
+            TokenEntry.checked(parts[0], parts[1], parts[2], nodes, f"{where} entry {i + 1}")
+        )
+    return entries
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the token's name (the events' actor), role and nodes."""
+
+    name: str
+    role: Role
+    nodes: frozenset[str] = frozenset()
+
+    def may_change_catalog(self) -> bool:
+        return self.role is Role.OPERATOR
+
+    def may_report(self, node: str) -> bool:
+        return self.role is Role.OPERATOR or (self.role is Role.AGENT and node in self.nodes)
+
+
+class TokenBook:
+    """The configured tokens; answers "whose is this token?"."""
+
+    def __init__(self, entries: Iterable[TokenEntry]) -> None:
+        self._entries = tuple(entries)
+        seen: dict[str, str] = {}
+        for e in self._entries:
+            if e.sha256 in seen:
+                raise TokenConfigError(
+                    f"tokens {seen[e.sha256]!r} and {e.name!r} have the same hash; "
+                    "issue a new token for one of them"
+                )
+            seen[e.sha256] = e.name
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def verify(self, token: str) -> Principal | None:
+        presented = digest(token)
+        found: TokenEntry | None = None
+        for entry in self._entries:
+            # Every entry is compared, match or not: the loop takes the same time
+            # whichever entry holds the token.
+            if hmac.compare_digest(presented, entry.sha256) and found is None:
+                found = entry
+        if found is None:
+            return None
+        return Principal(found.name, found.role, frozenset(found.nodes))
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    token: str
+    entry: TokenEntry
+
+
+def issue_token(name: str, role: str, nodes: Iterable[str] = ()) -> IssuedToken:
+    """A fresh random token and the entry (holding only its hash) to configure."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    entry = TokenEntry.checked(name, role, digest(token), tuple(nodes), "llmgw token new")
+    return IssuedToken(token, entry)

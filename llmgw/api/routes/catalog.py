@@ -1,0 +1,191 @@
+"""The catalog: the OpenAI-compatible model list, full definitions, and add/remove.
+
+Where a refusal is raised says what it is: ``parse_definitions`` refusing a
+body is an invalid definition (422); ``CatalogService`` refusing a valid
+definition because of what is already in the catalog (a collision, a declared
+model, a dependent fallback) is a refusal by a rule (409), as are a conflict
+with concurrent writers and a reused idempotency key.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from anyio import to_thread
+from fastapi import APIRouter, Header, Query, Request, Response
+
+from catalog import CatalogError, Model, parse_definitions
+from events import CommandConflict, CommandResult, KeyReused
+from llmgw.api import schemas
+from llmgw.api.access import SECURED, Operator, Reader
+from llmgw.api.bodies import ORIGIN, read_body, text_problem
+from llmgw.api.problems import ApiJSON, Problem, errors, refused
+from llmgw.api.services import Services
+from llmgw.api.views import catalog_entry, event_json, openai_entry
+
+router = APIRouter()
+
+# Keys are stored as event ids (with ``#2``... for a list): printable, bounded.
+KeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        pattern=r"^[!-~]{1,128}$",
+        description="The same key again is recorded once and answers the first outcome "
+        "(200); with a different change it is refused (409).",
+    ),
+]
+ReasonQuery = Annotated[str, Query(max_length=2000, description="why (recorded in the log)")]
+
+
+def _definition_body() -> dict[str, Any]:
+    one = {"$ref": "#/components/schemas/ModelDefinition"}
+    many = {
+        "type": "object",
+        "properties": {"models": {"type": "array", "items": one, "minItems": 1}},
+        "required": ["models"],
+        "additionalProperties": False,
+    }
+    return {
+        "requestBody": {
+            "required": True,
+            "description": 'One model definition, or `{"models": [...]}` (all or nothing); '
+            "the shape of a file given to `llmgw add` (JSON, or YAML).",
+            "content": {"application/json": {"schema": {"anyOf": [one, many]}}},
+        }
+    }
+
+
+@router.get(
+    "/v1/models",
+    response_model=schemas.OpenAIModelList,
+    responses=errors(401, 503),
+    tags=["catalog"],
+    summary="The models clients can request (OpenAI-compatible list)",
+    openapi_extra=SECURED,
+)
+def list_models(call: Reader) -> Response:
+    catalog = call.svc.gate.view().catalog
+    return ApiJSON({"object": "list", "data": [openai_entry(catalog, m) for m in catalog.models()]})
+
+
+@router.get(
+    "/v1/catalog",
+    response_model=list[schemas.CatalogEntry],
+    responses=errors(401, 503),
+    tags=["catalog"],
+    summary="Every model's full definition (as `llmgw models --json`)",
+    openapi_extra=SECURED,
+)
+def get_catalog(call: Reader) -> Response:
+    view = call.svc.gate.view()
+    return ApiJSON(
+        [catalog_entry(view.catalog, m) for m in view.catalog.models()],
+        headers={"X-Llmgw-Position": str(view.position)},
+    )
+
+
+@router.get(
+    "/v1/catalog/{name:path}",
+    response_model=schemas.CatalogEntry,
+    responses=errors(401, 404, 503),
+    tags=["catalog"],
+    summary="One model's definition, by name or alias",
+    openapi_extra=SECURED,
+)
+def get_model(name: str, call: Reader) -> Response:
+    view = call.svc.gate.view()
+    model = view.catalog.resolve(name)
+    if model is None:
+        raise Problem(
+            404, "not-found", f"model {name!r} is not in the catalog (neither a name nor an alias)"
+        )
+    return ApiJSON(
+        catalog_entry(view.catalog, model), headers={"X-Llmgw-Position": str(view.position)}
+    )
+
+
+@router.post(
+    "/v1/catalog/models",
+    status_code=201,
+    response_model=schemas.CommandOutcome,
+    responses={
+        200: {"model": schemas.CommandOutcome, "description": "already recorded (same key)"},
+        **errors(401, 403, 409, 413, 422, 503),
+    },
+    openapi_extra={**_definition_body(), **SECURED},
+    tags=["catalog"],
+    summary="Add one model or a list, all or nothing",
+)
+async def add_models(
+    request: Request, call: Operator, key: KeyHeader = None, reason: ReasonQuery = ""
+) -> Response:
+    _check_reason(reason)
+    data = await read_body(request, call.svc.settings.max_body_bytes, "invalid-definition")
+    try:
+        models = parse_definitions(data, ORIGIN)
+    except CatalogError as exc:
+        raise refused(exc, "invalid-definition", 422) from None
+    if not models:
+        raise Problem(422, "invalid-definition", f"{ORIGIN}: holds no model definitions")
+    result = await to_thread.run_sync(_add, call.svc, models, call.who.name, reason, key)
+    return _outcome(result)
+
+
+def _add(
+    svc: Services, models: list[Model], actor: str, reason: str, key: str | None
+) -> CommandResult:
+    try:
+        return svc.gate.add(models, actor=actor, reason=reason, key=key)
+    except KeyReused as exc:
+        raise refused(exc, "key-reused") from None
+    except CatalogError as exc:
+        raise refused(exc) from None
+    except CommandConflict as exc:
+        raise Problem(409, "conflict", str(exc)) from None
+
+
+@router.delete(
+    "/v1/catalog/models/{name:path}",
+    response_model=schemas.CommandOutcome,
+    responses=errors(401, 403, 404, 409, 422, 503),
+    openapi_extra=SECURED,
+    tags=["catalog"],
+    summary="Remove a model added at runtime",
+)
+async def remove_model(
+    name: str, call: Operator, key: KeyHeader = None, reason: ReasonQuery = ""
+) -> Response:
+    _check_reason(reason)
+    result = await to_thread.run_sync(_remove, call.svc, name, call.who.name, reason, key)
+    return _outcome(result, created=False)
+
+
+def _remove(svc: Services, name: str, actor: str, reason: str, key: str | None) -> CommandResult:
+    try:
+        return svc.gate.remove(name, actor=actor, reason=reason, key=key)
+    except KeyReused as exc:
+        raise refused(exc, "key-reused") from None
+    except CatalogError as exc:
+        if name not in svc.gate.view().catalog:
+            raise Problem(404, "not-found", str(exc), model=name) from None
+        raise refused(exc) from None
+    except CommandConflict as exc:
+        raise Problem(409, "conflict", str(exc)) from None
+
+
+def _check_reason(reason: str) -> None:
+    problem = text_problem(reason, "reason")
+    if problem:
+        raise Problem(422, "invalid-request", problem)
+
+
+def _outcome(result: CommandResult, *, created: bool = True) -> Response:
+    return ApiJSON(
+        {
+            "already_recorded": result.already_recorded,
+            "events": [event_json(e) for e in result.events],
+            "position": max(result.positions, default=0),
+        },
+        status_code=201 if created and not result.already_recorded else 200,
+    )

@@ -1,0 +1,126 @@
+"""Nodes and placements: an agent's report (also its heartbeat), the inventory, and what
+runs where.
+
+An agent reports with a token issued for its node names; the name in the path
+fills the report's ``name`` or must equal it, so a report cannot be sent for
+one node and recorded for another.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from anyio import to_thread
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from llmgw.api import schemas
+from llmgw.api.access import SECURED, Reader, Reporter
+from llmgw.api.bodies import ORIGIN, read_body, text_problem
+from llmgw.api.problems import ApiJSON, Problem, errors
+from llmgw.api.services import Services
+from llmgw.api.views import node_json, placement_json
+from scheduler import Node, NodeReport, NodeReportError, parse_node_report
+
+router = APIRouter()
+
+
+def _report_body() -> dict[str, Any]:
+    schema = NodeReport.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema["required"] = [r for r in schema.get("required", []) if r != "name"]
+    schema["description"] = "An agent's report of its node; `name` may be left out (the path's)."
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": schema}},
+        }
+    }
+
+
+@router.put(
+    "/v1/nodes/{name}",
+    response_model=schemas.NodeState,
+    responses=errors(401, 403, 413, 422, 503),
+    openapi_extra={**_report_body(), **SECURED},
+    tags=["nodes"],
+    summary="An agent's report of its node (also its heartbeat)",
+)
+async def report_node(name: str, request: Request, call: Reporter) -> Response:
+    svc, who = call.svc, call.who
+    problem = text_problem(name, "the node name")
+    if problem:
+        raise Problem(422, "invalid-node-report", problem)
+    if not who.may_report(name):
+        allowed = ", ".join(sorted(who.nodes)) or "none"
+        raise Problem(
+            403,
+            "forbidden",
+            f"token {who.name!r} may report node(s) {allowed}, not {name!r}; "
+            "each agent reports with the token issued for its own nodes",
+        )
+    data = await read_body(request, svc.settings.max_body_bytes, "invalid-node-report")
+    if not isinstance(data, dict):
+        raise Problem(422, "invalid-node-report", f"{ORIGIN}: a node report is a mapping of fields")
+    if "name" not in data:
+        data = {**data, "name": name}
+    elif data["name"] != name:
+        raise Problem(
+            422,
+            "invalid-node-report",
+            f"{ORIGIN} reports node {data['name']!r} but the path names {name!r}; "
+            "they must match (or leave name out of the body)",
+        )
+    try:
+        report = parse_node_report(data)
+    except NodeReportError as exc:
+        raise Problem(
+            422, "invalid-node-report", "; ".join(exc.problems), problems=list(exc.problems)
+        ) from None
+    node = await to_thread.run_sync(_record, svc, report)
+    return ApiJSON(node_json(node, datetime.now(UTC), svc.settings.policy))
+
+
+def _record(svc: Services, report: NodeReport) -> Node:
+    try:
+        with svc.writing:
+            (node,) = svc.nodes.report([report], datetime.now(UTC))
+    except OverflowError as exc:  # SQLite's integers stop at 2**63; PostgreSQL's is DataError
+        raise Problem(
+            422, "invalid-node-report", f"the database cannot store a value: {exc}"
+        ) from None
+    svc.metrics.node_reports.inc()
+    return node
+
+
+@router.get(
+    "/v1/nodes",
+    response_model=list[schemas.NodeState],
+    responses=errors(401, 503),
+    openapi_extra=SECURED,
+    tags=["nodes"],
+    summary="The inventory as reported, with each node's freshness",
+)
+def list_nodes(call: Reader) -> Response:
+    now, svc = datetime.now(UTC), call.svc
+    return ApiJSON([node_json(n, now, svc.settings.policy) for n in svc.nodes.nodes()])
+
+
+@router.get(
+    "/v1/placements",
+    response_model=list[schemas.PlacementEntry],
+    responses=errors(401, 503),
+    openapi_extra=SECURED,
+    tags=["nodes"],
+    summary="Where every replica runs; with ?node=, what that node's agent should run",
+)
+def list_placements(
+    call: Reader,
+    node: Annotated[str | None, Query(description="only replicas on this node")] = None,
+) -> Response:
+    svc = call.svc
+    placements = svc.nodes.state().placements
+    if node is not None:
+        placements = tuple(p for p in placements if node in p.nodes)
+    catalog = svc.gate.view().catalog
+    return ApiJSON([placement_json(p, catalog) for p in placements])

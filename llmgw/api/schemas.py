@@ -1,0 +1,126 @@
+"""Response shapes, for the OpenAPI document (``/openapi.json``) and its clients.
+
+Routes build plain dicts (``views``) and these describe them; the fuzz tests
+check every answer against this document.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ModelCapabilities(BaseModel):
+    tools: bool
+    vision: bool
+    embeddings: bool
+
+
+class OpenAIModel(_Open):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    aliases: list[str]
+    context_length: int
+    max_output: int
+    capabilities: ModelCapabilities
+    declared: bool
+
+
+class OpenAIModelList(BaseModel):
+    object: Literal["list"]
+    data: list[OpenAIModel]
+
+
+class CatalogEntry(_Open):
+    """A full definition with every default applied (see the README's table), and
+    whether it is declared in the configuration file."""
+
+    name: str
+    aliases: list[str]
+    source: str
+    profiles: list[dict[str, Any]]
+    scaling: dict[str, Any]
+    fallbacks: list[str]
+    declared: bool
+
+
+class Event(BaseModel):
+    position: int
+    event_id: str
+    command_id: str
+    type: str
+    schema_version: int
+    model: str | None
+    actor: str
+    reason: str
+    recorded_at: str
+    payload: Any
+
+
+class EventPage(BaseModel):
+    events: list[Event]
+    # Pass as ?after= for the next page; there is no more when next_after >= head.
+    next_after: int
+    head: int
+
+
+class CommandOutcome(BaseModel):
+    """What a change recorded (or, for a repeated key, what the first attempt recorded)."""
+
+    already_recorded: bool
+    events: list[Event]
+    position: int
+
+
+class NodeState(BaseModel):
+    name: str
+    gpu_class: str | None
+    gpus: int
+    gpus_reserved: int
+    memory_gb: float | None
+    labels: dict[str, str]
+    fabric: str | None
+    reported_at: str
+    stale: bool
+    state: Literal["fresh", "stale", "lost"]
+
+
+class EngineLaunch(_Open):
+    name: str
+    engine: str
+    gpu_class: str | None
+    tp: int
+    pp: int
+    gpus_per_node: int
+    nodes: int
+    args: list[str]
+    env: dict[str, str]
+    model_path: str
+    served_model_name: str
+
+
+class PlacementEntry(BaseModel):
+    model: str
+    replica: int
+    profile: str
+    nodes: list[str]
+    gpus_per_node: int
+    gpu_class: str | None
+    engine: EngineLaunch | None
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Ready(BaseModel):
+    status: str
+    schema_revision: str | None
+    catalog_position: int

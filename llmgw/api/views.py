@@ -1,0 +1,93 @@
+"""What the API answers with: the JSON shapes of models, events, nodes and placements.
+
+The catalog entries are the CLI's (``llmgw models --json``: the full
+definition plus ``declared``) and the node rows are ``llmgw nodes list
+--json``'s; tests hold the two side by side.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from catalog import Catalog, Model
+from events import StoredEvent
+from scheduler import Node, Placement, StalenessPolicy
+from scheduler.staleness import Freshness, freshness
+
+
+def iso(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def catalog_entry(catalog: Catalog, model: Model) -> dict[str, Any]:
+    return {**model.to_definition(), "declared": catalog.is_declared(model.name)}
+
+
+def openai_entry(catalog: Catalog, model: Model) -> dict[str, Any]:
+    """One entry of the OpenAI-compatible model list, with what a client sizes prompts by."""
+    return {
+        "id": model.name,
+        "object": "model",
+        # The catalog does not record when a model was created; 0 says "unknown".
+        "created": 0,
+        "owned_by": "llmgw",
+        "aliases": list(model.aliases),
+        "context_length": model.context_length,
+        "max_output": model.max_output,
+        "capabilities": model.capabilities.model_dump(mode="json"),
+        "declared": catalog.is_declared(model.name),
+    }
+
+
+def event_json(event: StoredEvent) -> dict[str, Any]:
+    try:
+        payload: Any = json.loads(event.payload)
+    except (ValueError, TypeError):
+        payload = event.payload  # replay names it as unreadable; a reader still sees it
+    return {
+        "position": event.position,
+        "event_id": event.event_id,
+        "command_id": event.command_id,
+        "type": event.type,
+        "schema_version": event.schema_version,
+        "model": event.model,
+        "actor": event.actor,
+        "reason": event.reason,
+        "recorded_at": iso(event.recorded_at),
+        "payload": payload,
+    }
+
+
+def node_json(node: Node, now: datetime, policy: StalenessPolicy) -> dict[str, Any]:
+    state = freshness(node.reported_at, now, policy)
+    return {
+        "name": node.name,
+        "gpu_class": node.gpu_class,
+        "gpus": node.gpus,
+        "gpus_reserved": node.gpus_reserved,
+        "memory_gb": node.memory_gb,
+        "labels": dict(node.labels),
+        "fabric": node.fabric,
+        "reported_at": iso(node.reported_at),
+        "stale": state is not Freshness.FRESH,
+        "state": state.value,
+    }
+
+
+def placement_json(p: Placement, catalog: Catalog) -> dict[str, Any]:
+    """A replica, and what its agent starts: the engine view of its profile, when the
+    model and profile are still in the catalog (a replica being removed may not be)."""
+    model = catalog.resolve(p.model)
+    engine = model.engine_profile(p.profile) if model is not None else None
+    return {
+        "model": p.model,
+        "replica": p.replica,
+        "profile": p.profile,
+        "nodes": list(p.nodes),
+        "gpus_per_node": p.gpus_per_node,
+        "gpu_class": p.gpu_class,
+        "engine": None if engine is None else {**asdict(engine), "env": dict(engine.env)},
+    }
