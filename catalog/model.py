@@ -12,6 +12,7 @@ silently dropped and turn a GPU profile into a CPU one.
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Annotated, Any, TypeVar
 
@@ -54,6 +55,10 @@ Duration = Annotated[
 Seq = Annotated[tuple[T, ...], Strict(False)]
 
 DEFAULT_ENGINE = "vllm"
+# Upper bounds no real definition reaches; above them a number is a typo.
+MAX_REPLICAS = 10_000
+MAX_PARALLEL = 1_024
+MAX_MEMORY_GB = 1 << 20
 # Loading a large model across nodes takes tens of minutes; twenty is the
 # default the Go control plane used, and profiles that need more say so.
 DEFAULT_STARTUP_TIMEOUT = timedelta(minutes=20)
@@ -323,6 +328,17 @@ def validate(model: Model) -> None:
             model=name,
             field="scaling.max",
         )
+    # A replica count in the millions is a typo, and the scheduler would try to
+    # plan every one of them in each round.
+    for bound in ("min", "max"):
+        value = getattr(model.scaling, bound)
+        if value > MAX_REPLICAS:
+            raise CatalogError(
+                f"model {name!r}: scaling.{bound} {value} is more than {MAX_REPLICAS} "
+                "replicas; is it a typo?",
+                model=name,
+                field=f"scaling.{bound}",
+            )
     for alias in model.aliases:
         if not alias.strip() or alias == name:
             raise CatalogError(
@@ -359,6 +375,33 @@ def validate(model: Model) -> None:
         _validate_profile(name, p, seen)
 
 
+def _check_bounds(model: str, p: Profile) -> None:
+    """Numbers no real profile has: typos that would otherwise be stored and planned."""
+    limits = (
+        ("tp", p.tp, MAX_PARALLEL),
+        ("pp", p.pp, MAX_PARALLEL),
+        ("nodes", p.nodes, MAX_PARALLEL),
+        ("gpus_per_node", p.gpus_per_node, MAX_PARALLEL),
+        ("min_memory_gb", p.min_memory_gb, MAX_MEMORY_GB),
+    )
+    for field_name, value, limit in limits:
+        if value > limit:
+            raise CatalogError(
+                f"{_where(model, p)}: {field_name} {value} is more than {limit}; is it a typo?",
+                model=model,
+                profile=p.name,
+                field=field_name,
+            )
+    if not math.isfinite(p.weight):
+        raise CatalogError(
+            f"{_where(model, p)}: weight {p.weight} is not a finite number; use a positive "
+            "number, ideally measured by a benchmark",
+            model=model,
+            profile=p.name,
+            field="weight",
+        )
+
+
 def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
     if not p.name:
         raise CatalogError(
@@ -384,6 +427,7 @@ def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
             profile=p.name,
             field="gpu_class",
         )
+    _check_bounds(model, p)
     if p.min_memory_gb < 0:
         where = _where(model, p)
         raise CatalogError(

@@ -339,3 +339,28 @@ def test_one_real_profile_makes_a_model_not_simulated() -> None:
 
 def test_a_model_with_no_profiles_is_not_simulated() -> None:
     assert not Model(name="empty", source="x").simulated
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "words"),
+    [
+        ({"scaling": {"min": 10**12}}, "scaling.min", "more than 10000 replicas"),
+        ({"scaling": {"min": 1, "max": 20_000}}, "scaling.max", "more than 10000 replicas"),
+        ({"profiles": [{"name": "p", "gpu_class": "A100", "tp": 5000}]}, "tp", "more than 1024"),
+        (
+            {"profiles": [{"name": "p", "gpu_class": "A100", "weight": float("inf")}]},
+            "weight",
+            "not a finite number",
+        ),
+    ],
+)
+def test_numbers_no_real_definition_has_are_refused_as_typos(
+    extra: dict[str, object], field: str, words: str
+) -> None:
+    from catalog import CatalogError, parse_model
+
+    raw = {"name": "m", "source": "org/m", "profiles": [{"name": "p", "gpu_class": "A100"}]}
+    with pytest.raises(CatalogError) as caught:
+        parse_model({**raw, **extra})
+    assert caught.value.field == field
+    assert words in str(caught.value) and "'m'" in str(caught.value)
