@@ -67,9 +67,11 @@ class NodeReport(BaseModel):
 
     name: str = Field(min_length=1)
     gpu_class: str | None = None
-    gpus: int = Field(default=0, ge=0)
-    gpus_reserved: int = Field(default=0, ge=0)
-    memory_gb: float | None = Field(default=None, gt=0)
+    # Bounds no real machine reaches: above them a report is corrupt, and the
+    # numbers would overflow the inventory's columns.
+    gpus: int = Field(default=0, ge=0, le=1024)
+    gpus_reserved: int = Field(default=0, ge=0, le=1024)
+    memory_gb: float | None = Field(default=None, gt=0, le=1 << 30, allow_inf_nan=False)
     labels: dict[str, str] = Field(default_factory=dict)
     fabric: str | None = None
 
