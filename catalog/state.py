@@ -40,6 +40,10 @@ class CatalogState:
         # canonical target -> names of the models that fall back to it; what a
         # removal must consult, kept so that consulting it is one lookup.
         self._dependents: dict[str, set[str]] = {}
+        # The last snapshot handed out, while nothing has changed since: taking
+        # one copies the whole catalog, and a service asks for one after every
+        # catch-up with the log, most of which find nothing new.
+        self._snapshot: Catalog | None = None
         for model in self._models.values():
             self._index_model(model)
         for model in self._models.values():
@@ -63,7 +67,9 @@ class CatalogState:
         return None if canonical is None else self._models[canonical]
 
     def snapshot(self) -> Catalog:
-        return Catalog(self._models, self._index, self._declared)
+        if self._snapshot is None:
+            self._snapshot = Catalog(self._models, self._index, self._declared)
+        return self._snapshot
 
     def runtime_models(self) -> tuple[Model, ...]:
         """The models added at runtime, in the order they were accepted: with the
@@ -161,6 +167,7 @@ class CatalogState:
 
     def add(self, model: Model) -> None:
         """Apply one addition that ``check_add`` accepted."""
+        self._snapshot = None
         self._models[model.name] = model
         self._index_model(model)
         self._link_fallbacks(model)
@@ -201,6 +208,7 @@ class CatalogState:
 
     def remove(self, name: str) -> None:
         """Apply one removal that ``check_remove`` accepted."""
+        self._snapshot = None
         model = self._models.pop(name)
         del self._index[name]
         for alias in model.aliases:

@@ -24,9 +24,21 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, Table, func, insert, select
+from sqlalchemy import (
+    Connection,
+    Dialect,
+    Engine,
+    Integer,
+    Select,
+    Table,
+    bindparam,
+    func,
+    insert,
+    select,
+)
 
 from events.chain import GENESIS, ChainRow, Seal, event_hash
 from events.db import WRITE
@@ -96,29 +108,59 @@ def _to_event(row: Sequence[Any]) -> StoredEvent:
     )
 
 
-def _fetch_events(conn: Connection, query: Select[Any]) -> list[StoredEvent]:
-    """The events a select of ``_COLUMNS`` returns, fetched with the driver's own cursor.
+@cache
+def _read_query(until: bool, model: bool) -> Select[Any]:
+    """The select ``read`` runs, one per shape; every value is bound, the batch size too
+    (``READ_BATCH`` is read at each call, so nothing cached here goes stale)."""
+    query = select(*_COLUMNS).where(t.c.position > bindparam("after"))
+    if until:
+        query = query.where(t.c.position <= bindparam("until"))
+    if model:
+        query = query.where(t.c.model == bindparam("model"))
+    return query.order_by(t.c.position).limit(bindparam("batch", type_=Integer()))
+
+
+_CompiledRead = tuple[str, tuple[str, ...] | None, dict[str, Any], Any]
+_COMPILED_READS: dict[tuple[str, str, str, bool, bool], _CompiledRead] = {}
+
+
+def _compiled_read(dialect: Dialect, until: bool, model: bool) -> _CompiledRead:
+    """SQL text, positional order of the binds, their fixed values, and the time converter."""
+    key = (dialect.name, dialect.driver, dialect.paramstyle, until, model)
+    found = _COMPILED_READS.get(key)
+    if found is None:
+        compiled = _read_query(until, model).compile(dialect=dialect)
+        order = tuple(compiled.positiontup or ()) if dialect.positional else None
+        at_type = t.c.recorded_at.type.dialect_impl(dialect)
+        convert = at_type.result_processor(dialect, None) or (lambda value: value)
+        found = _COMPILED_READS[key] = (compiled.string, order, dict(compiled.params), convert)
+    return found
+
+
+def _fetch_events(
+    conn: Connection, until: int | None, model: str | None, after: int
+) -> list[StoredEvent]:
+    """One batch of ``read``, fetched with the driver's own cursor.
 
     Start-up reads the whole log, and SQLAlchemy's result rows (a ``Row`` per
     row, a type processor per value) cost more than everything else about
     reading it. On SQLite and PostgreSQL the rows are fetched as plain tuples
-    instead; only ``recorded_at`` needs converting, and it goes through its
-    column type's own result processor (``UTCDateTime``), so the events are
-    exactly those ``conn.execute(query).all()`` would give.
+    instead, by SQL compiled once per shape of query; only ``recorded_at``
+    needs converting, and it goes through its column type's own result
+    processor (``UTCDateTime``), so the events are exactly those
+    ``conn.execute(query).all()`` would give.
     """
     dialect = conn.dialect
+    values = {"after": after, "until": until, "model": model, "batch": READ_BATCH}
     if dialect.name not in ("sqlite", "postgresql"):
-        return [_to_event(row) for row in conn.execute(query).all()]
-    compiled = query.compile(dialect=dialect)
-    bound = compiled.params
-    params: Any = (
-        tuple(bound[name] for name in compiled.positiontup or ()) if dialect.positional else bound
-    )
-    at_type = t.c.recorded_at.type.dialect_impl(dialect)
-    convert: Any = at_type.result_processor(dialect, None) or (lambda value: value)
+        query = _read_query(until is not None, model is not None)
+        return [_to_event(row) for row in conn.execute(query, values).all()]
+    sql, order, fixed, convert = _compiled_read(dialect, until is not None, model is not None)
+    bound = {**fixed, **values}
+    params: Any = bound if order is None else tuple(bound[name] for name in order)
     cursor = conn.connection.cursor()
     try:
-        cursor.execute(compiled.string, params)
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     finally:
         cursor.close()
@@ -170,14 +212,8 @@ class EventStore:
         """
         last = after
         while True:
-            query = select(*_COLUMNS).where(t.c.position > last)
-            if until is not None:
-                query = query.where(t.c.position <= until)
-            if model is not None:
-                query = query.where(t.c.model == model)
-            query = query.order_by(t.c.position).limit(READ_BATCH)
             with self.engine.connect() as conn:
-                events = _fetch_events(conn, query)
+                events = _fetch_events(conn, until, model, last)
             yield from events
             if len(events) < READ_BATCH:
                 return

@@ -1,0 +1,76 @@
+"""``python -m bench [AREA ...] [--quick]``: print one table per area.
+
+Areas: replay, append, peer, placement (all four when none is named). The
+default sizes are the ones the issue asks for; ``--quick`` uses small ones so
+that a change can be tried in a minute. Logs are generated once and cached
+under ``bench/.cache/`` (SQLite) and in ``llmgw_bench_*`` databases
+(PostgreSQL). Progress goes to stderr; stdout holds only markdown tables, ready
+to paste into BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Callable
+
+import structlog
+
+from bench import common
+
+AREAS = ("replay", "append", "peer", "placement")
+
+
+def quiet_logs() -> None:
+    """The catalog logs every skipped event and every append; a benchmark must not pay
+    for printing them (nor drown its tables in them)."""
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
+        cache_logger_on_first_use=True,
+    )
+
+
+def _runner(area: str) -> Callable[[bool], list[common.Table]]:
+    if area == "replay":
+        from bench import replay
+
+        return replay.run
+    if area == "append":
+        from bench import append
+
+        return append.run
+    if area == "peer":
+        from bench import peer
+
+        return peer.run
+    from bench import placement
+
+    return placement.run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("areas", nargs="*", metavar="AREA", help=f"any of {', '.join(AREAS)}")
+    parser.add_argument("--quick", action="store_true", help="small sizes, to iterate")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.areas) - set(AREAS))
+    if unknown:
+        parser.error(f"unknown area(s) {', '.join(unknown)}; choose from {', '.join(AREAS)}")
+    areas = [a for a in AREAS if a in args.areas] if args.areas else list(AREAS)
+    quiet_logs()
+    print(f"## llmgw-control benchmarks{' (quick)' if args.quick else ''}\n")
+    print(f"Machine: {common.machine()}\n")
+    print(f"Command: `python -m bench {' '.join(sys.argv[1:])}`\n", flush=True)
+    for area in areas:
+        started = time.perf_counter()
+        common.progress(f"{area}: starting")
+        for table in _runner(area)(args.quick):
+            common.emit(table)
+        common.progress(f"{area}: done in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Before and after in one run: ``python -m bench.ab BASE_TREE [--events N] [--adds K]``.
+
+``BASE_TREE`` is a directory holding another version of the packages
+(``catalog/``, ``events/``, ...), for instance the previous commit's, made
+with ``git archive COMMIT catalog events scheduler alembic alembic.ini | tar
+-x -C /tmp/base``. Each measurement runs in a fresh process with that tree
+first on the path, alternating with this repository's, ``--rounds`` times;
+the best of each is compared. The measurements: a full replay from SQLite
+(the cached generated log) and validated adds through ``CatalogService.add``
+on a copy of the 5,000-model catalog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import common
+
+_WORKER = r"""
+import json, sys, time, gc
+tree, kind, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sys.path.insert(0, tree)
+import catalog, events
+assert catalog.__file__.startswith(tree), catalog.__file__
+from bench.__main__ import quiet_logs
+quiet_logs()
+from bench import gen
+from events import EventStore, replay
+from events.db import make_engine
+if kind == "replay":
+    url, stats = gen.sqlite_log(size)
+    store = EventStore(make_engine(url))
+    declared = gen.declared_catalog()
+    best = float("inf")
+    for _ in range(2):
+        gc.collect()
+        start = time.perf_counter()
+        result = replay(declared, store.read())
+        best = min(best, time.perf_counter() - start)
+    assert len(result.skipped) == stats.bad, (len(result.skipped), stats.bad)
+    print(json.dumps({"seconds": best, "count": size}))
+else:
+    from bench import append
+    url = append._sqlite_copy(f"ab-{os.getpid()}.sqlite")
+    models = append._definitions("ab", size)
+    out = append._service_adds(url, "FULL", models)
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(url.removeprefix("sqlite:///") + suffix):
+            os.remove(url.removeprefix("sqlite:///") + suffix)
+    print(json.dumps({"seconds": out["seconds"], "count": size}))
+""".replace("import json, sys", "import json, os, sys")
+
+
+def _run(tree: str, kind: str, size: int) -> float:
+    env = {**os.environ, "PYTHONPATH": str(common.REPO)}
+    out = subprocess.run(
+        [sys.executable, "-c", _WORKER, tree, kind, str(size)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=common.REPO,
+        env=env,
+    ).stdout
+    data = json.loads(out.strip().splitlines()[-1])
+    return float(data["count"]) / float(data["seconds"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__)
+    parser.add_argument("base", type=Path, help="a tree with the packages to compare against")
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--adds", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    base = str(args.base.resolve())
+    here = str(common.REPO)
+    table = common.Table(
+        f"Before ({base}) and after (this tree), alternating, best of {args.rounds}",
+        ["measurement", "before /s", "after /s", "after / before"],
+    )
+    from bench.__main__ import quiet_logs
+
+    quiet_logs()
+    for kind, size, label in (
+        ("replay", args.events, f"replay {args.events:,} events, SQLite (events/s)"),
+        ("append", args.adds, "validated adds, SQLite FULL, 5,000 models (adds/s)"),
+    ):
+        before: list[float] = []
+        after: list[float] = []
+        for i in range(args.rounds):
+            common.progress(f"ab: {kind} round {i + 1} of {args.rounds}")
+            before.append(_run(base, kind, size))
+            after.append(_run(here, kind, size))
+        b, a = max(before), max(after)
+        table.add(label, common.rate(b, 1), common.rate(a, 1), f"{a / b:.2f}x")
+    common.emit(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

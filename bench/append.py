@@ -1,0 +1,344 @@
+"""Append: fully validated adds per second, one writer and four writer processes.
+
+Each add goes through ``CatalogService.add``: the service catches up with the
+log, checks the model against the whole catalog (names, aliases, fallbacks),
+appends under the log's write lock with optimistic concurrency, and catches up
+again. The catalog starts at 5,000 models (a generated log, copied afresh for
+every measurement). Definitions are parsed beforehand: parsing a file is the
+command line's work, not the log's.
+
+Beside it, in the same run: the raw store (``EventStore.append`` of one event,
+no validation) and the ``eventsourcing`` library's single-event append on a
+SQLite file with the same settings (WAL, ``synchronous=FULL``). SQLite is also
+measured with ``synchronous=NORMAL``, clearly labelled, to show what the fsync
+per commit costs; FULL remains the setting (an acknowledged add survives a
+power loss).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shutil
+import time
+import uuid
+from pathlib import Path
+from queue import Empty
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine, event
+
+from bench import common, gen
+from catalog import Model, parse_model
+from events import CommandConflict, EventStore
+from events.commands import MAX_ATTEMPTS
+from events.db import make_engine
+from events.types import NewEvent
+
+CATALOG_MODELS = 5_000
+ADDS = 400
+QUICK_ADDS = 60
+WRITERS = 4
+
+
+def _definitions(prefix: str, count: int) -> list[Model]:
+    """``count`` new models with aliases and fallbacks to models of the 5,000-model catalog."""
+    template = gen.templates()[0]
+    out = []
+    for i in range(count):
+        body = {**template, "name": f"{prefix}-{i}", "source": f"org/{prefix}-{i}"}
+        if i % 3 == 0:
+            body["aliases"] = [f"{prefix}-{i}-latest"]
+        if i % 4 == 0:
+            body["fallbacks"] = ["prod-1-latest"]
+        out.append(parse_model(body))
+    return out
+
+
+# -- databases: a fresh copy of the 5,000-model catalog for each measurement ----------
+
+
+def _sqlite_copy(name: str) -> str:
+    url, _ = gen.sqlite_log(CATALOG_MODELS, adds_only=True)
+    return gen.copy_sqlite(url, name)
+
+
+def _pg_copy(name: str) -> str:
+    gen.pg_log(CATALOG_MODELS, adds_only=True)
+    source = f"llmgw_bench_catalog_{CATALOG_MODELS}"
+    with psycopg.connect(common.PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
+    return common.pg_url(name)
+
+
+def _engine(url: str, synchronous: str) -> Engine:
+    engine = make_engine(url)
+    if engine.dialect.name == "sqlite" and synchronous != "FULL":
+
+        @event.listens_for(engine, "connect")
+        def _relaxed(dbapi_conn: Any, _record: Any) -> None:
+            # Registered after make_engine's own listener, so it wins: for comparison only.
+            cursor = dbapi_conn.cursor()
+            cursor.execute(f"PRAGMA synchronous={synchronous}")
+            cursor.close()
+
+    return engine
+
+
+# -- one writer --------------------------------------------------------------------
+
+
+def _service_adds(url: str, synchronous: str, models: list[Model]) -> dict[str, Any]:
+    engine = _engine(url, synchronous)
+    try:
+        service = gen.make_service(EventStore(engine), gen.declared_catalog())
+        warm = time.perf_counter()
+        service.refresh()  # replays the 5,000-model catalog: not part of the figure
+        warm = time.perf_counter() - warm
+        start = time.perf_counter()
+        for model in models:
+            service.add([model], actor="bench")
+        seconds = time.perf_counter() - start
+        if len(service.catalog()) != CATALOG_MODELS + 20 + len(models):
+            raise AssertionError("an add went missing")
+        return {"seconds": seconds, "adds": len(models), "warm": warm}
+    finally:
+        engine.dispose()
+
+
+def _store_appends(url: str, synchronous: str, count: int) -> dict[str, Any]:
+    """The bare store: one event per append, optimistic head, no validation at all."""
+    engine = _engine(url, synchronous)
+    try:
+        store = EventStore(engine)
+        head = store.head()
+        payload = json.dumps({"model": gen.templates()[0]}, sort_keys=True)
+        start = time.perf_counter()
+        for i in range(count):
+            store.append(
+                [NewEvent(type="model.added", model=f"raw-{i}", payload=payload)],
+                expected_head=head,
+            )
+            head += 1
+        return {"seconds": time.perf_counter() - start, "adds": count}
+    finally:
+        engine.dispose()
+
+
+def _peer_appends(path: Path, count: int) -> dict[str, Any]:
+    from bench.peer import peer_event, peer_recorder
+
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    recorder = peer_recorder(path)
+    payload = json.dumps({"model": gen.templates()[0]}, sort_keys=True).encode()
+    start = time.perf_counter()
+    for _ in range(count):
+        recorder.insert_events([peer_event(uuid.uuid4(), 1, "model.added", payload)])
+    seconds = time.perf_counter() - start
+    recorder.datastore.close()
+    return {"seconds": seconds, "adds": count}
+
+
+# -- four writers ------------------------------------------------------------------
+
+
+def _writer(  # noqa: PLR0917 - a process target takes positional arguments
+    url: str, synchronous: str, index: int, count: int, start_at: float, queue: Any
+) -> None:
+    from bench.__main__ import quiet_logs
+
+    quiet_logs()
+    engine = _engine(url, synchronous)
+    service = gen.make_service(EventStore(engine), gen.declared_catalog())
+    models = _definitions(f"w{index}", count)
+    service.refresh()
+    while time.time() < start_at:
+        time.sleep(0.001)
+    begin = time.time()
+    attempts = gave_up = 0
+    for model in models:
+        while True:
+            try:
+                result = service.add([model], actor=f"writer-{index}")
+            except CommandConflict:
+                # Lost the race MAX_ATTEMPTS times in a row: nothing was written.
+                # An operator runs the command again; so does the writer.
+                gave_up += 1
+                attempts += MAX_ATTEMPTS
+                continue
+            attempts += result.attempts
+            break
+    end = time.time()
+    engine.dispose()
+    queue.put({"begin": begin, "end": end, "adds": count, "attempts": attempts, "gave_up": gave_up})
+
+
+def _concurrent(url: str, synchronous: str, total: int) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    per_writer = total // WRITERS
+    start_at = time.time() + 8.0  # after every writer has imported and caught up
+    procs = [
+        ctx.Process(target=_writer, args=(url, synchronous, i, per_writer, start_at, queue))
+        for i in range(WRITERS)
+    ]
+    for proc in procs:
+        proc.start()
+    results: list[dict[str, Any]] = []
+    while len(results) < len(procs):
+        try:
+            results.append(queue.get(timeout=5))
+        except Empty:
+            if any(p.exitcode not in (None, 0) for p in procs):
+                for proc in procs:
+                    proc.kill()
+                raise RuntimeError("a writer process failed; see its traceback above") from None
+    for proc in procs:
+        proc.join()
+    if any(r["begin"] < start_at - 0.05 for r in results):
+        raise AssertionError("a writer started early")
+    begin = min(r["begin"] for r in results)
+    end = max(r["end"] for r in results)
+    adds = sum(r["adds"] for r in results)
+    engine = make_engine(url)
+    try:
+        head = EventStore(engine).head()
+    finally:
+        engine.dispose()
+    if head != CATALOG_MODELS + adds:
+        raise AssertionError(f"the log holds {head} events, expected {CATALOG_MODELS + adds}")
+    return {
+        "seconds": end - begin,
+        "adds": adds,
+        "retries": sum(r["attempts"] for r in results) - adds,
+        "gave_up": sum(r["gave_up"] for r in results),
+    }
+
+
+# -- the table ---------------------------------------------------------------------
+
+
+def run(quick: bool) -> list[common.Table]:
+    adds = QUICK_ADDS if quick else ADDS
+    table = common.Table(
+        f"Append: fully validated adds against a catalog of {CATALOG_MODELS:,} models",
+        ["store", "writers", "what", "adds", "adds/s", "ms/add", "retries", "gave up"],
+    )
+    scratch = common.CACHE / "append"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    models = _definitions("solo", adds)
+
+    def row(store: str, writers: str, what: str, result: dict[str, Any]) -> None:
+        table.add(
+            store,
+            writers,
+            what,
+            f"{result['adds']:,}",
+            common.rate(result["adds"], result["seconds"]),
+            f"{result['seconds'] / result['adds'] * 1000:.2f}",
+            str(result.get("retries", "-")),
+            str(result.get("gave_up", "-")),
+        )
+
+    n = [0]
+
+    def fresh_sqlite() -> str:
+        n[0] += 1
+        return _sqlite_copy(f"append/catalog-{n[0]}.sqlite")
+
+    common.progress(f"append: SQLite, one writer, {adds} adds")
+    # Ours and the peer's interleaved, twice; the better run of each is kept.
+    ours: list[dict[str, Any]] = []
+    peer: list[dict[str, Any]] = []
+    for _ in range(2):
+        ours.append(_service_adds(fresh_sqlite(), "FULL", models))
+        peer.append(_peer_appends(scratch / "peer.sqlite", adds))
+    row("SQLite", "1", "CatalogService.add (validated)", _fastest(ours))
+    row("SQLite", "1", "eventsourcing insert_events, 1 event", _fastest(peer))
+    row(
+        "SQLite",
+        "1",
+        "EventStore.append, 1 event (no validation)",
+        _fastest([_store_appends(fresh_sqlite(), "FULL", adds) for _ in range(2)]),
+    )
+    row(
+        "SQLite NORMAL*",
+        "1",
+        "CatalogService.add (validated)",
+        _fastest([_service_adds(fresh_sqlite(), "NORMAL", models) for _ in range(2)]),
+    )
+    common.progress(f"append: SQLite, {WRITERS} writers")
+    row(
+        "SQLite",
+        str(WRITERS),
+        "CatalogService.add (validated)",
+        _concurrent(fresh_sqlite(), "FULL", adds),
+    )
+    reason = common.pg_available()
+    if reason is None:
+        k = [0]
+
+        def fresh_pg() -> str:
+            k[0] += 1
+            return _pg_copy(f"llmgw_bench_append_{k[0]}")
+
+        common.progress("append: PostgreSQL")
+        row(
+            "PostgreSQL",
+            "1",
+            "CatalogService.add (validated)",
+            _fastest([_service_adds(fresh_pg(), "FULL", models) for _ in range(2)]),
+        )
+        row(
+            "PostgreSQL",
+            "1",
+            "EventStore.append, 1 event (no validation)",
+            _fastest([_store_appends(fresh_pg(), "FULL", adds) for _ in range(2)]),
+        )
+        row(
+            "PostgreSQL",
+            str(WRITERS),
+            "CatalogService.add (validated)",
+            _concurrent(fresh_pg(), "FULL", adds),
+        )
+        with psycopg.connect(common.PG_ADMIN, autocommit=True) as conn:
+            for i in range(1, k[0] + 1):
+                conn.execute(f'DROP DATABASE IF EXISTS "llmgw_bench_append_{i}" WITH (FORCE)')
+    else:
+        table.note(f"PostgreSQL rows missing: {reason}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    table.note(
+        "each `CatalogService.add` catches up with the log, checks the model against the whole "
+        "catalog, appends under the write lock (expected head) and catches up again; "
+        "definitions are parsed beforehand; best of 2 runs, each on a fresh copy of the catalog"
+    )
+    table.note(
+        f"{WRITERS} writers: separate processes, each with its own service, started together; "
+        "a writer that loses the race re-reads, re-validates and retries (`retries`); "
+        f"after {MAX_ATTEMPTS} lost races in a row the command fails with a conflict and "
+        "nothing is written (`gave up`); the writer then runs it again, as an operator would"
+    )
+    table.note(
+        "*SQLite NORMAL: `PRAGMA synchronous=NORMAL`, for comparison only (an add acknowledged "
+        "then could be lost on power failure); the store runs with FULL"
+    )
+    table.note(f"PostgreSQL: `synchronous_commit` is the server's ({_pg_sync()})")
+    return [table]
+
+
+def _pg_sync() -> str:
+    try:
+        with psycopg.connect(common.PG_ADMIN) as conn:
+            row = conn.execute("SHOW synchronous_commit").fetchone()
+            fsync = conn.execute("SHOW fsync").fetchone()
+        return f"synchronous_commit={row[0] if row else '?'}, fsync={fsync[0] if fsync else '?'}"
+    except psycopg.Error:
+        return "?"
+
+
+def _fastest(results: list[dict[str, Any]]) -> dict[str, Any]:
+    return min(results, key=lambda r: r["seconds"] / r["adds"])
