@@ -14,6 +14,8 @@ number of times; a retried command with the same key is recorded once.
 from __future__ import annotations
 
 import json
+import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -88,13 +90,19 @@ class CatalogService:
 
     def refresh(self) -> ReplayResult:
         """Catch up with the log; returns the replay as of its head."""
+        self._sync()
+        return self._replayer.result()
+
+    def _sync(self) -> None:
+        """Catch up with the log (and snapshot when due) without building a result:
+        a result copies the position of every event replayed so far, which the
+        commands, called once per add, have no use for."""
         self._catch_up()
         if self.snapshot_every is not None and (
             self._since_snapshot >= self.snapshot_every
             or (self._replace_snapshot and self._since_snapshot > 0)
         ):
             self._save_snapshot()
-        return self._replayer.result()
 
     def _catch_up(self) -> None:
         if not self._started:
@@ -142,7 +150,7 @@ class CatalogService:
         return info.id
 
     def catalog(self) -> Catalog:
-        self.refresh()
+        self._sync()
         return self._replayer.state.snapshot()
 
     @property
@@ -205,7 +213,7 @@ class CatalogService:
             if previous:
                 return self._repeat(command, names, key, previous)
         for attempt in range(1, MAX_ATTEMPTS + 1):
-            self.refresh()
+            self._sync()
             events = build()
             try:
                 outcome = self.store.append(
@@ -223,6 +231,9 @@ class CatalogService:
                     expected=conflict.expected,
                     actual=conflict.actual,
                 )
+                # Writers that lost a race retry at once and collide again; a
+                # random pause, growing with each loss, spreads them out.
+                time.sleep(random.uniform(0, min(0.1, 0.002 * 2**attempt)))
                 continue
             if outcome.already_recorded:
                 # A retry of ours raced with the first attempt and lost: report its outcome.
@@ -235,7 +246,7 @@ class CatalogService:
                 actor=actor,
                 attempts=attempt,
             )
-            self.refresh()
+            self._sync()
             return CommandResult(outcome.events, already_recorded=False, attempts=attempt)
         raise CommandConflict(
             f"{command} of {', '.join(names)} gave up after {MAX_ATTEMPTS} attempts: other "
@@ -261,5 +272,5 @@ class CatalogService:
                 f"(position {previous[0].position}); use a new key for a new change"
             )
         log.info("catalog.command_repeated", command=command, key=key)
-        self.refresh()
+        self._sync()
         return CommandResult(previous, already_recorded=True, attempts=0)
