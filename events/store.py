@@ -170,6 +170,39 @@ def _fetch_events(
     ]
 
 
+_INSERT_COLUMNS = (*_COLUMNS, t.c.prev_hash, t.c.hash)
+_CompiledAppend = tuple[str, str, tuple[str, ...] | None, Any, Any]
+_COMPILED_APPENDS: dict[tuple[str, str, str], _CompiledAppend] = {}
+
+
+def _compiled_append(dialect: Dialect) -> _CompiledAppend:
+    """The two statements of an append, compiled once per dialect: the last row
+    (position, time, hash) and the insert, with the time's bind and result converters.
+
+    An append is short and frequent; SQLAlchemy's per-statement work (cache
+    keys, compiled-parameter processing, result rows) cost as much as the
+    commit itself. The statements are the same ones, only executed on the
+    driver's cursor.
+    """
+    key = (dialect.name, dialect.driver, dialect.paramstyle)
+    found = _COMPILED_APPENDS.get(key)
+    if found is None:
+        last = (
+            select(t.c.position, t.c.recorded_at, t.c.hash)
+            .order_by(t.c.position.desc())
+            .limit(1)
+            .compile(dialect=dialect, compile_kwargs={"literal_binds": True})
+        )
+        insert_stmt = insert(t).values({c.name: bindparam(c.name) for c in _INSERT_COLUMNS})
+        compiled = insert_stmt.compile(dialect=dialect)
+        order = tuple(compiled.positiontup or ()) if dialect.positional else None
+        at_type = t.c.recorded_at.type.dialect_impl(dialect)
+        to_db = at_type.bind_processor(dialect) or (lambda value: value)
+        from_db = at_type.result_processor(dialect, None) or (lambda value: value)
+        found = _COMPILED_APPENDS[key] = (last.string, compiled.string, order, to_db, from_db)
+    return found
+
+
 def _to_chain_row(row: Sequence[Any]) -> ChainRow:
     *event, prev_hash, hash_ = row
     return ChainRow(*_hash_input(event), prev_hash, hash_)
@@ -324,43 +357,51 @@ class EventStore:
                 previous = self._by_command(conn, key)
                 if previous:
                     return AppendOutcome(previous, already_recorded=True)
-            last = conn.execute(
-                select(t.c.position, t.c.recorded_at, t.c.hash)
-                .order_by(t.c.position.desc())
-                .limit(1)
-            ).first()
-            head, last_time = (int(last[0]), last[1]) if last else (0, None)
-            if expected_head is not None and head != expected_head:
-                raise ConcurrencyConflict(expected_head, head)
-            prev_hash: str = (
-                last[2] if last is not None and last[2] is not None else _chain_hash_at(conn, head)
-            )
-            recorded_at = now or datetime.now(UTC)
-            # Clocks of different replicas disagree a little; clamping keeps
-            # time order equal to log order, so "the catalog at 12:00" is a
-            # prefix of the log.
-            if last_time is not None and recorded_at < last_time:
-                recorded_at = last_time
-            rows: list[dict[str, Any]] = [
-                {
-                    "position": head + i,
-                    "event_id": _event_id(key, i) if key else uuid.uuid4().hex,
-                    "command_id": command_id,
-                    "type": e.type,
-                    "schema_version": e.schema_version,
-                    "model": e.model,
-                    "payload": e.payload,
-                    "actor": actor,
-                    "reason": reason,
-                    "recorded_at": recorded_at,
-                }
-                for i, e in enumerate(events, start=1)
-            ]
-            for row in rows:
-                row["prev_hash"] = prev_hash
-                prev_hash = _hash_row(prev_hash, [row[c.name] for c in _COLUMNS])
-                row["hash"] = prev_hash
-            conn.execute(insert(t), rows)
+            last_sql, insert_sql, order, to_db, from_db = _compiled_append(conn.dialect)
+            cursor = conn.connection.cursor()
+            try:
+                cursor.execute(last_sql)
+                last = cursor.fetchone()
+                head, last_time = (int(last[0]), from_db(last[1])) if last else (0, None)
+                if expected_head is not None and head != expected_head:
+                    raise ConcurrencyConflict(expected_head, head)
+                prev_hash: str = (
+                    last[2]
+                    if last is not None and last[2] is not None
+                    else _chain_hash_at(conn, head)
+                )
+                recorded_at = now or datetime.now(UTC)
+                # Clocks of different replicas disagree a little; clamping keeps
+                # time order equal to log order, so "the catalog at 12:00" is a
+                # prefix of the log.
+                if last_time is not None and recorded_at < last_time:
+                    recorded_at = last_time
+                rows: list[dict[str, Any]] = [
+                    {
+                        "position": head + i,
+                        "event_id": _event_id(key, i) if key else uuid.uuid4().hex,
+                        "command_id": command_id,
+                        "type": e.type,
+                        "schema_version": e.schema_version,
+                        "model": e.model,
+                        "payload": e.payload,
+                        "actor": actor,
+                        "reason": reason,
+                        "recorded_at": recorded_at,
+                    }
+                    for i, e in enumerate(events, start=1)
+                ]
+                for row in rows:
+                    row["prev_hash"] = prev_hash
+                    prev_hash = _hash_row(prev_hash, [row[c.name] for c in _COLUMNS])
+                    row["hash"] = prev_hash
+                params = [{**row, "recorded_at": to_db(row["recorded_at"])} for row in rows]
+                if order is not None:
+                    cursor.executemany(insert_sql, [tuple(p[n] for n in order) for p in params])
+                else:
+                    cursor.executemany(insert_sql, params)
+            finally:
+                cursor.close()
         return AppendOutcome(
             tuple(_to_event([row[c.name] for c in _COLUMNS]) for row in rows),
             already_recorded=False,
