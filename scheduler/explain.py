@@ -60,18 +60,58 @@ class ProfileRejections:
     fit_without_fabric: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class ClassIndex:
+    """The inventory grouped by GPU class, with how many of each class are stale.
+
+    For a GPU profile every node of another class fails at the class check (or
+    earlier, if stale) whatever else is true of it, so those nodes can be
+    counted by class in bulk; only nodes of the wanted class need looking at.
+    Built once per round, it turns each count from O(N) into O(nodes of one
+    class).
+    """
+
+    by_class: Mapping[str | None, Sequence[Node]]
+    stale: Mapping[str | None, int]
+
+    @classmethod
+    def of(cls, nodes: Sequence[Node], fresh: Collection[str]) -> ClassIndex:
+        by_class: dict[str | None, list[Node]] = {}
+        stale: Counter[str | None] = Counter()
+        for node in nodes:
+            by_class.setdefault(node.gpu_class, []).append(node)
+            if node.name not in fresh:
+                stale[node.gpu_class] += 1
+        return cls(by_class, stale)
+
+
 def count_rejections(
     profile: PlacementProfile,
     nodes: Sequence[Node],
     *,
     fresh: Collection[str],
     capacity: FreeCapacity,
+    index: ClassIndex | None = None,
 ) -> ProfileRejections:
-    """Count, for each node, the first check it fails for ``profile``. O(N)."""
+    """Count, for each node, the first check it fails for ``profile``.
+
+    O(N); with an ``index`` (same nodes, same ``fresh``), O(nodes of the
+    profile's class) for a GPU profile, with the same counts.
+    """
     failures: Counter[tuple[Check, str]] = Counter()
     fabric_sizes: Counter[str] = Counter()
     fit_without_fabric = 0
-    for node in nodes:
+    examined: Sequence[Node] = nodes
+    if index is not None and profile.gpu_class is not None:
+        examined = index.by_class.get(profile.gpu_class, ())
+        for gpu_class, members in index.by_class.items():
+            if gpu_class == profile.gpu_class:
+                continue
+            stale = index.stale.get(gpu_class, 0)
+            failures[Check.STALE, ""] += stale
+            if len(members) > stale:
+                failures[Check.GPU_CLASS, gpu_class or ""] += len(members) - stale
+    for node in examined:
         failure = misfit(
             node,
             profile,

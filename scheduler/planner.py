@@ -31,7 +31,7 @@ from datetime import datetime
 
 from catalog.views import PlacementProfile
 from scheduler.capacity import Capacity
-from scheduler.explain import ProfileRejections, count_rejections, render
+from scheduler.explain import ClassIndex, ProfileRejections, count_rejections, render
 from scheduler.fit import selector_key
 from scheduler.inventory import Node
 from scheduler.keep import keep_current
@@ -158,6 +158,7 @@ def _explain(
     question an operator asks.
     """
     nodes = list(inventory.values())
+    index = ClassIndex.of(nodes, fresh)
     counted: dict[tuple[str, _Requirement], ProfileRejections] = {}
     unplaced: list[Unplaced] = []
     for model, (options, replicas) in failed.items():
@@ -165,7 +166,9 @@ def _explain(
         for profile, requirement in options:
             key = (profile.name, requirement)
             if key not in counted:
-                counted[key] = count_rejections(profile, nodes, fresh=fresh, capacity=capacity)
+                counted[key] = count_rejections(
+                    profile, nodes, fresh=fresh, capacity=capacity, index=index
+                )
             rejections.append(counted[key])
         reason = render(rejections) or "the model has no profiles to place it with"
         unplaced.extend(Unplaced(model, r, reason, tuple(rejections)) for r in replicas)
