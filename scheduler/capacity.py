@@ -39,6 +39,7 @@ class Capacity:
         self._free_memory = {node.name: node.memory_gb for node in nodes}
         self._pools: dict[_PoolKey, _Pool] = {}
         self._pools_of_node: dict[str, list[_Pool]] = {}
+        self._classes: dict[str | None, list[Node]] | None = None
 
     def knows(self, name: str) -> bool:
         return name in self._nodes
@@ -107,6 +108,14 @@ class Capacity:
         best = min(candidates, key=lambda c: c[:3])
         return tuple(sorted(entry[2] for entry in best[3]))
 
+    def _by_class(self) -> dict[str | None, list[Node]]:
+        """The nodes grouped by GPU class, in name order; built on first use."""
+        if self._classes is None:
+            self._classes = {}
+            for node in self._nodes.values():
+                self._classes.setdefault(node.gpu_class, []).append(node)
+        return self._classes
+
     def _entry(self, name: str) -> tuple[int, float, str]:
         # Free GPUs below zero (over-reserved outside our control) still allow a
         # CPU replica, which needs none; clamping keeps such nodes in bucket 0.
@@ -123,7 +132,14 @@ class Capacity:
         pool = self._pools.get(key)
         if pool is None:
             pool = _Pool()
-            for name, node in self._nodes.items():
+            # A GPU profile can only use nodes of its class: look at those alone.
+            candidates = (
+                self._nodes.values()
+                if profile.gpu_class is None
+                else self._by_class().get(profile.gpu_class, ())
+            )
+            for node in candidates:
+                name = node.name
                 if (
                     name in self._fresh
                     and gpu_class_matches(node.gpu_class, profile)
