@@ -38,6 +38,17 @@ class Placement:
     gpu_class: str | None
     memory_gb_per_node: int = 0
 
+    def to_json(self) -> dict[str, object]:
+        """The replica as the CLI's and the API's JSON show it."""
+        return {
+            "model": self.model,
+            "replica": self.replica,
+            "profile": self.profile,
+            "nodes": list(self.nodes),
+            "gpus_per_node": self.gpus_per_node,
+            "gpu_class": self.gpu_class,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Removal:

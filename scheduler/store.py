@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -99,6 +99,20 @@ def node_content(node: Node) -> dict[str, Any]:
     }
 
 
+def node_from_content(content: Mapping[str, Any], reported_at: datetime) -> Node:
+    """The inverse of ``node_content``, given when the node reported."""
+    return Node(
+        name=content["name"],
+        gpu_class=content["gpu_class"],
+        gpus=content["gpus"],
+        gpus_reserved=content["gpus_reserved"],
+        memory_gb=content["memory_gb"],
+        labels=content["labels"],
+        fabric=content["fabric"],
+        reported_at=reported_at,
+    )
+
+
 def inventory_digest(nodes: Iterable[Node]) -> str:
     """A digest of what the nodes reported (not when): equal inventories, equal digests."""
     content = sorted((node_content(n) for n in nodes), key=lambda c: c["name"])
@@ -173,16 +187,7 @@ class SchedulerStore:
         with self.engine.connect() as conn:
             rows = conn.execute(select(nodes_t).order_by(nodes_t.c.name)).mappings().all()
         return [
-            Node(
-                name=r["name"],
-                gpu_class=r["gpu_class"],
-                gpus=r["gpus"],
-                gpus_reserved=r["gpus_reserved"],
-                memory_gb=r["memory_gb"],
-                labels=json.loads(r["labels"]),
-                fabric=r["fabric"],
-                reported_at=r["reported_at"],
-            )
+            node_from_content({**r, "labels": json.loads(r["labels"])}, r["reported_at"])
             for r in rows
         ]
 
@@ -372,16 +377,7 @@ class SchedulerStore:
             ).scalar_one()
         reported = json.loads(row["reported_at"])
         nodes = tuple(
-            Node(
-                name=c["name"],
-                gpu_class=c["gpu_class"],
-                gpus=c["gpus"],
-                gpus_reserved=c["gpus_reserved"],
-                memory_gb=c["memory_gb"],
-                labels=c["labels"],
-                fabric=c["fabric"],
-                reported_at=datetime.fromisoformat(reported[c["name"]]),
-            )
+            node_from_content(c, datetime.fromisoformat(reported[c["name"]]))
             for c in json.loads(content)
         )
         return RecordedRound(

@@ -83,11 +83,6 @@ def placement_json(p: Placement, catalog: Catalog) -> dict[str, Any]:
     model = catalog.resolve(p.model)
     engine = model.engine_profile(p.profile) if model is not None else None
     return {
-        "model": p.model,
-        "replica": p.replica,
-        "profile": p.profile,
-        "nodes": list(p.nodes),
-        "gpus_per_node": p.gpus_per_node,
-        "gpu_class": p.gpu_class,
+        **p.to_json(),
         "engine": None if engine is None else {**asdict(engine), "env": dict(engine.env)},
     }

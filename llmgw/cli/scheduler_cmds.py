@@ -72,15 +72,8 @@ def policy(args: argparse.Namespace) -> StalenessPolicy:
     )
 
 
-def placement_json(p: Placement) -> dict[str, Any]:
-    return {
-        "model": p.model,
-        "replica": p.replica,
-        "profile": p.profile,
-        "nodes": list(p.nodes),
-        "gpus_per_node": p.gpus_per_node,
-        "gpu_class": p.gpu_class,
-    }
+def placement_json(p: Placement) -> dict[str, object]:
+    return p.to_json()
 
 
 def load_reports(path: Path) -> list[NodeReport]:

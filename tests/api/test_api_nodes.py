@@ -90,7 +90,7 @@ def test_an_invalid_report_is_422_naming_the_node_the_field_and_the_fix(
             ({"gpus": 2}, "gpu_class is missing"),
             ({**T4, "gpus_reserved": 9}, "gpus_reserved 9 is more than gpus 4"),
             ([T4], "a node report is a mapping"),
-            ({**T4, "gpus": 2**70}, "cannot store"),
+            ({**T4, "gpus": 2**70}, "less than or equal to 1024"),
             ({**T4, "labels": {"zone": "a\u0000"}}, "NUL"),
         ]:
             response = agent.put("/v1/nodes/node-1", json=body)

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-LLMGW = str(Path(sys.executable).parent / "llmgw")
+from tests.e2e.cli import Cli
 
 DECLARED = {
     "models": [
@@ -37,33 +31,6 @@ TRIAL = {
     "fallbacks": ["llama"],
     "profiles": [{"name": "t4", "gpu_class": "T4"}],
 }
-
-
-class Cli:
-    def __init__(self, workdir: Path, db_url: str) -> None:
-        self.workdir = workdir
-        self.env = {**os.environ, "LLMGW_DATABASE_URL": db_url, "LLMGW_LOG_LEVEL": "ERROR"}
-        self.env.pop("LLMGW_CONFIG", None)
-
-    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [LLMGW, *args],
-            check=False,
-            cwd=self.workdir,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    def json(self, *args: str) -> Any:
-        done = self(*args, "--json")
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
-
-    def write(self, name: str, data: Any) -> str:
-        (self.workdir / name).write_text(yaml.safe_dump(data))
-        return name
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-LLMGW = str(Path(sys.executable).parent / "llmgw")
+from tests.e2e.cli import Cli
 
 DECLARED = {
     "models": [
@@ -48,36 +42,9 @@ NODES = [
 ]
 
 
-class Cli:
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.env = {**os.environ, "LLMGW_DATABASE_URL": f"sqlite:///{workdir / 'llmgw.db'}"}
-        self.env.pop("LLMGW_CONFIG", None)
-
-    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [LLMGW, *args],
-            check=False,
-            cwd=self.workdir,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    def json(self, *args: str) -> Any:
-        done = self(*args, "--json")
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
-
-    def write(self, name: str, data: Any) -> str:
-        (self.workdir / name).write_text(yaml.safe_dump(data))
-        return name
-
-
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
-    cli = Cli(tmp_path)
+    cli = Cli(tmp_path, f"sqlite:///{tmp_path / 'llmgw.db'}")
     cli.write("catalog.yaml", DECLARED)
     return cli
 
