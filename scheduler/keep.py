@@ -118,7 +118,27 @@ class _Keeper:
                 self.drop(placement, reason)
             elif profile is not None:
                 kept.append(self._with_current_memory(placement, profile))
-        return kept
+        return self._trim_surplus(kept)
+
+    def _trim_surplus(self, kept: list[Placement]) -> list[Placement]:
+        """Keep at most the wanted number of each model's replicas, lowest slots first.
+
+        Surplus is a count, not a slot number: with three wanted and slots 0
+        and 5 running, both stay and slot 1 is added. Judging by slot number
+        would stop slot 5 and start another replica in its place, moving a
+        running replica for no reason.
+        """
+        count: dict[str, int] = {}
+        trimmed = []
+        for placement in sorted(kept, key=lambda p: (p.model, p.replica)):
+            desired = self.desired[placement.model]
+            seen = count.get(placement.model, 0)
+            if seen < desired:
+                count[placement.model] = seen + 1
+                trimmed.append(placement)
+            else:
+                self.drop(placement, f"surplus replica (the model wants {desired})")
+        return trimmed
 
     def keep_off_lost(self, placements: list[Placement], lost: frozenset[str]) -> list[Placement]:
         """The placements that touch no lost node; the others go, naming the node."""
@@ -160,8 +180,8 @@ class _Keeper:
             return f"profile {placement.profile} removed from the model"
         if _shape_changed(placement, profile):
             return _shape_change_reason(placement, profile)
-        if not 0 <= placement.replica < desired:
-            return f"surplus replica (the model wants {desired})"
+        if placement.replica < 0:
+            return f"replica {placement.replica} is not a slot (slots count from 0)"
         misfits = [
             (name, misfit)
             for name in placement.nodes

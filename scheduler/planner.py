@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from itertools import count, islice
 
 from catalog.views import PlacementProfile
 from scheduler.capacity import Capacity
@@ -102,9 +103,11 @@ def _place_missing(
     for demand in demands:
         taken = occupied.get(demand.model, set())
         options = _options(demand.profiles)
-        for replica in range(max(demand.replicas, 0)):
-            if replica in taken:
-                continue
+        # The lowest free slots, as many as are missing (slots need not be
+        # contiguous: a running replica keeps the slot it has).
+        missing = max(demand.replicas, 0) - len(taken)
+        free_slots = (slot for slot in count() if slot not in taken)
+        for replica in islice(free_slots, max(missing, 0)):
             new = _place_one(demand.model, replica, options, capacity, no_room)
             if new is None:
                 failed.setdefault(demand.model, (options, []))[1].append(replica)

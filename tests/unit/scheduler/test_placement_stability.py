@@ -92,6 +92,19 @@ def test_surplus_replicas_are_removed_highest_first() -> None:
     assert [p.replica for p in result.keep] == [0, 1]
 
 
+def test_a_running_replica_in_a_high_slot_is_kept_and_a_low_slot_filled_instead() -> None:
+    # Slots 1-4 went with their nodes; the model now wants 3. Slot 5 keeps running.
+    current = [running("m", 0, "n0"), running("m", 5, "n5")]
+
+    result = run([demand("m", 3)], [node(f"n{i}") for i in range(6)], current)
+
+    assert result.remove == ()
+    assert [p.replica for p in result.keep] == [0, 5]
+    assert [p.replica for p in result.place] == [1]
+    again = run([demand("m", 3)], [node(f"n{i}") for i in range(6)], result.placements)
+    assert not again.changes_anything
+
+
 def test_a_node_that_shrank_gives_up_its_latest_replicas() -> None:
     current = [running("m", i, "a", gpus=2) for i in range(4)]
 
