@@ -332,8 +332,11 @@ class SchedulerStore:
         model: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        round_id: int | None = None,
     ) -> Iterator[PlacementEvent]:
         query = select(pevents_t).order_by(pevents_t.c.position)
+        if round_id is not None:
+            query = query.where(pevents_t.c.round_id == round_id)
         if model is not None:
             query = query.where(pevents_t.c.model == model)
         if since is not None:

@@ -14,6 +14,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -67,14 +68,24 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@contextmanager
+def _scratch_database(prefix: str, template: str | None = None) -> Iterator[str]:
+    """A PostgreSQL database of its own for one test (a copy of ``template`` if given)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    copy = f' TEMPLATE "{template}"' if template else ""
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"{copy}')
+    try:
+        yield _pg_url(name)
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def pg_url(pg_template: str) -> Iterator[str]:
-    name = f"llmgw_t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
-    yield _pg_url(name)
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _scratch_database("llmgw_t", pg_template) as url:
+        yield url
 
 
 @pytest.fixture
@@ -87,12 +98,8 @@ def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
 @pytest.fixture
 def empty_pg_url(pg_template: str) -> Iterator[str]:
     """A PostgreSQL database with no schema at all, for migration tests."""
-    name = f"llmgw_e_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield _pg_url(name)
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _scratch_database("llmgw_e") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -72,8 +72,8 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
     if recorded is not None:
         written = {
             (e.type, e.model, e.replica, e.nodes)
-            for e in store.events()
-            if e.round_id == recorded.id and e.type in (PLACED, REMOVED)
+            for e in store.events(round_id=recorded.id)
+            if e.type in (PLACED, REMOVED)
         }
         again = {(PLACED, p.model, p.replica, p.nodes) for p in result.plan.place} | {
             (REMOVED, r.placement.model, r.placement.replica, r.placement.nodes)
