@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from catalog.errors import CatalogError
+from catalog.identifiers import fold
 from catalog.model import Model, normalize, validate
+from catalog.text import shown
 
 
 class Catalog:
@@ -40,6 +42,9 @@ class Catalog:
         namespace with names, and every fallback resolves.
         """
         by_name: dict[str, Model] = {}
+        # Every name and alias by its case-folded form, to the string as written:
+        # unique regardless of case (catalog.identifiers).
+        folded: dict[str, str] = {}
         for raw in models:
             model = normalize(raw)
             validate(model)
@@ -47,7 +52,16 @@ class Catalog:
                 raise CatalogError(
                     f"model {model.name!r} is declared twice", model=model.name, field="name"
                 )
+            same = folded.get(fold(model.name))
+            if same is not None:
+                raise CatalogError(
+                    f"model {model.name!r} differs from model {same!r} only in case; names "
+                    "and aliases are unique regardless of case, so rename one",
+                    model=model.name,
+                    field="name",
+                )
             by_name[model.name] = model
+            folded[fold(model.name)] = model.name
         # Aliases share a namespace with names: a collision would silently
         # shadow a model at request time, so it has to fail when loading.
         index = {name: name for name in by_name}
@@ -65,7 +79,17 @@ class Catalog:
                         model=name,
                         field="aliases",
                     )
+                same = folded.get(fold(alias))
+                if same is not None:
+                    raise CatalogError(
+                        f"model {name!r}: alias {alias!r} differs from {same!r} (of model "
+                        f"{index[same]!r}) only in case; names and aliases are unique "
+                        "regardless of case, so choose another alias",
+                        model=name,
+                        field="aliases",
+                    )
                 index[alias] = name
+                folded[fold(alias)] = alias
         # Fallbacks are resolved now rather than at request time: a typo in a
         # fallback should stop a deployment, not surface during an outage when
         # the fallback is finally needed.
@@ -131,14 +155,18 @@ class Catalog:
 
     def render(self) -> str:
         """The human table printed by ``llmgw models``."""
+        # Every name through `shown`: a catalog restored from old rows may hold
+        # names from before the identifier grammar.
         lines: list[str] = []
         for m in self._models.values():
             origin = "declared" if m.name in self._declared else "runtime"
-            aliases = f" aliases={','.join(m.aliases)}" if m.aliases else ""
-            lines.append(f"{m.name} (min {m.scaling.min}, max {m.scaling.max}) [{origin}]{aliases}")
+            aliases = f" aliases={','.join(map(shown, m.aliases))}" if m.aliases else ""
+            lines.append(
+                f"{shown(m.name)} (min {m.scaling.min}, max {m.scaling.max}) [{origin}]{aliases}"
+            )
             for p in m.profiles:
                 lines.append(
-                    f"  {p.name:<20} {p.engine:<10} {p.gpu_class or '-':<12} "
+                    f"  {shown(p.name):<20} {shown(p.engine):<10} {shown(p.gpu_class or '-'):<12} "
                     f"tp={p.tp} nodes={p.nodes} priority={p.priority}"
                 )
         return "\n".join(lines) + ("\n" if lines else "")

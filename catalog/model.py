@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 
 from catalog.durations import format_duration, parse_duration
 from catalog.errors import CatalogError
+from catalog.identifiers import check_model_names
 from catalog.views import EngineProfile, PlacementProfile
 
 T = TypeVar("T")
@@ -373,6 +374,8 @@ def validate(model: Model) -> None:
     seen: set[str] = set()
     for p in model.profiles:
         _validate_profile(name, p, seen)
+    # Last, so that the plainer refusals above (no name, no profile name) read as before.
+    check_model_names(model)
 
 
 def _check_bounds(model: str, p: Profile) -> None:

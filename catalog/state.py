@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from catalog.catalog import Catalog
 from catalog.errors import CatalogError
+from catalog.identifiers import fold
 from catalog.model import Model
 
 
@@ -37,6 +38,9 @@ class CatalogState:
         self._declared = declared.declared_names
         self._models: dict[str, Model] = {m.name: m for m in declared.models()}
         self._index: dict[str, str] = {}
+        # Every name and alias by its case-folded form, to the string as written:
+        # names and aliases are unique regardless of case (catalog.identifiers).
+        self._folded: dict[str, str] = {}
         # canonical target -> names of the models that fall back to it; what a
         # removal must consult, kept so that consulting it is one lookup.
         self._dependents: dict[str, set[str]] = {}
@@ -107,13 +111,14 @@ class CatalogState:
         recorded, and later replayed, one model at a time.
         """
         batch: dict[str, str] = {}  # name or alias within the batch -> its model
+        taken: dict[str, str] = {}  # the same, case-folded
         for model in models:
-            self._check_name_free(model.name, model.name, batch)
-            batch[model.name] = model.name
+            self._check_name_free(model.name, model.name, taken)
+            batch[model.name] = taken[fold(model.name)] = model.name
         for model in models:
             for alias in model.aliases:
-                self._check_name_free(alias, model.name, batch, is_alias=True)
-                batch[alias] = model.name
+                self._check_name_free(alias, model.name, taken, is_alias=True)
+                batch[alias] = taken[fold(alias)] = model.name
         for model in models:
             for fallback in model.fallbacks:
                 if fallback not in self._index and fallback not in batch:
@@ -130,18 +135,25 @@ class CatalogState:
         self, name: str, owner: str, batch: dict[str, str], *, is_alias: bool = False
     ) -> None:
         what = f"alias {name!r}" if is_alias else "the name"
-        if name in batch:
+        key = fold(name)
+        if key in batch:
             raise CatalogError(
                 f"model {owner!r}: {what} is used twice in this change "
-                f"(also by {batch[name]!r}); names and aliases share one namespace",
+                f"(also by {batch[key]!r}, regardless of case); names and aliases share one "
+                "namespace",
                 model=owner,
                 field="aliases" if is_alias else "name",
             )
-        holder = self._index.get(name)
-        if holder is None:
+        written = self._folded.get(key)
+        if written is None:
             return
+        holder = self._index[written]
         field = "aliases" if is_alias else "name"
-        role = "name" if holder == name else "alias"
+        role = "name" if holder == written else "alias"
+        if written != name:
+            # Unique regardless of case: `LLAMA-70B` beside `llama-70b` is one name to
+            # a person and two to the router.
+            role += f" (as {written!r}, differing only in case)"
         if holder in self._declared:
             raise CatalogError(
                 f"model {owner!r}: {what} is already the {role} of declared model {holder!r} "
@@ -151,7 +163,7 @@ class CatalogState:
                 model=owner,
                 field=field,
             )
-        if not is_alias and holder == name:
+        if not is_alias and holder == name == written:
             raise CatalogError(
                 f"model {owner!r} is already in the catalog (added at runtime); remove it "
                 "first to replace it",
@@ -211,8 +223,10 @@ class CatalogState:
         self._snapshot = None
         model = self._models.pop(name)
         del self._index[name]
+        del self._folded[fold(name)]
         for alias in model.aliases:
             del self._index[alias]
+            del self._folded[fold(alias)]
         for fallback in model.fallbacks:
             target = self._index.get(fallback)
             if target is not None:
@@ -223,8 +237,10 @@ class CatalogState:
 
     def _index_model(self, model: Model) -> None:
         self._index[model.name] = model.name
+        self._folded[fold(model.name)] = model.name
         for alias in model.aliases:
             self._index[alias] = model.name
+            self._folded[fold(alias)] = alias
 
     def _link_fallbacks(self, model: Model) -> None:
         for fallback in model.fallbacks:

@@ -17,11 +17,32 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 # -- building blocks ---------------------------------------------------------------------
 
-names = st.text(
-    alphabet=st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789-._/:"), min_size=1, max_size=12
-)
+_ENDS = "abcdefghijklmnopqrstuvwxyzABC0123456789"
+
+
+def tokens(extra: str, max_size: int = 12) -> st.SearchStrategy[str]:
+    """Identifiers of the grammar (catalog.identifiers): letters or digits at both ends."""
+    return st.one_of(
+        st.sampled_from(_ENDS),
+        st.builds(
+            lambda a, mid, b: a + mid + b,
+            st.sampled_from(_ENDS),
+            st.text(alphabet=st.sampled_from(_ENDS + extra), max_size=max_size - 2),
+            st.sampled_from(_ENDS),
+        ),
+    )
+
+
+names = tokens("-._/:")
+profile_names = tokens("-._")
 # Text an operator might type, quotes, spaces and unicode included.
 any_text = st.text(max_size=12)
+# The same, printable (catalog.text): what a source or a reason may hold.
+printable_text = st.text(
+    alphabet=st.characters(exclude_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"))
+    | st.just(" "),
+    max_size=12,
+)
 durations = st.one_of(
     st.integers(0, 10**6),
     st.floats(0, 10**5, allow_nan=False, allow_infinity=False),
@@ -32,6 +53,7 @@ durations = st.one_of(
     st.sampled_from(["90s", "20m", "1h30m", "1.5h", "250ms", "0s"]),
 )
 string_maps = st.dictionaries(names, any_text, max_size=3)
+labels = st.dictionaries(tokens("-._/"), st.just("") | tokens("-._:/"), max_size=3)
 
 
 @st.composite
@@ -72,7 +94,7 @@ def valid_profiles(draw: st.DrawFn, name: str) -> dict[str, Any]:
     optional: dict[str, st.SearchStrategy[Any]] = {
         "args": st.lists(any_text, max_size=3),
         "env": string_maps,
-        "node_selector": string_maps,
+        "node_selector": labels,
         "min_memory_gb": st.integers(0, 512),
         "weight": st.floats(-2, 100, allow_nan=False, allow_infinity=False),
         "priority": st.integers(-10, 10),
@@ -87,14 +109,20 @@ def valid_profiles(draw: st.DrawFn, name: str) -> dict[str, Any]:
 @st.composite
 def valid_definitions(draw: st.DrawFn) -> dict[str, Any]:
     name = draw(names)
-    profile_names = draw(st.lists(names, min_size=1, max_size=3, unique=True))
+    profiles = draw(st.lists(profile_names, min_size=1, max_size=3, unique_by=str.casefold))
     raw: dict[str, Any] = {
         "name": name,
-        "source": draw(any_text.filter(bool)),
-        "profiles": [draw(valid_profiles(p)) for p in profile_names],
+        "source": draw(printable_text.map(str.strip).filter(bool)),
+        "profiles": [draw(valid_profiles(p)) for p in profiles],
     }
     if draw(st.booleans()):
-        raw["aliases"] = draw(st.lists(names.filter(lambda a: a != name), max_size=3, unique=True))
+        raw["aliases"] = draw(
+            st.lists(
+                names.filter(lambda a: a.casefold() != name.casefold()),
+                max_size=3,
+                unique_by=str.casefold,
+            )
+        )
     if draw(st.booleans()):
         raw["fallbacks"] = draw(st.lists(names, max_size=3))
     if draw(st.booleans()):
@@ -109,7 +137,7 @@ def valid_definitions(draw: st.DrawFn) -> dict[str, Any]:
         raw["context_length"] = draw(st.integers(0, 10**6))
         raw["max_output"] = draw(st.integers(0, raw["context_length"]))
     if draw(st.booleans()):
-        raw["routing_profile"] = draw(any_text)
+        raw["routing_profile"] = draw(st.just("") | profile_names)
     return raw
 
 
