@@ -26,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from catalog import Catalog, CatalogError, Model
 from catalog.digest import catalog_digest
+from catalog.identifiers import check_command
 from events.replay import Replayer, ReplayResult
 from events.snapshots import SnapshotStore
 from events.store import ConcurrencyConflict, EventStore
@@ -233,6 +234,9 @@ class CatalogService:
         reason: str,
         key: str | None,
     ) -> CommandResult:
+        # Who, why and the key are recorded beside the events and printed by
+        # `history`: the same grammar for every path (CLI, API, a token's name).
+        check_command(actor=actor, reason=reason, key=key)
         if key is not None:
             previous = self.store.by_command(key)
             if previous:

@@ -15,6 +15,8 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from catalog.identifiers import FABRIC, GPU_CLASS, LABEL_KEY, LABEL_VALUE, NODE_NAME, Grammar, brief
+
 
 @dataclass(frozen=True, slots=True)
 class Node:
@@ -82,6 +84,34 @@ class NodeReport(BaseModel):
         # and "no fabric"; both mean absent, not a class named "".
         return None if value == "" else value
 
+    # The grammar of each name (catalog.identifiers): printable ASCII that fits its
+    # column, so a report cannot forge a line of `llmgw nodes list` or fail the insert.
+    @field_validator("name")
+    @classmethod
+    def _name_grammar(cls, value: str) -> str:
+        return _follows(NODE_NAME, value)
+
+    @field_validator("gpu_class")
+    @classmethod
+    def _gpu_class_grammar(cls, value: str | None) -> str | None:
+        return None if value is None else _follows(GPU_CLASS, value)
+
+    @field_validator("fabric")
+    @classmethod
+    def _fabric_grammar(cls, value: str | None) -> str | None:
+        return None if value is None else _follows(FABRIC, value)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_grammar(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            for grammar, part in ((LABEL_KEY, key), (LABEL_VALUE, label)):
+                problem = grammar.problem(part)
+                if problem is not None:
+                    part_name = "key" if grammar is LABEL_KEY else "value"
+                    raise ValueError(f"{part_name} {brief(part)} {problem}")
+        return value
+
     @model_validator(mode="after")
     def _cards_add_up(self) -> Self:
         if self.gpu_class is None and self.gpus > 0:
@@ -115,6 +145,13 @@ class NodeReport(BaseModel):
         )
 
 
+def _follows(grammar: Grammar, value: str) -> str:
+    problem = grammar.problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 _FIXES = {
     "name": "every report must name its node",
     "gpu_class": "name the card type as a string, or leave it out for a node without cards",
@@ -141,22 +178,27 @@ def parse_node_report(raw: Mapping[str, Any]) -> NodeReport:
 
 def _who(raw: Mapping[str, Any]) -> str:
     name = raw.get("name")
-    return f'node "{name}"' if isinstance(name, str) and name else "a node report"
+    if not isinstance(name, str) or not name:
+        return "a node report"
+    return f'node "{name}"' if NODE_NAME.problem(name) is None else f"node {brief(name)}"
 
 
 def _problem(error: Any) -> str:
     """One pydantic error, reworded as field, problem and fix."""
-    if error["type"] == "value_error" and not error["loc"]:
-        # Our own cross-field checks already say what is wrong and what to do.
-        return str(error["ctx"]["error"])
     top = str(error["loc"][0]) if error["loc"] else "report"
     where = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "value_error":
+        # Our own checks already say what is wrong and what to do.
+        said = str(error["ctx"]["error"])
+        if not error["loc"] or top == "labels":
+            return f"{where} {said}" if where else said
+        return f"{where} {brief(error.get('input'))} {said}"
     if error["type"] == "missing":
         return f"{where} is missing; {_FIXES.get(top, 'add it')}"
     if error["type"] == "extra_forbidden":
         known = ", ".join(NodeReport.model_fields)
         return f"{where} is not a field of a node report; the fields are {known}"
-    got = error.get("input")
+    got = brief(error.get("input"))
     return (
-        f"{where} {got!r} is not accepted ({error['msg'].lower()}); {_FIXES.get(top, 'correct it')}"
+        f"{where} {got} is not accepted ({error['msg'].lower()}); {_FIXES.get(top, 'correct it')}"
     )

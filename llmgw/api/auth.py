@@ -31,6 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.identifiers import NODE_NAME
+
 TOKEN_PREFIX = "llmgw_"
 # A token name is an event's actor and a key in the settings file: keep it to
 # characters that need no quoting anywhere (and no ':' ';' ',' used by LLMGW_TOKENS).
@@ -106,6 +108,10 @@ class TokenEntry:
             )
         if any(not n for n in nodes):
             raise TokenConfigError(f"{where}: token {name!r} names an empty node")
+        for node in nodes:
+            problem = NODE_NAME.problem(node)
+            if problem is not None:
+                raise TokenConfigError(f"{where}: token {name!r}: node {node!r} {problem}")
         return cls(name, parsed_role, digest, nodes)
 
     def to_toml(self) -> str:

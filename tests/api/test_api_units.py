@@ -46,7 +46,7 @@ def test_an_issued_token_is_configured_by_its_hash_only_and_verifies() -> None:
 
 
 def test_the_printed_toml_and_env_entries_load_back_as_the_same_entry(tmp_path: Path) -> None:
-    entry = issue_token("agent-a", "agent", ["n1", 'odd "name"']).entry
+    entry = issue_token("agent-a", "agent", ["n1", "node01.dc1"]).entry
     (tmp_path / "auth.toml").write_text("reads_open = true\n" + entry.to_toml() + "\n")
     loaded = ApiSettings.load(tmp_path / "auth.toml", env={})
     assert loaded.tokens == (entry,) and loaded.reads_open is True
@@ -56,7 +56,7 @@ def test_the_printed_toml_and_env_entries_load_back_as_the_same_entry(tmp_path: 
         tmp_path / "auth.toml", env={"LLMGW_TOKENS": simple.to_env(), "LLMGW_OPEN_READS": "0"}
     )
     assert both.tokens == (entry, simple) and both.reads_open is True  # the file says so
-    assert tomllib.loads(entry.to_toml())["tokens"][0]["nodes"] == ["n1", 'odd "name"']
+    assert tomllib.loads(entry.to_toml())["tokens"][0]["nodes"] == ["n1", "node01.dc1"]
 
 
 @pytest.mark.parametrize(
@@ -66,6 +66,12 @@ def test_the_printed_toml_and_env_entries_load_back_as_the_same_entry(tmp_path: 
         ('[[tokens]]\nname = "x"\nrole = "agent"\nsha256 = "' + "0" * 64 + '"', "names no node"),
         ('[[tokens]]\nname = "x"\nrole = "reader"\nsha256 = "abc"', "64 lowercase hex"),
         ('[[tokens]]\nname = "a b"\nrole = "reader"\nsha256 = "' + "0" * 64 + '"', "name 'a b'"),
+        (  # a node no report can name (catalog.identifiers): the token could never be used
+            '[[tokens]]\nname = "x"\nrole = "agent"\nnodes = ["odd \\"name\\""]\nsha256 = "'
+            + "0" * 64
+            + '"',
+            "node 'odd \"name\"' is not ASCII letters",
+        ),
         ('[[tokens]]\nname = "x"\nrole = "reader"\ntoken = "t"', "unknown key(s) 'token'"),
         ("reads_open = 1", "reads_open must be true or false"),
         ("colour = 1", "unknown key(s) 'colour'"),

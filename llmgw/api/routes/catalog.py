@@ -15,6 +15,7 @@ from anyio import to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from catalog import CatalogError, Model, parse_definitions
+from catalog.identifiers import KEY_PATTERN, IdentifierError
 from events import CommandConflict, CommandResult, KeyReused
 from llmgw.api import schemas
 from llmgw.api.access import SECURED, Operator, Reader
@@ -30,7 +31,7 @@ KeyHeader = Annotated[
     str | None,
     Header(
         alias="Idempotency-Key",
-        pattern=r"^[!-~]{1,128}$",
+        pattern=KEY_PATTERN,
         description="The same key again is recorded once and answers the first outcome "
         "(200); with a different change it is refused (409).",
     ),
@@ -139,6 +140,8 @@ def _add(
         return svc.gate.add(models, actor=actor, reason=reason, key=key)
     except KeyReused as exc:
         raise refused(exc, "key-reused") from None
+    except IdentifierError as exc:  # an actor, reason or key outside the grammar
+        raise refused(exc, "invalid-request", 422) from None
     except CatalogError as exc:
         raise refused(exc) from None
     except CommandConflict as exc:
@@ -166,6 +169,8 @@ def _remove(svc: Services, name: str, actor: str, reason: str, key: str | None) 
         return svc.gate.remove(name, actor=actor, reason=reason, key=key)
     except KeyReused as exc:
         raise refused(exc, "key-reused") from None
+    except IdentifierError as exc:  # an actor, reason or key outside the grammar
+        raise refused(exc, "invalid-request", 422) from None
     except CatalogError as exc:
         if name not in svc.gate.view().catalog:
             raise Problem(404, "not-found", str(exc), model=name) from None
