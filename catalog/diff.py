@@ -17,6 +17,7 @@ from typing import Any
 
 from catalog.catalog import Catalog
 from catalog.model import Model
+from catalog.text import shown
 
 
 class _Absent:
@@ -79,11 +80,11 @@ class CatalogDiff:
         }
 
     def render(self) -> str:
-        lines = [f"+ {name}" for name in self.added]
-        lines += [f"- {name}" for name in self.removed]
+        lines = [f"+ {shown(name)}" for name in self.added]
+        lines += [f"- {shown(name)}" for name in self.removed]
         for change in self.changed:
-            lines.append(f"~ {change.name}")
-            lines += [f"    {c.render()}" for c in change.changes]
+            lines.append(f"~ {shown(change.name)}")
+            lines += [f"    {shown(c.render())}" for c in change.changes]
         return "\n".join(lines) + ("\n" if lines else "")
 
 

@@ -70,6 +70,12 @@ class CatalogState:
         canonical = self._index.get(name)
         return None if canonical is None else self._models[canonical]
 
+    def holder(self, name: str) -> tuple[str, Model] | None:
+        """The name or alias, as written, that ``name`` would collide with (regardless
+        of case), and the model holding it; None if ``name`` is free."""
+        written = self._folded.get(fold(name))
+        return None if written is None else (written, self._models[self._index[written]])
+
     def snapshot(self) -> Catalog:
         if self._snapshot is None:
             self._snapshot = Catalog(self._models, self._index, self._declared)

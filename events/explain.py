@@ -19,6 +19,7 @@ from typing import Any
 
 from catalog import Catalog, CatalogState
 from catalog.digest import catalog_digest
+from catalog.text import shown
 from events.chain import canonical_time
 from events.replay import Replayer
 from events.types import MODEL_ADDED, MODEL_REMOVED, StoredEvent
@@ -110,13 +111,14 @@ def _addition_context(state: CatalogState, payload: dict[str, Any], digest: str)
     own = [n for n in names if isinstance(n, str)]
     collisions = []
     for name in own:
-        holder = state.resolve(name)
-        if holder is not None:
+        found = state.holder(name)  # regardless of case, as the rule is
+        if found is not None:
+            written, holder = found
             collisions.append(
                 {
-                    "name": name,
+                    "name": written,
                     "held_by": holder.name,
-                    "as": "name" if holder.name == name else "alias",
+                    "as": "name" if holder.name == written else "alias",
                     "declared": state.is_declared(holder.name),
                 }
             )
@@ -166,30 +168,34 @@ def _excerpt(text: str, limit: int = 200) -> str:
 
 def render_context(context: dict[str, Any]) -> list[str]:
     """The context of a skipped event as lines for people."""
+    # Names come from stored rows, which may predate the identifier grammar: `shown`.
     lines = []
     for c in context.get("collides_with", ()):
         origin = "declared" if c["declared"] else "runtime"
         if c["as"] == "name":
-            lines.append(f"collides with: {c['name']}, a {origin} model")
+            lines.append(f"collides with: {shown(c['name'])}, a {origin} model")
         else:
-            lines.append(f"collides with: {c['name']}, an alias of {origin} model {c['held_by']}")
+            lines.append(
+                f"collides with: {shown(c['name'])}, an alias of {origin} model "
+                f"{shown(c['held_by'])}"
+            )
     if "missing_fallbacks" in context:
-        lines.append(f"missing fallbacks: {', '.join(context['missing_fallbacks'])}")
+        lines.append(f"missing fallbacks: {', '.join(map(shown, context['missing_fallbacks']))}")
     if "declared_in" in context:
-        lines.append(f"declared in {context['declared_in']}")
+        lines.append(f"declared in {shown(context['declared_in'])}")
     if context.get("dependents"):
-        lines.append(f"still falling back to it: {', '.join(context['dependents'])}")
+        lines.append(f"still falling back to it: {', '.join(map(shown, context['dependents']))}")
     if "models_present_count" in context:
-        shown = context["models_present"]
-        more = context["models_present_count"] - len(shown)
-        listed = ", ".join(shown) + (f", ... ({more} more)" if more > 0 else "")
+        present = context["models_present"]
+        more = context["models_present_count"] - len(present)
+        listed = ", ".join(map(shown, present)) + (f", ... ({more} more)" if more > 0 else "")
         lines.append(f"models present ({context['models_present_count']}): {listed or 'none'}")
         if context.get("similar"):
-            lines.append(f"similar names: {', '.join(context['similar'])}")
+            lines.append(f"similar names: {', '.join(map(shown, context['similar']))}")
     if context.get("declared_changed_since"):
         lines.append("the declared configuration changed since this event was written")
     elif context.get("declared_changed_since") is False:
         lines.append("written against this same declared configuration")
     if "payload" in context:
-        lines.append(f"payload: {context['payload']}")
+        lines.append(f"payload: {shown(context['payload'])}")
     return lines

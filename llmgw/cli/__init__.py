@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from llmgw import logs
 from llmgw.cli import audit_cmds, catalog_cmds, explain_cmd, scheduler_cmds, serve_cmd
-from llmgw.cli.context import EXIT_REFUSED, App, SystemExitWith, refusals
+from llmgw.cli.context import EXIT_REFUSED, App, SystemExitWith, guarded_output, refusals
 from llmgw.settings import Settings
 
 
@@ -43,17 +43,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logs.configure()
-    app = App(Settings.resolve(getattr(args, "db", None), getattr(args, "config", None)))
-    try:
-        with refusals():
-            code: int = args.run(app, args)
-    except SystemExitWith as exc:
-        print(exc.message, file=sys.stderr)
-        return exc.code
-    except BrokenPipeError:  # `llmgw history | head`
-        return EXIT_REFUSED
-    return code
+    with guarded_output():
+        logs.configure()
+        app = App(Settings.resolve(getattr(args, "db", None), getattr(args, "config", None)))
+        try:
+            with refusals():
+                code: int = args.run(app, args)
+        except SystemExitWith as exc:
+            print(exc.message, file=sys.stderr)
+            return exc.code
+        except BrokenPipeError:  # `llmgw history | head`
+            return EXIT_REFUSED
+        return code
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from catalog.diff import diff_catalogs
+from catalog.text import shown
 from events import replay
 from events.chain import verify_chain
 from events.explain import explain, render_context
@@ -236,11 +237,11 @@ def cmd_replay(app: App, args: argparse.Namespace) -> int:
                 continue
             outcome = "applied" if step.applied else "SKIPPED"
             print(
-                f"{step.position:>6}  {iso(step.recorded_at)}  {step.type:<13}  "
-                f"{step.model or '-':<24} {step.actor or '-':<10} {outcome}"
+                f"{step.position:>6}  {iso(step.recorded_at)}  {shown(step.type):<13}  "
+                f"{shown(step.model or '-'):<24} {shown(step.actor or '-'):<10} {outcome}"
             )
             if not step.applied:
-                print(f"{'':>8}reason: {step.reason}")
+                print(f"{'':>8}reason: {shown(step.reason)}")
                 for line in render_context(step.context):
                     print(f"{'':>8}{line}")
         result = replayer.result()
@@ -263,7 +264,10 @@ def cmd_replay(app: App, args: argparse.Namespace) -> int:
         )
         if not args.explain:
             for s in result.skipped:
-                print(f"  skipped position {s.position} ({s.type}, event {s.event_id}): {s.reason}")
+                print(
+                    f"  skipped position {s.position} ({shown(s.type)}, event "
+                    f"{shown(s.event_id)}): {shown(s.reason)}"
+                )
     if args.strict and result.skipped:
         positions = ", ".join(str(s.position) for s in result.skipped[:10])
         more = "" if len(result.skipped) <= 10 else ", ..."
@@ -313,12 +317,12 @@ def cmd_verify(app: App, args: argparse.Namespace) -> int:
         return 0 if report.ok else EXIT_REFUSED
     if not report.ok:
         print(
-            f"error: verify failed at position {report.failed_at}: {report.reason}",
+            f"error: verify failed at position {report.failed_at}: {shown(report.reason)}",
             file=sys.stderr,
         )
         return EXIT_REFUSED
     print(f"ok: {report.events} events, head position {report.head_position}")
-    print(f"head {report.head_hash}")
+    print(f"head {shown(report.head_hash)}")
     seal = report.seal
     if seal is not None and seal.position:
         print(

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from catalog import Catalog, load_definitions
+from catalog.text import shown
 from events.migrate import current_revision, head_revision, upgrade
 from events.timetravel import catalog_at
 from llmgw.cli.context import App, Refused, parse_when, print_json
@@ -76,7 +77,7 @@ def cmd_add(app: App, args: argparse.Namespace) -> int:
     result = app.service.add(models, actor=args.actor, reason=args.reason, key=args.key)
     verb = "already recorded" if result.already_recorded else "added"
     for event in result.events:
-        print(f"{verb} {event.model} at position {event.position}")
+        print(f"{verb} {shown(event.model)} at position {event.position}")
     return 0
 
 
@@ -84,7 +85,7 @@ def cmd_remove(app: App, args: argparse.Namespace) -> int:
     result = app.service.remove(args.name, actor=args.actor, reason=args.reason, key=args.key)
     verb = "already recorded: removed" if result.already_recorded else "removed"
     for event in result.events:
-        print(f"{verb} {event.model} at position {event.position}")
+        print(f"{verb} {shown(event.model)} at position {event.position}")
     return 0
 
 
@@ -92,7 +93,7 @@ def cmd_resolve(app: App, args: argparse.Namespace) -> int:
     canonical = app.service.catalog().canonical(args.name)
     if canonical is None:
         raise Refused(f"model {args.name!r} is not in the catalog (neither a name nor an alias)")
-    print(canonical)
+    print(shown(canonical))
     return 0
 
 

@@ -9,12 +9,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, TextIO
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from catalog import Catalog, CatalogError, load_declared
+from catalog.text import guard_line, shown
 from events import CatalogService, CommandConflict, EventStore
 from events.db import make_engine
 from events.migrate import UnknownSchema, ensure_schema
@@ -74,6 +75,35 @@ def refusals() -> Iterator[None]:
         ) from None
 
 
+class GuardedStream:
+    """A text stream whose writes cannot put a control character on the terminal.
+
+    The net under ``shown`` (catalog.text): every value a command prints goes
+    through ``shown``; anything unprintable a formatter still let through
+    (other than the newlines that end lines) is escaped here.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(guard_line(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def guarded_output() -> Iterator[None]:
+    saved = sys.stdout, sys.stderr
+    sys.stdout = GuardedStream(saved[0])
+    sys.stderr = GuardedStream(saved[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 class SystemExitWith(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
@@ -102,6 +132,9 @@ def parse_when(text: str) -> datetime:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
+    """Columns for people. Every cell goes through ``shown``: a stored value with a
+    newline would otherwise print as a row of its own (catalog.text)."""
+    rows = [[shown(cell) for cell in row] for row in rows]
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
     ]

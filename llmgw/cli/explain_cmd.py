@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime
 
+from catalog.text import shown
 from events import replay
 from llmgw.cli.context import App, Refused, iso, parse_when, print_json
 from llmgw.cli.scheduler_cmds import policy as policy_from_args
@@ -101,7 +102,7 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(f"{result.model}: {header}")
+    print(f"{shown(result.model)}: {header}")
     if matches is not None:
         print(
             "  planned again: identical to what the round wrote"
@@ -112,6 +113,6 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
     if not result.stories:
         print("  no replicas wanted (scaling.min is 0) and none running")
     for s in result.stories:
-        where = f" {s.profile} on {', '.join(s.nodes)}" if s.nodes else ""
-        print(f"  replica {s.replica}: {s.outcome}{where}: {s.why}")
+        where = f" {shown(s.profile)} on {', '.join(map(shown, s.nodes))}" if s.nodes else ""
+        print(f"  replica {s.replica}: {s.outcome}{where}: {shown(s.why)}")
     return 0

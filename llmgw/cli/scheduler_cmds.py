@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog import read_data
+from catalog.text import shown
 from llmgw import logs
 from llmgw.cli.context import App, Refused, iso, print_json, table
 from scheduler import NodeReport, NodeReportError, Placement, StalenessPolicy, parse_node_report
@@ -109,7 +110,7 @@ def load_reports(path: Path) -> list[NodeReport]:
 def cmd_nodes_report(app: App, args: argparse.Namespace) -> int:
     reports = load_reports(args.file)
     nodes = SchedulerStore(app.engine).report(reports, datetime.now(UTC))
-    print(f"recorded {len(nodes)} node report(s): {', '.join(n.name for n in nodes)}")
+    print(f"recorded {len(nodes)} node report(s): {', '.join(shown(n.name) for n in nodes)}")
     return 0
 
 
@@ -160,8 +161,8 @@ def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
 
 def cmd_nodes_forget(app: App, args: argparse.Namespace) -> int:
     if not SchedulerStore(app.engine).forget(args.name):
-        raise Refused(f'node "{args.name}" is not in the inventory')
-    print(f"forgot node {args.name}; its replicas are placed elsewhere next round")
+        raise Refused(f"node {args.name!r} is not in the inventory")
+    print(f"forgot node {shown(args.name)}; its replicas are placed elsewhere next round")
     return 0
 
 
@@ -210,17 +211,20 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
         f"kept {len(plan.keep)}, unplaced {len(plan.unplaced)}"
     )
     for p in plan.place:
-        print(f"  + {p.model}[{p.replica}] {p.profile} on {', '.join(p.nodes)}")
+        print(f"  + {_replica(p)}")
     for r in plan.remove:
-        p = r.placement
-        print(f"  - {p.model}[{p.replica}] {p.profile} on {', '.join(p.nodes)}: {r.reason}")
+        print(f"  - {_replica(r.placement)}: {shown(r.reason)}")
     for u in plan.unplaced:
-        print(f"  ! {u.model}[{u.replica}] unplaced: {u.reason}")
+        print(f"  ! {shown(u.model)}[{u.replica}] unplaced: {shown(u.reason)}")
     if plan.mass_loss:
         print(
             f"  mass loss: {len(plan.lost_nodes)} nodes look lost at once; their replicas are kept"
         )
     return 0
+
+
+def _replica(p: Placement) -> str:
+    return f"{shown(p.model)}[{p.replica}] {shown(p.profile)} on {', '.join(map(shown, p.nodes))}"
 
 
 def cmd_placements(app: App, args: argparse.Namespace) -> int:

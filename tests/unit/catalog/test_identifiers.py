@@ -243,3 +243,15 @@ def test_an_actor_reason_or_key_outside_the_grammar_is_refused(
 
 def test_people_and_reasons_may_be_written_in_any_script() -> None:
     check_command(actor="Zoë Ðорогова", reason="проверка: ok ✓", key="550e8400-e29b-41d4")
+
+
+def test_explained_replay_shows_what_a_case_twin_collides_with() -> None:
+    from events.explain import explain, render_context
+
+    declared = Catalog.build([model("llama-3", aliases=["llama-70b"])])
+    _, steps = explain(declared, [_added(1, definition("LLAMA-70B"))])
+    (step,) = list(steps)
+    assert not step.applied
+    assert render_context(step.context)[0] == (
+        "collides with: llama-70b, an alias of declared model llama-3"
+    )
