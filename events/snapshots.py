@@ -50,8 +50,11 @@ from events.types import CURRENT_SCHEMA
 
 log = structlog.get_logger("llmgw.catalog")
 
-# Bump when what a snapshot holds, or how it is read, changes.
-SNAPSHOT_FORMAT = 1
+# Bump when what a snapshot holds, or how it is read, changes, or when replay's
+# rules change what it accepts: a snapshot is trusted without being validated
+# again. 2: the identifier grammar (catalog.identifiers), under which an older
+# snapshot may hold a name that replay now skips.
+SNAPSHOT_FORMAT = 2
 # How many snapshots are kept; older ones are deleted when a new one is taken.
 KEEP = 3
 
