@@ -28,7 +28,7 @@ from catalog import Catalog, CatalogError, Model
 from catalog.digest import catalog_digest
 from events.replay import Replayer, ReplayResult
 from events.snapshots import SnapshotStore
-from events.store import ConcurrencyConflict, EventStore
+from events.store import ConcurrencyConflict, EventStore, UnvouchedRow
 from events.types import CURRENT_SCHEMA, MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
 
 log = structlog.get_logger("llmgw.catalog")
@@ -60,7 +60,8 @@ def gc_paused() -> Iterator[None]:
 
 
 class CommandConflict(Exception):
-    """The log kept moving under a command; nothing was written."""
+    """The log could not take a command (it kept moving, or its last row is
+    not vouched for by the chain); nothing was written."""
 
 
 class KeyReused(CatalogError):
@@ -248,6 +249,8 @@ class CatalogService:
                     reason=reason,
                     key=key,
                 )
+            except UnvouchedRow as exc:
+                raise CommandConflict(str(exc)) from None
             except ConcurrencyConflict as conflict:
                 log.info(
                     "catalog.append_conflict",

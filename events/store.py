@@ -42,12 +42,27 @@ from sqlalchemy import (
 
 from events.chain import GENESIS, ChainRow, Seal, event_hash
 from events.db import WRITE
-from events.tables import ChainSealRow, EventRow
+from events.tables import ChainAdoptionRow, ChainSealRow, EventRow
 from events.types import NewEvent, StoredEvent
 
 READ_BATCH = 5_000
 t: Table = EventRow.__table__  # type: ignore[assignment]  # declarative tables are Tables
 seal_table: Table = ChainSealRow.__table__  # type: ignore[assignment]
+adoption_table: Table = ChainAdoptionRow.__table__  # type: ignore[assignment]
+
+
+class UnvouchedRow(Exception):
+    """The last row of the log has no hash after the chain's seal and nobody adopted it."""
+
+    def __init__(self, position: int, seal: int) -> None:
+        super().__init__(
+            f"the log's last event, position {position}, carries no hash after the chain's "
+            f"seal (position {seal}): it was written outside llmgw, and appending would "
+            "chain over it as if it were genuine. Nothing was written. Run `llmgw verify`; "
+            "if you know the row is genuine (an older release wrote it during an upgrade), "
+            "adopt it: llmgw verify --adopt-unhashed --actor NAME --reason WHY"
+        )
+        self.position = position
 
 
 class ConcurrencyConflict(Exception):
@@ -411,28 +426,21 @@ class EventStore:
 def _chain_hash_at(conn: Connection, head: int) -> str:
     """The chain's value at ``head`` when that row carries no stored hash.
 
-    Normally the row was the last one written before the chain existed, and
-    the value is the seal. After an older release appended during an upgrade,
-    the unhashed rows since the last stored hash are hashed here, once.
+    The last row written before the chain existed has the seal's value. After
+    the seal, only a row an operator adopted has one (events.chain): appending
+    after any other unhashed row would chain over a row nothing vouches for,
+    perhaps a forgery, and make it look covered.
     """
     seal = conn.execute(select(seal_table.c.position, seal_table.c.hash)).first()
     anchor, value = (int(seal[0]), str(seal[1])) if seal is not None else (0, GENESIS)
     if anchor >= head:
         return value
-    stored = conn.execute(
-        select(t.c.position, t.c.hash)
-        .where(t.c.hash.is_not(None), t.c.position <= head)
-        .order_by(t.c.position.desc())
-        .limit(1)
-    ).first()
-    if stored is not None and int(stored[0]) > anchor:
-        anchor, value = int(stored[0]), str(stored[1])
-    rows = conn.execute(
-        select(*_COLUMNS).where(t.c.position > anchor, t.c.position <= head).order_by(t.c.position)
-    )
-    for row in rows:
-        value = _hash_row(value, row)
-    return value
+    adopted = conn.execute(
+        select(adoption_table.c.hash).where(adoption_table.c.position == head)
+    ).scalar()
+    if adopted is not None:
+        return str(adopted)
+    raise UnvouchedRow(head, anchor)
 
 
 def _event_id(key: str, index: int) -> str:
