@@ -26,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from catalog import Catalog, CatalogError, Model
 from catalog.digest import catalog_digest
+from events.idempotency import change_digest, recorded_change
 from events.replay import Replayer, ReplayResult
 from events.snapshots import SnapshotStore
 from events.store import ConcurrencyConflict, EventStore, UnvouchedRow
@@ -213,7 +214,8 @@ class CatalogService:
             ]
 
         names = [m.name for m in models]
-        return self._run(MODEL_ADDED, names, build, actor=actor, reason=reason, key=key)
+        change = change_digest(MODEL_ADDED, [m.to_definition() for m in models])
+        return self._run(MODEL_ADDED, names, change, build, actor=actor, reason=reason, key=key)
 
     def remove(
         self, name: str, *, actor: str = "", reason: str = "", key: str | None = None
@@ -222,12 +224,14 @@ class CatalogService:
             self._replayer.state.check_remove(name)
             return [NewEvent(type=MODEL_REMOVED, model=name, payload=json.dumps({"name": name}))]
 
-        return self._run(MODEL_REMOVED, [name], build, actor=actor, reason=reason, key=key)
+        change = change_digest(MODEL_REMOVED, [name])
+        return self._run(MODEL_REMOVED, [name], change, build, actor=actor, reason=reason, key=key)
 
     def _run(
         self,
         command: str,
         names: list[str],
+        change: str,
         build: Callable[[], list[NewEvent]],
         *,
         actor: str,
@@ -237,7 +241,7 @@ class CatalogService:
         if key is not None:
             previous = self.store.by_command(key)
             if previous:
-                return self._repeat(command, names, key, previous)
+                return self._repeat(command, change, key, previous)
         for attempt in range(1, MAX_ATTEMPTS + 1):
             self._sync()
             events = build()
@@ -265,7 +269,7 @@ class CatalogService:
                 continue
             if outcome.already_recorded:
                 # A retry of ours raced with the first attempt and lost: report its outcome.
-                return self._repeat(command, names, key or "", outcome.events)
+                return self._repeat(command, change, key or "", outcome.events)
             log.info(
                 "catalog.appended",
                 command=command,
@@ -283,21 +287,21 @@ class CatalogService:
         )
 
     def _repeat(
-        self, command: str, names: list[str], key: str, previous: tuple[StoredEvent, ...]
+        self, command: str, change: str, key: str, previous: tuple[StoredEvent, ...]
     ) -> CommandResult:
         """The same key again: report the first outcome, if it is the same change.
 
-        Compared by type and model names: a repeat cannot be validated again
-        (the first attempt already changed the catalog), and a retry after a
-        timeout, which is what keys are for, names the same models.
+        Compared by the digest of the whole change (events.idempotency): a
+        repeat cannot be validated again (the first attempt already changed
+        the catalog), and a retry after a timeout, which is what keys are for,
+        sends exactly the same change.
         """
-        same = all(e.type == command for e in previous) and sorted(names) == sorted(
-            e.model or "" for e in previous
-        )
-        if not same:
+        if recorded_change(command, previous) != change:
             raise KeyReused(
                 f"idempotency key {key!r} was already used for a different change "
-                f"(position {previous[0].position}); use a new key for a new change"
+                f"(position {previous[0].position}, {previous[0].type} of "
+                f"{', '.join(e.model or '?' for e in previous)}): the definition sent now is "
+                "not the one recorded then. Nothing was written; use a new key for a new change"
             )
         log.info("catalog.command_repeated", command=command, key=key)
         self._sync()
