@@ -88,7 +88,8 @@ class CatalogService:
     pays for each event once. The first refresh starts from the newest usable
     snapshot (events.snapshots) rather than from the beginning of the log, and
     a refresh that caught up on ``snapshot_every`` events or more takes a new
-    one (``snapshot_every=None``: never). A ``ReplayResult`` from a service
+    one (``snapshot_every=None``: never), under ``snapshot_key`` when given
+    (events.snapshots). A ``ReplayResult`` from a service
     restored from a snapshot lists only the events after it.
     """
 
@@ -99,12 +100,13 @@ class CatalogService:
         config_path: str = "catalog.yaml",
         *,
         snapshot_every: int | None = SNAPSHOT_EVERY,
+        snapshot_key: bytes | None = None,
     ):
         self.store = store
         self.declared = declared
         self.config_path = config_path
         self.declared_digest = catalog_digest(declared)
-        self.snapshots = SnapshotStore(store.engine)
+        self.snapshots = SnapshotStore(store.engine, snapshot_key)
         self.snapshot_every = snapshot_every
         self._replayer = Replayer.start(declared, config_path)
         self._started = False

@@ -15,6 +15,7 @@ from catalog.diff import diff_catalogs
 from events import replay
 from events.adoption import AdoptionRefused, adopt_unhashed, verify_log
 from events.explain import explain, render_context
+from events.snapshot_audit import SnapshotCheck, audit_snapshots
 from events.store import HistoryQuery
 from events.timetravel import catalogs_at
 from events.types import StoredEvent
@@ -325,9 +326,20 @@ def cmd_verify(app: App, args: argparse.Namespace) -> int:
         report = verify_log(app.store, expect)
     if not report.ok:
         log.warning("catalog.verify_failed", position=report.failed_at, reason=report.reason)
+    checks = audit_snapshots(app.store, app.declared, app.config_label, app.snapshot_key)
+    forged = [c for c in checks if not c.ok]
+    for check in forged:
+        log.warning(
+            "catalog.verify_snapshot_failed",
+            snapshot=check.snapshot,
+            position=check.position,
+            reason=check.problem,
+        )
+    ok = report.ok and not forged
     if args.json:
-        print_json({**report.to_json(), "adopted_now": list(adopted)})
-        return 0 if report.ok else EXIT_REFUSED
+        out = {**report.to_json(), "adopted_now": list(adopted)}
+        print_json({**out, "ok": ok, "snapshots": [c.to_json() for c in checks]})
+        return 0 if ok else EXIT_REFUSED
     if not report.ok:
         print(
             f"error: verify failed at position {report.failed_at}: {report.reason}",
@@ -335,6 +347,13 @@ def cmd_verify(app: App, args: argparse.Namespace) -> int:
         )
         if args.adopt_unhashed:
             print("nothing was adopted", file=sys.stderr)
+    for check in forged:
+        print(
+            f"error: verify failed for snapshot {check.snapshot} at position "
+            f"{check.position}: {check.problem}",
+            file=sys.stderr,
+        )
+    if not ok:
         return EXIT_REFUSED
     if adopted:
         print(
@@ -356,7 +375,19 @@ def cmd_verify(app: App, args: argparse.Namespace) -> int:
         )
     if expect is not None:
         print(f"expected head found at position {report.expected_head_at}")
+    print(_snapshots_line(checks, keyed=app.snapshot_key is not None))
     return 0
+
+
+def _snapshots_line(checks: list[SnapshotCheck], *, keyed: bool) -> str:
+    checked = [c for c in checks if c.checked]
+    line = f"snapshots: {len(checked)} match a replay of the log"
+    if len(checked) != len(checks):
+        line += (
+            f"; {len(checks) - len(checked)} not checked (built under another catalog.yaml "
+            "or release: never used by this one)"
+        )
+    return line + ("; MACs checked with the snapshot key" if keyed else "; no snapshot key set")
 
 
 # -- snapshot ---------------------------------------------------------------
