@@ -19,8 +19,16 @@ rows are never rewritten. The migration computed the chain over them and
 recorded its value at their last position as the *seal* (table
 ``event_chain_seal``), and the first hashed event chains on from it. So every
 event is covered, the older ones from the moment of the migration on: nothing
-can say what they were before it. A row appended later by a release that
-predates the chain also has no hash; the next hashed row covers it.
+can say what they were before it.
+
+After the seal every row must carry its hash. A row without one was written
+outside llmgw (or by a release before the chain, still running during an
+upgrade), and nothing says it is genuine: ``verify`` fails at its position,
+and appends refuse to chain over it (events.store). If an operator knows it is
+genuine, adopting it is an explicit, recorded act (``llmgw verify
+--adopt-unhashed --actor --reason``, table ``event_chain_adoptions``) that
+fixes the chain's value over the row as it was then: an edit of it since is
+still caught.
 
 A hash chain alone proves the log consistent with itself. Deleting events at
 the end, or rewriting the log and recomputing every hash after the edit, is
@@ -32,7 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -126,12 +134,14 @@ class VerifyReport:
     head_position: int
     head_hash: str
     seal: Seal | None
-    # Rows after the seal with no stored hash (appended by a release before the chain).
-    unhashed: int
+    # Rows after the seal with no stored hash that an operator adopted.
+    adopted: int
     failed_at: int | None = None
     reason: str | None = None
     # Where the head hash given with --expect-head was found (None: not found / not asked).
     expected_head_at: int | None = None
+    # With adopting: the unhashed rows found, as (position, chain value over the row).
+    to_adopt: tuple[tuple[int, str], ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -145,7 +155,7 @@ class VerifyReport:
                 "hash": self.seal.hash,
                 "sealed_at": canonical_time(self.seal.sealed_at),
             },
-            "unhashed": self.unhashed,
+            "adopted": self.adopted,
             "failed_at": self.failed_at,
             "reason": self.reason,
             "expected_head_at": self.expected_head_at,
@@ -158,16 +168,31 @@ class ChainVerifier:
     Names the first position that does not match: a gap (a deleted row), a
     ``prev_hash`` that is not the previous event's hash (a row removed, inserted
     or moved), a stored hash that does not match the row's content (an edited
+    row), a row after the seal with no hash that no operator adopted (a forged
     row), a recorded time that goes backwards, or a seal that the rows written
     before the chain no longer reproduce.
+
+    ``adoptions`` are the chain values operators recorded for unhashed rows
+    (position -> hash). With ``adopting``, an unhashed row nobody adopted yet is
+    collected in ``to_adopt`` instead of failing, for ``verify --adopt-unhashed``.
     """
 
-    def __init__(self, seal: Seal | None, expect_head: str | None = None) -> None:
+    def __init__(
+        self,
+        seal: Seal | None,
+        expect_head: str | None = None,
+        adoptions: Mapping[int, str] | None = None,
+        *,
+        adopting: bool = False,
+    ) -> None:
         self.seal = seal
         self.expect_head = expect_head
+        self.adoptions = adoptions or {}
+        self.adopting = adopting
+        self.to_adopt: list[tuple[int, str]] = []
         self.hash = GENESIS
         self.position = 0
-        self.unhashed = 0
+        self.adopted = 0
         self.failed_at: int | None = None
         self.reason: str | None = None
         self.expected_head_at: int | None = 0 if expect_head == GENESIS else None
@@ -207,7 +232,8 @@ class ChainVerifier:
                 )
                 return False
         elif row.hash is None:
-            self.unhashed += 1
+            if not self._unhashed(row.position, computed):
+                return False
         elif row.prev_hash != self.hash:
             self._fail(
                 row.position,
@@ -235,6 +261,30 @@ class ChainVerifier:
             self.expected_head_at = row.position
         return True
 
+    def _unhashed(self, position: int, computed: str) -> bool:
+        adopted = self.adoptions.get(position)
+        if adopted == computed:
+            self.adopted += 1
+            return True
+        if adopted is not None:
+            self._fail(
+                position,
+                "it carries no hash and was adopted by an operator, but its content changed "
+                "since it was adopted: the row was edited",
+            )
+            return False
+        if self.adopting:
+            self.to_adopt.append((position, computed))
+            return True
+        after = f"the chain's seal at position {self.seal.position}" if self.seal else "genesis"
+        self._fail(
+            position,
+            f"it carries no hash, after {after}: it was written outside llmgw (or by a "
+            "release before the chain) and nothing vouches for it. If you know an upgrade "
+            "wrote it, adopt it: llmgw verify --adopt-unhashed --actor NAME --reason WHY",
+        )
+        return False
+
     def finish(self) -> VerifyReport:
         seal = self.seal
         if not self.failed and seal is not None and self.position < seal.position:
@@ -255,18 +305,24 @@ class ChainVerifier:
             head_position=self.position,
             head_hash=self.hash,
             seal=seal,
-            unhashed=self.unhashed,
+            adopted=self.adopted,
             failed_at=self.failed_at,
             reason=self.reason,
             expected_head_at=self.expected_head_at,
+            to_adopt=tuple(self.to_adopt),
         )
 
 
 def verify_chain(
-    rows: Iterable[ChainRow], seal: Seal | None, expect_head: str | None = None
+    rows: Iterable[ChainRow],
+    seal: Seal | None,
+    expect_head: str | None = None,
+    adoptions: Mapping[int, str] | None = None,
+    *,
+    adopting: bool = False,
 ) -> VerifyReport:
     """Check a whole log, read in position order; stops at the first break."""
-    verifier = ChainVerifier(seal, expect_head)
+    verifier = ChainVerifier(seal, expect_head, adoptions, adopting=adopting)
     for row in rows:
         if not verifier.feed(row):
             break

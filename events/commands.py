@@ -5,19 +5,17 @@ missing fallback, colliding with another, or malformed is refused rather than
 persisted and then skipped forever after. A model that looks added and never
 appears is the worst outcome available.
 
-Validation runs against the catalog at some log position N, and the append
-succeeds only if the log is still at N. If another writer got there first, the
-command catches up on the new events, validates again and retries, a bounded
-number of times; a retried command with the same key is recorded once.
+A command validates and appends holding the log's write lock: it catches up
+on what other writers appended, validates against that head and appends in
+the same transaction, so concurrent writers queue instead of racing and none
+gives up. A retried command with the same key is recorded once.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import random
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -27,14 +25,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from catalog import Catalog, CatalogError, Model
 from catalog.digest import catalog_digest
 from catalog.identifiers import check_command
+
+from events.idempotency import change_digest, recorded_change
 from events.replay import Replayer, ReplayResult
 from events.snapshots import SnapshotStore
-from events.store import ConcurrencyConflict, EventStore
+from events.store import EventStore, UnvouchedRow
 from events.types import CURRENT_SCHEMA, MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
 
 log = structlog.get_logger("llmgw.catalog")
 
-MAX_ATTEMPTS = 8
 # A snapshot is taken after catching up on this many events (replay runs at
 # roughly 10,000 events a second, so a start-up never replays much more than
 # a fifth of a second before restoring), and whenever a snapshot was ignored.
@@ -61,7 +60,8 @@ def gc_paused() -> Iterator[None]:
 
 
 class CommandConflict(Exception):
-    """The log kept moving under a command; nothing was written."""
+    """The log could not take a command (its last row is not vouched for by the
+    chain); nothing was written."""
 
 
 class KeyReused(CatalogError):
@@ -87,7 +87,8 @@ class CatalogService:
     pays for each event once. The first refresh starts from the newest usable
     snapshot (events.snapshots) rather than from the beginning of the log, and
     a refresh that caught up on ``snapshot_every`` events or more takes a new
-    one (``snapshot_every=None``: never). A ``ReplayResult`` from a service
+    one (``snapshot_every=None``: never), under ``snapshot_key`` when given
+    (events.snapshots). A ``ReplayResult`` from a service
     restored from a snapshot lists only the events after it.
     """
 
@@ -98,12 +99,13 @@ class CatalogService:
         config_path: str = "catalog.yaml",
         *,
         snapshot_every: int | None = SNAPSHOT_EVERY,
+        snapshot_key: bytes | None = None,
     ):
         self.store = store
         self.declared = declared
         self.config_path = config_path
         self.declared_digest = catalog_digest(declared)
-        self.snapshots = SnapshotStore(store.engine)
+        self.snapshots = SnapshotStore(store.engine, snapshot_key)
         self.snapshot_every = snapshot_every
         self._replayer = Replayer.start(declared, config_path)
         self._started = False
@@ -134,7 +136,10 @@ class CatalogService:
             self._apply_new()
 
     def _apply_new(self) -> None:
-        for event in self.store.read(after=self._replayer.position):
+        self._apply(self.store.read(after=self._replayer.position))
+
+    def _apply(self, events: Iterable[StoredEvent]) -> None:
+        for event in events:
             self._since_snapshot += 1
             skipped = self._replayer.apply(event)
             if skipped is not None:
@@ -213,7 +218,8 @@ class CatalogService:
             ]
 
         names = [m.name for m in models]
-        return self._run(MODEL_ADDED, names, build, actor=actor, reason=reason, key=key)
+        change = change_digest(MODEL_ADDED, [m.to_definition() for m in models])
+        return self._run(MODEL_ADDED, names, change, build, actor=actor, reason=reason, key=key)
 
     def remove(
         self, name: str, *, actor: str = "", reason: str = "", key: str | None = None
@@ -222,12 +228,14 @@ class CatalogService:
             self._replayer.state.check_remove(name)
             return [NewEvent(type=MODEL_REMOVED, model=name, payload=json.dumps({"name": name}))]
 
-        return self._run(MODEL_REMOVED, [name], build, actor=actor, reason=reason, key=key)
+        change = change_digest(MODEL_REMOVED, [name])
+        return self._run(MODEL_REMOVED, [name], change, build, actor=actor, reason=reason, key=key)
 
     def _run(
         self,
         command: str,
         names: list[str],
+        change: str,
         build: Callable[[], list[NewEvent]],
         *,
         actor: str,
@@ -240,65 +248,54 @@ class CatalogService:
         if key is not None:
             previous = self.store.by_command(key)
             if previous:
-                return self._repeat(command, names, key, previous)
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            self._sync()
-            events = build()
-            try:
-                outcome = self.store.append(
-                    events,
+                return self._repeat(command, change, key, previous)
+        # Catch up outside the lock (a start-up's replay, a snapshot), then take
+        # it, read the few events others appended meanwhile, validate and append
+        # in one transaction: a writer waits for its turn and never loses a race.
+        self._sync()
+        try:
+            with self.store.writing() as locked:
+                with gc_paused():
+                    self._apply(locked.read(after=self._replayer.position))
+                outcome = locked.append(
+                    build(),
                     expected_head=self._replayer.position,
                     actor=actor,
                     reason=reason,
                     key=key,
                 )
-            except ConcurrencyConflict as conflict:
-                log.info(
-                    "catalog.append_conflict",
-                    command=command,
-                    attempt=attempt,
-                    expected=conflict.expected,
-                    actual=conflict.actual,
-                )
-                # Writers that lost a race retry at once and collide again; a
-                # random pause, growing with each loss, spreads them out.
-                time.sleep(random.uniform(0, min(0.1, 0.002 * 2**attempt)))
-                continue
-            if outcome.already_recorded:
-                # A retry of ours raced with the first attempt and lost: report its outcome.
-                return self._repeat(command, names, key or "", outcome.events)
-            log.info(
-                "catalog.appended",
-                command=command,
-                positions=[e.position for e in outcome.events],
-                models=[e.model for e in outcome.events],
-                actor=actor,
-                attempts=attempt,
-            )
-            self._sync()
-            return CommandResult(outcome.events, already_recorded=False, attempts=attempt)
-        raise CommandConflict(
-            f"{command} of {', '.join(names)} gave up after {MAX_ATTEMPTS} attempts: other "
-            "writers kept appending to the log while it validated. Nothing was written; "
-            "run it again."
+        except UnvouchedRow as exc:
+            raise CommandConflict(str(exc)) from None
+        if outcome.already_recorded:
+            # Another attempt with our key committed while we waited for the lock.
+            return self._repeat(command, change, key or "", outcome.events)
+        log.info(
+            "catalog.appended",
+            command=command,
+            positions=[e.position for e in outcome.events],
+            models=[e.model for e in outcome.events],
+            actor=actor,
+            attempts=1,
         )
+        self._sync()
+        return CommandResult(outcome.events, already_recorded=False, attempts=1)
 
     def _repeat(
-        self, command: str, names: list[str], key: str, previous: tuple[StoredEvent, ...]
+        self, command: str, change: str, key: str, previous: tuple[StoredEvent, ...]
     ) -> CommandResult:
         """The same key again: report the first outcome, if it is the same change.
 
-        Compared by type and model names: a repeat cannot be validated again
-        (the first attempt already changed the catalog), and a retry after a
-        timeout, which is what keys are for, names the same models.
+        Compared by the digest of the whole change (events.idempotency): a
+        repeat cannot be validated again (the first attempt already changed
+        the catalog), and a retry after a timeout, which is what keys are for,
+        sends exactly the same change.
         """
-        same = all(e.type == command for e in previous) and sorted(names) == sorted(
-            e.model or "" for e in previous
-        )
-        if not same:
+        if recorded_change(command, previous) != change:
             raise KeyReused(
                 f"idempotency key {key!r} was already used for a different change "
-                f"(position {previous[0].position}); use a new key for a new change"
+                f"(position {previous[0].position}, {previous[0].type} of "
+                f"{', '.join(e.model or '?' for e in previous)}): the definition sent now is "
+                "not the one recorded then. Nothing was written; use a new key for a new change"
             )
         log.info("catalog.command_repeated", command=command, key=key)
         self._sync()

@@ -45,8 +45,10 @@ def _configure_sqlite(engine: Engine) -> None:
         # driver's own implicit transactions cannot be made IMMEDIATE.
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        # The busy timeout first: switching a brand-new file to WAL needs a lock
+        # that another process starting at the same moment may hold.
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")
         # FULL: an acknowledged add survives a power loss, not only a crash.
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA foreign_keys=ON")

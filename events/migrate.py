@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from events.db import WRITE
+
 if TYPE_CHECKING:
     from alembic.config import Config
 
@@ -15,7 +17,7 @@ if TYPE_CHECKING:
 # run: every command checks the schema, and loading them costs about a third
 # of a command's start-up. SCHEMA_HEAD is what this code expects; a test keeps
 # it equal to the migrations' head.
-SCHEMA_HEAD = frozenset({"0004_scheduler"})
+SCHEMA_HEAD = frozenset({"0005_trust"})
 
 # The migrations live at the project root (alembic/), beside the packages.
 MIGRATIONS = Path(__file__).resolve().parent.parent / "alembic"
@@ -57,12 +59,27 @@ def is_at_head(engine: Engine) -> bool:
     return current_revisions(engine) == head_revisions()
 
 
+# pg advisory lock key held while migrating ("llmgw-migrate").
+MIGRATION_LOCK_KEY = 0x6C6C6D6777_4D49
+
+
 def upgrade(engine: Engine, revision: str = "heads") -> None:
-    """Bring the schema to ``revision``, on the given engine's database."""
+    """Bring the schema to ``revision``, on the given engine's database.
+
+    Many processes may meet a brand-new database at once (four ``llmgw add``
+    started together): each migrates holding a database-wide lock taken
+    before Alembic reads the current revision (SQLite: ``BEGIN IMMEDIATE``;
+    PostgreSQL: a transaction-level advisory lock), so one migrates and the
+    others, once they hold the lock, find the schema at head and do nothing.
+    Without it two would create the same tables, or a deferred SQLite
+    transaction would fail with "database is locked" upgrading its read lock.
+    """
     from alembic import command
 
     config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as conn:
+    with engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         config.attributes["connection"] = conn
         command.upgrade(config, revision)
 

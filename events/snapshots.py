@@ -17,6 +17,14 @@ It is only used when it provably belongs to the present:
   matches, and the snapshot is ignored.
 - **itself**: a sha256 checksum over every column. Damaged or hand-edited,
   it is ignored.
+- **its author**, when a snapshot key is configured (``LLMGW_SNAPSHOT_KEY``,
+  held outside the database): an HMAC-SHA256 under that key over the same
+  content. The checksum catches accidents only; anyone who can write the
+  table can recompute it, and a snapshot is trusted as the catalog. With a
+  key, a snapshot whose MAC does not match, or taken without one, is refused
+  (``catalog.snapshot_refused``) and the catalog is rebuilt by replay. Without
+  a key, a forged snapshot is caught by ``llmgw verify`` (which replays the
+  log to each snapshot's position, events.snapshot_audit), not at start-up.
 
 An ignored snapshot is named in a ``catalog.snapshot_ignored`` warning with
 the reason and is never trusted; replay then starts from the beginning (or from
@@ -29,6 +37,7 @@ fallbacks), which is cheap; it skips re-parsing events, which is not.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,6 +83,11 @@ def code_version() -> str:
     return f"format={SNAPSHOT_FORMAT};events={schema};llmgw={release}"
 
 
+def stored_models(text: str) -> list[Model]:
+    """The runtime models a snapshot holds (raises pydantic's ValidationError)."""
+    return _MODELS.validate_json(text)
+
+
 class SnapshotIgnored(Exception):
     """Why a stored snapshot cannot be used."""
 
@@ -110,17 +124,52 @@ _CHECKED = (
 )
 
 
-def _checksum(row: Mapping[str, Any]) -> str:
-    """sha256 over every column that matters, the models last."""
+def _content(row: Mapping[Any, Any]) -> bytes:
+    """Every column that matters, the models last: what the checksum and the MAC cover."""
     head = "".join(f"{'' if row[k] is None else row[k]}\n" for k in _CHECKED)
-    return hashlib.sha256(head.encode("utf-8") + row["models"].encode("utf-8")).hexdigest()
+    return head.encode("utf-8") + str(row["models"]).encode("utf-8")
+
+
+def _checksum(row: Mapping[Any, Any]) -> str:
+    return hashlib.sha256(_content(row)).hexdigest()
+
+
+def checksum_problem(row: Mapping[Any, Any]) -> str | None:
+    """Why a stored snapshot is damaged, if it is (an accident: anyone can recompute it)."""
+    if _checksum(row) != row["checksum"]:
+        return "checksum mismatch: the snapshot was changed after it was taken"
+    return None
+
+
+def snapshot_mac(key: bytes, row: Mapping[Any, Any]) -> str:
+    """HMAC-SHA256 of a snapshot's content under the snapshot key."""
+    return hmac.new(key, _content(row), hashlib.sha256).hexdigest()
+
+
+def authenticity_problem(key: bytes | None, row: Mapping[Any, Any]) -> str | None:
+    """Why a stored snapshot cannot be trusted as written by a holder of the key, if so."""
+    if key is None:
+        return None
+    if row["mac"] is None:
+        return (
+            "it carries no MAC but a snapshot key is configured: it was taken without the "
+            "key (by a process not given LLMGW_SNAPSHOT_KEY) or written by hand"
+        )
+    if not hmac.compare_digest(snapshot_mac(key, row), str(row["mac"])):
+        return (
+            "its MAC does not match under the configured snapshot key: it was written by "
+            "someone without the key, or under another key"
+        )
+    return None
 
 
 class SnapshotStore:
-    """Snapshots in the ``catalog_snapshots`` table of one database."""
+    """Snapshots in the ``catalog_snapshots`` table of one database; ``key`` is the
+    snapshot key (None: snapshots are taken and trusted without a MAC)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, key: bytes | None = None) -> None:
         self.engine = engine
+        self.key = key
 
     # -- taking -----------------------------------------------------------
 
@@ -151,6 +200,7 @@ class SnapshotStore:
                 "created_at": now,
             }
             row["checksum"] = _checksum(row)
+            row["mac"] = None if self.key is None else snapshot_mac(self.key, row)
             new_id = int(conn.execute(insert(s).values(**row).returning(s.c.id)).scalar_one())
             keep = select(s.c.id).order_by(s.c.id.desc()).limit(KEEP).scalar_subquery()
             conn.execute(delete(s).where(s.c.id.not_in(keep)))
@@ -198,6 +248,19 @@ class SnapshotStore:
                 if bound is None:
                     return Restored(None, ignored=True)
                 candidate = bound
+        # A damaged snapshot is ignored below, as an accident; one intact but not
+        # written by a holder of the key is refused, as what it may be: a forgery.
+        row = candidate._mapping
+        problem = None if checksum_problem(row) else authenticity_problem(self.key, row)
+        if problem is not None:
+            log.warning(
+                "catalog.snapshot_refused",
+                snapshot=candidate.id,
+                position=candidate.position,
+                reason=problem,
+                action="rebuilding the catalog by replaying the log",
+            )
+            return Restored(None, ignored=True)
         try:
             replayer = self._restore(candidate, declared, config_path)
         except SnapshotIgnored as exc:
@@ -207,8 +270,9 @@ class SnapshotStore:
 
     def _restore(self, row: Row[Any], declared: Catalog, config_path: str) -> Replayer:
         started = time.perf_counter()
-        if _checksum(dict(row._mapping)) != row.checksum:
-            raise SnapshotIgnored("checksum mismatch: the snapshot was changed after it was taken")
+        damaged = checksum_problem(row._mapping)
+        if damaged is not None:
+            raise SnapshotIgnored(damaged)
         try:
             models = _MODELS.validate_json(row.models)
         except ValidationError as exc:

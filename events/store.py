@@ -9,8 +9,10 @@ The log's guarantees, and how each back end keeps them:
   has committed, position N+1 never becomes visible before N, and a reader
   tailing with ``position > last`` never skips an event that committed late.
   (A sequence would hand out numbers in start order, not commit order.)
-- Append is optimistic: the caller says which head it validated against, and
-  the append is refused with ``ConcurrencyConflict`` if the log has moved.
+- A command validates and appends under that same lock (``EventStore.writing``),
+  so writers queue rather than race. A bare ``append`` is still checked: the
+  caller says which head it validated against, and the append is refused with
+  ``ConcurrencyConflict`` if the log has moved.
 - A command key makes an append idempotent: the same key again returns the
   events first written under it, and appends nothing.
 - Each appended row carries its hash in the log's hash chain (events.chain),
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -42,12 +45,30 @@ from sqlalchemy import (
 
 from events.chain import GENESIS, ChainRow, Seal, event_hash
 from events.db import WRITE
-from events.tables import ChainSealRow, EventRow
+from events.tables import ChainAdoptionRow, ChainSealRow, EventRow
 from events.types import NewEvent, StoredEvent
 
 READ_BATCH = 5_000
+# How long a PostgreSQL writer waits for the log's lock before giving up with an
+# error: long enough for any queue of writers, short enough to not hang forever.
+PG_LOCK_TIMEOUT = "30s"
 t: Table = EventRow.__table__  # type: ignore[assignment]  # declarative tables are Tables
 seal_table: Table = ChainSealRow.__table__  # type: ignore[assignment]
+adoption_table: Table = ChainAdoptionRow.__table__  # type: ignore[assignment]
+
+
+class UnvouchedRow(Exception):
+    """The last row of the log has no hash after the chain's seal and nobody adopted it."""
+
+    def __init__(self, position: int, seal: int) -> None:
+        super().__init__(
+            f"the log's last event, position {position}, carries no hash after the chain's "
+            f"seal (position {seal}): it was written outside llmgw, and appending would "
+            "chain over it as if it were genuine. Nothing was written. Run `llmgw verify`; "
+            "if you know the row is genuine (an older release wrote it during an upgrade), "
+            "adopt it: llmgw verify --adopt-unhashed --actor NAME --reason WHY"
+        )
+        self.position = position
 
 
 class ConcurrencyConflict(Exception):
@@ -347,61 +368,108 @@ class EventStore:
         appends unconditionally (for events that need no validation). ``key``
         is the command's idempotency key.
         """
-        if not events:
-            raise ValueError("nothing to append")
-        command_id = key or uuid.uuid4().hex
+        with self.writing() as log:
+            return log.append(
+                events, expected_head=expected_head, actor=actor, reason=reason, key=key, now=now
+            )
+
+    @contextmanager
+    def writing(self) -> Iterator[LockedLog]:
+        """The log with its write lock held, for one transaction: commits on exit.
+
+        A command takes the lock *before* it validates against the head, reads
+        what others appended since, validates and appends: a writer waits its
+        turn instead of validating against a head that moves under it and
+        losing the race. SQLite waits up to its busy timeout (events.db);
+        PostgreSQL up to ``PG_LOCK_TIMEOUT``.
+        """
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
             if conn.dialect.name == "postgresql":
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{PG_LOCK_TIMEOUT}'")
                 conn.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")
-            if key is not None:
-                previous = self._by_command(conn, key)
-                if previous:
-                    return AppendOutcome(previous, already_recorded=True)
-            last_sql, insert_sql, order, to_db, from_db = _compiled_append(conn.dialect)
-            cursor = conn.connection.cursor()
-            try:
-                cursor.execute(last_sql)
-                last = cursor.fetchone()
-                head, last_time = (int(last[0]), from_db(last[1])) if last else (0, None)
-                if expected_head is not None and head != expected_head:
-                    raise ConcurrencyConflict(expected_head, head)
-                prev_hash: str = (
-                    last[2]
-                    if last is not None and last[2] is not None
-                    else _chain_hash_at(conn, head)
-                )
-                recorded_at = now or datetime.now(UTC)
-                # Clocks of different replicas disagree a little; clamping keeps
-                # time order equal to log order, so "the catalog at 12:00" is a
-                # prefix of the log.
-                if last_time is not None and recorded_at < last_time:
-                    recorded_at = last_time
-                rows: list[dict[str, Any]] = [
-                    {
-                        "position": head + i,
-                        "event_id": _event_id(key, i) if key else uuid.uuid4().hex,
-                        "command_id": command_id,
-                        "type": e.type,
-                        "schema_version": e.schema_version,
-                        "model": e.model,
-                        "payload": e.payload,
-                        "actor": actor,
-                        "reason": reason,
-                        "recorded_at": recorded_at,
-                    }
-                    for i, e in enumerate(events, start=1)
-                ]
-                for row in rows:
-                    row["prev_hash"] = prev_hash
-                    prev_hash = _hash_row(prev_hash, [row[c.name] for c in _COLUMNS])
-                    row["hash"] = prev_hash
-                params = [{**row, "recorded_at": to_db(row["recorded_at"])} for row in rows]
-                if order is not None:
-                    cursor.executemany(insert_sql, [tuple(p[n] for n in order) for p in params])
-                else:
-                    cursor.executemany(insert_sql, params)
-            finally:
-                cursor.close()
+            yield LockedLog(conn)
+
+
+class LockedLog:
+    """The log inside a write transaction that holds its lock (``EventStore.writing``)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def read(self, after: int) -> Iterator[StoredEvent]:
+        """Every event after ``after``, as committed before the lock was taken."""
+        while True:
+            events = _fetch_events(self.conn, None, None, after)
+            yield from events
+            if len(events) < READ_BATCH:
+                return
+            after = events[-1].position
+
+    def by_command(self, key: str) -> tuple[StoredEvent, ...]:
+        return EventStore._by_command(self.conn, key)
+
+    def append(
+        self,
+        events: Sequence[NewEvent],
+        *,
+        expected_head: int | None,
+        actor: str = "",
+        reason: str = "",
+        key: str | None = None,
+        now: datetime | None = None,
+    ) -> AppendOutcome:
+        """As ``EventStore.append``, inside this transaction."""
+        if not events:
+            raise ValueError("nothing to append")
+        conn = self.conn
+        command_id = key or uuid.uuid4().hex
+        if key is not None:
+            previous = EventStore._by_command(conn, key)
+            if previous:
+                return AppendOutcome(previous, already_recorded=True)
+        last_sql, insert_sql, order, to_db, from_db = _compiled_append(conn.dialect)
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(last_sql)
+            last = cursor.fetchone()
+            head, last_time = (int(last[0]), from_db(last[1])) if last else (0, None)
+            if expected_head is not None and head != expected_head:
+                raise ConcurrencyConflict(expected_head, head)
+            prev_hash: str = (
+                last[2] if last is not None and last[2] is not None else _chain_hash_at(conn, head)
+            )
+            recorded_at = now or datetime.now(UTC)
+            # Clocks of different replicas disagree a little; clamping keeps
+            # time order equal to log order, so "the catalog at 12:00" is a
+            # prefix of the log.
+            if last_time is not None and recorded_at < last_time:
+                recorded_at = last_time
+            rows: list[dict[str, Any]] = [
+                {
+                    "position": head + i,
+                    "event_id": _event_id(key, i) if key else uuid.uuid4().hex,
+                    "command_id": command_id,
+                    "type": e.type,
+                    "schema_version": e.schema_version,
+                    "model": e.model,
+                    "payload": e.payload,
+                    "actor": actor,
+                    "reason": reason,
+                    "recorded_at": recorded_at,
+                }
+                for i, e in enumerate(events, start=1)
+            ]
+            for row in rows:
+                row["prev_hash"] = prev_hash
+                prev_hash = _hash_row(prev_hash, [row[c.name] for c in _COLUMNS])
+                row["hash"] = prev_hash
+            params = [{**row, "recorded_at": to_db(row["recorded_at"])} for row in rows]
+            if order is not None:
+                cursor.executemany(insert_sql, [tuple(p[n] for n in order) for p in params])
+            else:
+                cursor.executemany(insert_sql, params)
+        finally:
+            cursor.close()
         return AppendOutcome(
             tuple(_to_event([row[c.name] for c in _COLUMNS]) for row in rows),
             already_recorded=False,
@@ -411,28 +479,21 @@ class EventStore:
 def _chain_hash_at(conn: Connection, head: int) -> str:
     """The chain's value at ``head`` when that row carries no stored hash.
 
-    Normally the row was the last one written before the chain existed, and
-    the value is the seal. After an older release appended during an upgrade,
-    the unhashed rows since the last stored hash are hashed here, once.
+    The last row written before the chain existed has the seal's value. After
+    the seal, only a row an operator adopted has one (events.chain): appending
+    after any other unhashed row would chain over a row nothing vouches for,
+    perhaps a forgery, and make it look covered.
     """
     seal = conn.execute(select(seal_table.c.position, seal_table.c.hash)).first()
     anchor, value = (int(seal[0]), str(seal[1])) if seal is not None else (0, GENESIS)
     if anchor >= head:
         return value
-    stored = conn.execute(
-        select(t.c.position, t.c.hash)
-        .where(t.c.hash.is_not(None), t.c.position <= head)
-        .order_by(t.c.position.desc())
-        .limit(1)
-    ).first()
-    if stored is not None and int(stored[0]) > anchor:
-        anchor, value = int(stored[0]), str(stored[1])
-    rows = conn.execute(
-        select(*_COLUMNS).where(t.c.position > anchor, t.c.position <= head).order_by(t.c.position)
-    )
-    for row in rows:
-        value = _hash_row(value, row)
-    return value
+    adopted = conn.execute(
+        select(adoption_table.c.hash).where(adoption_table.c.position == head)
+    ).scalar()
+    if adopted is not None:
+        return str(adopted)
+    raise UnvouchedRow(head, anchor)
 
 
 def _event_id(key: str, index: int) -> str:

@@ -92,6 +92,23 @@ class ChainSealRow(Base):
     sealed_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
+class ChainAdoptionRow(Base):
+    """An unhashed row after the seal that an operator vouched for (``verify --adopt-unhashed``).
+
+    ``hash`` is the chain's value at ``position`` computed over the row as it
+    was when adopted: the row is covered from then on, and an edit of it since
+    is caught like any other.
+    """
+
+    __tablename__ = "event_chain_adoptions"
+
+    position: Mapped[int] = mapped_column(Position, primary_key=True, autoincrement=False)
+    hash: Mapped[str] = mapped_column(String(64))
+    actor: Mapped[str] = mapped_column(String(255))
+    reason: Mapped[str] = mapped_column(Text)
+    adopted_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
 class SnapshotRow(Base):
     """The replay state at a log position, so that start-up replays only what follows it.
 
@@ -116,3 +133,7 @@ class SnapshotRow(Base):
     models: Mapped[str] = mapped_column(Text)
     checksum: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # HMAC-SHA256 under the snapshot key (LLMGW_SNAPSHOT_KEY), held outside the
+    # database: the checksum only catches accidents, anyone who can write the
+    # table can recompute it. NULL when taken without a key.
+    mac: Mapped[str | None] = mapped_column(String(64))

@@ -6,9 +6,16 @@ leads, and the others wait. When the leader dies its session ends, the lock is
 released, and the next daemon to try takes over. Leadership is checked every
 round, because a connection can die without the process noticing.
 
-On SQLite, where every process is on one machine, an exclusive ``flock`` on a
-file beside the database does the same; the kernel releases it when the
-holder dies.
+On SQLite, where every process is on one machine, an exclusive ``flock`` on
+the database file itself does the same; the kernel releases it when the
+holder dies. Not on a file beside it: anyone tidying the directory could
+delete such a file under a running leader, and the next daemon would create a
+new one, lock it and lead too. The database file cannot be deleted or
+replaced without losing the database. SQLite locks the file with POSIX
+(``fcntl``) locks, which on Linux are independent of ``flock``, so the two do
+not interfere. One thing must hold: POSIX locks are dropped when the process
+closes *any* descriptor of the file, so the descriptor is opened once and
+kept until the daemon stops, never opened and closed per round.
 
 Leading is necessary but not sufficient for writing: a paused leader may wake
 after it lost the lock, so the write itself is fenced too (see
@@ -90,29 +97,33 @@ class PostgresLeadership:
 
 
 class FileLeadership:
+    """Leadership as an exclusive ``flock`` on the SQLite database file (see above)."""
+
     def __init__(self, path: Path) -> None:
         self._path = path
         self._fd: int | None = None
+        self._held = False
 
     def ensure(self) -> bool:
-        if self._fd is not None:
+        if self._held:
             return True
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self._fd is None:
+            # Never created or truncated here: this is the database.
+            self._fd = os.open(self._path, os.O_RDONLY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(fd)
             return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
+        self._held = True
         return True
 
     def release(self) -> None:
         if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if self._held:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+            self._held = False
 
 
 class ProcessLeadership:
@@ -131,4 +142,4 @@ def leadership_for(url: str) -> Leadership:
     path = sqlite_path(url)
     if path is None:
         return ProcessLeadership()
-    return FileLeadership(path.with_name(path.name + ".scheduler.lock"))
+    return FileLeadership(path)

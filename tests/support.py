@@ -7,10 +7,11 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, insert
+from sqlalchemy import Engine, insert, select
 
 from catalog import Model, parse_model
-from events.tables import EventRow
+from events.chain import GENESIS, event_hash
+from events.tables import ChainSealRow, EventRow
 
 
 def definition(
@@ -48,24 +49,47 @@ def insert_raw_event(
     payload: str | dict[str, Any],
     schema_version: int = 1,
     model: str | None = None,
+    hashed: bool = True,
 ) -> str:
-    """Write a row straight into the table, bypassing every check: what an old
-    release, a manual SQL edit or a bug could have left behind."""
+    """Write a row straight into the table, bypassing every check but the chain: what
+    an old release or a bug could have left behind. ``hashed=False`` leaves the hash
+    columns NULL, as a row forged with SQL (or from before the chain) has them."""
     event_id = uuid.uuid4().hex
+    row: dict[str, Any] = {
+        "position": position,
+        "event_id": event_id,
+        "command_id": event_id,
+        "type": type,
+        "schema_version": schema_version,
+        "model": model,
+        "payload": payload if isinstance(payload, str) else json.dumps(payload),
+        "actor": "test",
+        "reason": "",
+        "recorded_at": datetime.now(UTC),
+    }
     with engine.begin() as conn:
-        conn.execute(
-            insert(EventRow.__table__),
-            {
-                "position": position,
-                "event_id": event_id,
-                "command_id": event_id,
-                "type": type,
-                "schema_version": schema_version,
-                "model": model,
-                "payload": payload if isinstance(payload, str) else json.dumps(payload),
-                "actor": "test",
-                "reason": "",
-                "recorded_at": datetime.now(UTC),
-            },
-        )
+        if hashed:
+            table = EventRow.__table__
+            prev = conn.execute(
+                select(table.c.hash).where(table.c.position == position - 1)
+            ).scalar()
+            if prev is None:
+                prev = conn.execute(select(ChainSealRow.__table__.c.hash)).scalar() or GENESIS
+            row["prev_hash"] = prev
+            row["hash"] = event_hash(prev, *(row[c] for c in _HASHED))
+        conn.execute(insert(EventRow.__table__), row)
     return event_id
+
+
+_HASHED = (
+    "position",
+    "event_id",
+    "command_id",
+    "type",
+    "schema_version",
+    "model",
+    "payload",
+    "actor",
+    "reason",
+    "recorded_at",
+)

@@ -143,10 +143,11 @@ class Services:
         *,
         metrics: Metrics | None = None,
         stopping: threading.Event | None = None,
+        snapshot_key: bytes | None = None,
     ) -> Services:
         store = EventStore(engine)
         metrics = metrics or Metrics()
-        service = CatalogService(store, declared, config_label)
+        service = CatalogService(store, declared, config_label, snapshot_key=snapshot_key)
         writing: AbstractContextManager[Any] = (
             threading.Lock() if is_sqlite(engine) else contextlib.nullcontext()
         )

@@ -14,8 +14,9 @@ import structlog
 from catalog.diff import diff_catalogs
 from catalog.text import shown
 from events import replay
-from events.chain import verify_chain
+from events.adoption import AdoptionRefused, adopt_unhashed, verify_log
 from events.explain import explain, render_context
+from events.snapshot_audit import SnapshotCheck, audit_snapshots
 from events.store import HistoryQuery
 from events.timetravel import catalogs_at
 from events.types import StoredEvent
@@ -92,6 +93,14 @@ def register(
         help="a head hash recorded earlier: it must still be in the chain (catches truncation "
         "and wholesale rewrites, which the chain alone cannot)",
     )
+    p.add_argument(
+        "--adopt-unhashed",
+        action="store_true",
+        help="vouch for the rows after the chain's seal that carry no hash (an older release "
+        "wrote them during an upgrade): recorded with --actor and --reason, both required",
+    )
+    p.add_argument("--actor", default="", help="who adopts (with --adopt-unhashed)")
+    p.add_argument("--reason", default="", help="why the rows are genuine (with --adopt-unhashed)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_verify)
 
@@ -309,18 +318,52 @@ def cmd_diff(app: App, args: argparse.Namespace) -> int:
 
 def cmd_verify(app: App, args: argparse.Namespace) -> int:
     expect = args.expect_head.strip().lower() if args.expect_head else None
-    report = verify_chain(app.store.read_chain(), app.store.seal(), expect)
+    adopted: tuple[int, ...] = ()
+    if args.adopt_unhashed:
+        try:
+            report, adopted = adopt_unhashed(app.store, actor=args.actor, reason=args.reason)
+        except AdoptionRefused as exc:
+            raise Refused(str(exc)) from None
+        if expect is not None and report.ok:
+            report = verify_log(app.store, expect)
+    else:
+        report = verify_log(app.store, expect)
     if not report.ok:
         log.warning("catalog.verify_failed", position=report.failed_at, reason=report.reason)
+    checks = audit_snapshots(app.store, app.declared, app.config_label, app.snapshot_key)
+    forged = [c for c in checks if not c.ok]
+    for check in forged:
+        log.warning(
+            "catalog.verify_snapshot_failed",
+            snapshot=check.snapshot,
+            position=check.position,
+            reason=check.problem,
+        )
+    ok = report.ok and not forged
     if args.json:
-        print_json(report.to_json())
-        return 0 if report.ok else EXIT_REFUSED
+        out = {**report.to_json(), "adopted_now": list(adopted)}
+        print_json({**out, "ok": ok, "snapshots": [c.to_json() for c in checks]})
+        return 0 if ok else EXIT_REFUSED
     if not report.ok:
         print(
             f"error: verify failed at position {report.failed_at}: {shown(report.reason)}",
             file=sys.stderr,
         )
+        if args.adopt_unhashed:
+            print("nothing was adopted", file=sys.stderr)
+    for check in forged:
+        print(
+            f"error: verify failed for snapshot {check.snapshot} at position "
+            f"{check.position}: {check.problem}",
+            file=sys.stderr,
+        )
+    if not ok:
         return EXIT_REFUSED
+    if adopted:
+        print(
+            f"adopted {len(adopted)} unhashed event(s) at position(s) "
+            f"{', '.join(map(str, adopted))}, recorded as adopted by {args.actor!r}"
+        )
     print(f"ok: {report.events} events, head position {report.head_position}")
     print(f"head {shown(report.head_hash)}")
     seal = report.seal
@@ -329,14 +372,26 @@ def cmd_verify(app: App, args: argparse.Namespace) -> int:
             f"positions 1..{seal.position} predate the hash chain: covered by its seal since "
             f"{iso(seal.sealed_at)}"
         )
-    if report.unhashed:
+    if report.adopted:
         print(
-            f"{report.unhashed} event(s) after the seal carry no hash (written by a release "
-            "before the chain); each is covered by the next hashed event"
+            f"{report.adopted} event(s) after the seal carry no hash and were adopted by an "
+            "operator (table event_chain_adoptions)"
         )
     if expect is not None:
         print(f"expected head found at position {report.expected_head_at}")
+    print(_snapshots_line(checks, keyed=app.snapshot_key is not None))
     return 0
+
+
+def _snapshots_line(checks: list[SnapshotCheck], *, keyed: bool) -> str:
+    checked = [c for c in checks if c.checked]
+    line = f"snapshots: {len(checked)} match a replay of the log"
+    if len(checked) != len(checks):
+        line += (
+            f"; {len(checks) - len(checked)} not checked (built under another catalog.yaml "
+            "or release: never used by this one)"
+        )
+    return line + ("; MACs checked with the snapshot key" if keyed else "; no snapshot key set")
 
 
 # -- snapshot ---------------------------------------------------------------

@@ -19,7 +19,7 @@ from catalog.text import guard_line, shown
 from events import CatalogService, CommandConflict, EventStore
 from events.db import make_engine
 from events.migrate import UnknownSchema, ensure_schema
-from llmgw.settings import Settings
+from llmgw.settings import Settings, SettingsError
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -59,7 +59,16 @@ class App:
 
     @cached_property
     def service(self) -> CatalogService:
-        return CatalogService(self.store, self.declared, self.config_label)
+        return CatalogService(
+            self.store, self.declared, self.config_label, snapshot_key=self.snapshot_key
+        )
+
+    @cached_property
+    def snapshot_key(self) -> bytes | None:
+        try:
+            return self.settings.snapshot_key
+        except SettingsError as exc:
+            raise Refused(str(exc)) from None
 
 
 @contextmanager

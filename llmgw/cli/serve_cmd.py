@@ -168,7 +168,9 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     from scheduler.store import SchedulerStore
 
     engine = app.engine  # migrates an empty database, as every command does
-    services = Services.build(engine, app.declared, app.config_label, settings)
+    services = Services.build(
+        engine, app.declared, app.config_label, settings, snapshot_key=app.snapshot_key
+    )
     if not len(services.book):
         log.warning(
             "api.no_tokens",
@@ -177,7 +179,9 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     scheduler = None
     if args.with_scheduler:
         scheduler = SchedulerThread.build(
-            catalog=CatalogService(app.store, app.declared, app.config_label),
+            catalog=CatalogService(
+                app.store, app.declared, app.config_label, snapshot_key=app.snapshot_key
+            ),
             store=SchedulerStore(engine),
             policy=policy,
             leadership=leadership_for(app.settings.database_url),

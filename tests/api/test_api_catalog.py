@@ -146,6 +146,22 @@ def test_an_idempotency_key_records_once_and_refuses_a_different_change(
     assert_problem(bad_key, 422, "invalid-request")
 
 
+def test_an_idempotency_key_with_the_same_name_but_another_definition_is_refused(
+    ops: httpx.Client,
+) -> None:
+    key = {"Idempotency-Key": "cat-key-source"}
+    first = add(ops, definition("cat-sourced"), headers=key)
+    assert first.status_code == 201, first.text
+    moved = add(ops, definition("cat-sourced", source="org/elsewhere"), headers=key)
+    body = assert_problem(moved, 409, "key-reused")
+    assert "not the one recorded then" in body["detail"]
+    assert ops.get("/v1/catalog/cat-sourced").json()["source"] == "org/cat-sourced"
+    spelled_out = [{"name": "t4", "gpu_class": "T4", "tp": 1, "engine": "vllm"}]
+    same = add(ops, definition("cat-sourced", profiles=spelled_out), headers=key)
+    assert same.status_code == 200, "the same definition, its default spelled out"
+    assert same.json()["events"] == first.json()["events"]
+
+
 def test_an_invalid_definition_is_422_with_the_message_the_cli_prints(
     api: ApiServer, ops: httpx.Client
 ) -> None:

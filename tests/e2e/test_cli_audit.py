@@ -103,3 +103,42 @@ def test_verify_names_an_edited_row_and_checks_a_recorded_head(cli: Cli) -> None
     assert failed.returncode == 1
     assert "verify failed at position 2" in failed.stderr
     assert "edited" in failed.stderr
+
+
+def test_verify_names_a_forged_unhashed_row_and_adopting_it_is_explicit(cli: Cli) -> None:
+    cli("add", cli.write("trial.yaml", TRIAL))
+    from tests.support import insert_raw_event
+
+    engine = make_engine(cli.url)  # type: ignore[attr-defined]
+    insert_raw_event(engine, 2, type="model.removed", payload={"name": "a100-trial"}, hashed=False)
+    engine.dispose()
+    done = cli("verify")
+    assert done.returncode == 1
+    assert "verify failed at position 2" in done.stderr
+    refused = cli("verify", "--adopt-unhashed")
+    assert refused.returncode == 1 and "--actor NAME and --reason WHY" in refused.stderr
+    adopted = _ok(cli, "verify", "--adopt-unhashed", "--actor", "ops", "--reason", "v1 replica")
+    assert "adopted 1 unhashed event(s) at position(s) 2" in adopted
+    assert "1 event(s) after the seal carry no hash and were adopted" in _ok(cli, "verify")
+
+
+def test_verify_fails_naming_a_forged_snapshot(sqlite_cli: Cli) -> None:
+    from tests.integration.test_snapshot_trust import _forge
+
+    cli = sqlite_cli
+    _ok(cli, "add", cli.write("trial.yaml", TRIAL))
+    assert "snapshot 1 at position 1" in _ok(cli, "snapshot")
+    assert "snapshots: 1 match a replay of the log" in _ok(cli, "verify")
+    engine = make_engine(cli.url)  # type: ignore[attr-defined]
+    _forge(engine, 1)
+    engine.dispose()
+    done = cli("verify")
+    assert done.returncode == 1
+    assert "verify failed for snapshot 1 at position 1: it holds model 'forged'" in done.stderr
+
+
+def test_a_snapshot_key_too_short_to_be_a_secret_is_refused(sqlite_cli: Cli) -> None:
+    sqlite_cli.env["LLMGW_SNAPSHOT_KEY"] = "short"
+    done = sqlite_cli("models")
+    assert done.returncode == 1
+    assert "LLMGW_SNAPSHOT_KEY is 5 characters" in done.stderr

@@ -127,6 +127,16 @@ def test_a_list_add_with_the_same_key_is_recorded_once(cli: Cli) -> None:
     assert [h["model"] for h in cli.json("history")] == ["qwen-test", "qwen-b"]
 
 
+def test_the_same_key_with_another_definition_of_the_model_is_refused(cli: Cli) -> None:
+    assert cli("add", cli.write("trial.yaml", TRIAL), "--key", "deploy-8").returncode == 0
+    moved = cli.write("moved.yaml", {**TRIAL, "source": "Qwen/Qwen2.5-7B-Other"})
+    refused = cli("add", moved, "--key", "deploy-8")
+    assert refused.returncode == 1
+    assert "idempotency key 'deploy-8' was already used for a different change" in (refused.stderr)
+    (trial,) = [m for m in cli.json("models") if m["name"] == "qwen-test"]
+    assert trial["source"] == TRIAL["source"]
+
+
 def test_an_invalid_declared_file_stops_with_the_file_model_and_field(cli: Cli) -> None:
     broken = {"models": [DECLARED["models"][0], {**DECLARED["models"][1], "fallbacks": ["gone"]}]}
     cli.write("catalog.yaml", broken)

@@ -171,3 +171,18 @@ def test_a_model_declared_after_it_was_added_at_runtime_wins_on_replay(
     trial = result.catalog.resolve("trial")
     assert trial is not None and trial.profiles[0].gpu_class == "A100"
     assert result.catalog.is_declared("trial")
+
+
+def test_a_key_reused_for_the_same_model_with_another_definition_is_refused(
+    service: CatalogService,
+) -> None:
+    service.add([model("trial")], key="req-43")
+    with pytest.raises(KeyReused, match="not the one recorded then"):
+        service.add([model("trial", source="org/elsewhere")], key="req-43")
+    with pytest.raises(KeyReused):
+        service.add([model("trial", tp=2)], key="req-43")
+    trial = service.catalog().resolve("trial")
+    assert trial is not None and trial.source == "org/trial"
+    spelled_out = [{"name": "main", "gpu_class": "A100", "tp": 1, "engine": "vllm"}]
+    again = service.add([model("trial", profiles=spelled_out)], key="req-43")
+    assert again.already_recorded and again.positions == [1]

@@ -14,7 +14,7 @@ from events import CatalogService, EventStore, NewEvent
 from events.chain import GENESIS, VerifyReport, verify_chain
 from events.db import make_engine
 from events.tables import EventRow
-from tests.support import insert_raw_event, model
+from tests.support import model
 
 events_table: Table = EventRow.__table__  # type: ignore[assignment]
 
@@ -126,19 +126,6 @@ def test_truncation_is_caught_against_a_head_recorded_elsewhere(logged: Engine) 
     assert not cut.ok
     assert cut.failed_at == 6
     assert "truncated or rewritten" in (cut.reason or "")
-
-
-def test_rows_from_a_release_before_the_chain_are_covered_by_the_next_hashed_row(
-    logged: Engine,
-) -> None:
-    # An older replica, still running during the upgrade, appends without a hash.
-    insert_raw_event(logged, 7, type="model.removed", payload={"name": "d"}, model="d")
-    _service(logged).add([model("g")])
-    report = _verify(logged)
-    assert report.ok and report.unhashed == 1 and report.head_position == 8
-    _set(logged, 7, actor="mallory")
-    report = _verify(logged)
-    assert report.failed_at == 8, "the hashed row after it no longer chains"
 
 
 def test_a_log_copied_between_back_ends_verifies_with_the_same_head(

@@ -126,7 +126,7 @@ def test_appends_after_the_migration_chain_onto_the_seal(v1_engine: Engine) -> N
     rows = list(store.read_chain())
     assert rows[6].prev_hash == seal.hash
     report = verify_chain(store.read_chain(), seal)
-    assert report.ok and report.head_position == 7 and report.unhashed == 0
+    assert report.ok and report.head_position == 7 and report.adopted == 0
     assert service.catalog().names() == sorted(
         [*(m["name"] for m in json.loads((DATA / "catalog_v1_models.json").read_text())),
          "after-upgrade"]
