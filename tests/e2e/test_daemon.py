@@ -14,9 +14,9 @@ from typing import Any
 
 import psycopg
 import pytest
-import yaml
 
 from tests.conftest import PG_ADMIN
+from tests.support import dump_yaml
 
 LLMGW = str(Path(sys.executable).parent / "llmgw")
 
@@ -59,7 +59,7 @@ class Env:
         return done
 
     def write(self, name: str, data: Any) -> str:
-        (self.workdir / name).write_text(yaml.safe_dump(data))
+        (self.workdir / name).write_text(dump_yaml(data))
         return name
 
     def start_daemon(self, interval: float = 0.3) -> tuple[subprocess.Popen[bytes], Path]:
