@@ -6,6 +6,14 @@ Tests that take ``db_url`` run once on each back end (the store's contract).
 
 PostgreSQL tests skip with a reason when no server answers, unless
 LLMGW_REQUIRE_POSTGRES=1 (CI sets it): then they fail instead.
+
+Hypothesis runs under one of two profiles, registered here before any test
+module builds its settings (a test's own ``@settings`` inherits the rest):
+"ci", derandomised, so that CI on a busy machine gives the same verdict for
+the same commit, and "dev", random exploration for local runs, which is what
+finds the next counterexample. "ci" is chosen when ``CI`` is set or
+``HYPOTHESIS_PROFILE=ci``; ``scripts/hypothesis-seeds.sh`` runs "dev" with
+many fixed seeds before an invariant is declared safe.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
 from sqlalchemy import Engine
 
 from events.db import make_engine
@@ -26,6 +35,31 @@ from events.migrate import upgrade
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REPO = Path(__file__).resolve().parent.parent
+
+# A busy 2-core CI machine makes any timing-based verdict a coin toss: no
+# deadline, and no health check that measures time.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "dev", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+def hypothesis_profile(env: dict[str, str] | os._Environ[str] = os.environ) -> str:
+    """The profile for this run: HYPOTHESIS_PROFILE if set, else "ci" under CI, else "dev"."""
+    chosen = env.get("HYPOTHESIS_PROFILE")
+    if chosen:
+        return chosen
+    return "ci" if env.get("CI") else "dev"
+
+
+settings.load_profile(hypothesis_profile())
 
 
 def _pg_url(database: str) -> str:

@@ -38,10 +38,13 @@ def batch_writer(url: str, name: str, batch: int) -> None:
     """Append batches forever, until killed: each batch must land whole or not at all."""
     service = CatalogService(EventStore(make_engine(url)), Catalog.build([]), "catalog.yaml")
     n = 0
-    print("ready", flush=True)
     while True:
         service.add([model(f"{name}-{n}-{i}") for i in range(batch)])
         n += 1
+        if n == 1:
+            # After the first batch, so the parent's kill lands on a writer that
+            # has written (however slow the machine is to start it).
+            print("ready", flush=True)
 
 
 def tailer(url: str, seconds: float) -> None:

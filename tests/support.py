@@ -7,6 +7,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import yaml
 from sqlalchemy import Engine, insert, select
 
 from catalog import Model, parse_model
@@ -93,3 +94,15 @@ _HASHED = (
     "reason",
     "recorded_at",
 )
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a value shared by two places twice, as a person would, not as an alias
+    (which every reader refuses: catalog.documents)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.dump(data, Dumper=_PlainDumper)

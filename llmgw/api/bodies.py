@@ -1,7 +1,12 @@
 """Request bodies: read as the CLI reads files, then held to what the database can store.
 
-A body is read by ``catalog.read_data``, like a file given to ``llmgw add``:
-JSON or YAML, and a key written twice is refused, not silently dropped. On top
+A body is received on the event loop with a size cap (``receive``), and parsed
+in a worker thread (``parse``), never on the loop: parsing is the one step
+whose cost the client chooses, and one slow request must not stop other
+clients, ``/healthz`` or a SIGTERM. It is parsed by ``catalog.documents``, like
+a file given to ``llmgw add``: JSON or YAML within the body limits (no anchors
+or aliases, bounded depth and node count), and a key written twice is
+refused, not silently dropped. On top
 of that, the HTTP boundary refuses what no back end can store faithfully: a
 NUL character or an unpaired surrogate in a string (PostgreSQL refuses the
 first, UTF-8 cannot encode the second) and a non-finite number (JSON has no
@@ -11,18 +16,20 @@ NaN, so it could not be read back).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
 
-from catalog import CatalogError, read_data
+from catalog import CatalogError
+from catalog.documents import BODY_LIMITS, DocumentRefused, read_data
 from llmgw.api.problems import Problem
 
 ORIGIN = "request body"
 
 
-async def read_body(request: Request, limit: int, kind: str) -> Any:
-    """The parsed body; a ``Problem`` (413 or 422 of ``kind``) when it cannot be used."""
+async def receive(request: Request, limit: int) -> bytes:
+    """The raw body, refused with a 413 as soon as it is known to exceed ``limit`` bytes."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise Problem(413, "too-large", f"the body is {declared} bytes; at most {limit} are read")
@@ -31,6 +38,14 @@ async def read_body(request: Request, limit: int, kind: str) -> Any:
         body.extend(chunk)
         if len(body) > limit:
             raise Problem(413, "too-large", f"the body is over {limit} bytes; at most that is read")
+    return bytes(body)
+
+
+def parse(body: bytes, limit: int, kind: str) -> Any:
+    """The parsed body; a ``Problem`` (413 or 422 of ``kind``) when it cannot be used.
+
+    Blocking and as costly as the body allows: call it in a worker thread.
+    """
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -38,7 +53,10 @@ async def read_body(request: Request, limit: int, kind: str) -> Any:
     if not text.strip():
         raise Problem(422, kind, f"{ORIGIN}: empty; send JSON (or YAML)")
     try:
-        data = read_data(text, ORIGIN)
+        data = read_data(text, ORIGIN, replace(BODY_LIMITS, max_bytes=limit))
+    except DocumentRefused as exc:
+        status = 413 if exc.limit == "bytes" else 422
+        raise Problem(status, "too-large" if status == 413 else kind, str(exc)) from None
     except CatalogError as exc:
         raise Problem(422, kind, str(exc)) from None
     problem = storable(data)

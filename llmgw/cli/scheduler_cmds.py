@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from catalog import read_data
+from catalog.documents import read_file
 from catalog.text import shown
 from llmgw import logs
 from llmgw.cli.context import App, Refused, iso, print_json, table
@@ -78,11 +78,7 @@ def placement_json(p: Placement) -> dict[str, object]:
 
 
 def load_reports(path: Path) -> list[NodeReport]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise Refused(f"{path}: cannot read the node report: {exc.strerror}") from None
-    data = read_data(text, str(path))
+    data = read_file(path, "node report")
     if isinstance(data, dict) and "nodes" in data and "name" not in data:
         extra = sorted(set(data) - {"nodes"})
         if extra:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 from llmgw.api.auth import issue_token
+from tests.support import dump_yaml
 
 LLMGW = str(Path(sys.executable).parent / "llmgw")
 REPO = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ class ApiServer:
             self.env.pop(name, None)
         if declared is not None:
             config = workdir / "catalog.yaml"
-            config.write_text(yaml.safe_dump(declared))
+            config.write_text(dump_yaml(declared))
             self.env["LLMGW_CONFIG"] = str(config)
         if tokens is not None:
             self.env["LLMGW_TOKENS"] = tokens.env

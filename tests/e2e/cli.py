@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+from tests.support import dump_yaml
 
 LLMGW = str(Path(sys.executable).parent / "llmgw")
 
@@ -39,5 +39,5 @@ class Cli:
         return json.loads(done.stdout)
 
     def write(self, name: str, data: Any) -> str:
-        (self.workdir / name).write_text(yaml.safe_dump(data))
+        (self.workdir / name).write_text(dump_yaml(data))
         return name

@@ -14,9 +14,9 @@ from typing import Any
 
 import psycopg
 import pytest
-import yaml
 
 from tests.conftest import PG_ADMIN
+from tests.support import dump_yaml
 
 LLMGW = str(Path(sys.executable).parent / "llmgw")
 
@@ -59,7 +59,7 @@ class Env:
         return done
 
     def write(self, name: str, data: Any) -> str:
-        (self.workdir / name).write_text(yaml.safe_dump(data))
+        (self.workdir / name).write_text(dump_yaml(data))
         return name
 
     def start_daemon(self, interval: float = 0.3) -> tuple[subprocess.Popen[bytes], Path]:
@@ -81,6 +81,15 @@ class Env:
 def logs(path: Path) -> list[dict[str, Any]]:
     lines = path.read_text().splitlines()
     return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def _said(path: Path, event: str) -> bool:
+    return any(e["event"] == event for e in logs(path))
+
+
+def rounds(path: Path) -> int:
+    """How many rounds the daemon logging to ``path`` has run."""
+    return sum(e["event"] == "placement.round" for e in logs(path))
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
@@ -157,8 +166,13 @@ def test_on_postgres_one_daemon_leads_and_another_takes_over_when_it_dies(pg_env
             log for log in (a_log, b_log) if any(e["event"] == "placement.round" for e in logs(log))
         ]
 
-    wait_for(lambda: len(leaders()) >= 1, "one daemon to lead")
-    time.sleep(1.5)  # several rounds: the other must still be waiting
+    def waiting() -> list[Path]:
+        return [log for log in (a_log, b_log) if _said(log, "placement.waiting")]
+
+    # Both up, one leading and one waiting (not a fixed sleep: on a busy machine
+    # the second process may take seconds just to start).
+    wait_for(lambda: len(leaders()) >= 1 and len(waiting()) >= 1, "one leader, one waiting")
+    wait_for(lambda: rounds(leaders()[0]) >= 3, "several rounds of the leader")
     assert len(leaders()) == 1
     leader = a if leaders() == [a_log] else b
     follower_log = b_log if leader is a else a_log
@@ -196,7 +210,8 @@ def test_the_daemon_survives_an_unreachable_database_without_duplicating(pg_env:
     env.llmgw("nodes", "report", "nodes.yaml")
     env.llmgw("add", env.write("b.yaml", _model("second", 1)))
     wait_for(lambda: len(env.placements()) == 3, "the daemon to resume and place")
-    time.sleep(1.0)  # a few more rounds
+    seen = rounds(log)
+    wait_for(lambda: rounds(log) >= seen + 3, "a few more rounds")
     placements = env.placements()
     assert sorted((p["model"], p["replica"]) for p in placements) == [
         ("first", 0),

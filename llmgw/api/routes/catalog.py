@@ -19,7 +19,7 @@ from catalog.identifiers import KEY_PATTERN, IdentifierError
 from events import CommandConflict, CommandResult, KeyReused
 from llmgw.api import schemas
 from llmgw.api.access import SECURED, Operator, Reader
-from llmgw.api.bodies import ORIGIN, read_body, text_problem
+from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
 from llmgw.api.problems import ApiJSON, Problem, errors, refused
 from llmgw.api.services import Services
 from llmgw.api.views import catalog_entry, event_json, openai_entry
@@ -122,20 +122,25 @@ async def add_models(
     request: Request, call: Operator, key: KeyHeader = None, reason: ReasonQuery = ""
 ) -> Response:
     _check_reason(reason)
-    data = await read_body(request, call.svc.settings.max_body_bytes, "invalid-definition")
+    body = await receive(request, call.svc.settings.max_body_bytes)
+    result = await to_thread.run_sync(_add, call.svc, body, call.who.name, reason, key)
+    return _outcome(result)
+
+
+def _definitions(svc: Services, body: bytes) -> list[Model]:
+    data = parse(body, svc.settings.max_body_bytes, "invalid-definition")
     try:
         models = parse_definitions(data, ORIGIN)
     except CatalogError as exc:
         raise refused(exc, "invalid-definition", 422) from None
     if not models:
         raise Problem(422, "invalid-definition", f"{ORIGIN}: holds no model definitions")
-    result = await to_thread.run_sync(_add, call.svc, models, call.who.name, reason, key)
-    return _outcome(result)
+    return models
 
 
-def _add(
-    svc: Services, models: list[Model], actor: str, reason: str, key: str | None
-) -> CommandResult:
+def _add(svc: Services, body: bytes, actor: str, reason: str, key: str | None) -> CommandResult:
+    """Parse, validate and append, in a worker thread: nothing of it runs on the event loop."""
+    models = _definitions(svc, body)
     try:
         return svc.gate.add(models, actor=actor, reason=reason, key=key)
     except KeyReused as exc:

@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from llmgw.api import schemas
 from llmgw.api.access import SECURED, Reader, Reporter
-from llmgw.api.bodies import ORIGIN, read_body, text_problem
+from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
 from llmgw.api.views import node_json, placement_json
@@ -59,7 +59,14 @@ async def report_node(name: str, request: Request, call: Reporter) -> Response:
             f"token {who.name!r} may report node(s) {allowed}, not {name!r}; "
             "each agent reports with the token issued for its own nodes",
         )
-    data = await read_body(request, svc.settings.max_body_bytes, "invalid-node-report")
+    body = await receive(request, svc.settings.max_body_bytes)
+    node = await to_thread.run_sync(_parse_and_record, svc, name, body)
+    return ApiJSON(node_json(node, datetime.now(UTC), svc.settings.policy))
+
+
+def _parse_and_record(svc: Services, name: str, body: bytes) -> Node:
+    """Parse, validate and store, in a worker thread: nothing of it runs on the event loop."""
+    data = parse(body, svc.settings.max_body_bytes, "invalid-node-report")
     if not isinstance(data, dict):
         raise Problem(422, "invalid-node-report", f"{ORIGIN}: a node report is a mapping of fields")
     if "name" not in data:
@@ -77,8 +84,7 @@ async def report_node(name: str, request: Request, call: Reporter) -> Response:
         raise Problem(
             422, "invalid-node-report", "; ".join(exc.problems), problems=list(exc.problems)
         ) from None
-    node = await to_thread.run_sync(_record, svc, report)
-    return ApiJSON(node_json(node, datetime.now(UTC), svc.settings.policy))
+    return _record(svc, report)
 
 
 def _record(svc: Services, report: NodeReport) -> Node:
