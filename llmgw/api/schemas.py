@@ -113,6 +113,13 @@ class PlacementEntry(BaseModel):
     nodes: list[str]
     gpus_per_node: int
     gpu_class: str | None
+    fingerprint: str
+    # placed (nothing reported yet), starting, ready, failed; unreported when the
+    # node's agent does not report replica states (it then counts as ready).
+    state: Literal["placed", "starting", "ready", "failed", "unreported"]
+    state_since: str
+    endpoint: str | None
+    message: str
     engine: EngineLaunch | None
 
 

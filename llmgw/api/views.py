@@ -15,6 +15,7 @@ from typing import Any
 from catalog import Catalog, Model
 from events import StoredEvent
 from scheduler import Node, Placement, StalenessPolicy
+from scheduler.replicas import ReplicaStatus
 from scheduler.staleness import Freshness, freshness
 
 
@@ -77,12 +78,23 @@ def node_json(node: Node, now: datetime, policy: StalenessPolicy) -> dict[str, A
     }
 
 
-def placement_json(p: Placement, catalog: Catalog) -> dict[str, Any]:
-    """A replica, and what its agent starts: the engine view of its profile, when the
-    model and profile are still in the catalog (a replica being removed may not be)."""
+def replica_state_json(status: ReplicaStatus) -> dict[str, Any]:
+    """A replica's lifecycle as the CLI's and the API's JSON show it."""
+    return {
+        "state": status.shown_state,
+        "state_since": iso(status.since),
+        "endpoint": status.endpoint,
+        "message": status.message,
+    }
+
+
+def placement_json(p: Placement, catalog: Catalog, status: ReplicaStatus) -> dict[str, Any]:
+    """A replica, its state, and what its agent starts: the engine view of its profile, when
+    the model and profile are still in the catalog (a replica being removed may not be)."""
     model = catalog.resolve(p.model)
     engine = model.engine_profile(p.profile) if model is not None else None
     return {
         **p.to_json(),
+        **replica_state_json(status),
         "engine": None if engine is None else {**asdict(engine), "env": dict(engine.env)},
     }

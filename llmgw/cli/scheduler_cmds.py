@@ -12,6 +12,7 @@ from typing import Any
 from catalog import read_data
 from catalog.text import shown
 from llmgw import logs
+from llmgw.api.views import replica_state_json
 from llmgw.cli.context import App, Refused, iso, print_json, table
 from scheduler import NodeReport, NodeReportError, Placement, StalenessPolicy, parse_node_report
 from scheduler.daemon import Daemon
@@ -57,7 +58,11 @@ def register(
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_place)
 
-    p = sub.add_parser("placements", parents=[parent], help="where every replica runs now")
+    p = sub.add_parser(
+        "placements", parents=[parent], help="where every replica runs now, and its state"
+    )
+    p.add_argument("--node", metavar="NAME", help="only replicas on this node")
+    p.add_argument("--model", metavar="NAME", help="only replicas of this model (name or alias)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_placements)
 
@@ -228,11 +233,15 @@ def _replica(p: Placement) -> str:
 
 
 def cmd_placements(app: App, args: argparse.Namespace) -> int:
-    placements = SchedulerStore(app.engine).state().placements
+    model = args.model
+    if model is not None:
+        model = app.service.catalog().canonical(model) or model
+    replicas = SchedulerStore(app.engine).replicas(node=args.node, model=model)
     if args.json:
-        print_json([placement_json(p) for p in placements])
+        print_json([{**p.to_json(), **replica_state_json(s)} for p, s in replicas])
         return 0
-    headers = ["model", "replica", "profile", "gpu_class", "gpus/node", "nodes"]
+    headers = ["model", "replica", "profile", "gpu_class", "gpus/node", "nodes", "state", "since"]
+    headers.append("endpoint")
     sys.stdout.write(
         table(
             headers,
@@ -244,8 +253,11 @@ def cmd_placements(app: App, args: argparse.Namespace) -> int:
                     p.gpu_class or "cpu",
                     str(p.gpus_per_node),
                     ",".join(p.nodes),
+                    s.shown_state,
+                    iso(s.since),
+                    s.endpoint or "-",
                 ]
-                for p in placements
+                for p, s in replicas
             ],
         )
     )

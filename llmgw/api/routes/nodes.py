@@ -77,14 +77,14 @@ async def report_node(name: str, request: Request, call: Reporter) -> Response:
         raise Problem(
             422, "invalid-node-report", "; ".join(exc.problems), problems=list(exc.problems)
         ) from None
-    node = await to_thread.run_sync(_record, svc, report)
+    node = await to_thread.run_sync(_record, svc, report, who.name)
     return ApiJSON(node_json(node, datetime.now(UTC), svc.settings.policy))
 
 
-def _record(svc: Services, report: NodeReport) -> Node:
+def _record(svc: Services, report: NodeReport, actor: str) -> Node:
     try:
         with svc.writing:
-            (node,) = svc.nodes.report([report], datetime.now(UTC))
+            (node,) = svc.nodes.report([report], datetime.now(UTC), actor=actor)
     except OverflowError as exc:  # SQLite's integers stop at 2**63; PostgreSQL's is DataError
         raise Problem(
             422, "invalid-node-report", f"the database cannot store a value: {exc}"
@@ -112,15 +112,19 @@ def list_nodes(call: Reader) -> Response:
     responses=errors(401, 503),
     openapi_extra=SECURED,
     tags=["nodes"],
-    summary="Where every replica runs; with ?node=, what that node's agent should run",
+    summary="Where every replica runs and its state; with ?node=, what that node's agent "
+    "should run",
 )
 def list_placements(
     call: Reader,
     node: Annotated[str | None, Query(description="only replicas on this node")] = None,
+    model: Annotated[
+        str | None, Query(description="only replicas of this model (a name or alias)")
+    ] = None,
 ) -> Response:
     svc = call.svc
-    placements = svc.nodes.state().placements
-    if node is not None:
-        placements = tuple(p for p in placements if node in p.nodes)
     catalog = svc.gate.view().catalog
-    return ApiJSON([placement_json(p, catalog) for p in placements])
+    if model is not None:
+        model = catalog.canonical(model) or model
+    replicas = svc.nodes.replicas(node=node, model=model)
+    return ApiJSON([placement_json(p, catalog, status) for p, status in replicas])

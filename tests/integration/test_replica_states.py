@@ -1,0 +1,94 @@
+"""Replica states reported by agents, on both back ends: recorded, evented, and bounded."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from catalog import Catalog
+from events import CatalogService, EventStore
+from scheduler import parse_node_report
+from scheduler.rounds import Placer
+from scheduler.store import SchedulerStore
+from tests.support import model
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def report(name: str, replicas: list[dict[str, Any]] | None = None) -> Any:
+    raw: dict[str, Any] = {"name": name, "gpu_class": "A100", "gpus": 8}
+    if replicas is not None:
+        raw["replicas"] = replicas
+    return parse_node_report(raw)
+
+
+@pytest.fixture
+def placed(engine: Engine) -> SchedulerStore:
+    """Two single-node replicas of llama, placed on n1 (8 GPUs, tp 4 each)."""
+    store = SchedulerStore(engine)
+    store.report([report("n1"), report("n2")], T0)
+    declared = Catalog.build([model("llama", tp=4, scaling={"min": 2})])
+    Placer(CatalogService(EventStore(engine), declared), store).run(now=T0)
+    return store
+
+
+def states(store: SchedulerStore) -> dict[int, tuple[str, str | None]]:
+    return {p.replica: (s.shown_state, s.endpoint) for p, s in store.replicas(model="llama")}
+
+
+def test_replicas_of_an_agent_that_never_reports_states_count_as_unreported(
+    placed: SchedulerStore,
+) -> None:
+    assert states(placed) == {0: ("unreported", None), 1: ("unreported", None)}
+
+
+def test_a_reported_state_is_recorded_with_its_time_and_one_event_per_change(
+    placed: SchedulerStore,
+) -> None:
+    (host,) = {p.nodes[0] for p, _ in placed.replicas()}
+    placed.report([report(host, [])], T0 + timedelta(seconds=1))
+    # An agent that reports replicas, having started none yet: both wait for it.
+    assert states(placed) == {0: ("placed", None), 1: ("placed", None)}
+
+    ready = {"model": "llama", "replica": 0, "state": "ready", "endpoint": "http://n1:8000"}
+    starting = {"model": "llama", "replica": 1, "state": "starting", "message": "loading"}
+    placed.report([report(host, [ready, starting])], T0 + timedelta(seconds=2))
+    placed.report([report(host, [ready, starting])], T0 + timedelta(seconds=3))  # no change
+    placed.report([report(host)], T0 + timedelta(seconds=4))  # no replicas: as they were
+
+    assert states(placed) == {0: ("ready", "http://n1:8000"), 1: ("starting", None)}
+    since = {p.replica: s.since for p, s in placed.replicas()}
+    assert since == {0: T0 + timedelta(seconds=2), 1: T0 + timedelta(seconds=2)}
+    events = [(e.type, e.replica, e.reason, e.actor) for e in placed.events()]
+    assert events[-2:] == [
+        ("replica.ready", 0, f"reported ready by node {host}", "agent"),
+        ("replica.starting", 1, "loading", "agent"),
+    ]
+
+
+def test_a_report_about_a_replica_not_placed_on_that_node_changes_nothing(
+    placed: SchedulerStore,
+) -> None:
+    (host,) = {p.nodes[0] for p, _ in placed.replicas()}
+    other = "n2" if host == "n1" else "n1"
+    before = list(placed.events())
+    placed.report(
+        [
+            report(other, [{"model": "llama", "replica": 0, "state": "ready"}]),
+            report(host, [{"model": "ghost", "replica": 0, "state": "failed"}]),
+        ],
+        T0 + timedelta(seconds=1),
+    )
+    # Both agents now report replicas, and neither reported this one as its own.
+    assert states(placed)[0] == ("placed", None)
+    assert list(placed.events()) == before
+
+
+def test_a_placement_listing_filters_by_node_and_model(placed: SchedulerStore) -> None:
+    (host,) = {p.nodes[0] for p, _ in placed.replicas()}
+    assert len(placed.replicas(node=host)) == 2
+    assert placed.replicas(node="nowhere") == []
+    assert placed.replicas(model="other") == []
