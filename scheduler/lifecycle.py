@@ -18,6 +18,22 @@ from scheduler.replicas import ReplicaStatus
 
 CORDONED = "cordoned"
 DRAINING = "draining"
+DEFAULT_STARTUP_TIMEOUT = timedelta(minutes=20)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLifecycle:
+    """What a round needs to know of one model to run its replicas' lifecycle.
+
+    ``fingerprints`` and ``startup_timeouts`` are by profile name; a replica
+    whose recorded fingerprint differs from its profile's is replaced by a
+    rollout bounded by ``max_surge`` and ``max_unavailable``.
+    """
+
+    fingerprints: Mapping[str, str] = field(default_factory=dict)
+    startup_timeouts: Mapping[str, timedelta] = field(default_factory=dict)
+    max_surge: int = 1
+    max_unavailable: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +80,14 @@ class BackoffPolicy:
     base: timedelta = timedelta(minutes=1)
     cap: timedelta = timedelta(hours=1)
 
-    def until(self, record: FailureRecord) -> datetime:
-        steps = min(max(record.failures, 1) - 1, 30)
+    def wait(self, failures: int) -> timedelta:
+        """How long the ``failures``-th failure in a row keeps a node avoided."""
+        steps = min(max(failures, 1) - 1, 30)
         wait: timedelta = min(self.base * (2**steps), self.cap)
-        return record.last_failed_at + wait
+        return wait
+
+    def until(self, record: FailureRecord) -> datetime:
+        return record.last_failed_at + self.wait(record.failures)
 
 
 DEFAULT_BACKOFF = BackoffPolicy()

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from catalog.views import PlacementProfile
 from scheduler.explain import ProfileRejections
+from scheduler.lifecycle import ModelLifecycle
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,8 @@ class Demand:
     model: str
     replicas: int
     profiles: tuple[PlacementProfile, ...]
+    # Fingerprints, startup timeouts and rollout bounds; None plans as before lifecycles.
+    lifecycle: ModelLifecycle | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from llmgw.cli.context import App, Refused, iso, print_json, table
 from scheduler import NodeReport, NodeReportError, Placement, StalenessPolicy, parse_node_report
 from scheduler.daemon import Daemon
 from scheduler.leader import leadership_for
+from scheduler.placements import RolloutProgress
 from scheduler.rounds import Placer
 from scheduler.staleness import Freshness, freshness
 from scheduler.store import SchedulerStore
@@ -80,6 +81,16 @@ def policy(args: argparse.Namespace) -> StalenessPolicy:
 
 def placement_json(p: Placement) -> dict[str, object]:
     return p.to_json()
+
+
+def rollout_json(r: RolloutProgress) -> dict[str, object]:
+    return {
+        "model": r.model,
+        "cause": r.cause,
+        "old": [placement_json(p) for p in r.old],
+        "new": [placement_json(p) for p in r.new],
+        "waiting": r.waiting,
+    }
 
 
 def load_reports(path: Path) -> list[NodeReport]:
@@ -205,6 +216,11 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
                 ],
                 "mass_loss": plan.mass_loss,
                 "round": outcome.round_id,
+                "failed": [
+                    {**placement_json(f.placement), "reason": f.reason} for f in plan.failures
+                ],
+                "rollouts": [rollout_json(r) for r in plan.rollouts],
+                "notes": [{"model": m, "note": n} for m, n in plan.notes],
             }
         )
         return 0
@@ -221,6 +237,14 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
         print(f"  - {_replica(r.placement)}: {shown(r.reason)}")
     for u in plan.unplaced:
         print(f"  ! {shown(u.model)}[{u.replica}] unplaced: {shown(u.reason)}")
+    for model, note in plan.notes:
+        print(f"  ~ {shown(model)}: {shown(note)}")
+    for rollout in plan.rollouts:
+        waiting = rollout.waiting or "every old replica is replaced"
+        print(
+            f"  > {shown(rollout.model)} rollout ({shown(rollout.cause)}): {len(rollout.old)} "
+            f"old, {len(rollout.new)} new; {shown(waiting)}"
+        )
     if plan.mass_loss:
         print(
             f"  mass loss: {len(plan.lost_nodes)} nodes look lost at once; their replicas are kept"
