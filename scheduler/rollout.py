@@ -277,7 +277,7 @@ def finish(plan: Plan, judged: Judged, lifecycle: Lifecycle) -> Plan:
             RolloutProgress(
                 model=model,
                 cause="; ".join(rolling.causes),
-                old=tuple(rolling.held),
+                old=tuple(sorted(rolling.held, key=lambda p: p.replica)),
                 new=tuple(sorted(new, key=lambda p: p.replica)),
                 waiting=waiting,
             )

@@ -13,12 +13,14 @@ from catalog import read_data
 from catalog.text import shown
 from llmgw import logs
 from llmgw.api.views import replica_state_json
+from llmgw.cli import lifecycle_cmds
 from llmgw.cli.context import App, Refused, iso, print_json, table
 from scheduler import NodeReport, NodeReportError, Placement, StalenessPolicy, parse_node_report
 from scheduler.daemon import Daemon
 from scheduler.leader import leadership_for
 from scheduler.placements import RolloutProgress
 from scheduler.rounds import Placer
+from scheduler.service import service_label
 from scheduler.staleness import Freshness, freshness
 from scheduler.store import SchedulerStore
 
@@ -53,6 +55,7 @@ def register(
     p = nodes_sub.add_parser("forget", parents=[parent], help="drop a decommissioned node")
     p.add_argument("name")
     p.set_defaults(run=cmd_nodes_forget)
+    lifecycle_cmds.register_nodes(nodes_sub, parent)
 
     p = sub.add_parser("place", parents=[parent, staleness], help="run one placement round")
     p.add_argument("--dry-run", action="store_true", help="plan and show, write nothing")
@@ -134,8 +137,15 @@ def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     rules = policy(args)
     rows: list[dict[str, Any]] = []
-    for n in SchedulerStore(app.engine).nodes():
+    store = SchedulerStore(app.engine)
+    cordons = store.state().lifecycle.cordons
+    hosted: dict[str, int] = {}
+    for p, _ in store.replicas():
+        for name in p.nodes:
+            hosted[name] = hosted.get(name, 0) + 1
+    for n in store.nodes():
         state = freshness(n.reported_at, now, rules)
+        cordon = cordons.get(n.name)
         rows.append(
             {
                 "name": n.name,
@@ -148,12 +158,23 @@ def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
                 "reported_at": iso(n.reported_at),
                 "stale": state is not Freshness.FRESH,
                 "state": state.value,
+                "service": service_label(cordon, hosted.get(n.name, 0)),
+                "cordon": None
+                if cordon is None
+                else {
+                    "mode": cordon.mode,
+                    "actor": cordon.actor,
+                    "reason": cordon.reason,
+                    "since": iso(cordon.since),
+                },
+                "replicas": hosted.get(n.name, 0),
             }
         )
     if args.json:
         print_json(rows)
         return 0
-    headers = ["name", "gpu_class", "gpus", "reserved", "memory_gb", "fabric", "state", "labels"]
+    headers = ["name", "gpu_class", "gpus", "reserved", "memory_gb", "fabric", "state", "service"]
+    headers.append("labels")
     sys.stdout.write(
         table(
             headers,
@@ -166,6 +187,7 @@ def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
                     "?" if r["memory_gb"] is None else f"{r['memory_gb']:g}",
                     r["fabric"] or "-",
                     r["state"],
+                    r["service"],
                     ",".join(f"{k}={v}" for k, v in r["labels"].items()),
                 ]
                 for r in rows
