@@ -88,7 +88,12 @@ def plan(
         policy=policy,
     )
     placed, failed = _place_missing(
-        judged.demands, kept.placements, capacity, held=judged.held, avoid=judged.avoid
+        judged.demands,
+        kept.placements,
+        capacity,
+        held=judged.held,
+        reserved=judged.reserved,
+        avoid=judged.avoid,
     )
     unplaced = _explain(failed, inventory, fresh, capacity, closed=closed, avoid=judged.avoid)
 
@@ -110,13 +115,15 @@ def _place_missing(
     capacity: Capacity,
     *,
     held: Iterable[Placement] = (),
+    reserved: Mapping[str, set[int]] | None = None,
     avoid: Mapping[str, frozenset[str]] | None = None,
 ) -> tuple[list[Placement], dict[str, tuple[list[_Option], list[int]]]]:
     """Fill every empty replica slot that fits; return the rest by model, with what was tried.
 
     ``held`` replicas (old ones a rollout keeps running) occupy their slots
-    without counting towards the model's replicas; ``avoid`` holds, per model,
-    the nodes it backs off from.
+    without counting towards the model's replicas, and so do ``reserved`` slots
+    (old ones removed this round); ``avoid`` holds, per model, the nodes it
+    backs off from.
     """
     avoid = avoid or {}
     occupied: dict[str, set[int]] = {}
@@ -125,6 +132,8 @@ def _place_missing(
     counted = {model: len(slots) for model, slots in occupied.items()}
     for placement in held:
         occupied.setdefault(placement.model, set()).add(placement.replica)
+    for model, slots in (reserved or {}).items():
+        occupied.setdefault(model, set()).update(slots)
     # Capacity only shrinks from here on, so a requirement that found no room
     # once will find none for the rest of the round: don't search again.
     no_room: set[_Requirement] = set()

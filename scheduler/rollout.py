@@ -94,6 +94,10 @@ class Judged:
     avoid: dict[str, frozenset[str]] = field(default_factory=dict)
     notes: list[tuple[str, str]] = field(default_factory=list)
     rolling: dict[str, _Rolling] = field(default_factory=dict)
+    # Slots of old replicas removed this round, not to be refilled this round: an
+    # agent's report written against the old placement would otherwise land on
+    # the new one in the same slot (and, on the same node, be taken for its state).
+    reserved: dict[str, set[int]] = field(default_factory=dict)
 
 
 def _status(lifecycle: Lifecycle, p: Placement) -> ReplicaStatus | None:
@@ -224,8 +228,10 @@ def _roll(
     for p, cause in sorted(old, key=lambda pc: (_ready(lifecycle, pc[0]), -pc[0].replica)):
         if not _ready(lifecycle, p):
             out.removals.append(Removal(p, f"{cause}: replaced (it was not ready)"))
+            out.reserved.setdefault(demand.model, set()).add(p.replica)
         elif ready - 1 >= floor:
             ready -= 1
+            out.reserved.setdefault(demand.model, set()).add(p.replica)
             out.removals.append(
                 Removal(
                     p, f"{cause}: replaced, {ready} of {wanted} wanted replicas ready without it"

@@ -266,6 +266,16 @@ class SchedulerStore:
             if (node is None or node in p.nodes) and (model is None or p.model == model)
         ]
 
+    def service(self) -> tuple[dict[str, Cordon], dict[str, int]]:
+        """The cordons by node, and how many replicas each node hosts: what `nodes list` shows."""
+        hosted: dict[str, int] = {}
+        with self.engine.connect() as conn:
+            cordons = read_cordons(conn)
+            for (nodes_text,) in conn.execute(select(placements_t.c.nodes)):
+                for name in json.loads(nodes_text):
+                    hosted[name] = hosted.get(name, 0) + 1
+        return cordons, hosted
+
     def cordon(self, node: str, mode: str | None, *, actor: str, reason: str) -> Cordon | None:
         """Cordon, drain or (``mode`` None) uncordon a node; returns how it was before."""
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():

@@ -49,6 +49,8 @@ class CatalogEntry(_Open):
     scaling: dict[str, Any]
     fallbacks: list[str]
     declared: bool
+    # Replicas wanted (scaling.min), placed, and ready (or unreported).
+    replicas: dict[str, int]
 
 
 class Event(BaseModel):
@@ -90,6 +92,10 @@ class NodeState(BaseModel):
     reported_at: str
     stale: bool
     state: Literal["fresh", "stale", "lost"]
+    # "-" in service, "cordoned", or "draining (k replicas left)"; see ``cordon``.
+    service: str
+    cordon: dict[str, str] | None
+    replicas: int
 
 
 class EngineLaunch(_Open):

@@ -15,7 +15,9 @@ from typing import Any
 from catalog import Catalog, Model
 from events import StoredEvent
 from scheduler import Node, Placement, StalenessPolicy
+from scheduler.lifecycle import Cordon
 from scheduler.replicas import ReplicaStatus
+from scheduler.service import ReplicaCounts, service_label
 from scheduler.staleness import Freshness, freshness
 
 
@@ -62,7 +64,14 @@ def event_json(event: StoredEvent) -> dict[str, Any]:
     }
 
 
-def node_json(node: Node, now: datetime, policy: StalenessPolicy) -> dict[str, Any]:
+def node_json(
+    node: Node,
+    now: datetime,
+    policy: StalenessPolicy,
+    cordon: Cordon | None = None,
+    replicas: int = 0,
+) -> dict[str, Any]:
+    """A node as reported, with its freshness and its service (cordoned, draining)."""
     state = freshness(node.reported_at, now, policy)
     return {
         "name": node.name,
@@ -75,7 +84,21 @@ def node_json(node: Node, now: datetime, policy: StalenessPolicy) -> dict[str, A
         "reported_at": iso(node.reported_at),
         "stale": state is not Freshness.FRESH,
         "state": state.value,
+        "service": service_label(cordon, replicas),
+        "cordon": None
+        if cordon is None
+        else {
+            "mode": cordon.mode,
+            "actor": cordon.actor,
+            "reason": cordon.reason,
+            "since": iso(cordon.since),
+        },
+        "replicas": replicas,
     }
+
+
+def catalog_counts(counts: ReplicaCounts) -> dict[str, int]:
+    return {"wanted": counts.wanted, "placed": counts.placed, "ready": counts.ready}
 
 
 def replica_state_json(status: ReplicaStatus) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 from catalog import read_data
 from catalog.text import shown
 from llmgw import logs
-from llmgw.api.views import replica_state_json
+from llmgw.api.views import node_json, replica_state_json
 from llmgw.cli import lifecycle_cmds
 from llmgw.cli.context import App, Refused, iso, print_json, table
 from scheduler import NodeReport, NodeReportError, Placement, StalenessPolicy, parse_node_report
@@ -20,8 +20,6 @@ from scheduler.daemon import Daemon
 from scheduler.leader import leadership_for
 from scheduler.placements import RolloutProgress
 from scheduler.rounds import Placer
-from scheduler.service import service_label
-from scheduler.staleness import Freshness, freshness
 from scheduler.store import SchedulerStore
 
 
@@ -136,40 +134,11 @@ def cmd_nodes_report(app: App, args: argparse.Namespace) -> int:
 def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     rules = policy(args)
-    rows: list[dict[str, Any]] = []
     store = SchedulerStore(app.engine)
-    cordons = store.state().lifecycle.cordons
-    hosted: dict[str, int] = {}
-    for p, _ in store.replicas():
-        for name in p.nodes:
-            hosted[name] = hosted.get(name, 0) + 1
-    for n in store.nodes():
-        state = freshness(n.reported_at, now, rules)
-        cordon = cordons.get(n.name)
-        rows.append(
-            {
-                "name": n.name,
-                "gpu_class": n.gpu_class,
-                "gpus": n.gpus,
-                "gpus_reserved": n.gpus_reserved,
-                "memory_gb": n.memory_gb,
-                "labels": dict(n.labels),
-                "fabric": n.fabric,
-                "reported_at": iso(n.reported_at),
-                "stale": state is not Freshness.FRESH,
-                "state": state.value,
-                "service": service_label(cordon, hosted.get(n.name, 0)),
-                "cordon": None
-                if cordon is None
-                else {
-                    "mode": cordon.mode,
-                    "actor": cordon.actor,
-                    "reason": cordon.reason,
-                    "since": iso(cordon.since),
-                },
-                "replicas": hosted.get(n.name, 0),
-            }
-        )
+    cordons, hosted = store.service()
+    rows: list[dict[str, Any]] = [
+        node_json(n, now, rules, cordons.get(n.name), hosted.get(n.name, 0)) for n in store.nodes()
+    ]
     if args.json:
         print_json(rows)
         return 0

@@ -259,3 +259,15 @@ def test_cordon_and_uncordon_over_http_need_an_operator_and_name_a_known_node(
         assert (back["mode"], back["changed"]) == (None, True)
     with httpx.Client() as plain:
         assert plain.post(f"{server.url}/v1/nodes/node-a/drain").status_code == 401
+    history = subprocess.run(
+        [LLMGW, "history", "--placements", "--actor", "ops", "--json"],
+        cwd=server.workdir,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert [(e["type"], e["reason"]) for e in json.loads(history.stdout)] == [
+        ("node.cordoned", "node node-a: fan alarm [round 0, catalog position 0]"),
+        ("node.uncordoned", "node node-a [round 0, catalog position 0]"),
+    ]

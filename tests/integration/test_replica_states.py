@@ -10,8 +10,8 @@ from sqlalchemy import Engine
 
 from catalog import Catalog
 from events import CatalogService, EventStore
-from scheduler import parse_node_report
-from scheduler.rounds import Placer
+from scheduler import parse_node_report, plan
+from scheduler.rounds import Placer, demands
 from scheduler.store import SchedulerStore
 from tests.support import model
 
@@ -92,3 +92,55 @@ def test_a_placement_listing_filters_by_node_and_model(placed: SchedulerStore) -
     assert len(placed.replicas(node=host)) == 2
     assert placed.replicas(node="nowhere") == []
     assert placed.replicas(model="other") == []
+
+
+def test_a_timed_out_replica_is_failed_recorded_and_its_round_plans_again_the_same(
+    engine: Engine,
+) -> None:
+    store = SchedulerStore(engine)
+    store.report([report("n1", []), report("n2", [])], T0)
+    definition = model("llama", tp=4, scaling={"min": 1})
+    service = CatalogService(EventStore(engine), Catalog.build([definition]))
+    placer = Placer(service, store)
+    placer.run(now=T0)
+    ((first, _),) = store.replicas()
+    later = T0 + timedelta(minutes=21)  # the default startup timeout is 20 minutes
+    store.report([report("n1", []), report("n2", [])], later)
+
+    outcome = placer.run(now=later)
+
+    (failure,) = outcome.plan.failures
+    assert failure.reason == "startup timeout"
+    ((again, status),) = store.replicas()
+    assert again.nodes != first.nodes and status.state == "placed"
+    (record,) = store.state().lifecycle.failures
+    assert (record.model, record.node, record.failures) == ("llama", first.nodes[0], 1)
+    types = [e.type for e in store.events(round_id=outcome.round_id)]
+    assert types == ["replica.failed", "placement.removed", "placement.placed"]
+
+    recorded = store.recorded_round(round_id=outcome.round_id)
+    assert recorded is not None
+    replanned = plan(
+        demands(service.catalog()),
+        list(recorded.nodes),
+        recorded.current,
+        recorded.planned_at,
+        recorded.policy,
+        lifecycle=recorded.lifecycle,
+    )
+    assert replanned == outcome.plan
+
+
+def test_cordons_are_stored_with_actor_and_reason_and_are_events(engine: Engine) -> None:
+    store = SchedulerStore(engine)
+    store.report([report("n1")], T0)
+    assert store.cordon("n1", "draining", actor="alice", reason="kernel update") is None
+    before = store.cordon("n1", "draining", actor="bob", reason="again")  # no change
+    assert before is not None and before.actor == "alice"
+    store.cordon("n1", None, actor="carol", reason="done")
+    events = [(e.type, e.nodes, e.actor, e.reason) for e in store.events()]
+    assert events == [
+        ("node.draining", ("n1",), "alice", "kernel update"),
+        ("node.uncordoned", ("n1",), "carol", "done"),
+    ]
+    assert store.state().lifecycle.cordons == {}

@@ -78,7 +78,12 @@ async def report_node(name: str, request: Request, call: Reporter) -> Response:
             422, "invalid-node-report", "; ".join(exc.problems), problems=list(exc.problems)
         ) from None
     node = await to_thread.run_sync(_record, svc, report, who.name)
-    return ApiJSON(node_json(node, datetime.now(UTC), svc.settings.policy))
+    cordons, hosted = await to_thread.run_sync(svc.nodes.service)
+    return ApiJSON(
+        node_json(
+            node, datetime.now(UTC), svc.settings.policy, cordons.get(name), hosted.get(name, 0)
+        )
+    )
 
 
 def _record(svc: Services, report: NodeReport, actor: str) -> Node:
@@ -103,7 +108,13 @@ def _record(svc: Services, report: NodeReport, actor: str) -> Node:
 )
 def list_nodes(call: Reader) -> Response:
     now, svc = datetime.now(UTC), call.svc
-    return ApiJSON([node_json(n, now, svc.settings.policy) for n in svc.nodes.nodes()])
+    cordons, hosted = svc.nodes.service()
+    return ApiJSON(
+        [
+            node_json(n, now, svc.settings.policy, cordons.get(n.name), hosted.get(n.name, 0))
+            for n in svc.nodes.nodes()
+        ]
+    )
 
 
 @router.get(
