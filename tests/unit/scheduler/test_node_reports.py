@@ -157,7 +157,7 @@ def test_a_replica_state_report_is_strict_and_names_what_to_send() -> None:
     assert "reported twice" in refusal(
         {"name": "gpu-7", "replicas": [{"model": "m", "replica": 0, "state": "ready"}] * 2}
     )
-    assert "http:// or https:// url" in refusal(
+    assert "must be an http:// or https:// URL" in refusal(
         {
             "name": "gpu-7",
             "replicas": [{"model": "m", "replica": 0, "state": "ready", "endpoint": "file:///x"}],
