@@ -76,13 +76,18 @@ class Capacity:
             for pool in pools:
                 pool.add(self._entry(name))
 
-    def best_node(self, profile: PlacementProfile) -> str | None:
-        """The fitting node with the fewest free GPUs, then least free memory, then name."""
+    def best_node(self, profile: PlacementProfile, avoid: Collection[str] = ()) -> str | None:
+        """The fitting node with the fewest free GPUs, then least free memory, then name.
+
+        ``avoid``: nodes not to use (a model backing off from where it failed).
+        """
         wanted = self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb)
-        entry = next(wanted, None)
+        entry = next((e for e in wanted if e[2] not in avoid), None)
         return None if entry is None else entry[2]
 
-    def best_gang(self, profile: PlacementProfile) -> tuple[str, ...] | None:
+    def best_gang(
+        self, profile: PlacementProfile, avoid: Collection[str] = ()
+    ) -> tuple[str, ...] | None:
         """``profile.nodes`` distinct fitting nodes on one fabric, chosen by best fit.
 
         Within each fabric the best-fitting nodes are taken; among fabrics that
@@ -93,7 +98,7 @@ class Capacity:
         by_fabric: dict[str, list[tuple[int, float, str]]] = {}
         for entry in self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb):
             fabric = self._nodes[entry[2]].fabric
-            if fabric is None:
+            if fabric is None or entry[2] in avoid:
                 continue
             group = by_fabric.setdefault(fabric, [])
             if len(group) < size:

@@ -36,7 +36,9 @@ from scheduler.explain import ClassIndex, ProfileRejections, count_rejections, r
 from scheduler.fit import selector_key
 from scheduler.inventory import Node
 from scheduler.keep import keep_current
+from scheduler.lifecycle import Lifecycle
 from scheduler.placements import Demand, Placement, Plan, Removal, Unplaced
+from scheduler.rollout import finish, judge
 from scheduler.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy, freshness
 
 # Everything about a profile that decides where it fits (not its name).
@@ -51,8 +53,13 @@ def plan(
     current: Sequence[Placement],
     now: datetime,
     policy: StalenessPolicy = DEFAULT_STALENESS,
+    *,
+    lifecycle: Lifecycle | None = None,
 ) -> Plan:
     """Decide which replicas to keep, start and stop, and explain what cannot run.
+
+    ``lifecycle`` adds replica states, cordons and failure back-offs
+    (``scheduler.rollout`` says what they change).
 
     Raises ValueError for inputs no round can make sense of: a naive ``now``,
     two nodes with one name, or one model demanded twice.
@@ -63,38 +70,70 @@ def plan(
     inventory = _index_nodes(nodes)
     state = {name: freshness(n.reported_at, now, policy) for name, n in inventory.items()}
     fresh = frozenset(name for name, f in state.items() if f is Freshness.FRESH)
-    capacity = Capacity(nodes, fresh)
+    lifecycle = lifecycle or Lifecycle()
+    judged = judge(demands, current, lifecycle, inventory=inventory, state=state, now=now)
+    closed = lifecycle.closed_nodes & fresh
+    # Cordoned and draining nodes take nothing new; what runs there stays (or drains).
+    capacity = Capacity(nodes, fresh - closed)
+    for held in judged.held:
+        capacity.consume(held.nodes, held.gpus_per_node, held.memory_gb_per_node)
 
     kept = keep_current(
-        current,
-        demands=demands,
+        judged.current,
+        demands=judged.demands,
         inventory=inventory,
         state=state,
         capacity=capacity,
         now=now,
         policy=policy,
     )
-    placed, failed = _place_missing(demands, kept.placements, capacity)
-    unplaced = _explain(failed, inventory, fresh, capacity)
+    placed, failed = _place_missing(
+        judged.demands,
+        kept.placements,
+        capacity,
+        held=judged.held,
+        reserved=judged.reserved,
+        avoid=judged.avoid,
+    )
+    unplaced = _explain(failed, inventory, fresh, capacity, closed=closed, avoid=judged.avoid)
 
-    return Plan(
+    result = Plan(
         keep=tuple(sorted(kept.placements, key=_slot_order)),
         place=tuple(sorted(placed, key=_slot_order)),
         # Within a model, highest replica first: the order surplus replicas go in.
-        remove=tuple(sorted(kept.removals, key=_removal_order)),
+        remove=tuple(sorted(judged.removals + kept.removals, key=_removal_order)),
         unplaced=unplaced,
         mass_loss=kept.mass_loss,
         lost_nodes=tuple(sorted(kept.lost_nodes)),
     )
+    return finish(result, judged, lifecycle)
 
 
 def _place_missing(
-    demands: Sequence[Demand], kept: Iterable[Placement], capacity: Capacity
+    demands: Sequence[Demand],
+    kept: Iterable[Placement],
+    capacity: Capacity,
+    *,
+    held: Iterable[Placement] = (),
+    reserved: Mapping[str, set[int]] | None = None,
+    avoid: Mapping[str, frozenset[str]] | None = None,
 ) -> tuple[list[Placement], dict[str, tuple[list[_Option], list[int]]]]:
-    """Fill every empty replica slot that fits; return the rest by model, with what was tried."""
+    """Fill every empty replica slot that fits; return the rest by model, with what was tried.
+
+    ``held`` replicas (old ones a rollout keeps running) occupy their slots
+    without counting towards the model's replicas, and so do ``reserved`` slots
+    (old ones removed this round); ``avoid`` holds, per model, the nodes it
+    backs off from.
+    """
+    avoid = avoid or {}
     occupied: dict[str, set[int]] = {}
     for placement in kept:
         occupied.setdefault(placement.model, set()).add(placement.replica)
+    counted = {model: len(slots) for model, slots in occupied.items()}
+    for placement in held:
+        occupied.setdefault(placement.model, set()).add(placement.replica)
+    for model, slots in (reserved or {}).items():
+        occupied.setdefault(model, set()).update(slots)
     # Capacity only shrinks from here on, so a requirement that found no room
     # once will find none for the rest of the round: don't search again.
     no_room: set[_Requirement] = set()
@@ -105,10 +144,20 @@ def _place_missing(
         options = _options(demand.profiles)
         # The lowest free slots, as many as are missing (slots need not be
         # contiguous: a running replica keeps the slot it has).
-        missing = max(demand.replicas, 0) - len(taken)
+        missing = max(demand.replicas, 0) - counted.get(demand.model, 0)
         free_slots = (slot for slot in count() if slot not in taken)
+        avoided = avoid.get(demand.model, frozenset())
+        fingerprints = demand.lifecycle.fingerprints if demand.lifecycle else {}
         for replica in islice(free_slots, max(missing, 0)):
-            new = _place_one(demand.model, replica, options, capacity, no_room)
+            new = _place_one(
+                demand.model,
+                replica,
+                options,
+                capacity,
+                no_room,
+                avoid=avoided,
+                fingerprints=fingerprints,
+            )
             if new is None:
                 failed.setdefault(demand.model, (options, []))[1].append(replica)
             else:
@@ -122,18 +171,22 @@ def _place_one(
     options: list[_Option],
     capacity: Capacity,
     no_room: set[_Requirement],
+    *,
+    avoid: frozenset[str] = frozenset(),
+    fingerprints: Mapping[str, str] | None = None,
 ) -> Placement | None:
     """Place one replica with the first profile that fits, consuming its capacity."""
     for profile, requirement in options:
         if requirement in no_room:
             continue
         if profile.nodes > 1:
-            chosen = capacity.best_gang(profile)
+            chosen = capacity.best_gang(profile, avoid)
         else:
-            best = capacity.best_node(profile)
+            best = capacity.best_node(profile, avoid)
             chosen = None if best is None else (best,)
         if chosen is None:
-            no_room.add(requirement)
+            if not avoid:  # no room for one model's back-off is not no room for all
+                no_room.add(requirement)
             continue
         capacity.consume(chosen, profile.gpus_per_node, profile.min_memory_gb)
         return Placement(
@@ -144,6 +197,7 @@ def _place_one(
             gpus_per_node=profile.gpus_per_node,
             gpu_class=profile.gpu_class,
             memory_gb_per_node=profile.min_memory_gb,
+            fingerprint=(fingerprints or {}).get(profile.name, ""),
         )
     return None
 
@@ -153,6 +207,9 @@ def _explain(
     inventory: Mapping[str, Node],
     fresh: frozenset[str],
     capacity: Capacity,
+    *,
+    closed: frozenset[str] = frozenset(),
+    avoid: Mapping[str, frozenset[str]] | None = None,
 ) -> tuple[Unplaced, ...]:
     """One explanation per model, shared by its unplaced replicas.
 
@@ -161,16 +218,23 @@ def _explain(
     question an operator asks.
     """
     nodes = list(inventory.values())
-    index = ClassIndex.of(nodes, fresh)
-    counted: dict[tuple[str, _Requirement], ProfileRejections] = {}
+    index = ClassIndex.of(nodes, fresh, closed)
+    counted: dict[tuple[str, _Requirement, frozenset[str]], ProfileRejections] = {}
     unplaced: list[Unplaced] = []
     for model, (options, replicas) in failed.items():
         rejections = []
+        avoided = (avoid or {}).get(model, frozenset())
         for profile, requirement in options:
-            key = (profile.name, requirement)
+            key = (profile.name, requirement, avoided)
             if key not in counted:
                 counted[key] = count_rejections(
-                    profile, nodes, fresh=fresh, capacity=capacity, index=index
+                    profile,
+                    nodes,
+                    fresh=fresh,
+                    capacity=capacity,
+                    index=index,
+                    closed=closed,
+                    avoid=avoided,
                 )
             rejections.append(counted[key])
         reason = render(rejections) or "the model has no profiles to place it with"

@@ -18,6 +18,7 @@ from events import CatalogService
 from scheduler.inventory import Node
 from scheduler.placements import Demand, Plan
 from scheduler.planner import plan as make_plan
+from scheduler.rollout import model_lifecycle
 from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.store import SchedulerStore
 
@@ -26,7 +27,12 @@ def demands(catalog: Catalog) -> list[Demand]:
     """What the catalog asks of the cluster: ``scaling.min`` replicas of each model,
     in catalog order (declared models first), which is the order they claim hardware."""
     return [
-        Demand(model=m.name, replicas=m.scaling.min, profiles=m.placement_profiles())
+        Demand(
+            model=m.name,
+            replicas=m.scaling.min,
+            profiles=m.placement_profiles(),
+            lifecycle=model_lifecycle(m),
+        )
         for m in catalog.models()
     ]
 
@@ -61,7 +67,9 @@ class Placer:
         position = self.catalog.position
         nodes = self.store.nodes()
         state = self.store.state()
-        plan = make_plan(demands(catalog), nodes, state.placements, now, self.policy)
+        plan = make_plan(
+            demands(catalog), nodes, state.placements, now, self.policy, lifecycle=state.lifecycle
+        )
         round_id = None
         if not dry_run:
             round_id = self.store.apply(

@@ -151,15 +151,19 @@ class HistoryEntry:
 
     @classmethod
     def of_placement(cls, event: PlacementEvent) -> HistoryEntry:
-        where = f"replica {event.replica} ({event.profile}) on {', '.join(event.nodes)}"
+        if event.type.startswith("node."):  # cordons and drains name no replica
+            where = f"node {', '.join(event.nodes)}"
+        else:
+            where = f"replica {event.replica} ({event.profile}) on {', '.join(event.nodes)}"
         reason = f"{where}: {event.reason}" if event.reason else where
         reason += f" [round {event.round_id}, catalog position {event.catalog_position}]"
         return cls(
             event.position,
             event.recorded_at,
             event.type,
-            event.model,
-            "scheduler",
+            event.model or None,
+            # The scheduler's own decisions carry no actor; an agent's or operator's do.
+            event.actor or "scheduler",
             reason,
             "placements",
         )
@@ -207,15 +211,15 @@ def history_sources(
         return [(HistoryEntry.of(e) for e in app.store.history(query))]
     catalog = (replace(HistoryEntry.of(e), log="catalog") for e in app.store.history(query))
     sources: list[Iterable[HistoryEntry]] = [catalog]
-    if query.actor in (None, "scheduler"):
-        events = SchedulerStore(app.engine).events(
-            model=query.model, since=query.since, until=query.until
-        )
-        sources.append(
-            HistoryEntry.of_placement(e)
-            for e in events
-            if query.type is None or e.type == query.type
-        )
+    events = SchedulerStore(app.engine).events(
+        model=query.model, since=query.since, until=query.until
+    )
+    sources.append(
+        entry
+        for entry in (HistoryEntry.of_placement(e) for e in events)
+        if (query.type is None or entry.type == query.type)
+        and (query.actor is None or entry.actor == query.actor)
+    )
     return sources
 
 

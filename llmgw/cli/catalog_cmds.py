@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from catalog import Catalog, load_definitions
 from catalog.text import shown
 from events.migrate import current_revision, head_revision, upgrade
 from events.timetravel import catalog_at
-from llmgw.cli.context import App, Refused, parse_when, print_json
+from llmgw.cli.context import App, Refused, parse_when, print_json, table
+from scheduler.service import replica_counts
+from scheduler.store import SchedulerStore
 
 
 def register(
@@ -65,10 +68,19 @@ def model_json(catalog: Catalog) -> list[dict[str, object]]:
 
 def cmd_models(app: App, args: argparse.Namespace) -> int:
     catalog = app.service.catalog()
+    counts = replica_counts(catalog, SchedulerStore(app.engine).replicas())
     if args.json:
-        print_json(model_json(catalog))
-    else:
-        sys.stdout.write(catalog.render() or "no models\n")
+        print_json([{**m, "replicas": asdict(counts[str(m["name"])])} for m in model_json(catalog)])
+        return 0
+    sys.stdout.write(catalog.render() or "no models\n")
+    if counts:
+        sys.stdout.write("\n")
+        sys.stdout.write(
+            table(
+                ["model", "wanted", "placed", "ready"],
+                [[name, str(c.wanted), str(c.placed), str(c.ready)] for name, c in counts.items()],
+            )
+        )
     return 0
 
 

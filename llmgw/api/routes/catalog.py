@@ -22,7 +22,8 @@ from llmgw.api.access import SECURED, Operator, Reader
 from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
 from llmgw.api.problems import ApiJSON, Problem, errors, refused
 from llmgw.api.services import Services
-from llmgw.api.views import catalog_entry, event_json, openai_entry
+from llmgw.api.views import catalog_counts, catalog_entry, event_json, openai_entry
+from scheduler.service import replica_counts
 
 router = APIRouter()
 
@@ -80,8 +81,12 @@ def list_models(call: Reader) -> Response:
 )
 def get_catalog(call: Reader) -> Response:
     view = call.svc.gate.view()
+    counts = replica_counts(view.catalog, call.svc.nodes.replicas())
     return ApiJSON(
-        [catalog_entry(view.catalog, m) for m in view.catalog.models()],
+        [
+            {**catalog_entry(view.catalog, m), "replicas": catalog_counts(counts[m.name])}
+            for m in view.catalog.models()
+        ],
         headers={"X-Llmgw-Position": str(view.position)},
     )
 
@@ -101,8 +106,10 @@ def get_model(name: str, call: Reader) -> Response:
         raise Problem(
             404, "not-found", f"model {name!r} is not in the catalog (neither a name nor an alias)"
         )
+    counts = replica_counts(view.catalog, call.svc.nodes.replicas(model=model.name))
     return ApiJSON(
-        catalog_entry(view.catalog, model), headers={"X-Llmgw-Position": str(view.position)}
+        {**catalog_entry(view.catalog, model), "replicas": catalog_counts(counts[model.name])},
+        headers={"X-Llmgw-Position": str(view.position)},
     )
 
 
