@@ -25,11 +25,23 @@ import structlog
 from sqlalchemy.exc import SQLAlchemyError
 
 from catalog import Catalog, CatalogError, Model
+from catalog.diff import FieldChange, diff_models
 from catalog.digest import catalog_digest
+from events.apply import (
+    ApplyPlan,
+    ApplyResult,
+    definition_event,
+    outcome_of,
+    plan_apply,
+    same_definition,
+)
 from events.replay import Replayer, ReplayResult
 from events.snapshots import SnapshotStore
 from events.store import ConcurrencyConflict, EventStore
-from events.types import CURRENT_SCHEMA, MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
+from events.timetravel import catalog_at
+from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
+
+Same = Callable[[tuple[StoredEvent, ...]], bool]
 
 log = structlog.get_logger("llmgw.catalog")
 
@@ -198,18 +210,7 @@ class CatalogService:
 
         def build() -> list[NewEvent]:
             ordered = self._replayer.state.check_add(models)
-            return [
-                NewEvent(
-                    type=MODEL_ADDED,
-                    model=m.name,
-                    payload=json.dumps(
-                        {"model": m.to_definition(), "declared_digest": self.declared_digest},
-                        sort_keys=True,
-                    ),
-                    schema_version=CURRENT_SCHEMA[MODEL_ADDED],
-                )
-                for m in ordered
-            ]
+            return [definition_event(MODEL_ADDED, m, self.declared_digest) for m in ordered]
 
         names = [m.name for m in models]
         return self._run(MODEL_ADDED, names, build, actor=actor, reason=reason, key=key)
@@ -223,6 +224,45 @@ class CatalogService:
 
         return self._run(MODEL_REMOVED, [name], build, actor=actor, reason=reason, key=key)
 
+    def apply(
+        self, model: Model, *, actor: str = "", reason: str = "", key: str | None = None
+    ) -> ApplyResult:
+        """Add ``model``, or replace the runtime model of its name with it in one event
+        (events.apply); nothing is written when the catalog already holds it."""
+        plans: list[ApplyPlan] = []
+
+        def build() -> list[NewEvent]:
+            plans.append(plan_apply(self._replayer.state, model, self.declared_digest))
+            return list(plans[-1].events)
+
+        def same(previous: tuple[StoredEvent, ...]) -> bool:
+            return same_definition(previous, model)
+
+        result = self._run(
+            "model.apply", [model.name], build, actor=actor, reason=reason, key=key, same=same
+        )
+        if result.already_recorded:
+            return self._first_apply(model, result.events)
+        plan = plans[-1]  # the attempt that was appended (or found nothing to do)
+        return ApplyResult(plan.outcome, model.name, plan.changes, result.events, False)
+
+    def _first_apply(self, model: Model, events: tuple[StoredEvent, ...]) -> ApplyResult:
+        """A repeated key's first outcome, its changes read from the log as they were."""
+        (event,) = events
+        outcome = outcome_of(event)
+        changes: tuple[FieldChange, ...] = ()
+        if outcome == "replaced":
+            _, before = catalog_at(
+                self.store,
+                self.declared,
+                event.position - 1,
+                config_path=self.config_path,
+                snapshots=self.snapshots,
+            )
+            old = before.resolve(model.name)
+            changes = diff_models(old, model) if old is not None else ()
+        return ApplyResult(outcome, model.name, changes, events, True)
+
     def _run(
         self,
         command: str,
@@ -232,14 +272,17 @@ class CatalogService:
         actor: str,
         reason: str,
         key: str | None,
+        same: Same | None = None,
     ) -> CommandResult:
         if key is not None:
             previous = self.store.by_command(key)
             if previous:
-                return self._repeat(command, names, key, previous)
+                return self._repeat(command, names, key, previous, same)
         for attempt in range(1, MAX_ATTEMPTS + 1):
             self._sync()
             events = build()
+            if not events:  # nothing to change (an apply of what is there): nothing written
+                return CommandResult((), already_recorded=False, attempts=attempt)
             try:
                 outcome = self.store.append(
                     events,
@@ -262,7 +305,7 @@ class CatalogService:
                 continue
             if outcome.already_recorded:
                 # A retry of ours raced with the first attempt and lost: report its outcome.
-                return self._repeat(command, names, key or "", outcome.events)
+                return self._repeat(command, names, key or "", outcome.events, same)
             log.info(
                 "catalog.appended",
                 command=command,
@@ -280,18 +323,27 @@ class CatalogService:
         )
 
     def _repeat(
-        self, command: str, names: list[str], key: str, previous: tuple[StoredEvent, ...]
+        self,
+        command: str,
+        names: list[str],
+        key: str,
+        previous: tuple[StoredEvent, ...],
+        same: Same | None = None,
     ) -> CommandResult:
         """The same key again: report the first outcome, if it is the same change.
 
-        Compared by type and model names: a repeat cannot be validated again
-        (the first attempt already changed the catalog), and a retry after a
-        timeout, which is what keys are for, names the same models.
+        Compared by type and model names (an apply compares the definition, by
+        ``same``): a repeat cannot be validated again (the first attempt
+        already changed the catalog), and a retry after a timeout, which is
+        what keys are for, names the same models.
         """
-        same = all(e.type == command for e in previous) and sorted(names) == sorted(
-            e.model or "" for e in previous
-        )
-        if not same:
+        if same is not None:
+            matches = same(previous)
+        else:
+            matches = all(e.type == command for e in previous) and sorted(names) == sorted(
+                e.model or "" for e in previous
+            )
+        if not matches:
             raise KeyReused(
                 f"idempotency key {key!r} was already used for a different change "
                 f"(position {previous[0].position}); use a new key for a new change"

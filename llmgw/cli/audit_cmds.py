@@ -40,7 +40,9 @@ def register(
     )
     p.add_argument("--model", help="only events about this model (its name as recorded)")
     p.add_argument("--actor", help="only events by this actor (as given with --actor)")
-    p.add_argument("--type", help="only events of this type (model.added, model.removed)")
+    p.add_argument(
+        "--type", help="only events of this type (model.added, model.replaced, model.removed)"
+    )
     p.add_argument(
         "--since", type=_time, metavar="TIME", help="only events recorded at or after TIME"
     )
@@ -236,7 +238,7 @@ def cmd_replay(app: App, args: argparse.Namespace) -> int:
                 continue
             outcome = "applied" if step.applied else "SKIPPED"
             print(
-                f"{step.position:>6}  {iso(step.recorded_at)}  {step.type:<13}  "
+                f"{step.position:>6}  {iso(step.recorded_at)}  {step.type:<14}  "
                 f"{step.model or '-':<24} {step.actor or '-':<10} {outcome}"
             )
             if not step.applied:
