@@ -244,6 +244,8 @@ class CatalogService:
         if result.already_recorded:
             return self._first_apply(model, result.events)
         plan = plans[-1]  # the attempt that was appended (or found nothing to do)
+        if plan.outcome == "unchanged":
+            log.info("catalog.apply_unchanged", model=model.name, actor=actor)
         return ApplyResult(plan.outcome, model.name, plan.changes, result.events, False)
 
     def _first_apply(self, model: Model, events: tuple[StoredEvent, ...]) -> ApplyResult:
