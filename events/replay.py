@@ -15,12 +15,16 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from catalog import Catalog, CatalogError, CatalogState, parse_model
+from catalog import Catalog, CatalogError, CatalogState, Model, parse_model
 from catalog.parse import parse_wrapped_model_json
-from events.types import CURRENT_SCHEMA, MODEL_ADDED, MODEL_REMOVED, StoredEvent
+from events.types import (
+    CURRENT_SCHEMA,
+    DEFINITION_TYPES,
+    MODEL_REMOVED,
+    MODEL_REPLACED,
+    StoredEvent,
+)
 from events.upcast import UnreadableEvent, upcast
-
-_ADDED_VERSION = CURRENT_SCHEMA[MODEL_ADDED]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +107,15 @@ class Replayer:
             self.apply(event)
 
     def _apply(self, event: StoredEvent) -> None:
-        if event.type == MODEL_ADDED and event.schema_version == _ADDED_VERSION:
-            # The common case, an add as this release writes it (nothing to
-            # upcast): parsed and validated straight from the text. Anything
-            # the fast path does not accept takes the general path below,
-            # which accepts or names the problem exactly as it always has.
+        if event.type in DEFINITION_TYPES and event.schema_version == CURRENT_SCHEMA[event.type]:
+            # The common case, an add or a replacement as this release writes
+            # it (nothing to upcast): parsed and validated straight from the
+            # text. Anything the fast path does not accept takes the general
+            # path below, which accepts or names the problem exactly as it
+            # always has.
             model = parse_wrapped_model_json(event.payload)
             if model is not None:
-                self.state.check_add([model])
-                self.state.add(model)
+                self._apply_definition(event.type, model)
                 return
         try:
             payload = json.loads(event.payload)
@@ -120,16 +124,22 @@ class Replayer:
         if not isinstance(payload, dict):
             raise UnreadableEvent("payload is not a JSON object")
         payload = upcast(event.type, event.schema_version, payload)
-        if event.type == MODEL_ADDED:
-            model = parse_model(payload.get("model"))
-            self.state.check_add([model])
-            self.state.add(model)
+        if event.type in DEFINITION_TYPES:
+            self._apply_definition(event.type, parse_model(payload.get("model")))
         elif event.type == MODEL_REMOVED:
             name = payload.get("name")
             if not isinstance(name, str):
                 raise UnreadableEvent("payload has no model name to remove")
             self.state.check_remove(name)
             self.state.remove(name)
+
+    def _apply_definition(self, event_type: str, model: Model) -> None:
+        if event_type == MODEL_REPLACED:
+            self.state.check_replace(model)
+            self.state.replace(model)
+        else:
+            self.state.check_add([model])
+            self.state.add(model)
 
     def result(self) -> ReplayResult:
         return ReplayResult(

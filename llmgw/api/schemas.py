@@ -81,6 +81,19 @@ class CommandOutcome(BaseModel):
     position: int
 
 
+class ApplyOutcome(BaseModel):
+    """What ``PUT /v1/catalog/models/{name}`` did (as ``llmgw apply --json``, plus the
+    events): ``added``, ``replaced`` or ``unchanged`` (nothing written: no events,
+    ``position`` null), and the change in ``llmgw diff --json``'s shape."""
+
+    outcome: Literal["added", "replaced", "unchanged"]
+    model: str
+    position: int | None
+    already_recorded: bool
+    diff: dict[str, Any]
+    events: list[Event]
+
+
 class NodeState(BaseModel):
     name: str
     gpu_class: str | None

@@ -42,7 +42,9 @@ def register(
     )
     p.add_argument("--model", help="only events about this model (its name as recorded)")
     p.add_argument("--actor", help="only events by this actor (as given with --actor)")
-    p.add_argument("--type", help="only events of this type (model.added, model.removed)")
+    p.add_argument(
+        "--type", help="only events of this type (model.added, model.replaced, model.removed)"
+    )
     p.add_argument(
         "--since", type=_time, metavar="TIME", help="only events recorded at or after TIME"
     )
@@ -250,7 +252,7 @@ def cmd_replay(app: App, args: argparse.Namespace) -> int:
                 continue
             outcome = "applied" if step.applied else "SKIPPED"
             print(
-                f"{step.position:>6}  {iso(step.recorded_at)}  {shown(step.type):<13}  "
+                f"{step.position:>6}  {iso(step.recorded_at)}  {shown(step.type):<14}  "
                 f"{shown(step.model or '-'):<24} {shown(step.actor or '-'):<10} {outcome}"
             )
             if not step.applied:

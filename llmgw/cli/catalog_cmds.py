@@ -1,4 +1,4 @@
-"""Catalog commands: models, add, remove, resolve, show, db.
+"""Catalog commands: models, add, apply, remove, resolve, show, db.
 
 The audit and debugging commands (history, replay, diff, verify, snapshot) are
 in audit_cmds.
@@ -31,6 +31,16 @@ def register(
     p.add_argument("file", type=Path, help="YAML or JSON: one model, or `models: [...]`")
     _audit_args(p)
     p.set_defaults(run=cmd_add)
+
+    p = sub.add_parser(
+        "apply",
+        parents=[parent],
+        help="add a model, or replace a runtime model's definition in one event",
+    )
+    p.add_argument("file", type=Path, help="YAML or JSON: one model definition")
+    _audit_args(p)
+    p.add_argument("--json", action="store_true", help="the outcome and the diff, for programs")
+    p.set_defaults(run=cmd_apply)
 
     p = sub.add_parser("remove", parents=[parent], help="remove a model added at runtime")
     p.add_argument("name")
@@ -90,6 +100,21 @@ def cmd_add(app: App, args: argparse.Namespace) -> int:
     verb = "already recorded" if result.already_recorded else "added"
     for event in result.events:
         print(f"{verb} {shown(event.model)} at position {event.position}")
+    return 0
+
+
+def cmd_apply(app: App, args: argparse.Namespace) -> int:
+    models = load_definitions(args.file)
+    if len(models) != 1:
+        raise Refused(
+            f"{args.file}: apply takes one model definition, and this file holds "
+            f"{len(models)}; apply them one at a time (or add a list with llmgw add)"
+        )
+    result = app.service.apply(models[0], actor=args.actor, reason=args.reason, key=args.key)
+    if args.json:
+        print_json(result.to_json())
+    else:
+        sys.stdout.write(result.render())
     return 0
 
 

@@ -69,6 +69,7 @@ OPERATIONS = [
     ("GET", "/v1/catalog"),
     ("GET", "/v1/catalog/{name}"),
     ("POST", "/v1/catalog/models"),
+    ("PUT", "/v1/catalog/models/{name}"),
     ("DELETE", "/v1/catalog/models/{name}"),
     ("GET", "/v1/events"),
     ("PUT", "/v1/nodes/{name}"),
