@@ -19,9 +19,10 @@ from typing import Any
 
 from catalog import Catalog, CatalogState, Model
 from catalog.digest import catalog_digest
+from catalog.documents import read_json
 from catalog.text import shown
 from events.chain import canonical_time
-from events.replay import Replayer
+from events.replay import STORED_LIMITS, Replayer
 from events.types import DEFINITION_TYPES, MODEL_REMOVED, MODEL_REPLACED, StoredEvent
 
 # How many names a context lists before it only counts the rest.
@@ -85,8 +86,8 @@ def explain(
 
 def _context(state: CatalogState, event: StoredEvent, digest: str) -> dict[str, Any]:
     try:
-        payload = json.loads(event.payload)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        payload = read_json(event.payload, "payload", STORED_LIMITS)
+    except Exception:  # any row that cannot be read is shown as an excerpt
         payload = None
     if not isinstance(payload, dict) or event.type not in (*DEFINITION_TYPES, MODEL_REMOVED):
         return {"payload": _excerpt(event.payload)}

@@ -11,11 +11,11 @@ same catalog, which is what makes debugging by replay possible.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from catalog import Catalog, CatalogError, CatalogState, Model, parse_model
+from catalog.documents import Limits, read_json
 from catalog.parse import parse_wrapped_model_json
 from events.types import (
     CURRENT_SCHEMA,
@@ -25,6 +25,13 @@ from events.types import (
     StoredEvent,
 )
 from events.upcast import UnreadableEvent, upcast
+
+# A stored payload is one definition: what a request body may hold, at most.
+STORED_LIMITS = Limits(max_bytes=16 << 20, max_nodes=100_000)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +106,15 @@ class Replayer:
             skipped = SkippedEvent(event.position, event.event_id, event.type, str(exc))
             self.skipped.append(skipped)
             return skipped
+        except Exception as exc:
+            # Any other failure to decode or validate a stored row (a RecursionError,
+            # a column of the wrong type, a bug in an upcaster) is still one bad row:
+            # skipped and named, never the end of the catalog. Nothing was changed:
+            # the state is only written after every check has passed.
+            reason = f"cannot be read ({type(exc).__name__}: {_short(str(exc))})"
+            skipped = SkippedEvent(event.position, event.event_id, event.type, reason)
+            self.skipped.append(skipped)
+            return skipped
         self.applied.append(event.position)
         return None
 
@@ -107,6 +123,8 @@ class Replayer:
             self.apply(event)
 
     def _apply(self, event: StoredEvent) -> None:
+        if event.unreadable is not None:
+            raise UnreadableEvent(event.unreadable)
         if event.type in DEFINITION_TYPES and event.schema_version == CURRENT_SCHEMA[event.type]:
             # The common case, an add or a replacement as this release writes
             # it (nothing to upcast): parsed and validated straight from the
@@ -118,9 +136,9 @@ class Replayer:
                 self._apply_definition(event.type, model)
                 return
         try:
-            payload = json.loads(event.payload)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UnreadableEvent(f"payload is not valid JSON: {exc}") from None
+            payload = read_json(event.payload, "payload", STORED_LIMITS)
+        except CatalogError as exc:
+            raise UnreadableEvent(str(exc)) from None
         if not isinstance(payload, dict):
             raise UnreadableEvent("payload is not a JSON object")
         payload = upcast(event.type, event.schema_version, payload)

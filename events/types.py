@@ -50,3 +50,6 @@ class StoredEvent:
     actor: str
     reason: str
     recorded_at: datetime
+    # Why a column of the stored row could not be read as its type (SQLite stores
+    # whatever it is given), or None. Replay skips such a row and names it.
+    unreadable: str | None = None

@@ -7,13 +7,14 @@ definition plus ``declared``) and the node rows are ``llmgw nodes list
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
 from catalog import Catalog, Model
+from catalog.documents import read_json
 from events import StoredEvent
+from events.replay import STORED_LIMITS
 from scheduler import Node, Placement, StalenessPolicy
 from scheduler.lifecycle import Cordon
 from scheduler.replicas import ReplicaStatus
@@ -47,8 +48,8 @@ def openai_entry(catalog: Catalog, model: Model) -> dict[str, Any]:
 
 def event_json(event: StoredEvent) -> dict[str, Any]:
     try:
-        payload: Any = json.loads(event.payload)
-    except (ValueError, TypeError):
+        payload: Any = read_json(event.payload, "payload", STORED_LIMITS)
+    except Exception:  # too deep, not JSON, not text: any row a reader must still see
         payload = event.payload  # replay names it as unreadable; a reader still sees it
     return {
         "position": event.position,
