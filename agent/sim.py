@@ -80,8 +80,9 @@ def create_app(model: str, token_delay: float = 0.0) -> FastAPI:
             return _error(
                 404, f"this engine serves {model!r}, not {body.get('model')!r}", "not_found_error"
             )
-        limit = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
-        if not isinstance(limit, int) or limit < 1:
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        limit = DEFAULT_MAX_TOKENS if limit is None else limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             return _error(400, "max_tokens must be a positive integer")
         words = synthetic(prompt, min(limit, MAX_TOKENS))
         ident, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
