@@ -26,7 +26,7 @@ from agent.engines import Command
 # What a failed replica's message carries of its log.
 TAIL_LINES = 5
 TAIL_BYTES = 8192
-MAX_MESSAGE = 900
+MAX_MESSAGE = 800
 
 
 @dataclass

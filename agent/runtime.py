@@ -33,6 +33,8 @@ from agent.state import Record, StateDir
 
 log = structlog.get_logger("llmgw.agent")
 
+MAX_REPORTED_MESSAGE = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
@@ -82,12 +84,19 @@ class Agent:
         if not self.report():
             return
         wants = self.placements()
-        if wants is not None:
-            self.apply(
-                decide(
-                    wants, self.haves(), self.inventory.devices, self.clock(), self.config.backoff
-                )
-            )
+        if wants is None:
+            return
+        now = self.clock()
+        decision = decide(wants, self.haves(), self.inventory.devices, now, self.config.backoff)
+        self.apply(decision)
+        log.debug(
+            "agent.reconciled",
+            placed=len(wants),
+            engines=len(self.procs),
+            started=len(decision.starts),
+            stopped=len(decision.stops),
+            waiting=len(decision.waits),
+        )
 
     # -- adoption -------------------------------------------------------------
 
@@ -178,6 +187,8 @@ class Agent:
                 entry = {"state": "ready", "message": "", "endpoint": record.endpoint}
             else:
                 entry = {"state": "starting", "message": f"{record.engine} on port {record.port}"}
+            # The control plane takes a message of up to 1000 printable characters.
+            entry["message"] = processes.printable(str(entry["message"]))[:MAX_REPORTED_MESSAGE]
             states.append({"model": key.model, "replica": key.replica, **entry})
         return states
 
