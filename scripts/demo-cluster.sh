@@ -47,16 +47,20 @@ for n in node-a node-b node-c; do
   pids+=($!)
 done
 
-# The replicas as the API shows them, one line each; exits 0 once all are ready.
-show() {
-  curl -s -H "Authorization: Bearer $ops" "$url/v1/placements" | "$bin/python" -c '
+# The replicas as the API shows them, one line each; exits 0 once all three are ready
+# (and, given a node, none is on it).
+cat > show.py <<'PY'
 import json, sys
 ps = json.load(sys.stdin)
 for p in ps:
-    print(f"  {p[\"model\"]}[{p[\"replica\"]}]  {\",\".join(p[\"nodes\"]):7}  {p.get(\"state\", \"?\"):9}  {p.get(\"endpoint\") or \"\"}")
+    nodes = ",".join(p["nodes"])
+    print(f"  {p['model']}[{p['replica']}]  {nodes:7}  {p.get('state', '?'):9}  {p.get('endpoint') or ''}")
 ready = [p for p in ps if p.get("state") == "ready"]
-sys.exit(0 if len(ps) == 3 and len(ready) == 3 and (len(sys.argv) < 2 or all(sys.argv[1] not in p["nodes"] for p in ps)) else 1)
-' "$@"
+away = len(sys.argv) < 2 or all(sys.argv[1] not in p["nodes"] for p in ps)
+sys.exit(0 if len(ps) == 3 and len(ready) == 3 and away else 1)
+PY
+show() {
+  curl -s -H "Authorization: Bearer $ops" "$url/v1/placements" | "$bin/python" show.py "$@"
 }
 wait_ready() {  # $1: a node that must not host any replica (optional)
   local last=""
