@@ -248,7 +248,7 @@ class Agent:
         want = start.want
         assert want.launch is not None  # decide() starts only replicas with a launch
         key, cfg = want.key, self.config
-        port = processes.free_port(cfg.engine_host)
+        port = self._free_port()
         log_path = self.state.log_path(key)
         record = Record(
             model=key.model,
@@ -288,6 +288,17 @@ class Agent:
             devices=list(start.devices),
             restarts=start.restarts,
         )
+
+    def _free_port(self) -> int:
+        # The system hands out a port nobody listens on; one of our engines still
+        # loading is not listening yet, so its port is skipped by hand.
+        taken = {r.port for r in self.records.values() if r.alive}
+        port = processes.free_port(self.config.engine_host)
+        for _ in range(20):
+            if port not in taken:
+                break
+            port = processes.free_port(self.config.engine_host)
+        return port
 
     def stop(self, keys: list[Key], reasons: dict[Key, str]) -> None:
         procs = [self.procs[k] for k in keys if k in self.procs]

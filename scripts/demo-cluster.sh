@@ -35,6 +35,7 @@ trap cleanup EXIT
 for _ in $(seq 300); do grep -q "listening on" serve.out 2>/dev/null && break; sleep 0.1; done
 url=$(sed -n 's/.*listening on //p' serve.out)
 [ -n "$url" ] || { echo "the server did not start:"; cat serve.log; exit 1; }
+for _ in $(seq 300); do curl -sf "$url/healthz" >/dev/null && break; sleep 0.1; done
 ops=$(head -1 ops.token)
 
 declare -A agent_pid
@@ -79,7 +80,7 @@ victim=$(curl -s -H "Authorization: Bearer $ops" "$url/v1/placements" | "$bin/py
 import collections, json, sys
 print(collections.Counter(p["nodes"][0] for p in json.load(sys.stdin)).most_common(1)[0][0])')
 say "# $victim goes away: kill -9 its agent and its engines"
-kill -KILL "${agent_pid[$victim]}"
+{ kill -KILL "${agent_pid[$victim]}" && wait "${agent_pid[$victim]}"; } 2>/dev/null
 for f in "agents/$victim"/engines/*.json; do
   pid=$("$bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' "$f")
   kill -KILL -- "-$pid" 2>/dev/null
