@@ -22,6 +22,8 @@ from agent.processes import same_process
 from tests.e2e.agents import SIM, cluster, eventually
 
 pytestmark = pytest.mark.slow
+# The replica states these tests read back come from the replica-lifecycle work (issue 14).
+pytest.importorskip("scheduler.replicas", reason="the server does not take replica states yet")
 
 
 @pytest.fixture
