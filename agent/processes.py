@@ -125,9 +125,14 @@ def _signal_group(e: Engine, signum: signal.Signals) -> None:
         pass
 
 
+# Health checks go straight to the engine on this machine, never through an
+# http_proxy the environment may name for the control plane.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def healthy(url: str, timeout: float = 1.0) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as answer:
+        with _DIRECT.open(url, timeout=timeout) as answer:
             answer.read(1024)
             return 200 <= int(answer.status) < 300
     except (urllib.error.URLError, OSError, ValueError):

@@ -18,9 +18,8 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -51,7 +50,6 @@ class Record:
     exit_code: int | None = None
     message: str = ""
     ready: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> Key:
