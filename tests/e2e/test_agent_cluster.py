@@ -1,8 +1,10 @@
 """The node agent end to end: a real server, real agents on loopback, real sim engines.
 
-Placement rounds are run by `llmgw place` when a test wants them, so each state
-the agents report stays visible until the test looks; the node-loss test runs
-the scheduler in the server with short staleness settings instead.
+The server runs placement rounds itself (``ROUNDS``), except in the failure test:
+there `llmgw place` runs one round, so the failed state the agent reports stays
+visible until the test reads it (a later round would place the replica again).
+The node-loss test shortens the staleness settings; the others keep the
+defaults, so a busy machine cannot make a node look lost.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("scheduler.replicas", reason="the server does not take replica states yet")
 
 
+ROUNDS = ["--with-scheduler", "--interval", "0.3"]
+
+
 @pytest.fixture
 def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
     path = tmp_path / "llmgw.db"
@@ -40,14 +45,14 @@ def engine_env(pid: int) -> str:
 def test_placed_replicas_become_ready_on_cards_of_their_own_serve_openai_and_outlive_the_server(
     tmp_path: Path, sqlite_url: str
 ) -> None:
-    with cluster(tmp_path, sqlite_url, ["n1", "n2"]) as c:
+    with cluster(tmp_path, sqlite_url, ["n1", "n2"], server_args=ROUNDS) as c:
         n1, n2 = c.agent("n1"), c.agent("n2")
-        c.place()
         placed = eventually(lambda: c.ready("chat", 3), "3 chat replicas ready")
-        by_node = sorted((p["nodes"][0], p["replica"]) for p in placed)
-        assert [n for n, _ in by_node] == ["n1", "n1", "n2"]  # best fit packs n1 first
+        on = {n: sum(p["nodes"] == [n] for p in placed) for n in ("n1", "n2")}
+        assert sorted(on.values()) == [1, 2]  # best fit fills one node's two cards
         # Each engine was given cards of its own, recorded and set in its environment.
-        for agent, cards in ((n1, {"0", "1"}), (n2, {"0"})):
+        for agent in (n1, n2):
+            cards = {"0", "1"} if on[agent.node] == 2 else {"0"}
             live = agent.live_engines()
             assert {engine_env(r["pid"]) for r in live} == cards
             assert {",".join(map(str, r["devices"])) for r in live} == cards
@@ -74,7 +79,7 @@ def test_placed_replicas_become_ready_on_cards_of_their_own_serve_openai_and_out
         # The control plane goes away: the engines keep serving.
         c.server.stop()
         eventually(lambda: len(n1.logs("agent.server_unreachable")) >= 3, "three ticks unheard")
-        assert len(n1.live_engines()) == 2 and len(n2.live_engines()) == 1
+        assert len(n1.live_engines()) + len(n2.live_engines()) == 3
         for p in placed:
             assert httpx.get(p["endpoint"] + "/health", timeout=10).status_code == 200
         assert n1.logs("agent.engine_stopped") == n2.logs("agent.engine_stopped") == []
@@ -116,9 +121,8 @@ def test_an_engine_that_dies_is_reported_failed_with_its_exit_code_and_last_log_
 def test_a_restarted_agent_adopts_its_engines_and_a_stopped_one_stops_them(
     tmp_path: Path, sqlite_url: str
 ) -> None:
-    with cluster(tmp_path, sqlite_url, ["n1"]) as c:
+    with cluster(tmp_path, sqlite_url, ["n1"], server_args=ROUNDS) as c:
         first = c.agent("n1", "--leave-engines")
-        c.place()
         eventually(lambda: c.ready("chat", 2), "2 chat replicas ready on n1's two cards")
         engines = {r["pid"] for r in first.live_engines()}
         assert len(engines) == 2
@@ -156,14 +160,12 @@ def _is_sim(pid: int) -> bool:
 
 def test_a_replica_no_longer_placed_on_the_node_is_stopped(tmp_path: Path, sqlite_url: str) -> None:
     extra = {**SIM, "name": "extra", "scaling": {"min": 1}}
-    with cluster(tmp_path, sqlite_url, ["n1"], models=[]) as c:
+    with cluster(tmp_path, sqlite_url, ["n1"], models=[], server_args=ROUNDS) as c:
         agent = c.agent("n1")
         c.add(extra)
-        c.place()
         eventually(lambda: c.ready("extra", 1), "extra[0] ready")
         (record,) = agent.live_engines()
         c.remove("extra")
-        c.place()
         eventually(lambda: agent.records() == [], "the engine's record forgotten")
         assert not same_process(record["pid"], record["start_time"], record["argv"])
         (stopped,) = agent.logs("agent.engine_stopped")
@@ -214,7 +216,7 @@ def test_cards_found_through_nvml_are_reported_and_given_to_engines(
     fake = tmp_path / "fake-nvml"
     fake.mkdir()
     (fake / "pynvml.py").write_text(FAKE_NVML)
-    with cluster(tmp_path, sqlite_url, ["gpu", "plain"], models=[big]) as c:
+    with cluster(tmp_path, sqlite_url, ["gpu", "plain"], models=[big], server_args=ROUNDS) as c:
         agent = c.agent("gpu", gpus=None, env={"PYTHONPATH": f"{fake}:{Path.cwd()}"})
         c.agent("plain", gpus=None)  # the real NVML bindings, on this machine's driver
         with c.server.client(c.tokens.reader) as http:
@@ -227,7 +229,6 @@ def test_cards_found_through_nvml_are_reported_and_given_to_engines(
         assert (reported["gpu"]["gpu_class"], reported["gpu"]["gpus"]) == ("A100", 2)
         # The real bindings: no cards on a machine without a driver, its cards where it has some.
         assert reported["plain"]["gpus"] == detect().gpus
-        c.place()
         eventually(lambda: c.ready("big", 1), "big[0] ready on the A100 node")
         (record,) = agent.live_engines()
         assert engine_env(record["pid"]) == "0,1"
