@@ -73,9 +73,15 @@ class Agent:
     # -- the loop -------------------------------------------------------------
 
     def run(self) -> None:
+        self.state.lock()
         self.adopt()
         while not self.stopping.is_set():
-            self.tick()
+            try:
+                self.tick()
+            except Exception:
+                # A bug or a full disk must not end the agent (its engines would
+                # then go unwatched); it is logged and the next tick tries again.
+                log.exception("agent.tick_failed")
             self.stopping.wait(self.config.interval)
         self.shutdown()
 

@@ -14,12 +14,14 @@ trusted.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import IO
 
 import structlog
 
@@ -63,8 +65,13 @@ class Record:
         return replace(self, exited_at=when, exit_code=code, message=message, ready=False)
 
 
+class StateDirBusy(Exception):
+    """Another agent holds the state dir."""
+
+
 class StateDir:
     def __init__(self, root: Path) -> None:
+        self._lock_file: IO[str] | None = None
         self.root = root
         self.engines = root / "engines"
         self.logs = root / "logs"
@@ -73,6 +80,29 @@ class StateDir:
         self.engines.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         return self
+
+    def lock(self) -> None:
+        """Hold the directory for this process, or raise ``StateDirBusy``.
+
+        Two agents on one state dir would both adopt the same engines and start
+        and stop them against each other. The lock is an flock on a file: the
+        system drops it when the process ends, however it ends.
+        """
+        if self._lock_file is not None:
+            return
+        self._lock_file = (self.root / "agent.lock").open("a+")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.seek(0)
+            holder = self._lock_file.read(32).strip() or "unknown"
+            raise StateDirBusy(
+                f"state dir {self.root} is used by another agent (pid {holder}); "
+                "stop it, or give this one its own --state-dir"
+            ) from None
+        self._lock_file.truncate(0)
+        self._lock_file.write(str(os.getpid()))
+        self._lock_file.flush()
 
     def log_path(self, key: Key) -> Path:
         return self.logs / f"{_slug(key)}.log"

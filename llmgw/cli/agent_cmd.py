@@ -131,6 +131,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     from agent.inventory import InventoryError, detect
     from agent.reconcile import Backoff
     from agent.runtime import Agent, AgentConfig
+    from agent.state import StateDirBusy
 
     if not args.server:
         raise Refused("--server is required (or env LLMGW_SERVER): the control plane's URL")
@@ -161,7 +162,11 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         leave_engines=args.leave_engines,
         backoff=Backoff(first_s=args.restart_backoff),
     )
-    agent = Agent(config, inventory, ControlPlane(args.server, token))
+    try:
+        agent = Agent(config, inventory, ControlPlane(args.server, token))
+        agent.state.lock()
+    except (OSError, StateDirBusy) as exc:
+        raise Refused(f"cannot use the state dir {state_dir}: {exc}") from None
 
     def stopping(signum: int, frame: FrameType | None) -> None:
         del frame

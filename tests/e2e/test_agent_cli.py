@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from agent.state import StateDir
 from tests.e2e.cli import Cli
 
 
@@ -45,3 +47,14 @@ def test_the_agent_refuses_a_setting_it_cannot_run_with(
     assert done.returncode == 1
     assert said in done.stderr
     assert not (cli.workdir / "unused.db").exists()  # the agent has no database
+
+
+def test_a_second_agent_on_the_same_state_dir_is_refused(cli: Cli, tmp_path: Path) -> None:
+    held = StateDir(tmp_path / "state").create()
+    held.lock()  # as a running agent holds it
+    done = cli(
+        "agent", "--server", "http://x", "--token-file", "agent.token", "--gpus", "none",
+        "--state-dir", str(tmp_path / "state"),
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert f"is used by another agent (pid {os.getpid()})" in done.stderr

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from agent import processes
 from agent.engines import Command
 from agent.placements import Key
-from agent.state import Record, StateDir
+from agent.state import Record, StateDir, StateDirBusy
 
 
 def record(model: str = "org/m", **kw: object) -> Record:
@@ -113,3 +115,11 @@ def test_an_engine_environment_carries_its_cards(tmp_path: Path) -> None:
     )
     assert engine.popen is not None and engine.popen.wait(10) == 0
     assert (tmp_path / "l").read_text().strip() == "2,3"
+
+
+def test_a_state_dir_is_held_by_one_agent_at_a_time(tmp_path: Path) -> None:
+    first = StateDir(tmp_path).create()
+    first.lock()
+    first.lock()  # again from the same agent: already held
+    with pytest.raises(StateDirBusy, match=rf"used by another agent \(pid {os.getpid()}\)"):
+        StateDir(tmp_path).create().lock()
