@@ -24,8 +24,6 @@ from agent.processes import same_process
 from tests.e2e.agents import SIM, cluster, eventually
 
 pytestmark = pytest.mark.slow
-# The replica states these tests read back come from the replica-lifecycle work (issue 14).
-pytest.importorskip("scheduler.replicas", reason="the server does not take replica states yet")
 
 
 ROUNDS = ["--with-scheduler", "--interval", "0.3"]
@@ -166,9 +164,9 @@ def test_a_replica_no_longer_placed_on_the_node_is_stopped(tmp_path: Path, sqlit
         eventually(lambda: c.ready("extra", 1), "extra[0] ready")
         (record,) = agent.live_engines()
         c.remove("extra")
-        eventually(lambda: agent.records() == [], "the engine's record forgotten")
+        (stopped,) = eventually(lambda: agent.logs("agent.engine_stopped"), "the engine stopped")
+        assert agent.records() == []
         assert not same_process(record["pid"], record["start_time"], record["argv"])
-        (stopped,) = agent.logs("agent.engine_stopped")
         assert stopped["reason"] == "no longer placed on this node"
 
 
