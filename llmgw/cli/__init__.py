@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from llmgw import logs
 from llmgw.cli import (
+    agent_cmd,
     audit_cmds,
     catalog_cmds,
     explain_cmd,
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain_cmd.register(sub, common)
     lifecycle_cmds.register(sub, common)
     serve_cmd.register(sub, common)
+    agent_cmd.register(sub, common)
     return parser
 
 
