@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Any, TextIO
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
 from catalog import Catalog, CatalogError, load_declared
 from catalog.text import guard_line, shown
@@ -36,7 +36,7 @@ class App:
 
     @cached_property
     def engine(self) -> Engine:
-        engine = make_engine(self.settings.database_url)
+        engine = open_engine(self.settings.database_url)
         # An empty database is migrated on first use, so the first command just works.
         ensure_schema(engine)
         return engine
@@ -71,17 +71,30 @@ class App:
             raise Refused(str(exc)) from None
 
 
+def open_engine(url: str) -> Engine:
+    """An engine, or a one-line refusal that shows the forms a URL takes."""
+    try:
+        return make_engine(url)
+    except (ArgumentError, NoSuchModuleError) as exc:
+        shown = url if len(url) <= 200 else url[:200] + "..."
+        raise Refused(
+            f"{shown!r} is not a database URL this release can use ({exc}); write "
+            "sqlite:///path/to/llmgw.db or postgresql://user@host:5432/llmgw "
+            "(--db, LLMGW_DATABASE_URL or [database] url in llmgw.toml)"
+        ) from None
+
+
 @contextmanager
 def refusals() -> Iterator[None]:
     """Turn the domain's refusals into exit status 1 with the message on stderr."""
     try:
         yield
-    except (CatalogError, CommandConflict, Refused, UnknownSchema) as exc:
+    except (CatalogError, CommandConflict, Refused, UnknownSchema, SettingsError) as exc:
         raise SystemExitWith(EXIT_REFUSED, f"error: {exc}") from None
     except OperationalError as exc:
-        raise SystemExitWith(
-            EXIT_REFUSED, f"error: cannot use the database: {exc.orig or exc}"
-        ) from None
+        # The driver's message can run to several lines; the first says what failed.
+        first = (str(exc.orig or exc).strip().splitlines() or ["unknown error"])[0]
+        raise SystemExitWith(EXIT_REFUSED, f"error: cannot use the database: {first}") from None
 
 
 class GuardedStream:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +23,7 @@ from scheduler.store import SchedulerStore
 def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
 ) -> None:
-    staleness = argparse.ArgumentParser(add_help=False)
-    staleness.add_argument(
-        "--stale-after",
-        type=float,
-        default=float(os.environ.get("LLMGW_STALE_AFTER", "90")),
-        metavar="SECONDS",
-        help="a node silent this long gets nothing new (env LLMGW_STALE_AFTER; default 90)",
-    )
-    staleness.add_argument(
-        "--grace",
-        type=float,
-        default=float(os.environ.get("LLMGW_GRACE", "300")),
-        metavar="SECONDS",
-        help="further silence after which its replicas move (env LLMGW_GRACE; default 300)",
-    )
+    staleness = staleness_flags()
 
     nodes = sub.add_parser("nodes", parents=[parent], help="the node inventory")
     nodes_sub = nodes.add_subparsers(dest="nodes_command", required=True)
@@ -62,15 +47,39 @@ def register(
     p.set_defaults(run=cmd_placements)
 
     p = sub.add_parser("daemon", parents=[parent, staleness], help="place in the background")
-    p.add_argument("--interval", type=float, default=10.0, metavar="SECONDS")
+    p.add_argument(
+        "--interval",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="time between rounds, e.g. 10s (env LLMGW_INTERVAL; [policy] interval; default 10s)",
+    )
     p.add_argument("--once", action="store_true", help="run one round and exit")
     p.set_defaults(run=cmd_daemon)
 
 
-def policy(args: argparse.Namespace) -> StalenessPolicy:
-    return StalenessPolicy(
-        stale_after=timedelta(seconds=args.stale_after), grace=timedelta(seconds=args.grace)
+def staleness_flags() -> argparse.ArgumentParser:
+    """--stale-after and --grace: unset here, so that llmgw.toml and the environment apply
+    (llmgw.settings resolves them once for every command, the server and the daemon)."""
+    staleness = argparse.ArgumentParser(add_help=False)
+    staleness.add_argument(
+        "--stale-after",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="a node silent this long gets nothing new, e.g. 90s (env LLMGW_STALE_AFTER; "
+        "[policy] stale_after; default 90s)",
     )
+    staleness.add_argument(
+        "--grace",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="further silence after which its replicas move, e.g. 5m (env LLMGW_GRACE; "
+        "[policy] grace; default 5m)",
+    )
+    return staleness
+
+
+def policy(app: App) -> StalenessPolicy:
+    return app.settings.policy
 
 
 def placement_json(p: Placement) -> dict[str, object]:
@@ -116,7 +125,7 @@ def cmd_nodes_report(app: App, args: argparse.Namespace) -> int:
 
 def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
-    rules = policy(args)
+    rules = policy(app)
     rows: list[dict[str, Any]] = []
     for n in SchedulerStore(app.engine).nodes():
         state = freshness(n.reported_at, now, rules)
@@ -167,7 +176,7 @@ def cmd_nodes_forget(app: App, args: argparse.Namespace) -> int:
 
 
 def _placer(app: App, args: argparse.Namespace) -> Placer:
-    return Placer(app.service, SchedulerStore(app.engine), policy(args))
+    return Placer(app.service, SchedulerStore(app.engine), policy(app))
 
 
 def cmd_place(app: App, args: argparse.Namespace) -> int:
@@ -254,9 +263,9 @@ def cmd_placements(app: App, args: argparse.Namespace) -> int:
 
 def cmd_daemon(app: App, args: argparse.Namespace) -> int:
     logs.configure(default_level="INFO")
-    if args.interval <= 0:
-        raise Refused(f"--interval {args.interval} must be a positive number of seconds")
-    daemon = Daemon(_placer(app, args), leadership_for(app.settings.database_url), args.interval)
+    daemon = Daemon(
+        _placer(app, args), leadership_for(app.settings.database_url), app.settings.interval_s
+    )
     if args.once:
         try:
             daemon.round()

@@ -7,20 +7,18 @@ start as fast as before.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
-from datetime import timedelta
-from pathlib import Path
 from types import FrameType
 
 import structlog
 
 from llmgw import logs
 from llmgw.api.auth import Role, TokenConfigError, issue_token
-from llmgw.api.settings import ApiSettings, SettingsError
+from llmgw.api.settings import ApiSettings
 from llmgw.cli.context import EXIT_REFUSED, App, Refused, print_json
-from scheduler import DEFAULT_STALENESS, StalenessPolicy
+from llmgw.cli.scheduler_cmds import staleness_flags
+from llmgw.settings import SettingsError
 
 log = structlog.get_logger("llmgw.api")
 
@@ -30,58 +28,63 @@ def register(
 ) -> None:
     p = sub.add_parser(
         "serve",
-        parents=[parent],
+        parents=[parent, staleness_flags()],
         help="the control plane's HTTP API (agents report, operators change the catalog)",
         description="Serve the API over the same database as the other commands. Tokens come "
         "from --auth-file (env LLMGW_AUTH_FILE) and env LLMGW_TOKENS; see `llmgw token new`.",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
-    p.add_argument("--auth-file", type=Path, metavar="PATH", help="TOML settings with tokens")
+    p.add_argument(
+        "--host",
+        default=argparse.SUPPRESS,
+        help="address to listen on ([server] host; default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=argparse.SUPPRESS,
+        help="port ([server] port; default 8080; 0 picks a free one)",
+    )
+    p.add_argument(
+        "--auth-file",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="TOML file with the tokens (env LLMGW_AUTH_FILE; [auth] file)",
+    )
     p.add_argument(
         "--open-reads",
         action="store_true",
-        default=None,
+        default=argparse.SUPPRESS,
         help="let GET routes answer without a token (writes always need one; env "
-        "LLMGW_OPEN_READS=1, or reads_open in the auth file)",
+        "LLMGW_OPEN_READS=1; [auth] reads_open; or reads_open in the auth file)",
     )
     p.add_argument(
         "--with-scheduler",
         action="store_true",
+        default=argparse.SUPPRESS,
         help="also run placement rounds in the background, as `llmgw daemon` would (the same "
-        "leadership: one scheduler places per database)",
-    )
-    p.add_argument("--interval", type=float, default=10.0, metavar="SECONDS")
-    p.add_argument(
-        "--stale-after",
-        type=float,
-        default=float(
-            os.environ.get("LLMGW_STALE_AFTER", DEFAULT_STALENESS.stale_after.total_seconds())
-        ),
-        metavar="SECONDS",
-        help="a node silent this long gets nothing new (env LLMGW_STALE_AFTER)",
+        "leadership: one scheduler places per database; [server] with_scheduler)",
     )
     p.add_argument(
-        "--grace",
-        type=float,
-        default=float(os.environ.get("LLMGW_GRACE", DEFAULT_STALENESS.grace.total_seconds())),
-        metavar="SECONDS",
-        help="further silence after which its replicas move (env LLMGW_GRACE)",
+        "--interval",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="time between rounds with --with-scheduler (env LLMGW_INTERVAL; [policy] "
+        "interval; default 10s)",
     )
     p.add_argument(
         "--stream-poll",
-        type=float,
-        default=0.5,
-        metavar="SECONDS",
-        help="how often an idle event stream looks for new events (default 0.5)",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="how often an idle event stream looks for new events ([server] stream_poll; "
+        "default 500ms)",
     )
     p.add_argument(
         "--catalog-max-age",
-        type=float,
-        default=0.1,
-        metavar="SECONDS",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
         help="a read may be answered from a catalog checked against the log this long ago; "
-        "changes through this server are seen at once (default 0.1; 0: check every read)",
+        "changes through this server are seen at once ([server] catalog_max_age; default "
+        "100ms; 0: check every read)",
     )
     p.set_defaults(run=cmd_serve)
 
@@ -138,22 +141,14 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
 
 def cmd_serve(app: App, args: argparse.Namespace) -> int:
     logs.configure(default_level="INFO")
-    for name in ("interval", "stream_poll"):
-        if getattr(args, name) <= 0:
-            raise Refused(f"--{name.replace('_', '-')} must be a positive number of seconds")
-    if args.catalog_max_age < 0:
-        raise Refused("--catalog-max-age must not be negative")
-    if not 0 <= args.port <= 65535:
-        raise Refused(f"--port {args.port} is not a port number (0-65535)")
+    conf = app.settings
+    policy = conf.policy
     try:
-        policy = StalenessPolicy(
-            stale_after=timedelta(seconds=args.stale_after), grace=timedelta(seconds=args.grace)
-        )
         settings = ApiSettings.load(
-            args.auth_file,
-            reads_open=args.open_reads,
-            stream_poll_s=args.stream_poll,
-            catalog_max_age_s=args.catalog_max_age,
+            conf.auth_file,
+            reads_open=conf.reads_open,
+            stream_poll_s=conf.server.stream_poll_s,
+            catalog_max_age_s=conf.server.catalog_max_age_s,
             policy=policy,
         )
     except (SettingsError, ValueError) as exc:
@@ -177,7 +172,7 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             detail="no token is configured: every write is refused (401); see `llmgw token new`",
         )
     scheduler = None
-    if args.with_scheduler:
+    if conf.server.with_scheduler:
         scheduler = SchedulerThread.build(
             catalog=CatalogService(
                 app.store, app.declared, app.config_label, snapshot_key=app.snapshot_key
@@ -185,13 +180,14 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             store=SchedulerStore(engine),
             policy=policy,
             leadership=leadership_for(app.settings.database_url),
-            interval=args.interval,
+            interval=conf.interval_s,
             metrics=services.metrics,
         )
+    host, port = conf.server.host, conf.server.port
     try:
-        sock = server.listen(args.host, args.port)
+        sock = server.listen(host, port)
     except OSError as exc:
-        raise Refused(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+        raise Refused(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     where = server.url_of(sock)
     log.info("api.listening", url=where, reads_open=settings.reads_open, tokens=len(services.book))
     print(f"llmgw serve: listening on {where}", flush=True)
