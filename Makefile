@@ -6,12 +6,18 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck pytest bench postgres clean
 
+# Each step says what it does: the install takes about a minute, and a silent minute
+# looks like a hang.
 $(BIN)/python:
+	@echo "==> creating the virtual environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "==> upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@echo "==> installing llmgw-control and its development tools (about a minute)"
+	$(BIN)/pip install --progress-bar off -e '.[dev]'
+	@echo "==> installed: $$($(BIN)/llmgw --version)"
 	touch $(STAMP)
 
 ## demo: set up and run a short realistic scenario on SQLite

@@ -21,6 +21,7 @@ from llmgw.cli import (
     serve_cmd,
 )
 from llmgw.cli.context import EXIT_REFUSED, App, SystemExitWith, guarded_output, refusals
+from llmgw.cli.help import add_examples
 from llmgw.settings import Settings
 
 
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain_cmd.register(sub, common)
     serve_cmd.register(sub, common)
     ops_cmds.register(sub, common)
+    add_examples(parser)
     return parser
 
 

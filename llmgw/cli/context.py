@@ -19,6 +19,7 @@ from catalog.text import guard_line, shown
 from events import CatalogService, CommandConflict, EventStore
 from events.db import make_engine
 from events.migrate import UnknownSchema, ensure_schema
+from llmgw.cli import times
 from llmgw.settings import Settings, SettingsError
 
 EXIT_OK = 0
@@ -143,14 +144,12 @@ def iso(when: datetime) -> str:
 
 
 def parse_when(text: str) -> datetime:
-    """An ISO-8601 time; a time without a zone is taken as UTC (the log's zone)."""
+    """An ISO-8601 time (UTC without a zone, the log's zone), or a relative one such as
+    ``1h`` or ``yesterday`` (see llmgw.cli.times)."""
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise Refused(
-            f"{text!r} is neither a log position nor an ISO-8601 time such as 2026-11-30T12:00:00Z"
-        ) from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+        return times.parse_when(text)
+    except times.BadTime as exc:
+        raise Refused(str(exc)) from None
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:

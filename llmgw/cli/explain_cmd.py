@@ -25,7 +25,7 @@ def register(
     when = p.add_mutually_exclusive_group()
     when.add_argument("--at", metavar="TIME", help="the last round recorded at or before TIME")
     when.add_argument("--round", type=int, metavar="N", help="recorded round N")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_explain)
 
 
@@ -46,8 +46,12 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
             round_id=args.round, at=parse_when(args.at) if args.at else None
         )
         if recorded is None:
-            where = f"round {args.round}" if args.round is not None else f"at or before {args.at}"
-            raise Refused(f"no placement round is recorded {where}")
+            if args.round is not None:
+                raise Refused(
+                    f"round {args.round} is not recorded; `llmgw history --placements` "
+                    "lists the rounds that are"
+                )
+            raise Refused(f"no placement round is recorded at or before {args.at}")
         position = recorded.catalog_position
         catalog = replay(app.declared, app.store.read(until=position), app.config_label).catalog
         nodes, current, now, rules = (

@@ -1,12 +1,13 @@
-"""Operator conveniences: `llmgw settings` (what is in force, and from where)."""
+"""Operator conveniences: `llmgw settings` (what is in force) and `llmgw completion`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
+from llmgw.cli.completion import bash_script, zsh_script
 from llmgw.cli.context import App, print_json
-from llmgw.cli.help import example
 
 
 def register(
@@ -19,11 +20,26 @@ def register(
         description="Every command, the server and the daemon resolve the same settings: "
         "flags, then the environment, then the settings file (--settings, LLMGW_SETTINGS or "
         "./llmgw.toml), then the defaults.",
-        epilog=example("llmgw settings", "llmgw --settings /etc/llmgw/llmgw.toml settings --json"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_settings)
+
+    p = sub.add_parser(
+        "completion",
+        help="print the shell completion script (bash or zsh)",
+        description="Completes commands, subcommands and options; file names elsewhere.",
+    )
+    p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete in")
+    p.set_defaults(run=cmd_completion)
+
+
+def cmd_completion(app: App, args: argparse.Namespace) -> int:
+    from llmgw.cli import build_parser
+
+    parser = build_parser()
+    script = bash_script(parser) if args.shell == "bash" else zsh_script(parser)
+    sys.stdout.write(script)
+    return 0
 
 
 def cmd_settings(app: App, args: argparse.Namespace) -> int:

@@ -29,21 +29,23 @@ def register(
     nodes_sub = nodes.add_subparsers(dest="nodes_command", required=True)
     p = nodes_sub.add_parser("report", parents=[parent], help="record an agent's report")
     p.add_argument("file", type=Path, help="YAML or JSON: one node, a list, or `nodes: [...]`")
+    p.add_argument("--json", action="store_true", help="the nodes recorded, for programs")
     p.set_defaults(run=cmd_nodes_report)
     p = nodes_sub.add_parser("list", parents=[parent, staleness], help="nodes as reported")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_nodes_list)
     p = nodes_sub.add_parser("forget", parents=[parent], help="drop a decommissioned node")
-    p.add_argument("name")
+    p.add_argument("name", help="the node's name (as in `llmgw nodes list`)")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_nodes_forget)
 
     p = sub.add_parser("place", parents=[parent, staleness], help="run one placement round")
     p.add_argument("--dry-run", action="store_true", help="plan and show, write nothing")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the plan, for programs")
     p.set_defaults(run=cmd_place)
 
     p = sub.add_parser("placements", parents=[parent], help="where every replica runs now")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_placements)
 
     p = sub.add_parser("daemon", parents=[parent, staleness], help="place in the background")
@@ -119,6 +121,9 @@ def load_reports(path: Path) -> list[NodeReport]:
 def cmd_nodes_report(app: App, args: argparse.Namespace) -> int:
     reports = load_reports(args.file)
     nodes = SchedulerStore(app.engine).report(reports, datetime.now(UTC))
+    if args.json:
+        print_json({"recorded": [n.name for n in nodes]})
+        return 0
     print(f"recorded {len(nodes)} node report(s): {', '.join(shown(n.name) for n in nodes)}")
     return 0
 
@@ -171,6 +176,9 @@ def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
 def cmd_nodes_forget(app: App, args: argparse.Namespace) -> int:
     if not SchedulerStore(app.engine).forget(args.name):
         raise Refused(f"node {args.name!r} is not in the inventory")
+    if args.json:
+        print_json({"forgot": args.name})
+        return 0
     print(f"forgot node {shown(args.name)}; its replicas are placed elsewhere next round")
     return 0
 

@@ -7,16 +7,19 @@ start as fast as before.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+from pathlib import Path
 from types import FrameType
 
 import structlog
 
 from llmgw import logs
-from llmgw.api.auth import Role, TokenConfigError, issue_token
+from llmgw.api.auth import Role, TokenConfigError, issue_token, parse_env_tokens
 from llmgw.api.settings import ApiSettings
-from llmgw.cli.context import EXIT_REFUSED, App, Refused, print_json
+from llmgw.cli import token_file
+from llmgw.cli.context import EXIT_REFUSED, App, Refused, print_json, table
 from llmgw.cli.scheduler_cmds import staleness_flags
 from llmgw.settings import SettingsError
 
@@ -98,7 +101,12 @@ def register(
         "the [[tokens]] entry for the auth file, which holds only the token's SHA-256.",
     )
     n.add_argument("name", help="who holds it; recorded as the actor of its changes")
-    n.add_argument("--role", required=True, choices=[r.value for r in Role])
+    n.add_argument(
+        "--role",
+        required=True,
+        choices=[r.value for r in Role],
+        help="reader: GET routes; operator: also change the catalog; agent: report its nodes",
+    )
     n.add_argument(
         "--node",
         action="append",
@@ -106,8 +114,114 @@ def register(
         metavar="NODE",
         help="a node an agent token may report (repeat for several; agents only)",
     )
-    n.add_argument("--json", action="store_true")
+    n.add_argument(
+        "--append-to",
+        type=Path,
+        metavar="PATH",
+        help="also append the entry to this auth file (created if missing; refused if the "
+        "name is already there)",
+    )
+    n.add_argument("--json", action="store_true", help="as JSON, for programs")
     n.set_defaults(run=cmd_token_new)
+
+    auth_file = argparse.ArgumentParser(add_help=False)
+    auth_file.add_argument(
+        "--auth-file",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="the auth file (env LLMGW_AUTH_FILE; [auth] file in llmgw.toml)",
+    )
+    ls = t_sub.add_parser(
+        "list",
+        parents=[parent, auth_file],
+        help="the configured tokens: names, roles, nodes (never the tokens)",
+    )
+    ls.add_argument("--json", action="store_true", help="as JSON, for programs")
+    ls.set_defaults(run=cmd_token_list)
+    rv = t_sub.add_parser(
+        "revoke",
+        parents=[parent, auth_file],
+        help="remove a token from the auth file (applies when the server next starts)",
+    )
+    rv.add_argument("name", help="the token's name (as in `llmgw token list`)")
+    rv.add_argument("--json", action="store_true", help="as JSON, for programs")
+    rv.set_defaults(run=cmd_token_revoke)
+
+
+def _auth_path(app: App) -> Path:
+    path = app.settings.auth_file
+    if path is None:
+        raise Refused(
+            "no auth file is configured: give --auth-file, LLMGW_AUTH_FILE, or [auth] file "
+            "in llmgw.toml"
+        )
+    return path
+
+
+def cmd_token_list(app: App, args: argparse.Namespace) -> int:
+    path = _auth_path(app)
+    try:
+        tokens = token_file.entries(path)
+    except SettingsError as exc:
+        raise Refused(str(exc)) from None
+    rows = [
+        {
+            "name": e.name,
+            "role": e.role.value,
+            "nodes": list(e.nodes),
+            "sha256": e.sha256[:12],
+            "source": str(path),
+        }
+        for e in tokens
+    ]
+    from_env = os.environ.get("LLMGW_TOKENS")
+    if from_env:
+        try:
+            extra = parse_env_tokens(from_env)
+        except TokenConfigError as exc:
+            raise Refused(str(exc)) from None
+        rows += [
+            {
+                "name": e.name,
+                "role": e.role.value,
+                "nodes": list(e.nodes),
+                "sha256": e.sha256[:12],
+                "source": "LLMGW_TOKENS",
+            }
+            for e in extra
+        ]
+    if args.json:
+        print_json(rows)
+        return 0
+    headers = ["name", "role", "nodes", "sha256", "source"]
+    sys.stdout.write(
+        table(
+            headers,
+            [
+                [str(r[h]) if h != "nodes" else ",".join(r["nodes"]) or "-" for h in headers]
+                for r in rows
+            ],
+        )
+    )
+    return 0
+
+
+def cmd_token_revoke(app: App, args: argparse.Namespace) -> int:
+    path = _auth_path(app)
+    try:
+        dropped = token_file.revoke(path, args.name)
+    except SettingsError as exc:
+        raise Refused(str(exc)) from None
+    if not dropped:
+        raise Refused(
+            f"{path}: no token named {args.name!r} (see `llmgw token list`); a token given "
+            "in LLMGW_TOKENS is revoked by removing it there"
+        )
+    if args.json:
+        print_json({"revoked": args.name, "auth_file": str(path)})
+        return 0
+    print(f"revoked {args.name} in {path}; it is refused once `llmgw serve` restarts")
+    return 0
 
 
 def cmd_token_new(app: App, args: argparse.Namespace) -> int:
@@ -116,6 +230,11 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
     except TokenConfigError as exc:
         raise Refused(str(exc)) from None
     entry = issued.entry
+    if args.json and args.append_to is not None:
+        try:
+            token_file.append(args.append_to, entry)
+        except SettingsError as exc:
+            raise Refused(str(exc)) from None
     if args.json:
         print_json(
             {
@@ -129,7 +248,18 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
             }
         )
         return 0
+    if args.append_to is not None:
+        try:
+            token_file.append(args.append_to, entry)
+        except SettingsError as exc:
+            raise Refused(str(exc)) from None
     print(issued.token)
+    if args.append_to is not None:
+        print(
+            f"# The token above is shown once: give it to {entry.name} now. Its SHA-256 "
+            f"was appended to {args.append_to} (applies when `llmgw serve` next starts)."
+        )
+        return 0
     print(
         f"# The token above is shown once: give it to {entry.name} now. Only its SHA-256 "
         "is configured.\n# Add this to the auth file (--auth-file / LLMGW_AUTH_FILE):"

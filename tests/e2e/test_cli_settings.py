@@ -80,3 +80,52 @@ def test_the_server_reads_its_port_policy_and_reads_open_from_the_file(
     server = ApiServer(tmp_path, sqlite_url, declared=None)
     with running(server):
         assert httpx.get(f"{server.url}/v1/nodes", timeout=30).status_code == 200
+
+
+def test_show_past_the_head_and_an_unrecorded_round_say_so(tmp_path: Path, sqlite_url: str) -> None:
+    cli = Cli(tmp_path, sqlite_url)
+    done = cli("show", "--at", "99")
+    assert done.returncode == 1
+    assert "position 99 is past the log's head (0)" in done.stderr
+    assert cli("add", cli.write("m.yaml", MODEL)).returncode == 0
+    done = cli("explain", "tiny", "--round", "99")
+    assert done.returncode == 1
+    assert "round 99 is not recorded" in done.stderr
+
+
+def test_add_dry_run_validates_shows_the_round_and_records_nothing(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    cli = Cli(tmp_path, sqlite_url)
+    assert cli("nodes", "report", cli.write("node.yaml", NODE)).returncode == 0
+    preview = cli.json("add", cli.write("m.yaml", MODEL), "--dry-run")
+    assert preview["would_add"] == ["tiny"]
+    assert [p["nodes"] for p in preview["would_place"]] == [["gpu-1"]]
+    assert cli.json("models") == []
+    assert cli.json("history") == []
+    done = cli("add", "m.yaml", "--dry-run")
+    assert "would add tiny" in done.stdout and "+ tiny[0] t4 on gpu-1" in done.stdout
+    # A refusal is the one a real add gives.
+    clash = {**MODEL, "name": "other", "aliases": ["tiny"]}
+    assert cli.json("add", "m.yaml")["events"][0]["model"] == "tiny"
+    done = cli("add", cli.write("clash.yaml", clash), "--dry-run")
+    assert done.returncode == 1 and "alias 'tiny'" in done.stderr
+
+
+def test_the_actor_defaults_to_the_login_user_and_json_is_everywhere(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    import getpass
+
+    cli = Cli(tmp_path, sqlite_url)
+    added = cli.json("add", cli.write("m.yaml", MODEL))
+    assert added["already_recorded"] is False
+    (event,) = cli.json("history")
+    assert event["actor"] == getpass.getuser()
+    assert cli.json("resolve", "tiny") == {"name": "tiny", "canonical": "tiny"}
+    assert cli.json("db", "current")["revision"]
+    assert cli.json("nodes", "report", cli.write("node.yaml", NODE)) == {"recorded": ["gpu-1"]}
+    assert cli.json("snapshot", "--list") == []
+    assert cli.json("remove", "tiny")["events"][0]["type"] == "model.removed"
+    assert len(cli.json("history", "--since", "1h", "--until", "now")) == 2
+    assert cli.json("history", "--until", "yesterday") == []
