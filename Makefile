@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench postgres clean
+.PHONY: demo test lint typecheck pytest bench postgres chromium clean
 
 # Each step says what it does: the install takes about a minute, and a silent minute
 # looks like a hang.
@@ -25,7 +25,15 @@ demo: $(STAMP)
 	bash scripts/demo.sh
 
 ## test: lint, type-check and run the whole test suite
-test: $(STAMP) lint typecheck pytest
+test: $(STAMP) chromium lint typecheck pytest
+
+## chromium: Debian's headless browser for the dashboard's tests (Playwright drives it;
+## its own browser download is not used)
+chromium:
+	@if [ ! -x /usr/bin/chromium ]; then \
+		echo "==> installing chromium for the dashboard's browser tests"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -47,4 +55,4 @@ postgres:
 	bash scripts/start-postgres.sh
 
 clean:
-	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
