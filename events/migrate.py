@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -97,7 +98,7 @@ class UnknownSchema(Exception):
     """The database is at a schema revision this code does not know."""
 
 
-def ensure_schema(engine: Engine) -> None:
+def ensure_schema(engine: Engine, on_migrate: Callable[[], None] | None = None) -> None:
     """Migrate an empty or older database on first use; a no-op when already at head.
 
     A database stamped with a revision this code has never heard of was
@@ -120,6 +121,8 @@ def ensure_schema(engine: Engine) -> None:
             "of llmgw does not know: it was written by a newer release. Upgrade llmgw, or "
             "point --db at another database"
         )
+    if on_migrate is not None:
+        on_migrate()  # a migration can take seconds: let the caller say so
     upgrade(engine)
 
 

@@ -153,3 +153,16 @@ def test_a_hostile_reason_is_shown_as_text_not_markup(
     expect(page.locator("#events tbody")).to_contain_text("<img src=x onerror=alert(1)>")
     assert page.locator("#events img").count() == 0
     page.close()
+
+
+def test_with_reads_open_the_page_reads_without_a_token(
+    browser: Browser, module_sqlite_url: str, tmp_path: Path
+) -> None:
+    server = ApiServer(tmp_path, module_sqlite_url, args=["--open-reads"])
+    with running(server):
+        page = browser.new_page()
+        page.goto(f"{server.url}/ui")
+        page.wait_for_selector("body[data-ready=true]")
+        expect(page.locator("#login")).to_be_hidden()
+        expect(page.locator("#models tbody tr[data-model='base-7b']")).to_have_count(1)
+        page.close()

@@ -60,6 +60,10 @@ def _fleet(svc: Services) -> dict[str, Any]:
         state = fleet.replica_state(p)
         if state is not None:
             row["state"] = state
+        for extra in ("state_since", "endpoint"):
+            value = getattr(p, extra, None)
+            if value is not None:
+                row[extra] = value if isinstance(value, str | int) else str(value)
         rows.append(row)
     return {
         "catalog_position": view.position,

@@ -112,9 +112,17 @@ function renderFleet(fleet) {
     tr.appendChild(cordon);
     return tr;
   }));
-  fill("placements", fleet.placements.map((p) => row([
-    p.model, p.replica, p.profile, p.nodes.join(", "), p.gpus_per_node, stateCell(p.state),
-  ])));
+  // Replica states and endpoints show once the agents report them (older servers: absent).
+  const hasEndpoint = fleet.placements.some((p) => p.endpoint);
+  document.querySelectorAll(".endpoint").forEach((n) => { n.hidden = !hasEndpoint; });
+  fill("placements", fleet.placements.map((p) => {
+    const tr = row([p.model, p.replica, p.profile, p.nodes.join(", "), p.gpus_per_node,
+      stateCell(p.state)]);
+    const endpoint = el("td", p.endpoint || "-", "endpoint");
+    endpoint.hidden = !hasEndpoint;
+    tr.appendChild(endpoint);
+    return tr;
+  }));
 }
 
 async function refresh() {
