@@ -25,7 +25,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from catalog import Catalog, CatalogError, Model
 from catalog.digest import catalog_digest
 from catalog.identifiers import check_command
-
 from events.idempotency import change_digest, recorded_change
 from events.replay import Replayer, ReplayResult
 from events.snapshots import SnapshotStore
