@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
 # run: every command checks the schema, and loading them costs about a third
 # of a command's start-up. SCHEMA_HEAD is what this code expects; a test keeps
 # it equal to the migrations' head.
-SCHEMA_HEAD = frozenset({"0005_trust"})
+SCHEMA_HEAD = frozenset({"0005_trust", "0005_lifecycle"})
 
 # The migrations live at the project root (alembic/), beside the packages.
 MIGRATIONS = Path(__file__).resolve().parent.parent / "alembic"
@@ -98,7 +97,7 @@ class UnknownSchema(Exception):
     """The database is at a schema revision this code does not know."""
 
 
-def ensure_schema(engine: Engine, on_migrate: Callable[[], None] | None = None) -> None:
+def ensure_schema(engine: Engine) -> None:
     """Migrate an empty or older database on first use; a no-op when already at head.
 
     A database stamped with a revision this code has never heard of was
@@ -121,8 +120,6 @@ def ensure_schema(engine: Engine, on_migrate: Callable[[], None] | None = None) 
             "of llmgw does not know: it was written by a newer release. Upgrade llmgw, or "
             "point --db at another database"
         )
-    if on_migrate is not None:
-        on_migrate()  # a migration can take seconds: let the caller say so
     upgrade(engine)
 
 

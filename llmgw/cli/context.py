@@ -39,7 +39,7 @@ class App:
     def engine(self) -> Engine:
         engine = open_engine(self.settings.database_url)
         # An empty database is migrated on first use, so the first command just works.
-        ensure_schema(engine, on_migrate=_say_migrating)
+        ensure_schema(engine)
         return engine
 
     @cached_property
@@ -70,11 +70,6 @@ class App:
             return self.settings.snapshot_key
         except SettingsError as exc:
             raise Refused(str(exc)) from None
-
-
-def _say_migrating() -> None:
-    # On stderr, so that --json output stays clean; a migration can take seconds.
-    print("llmgw: migrating the database to this release's schema...", file=sys.stderr, flush=True)
 
 
 def open_engine(url: str) -> Engine:
