@@ -4,14 +4,20 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench postgres clean
+.PHONY: demo test lint typecheck pytest bench postgres chromium clean
 
+# Each step says what it does: the install takes about a minute, and a silent minute
+# looks like a hang.
 $(BIN)/python:
+	@echo "==> creating the virtual environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "==> upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@echo "==> installing llmgw-control and its development tools (about a minute)"
+	$(BIN)/pip install --progress-bar off -e '.[dev]'
+	@echo "==> installed: $$($(BIN)/llmgw --version)"
 	touch $(STAMP)
 
 ## demo: set up and run a short realistic scenario on SQLite
@@ -19,7 +25,15 @@ demo: $(STAMP)
 	bash scripts/demo.sh
 
 ## test: lint, type-check and run the whole test suite
-test: $(STAMP) lint typecheck pytest
+test: $(STAMP) chromium lint typecheck pytest
+
+## chromium: Debian's headless browser for the dashboard's tests (Playwright drives it;
+## its own browser download is not used)
+chromium:
+	@if [ ! -x /usr/bin/chromium ]; then \
+		echo "==> installing chromium for the dashboard's browser tests"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -41,4 +55,4 @@ postgres:
 	bash scripts/start-postgres.sh
 
 clean:
-	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts

@@ -1,14 +1,99 @@
-"""Where the database and the declared configuration are, from flags or the environment."""
+"""One settings file, ``llmgw.toml``, read by every command, the server and the daemon.
+
+Each process used to apply its own staleness flags, so ``llmgw nodes list`` (90 s / 300 s
+by default) could call a node stale while the server (started with 30 s / 20 s) called it
+lost. Now every process resolves the same settings, in one place and one order:
+
+    flags  >  environment  >  the settings file  >  defaults
+
+The file is ``--settings PATH``, else ``LLMGW_SETTINGS``, else ``./llmgw.toml`` when
+present. ``--config`` keeps its meaning (the declared catalog file): renaming it would
+break every script and every other branch that passes it. Paths in the file are relative
+to the file, so ``--settings /etc/llmgw/llmgw.toml`` means the same from any directory::
+
+    [database]
+    url = "sqlite:///llmgw.db"
+
+    [catalog]
+    file = "catalog.yaml"
+
+    [policy]            # durations: 90s, 5m, 1h30m, or seconds
+    stale_after = "90s"
+    grace = "5m"
+    interval = "10s"    # between the scheduler's rounds
+
+    [server]
+    host = "127.0.0.1"
+    port = 8080
+    stream_poll = "500ms"
+    catalog_max_age = "100ms"
+    with_scheduler = false
+
+    [auth]
+    file = "auth.toml"  # the tokens (`llmgw token new --append-to auth.toml`)
+    reads_open = false
+"""
 
 from __future__ import annotations
 
 import os
+import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+from catalog.durations import format_duration, parse_duration
 from events.db import DEFAULT_URL
+from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
 
 DEFAULT_CONFIG = Path("catalog.yaml")
+DEFAULT_SETTINGS = Path("llmgw.toml")
+# A settings file is a few hundred bytes; anything near this is not one.
+MAX_SETTINGS_BYTES = 64 * 1024
+TRUE = frozenset({"1", "true", "yes", "on"})
+FALSE = frozenset({"0", "false", "no", "off", ""})
+
+# Every key the file may hold, by section, with what it is.
+KEYS: dict[str, dict[str, str]] = {
+    "database": {"url": "str"},
+    "catalog": {"file": "path"},
+    "policy": {"stale_after": "duration", "grace": "duration", "interval": "positive"},
+    "server": {
+        "host": "str",
+        "port": "port",
+        "stream_poll": "positive",
+        "catalog_max_age": "duration",
+        "with_scheduler": "bool",
+    },
+    "auth": {"file": "path", "reads_open": "bool"},
+}
+# The environment variable for each setting (flags are named after the key).
+ENV = {
+    ("database", "url"): "LLMGW_DATABASE_URL",
+    ("catalog", "file"): "LLMGW_CONFIG",
+    ("policy", "stale_after"): "LLMGW_STALE_AFTER",
+    ("policy", "grace"): "LLMGW_GRACE",
+    ("policy", "interval"): "LLMGW_INTERVAL",
+    ("auth", "file"): "LLMGW_AUTH_FILE",
+    ("auth", "reads_open"): "LLMGW_OPEN_READS",
+}
+# The command-line flag (argparse dest) for each setting.
+FLAGS = {
+    ("database", "url"): "db",
+    ("catalog", "file"): "config",
+    ("policy", "stale_after"): "stale_after",
+    ("policy", "grace"): "grace",
+    ("policy", "interval"): "interval",
+    ("server", "host"): "host",
+    ("server", "port"): "port",
+    ("server", "stream_poll"): "stream_poll",
+    ("server", "catalog_max_age"): "catalog_max_age",
+    ("server", "with_scheduler"): "with_scheduler",
+    ("auth", "file"): "auth_file",
+    ("auth", "reads_open"): "open_reads",
+}
 
 
 # A snapshot key shorter than this is a placeholder, not a secret.
@@ -16,7 +101,16 @@ MIN_SNAPSHOT_KEY = 16
 
 
 class SettingsError(ValueError):
-    """A setting that cannot be used; the message says which and what to do."""
+    """The settings cannot be used; the message names the file or variable and the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    stream_poll_s: float = 0.5
+    catalog_max_age_s: float = 0.1
+    with_scheduler: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +118,17 @@ class Settings:
     database_url: str
     # None: no declared models (no file given and no ./catalog.yaml).
     config_path: Path | None
-    # LLMGW_SNAPSHOT_KEY, held outside the database: snapshots are MACed with it,
-    # and one that does not match is refused at start-up (events.snapshots).
+    policy: StalenessPolicy = DEFAULT_STALENESS
+    interval_s: float = 10.0
+    server: ServerSettings = field(default_factory=ServerSettings)
+    auth_file: Path | None = None
+    # None: not set here; the auth file's `reads_open` then decides (else closed).
+    reads_open: bool | None = None
+    # The settings file read, if any (shown by `llmgw settings`).
+    source: Path | None = None
+    # LLMGW_SNAPSHOT_KEY, held outside the database: snapshots are MACed with it, and one
+    # that does not match is refused at start-up (events.snapshots). From the environment
+    # only, as a secret should be: never from the settings file, never shown.
     snapshot_key_text: str | None = field(default=None, repr=False)
 
     @property
@@ -41,12 +144,202 @@ class Settings:
         return text.encode("utf-8")
 
     @classmethod
-    def resolve(cls, db: str | None = None, config: str | None = None) -> Settings:
-        url = db or os.environ.get("LLMGW_DATABASE_URL") or DEFAULT_URL
-        config_value = config or os.environ.get("LLMGW_CONFIG")
-        if config_value:
-            path: Path | None = Path(config_value)
+    def resolve(
+        cls,
+        db: str | None = None,
+        config: str | None = None,
+        *,
+        settings_file: str | None = None,
+        flags: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> Settings:
+        """Flags (``flags``, by argparse dest; ``db`` and ``config`` as before), then the
+        environment, then the settings file, then the defaults."""
+        env = os.environ if env is None else env
+        cwd = Path.cwd() if cwd is None else cwd
+        given = {k: v for k, v in (flags or {}).items() if v is not None}
+        if db:
+            given["db"] = db
+        if config:
+            given["config"] = config
+        source = _settings_path(settings_file, env, cwd)
+        data = _read(source) if source is not None else {}
+        base = source.parent if source is not None else cwd
+
+        def pick(section: str, key: str) -> tuple[Any, str, bool] | None:
+            """The value, where it came from, and whether from the file; None: the default."""
+            dest = FLAGS.get((section, key))
+            if dest is not None and dest in given:
+                return given[dest], f"--{dest.replace('_', '-')}", False
+            var = ENV.get((section, key))
+            if var is not None and env.get(var, "") != "":
+                return env[var], var, False
+            if key in data.get(section, {}):
+                return data[section][key], f"{source}: [{section}] {key}", True
+            return None
+
+        def value(section: str, key: str, default: Any) -> Any:
+            found = pick(section, key)
+            if found is None:
+                return default
+            raw, origin, in_file = found
+            return _convert(KEYS[section][key], raw, origin, base if in_file else None)
+
+        url = value("database", "url", DEFAULT_URL)
+        url_from = pick("database", "url")
+        if url_from is not None and url_from[2]:
+            url = _relative_sqlite(url, base)
+        config_path = value("catalog", "file", None)
+        if config_path is None and (cwd / DEFAULT_CONFIG).exists():
+            config_path = DEFAULT_CONFIG
+        try:
+            policy = StalenessPolicy(
+                stale_after=value("policy", "stale_after", DEFAULT_STALENESS.stale_after),
+                grace=value("policy", "grace", DEFAULT_STALENESS.grace),
+            )
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+        interval = value("policy", "interval", timedelta(seconds=10)).total_seconds()
+        defaults = ServerSettings()
+        server = ServerSettings(
+            host=value("server", "host", defaults.host),
+            port=value("server", "port", defaults.port),
+            stream_poll_s=value(
+                "server", "stream_poll", timedelta(seconds=defaults.stream_poll_s)
+            ).total_seconds(),
+            catalog_max_age_s=value(
+                "server", "catalog_max_age", timedelta(seconds=defaults.catalog_max_age_s)
+            ).total_seconds(),
+            with_scheduler=value("server", "with_scheduler", defaults.with_scheduler),
+        )
+        return cls(
+            database_url=normalise_url(url),
+            config_path=config_path,
+            policy=policy,
+            interval_s=interval,
+            server=server,
+            auth_file=value("auth", "file", None),
+            reads_open=value("auth", "reads_open", None),
+            source=source,
+            snapshot_key_text=env.get("LLMGW_SNAPSHOT_KEY") or None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings in force, in the file's shape (``llmgw settings``)."""
+        return {
+            "settings_file": None if self.source is None else str(self.source),
+            "database": {"url": self.database_url},
+            "catalog": {"file": None if self.config_path is None else str(self.config_path)},
+            "policy": {
+                "stale_after": format_duration(self.policy.stale_after),
+                "grace": format_duration(self.policy.grace),
+                "interval": format_duration(timedelta(seconds=self.interval_s)),
+            },
+            "server": {
+                "host": self.server.host,
+                "port": self.server.port,
+                "stream_poll": format_duration(timedelta(seconds=self.server.stream_poll_s)),
+                "catalog_max_age": format_duration(
+                    timedelta(seconds=self.server.catalog_max_age_s)
+                ),
+                "with_scheduler": self.server.with_scheduler,
+            },
+            "auth": {
+                "file": None if self.auth_file is None else str(self.auth_file),
+                "reads_open": self.reads_open,
+            },
+        }
+
+
+def _settings_path(given: str | None, env: Mapping[str, str], cwd: Path) -> Path | None:
+    if given:
+        return Path(given)
+    if env.get("LLMGW_SETTINGS"):
+        return Path(env["LLMGW_SETTINGS"])
+    found = cwd / DEFAULT_SETTINGS
+    return found if found.is_file() else None
+
+
+def _read(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_SETTINGS_BYTES + 1)
+    except OSError as exc:
+        raise SettingsError(f"{path}: cannot read the settings file: {exc.strerror}") from None
+    if len(raw) > MAX_SETTINGS_BYTES:
+        raise SettingsError(f"{path}: larger than {MAX_SETTINGS_BYTES} bytes; not a settings file")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"{path}: not valid TOML: {exc}") from None
+    problems: list[str] = []
+    for section, table in data.items():
+        if section not in KEYS:
+            problems.append(f"unknown section [{section}] (known: {', '.join(KEYS)})")
+        elif not isinstance(table, dict):
+            problems.append(f"{section} must be a [{section}] table")
         else:
-            path = DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None
-        key = os.environ.get("LLMGW_SNAPSHOT_KEY")
-        return cls(database_url=url, config_path=path, snapshot_key_text=key)
+            problems.extend(
+                f"unknown key {key!r} in [{section}] (known: {', '.join(KEYS[section])})"
+                for key in table
+                if key not in KEYS[section]
+            )
+    if problems:
+        raise SettingsError(f"{path}: " + "; ".join(problems))
+    return data
+
+
+def _convert(kind: str, raw: Any, origin: str, base: Path | None) -> Any:
+    """One setting as its type; a refusal names where the value came from."""
+    try:
+        if kind == "duration":
+            return parse_duration(raw)
+        if kind == "positive":
+            duration = parse_duration(raw)
+            if duration <= timedelta(0):
+                raise ValueError(f"{raw!r} must be a positive duration")
+            return duration
+        if kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            if isinstance(raw, str) and raw.lower() in TRUE | FALSE:
+                return raw.lower() in TRUE
+            raise ValueError(f"{raw!r} is not true or false")
+        if kind == "port":
+            if isinstance(raw, bool) or not isinstance(raw, int | str):
+                raise ValueError(f"{raw!r} is not a port number")
+            port = int(raw)
+            if not 0 <= port <= 65535:
+                raise ValueError(f"port {port} is not a port number (0-65535)")
+            return port
+        if kind == "path":
+            if not isinstance(raw, str | Path) or not str(raw):
+                raise ValueError(f"{raw!r} is not a file path")
+            path = Path(raw)
+            return path if path.is_absolute() or base is None else base / path
+        if not isinstance(raw, str) or not raw or len(raw) > 4096:
+            raise ValueError(f"{str(raw)[:60]!r} is not a non-empty string")
+        return raw
+    except ValueError as exc:
+        raise SettingsError(f"{origin}: {exc}") from None
+
+
+def _relative_sqlite(url: str, base: Path) -> str:
+    """``sqlite:///llmgw.db`` in a settings file is next to the file, as its other paths are."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        return url
+    rest = url[len(prefix) :]
+    if not rest or rest.startswith(("/", ":memory:")):
+        return url
+    return prefix + str(base / rest)
+
+
+def normalise_url(url: str) -> str:
+    """``postgres://`` and ``postgresql://`` (as libpq and most hosting write them) use the
+    psycopg 3 driver this release installs; SQLAlchemy alone would look for psycopg2."""
+    for scheme in ("postgres://", "postgresql://"):
+        if url.startswith(scheme):
+            return "postgresql+psycopg://" + url[len(scheme) :]
+    return url

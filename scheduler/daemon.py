@@ -77,6 +77,18 @@ class Daemon:
                 mass_loss=plan.mass_loss,
                 duration_ms=round(outcome.duration_ms, 2),
             )
+            if plan.mass_loss:
+                # Kept, not moved: so many nodes look lost at once that a clock jump or a
+                # partition on our side is likelier. An operator must look.
+                lost = set(plan.lost_nodes)
+                log.warning(
+                    "placement.mass_loss_held",
+                    round=self.rounds,
+                    lost_nodes=sorted(lost),
+                    held=sum(1 for p in plan.keep if lost.intersection(p.nodes)),
+                    detail="replicas on nodes that look lost are kept; if the nodes are "
+                    "really gone, `llmgw nodes forget` them",
+                )
             for removal in plan.remove:
                 p = removal.placement
                 log.info(

@@ -19,12 +19,14 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from catalog import Model
-from llmgw.api import problems
+from llmgw.api import docs, problems, ui
 from llmgw.api.background import SchedulerThread
+from llmgw.api.fleet_metrics import FleetCollector
 from llmgw.api.middleware import RequestLog
+from llmgw.api.openai import OPENAI_ERROR, is_openai
 from llmgw.api.problems import PROBLEM_JSON, ApiJSON, ProblemDoc
 from llmgw.api.queries import known_query
-from llmgw.api.routes import catalog, events, health, nodes, service
+from llmgw.api.routes import catalog, events, fleet, health, nodes, service
 from llmgw.api.services import Services
 
 log = structlog.get_logger("llmgw.api")
@@ -69,13 +71,19 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
         lifespan=lifespan,
         default_response_class=ApiJSON,
         redoc_url=None,
+        docs_url=None,
         dependencies=[Depends(known_query)],
     )
     app.state.services = services
     problems.install(app)
-    for area in (catalog, events, nodes, service, health):
+    for area in (catalog, events, nodes, service, fleet, health):
         app.include_router(area.router)
+    docs.install(app, TITLE)
+    ui.install(app)
     app.add_middleware(RequestLog, metrics=services.metrics)
+    if not services.metrics.fleet:
+        services.metrics.registry.register(FleetCollector(services))
+        services.metrics.fleet = True
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -127,13 +135,18 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         {"required": ["engine"], "properties": {"engine": {"const": "llamacpp"}}},
     ]
     _durations(components)
-    for item in doc.get("paths", {}).values():
+    components["OpenAIError"] = OPENAI_ERROR
+    for path, item in doc.get("paths", {}).items():
+        # Under /v1/models errors take OpenAI's shape (llmgw.api.openai).
+        error = (
+            {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAIError"}}}
+            if is_openai(path)
+            else {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        )
         for operation in item.values():
             for status, response in operation.get("responses", {}).items():
                 if status.isdigit() and int(status) >= 400:
-                    response["content"] = {
-                        PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}
-                    }
+                    response["content"] = error
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
     return doc

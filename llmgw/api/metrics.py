@@ -15,6 +15,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from scheduler.placements import Plan
 from scheduler.rounds import RoundOutcome
 
 # Every name here is a classic one, so the page is the 0.0.4 text format that every
@@ -87,18 +88,35 @@ class Metrics:
             "Replicas that fit nowhere in the last round this server ran.",
             registry=r,
         )
+        self.mass_loss_held = Gauge(
+            "llmgw_placement_mass_loss_held_replicas",
+            "Replicas kept on nodes that look lost, because so many look lost at once that "
+            "the control plane doubts itself (mass-loss protection), in the last round.",
+            registry=r,
+        )
         self.leader = Gauge(
             "llmgw_scheduler_leader",
             "1 while this server's scheduler leads (places), else 0 (also without a scheduler).",
             registry=r,
         )
         self.leader.set(0)
+        # Set once an app has registered the cluster gauges (fleet_metrics) here.
+        self.fleet = False
 
     def observe_round(self, outcome: RoundOutcome) -> None:
         self.round_seconds.observe(outcome.duration_ms / 1000)
         self.replicas_placed.inc(len(outcome.plan.place))
         self.replicas_removed.inc(len(outcome.plan.remove))
         self.replicas_unplaced.set(len(outcome.plan.unplaced))
+        self.mass_loss_held.set(held_by_mass_loss(outcome.plan))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def held_by_mass_loss(plan: Plan) -> int:
+    """Replicas a round kept on lost nodes only because of mass-loss protection."""
+    if not plan.mass_loss:
+        return 0
+    lost = set(plan.lost_nodes)
+    return sum(1 for p in plan.keep if lost.intersection(p.nodes))

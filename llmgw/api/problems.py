@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from catalog import CatalogError
+from llmgw.api.openai import error_body, is_openai
 
 log = structlog.get_logger("llmgw.api")
 
@@ -98,6 +99,9 @@ def problem_response(
         "detail": detail,
     }
     if request is not None:
+        if is_openai(request.url.path):
+            # OpenAI's clients show only {"error": {"message"}} (see llmgw.api.openai).
+            return JSONResponse(error_body(status, kind, detail), status, headers=headers)
         body["instance"] = request.url.path
     body.update(extra)
     return Response(

@@ -36,6 +36,7 @@ from events.apply import ApplyResult
 from events.db import is_sqlite
 from llmgw.api.auth import TokenBook
 from llmgw.api.metrics import Metrics
+from llmgw.api.openai import CreatedIndex
 from llmgw.api.settings import ApiSettings
 from scheduler.store import SchedulerStore
 
@@ -139,6 +140,8 @@ class Services:
     # came and went. Queueing here first is fair and keeps the tail short. (PostgreSQL
     # writers of node reports do not block each other: no lock.)
     writing: AbstractContextManager[Any]
+    # When each runtime model was added, for OpenAI's `created` (llmgw.api.openai).
+    created: CreatedIndex
 
     @classmethod
     def build(
@@ -170,4 +173,5 @@ class Services:
             metrics=metrics,
             stopping=stopping or threading.Event(),
             writing=writing,
+            created=CreatedIndex(store),
         )

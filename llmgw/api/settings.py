@@ -28,13 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmgw.api.auth import TokenBook, TokenConfigError, TokenEntry, parse_env_tokens
+from llmgw.settings import SettingsError
 from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
 
+__all__ = ["ApiSettings", "SettingsError"]
+
 TRUE = frozenset({"1", "true", "yes", "on"})
-
-
-class SettingsError(ValueError):
-    """The API cannot start with these settings; the message says what to change."""
 
 
 @dataclass(frozen=True, slots=True)

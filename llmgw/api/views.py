@@ -30,13 +30,14 @@ def catalog_entry(catalog: Catalog, model: Model) -> dict[str, Any]:
     return {**model.to_definition(), "declared": catalog.is_declared(model.name)}
 
 
-def openai_entry(catalog: Catalog, model: Model) -> dict[str, Any]:
-    """One entry of the OpenAI-compatible model list, with what a client sizes prompts by."""
+def openai_entry(catalog: Catalog, model: Model, created: int = 0) -> dict[str, Any]:
+    """One entry of the OpenAI-compatible model list, with what a client sizes prompts by.
+
+    ``created``: when the model was added (0 for a declared model; llmgw.api.openai)."""
     return {
         "id": model.name,
         "object": "model",
-        # The catalog does not record when a model was created; 0 says "unknown".
-        "created": 0,
+        "created": created,
         "owned_by": "llmgw",
         "aliases": list(model.aliases),
         "context_length": model.context_length,

@@ -22,6 +22,7 @@ from events.timetravel import catalogs_at
 from events.types import StoredEvent
 from llmgw.cli.catalog_cmds import resolve_position
 from llmgw.cli.context import EXIT_REFUSED, App, Refused, iso, parse_when, print_json, table
+from llmgw.cli.times import whole_day
 from scheduler.store import PlacementEvent, SchedulerStore
 
 log = structlog.get_logger("llmgw.catalog")
@@ -37,8 +38,9 @@ def register(
         parents=[parent],
         help="who changed what, and when (filters combine)",
         description="The catalog's events in log order. Times are ISO-8601 (UTC unless they "
-        "carry a zone); --since and --until are inclusive, and a date alone means the whole "
-        "day for --until (--since 2026-12-01 --until 2026-12-01 is that day).",
+        "carry a zone) or relative (1h, 2d ago, today, yesterday); --since and --until are "
+        "inclusive, and a date alone (or today, yesterday) means the whole day for --until "
+        "(--since 2026-12-01 --until 2026-12-01 is that day).",
     )
     p.add_argument("--model", help="only events about this model (its name as recorded)")
     p.add_argument("--actor", help="only events by this actor (as given with --actor)")
@@ -75,7 +77,7 @@ def register(
     p.add_argument(
         "--strict", action="store_true", help="exit 1 when any event is skipped (for CI)"
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_replay)
 
     p = sub.add_parser(
@@ -83,7 +85,7 @@ def register(
     )
     p.add_argument("frm", metavar="A", type=_position_or_time, help="a log position or a time")
     p.add_argument("to", metavar="B", type=_position_or_time, help="a log position or a time")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_diff)
 
     p = sub.add_parser(
@@ -103,13 +105,14 @@ def register(
     )
     p.add_argument("--actor", default="", help="who adopts (with --adopt-unhashed)")
     p.add_argument("--reason", default="", help="why the rows are genuine (with --adopt-unhashed)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_verify)
 
     p = sub.add_parser(
         "snapshot", parents=[parent], help="store the replay state now, for fast start-up"
     )
     p.add_argument("--list", action="store_true", help="list the stored snapshots instead")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_snapshot)
 
 
@@ -121,10 +124,8 @@ def _position_or_time(text: str) -> str:
 def _time(text: str) -> str:
     try:
         parse_when(text)
-    except Refused:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an ISO-8601 time such as 2026-11-30T12:00:00Z"
-        ) from None
+    except Refused as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 
@@ -196,7 +197,7 @@ def history_query(args: argparse.Namespace) -> HistoryQuery:
 
 def _until(text: str) -> datetime:
     when = parse_when(text)
-    if len(text) == 10:  # a date alone: up to the end of that day
+    if whole_day(text):  # a date alone, today or yesterday: up to the end of that day
         when += timedelta(days=1) - timedelta(microseconds=1)
     return when
 
@@ -405,6 +406,22 @@ def _snapshots_line(checks: list[SnapshotCheck], *, keyed: bool) -> str:
 
 def cmd_snapshot(app: App, args: argparse.Namespace) -> int:
     snapshots = app.service.snapshots
+    if args.list and args.json:
+        print_json(
+            [
+                {
+                    "id": i.id,
+                    "position": i.position,
+                    "runtime_models": i.model_count,
+                    "skipped": i.skipped_count,
+                    "declared_digest": i.declared_digest,
+                    "taken_at": iso(i.created_at),
+                    "bytes": i.size,
+                }
+                for i in snapshots.taken()
+            ]
+        )
+        return 0
     if args.list:
         rows = [
             [
@@ -426,6 +443,17 @@ def cmd_snapshot(app: App, args: argparse.Namespace) -> int:
         print("error: the database refused the snapshot (see the log)", file=sys.stderr)
         return EXIT_REFUSED
     (info,) = [i for i in snapshots.taken() if i.id == snapshot_id]
+    if args.json:
+        print_json(
+            {
+                "id": info.id,
+                "position": info.position,
+                "runtime_models": info.model_count,
+                "bytes": info.size,
+                "declared_digest": info.declared_digest,
+            }
+        )
+        return 0
     print(
         f"snapshot {info.id} at position {info.position}: {info.model_count} runtime models, "
         f"{info.size:,} bytes, declared catalog {info.declared_digest[:12]}"

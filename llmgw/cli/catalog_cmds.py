@@ -7,14 +7,17 @@ in audit_cmds.
 from __future__ import annotations
 
 import argparse
+import getpass
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from catalog import Catalog, load_definitions
 from catalog.text import shown
+from events import CommandResult
 from events.migrate import current_revision, head_revision, upgrade
 from events.timetravel import catalog_at
+from llmgw.cli import preview
 from llmgw.cli.context import App, Refused, parse_when, print_json, table
 from scheduler.service import replica_counts
 from scheduler.store import SchedulerStore
@@ -30,6 +33,13 @@ def register(
     p = sub.add_parser("add", parents=[parent], help="add one model or a list (all or nothing)")
     p.add_argument("file", type=Path, help="YAML or JSON: one model, or `models: [...]`")
     _audit_args(p)
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate against the catalog and show what the next round would place; "
+        "record nothing",
+    )
+    p.add_argument("--json", action="store_true", help="the events recorded, for programs")
     p.set_defaults(run=cmd_add)
 
     p = sub.add_parser(
@@ -43,29 +53,49 @@ def register(
     p.set_defaults(run=cmd_apply)
 
     p = sub.add_parser("remove", parents=[parent], help="remove a model added at runtime")
-    p.add_argument("name")
+    p.add_argument("name", help="the model's name (as in `llmgw models`)")
     _audit_args(p)
+    p.add_argument("--json", action="store_true", help="the events recorded, for programs")
     p.set_defaults(run=cmd_remove)
 
     p = sub.add_parser("resolve", parents=[parent], help="the canonical name of a name or alias")
-    p.add_argument("name")
+    p.add_argument("name", help="a model name or alias")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_resolve)
 
     p = sub.add_parser("show", parents=[parent], help="the catalog as it was at a position or time")
-    p.add_argument("--at", metavar="POSITION|TIME", help="a log position or an ISO-8601 time")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--at",
+        metavar="POSITION|TIME",
+        help="a log position, or a time (ISO-8601, or relative: 1h, yesterday)",
+    )
+    p.add_argument("--json", action="store_true", help="full definitions, for programs")
     p.set_defaults(run=cmd_show)
 
     p = sub.add_parser("db", parents=[parent], help="the database schema")
     db_sub = p.add_subparsers(dest="db_command", required=True)
     u = db_sub.add_parser("upgrade", parents=[parent], help="migrate to the newest schema")
+    u.add_argument("--json", action="store_true", help="as JSON, for programs")
     u.set_defaults(run=cmd_db_upgrade)
     c = db_sub.add_parser("current", parents=[parent], help="the schema revision in use")
+    c.add_argument("--json", action="store_true", help="as JSON, for programs")
     c.set_defaults(run=cmd_db_current)
 
 
+def login_user() -> str:
+    """The actor when --actor is not given: who is logged in, so the log never says ''."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (some containers)
+        return ""
+
+
 def _audit_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--actor", default="", help="who makes the change (recorded in the log)")
+    p.add_argument(
+        "--actor",
+        default=None,
+        help="who makes the change (recorded in the log; default: the login user)",
+    )
     p.add_argument("--reason", default="", help="why (recorded in the log)")
     p.add_argument("--key", help="idempotency key: the same key again is recorded once")
 
@@ -96,11 +126,11 @@ def cmd_models(app: App, args: argparse.Namespace) -> int:
 
 def cmd_add(app: App, args: argparse.Namespace) -> int:
     models = load_definitions(args.file)
-    result = app.service.add(models, actor=args.actor, reason=args.reason, key=args.key)
-    verb = "already recorded" if result.already_recorded else "added"
-    for event in result.events:
-        print(f"{verb} {shown(event.model)} at position {event.position}")
-    return 0
+    if args.dry_run:
+        return preview.show_add(app, models, as_json=args.json)
+    actor = login_user() if args.actor is None else args.actor
+    result = app.service.add(models, actor=actor, reason=args.reason, key=args.key)
+    return _print_result(result, "already recorded" if result.already_recorded else "added", args)
 
 
 def cmd_apply(app: App, args: argparse.Namespace) -> int:
@@ -119,8 +149,24 @@ def cmd_apply(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_remove(app: App, args: argparse.Namespace) -> int:
-    result = app.service.remove(args.name, actor=args.actor, reason=args.reason, key=args.key)
+    actor = login_user() if args.actor is None else args.actor
+    result = app.service.remove(args.name, actor=actor, reason=args.reason, key=args.key)
     verb = "already recorded: removed" if result.already_recorded else "removed"
+    return _print_result(result, verb, args)
+
+
+def _print_result(result: CommandResult, verb: str, args: argparse.Namespace) -> int:
+    if args.json:
+        print_json(
+            {
+                "already_recorded": result.already_recorded,
+                "events": [
+                    {"position": e.position, "type": e.type, "model": e.model}
+                    for e in result.events
+                ],
+            }
+        )
+        return 0
     for event in result.events:
         print(f"{verb} {shown(event.model)} at position {event.position}")
     return 0
@@ -130,16 +176,30 @@ def cmd_resolve(app: App, args: argparse.Namespace) -> int:
     canonical = app.service.catalog().canonical(args.name)
     if canonical is None:
         raise Refused(f"model {args.name!r} is not in the catalog (neither a name nor an alias)")
-    print(shown(canonical))
+    if args.json:
+        print_json({"name": args.name, "canonical": canonical})
+    else:
+        print(shown(canonical))
     return 0
 
 
 def resolve_position(app: App, at: str | None) -> int | None:
-    """A position as given, or the last position recorded at or before a time."""
+    """A position as given, or the last position recorded at or before a time.
+
+    A position past the log's head is refused: answering with the head would
+    show a catalog the log never had at that position, as if it had.
+    """
     if at is None:
         return None
     if at.isdigit():
-        return int(at)
+        position = int(at)
+        head = app.store.head()
+        if position > head:
+            raise Refused(
+                f"position {position} is past the log's head ({head}): nothing is recorded "
+                "there yet; `llmgw history` lists the positions"
+            )
+        return position
     return app.store.position_at(parse_when(at))
 
 
@@ -163,11 +223,17 @@ def cmd_show(app: App, args: argparse.Namespace) -> int:
 def cmd_db_upgrade(app: App, args: argparse.Namespace) -> int:
     engine = app.engine  # migrates on first use
     upgrade(engine)
-    print(f"schema at {current_revision(engine)}")
+    if args.json:
+        print_json({"revision": current_revision(engine), "head": head_revision()})
+    else:
+        print(f"schema at {current_revision(engine)}")
     return 0
 
 
 def cmd_db_current(app: App, args: argparse.Namespace) -> int:
     revision = current_revision(app.engine)
-    print(f"{revision} (head {head_revision()})")
+    if args.json:
+        print_json({"revision": revision, "head": head_revision()})
+    else:
+        print(f"{revision} (head {head_revision()})")
     return 0

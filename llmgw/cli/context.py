@@ -12,13 +12,14 @@ from functools import cached_property
 from typing import Any, TextIO
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
 from catalog import Catalog, CatalogError, load_declared
 from catalog.text import guard_line, shown
 from events import CatalogService, CommandConflict, EventStore
 from events.db import make_engine
 from events.migrate import UnknownSchema, ensure_schema
+from llmgw.cli import times
 from llmgw.settings import Settings, SettingsError
 
 EXIT_OK = 0
@@ -36,7 +37,7 @@ class App:
 
     @cached_property
     def engine(self) -> Engine:
-        engine = make_engine(self.settings.database_url)
+        engine = open_engine(self.settings.database_url)
         # An empty database is migrated on first use, so the first command just works.
         ensure_schema(engine)
         return engine
@@ -71,17 +72,30 @@ class App:
             raise Refused(str(exc)) from None
 
 
+def open_engine(url: str) -> Engine:
+    """An engine, or a one-line refusal that shows the forms a URL takes."""
+    try:
+        return make_engine(url)
+    except (ArgumentError, NoSuchModuleError) as exc:
+        shown = url if len(url) <= 200 else url[:200] + "..."
+        raise Refused(
+            f"{shown!r} is not a database URL this release can use ({exc}); write "
+            "sqlite:///path/to/llmgw.db or postgresql://user@host:5432/llmgw "
+            "(--db, LLMGW_DATABASE_URL or [database] url in llmgw.toml)"
+        ) from None
+
+
 @contextmanager
 def refusals() -> Iterator[None]:
     """Turn the domain's refusals into exit status 1 with the message on stderr."""
     try:
         yield
-    except (CatalogError, CommandConflict, Refused, UnknownSchema) as exc:
+    except (CatalogError, CommandConflict, Refused, UnknownSchema, SettingsError) as exc:
         raise SystemExitWith(EXIT_REFUSED, f"error: {exc}") from None
     except OperationalError as exc:
-        raise SystemExitWith(
-            EXIT_REFUSED, f"error: cannot use the database: {exc.orig or exc}"
-        ) from None
+        # The driver's message can run to several lines; the first says what failed.
+        first = (str(exc.orig or exc).strip().splitlines() or ["unknown error"])[0]
+        raise SystemExitWith(EXIT_REFUSED, f"error: cannot use the database: {first}") from None
 
 
 class GuardedStream:
@@ -130,14 +144,12 @@ def iso(when: datetime) -> str:
 
 
 def parse_when(text: str) -> datetime:
-    """An ISO-8601 time; a time without a zone is taken as UTC (the log's zone)."""
+    """An ISO-8601 time (UTC without a zone, the log's zone), or a relative one such as
+    ``1h`` or ``yesterday`` (see llmgw.cli.times)."""
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise Refused(
-            f"{text!r} is neither a log position nor an ISO-8601 time such as 2026-11-30T12:00:00Z"
-        ) from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+        return times.parse_when(text)
+    except times.BadTime as exc:
+        raise Refused(str(exc)) from None
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:

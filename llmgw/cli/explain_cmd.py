@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from catalog.text import shown
 from events import replay
 from llmgw.cli.context import App, Refused, iso, parse_when, print_json
-from llmgw.cli.scheduler_cmds import policy as policy_from_args
+from llmgw.cli.scheduler_cmds import staleness_flags
 from scheduler.store import PLACED, REMOVED, SchedulerStore
 from scheduler.why import explain
 
@@ -18,16 +18,14 @@ def register(
 ) -> None:
     p = sub.add_parser(
         "explain",
-        parents=[parent],
+        parents=[parent, staleness_flags()],
         help="why each replica of a model is where it is (now, or in a recorded round)",
     )
     p.add_argument("model", help="a model name or alias")
     when = p.add_mutually_exclusive_group()
     when.add_argument("--at", metavar="TIME", help="the last round recorded at or before TIME")
     when.add_argument("--round", type=int, metavar="N", help="recorded round N")
-    p.add_argument("--stale-after", type=float, default=90.0, help=argparse.SUPPRESS)
-    p.add_argument("--grace", type=float, default=300.0, help=argparse.SUPPRESS)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_explain)
 
 
@@ -41,7 +39,7 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
         state = store.state()
         current, lifecycle = state.placements, state.lifecycle
         now = datetime.now(UTC)
-        rules = policy_from_args(args)
+        rules = app.settings.policy
         header = f"now ({iso(now)}), catalog position {position}, {len(nodes)} nodes"
         recorded = None
     else:
@@ -49,8 +47,12 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
             round_id=args.round, at=parse_when(args.at) if args.at else None
         )
         if recorded is None:
-            where = f"round {args.round}" if args.round is not None else f"at or before {args.at}"
-            raise Refused(f"no placement round is recorded {where}")
+            if args.round is not None:
+                raise Refused(
+                    f"round {args.round} is not recorded; `llmgw history --placements` "
+                    "lists the rounds that are"
+                )
+            raise Refused(f"no placement round is recorded at or before {args.at}")
         position = recorded.catalog_position
         catalog = replay(app.declared, app.store.read(until=position), app.config_label).catalog
         nodes, current, now, rules = (

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,38 +25,26 @@ from scheduler.store import SchedulerStore
 def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
 ) -> None:
-    staleness = argparse.ArgumentParser(add_help=False)
-    staleness.add_argument(
-        "--stale-after",
-        type=float,
-        default=float(os.environ.get("LLMGW_STALE_AFTER", "90")),
-        metavar="SECONDS",
-        help="a node silent this long gets nothing new (env LLMGW_STALE_AFTER; default 90)",
-    )
-    staleness.add_argument(
-        "--grace",
-        type=float,
-        default=float(os.environ.get("LLMGW_GRACE", "300")),
-        metavar="SECONDS",
-        help="further silence after which its replicas move (env LLMGW_GRACE; default 300)",
-    )
+    staleness = staleness_flags()
 
     nodes = sub.add_parser("nodes", parents=[parent], help="the node inventory")
     nodes_sub = nodes.add_subparsers(dest="nodes_command", required=True)
     p = nodes_sub.add_parser("report", parents=[parent], help="record an agent's report")
     p.add_argument("file", type=Path, help="YAML or JSON: one node, a list, or `nodes: [...]`")
+    p.add_argument("--json", action="store_true", help="the nodes recorded, for programs")
     p.set_defaults(run=cmd_nodes_report)
     p = nodes_sub.add_parser("list", parents=[parent, staleness], help="nodes as reported")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_nodes_list)
     p = nodes_sub.add_parser("forget", parents=[parent], help="drop a decommissioned node")
-    p.add_argument("name")
+    p.add_argument("name", help="the node's name (as in `llmgw nodes list`)")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_nodes_forget)
     lifecycle_cmds.register_nodes(nodes_sub, parent)
 
     p = sub.add_parser("place", parents=[parent, staleness], help="run one placement round")
     p.add_argument("--dry-run", action="store_true", help="plan and show, write nothing")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the plan, for programs")
     p.set_defaults(run=cmd_place)
 
     p = sub.add_parser(
@@ -65,19 +52,43 @@ def register(
     )
     p.add_argument("--node", metavar="NAME", help="only replicas on this node")
     p.add_argument("--model", metavar="NAME", help="only replicas of this model (name or alias)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run=cmd_placements)
 
     p = sub.add_parser("daemon", parents=[parent, staleness], help="place in the background")
-    p.add_argument("--interval", type=float, default=10.0, metavar="SECONDS")
+    p.add_argument(
+        "--interval",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="time between rounds, e.g. 10s (env LLMGW_INTERVAL; [policy] interval; default 10s)",
+    )
     p.add_argument("--once", action="store_true", help="run one round and exit")
     p.set_defaults(run=cmd_daemon)
 
 
-def policy(args: argparse.Namespace) -> StalenessPolicy:
-    return StalenessPolicy(
-        stale_after=timedelta(seconds=args.stale_after), grace=timedelta(seconds=args.grace)
+def staleness_flags() -> argparse.ArgumentParser:
+    """--stale-after and --grace: unset here, so that llmgw.toml and the environment apply
+    (llmgw.settings resolves them once for every command, the server and the daemon)."""
+    staleness = argparse.ArgumentParser(add_help=False)
+    staleness.add_argument(
+        "--stale-after",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="a node silent this long gets nothing new, e.g. 90s (env LLMGW_STALE_AFTER; "
+        "[policy] stale_after; default 90s)",
     )
+    staleness.add_argument(
+        "--grace",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="further silence after which its replicas move, e.g. 5m (env LLMGW_GRACE; "
+        "[policy] grace; default 5m)",
+    )
+    return staleness
+
+
+def policy(app: App) -> StalenessPolicy:
+    return app.settings.policy
 
 
 def placement_json(p: Placement) -> dict[str, object]:
@@ -123,13 +134,16 @@ def load_reports(path: Path) -> list[NodeReport]:
 def cmd_nodes_report(app: App, args: argparse.Namespace) -> int:
     reports = load_reports(args.file)
     nodes = SchedulerStore(app.engine).report(reports, datetime.now(UTC))
+    if args.json:
+        print_json({"recorded": [n.name for n in nodes]})
+        return 0
     print(f"recorded {len(nodes)} node report(s): {', '.join(shown(n.name) for n in nodes)}")
     return 0
 
 
 def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
-    rules = policy(args)
+    rules = policy(app)
     store = SchedulerStore(app.engine)
     cordons, hosted = store.service()
     rows: list[dict[str, Any]] = [
@@ -165,12 +179,15 @@ def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
 def cmd_nodes_forget(app: App, args: argparse.Namespace) -> int:
     if not SchedulerStore(app.engine).forget(args.name):
         raise Refused(f"node {args.name!r} is not in the inventory")
+    if args.json:
+        print_json({"forgot": args.name})
+        return 0
     print(f"forgot node {shown(args.name)}; its replicas are placed elsewhere next round")
     return 0
 
 
 def _placer(app: App, args: argparse.Namespace) -> Placer:
-    return Placer(app.service, SchedulerStore(app.engine), policy(args))
+    return Placer(app.service, SchedulerStore(app.engine), policy(app))
 
 
 def cmd_place(app: App, args: argparse.Namespace) -> int:
@@ -277,9 +294,9 @@ def cmd_placements(app: App, args: argparse.Namespace) -> int:
 
 def cmd_daemon(app: App, args: argparse.Namespace) -> int:
     logs.configure(default_level="INFO")
-    if args.interval <= 0:
-        raise Refused(f"--interval {args.interval} must be a positive number of seconds")
-    daemon = Daemon(_placer(app, args), leadership_for(app.settings.database_url), args.interval)
+    daemon = Daemon(
+        _placer(app, args), leadership_for(app.settings.database_url), app.settings.interval_s
+    )
     if args.once:
         try:
             daemon.round()

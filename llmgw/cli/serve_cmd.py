@@ -10,17 +10,18 @@ import argparse
 import os
 import signal
 import sys
-from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
 import structlog
 
 from llmgw import logs
-from llmgw.api.auth import Role, TokenConfigError, issue_token
-from llmgw.api.settings import ApiSettings, SettingsError
-from llmgw.cli.context import EXIT_REFUSED, App, Refused, print_json
-from scheduler import DEFAULT_STALENESS, StalenessPolicy
+from llmgw.api.auth import Role, TokenConfigError, issue_token, parse_env_tokens
+from llmgw.api.settings import ApiSettings
+from llmgw.cli import token_file
+from llmgw.cli.context import EXIT_REFUSED, App, Refused, print_json, table
+from llmgw.cli.scheduler_cmds import staleness_flags
+from llmgw.settings import SettingsError
 
 log = structlog.get_logger("llmgw.api")
 
@@ -30,58 +31,63 @@ def register(
 ) -> None:
     p = sub.add_parser(
         "serve",
-        parents=[parent],
+        parents=[parent, staleness_flags()],
         help="the control plane's HTTP API (agents report, operators change the catalog)",
         description="Serve the API over the same database as the other commands. Tokens come "
         "from --auth-file (env LLMGW_AUTH_FILE) and env LLMGW_TOKENS; see `llmgw token new`.",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
-    p.add_argument("--auth-file", type=Path, metavar="PATH", help="TOML settings with tokens")
+    p.add_argument(
+        "--host",
+        default=argparse.SUPPRESS,
+        help="address to listen on ([server] host; default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=argparse.SUPPRESS,
+        help="port ([server] port; default 8080; 0 picks a free one)",
+    )
+    p.add_argument(
+        "--auth-file",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="TOML file with the tokens (env LLMGW_AUTH_FILE; [auth] file)",
+    )
     p.add_argument(
         "--open-reads",
         action="store_true",
-        default=None,
+        default=argparse.SUPPRESS,
         help="let GET routes answer without a token (writes always need one; env "
-        "LLMGW_OPEN_READS=1, or reads_open in the auth file)",
+        "LLMGW_OPEN_READS=1; [auth] reads_open; or reads_open in the auth file)",
     )
     p.add_argument(
         "--with-scheduler",
         action="store_true",
+        default=argparse.SUPPRESS,
         help="also run placement rounds in the background, as `llmgw daemon` would (the same "
-        "leadership: one scheduler places per database)",
-    )
-    p.add_argument("--interval", type=float, default=10.0, metavar="SECONDS")
-    p.add_argument(
-        "--stale-after",
-        type=float,
-        default=float(
-            os.environ.get("LLMGW_STALE_AFTER", DEFAULT_STALENESS.stale_after.total_seconds())
-        ),
-        metavar="SECONDS",
-        help="a node silent this long gets nothing new (env LLMGW_STALE_AFTER)",
+        "leadership: one scheduler places per database; [server] with_scheduler)",
     )
     p.add_argument(
-        "--grace",
-        type=float,
-        default=float(os.environ.get("LLMGW_GRACE", DEFAULT_STALENESS.grace.total_seconds())),
-        metavar="SECONDS",
-        help="further silence after which its replicas move (env LLMGW_GRACE)",
+        "--interval",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="time between rounds with --with-scheduler (env LLMGW_INTERVAL; [policy] "
+        "interval; default 10s)",
     )
     p.add_argument(
         "--stream-poll",
-        type=float,
-        default=0.5,
-        metavar="SECONDS",
-        help="how often an idle event stream looks for new events (default 0.5)",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="how often an idle event stream looks for new events ([server] stream_poll; "
+        "default 500ms)",
     )
     p.add_argument(
         "--catalog-max-age",
-        type=float,
-        default=0.1,
-        metavar="SECONDS",
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
         help="a read may be answered from a catalog checked against the log this long ago; "
-        "changes through this server are seen at once (default 0.1; 0: check every read)",
+        "changes through this server are seen at once ([server] catalog_max_age; default "
+        "100ms; 0: check every read)",
     )
     p.set_defaults(run=cmd_serve)
 
@@ -95,7 +101,12 @@ def register(
         "the [[tokens]] entry for the auth file, which holds only the token's SHA-256.",
     )
     n.add_argument("name", help="who holds it; recorded as the actor of its changes")
-    n.add_argument("--role", required=True, choices=[r.value for r in Role])
+    n.add_argument(
+        "--role",
+        required=True,
+        choices=[r.value for r in Role],
+        help="reader: GET routes; operator: also change the catalog; agent: report its nodes",
+    )
     n.add_argument(
         "--node",
         action="append",
@@ -103,8 +114,114 @@ def register(
         metavar="NODE",
         help="a node an agent token may report (repeat for several; agents only)",
     )
-    n.add_argument("--json", action="store_true")
+    n.add_argument(
+        "--append-to",
+        type=Path,
+        metavar="PATH",
+        help="also append the entry to this auth file (created if missing; refused if the "
+        "name is already there)",
+    )
+    n.add_argument("--json", action="store_true", help="as JSON, for programs")
     n.set_defaults(run=cmd_token_new)
+
+    auth_file = argparse.ArgumentParser(add_help=False)
+    auth_file.add_argument(
+        "--auth-file",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="the auth file (env LLMGW_AUTH_FILE; [auth] file in llmgw.toml)",
+    )
+    ls = t_sub.add_parser(
+        "list",
+        parents=[parent, auth_file],
+        help="the configured tokens: names, roles, nodes (never the tokens)",
+    )
+    ls.add_argument("--json", action="store_true", help="as JSON, for programs")
+    ls.set_defaults(run=cmd_token_list)
+    rv = t_sub.add_parser(
+        "revoke",
+        parents=[parent, auth_file],
+        help="remove a token from the auth file (applies when the server next starts)",
+    )
+    rv.add_argument("name", help="the token's name (as in `llmgw token list`)")
+    rv.add_argument("--json", action="store_true", help="as JSON, for programs")
+    rv.set_defaults(run=cmd_token_revoke)
+
+
+def _auth_path(app: App) -> Path:
+    path = app.settings.auth_file
+    if path is None:
+        raise Refused(
+            "no auth file is configured: give --auth-file, LLMGW_AUTH_FILE, or [auth] file "
+            "in llmgw.toml"
+        )
+    return path
+
+
+def cmd_token_list(app: App, args: argparse.Namespace) -> int:
+    path = _auth_path(app)
+    try:
+        tokens = token_file.entries(path)
+    except SettingsError as exc:
+        raise Refused(str(exc)) from None
+    rows = [
+        {
+            "name": e.name,
+            "role": e.role.value,
+            "nodes": list(e.nodes),
+            "sha256": e.sha256[:12],
+            "source": str(path),
+        }
+        for e in tokens
+    ]
+    from_env = os.environ.get("LLMGW_TOKENS")
+    if from_env:
+        try:
+            extra = parse_env_tokens(from_env)
+        except TokenConfigError as exc:
+            raise Refused(str(exc)) from None
+        rows += [
+            {
+                "name": e.name,
+                "role": e.role.value,
+                "nodes": list(e.nodes),
+                "sha256": e.sha256[:12],
+                "source": "LLMGW_TOKENS",
+            }
+            for e in extra
+        ]
+    if args.json:
+        print_json(rows)
+        return 0
+    headers = ["name", "role", "nodes", "sha256", "source"]
+    sys.stdout.write(
+        table(
+            headers,
+            [
+                [str(r[h]) if h != "nodes" else ",".join(r["nodes"]) or "-" for h in headers]
+                for r in rows
+            ],
+        )
+    )
+    return 0
+
+
+def cmd_token_revoke(app: App, args: argparse.Namespace) -> int:
+    path = _auth_path(app)
+    try:
+        dropped = token_file.revoke(path, args.name)
+    except SettingsError as exc:
+        raise Refused(str(exc)) from None
+    if not dropped:
+        raise Refused(
+            f"{path}: no token named {args.name!r} (see `llmgw token list`); a token given "
+            "in LLMGW_TOKENS is revoked by removing it there"
+        )
+    if args.json:
+        print_json({"revoked": args.name, "auth_file": str(path)})
+        return 0
+    print(f"revoked {args.name} in {path}; it is refused once `llmgw serve` restarts")
+    return 0
 
 
 def cmd_token_new(app: App, args: argparse.Namespace) -> int:
@@ -113,6 +230,11 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
     except TokenConfigError as exc:
         raise Refused(str(exc)) from None
     entry = issued.entry
+    if args.json and args.append_to is not None:
+        try:
+            token_file.append(args.append_to, entry)
+        except SettingsError as exc:
+            raise Refused(str(exc)) from None
     if args.json:
         print_json(
             {
@@ -126,7 +248,18 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
             }
         )
         return 0
+    if args.append_to is not None:
+        try:
+            token_file.append(args.append_to, entry)
+        except SettingsError as exc:
+            raise Refused(str(exc)) from None
     print(issued.token)
+    if args.append_to is not None:
+        print(
+            f"# The token above is shown once: give it to {entry.name} now. Its SHA-256 "
+            f"was appended to {args.append_to} (applies when `llmgw serve` next starts)."
+        )
+        return 0
     print(
         f"# The token above is shown once: give it to {entry.name} now. Only its SHA-256 "
         "is configured.\n# Add this to the auth file (--auth-file / LLMGW_AUTH_FILE):"
@@ -138,22 +271,14 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
 
 def cmd_serve(app: App, args: argparse.Namespace) -> int:
     logs.configure(default_level="INFO")
-    for name in ("interval", "stream_poll"):
-        if getattr(args, name) <= 0:
-            raise Refused(f"--{name.replace('_', '-')} must be a positive number of seconds")
-    if args.catalog_max_age < 0:
-        raise Refused("--catalog-max-age must not be negative")
-    if not 0 <= args.port <= 65535:
-        raise Refused(f"--port {args.port} is not a port number (0-65535)")
+    conf = app.settings
+    policy = conf.policy
     try:
-        policy = StalenessPolicy(
-            stale_after=timedelta(seconds=args.stale_after), grace=timedelta(seconds=args.grace)
-        )
         settings = ApiSettings.load(
-            args.auth_file,
-            reads_open=args.open_reads,
-            stream_poll_s=args.stream_poll,
-            catalog_max_age_s=args.catalog_max_age,
+            conf.auth_file,
+            reads_open=conf.reads_open,
+            stream_poll_s=conf.server.stream_poll_s,
+            catalog_max_age_s=conf.server.catalog_max_age_s,
             policy=policy,
         )
     except (SettingsError, ValueError) as exc:
@@ -177,7 +302,7 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             detail="no token is configured: every write is refused (401); see `llmgw token new`",
         )
     scheduler = None
-    if args.with_scheduler:
+    if conf.server.with_scheduler:
         scheduler = SchedulerThread.build(
             catalog=CatalogService(
                 app.store, app.declared, app.config_label, snapshot_key=app.snapshot_key
@@ -185,13 +310,14 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             store=SchedulerStore(engine),
             policy=policy,
             leadership=leadership_for(app.settings.database_url),
-            interval=args.interval,
+            interval=conf.interval_s,
             metrics=services.metrics,
         )
+    host, port = conf.server.host, conf.server.port
     try:
-        sock = server.listen(args.host, args.port)
+        sock = server.listen(host, port)
     except OSError as exc:
-        raise Refused(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+        raise Refused(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     where = server.url_of(sock)
     log.info("api.listening", url=where, reads_open=settings.reads_open, tokens=len(services.book))
     print(f"llmgw serve: listening on {where}", flush=True)

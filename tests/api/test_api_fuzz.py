@@ -66,6 +66,9 @@ def api_schema(fuzzed: ApiServer, tokens: Tokens) -> BaseSchema:
 # list equal to what the document describes, so a new route cannot go unfuzzed.
 OPERATIONS = [
     ("GET", "/v1/models"),
+    ("GET", "/v1/models/{model_id}"),
+    ("GET", "/v1/fleet"),
+    ("GET", "/v1/diff"),
     ("GET", "/v1/catalog"),
     ("GET", "/v1/catalog/{name}"),
     ("POST", "/v1/catalog/models"),
@@ -87,6 +90,7 @@ NOT_FUZZED = {("GET", "/v1/events/stream")}  # never ends; see test_api_stream
 TAKE_INPUT = {op for op in OPERATIONS if "{" in op[1] or op[0] != "GET"} | {
     ("GET", "/v1/events"),
     ("GET", "/v1/placements"),
+    ("GET", "/v1/diff"),
 }
 CASES = [
     pytest.param(method, path, mode, id=f"{method} {path} {mode.value}")

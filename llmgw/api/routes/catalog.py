@@ -78,8 +78,36 @@ def _definition_body(*, one_only: bool = False) -> dict[str, Any]:
     openapi_extra=SECURED,
 )
 def list_models(call: Reader) -> Response:
-    catalog = call.svc.gate.view().catalog
-    return ApiJSON({"object": "list", "data": [openai_entry(catalog, m) for m in catalog.models()]})
+    view = call.svc.gate.view()
+    catalog, created = view.catalog, call.svc.created.created(view.position)
+    return ApiJSON(
+        {
+            "object": "list",
+            "data": [openai_entry(catalog, m, created.get(m.name, 0)) for m in catalog.models()],
+        }
+    )
+
+
+@router.get(
+    "/v1/models/{model_id:path}",
+    response_model=schemas.OpenAIModel,
+    responses=errors(401, 404, 503),
+    tags=["catalog"],
+    summary="One model, by name or alias (OpenAI-compatible: the SDK's models.retrieve)",
+    openapi_extra=SECURED,
+)
+def retrieve_model(model_id: str, call: Reader) -> Response:
+    view = call.svc.gate.view()
+    model = view.catalog.resolve(model_id)
+    if model is None:
+        raise Problem(
+            404,
+            "not-found",
+            f"model {model_id!r} is not in the catalog (neither a name nor an alias); "
+            "GET /v1/models lists them",
+        )
+    created = call.svc.created.created(view.position).get(model.name, 0)
+    return ApiJSON(openai_entry(view.catalog, model, created))
 
 
 @router.get(

@@ -1,0 +1,98 @@
+"""Help text conventions: every command's --help ends with examples of its use.
+
+The examples live here, by command path, so that a test can hold every command to
+having some, and the command modules stay about what the commands do.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "models": ("llmgw models", "llmgw models --json | jq '.[].name'"),
+    "add": (
+        "llmgw add qwen-coder.yaml --reason 'trial for the IDE plugin'",
+        "llmgw add qwen-coder.yaml --dry-run",
+        "llmgw add models.yaml --key deploy-1234   # retried with the same key: recorded once",
+    ),
+    "remove": ("llmgw remove qwen2.5-coder-7b --reason 'trial over'",),
+    "resolve": ("llmgw resolve coder", "llmgw resolve coder --json"),
+    "show": ("llmgw show --at 12", "llmgw show --at yesterday --json"),
+    "db": ("llmgw db current", "llmgw db upgrade"),
+    "db upgrade": ("llmgw db upgrade", "llmgw --db postgresql://llmgw@db/llmgw db upgrade"),
+    "db current": ("llmgw db current --json",),
+    "history": (
+        "llmgw history --since 1h",
+        "llmgw history --model qwen2.5-coder-7b --until yesterday",
+        "llmgw history --placements --since today --json",
+    ),
+    "replay": ("llmgw replay --explain", "llmgw replay --strict   # in CI: fail on a skip"),
+    "diff": ("llmgw diff 3 12", "llmgw diff yesterday now --json"),
+    "verify": ("llmgw verify", "llmgw verify --expect-head 5f1c..."),
+    "snapshot": ("llmgw snapshot", "llmgw snapshot --list --json"),
+    "nodes": ("llmgw nodes list", "llmgw nodes report nodes.yaml"),
+    "nodes report": ("llmgw nodes report nodes.yaml",),
+    "nodes list": ("llmgw nodes list", "llmgw nodes list --stale-after 30s --json"),
+    "nodes forget": ("llmgw nodes forget gpu-7",),
+    "place": ("llmgw place --dry-run", "llmgw place --json"),
+    "placements": ("llmgw placements", "llmgw placements --json"),
+    "daemon": ("llmgw daemon --interval 10s", "llmgw daemon --once"),
+    "explain": ("llmgw explain coder", "llmgw explain coder --round 12 --json"),
+    "serve": (
+        "llmgw serve --auth-file auth.toml",
+        "llmgw serve --host 0.0.0.0 --port 8080 --with-scheduler",
+    ),
+    "token": ("llmgw token new alice --role operator --append-to auth.toml", "llmgw token list"),
+    "token new": (
+        "llmgw token new alice --role operator --append-to auth.toml",
+        "llmgw token new agent-gpu-7 --role agent --node gpu-7",
+    ),
+    "token list": ("llmgw token list --auth-file auth.toml",),
+    "token revoke": ("llmgw token revoke alice --auth-file auth.toml",),
+    "settings": ("llmgw settings", "llmgw --settings /etc/llmgw/llmgw.toml settings --json"),
+    "completion": (
+        'eval "$(llmgw completion bash)"',
+        "llmgw completion zsh > ~/.zfunc/_llmgw",
+    ),
+}
+
+
+def example(*lines: str) -> str:
+    """An epilog of example invocations."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+class Formatter(argparse.HelpFormatter):
+    """Wraps prose, but keeps example lines (indented) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(
+            indent + line
+            if line.startswith("  ") or line.endswith(":")
+            else super(Formatter, self)._fill_text(line, width, indent)
+            for line in text.split("\n")
+        )
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser, by its path ("nodes list")."""
+    found: dict[str, argparse.ArgumentParser] = {}
+
+    def walk(p: argparse.ArgumentParser, path: str) -> None:
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    here = f"{path} {name}".strip()
+                    found[here] = sub
+                    walk(sub, here)
+
+    walk(parser, "")
+    return found
+
+
+def add_examples(parser: argparse.ArgumentParser) -> None:
+    for path, sub in subcommands(parser).items():
+        sub.formatter_class = Formatter
+        lines = EXAMPLES.get(path)
+        if lines and not sub.epilog:
+            sub.epilog = example(*lines)

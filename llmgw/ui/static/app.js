@@ -1,0 +1,246 @@
+// The llmgw dashboard: reads the API with the operator's token and follows the event
+// stream. Every value from the server is set as text (never as HTML), so a hostile
+// model name or reason cannot inject markup.
+"use strict";
+
+const TOKEN_KEY = "llmgw.token";
+const state = { token: sessionStorage.getItem(TOKEN_KEY) || "", head: 0, stream: null };
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const cell of cells) {
+    tr.appendChild(cell instanceof Node ? wrap(cell) : el("td", cell));
+  }
+  return tr;
+}
+
+function wrap(node) {
+  const td = document.createElement("td");
+  td.appendChild(node);
+  return td;
+}
+
+function fill(tableId, rows) {
+  const body = document.querySelector(`#${tableId} tbody`);
+  body.replaceChildren(...rows);
+}
+
+function showError(message) {
+  const p = document.getElementById("error");
+  p.textContent = message || "";
+  p.hidden = !message;
+}
+
+async function api(path, init = {}) {
+  const headers = new Headers(init.headers || {});
+  if (state.token) headers.set("Authorization", `Bearer ${state.token}`);
+  const response = await fetch(path, { ...init, headers });
+  if (response.status === 401) {
+    document.getElementById("login").hidden = false;
+    const body = await response.json().catch(() => ({}));
+    document.getElementById("login-why").textContent =
+      `${body.detail || "A token is needed to read."} Paste a token issued by ` +
+      "`llmgw token new NAME --role reader` (any role can read).";
+    throw new Error("unauthenticated");
+  }
+  if (!response.ok) {
+    const body = await response.json().catch(() => ({}));
+    throw new Error(body.detail || (body.error && body.error.message) || response.statusText);
+  }
+  return response;
+}
+
+async function getJSON(path) {
+  return (await api(path)).json();
+}
+
+function stateCell(value) {
+  if (value === undefined || value === null) return el("span", "-");
+  return el("span", value, `state-${value}`);
+}
+
+function renderFleet(fleet) {
+  document.getElementById("position").textContent = `at log position ${fleet.catalog_position}`;
+  const hasResilience = fleet.models.some((m) => m.resilience !== undefined);
+  document.querySelectorAll(".resilience").forEach((n) => { n.hidden = !hasResilience; });
+  fill("models", fleet.models.map((m) => {
+    const tr = row([
+      m.name,
+      el("span", m.declared ? "declared" : "runtime", "tag"),
+      m.wanted, m.placed, m.ready === null ? "-" : m.ready, m.unplaced,
+    ]);
+    const res = el("td", m.resilience || "-", "resilience");
+    res.hidden = !hasResilience;
+    tr.appendChild(res);
+    tr.dataset.model = m.name;
+    return tr;
+  }));
+  const reasons = [];
+  for (const m of fleet.models) {
+    for (const u of m.unplaced_reasons) {
+      const li = el("li");
+      li.appendChild(el("strong", `${m.name}[${u.replica}]`));
+      li.appendChild(document.createTextNode(`: ${u.reason}`));
+      reasons.push(li);
+    }
+  }
+  if (!reasons.length) reasons.push(el("li", "none: every wanted replica is placed"));
+  document.getElementById("unplaced").replaceChildren(...reasons);
+
+  const p = fleet.policy;
+  document.getElementById("policy").textContent =
+    `stale after ${p.stale_after_s}s, lost after a further ${p.grace_s}s`;
+  const hasCordon = fleet.nodes.some((n) => n.cordoned !== undefined);
+  document.querySelectorAll(".cordon").forEach((n) => { n.hidden = !hasCordon; });
+  fill("nodes", fleet.nodes.map((n) => {
+    const usable = Math.max(n.gpus - n.gpus_reserved, 0);
+    const bar = el("span", null, "bar");
+    const inner = el("span");
+    inner.style.width = `${usable ? Math.min(100, (100 * n.gpus_used) / usable) : 0}%`;
+    bar.appendChild(inner);
+    const tr = row([n.name, n.gpu_class || "cpu", `${n.gpus_used} / ${usable}`, bar,
+      n.replicas, stateCell(n.state)]);
+    const cordon = el("td", n.cordoned ? "cordoned" : "-", "cordon");
+    cordon.hidden = !hasCordon;
+    tr.appendChild(cordon);
+    return tr;
+  }));
+  // Replica states and endpoints show once the agents report them (older servers: absent).
+  const hasEndpoint = fleet.placements.some((p) => p.endpoint);
+  document.querySelectorAll(".endpoint").forEach((n) => { n.hidden = !hasEndpoint; });
+  fill("placements", fleet.placements.map((p) => {
+    const tr = row([p.model, p.replica, p.profile, p.nodes.join(", "), p.gpus_per_node,
+      stateCell(p.state)]);
+    const endpoint = el("td", p.endpoint || "-", "endpoint");
+    endpoint.hidden = !hasEndpoint;
+    tr.appendChild(endpoint);
+    return tr;
+  }));
+}
+
+async function refresh() {
+  try {
+    renderFleet(await getJSON("/v1/fleet"));
+    const page = await getJSON(`/v1/events?after=${Math.max(state.head - 100, 0)}&limit=100`);
+    state.head = page.head;
+    renderEvents(page.events);
+    document.getElementById("login").hidden = true;
+    showError("");
+    document.body.dataset.ready = "true";
+    return true;
+  } catch (err) {
+    if (err.message !== "unauthenticated") showError(`cannot read the API: ${err.message}`);
+    return false;
+  }
+}
+
+function renderEvents(events) {
+  fill("events", events.slice().reverse().map((e) => row([
+    e.position, e.recorded_at, e.type, e.model || "-", e.actor || "-", e.reason || "",
+  ])));
+  const b = document.getElementById("diff-b");
+  if (Number(b.value) === 0) b.value = state.head;
+}
+
+async function showDiff(event) {
+  event.preventDefault();
+  const a = document.getElementById("diff-a").value;
+  const b = document.getElementById("diff-b").value;
+  const out = document.getElementById("diff");
+  try {
+    const diff = await getJSON(`/v1/diff?a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`);
+    const list = el("ul");
+    list.id = "diff-lines";
+    for (const name of diff.added) list.appendChild(el("li", `+ ${name} added`, "diff-added"));
+    for (const name of diff.removed) {
+      list.appendChild(el("li", `- ${name} removed`, "diff-removed"));
+    }
+    for (const c of diff.changed) {
+      const li = el("li", `~ ${c.model} changed`, "diff-changed");
+      const pre = el("pre", c.changes.map((x) =>
+        `${x.path}: ${JSON.stringify(x.before)} -> ${JSON.stringify(x.after)}`).join("\n"));
+      li.appendChild(pre);
+      list.appendChild(li);
+    }
+    if (!list.children.length) list.appendChild(el("li", "no change"));
+    out.replaceChildren(el("h3", `From position ${diff.from} to ${diff.to}`), list);
+  } catch (err) {
+    out.replaceChildren(el("p", `diff refused: ${err.message}`, "error"));
+  }
+}
+
+// Follows /v1/events/stream with fetch (EventSource cannot send a bearer token).
+async function follow() {
+  const live = document.getElementById("live");
+  for (;;) {
+    try {
+      const response = await api(`/v1/events/stream?after=${state.head}`);
+      live.textContent = "live";
+      live.className = "status live";
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const message = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          const id = /^id:\s*(\d+)/m.exec(message);
+          if (id) {
+            state.head = Math.max(state.head, Number(id[1]));
+            scheduleRefresh();
+          }
+        }
+      }
+    } catch (err) {
+      if (err.message === "unauthenticated") return;
+    }
+    live.textContent = "reconnecting";
+    live.className = "status";
+    await new Promise((r) => setTimeout(r, 2000));
+  }
+}
+
+let pending = null;
+function scheduleRefresh() {
+  if (pending) return;
+  pending = setTimeout(() => { pending = null; refresh(); }, 200);
+}
+
+function route() {
+  const page = (location.hash || "#catalog").slice(1);
+  for (const section of document.querySelectorAll("main > section")) {
+    section.hidden = section.id !== `page-${page}`;
+  }
+  for (const link of document.querySelectorAll("nav a")) {
+    link.classList.toggle("active", link.dataset.page === page);
+  }
+}
+
+async function start() {
+  window.addEventListener("hashchange", route);
+  route();
+  document.getElementById("diff-form").addEventListener("submit", showDiff);
+  document.getElementById("login").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    state.token = document.getElementById("token").value.trim();
+    sessionStorage.setItem(TOKEN_KEY, state.token);
+    if (await refresh()) follow();
+  });
+  if (await refresh()) follow();
+  // Node freshness changes with time alone, and placement rounds are not catalog
+  // events: look again every 10 s as well.
+  setInterval(() => { if (!document.getElementById("login").hidden) return; refresh(); }, 10000);
+}
+
+start();
