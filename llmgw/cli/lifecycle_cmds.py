@@ -6,6 +6,7 @@ import argparse
 from datetime import UTC, datetime
 
 from llmgw.api.views import replica_state_json
+from llmgw.cli.catalog_cmds import login_user
 from llmgw.cli.context import App, Refused, iso, print_json
 from scheduler.placements import Placement
 from scheduler.replicas import ReplicaStatus
@@ -50,7 +51,7 @@ def cmd_service(app: App, args: argparse.Namespace) -> int:
             SchedulerStore(app.engine),
             args.name,
             args.action,
-            actor=args.actor or "cli",
+            actor=args.actor or login_user() or "cli",
             reason=args.reason,
         )
     except NodeServiceError as exc:

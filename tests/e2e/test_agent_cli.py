@@ -36,7 +36,7 @@ def cli(tmp_path: Path) -> Cli:
         ),
         (
             ["--server", "http://x", "--token-file", "agent.token", "--interval", "0"],
-            "--interval must be a positive number of seconds",
+            "--interval: 0.0 must be a positive duration",
         ),
     ],
 )
