@@ -21,6 +21,7 @@ from sqlalchemy.exc import DataError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
 
 from catalog import CatalogError
 from llmgw.api.openai import error_body, is_openai
@@ -127,7 +128,12 @@ def install(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"no route {request.method} {request.url.path}; see /openapi.json"
-        return problem_response(request, exc.status_code, kind, detail, dict(exc.headers or {}))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route whose path matched; a path
+            # served by several routes (PUT and DELETE on one model) allows them all.
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return problem_response(request, exc.status_code, kind, detail, headers)
 
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
@@ -222,9 +228,27 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         401: "no token, or a token that is not configured",
         403: "the token's role does not allow this",
         404: "no such model or node",
+        405: "the path names a route that does not serve this method (see Allow)",
         409: "refused by a rule of the catalog, a concurrent change, or a reused key",
         413: "the body is larger than the server accepts",
         422: "the request is invalid (the detail says how)",
         503: "the database cannot be reached",
     }
     return {s: {"description": descriptions[s]} for s in statuses}
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves on the request's path, sorted: a 405's ``Allow``.
+
+    Asked of the router itself (a route matches fully only for a method it serves), so
+    it holds however routes are included or their paths overlap.
+    """
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return allowed
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")

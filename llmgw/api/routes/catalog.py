@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from anyio import to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
+from starlette.convertors import Convertor, register_url_convertor
 
 from catalog import CatalogError, Model, parse_definitions
 from catalog.identifiers import KEY_PATTERN, IdentifierError
@@ -27,6 +28,27 @@ from llmgw.api.services import Services
 from llmgw.api.views import catalog_counts, catalog_entry, event_json, openai_entry
 from scheduler.service import replica_counts
 
+
+class _Lookup(Convertor[str]):
+    """A model's name or alias as ``GET /v1/catalog/{name}`` takes it: any path but the
+    write routes' own (``models``, ``models/...``).
+
+    Otherwise the lookup, whose name may hold slashes, also matches the paths of
+    ``POST /v1/catalog/models`` and ``PUT|DELETE /v1/catalog/models/{name}``: a GET or
+    OPTIONS there was answered as a lookup of a model called "models", or as a 405
+    allowing only GET. A model whose name starts so is read at ``/v1/models/{id}``.
+    """
+
+    regex = r"(?!models(?:/|$)).+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("lookup", _Lookup())
 router = APIRouter()
 
 # Keys are stored as event ids (with ``#2``... for a list): printable, bounded.
@@ -131,7 +153,7 @@ def get_catalog(call: Reader) -> Response:
 
 
 @router.get(
-    "/v1/catalog/{name:path}",
+    "/v1/catalog/{name:lookup}",
     response_model=schemas.CatalogEntry,
     responses=errors(401, 404, 503),
     tags=["catalog"],
