@@ -13,12 +13,17 @@ class Demand:
     """How many replicas of a model the cluster should run, and how each may run.
 
     ``profiles`` keep the catalog's declaration order, which breaks ties between
-    profiles of equal priority.
+    profiles of equal priority. ``priority``, ``spread_by`` and
+    ``spread_required`` are the model's ``placement:`` rules (see
+    ``catalog.model.PlacementRules``).
     """
 
     model: str
     replicas: int
     profiles: tuple[PlacementProfile, ...]
+    priority: int = 0
+    spread_by: str | None = None
+    spread_required: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +86,10 @@ class Plan:
     is the only field a kept placement can change. ``mass_loss`` says that so
     many nodes looked lost at once that their replicas were kept anyway;
     ``lost_nodes`` are the nodes hosting current placements that looked lost,
-    whether or not that led to removals.
+    whether or not that led to removals. ``strategy`` says how the new replicas
+    were placed: ``policy`` (the planner's own way), or ``best fit`` / ``first
+    fit`` when that baseline placed more GPUs (see ``scheduler.packing``).
+    Evictions are in ``remove``, with the reason ``preempted by MODEL[replica]``.
     """
 
     keep: tuple[Placement, ...]
@@ -90,6 +98,7 @@ class Plan:
     unplaced: tuple[Unplaced, ...]
     mass_loss: bool = False
     lost_nodes: tuple[str, ...] = ()
+    strategy: str = "policy"
 
     @property
     def placements(self) -> tuple[Placement, ...]:

@@ -26,23 +26,18 @@ per distinct profile that fits nowhere, paid once for its explanation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from itertools import count, islice
 
-from catalog.views import PlacementProfile
 from scheduler.capacity import Capacity
 from scheduler.explain import ClassIndex, ProfileRejections, count_rejections, render
-from scheduler.fit import selector_key
 from scheduler.inventory import Node
 from scheduler.keep import keep_current
+from scheduler.packing import Option, Requirement, place_missing
 from scheduler.placements import Demand, Placement, Plan, Removal, Unplaced
+from scheduler.preempt import Preempted, preempt
+from scheduler.spread import Spread
 from scheduler.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy, freshness
-
-# Everything about a profile that decides where it fits (not its name).
-_Requirement = tuple[str | None, tuple[tuple[str, str], ...], int, int, int]
-# A profile to try, with its requirement worked out once per model.
-_Option = tuple[PlacementProfile, _Requirement]
 
 
 def plan(
@@ -74,85 +69,31 @@ def plan(
         now=now,
         policy=policy,
     )
-    placed, failed = _place_missing(demands, kept.placements, capacity)
-    unplaced = _explain(failed, inventory, fresh, capacity)
+    spread = Spread.of(demands, inventory, kept.placements)
+    attempt = place_missing(demands, kept.placements, capacity, spread)
+    preempted = Preempted(kept=kept.placements)
+    if policy.preemption:
+        preempted = preempt(demands, attempt, kept.placements)
+    unplaced = _explain(attempt.failed, inventory, fresh, attempt.capacity, attempt.notes)
 
     return Plan(
-        keep=tuple(sorted(kept.placements, key=_slot_order)),
-        place=tuple(sorted(placed, key=_slot_order)),
+        keep=tuple(sorted(preempted.kept, key=_slot_order)),
+        place=tuple(sorted(attempt.placed, key=_slot_order)),
         # Within a model, highest replica first: the order surplus replicas go in.
-        remove=tuple(sorted(kept.removals, key=_removal_order)),
+        remove=tuple(sorted(kept.removals + preempted.evicted, key=_removal_order)),
         unplaced=unplaced,
         mass_loss=kept.mass_loss,
         lost_nodes=tuple(sorted(kept.lost_nodes)),
+        strategy=attempt.strategy.value,
     )
 
 
-def _place_missing(
-    demands: Sequence[Demand], kept: Iterable[Placement], capacity: Capacity
-) -> tuple[list[Placement], dict[str, tuple[list[_Option], list[int]]]]:
-    """Fill every empty replica slot that fits; return the rest by model, with what was tried."""
-    occupied: dict[str, set[int]] = {}
-    for placement in kept:
-        occupied.setdefault(placement.model, set()).add(placement.replica)
-    # Capacity only shrinks from here on, so a requirement that found no room
-    # once will find none for the rest of the round: don't search again.
-    no_room: set[_Requirement] = set()
-    placed: list[Placement] = []
-    failed: dict[str, tuple[list[_Option], list[int]]] = {}
-    for demand in demands:
-        taken = occupied.get(demand.model, set())
-        options = _options(demand.profiles)
-        # The lowest free slots, as many as are missing (slots need not be
-        # contiguous: a running replica keeps the slot it has).
-        missing = max(demand.replicas, 0) - len(taken)
-        free_slots = (slot for slot in count() if slot not in taken)
-        for replica in islice(free_slots, max(missing, 0)):
-            new = _place_one(demand.model, replica, options, capacity, no_room)
-            if new is None:
-                failed.setdefault(demand.model, (options, []))[1].append(replica)
-            else:
-                placed.append(new)
-    return placed, failed
-
-
-def _place_one(
-    model: str,
-    replica: int,
-    options: list[_Option],
-    capacity: Capacity,
-    no_room: set[_Requirement],
-) -> Placement | None:
-    """Place one replica with the first profile that fits, consuming its capacity."""
-    for profile, requirement in options:
-        if requirement in no_room:
-            continue
-        if profile.nodes > 1:
-            chosen = capacity.best_gang(profile)
-        else:
-            best = capacity.best_node(profile)
-            chosen = None if best is None else (best,)
-        if chosen is None:
-            no_room.add(requirement)
-            continue
-        capacity.consume(chosen, profile.gpus_per_node, profile.min_memory_gb)
-        return Placement(
-            model=model,
-            replica=replica,
-            profile=profile.name,
-            nodes=chosen,
-            gpus_per_node=profile.gpus_per_node,
-            gpu_class=profile.gpu_class,
-            memory_gb_per_node=profile.min_memory_gb,
-        )
-    return None
-
-
 def _explain(
-    failed: dict[str, tuple[list[_Option], list[int]]],
+    failed: dict[str, tuple[list[Option], list[int]]],
     inventory: Mapping[str, Node],
     fresh: frozenset[str],
     capacity: Capacity,
+    notes: Mapping[str, str],
 ) -> tuple[Unplaced, ...]:
     """One explanation per model, shared by its unplaced replicas.
 
@@ -162,7 +103,7 @@ def _explain(
     """
     nodes = list(inventory.values())
     index = ClassIndex.of(nodes, fresh)
-    counted: dict[tuple[str, _Requirement], ProfileRejections] = {}
+    counted: dict[tuple[str, Requirement], ProfileRejections] = {}
     unplaced: list[Unplaced] = []
     for model, (options, replicas) in failed.items():
         rejections = []
@@ -174,23 +115,11 @@ def _explain(
                 )
             rejections.append(counted[key])
         reason = render(rejections) or "the model has no profiles to place it with"
+        if model in notes:
+            # A required spread or an eviction is why, not only the counts.
+            reason = f"{notes[model]}; {reason}"
         unplaced.extend(Unplaced(model, r, reason, tuple(rejections)) for r in replicas)
     return tuple(sorted(unplaced, key=lambda u: (u.model, u.replica)))
-
-
-def _options(profiles: Sequence[PlacementProfile]) -> list[_Option]:
-    """A model's profiles in the order to try them, each with its requirement.
-
-    Highest priority first; equal priorities keep declaration order (the sort
-    is stable).
-    """
-    return [
-        (
-            p,
-            (p.gpu_class, selector_key(p.node_selector), p.gpus_per_node, p.min_memory_gb, p.nodes),
-        )
-        for p in sorted(profiles, key=lambda p: -p.priority)
-    ]
 
 
 def _index_nodes(nodes: Sequence[Node]) -> dict[str, Node]:

@@ -26,7 +26,14 @@ def demands(catalog: Catalog) -> list[Demand]:
     """What the catalog asks of the cluster: ``scaling.min`` replicas of each model,
     in catalog order (declared models first), which is the order they claim hardware."""
     return [
-        Demand(model=m.name, replicas=m.scaling.min, profiles=m.placement_profiles())
+        Demand(
+            model=m.name,
+            replicas=m.scaling.min,
+            profiles=m.placement_profiles(),
+            priority=m.placement.priority,
+            spread_by=m.placement.spread_by,
+            spread_required=m.placement.spread_required,
+        )
         for m in catalog.models()
     ]
 
