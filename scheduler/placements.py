@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from catalog.views import PlacementProfile
 from scheduler.explain import ProfileRejections
+
+if TYPE_CHECKING:
+    from scheduler.resilience import Resilience
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,7 @@ class Plan:
     were placed: ``policy`` (the planner's own way), or ``best fit`` / ``first
     fit`` when that baseline placed more GPUs (see ``scheduler.packing``).
     Evictions are in ``remove``, with the reason ``preempted by MODEL[replica]``.
+    ``resilience`` is each demanded model's under ``placements``.
     """
 
     keep: tuple[Placement, ...]
@@ -99,6 +104,7 @@ class Plan:
     mass_loss: bool = False
     lost_nodes: tuple[str, ...] = ()
     strategy: str = "policy"
+    resilience: tuple[Resilience, ...] = ()
 
     @property
     def placements(self) -> tuple[Placement, ...]:

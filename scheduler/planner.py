@@ -36,6 +36,7 @@ from scheduler.keep import keep_current
 from scheduler.packing import Option, Requirement, place_missing
 from scheduler.placements import Demand, Placement, Plan, Removal, Unplaced
 from scheduler.preempt import Preempted, preempt
+from scheduler.resilience import resilience
 from scheduler.spread import Spread
 from scheduler.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy, freshness
 
@@ -75,16 +76,19 @@ def plan(
     if policy.preemption:
         preempted = preempt(demands, attempt, kept.placements)
     unplaced = _explain(attempt.failed, inventory, fresh, attempt.capacity, attempt.notes)
+    keep = tuple(sorted(preempted.kept, key=_slot_order))
+    place = tuple(sorted(attempt.placed, key=_slot_order))
 
     return Plan(
-        keep=tuple(sorted(preempted.kept, key=_slot_order)),
-        place=tuple(sorted(attempt.placed, key=_slot_order)),
+        keep=keep,
+        place=place,
         # Within a model, highest replica first: the order surplus replicas go in.
         remove=tuple(sorted(kept.removals + preempted.evicted, key=_removal_order)),
         unplaced=unplaced,
         mass_loss=kept.mass_loss,
         lost_nodes=tuple(sorted(kept.lost_nodes)),
         strategy=attempt.strategy.value,
+        resilience=resilience(demands, keep + place, inventory),
     )
 
 

@@ -15,6 +15,9 @@ from catalog.text import shown
 from events.migrate import current_revision, head_revision, upgrade
 from events.timetravel import catalog_at
 from llmgw.cli.context import App, Refused, parse_when, print_json
+from scheduler.resilience import resilience
+from scheduler.rounds import demands
+from scheduler.store import SchedulerStore
 
 
 def register(
@@ -65,10 +68,19 @@ def model_json(catalog: Catalog) -> list[dict[str, object]]:
 
 def cmd_models(app: App, args: argparse.Namespace) -> int:
     catalog = app.service.catalog()
+    store = SchedulerStore(app.engine)
+    nodes = store.nodes()
+    current = resilience(demands(catalog), store.state().placements, {n.name: n for n in nodes})
     if args.json:
-        print_json(model_json(catalog))
+        figures = {r.model: r.to_json() for r in current}
+        print_json([{**m, "resilience": figures.get(str(m["name"]))} for m in model_json(catalog)])
     else:
-        sys.stdout.write(catalog.render() or "no models\n")
+        text = catalog.render()
+        sys.stdout.write(text or "no models\n")
+        if text:
+            print("resilience (the placements now; lost with: the fewest failures that stop it):")
+            for r in current:
+                print(f"  {shown(r.model):<30} {r.describe()}")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,19 @@ from catalog.documents import read_file
 from catalog.text import shown
 from llmgw import logs
 from llmgw.cli.context import App, Refused, iso, print_json, table
-from scheduler import NodeReport, NodeReportError, Placement, StalenessPolicy, parse_node_report
+from scheduler import (
+    Demand,
+    Node,
+    NodeReport,
+    NodeReportError,
+    Placement,
+    Plan,
+    StalenessPolicy,
+    parse_node_report,
+)
 from scheduler.daemon import Daemon
 from scheduler.leader import leadership_for
+from scheduler.resilience import resilience
 from scheduler.rounds import Placer
 from scheduler.staleness import Freshness, freshness
 from scheduler.store import SchedulerStore
@@ -38,6 +49,13 @@ def register(
         default=float(os.environ.get("LLMGW_GRACE", "300")),
         metavar="SECONDS",
         help="further silence after which its replicas move (env LLMGW_GRACE; default 300)",
+    )
+    staleness.add_argument(
+        "--no-preemption",
+        dest="preemption",
+        action="store_false",
+        default=preemption_default(),
+        help="never evict lower-priority replicas, cluster-wide (env LLMGW_PREEMPTION=0)",
     )
 
     nodes = sub.add_parser("nodes", parents=[parent], help="the node inventory")
@@ -67,9 +85,21 @@ def register(
     p.set_defaults(run=cmd_daemon)
 
 
+def preemption_default() -> bool:
+    """Preemption is on unless env LLMGW_PREEMPTION says 0, false, no or off."""
+    return os.environ.get("LLMGW_PREEMPTION", "1").strip().lower() not in {
+        "0",
+        "false",
+        "no",
+        "off",
+    }
+
+
 def policy(args: argparse.Namespace) -> StalenessPolicy:
     return StalenessPolicy(
-        stale_after=timedelta(seconds=args.stale_after), grace=timedelta(seconds=args.grace)
+        stale_after=timedelta(seconds=args.stale_after),
+        grace=timedelta(seconds=args.grace),
+        preemption=getattr(args, "preemption", preemption_default()),
     )
 
 
@@ -196,6 +226,8 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
                 ],
                 "mass_loss": plan.mass_loss,
                 "round": outcome.round_id,
+                "strategy": plan.strategy,
+                "resilience": {r.model: r.to_json() for r in plan.resilience},
             }
         )
         return 0
@@ -216,11 +248,34 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
         print(
             f"  mass loss: {len(plan.lost_nodes)} nodes look lost at once; their replicas are kept"
         )
+    if plan.strategy != "policy":
+        print(
+            f"  placed by {plan.strategy}: it placed more GPUs than the planner's own order "
+            "on the same free capacity, so this round's new replicas are not spread"
+        )
+    print_resilience_changes(outcome.before, plan, outcome.nodes)
     return 0
 
 
 def _replica(p: Placement) -> str:
     return f"{shown(p.model)}[{p.replica}] {shown(p.profile)} on {', '.join(map(shown, p.nodes))}"
+
+
+def print_resilience_changes(
+    before: Sequence[Placement], plan: Plan, nodes: Sequence[Node]
+) -> None:
+    """Each model whose resilience the plan changes, before -> after (what a reviewer checks)."""
+    demands = [Demand(r.model, 0, (), spread_by=r.label) for r in plan.resilience]
+    was = {r.model: r for r in resilience(demands, before, {n.name: n for n in nodes})}
+    for now in plan.resilience:
+        old = was.get(now.model)
+        if old is None or (old.nodes, old.domains, old.replicas) != (
+            now.nodes,
+            now.domains,
+            now.replicas,
+        ):
+            then = "?" if old is None else old.describe()
+            print(f"  resilience {shown(now.model)}: {then} -> {now.describe()}")
 
 
 def cmd_placements(app: App, args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from llmgw import logs
 from llmgw.api.auth import Role, TokenConfigError, issue_token
 from llmgw.api.settings import ApiSettings, SettingsError
 from llmgw.cli.context import EXIT_REFUSED, App, Refused, print_json
+from llmgw.cli.scheduler_cmds import preemption_default
 from scheduler import DEFAULT_STALENESS, StalenessPolicy
 
 log = structlog.get_logger("llmgw.api")
@@ -67,6 +68,13 @@ def register(
         default=float(os.environ.get("LLMGW_GRACE", DEFAULT_STALENESS.grace.total_seconds())),
         metavar="SECONDS",
         help="further silence after which its replicas move (env LLMGW_GRACE)",
+    )
+    p.add_argument(
+        "--no-preemption",
+        dest="preemption",
+        action="store_false",
+        default=preemption_default(),
+        help="never evict lower-priority replicas, cluster-wide (env LLMGW_PREEMPTION=0)",
     )
     p.add_argument(
         "--stream-poll",
@@ -147,7 +155,9 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
         raise Refused(f"--port {args.port} is not a port number (0-65535)")
     try:
         policy = StalenessPolicy(
-            stale_after=timedelta(seconds=args.stale_after), grace=timedelta(seconds=args.grace)
+            stale_after=timedelta(seconds=args.stale_after),
+            grace=timedelta(seconds=args.grace),
+            preemption=args.preemption,
         )
         settings = ApiSettings.load(
             args.auth_file,
