@@ -161,8 +161,16 @@ class Catalog:
         for m in self._models.values():
             origin = "declared" if m.name in self._declared else "runtime"
             aliases = f" aliases={','.join(map(shown, m.aliases))}" if m.aliases else ""
+            rules = m.placement
+            placement = "".join(
+                (
+                    f" priority={rules.priority}" if rules.priority else "",
+                    f" spread_by={shown(rules.spread_by)}" if rules.spread_by else "",
+                    " spread_required" if rules.spread_required else "",
+                )
+            )
             lines.append(
-                f"{shown(m.name)} (min {m.scaling.min}, max {m.scaling.max}) [{origin}]{aliases}"
+                f"{shown(m.name)} (min {m.scaling.min}, max {m.scaling.max}) [{origin}]{aliases}{placement}"
             )
             for p in m.profiles:
                 lines.append(

@@ -68,6 +68,8 @@ class Attempt:
     failed: dict[str, tuple[list[Option], list[int]]] = field(default_factory=dict)
     # model -> why a required spread left a replica unplaced
     notes: dict[str, str] = field(default_factory=dict)
+    # (model, replica) -> what took its place (an eviction)
+    replica_notes: dict[tuple[str, int], str] = field(default_factory=dict)
     # The fresh nodes each profile may use, room or not, by (class, selector).
     eligible: dict[_PoolKey, list[str]] = field(default_factory=dict)
 

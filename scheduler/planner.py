@@ -75,7 +75,16 @@ def plan(
     preempted = Preempted(kept=kept.placements)
     if policy.preemption:
         preempted = preempt(demands, attempt, kept.placements)
-    unplaced = _explain(attempt.failed, inventory, fresh, attempt.capacity, attempt.notes)
+    notes = {
+        **{
+            (m, r): n
+            for m, (_, rs) in attempt.failed.items()
+            if (n := attempt.notes.get(m))
+            for r in rs
+        },
+        **attempt.replica_notes,
+    }
+    unplaced = _explain(attempt.failed, inventory, fresh, attempt.capacity, notes)
     keep = tuple(sorted(preempted.kept, key=_slot_order))
     place = tuple(sorted(attempt.placed, key=_slot_order))
 
@@ -97,7 +106,7 @@ def _explain(
     inventory: Mapping[str, Node],
     fresh: frozenset[str],
     capacity: Capacity,
-    notes: Mapping[str, str],
+    notes: Mapping[tuple[str, int], str],
 ) -> tuple[Unplaced, ...]:
     """One explanation per model, shared by its unplaced replicas.
 
@@ -119,10 +128,16 @@ def _explain(
                 )
             rejections.append(counted[key])
         reason = render(rejections) or "the model has no profiles to place it with"
-        if model in notes:
-            # A required spread or an eviction is why, not only the counts.
-            reason = f"{notes[model]}; {reason}"
-        unplaced.extend(Unplaced(model, r, reason, tuple(rejections)) for r in replicas)
+        # A required spread or an eviction is why, not only the counts.
+        unplaced.extend(
+            Unplaced(
+                model,
+                r,
+                f"{notes[(model, r)]}; {reason}" if (model, r) in notes else reason,
+                tuple(rejections),
+            )
+            for r in replicas
+        )
     return tuple(sorted(unplaced, key=lambda u: (u.model, u.replica)))
 
 

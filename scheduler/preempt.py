@@ -97,7 +97,7 @@ def _place_again(
             entry = attempt.failed.setdefault(demand.model, (tried, []))
             entry[1].append(replica)
             entry[1].sort()
-            attempt.notes[demand.model] = reason
+            attempt.replica_notes[(demand.model, replica)] = reason
 
 
 @dataclass(slots=True)
