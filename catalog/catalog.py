@@ -169,9 +169,8 @@ class Catalog:
                     " spread_required" if rules.spread_required else "",
                 )
             )
-            lines.append(
-                f"{shown(m.name)} (min {m.scaling.min}, max {m.scaling.max}) [{origin}]{aliases}{placement}"
-            )
+            scaling = f"(min {m.scaling.min}, max {m.scaling.max})"
+            lines.append(f"{shown(m.name)} {scaling} [{origin}]{aliases}{placement}")
             for p in m.profiles:
                 lines.append(
                     f"  {shown(p.name):<20} {shown(p.engine):<10} {shown(p.gpu_class or '-'):<12} "

@@ -10,7 +10,11 @@ inside each bucket. Best fit is then the first entry at or past
 of the few pools it belongs to, O(P log N) plus a list shift.
 
 Capacity only ever shrinks while replicas are being placed, which is what
-lets the planner remember that a profile found no room and not ask again.
+lets the planner remember that a profile found no room and not ask again;
+it grows only by an eviction (``release``), after which placing starts over
+with an empty memory. A second set of pools, in name order, serves first fit
+(``first_node``), the baseline a round compares itself with; it is built only
+when a round needs it.
 """
 
 from __future__ import annotations

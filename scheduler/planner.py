@@ -3,25 +3,31 @@
 Pure: no I/O, no clock (``now`` is given), no randomness, and no dependence on
 the order of ``nodes`` or ``current``. The same inputs give the same plan
 (ARCHITECTURE invariant 5), which is what makes a round replayable when
-someone asks later why a replica went where it went. ``demands`` order does
-matter, on purpose: earlier models are placed first, so catalog order is the
-order in which models claim scarce hardware.
+someone asks later why a replica went where it went. ``demands`` order only
+breaks ties: models claim hardware by priority, then largest replicas first
+(``scheduler.order``).
 
-A round has two halves:
+A round has three parts:
 
 1. Keep what is valid (``scheduler.keep``): current placements go only with a
    reason, so a second round over the result with nothing changed keeps
    everything and does nothing.
-2. Place what is missing: per model in ``demands`` order, replica slots
-   ascending, each trying the model's profiles from highest priority down;
-   the first profile that fits somewhere wins, on its best-fitting node(s)
-   (``scheduler.capacity``). What fits nowhere is explained
-   (``scheduler.explain``).
+2. Place what is missing (``scheduler.packing``): per model in placement
+   order, replica slots ascending, each trying the model's profiles from
+   highest priority down; the first profile that fits somewhere wins, on the
+   node(s) chosen for spread, then best fit (``scheduler.spread``). If that
+   leaves a replica unplaced, plain best fit and first fit are tried on the
+   same free capacity and the one placing the most GPUs is kept.
+3. Preempt (``scheduler.preempt``, unless the policy turns it off): a replica
+   still unplaced may evict replicas of strictly lower priority. What fits
+   nowhere is explained (``scheduler.explain``), and each model's resilience
+   is computed (``scheduler.resilience``).
 
 Cost: O(C log C + N log N) for C current placements and N nodes when nothing
-changed; plus O(L log N) per new single-node replica (L: distinct free-GPU
-counts, a handful), O(F) per new multi-node one (F: nodes that fit), and O(N)
-per distinct profile that fits nowhere, paid once for its explanation.
+changed (resilience adds about O(C)); plus O(L log N) per new single-node
+replica (L: distinct free-GPU counts, a handful), O(F) per new multi-node one
+(F: nodes that fit), and O(N) per distinct profile that fits nowhere, paid
+once for its explanation; three times the placing when a baseline is tried.
 """
 
 from __future__ import annotations
