@@ -80,7 +80,11 @@ def resilience(
 
 def min_hitting_set(sets: Sequence[frozenset[str]]) -> int:
     """The fewest elements that meet every set (0 for no sets)."""
-    distinct = sorted(set(sets), key=lambda s: (len(s), sorted(s)))
+    unique = set(sets)
+    # The usual case, replicas that share no node: one loss each. O(size).
+    if sum(map(len, unique)) == len(frozenset().union(*unique)):
+        return len(unique)
+    distinct = sorted(unique, key=lambda s: (len(s), sorted(s)))
     # A set containing another is hit whenever the smaller one is.
     minimal: list[frozenset[str]] = []
     for s in distinct:
