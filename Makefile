@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy catalog events scheduler llmgw bench
+	$(BIN)/mypy catalog events scheduler llmgw agent bench
 
 pytest: $(STAMP)
 	$(BIN)/pytest -n 2 -q

@@ -7,7 +7,7 @@ replayed exactly.
 from catalog.catalog import Catalog
 from catalog.declared import load_declared, load_definitions, parse_definitions, read_data
 from catalog.errors import CatalogError
-from catalog.model import SLO, Capabilities, Model, Profile, Scaling, cpu_capable
+from catalog.model import SLO, Capabilities, Model, Profile, Rollout, Scaling, cpu_capable
 from catalog.parse import parse_model
 from catalog.state import CatalogState
 from catalog.views import EngineProfile, PlacementProfile
@@ -22,6 +22,7 @@ __all__ = [
     "Model",
     "PlacementProfile",
     "Profile",
+    "Rollout",
     "Scaling",
     "cpu_capable",
     "load_declared",

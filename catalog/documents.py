@@ -112,6 +112,20 @@ def read_data(text: str, origin: str, limits: Limits = FILE_LIMITS) -> Any:
         raise _deeper(origin, limits) from None
 
 
+def read_json(text: str, origin: str, limits: Limits = FILE_LIMITS) -> Any:
+    """Parse JSON text (what the log stores) within ``limits``; any failure is a
+    ``CatalogError`` naming ``origin``, never a ``RecursionError``."""
+    if len(text) > limits.max_bytes:
+        _too_large(origin, limits)
+    _check_json_depth(text, origin, limits)
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise CatalogError(f"{origin}: not valid JSON: {_short(exc)}") from None
+    _check_json_nodes(data, origin, limits)
+    return data
+
+
 def _read_yaml(text: str, origin: str, limits: Limits) -> Any:
     _check_yaml_events(text, origin, limits)
     return yaml.load(text, Loader=_StrictLoader)

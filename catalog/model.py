@@ -89,6 +89,23 @@ class Scaling(BaseModel):
     max: int = 0
 
 
+class Rollout(BaseModel):
+    """How a model's replicas are replaced when what they run changes, or their node drains.
+
+    Surge-first by default: one extra replica is started and must report ready
+    before an old one is stopped, so the model never has fewer ready replicas
+    than ``scaling.min`` while there is room for the extra one. Where there is
+    no room, ``max_unavailable`` lets that many be stopped first instead.
+    """
+
+    model_config = _STRICT
+
+    # How many replicas beyond the wanted count may run during the change.
+    max_surge: int = 1
+    # How many of the wanted replicas may be not ready during the change.
+    max_unavailable: int = 0
+
+
 class SLO(BaseModel):
     """The latency a model is expected to meet; benchmarks measure capacity against it."""
 
@@ -134,6 +151,7 @@ class PlacementRules(BaseModel):
 
 
 _DEFAULT_PLACEMENT = PlacementRules()
+_DEFAULT_ROLLOUT = Rollout()
 # Priorities beyond this are typos; Kubernetes caps user priorities at 1e9 too.
 MAX_PRIORITY = 1_000_000_000
 
@@ -217,13 +235,14 @@ class Model(BaseModel):
     context_length: int = 0
     max_output: int = 0
     capabilities: Capabilities = Field(default_factory=Capabilities)
-    # Left out of the definition while it is the default, so that a model that
-    # says nothing about placement records, hashes and diffs as it did before
-    # the field existed (the declared digest of an unchanged catalog.yaml must
-    # not change with an upgrade).
+    # Left out of the definition while they are the default, so that a model
+    # that says nothing about placement or rollout records, hashes and diffs as
+    # it did before the fields existed (the declared digest of an unchanged
+    # catalog.yaml must not change with an upgrade).
     placement: PlacementRules = Field(
         default_factory=PlacementRules, exclude_if=lambda v: v == _DEFAULT_PLACEMENT
     )
+    rollout: Rollout = Field(default_factory=Rollout, exclude_if=lambda v: v == _DEFAULT_ROLLOUT)
 
     @property
     def simulated(self) -> bool:
@@ -385,6 +404,7 @@ def validate(model: Model) -> None:
                 model=name,
                 field=f"scaling.{bound}",
             )
+    _validate_rollout(model)
     for alias in model.aliases:
         if not alias.strip() or alias == name:
             raise CatalogError(
@@ -444,6 +464,28 @@ def _validate_placement(model: str, rules: PlacementRules) -> None:
             "over, such as zone or rack",
             model=model,
             field="placement.spread_by",
+        )
+
+
+def _validate_rollout(model: Model) -> None:
+    rollout = model.rollout
+    for field_name in ("max_surge", "max_unavailable"):
+        value = getattr(rollout, field_name)
+        if not 0 <= value <= MAX_REPLICAS:
+            raise CatalogError(
+                f"model {model.name!r}: rollout.{field_name} {value} must be between 0 and "
+                f"{MAX_REPLICAS}",
+                model=model.name,
+                field=f"rollout.{field_name}",
+            )
+    # Neither an extra replica nor a missing one: a rollout could never take a step.
+    if rollout.max_surge == 0 and rollout.max_unavailable == 0:
+        raise CatalogError(
+            f"model {model.name!r}: rollout.max_surge and rollout.max_unavailable are both 0, "
+            "so a replacement could never start; allow a surge (max_surge: 1) or a missing "
+            "replica (max_unavailable: 1)",
+            model=model.name,
+            field="rollout",
         )
 
 

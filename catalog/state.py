@@ -101,9 +101,17 @@ class CatalogState:
         declared catalog is refused with ``CatalogError`` rather than trusted.
         """
         state = cls(declared, config_path=config_path)
+        # Judged as one batch rather than one at a time: a replacement may
+        # point a model's fallback at one accepted after it (or form a cycle,
+        # as declared models may), which is valid as a whole but not as a
+        # sequence of additions in this order.
+        state._check_batch(runtime)
+        state._snapshot = None
         for model in runtime:
-            state.check_add((model,))
-            state.add(model)
+            state._models[model.name] = model
+            state._index_model(model)
+        for model in runtime:
+            state._link_fallbacks(model)
         return state
 
     # -- adding -----------------------------------------------------------
@@ -116,6 +124,11 @@ class CatalogState:
         each one's fallbacks are already present, so that the additions can be
         recorded, and later replayed, one model at a time.
         """
+        return _dependency_order(models, self._check_batch(models))
+
+    def _check_batch(self, models: Sequence[Model]) -> dict[str, str]:
+        """The names and fallbacks of ``models`` checked as one batch: the batch's
+        names and aliases (each mapped to its model) when all is well."""
         batch: dict[str, str] = {}  # name or alias within the batch -> its model
         taken: dict[str, str] = {}  # the same, case-folded
         for model in models:
@@ -135,7 +148,7 @@ class CatalogState:
                         model=model.name,
                         field="fallbacks",
                     )
-        return _dependency_order(models, batch)
+        return batch
 
     def _check_name_free(
         self, name: str, owner: str, batch: dict[str, str], *, is_alias: bool = False
@@ -171,8 +184,8 @@ class CatalogState:
             )
         if not is_alias and holder == name == written:
             raise CatalogError(
-                f"model {owner!r} is already in the catalog (added at runtime); remove it "
-                "first to replace it",
+                f"model {owner!r} is already in the catalog (added at runtime); apply the new "
+                "definition to replace it (llmgw apply, PUT /v1/catalog/models/NAME)",
                 model=owner,
                 field="name",
             )
@@ -186,6 +199,92 @@ class CatalogState:
     def add(self, model: Model) -> None:
         """Apply one addition that ``check_add`` accepted."""
         self._snapshot = None
+        self._models[model.name] = model
+        self._index_model(model)
+        self._link_fallbacks(model)
+
+    # -- replacing --------------------------------------------------------
+
+    def check_replace(self, model: Model) -> Model:
+        """Refuse a replacement that would leave the catalog invalid; returns the
+        definition it replaces.
+
+        Judged as an addition is, against the catalog as it would be after the
+        change: the new aliases must be free (or already this model's), every
+        fallback must resolve without the aliases the new definition drops, and
+        no other model may be left falling back to a dropped alias. One event
+        replaces the definition, so there is no moment at which the model is
+        missing, as there is between a removal and an addition.
+        """
+        name = model.name
+        canonical = self._index.get(name)
+        if canonical is None:
+            raise CatalogError(
+                f"model {name!r} is not in the catalog; nothing to replace (add it instead)",
+                model=name,
+            )
+        if canonical != name:
+            raise CatalogError(
+                f"{name!r} is an alias of model {canonical!r}; replace the model by its name",
+                model=canonical,
+                field="name",
+            )
+        if name in self._declared:
+            raise CatalogError(
+                f"model {name!r} is declared in {self._config_path} and cannot be replaced at "
+                f"runtime: the declared definition would return on the next restart. Change "
+                f"it in {self._config_path} instead",
+                model=name,
+            )
+        old = self._models[name]
+        for alias in model.aliases:
+            found = self.holder(alias)  # regardless of case: its own alias may change case
+            if found is None or found[1].name != name:
+                self._check_name_free(alias, name, {}, is_alias=True)
+        dropped = set(old.aliases) - set(model.aliases)
+        own = {name, *model.aliases}
+        for fallback in model.fallbacks:
+            if fallback not in own and (fallback not in self._index or fallback in dropped):
+                raise CatalogError(
+                    f"model {name!r}: fallback {fallback!r} is not in the catalog; "
+                    "add it first or correct the name (a typo in a fallback should stop "
+                    "the change, not surface during an outage)",
+                    model=name,
+                    field="fallbacks",
+                )
+        stranded = self.alias_dependents(name, dropped)
+        if stranded:
+            names = ", ".join(repr(d) for d in stranded)
+            gone = ", ".join(repr(a) for a in sorted(dropped))
+            raise CatalogError(
+                f"model {name!r}: the new definition drops alias {gone}, but {names} "
+                f"{'falls' if len(stranded) == 1 else 'fall'} back to it by that name, and a "
+                "fallback pointing at nothing is discovered during the outage it was meant "
+                "to cover; keep the alias, or change their fallbacks first",
+                model=name,
+                field="aliases",
+            )
+        return old
+
+    def alias_dependents(self, name: str, aliases: set[str]) -> list[str]:
+        """The other models that fall back to model ``name`` by one of ``aliases``, sorted."""
+        if not aliases:
+            return []
+        return sorted(
+            d
+            for d in self._dependents.get(name, ())
+            if any(f in aliases for f in self._models[d].fallbacks)
+        )
+
+    def replace(self, model: Model) -> None:
+        """Apply one replacement that ``check_replace`` accepted. The model keeps its
+        place in the catalog's order, and the models falling back to it stay linked."""
+        self._snapshot = None
+        old = self._models[model.name]
+        self._unlink_fallbacks(old)
+        for alias in old.aliases:
+            del self._index[alias]
+            del self._folded[fold(alias)]
         self._models[model.name] = model
         self._index_model(model)
         self._link_fallbacks(model)
@@ -233,10 +332,7 @@ class CatalogState:
         for alias in model.aliases:
             del self._index[alias]
             del self._folded[fold(alias)]
-        for fallback in model.fallbacks:
-            target = self._index.get(fallback)
-            if target is not None:
-                self._dependents.get(target, set()).discard(name)
+        self._unlink_fallbacks(model)
         self._dependents.pop(name, None)
 
     # -- bookkeeping ------------------------------------------------------
@@ -247,6 +343,12 @@ class CatalogState:
         for alias in model.aliases:
             self._index[alias] = model.name
             self._folded[fold(alias)] = alias
+
+    def _unlink_fallbacks(self, model: Model) -> None:
+        for fallback in model.fallbacks:
+            target = self._index.get(fallback)
+            if target is not None:
+                self._dependents.get(target, set()).discard(model.name)
 
     def _link_fallbacks(self, model: Model) -> None:
         for fallback in model.fallbacks:

@@ -3,11 +3,12 @@
 from events.commands import CatalogService, CommandConflict, CommandResult, KeyReused
 from events.replay import Replayer, ReplayResult, SkippedEvent, replay
 from events.store import AppendOutcome, ConcurrencyConflict, EventStore
-from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
+from events.types import MODEL_ADDED, MODEL_REMOVED, MODEL_REPLACED, NewEvent, StoredEvent
 
 __all__ = [
     "MODEL_ADDED",
     "MODEL_REMOVED",
+    "MODEL_REPLACED",
     "AppendOutcome",
     "CatalogService",
     "CommandConflict",

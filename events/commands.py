@@ -23,13 +23,25 @@ import structlog
 from sqlalchemy.exc import SQLAlchemyError
 
 from catalog import Catalog, CatalogError, Model
+from catalog.diff import FieldChange, diff_models
 from catalog.digest import catalog_digest
 from catalog.identifiers import check_command
+from events.apply import (
+    ApplyPlan,
+    ApplyResult,
+    definition_event,
+    outcome_of,
+    plan_apply,
+    same_definition,
+)
 from events.idempotency import change_digest, recorded_change
 from events.replay import Replayer, ReplayResult
 from events.snapshots import SnapshotStore
 from events.store import EventStore, UnvouchedRow
-from events.types import CURRENT_SCHEMA, MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
+from events.timetravel import catalog_at
+from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
+
+Same = Callable[[tuple[StoredEvent, ...]], bool]
 
 log = structlog.get_logger("llmgw.catalog")
 
@@ -203,18 +215,7 @@ class CatalogService:
 
         def build() -> list[NewEvent]:
             ordered = self._replayer.state.check_add(models)
-            return [
-                NewEvent(
-                    type=MODEL_ADDED,
-                    model=m.name,
-                    payload=json.dumps(
-                        {"model": m.to_definition(), "declared_digest": self.declared_digest},
-                        sort_keys=True,
-                    ),
-                    schema_version=CURRENT_SCHEMA[MODEL_ADDED],
-                )
-                for m in ordered
-            ]
+            return [definition_event(MODEL_ADDED, m, self.declared_digest) for m in ordered]
 
         names = [m.name for m in models]
         change = change_digest(MODEL_ADDED, [m.to_definition() for m in models])
@@ -230,6 +231,55 @@ class CatalogService:
         change = change_digest(MODEL_REMOVED, [name])
         return self._run(MODEL_REMOVED, [name], change, build, actor=actor, reason=reason, key=key)
 
+    def apply(
+        self, model: Model, *, actor: str = "", reason: str = "", key: str | None = None
+    ) -> ApplyResult:
+        """Add ``model``, or replace the runtime model of its name with it in one event
+        (events.apply); nothing is written when the catalog already holds it."""
+        plans: list[ApplyPlan] = []
+
+        def build() -> list[NewEvent]:
+            plans.append(plan_apply(self._replayer.state, model, self.declared_digest))
+            return list(plans[-1].events)
+
+        def same(previous: tuple[StoredEvent, ...]) -> bool:
+            return same_definition(previous, model)
+
+        change = change_digest("model.apply", [model.to_definition()])
+        result = self._run(
+            "model.apply",
+            [model.name],
+            change,
+            build,
+            actor=actor,
+            reason=reason,
+            key=key,
+            same=same,
+        )
+        if result.already_recorded:
+            return self._first_apply(model, result.events)
+        plan = plans[-1]  # the attempt that was appended (or found nothing to do)
+        if plan.outcome == "unchanged":
+            log.info("catalog.apply_unchanged", model=model.name, actor=actor)
+        return ApplyResult(plan.outcome, model.name, plan.changes, result.events, False)
+
+    def _first_apply(self, model: Model, events: tuple[StoredEvent, ...]) -> ApplyResult:
+        """A repeated key's first outcome, its changes read from the log as they were."""
+        (event,) = events
+        outcome = outcome_of(event)
+        changes: tuple[FieldChange, ...] = ()
+        if outcome == "replaced":
+            _, before = catalog_at(
+                self.store,
+                self.declared,
+                event.position - 1,
+                config_path=self.config_path,
+                snapshots=self.snapshots,
+            )
+            old = before.resolve(model.name)
+            changes = diff_models(old, model) if old is not None else ()
+        return ApplyResult(outcome, model.name, changes, events, True)
+
     def _run(
         self,
         command: str,
@@ -240,6 +290,7 @@ class CatalogService:
         actor: str,
         reason: str,
         key: str | None,
+        same: Same | None = None,
     ) -> CommandResult:
         # Who, why and the key are recorded beside the events and printed by
         # `history`: the same grammar for every path (CLI, API, a token's name).
@@ -247,7 +298,7 @@ class CatalogService:
         if key is not None:
             previous = self.store.by_command(key)
             if previous:
-                return self._repeat(command, change, key, previous)
+                return self._repeat(command, change, key, previous, same)
         # Catch up outside the lock (a start-up's replay, a snapshot), then take
         # it, read the few events others appended meanwhile, validate and append
         # in one transaction: a writer waits for its turn and never loses a race.
@@ -256,8 +307,11 @@ class CatalogService:
             with self.store.writing() as locked:
                 with gc_paused():
                     self._apply(locked.read(after=self._replayer.position))
+                events = build()
+                if not events:  # nothing to change (an apply of what is there): nothing written
+                    return CommandResult((), already_recorded=False, attempts=1)
                 outcome = locked.append(
-                    build(),
+                    events,
                     expected_head=self._replayer.position,
                     actor=actor,
                     reason=reason,
@@ -267,7 +321,7 @@ class CatalogService:
             raise CommandConflict(str(exc)) from None
         if outcome.already_recorded:
             # Another attempt with our key committed while we waited for the lock.
-            return self._repeat(command, change, key or "", outcome.events)
+            return self._repeat(command, change, key or "", outcome.events, same)
         log.info(
             "catalog.appended",
             command=command,
@@ -280,16 +334,25 @@ class CatalogService:
         return CommandResult(outcome.events, already_recorded=False, attempts=1)
 
     def _repeat(
-        self, command: str, change: str, key: str, previous: tuple[StoredEvent, ...]
+        self,
+        command: str,
+        change: str,
+        key: str,
+        previous: tuple[StoredEvent, ...],
+        same: Same | None = None,
     ) -> CommandResult:
         """The same key again: report the first outcome, if it is the same change.
 
-        Compared by the digest of the whole change (events.idempotency): a
-        repeat cannot be validated again (the first attempt already changed
-        the catalog), and a retry after a timeout, which is what keys are for,
-        sends exactly the same change.
+        Compared by the digest of the whole change (events.idempotency), or for
+        an apply by the definition it recorded (``same``): a repeat cannot be
+        validated again (the first attempt already changed the catalog), and a
+        retry after a timeout, which is what keys are for, sends exactly the
+        same change.
         """
-        if recorded_change(command, previous) != change:
+        matches = (
+            same(previous) if same is not None else recorded_change(command, previous) == change
+        )
+        if not matches:
             raise KeyReused(
                 f"idempotency key {key!r} was already used for a different change "
                 f"(position {previous[0].position}, {previous[0].type} of "

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from catalog import Catalog, CatalogState
+from catalog import Catalog, CatalogState, Model
 from catalog.digest import catalog_digest
+from catalog.documents import read_json
 from catalog.text import shown
 from events.chain import canonical_time
-from events.replay import Replayer
-from events.types import MODEL_ADDED, MODEL_REMOVED, StoredEvent
+from events.replay import STORED_LIMITS, Replayer
+from events.types import DEFINITION_TYPES, MODEL_REMOVED, MODEL_REPLACED, StoredEvent
 
 # How many names a context lists before it only counts the rest.
 SHOWN = 20
@@ -85,17 +86,45 @@ def explain(
 
 def _context(state: CatalogState, event: StoredEvent, digest: str) -> dict[str, Any]:
     try:
-        payload = json.loads(event.payload)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        payload = read_json(event.payload, "payload", STORED_LIMITS)
+    except Exception:  # any row that cannot be read is shown as an excerpt
         payload = None
-    if not isinstance(payload, dict) or event.type not in (MODEL_ADDED, MODEL_REMOVED):
+    if not isinstance(payload, dict) or event.type not in (*DEFINITION_TYPES, MODEL_REMOVED):
         return {"payload": _excerpt(event.payload)}
     if event.type == MODEL_REMOVED:
         return _removal_context(state, payload.get("name"))
+    if event.type == MODEL_REPLACED:
+        return _replacement_context(state, payload, digest)
     return _addition_context(state, payload, digest)
 
 
-def _addition_context(state: CatalogState, payload: dict[str, Any], digest: str) -> dict[str, Any]:
+def _replacement_context(
+    state: CatalogState, payload: dict[str, Any], digest: str
+) -> dict[str, Any]:
+    """A replacement is judged as an addition against the catalog without the model it
+    replaces: absent or declared, or the same collisions and missing fallbacks, less
+    what the model itself holds; plus who still falls back to an alias it drops."""
+    raw = payload.get("model")
+    name = raw.get("name") if isinstance(raw, dict) else None
+    current = state.resolve(name) if isinstance(name, str) else None
+    if not isinstance(name, str) or current is None or current.name != name:
+        return _addition_context(state, payload, digest) if name is None else _present(state, name)
+    if state.is_declared(name):
+        return {"declared_in": state.config_path}
+    out = _addition_context(state, payload, digest, replacing=current)
+    aliases = raw.get("aliases") if isinstance(raw, dict) else None
+    kept = set(aliases) if isinstance(aliases, list) else set()
+    dropped = {a for a in current.aliases if a not in kept}
+    stranded = state.alias_dependents(name, dropped)
+    if stranded:
+        out["dropped_aliases"] = sorted(dropped)
+        out["alias_dependents"] = stranded
+    return out
+
+
+def _addition_context(
+    state: CatalogState, payload: dict[str, Any], digest: str, *, replacing: Model | None = None
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     recorded = payload.get("declared_digest")
     if isinstance(recorded, str):
@@ -112,7 +141,7 @@ def _addition_context(state: CatalogState, payload: dict[str, Any], digest: str)
     collisions = []
     for name in own:
         found = state.holder(name)  # regardless of case, as the rule is
-        if found is not None:
+        if found is not None and (replacing is None or found[1].name != replacing.name):
             written, holder = found
             collisions.append(
                 {
@@ -126,7 +155,12 @@ def _addition_context(state: CatalogState, payload: dict[str, Any], digest: str)
         out["collides_with"] = collisions
     fallbacks = raw.get("fallbacks")
     if isinstance(fallbacks, list):
-        missing = [f for f in fallbacks if isinstance(f, str) and f not in state and f not in own]
+        gone = set() if replacing is None else set(replacing.aliases) - set(own)
+        missing = [
+            f
+            for f in fallbacks
+            if isinstance(f, str) and (f not in state or f in gone) and f not in own
+        ]
         if missing:
             out["missing_fallbacks"] = missing
             out.update(_present(state, missing[0]))
@@ -185,6 +219,12 @@ def render_context(context: dict[str, Any]) -> list[str]:
         lines.append(f"declared in {shown(context['declared_in'])}")
     if context.get("dependents"):
         lines.append(f"still falling back to it: {', '.join(map(shown, context['dependents']))}")
+    if context.get("alias_dependents"):
+        lines.append(
+            "still falling back to dropped alias "
+            f"{', '.join(map(shown, context['dropped_aliases']))}: "
+            f"{', '.join(map(shown, context['alias_dependents']))}"
+        )
     if "models_present_count" in context:
         present = context["models_present"]
         more = context["models_present_count"] - len(present)

@@ -11,16 +11,27 @@ same catalog, which is what makes debugging by replay possible.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from catalog import Catalog, CatalogError, CatalogState, parse_model
+from catalog import Catalog, CatalogError, CatalogState, Model, parse_model
+from catalog.documents import Limits, read_json
 from catalog.parse import parse_wrapped_model_json
-from events.types import CURRENT_SCHEMA, MODEL_ADDED, MODEL_REMOVED, StoredEvent
+from events.types import (
+    CURRENT_SCHEMA,
+    DEFINITION_TYPES,
+    MODEL_REMOVED,
+    MODEL_REPLACED,
+    StoredEvent,
+)
 from events.upcast import UnreadableEvent, upcast
 
-_ADDED_VERSION = CURRENT_SCHEMA[MODEL_ADDED]
+# A stored payload is one definition: what a request body may hold, at most.
+STORED_LIMITS = Limits(max_bytes=16 << 20, max_nodes=100_000)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +106,15 @@ class Replayer:
             skipped = SkippedEvent(event.position, event.event_id, event.type, str(exc))
             self.skipped.append(skipped)
             return skipped
+        except Exception as exc:
+            # Any other failure to decode or validate a stored row (a RecursionError,
+            # a column of the wrong type, a bug in an upcaster) is still one bad row:
+            # skipped and named, never the end of the catalog. Nothing was changed:
+            # the state is only written after every check has passed.
+            reason = f"cannot be read ({type(exc).__name__}: {_short(str(exc))})"
+            skipped = SkippedEvent(event.position, event.event_id, event.type, reason)
+            self.skipped.append(skipped)
+            return skipped
         self.applied.append(event.position)
         return None
 
@@ -103,33 +123,41 @@ class Replayer:
             self.apply(event)
 
     def _apply(self, event: StoredEvent) -> None:
-        if event.type == MODEL_ADDED and event.schema_version == _ADDED_VERSION:
-            # The common case, an add as this release writes it (nothing to
-            # upcast): parsed and validated straight from the text. Anything
-            # the fast path does not accept takes the general path below,
-            # which accepts or names the problem exactly as it always has.
+        if event.unreadable is not None:
+            raise UnreadableEvent(event.unreadable)
+        if event.type in DEFINITION_TYPES and event.schema_version == CURRENT_SCHEMA[event.type]:
+            # The common case, an add or a replacement as this release writes
+            # it (nothing to upcast): parsed and validated straight from the
+            # text. Anything the fast path does not accept takes the general
+            # path below, which accepts or names the problem exactly as it
+            # always has.
             model = parse_wrapped_model_json(event.payload)
             if model is not None:
-                self.state.check_add([model])
-                self.state.add(model)
+                self._apply_definition(event.type, model)
                 return
         try:
-            payload = json.loads(event.payload)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UnreadableEvent(f"payload is not valid JSON: {exc}") from None
+            payload = read_json(event.payload, "payload", STORED_LIMITS)
+        except CatalogError as exc:
+            raise UnreadableEvent(str(exc)) from None
         if not isinstance(payload, dict):
             raise UnreadableEvent("payload is not a JSON object")
         payload = upcast(event.type, event.schema_version, payload)
-        if event.type == MODEL_ADDED:
-            model = parse_model(payload.get("model"))
-            self.state.check_add([model])
-            self.state.add(model)
+        if event.type in DEFINITION_TYPES:
+            self._apply_definition(event.type, parse_model(payload.get("model")))
         elif event.type == MODEL_REMOVED:
             name = payload.get("name")
             if not isinstance(name, str):
                 raise UnreadableEvent("payload has no model name to remove")
             self.state.check_remove(name)
             self.state.remove(name)
+
+    def _apply_definition(self, event_type: str, model: Model) -> None:
+        if event_type == MODEL_REPLACED:
+            self.state.check_replace(model)
+            self.state.replace(model)
+        else:
+            self.state.check_add([model])
+            self.state.add(model)
 
     def result(self) -> ReplayResult:
         return ReplayResult(

@@ -266,6 +266,12 @@ class SnapshotStore:
         except SnapshotIgnored as exc:
             _ignored(candidate, str(exc))
             return Restored(None, ignored=True)
+        except Exception as exc:
+            # Whatever else a damaged row makes fail (a column of the wrong type, a
+            # structure too deep to validate), it is a snapshot not to trust: replay
+            # from the log instead, and say so.
+            _ignored(candidate, f"it cannot be read ({type(exc).__name__}: {str(exc)[:200]})")
+            return Restored(None, ignored=True)
         return Restored(replayer, ignored=candidate is not newest)
 
     def _restore(self, row: Row[Any], declared: Catalog, config_path: str) -> Replayer:

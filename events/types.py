@@ -7,6 +7,7 @@ from datetime import datetime
 
 MODEL_ADDED = "model.added"
 MODEL_REMOVED = "model.removed"
+MODEL_REPLACED = "model.replaced"
 
 # The version of each event type's payload this code writes. Older versions
 # are upcast on read (events.upcast); stored rows are never rewritten.
@@ -16,7 +17,12 @@ MODEL_REMOVED = "model.removed"
 #     against, so that a later skip ("collides with a model declared since")
 #     can be told apart from a bad write.
 #   model.removed 1: {"name": name}
-CURRENT_SCHEMA: dict[str, int] = {MODEL_ADDED: 2, MODEL_REMOVED: 1}
+#   model.replaced 1: {"model": definition, "declared_digest": hex}: a runtime
+#     model's whole new definition (defaults applied), as model.added 2 holds
+#     it, so that replay needs nothing but the event to apply it.
+CURRENT_SCHEMA: dict[str, int] = {MODEL_ADDED: 2, MODEL_REMOVED: 1, MODEL_REPLACED: 1}
+# The types whose payload is a whole definition under "model".
+DEFINITION_TYPES = frozenset({MODEL_ADDED, MODEL_REPLACED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +50,6 @@ class StoredEvent:
     actor: str
     reason: str
     recorded_at: datetime
+    # Why a column of the stored row could not be read as its type (SQLite stores
+    # whatever it is given), or None. Replay skips such a row and names it.
+    unreadable: str | None = None

@@ -109,24 +109,37 @@ class Capacity:
         """Give a replica's share back (an eviction): the inverse of ``consume``."""
         self.consume(nodes, -gpus_per_node, -memory_gb_per_node)
 
-    def fitting(self, profile: PlacementProfile) -> Iterator[tuple[int, float, str]]:
-        """Every fresh node that fits ``profile`` now, best fit first (see ``best_node``)."""
-        return self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb)
+    def fitting(
+        self, profile: PlacementProfile, avoid: Collection[str] = ()
+    ) -> Iterator[tuple[int, float, str]]:
+        """Every fresh node that fits ``profile`` now, best fit first (see ``best_node``).
+
+        ``avoid``: nodes not to use (a model backing off from where it failed).
+        """
+        wanted = self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb)
+        if not avoid:
+            return wanted
+        return (e for e in wanted if e[2] not in avoid)
 
     def eligible(self, profile: PlacementProfile) -> list[str]:
         """The fresh nodes of the profile's class and labels, room or not, by name."""
         return sorted(self._pool(profile).names())
 
-    def first_node(self, profile: PlacementProfile) -> str | None:
-        """The fitting node first by name: first fit, the baseline a round must not fall below."""
+    def first_node(self, profile: PlacementProfile, avoid: Collection[str] = ()) -> str | None:
+        """The fitting node first by name: first fit, the baseline a round must not fall below.
+
+        ``avoid``: nodes not to use, as for ``best_node``.
+        """
         return self._name_pool(profile).first(
-            profile.gpus_per_node, profile.min_memory_gb, self._free_memory
+            profile.gpus_per_node, profile.min_memory_gb, self._free_memory, avoid
         )
 
-    def first_gang(self, profile: PlacementProfile) -> tuple[str, ...] | None:
+    def first_gang(
+        self, profile: PlacementProfile, avoid: Collection[str] = ()
+    ) -> tuple[str, ...] | None:
         """The first fabric, in name order of its nodes, to have ``profile.nodes`` that fit."""
         by_fabric: dict[str, list[str]] = {}
-        for _, _, name in sorted(self.fitting(profile), key=lambda e: e[2]):
+        for _, _, name in sorted(self.fitting(profile, avoid), key=lambda e: e[2]):
             fabric = self._nodes[name].fabric
             if fabric is None:
                 continue
@@ -136,13 +149,18 @@ class Capacity:
                 return tuple(group)
         return None
 
-    def best_node(self, profile: PlacementProfile) -> str | None:
-        """The fitting node with the fewest free GPUs, then least free memory, then name."""
+    def best_node(self, profile: PlacementProfile, avoid: Collection[str] = ()) -> str | None:
+        """The fitting node with the fewest free GPUs, then least free memory, then name.
+
+        ``avoid``: nodes not to use (a model backing off from where it failed).
+        """
         wanted = self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb)
-        entry = next(wanted, None)
+        entry = next((e for e in wanted if e[2] not in avoid), None)
         return None if entry is None else entry[2]
 
-    def best_gang(self, profile: PlacementProfile) -> tuple[str, ...] | None:
+    def best_gang(
+        self, profile: PlacementProfile, avoid: Collection[str] = ()
+    ) -> tuple[str, ...] | None:
         """``profile.nodes`` distinct fitting nodes on one fabric, chosen by best fit.
 
         Within each fabric the best-fitting nodes are taken; among fabrics that
@@ -153,7 +171,7 @@ class Capacity:
         by_fabric: dict[str, list[tuple[int, float, str]]] = {}
         for entry in self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb):
             fabric = self._nodes[entry[2]].fabric
-            if fabric is None:
+            if fabric is None or entry[2] in avoid:
                 continue
             group = by_fabric.setdefault(fabric, [])
             if len(group) < size:
@@ -289,7 +307,13 @@ class _NamePool:
             del self._buckets[level]
             self._levels.remove(level)
 
-    def first(self, gpus: int, memory_gb: int, free_memory: dict[str, float | None]) -> str | None:
+    def first(
+        self,
+        gpus: int,
+        memory_gb: int,
+        free_memory: dict[str, float | None],
+        avoid: Collection[str] = (),
+    ) -> str | None:
         """The first node by name with the GPUs and memory: the first per level, then the least.
 
         A node short of memory is passed over within its level, so this costs a
@@ -300,7 +324,7 @@ class _NamePool:
             for name in self._buckets[level]:
                 if best is not None and name >= best:
                     break
-                if memory_fits(free_memory[name], memory_gb):
+                if name not in avoid and memory_fits(free_memory[name], memory_gb):
                     best = name
                     break
         return best

@@ -1,7 +1,8 @@
 """The placement daemon: rounds on a timer (APScheduler), as leader only, surviving outages.
 
 - One structured log line per round (``placement.round``) with stable fields:
-  round, catalog_position, nodes, placed, removed, unplaced, duration_ms.
+  round, catalog_position, nodes, placed, removed, unplaced, duration_ms; and
+  ``replica.failed`` per failure, ``placement.rollout`` per rollout in progress.
 - SIGTERM or SIGINT lets the running round finish, then the process exits 0.
 - A database that cannot be reached is logged (``placement.round_failed``)
   and tried again next round; nothing is duplicated when it comes back,
@@ -88,6 +89,24 @@ class Daemon:
                     replica=p.replica,
                     profile=p.profile,
                     nodes=list(p.nodes),
+                )
+            for failure in plan.failures:
+                p = failure.placement
+                log.warning(
+                    "replica.failed",
+                    model=p.model,
+                    replica=p.replica,
+                    nodes=list(p.nodes),
+                    reason=failure.reason,
+                )
+            for rollout in plan.rollouts:
+                log.info(
+                    "placement.rollout",
+                    model=rollout.model,
+                    cause=rollout.cause,
+                    old=len(rollout.old),
+                    new=len(rollout.new),
+                    waiting=rollout.waiting,
                 )
 
     def run_forever(self) -> None:

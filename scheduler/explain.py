@@ -47,6 +47,8 @@ class ProfileRejections:
     nodes_total: int
     nodes_fit: int
     stale: int = 0
+    cordoned: int = 0
+    backing_off: int = 0
     gpu_class_wanted: str | None = None
     wrong_gpu_class: Mapping[str, int] = field(default_factory=dict)
     without_gpus: int = 0
@@ -73,16 +75,23 @@ class ClassIndex:
 
     by_class: Mapping[str | None, Sequence[Node]]
     stale: Mapping[str | None, int]
+    # Fresh but cordoned or draining, per class (a stale node counts as stale).
+    closed: Mapping[str | None, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, nodes: Sequence[Node], fresh: Collection[str]) -> ClassIndex:
+    def of(
+        cls, nodes: Sequence[Node], fresh: Collection[str], closed: Collection[str] = ()
+    ) -> ClassIndex:
         by_class: dict[str | None, list[Node]] = {}
         stale: Counter[str | None] = Counter()
+        shut: Counter[str | None] = Counter()
         for node in nodes:
             by_class.setdefault(node.gpu_class, []).append(node)
             if node.name not in fresh:
                 stale[node.gpu_class] += 1
-        return cls(by_class, stale)
+            elif node.name in closed:
+                shut[node.gpu_class] += 1
+        return cls(by_class, stale, shut)
 
 
 def count_rejections(
@@ -92,6 +101,8 @@ def count_rejections(
     fresh: Collection[str],
     capacity: FreeCapacity,
     index: ClassIndex | None = None,
+    closed: Collection[str] = (),
+    avoid: Collection[str] = (),
 ) -> ProfileRejections:
     """Count, for each node, the first check it fails for ``profile``.
 
@@ -108,9 +119,11 @@ def count_rejections(
             if gpu_class == profile.gpu_class:
                 continue
             stale = index.stale.get(gpu_class, 0)
+            shut = index.closed.get(gpu_class, 0)
             failures[Check.STALE, ""] += stale
-            if len(members) > stale:
-                failures[Check.GPU_CLASS, gpu_class or ""] += len(members) - stale
+            failures[Check.CORDONED, ""] += shut
+            if len(members) > stale + shut:
+                failures[Check.GPU_CLASS, gpu_class or ""] += len(members) - stale - shut
     for node in examined:
         failure = misfit(
             node,
@@ -118,6 +131,8 @@ def count_rejections(
             fresh=node.name in fresh,
             free_gpus=capacity.free_gpus(node.name),
             free_memory_gb=capacity.free_memory(node.name),
+            closed=node.name in closed,
+            backing_off=node.name in avoid,
         )
         if failure is not None:
             failures[failure.check, failure.detail] += 1
@@ -131,6 +146,8 @@ def count_rejections(
         nodes_total=len(nodes),
         nodes_fit=len(nodes) - sum(failures.values()),
         stale=failures[Check.STALE, ""],
+        cordoned=failures[Check.CORDONED, ""],
+        backing_off=failures[Check.BACKOFF, ""],
         gpu_class_wanted=profile.gpu_class,
         wrong_gpu_class=_by_count({cls: n for cls, n in wrong_classes.items() if cls}),
         without_gpus=wrong_classes.get("", 0),
@@ -179,7 +196,14 @@ def _reasons(r: ProfileRejections) -> list[str]:
     reasons = []
     if r.stale:
         reasons.append(f"{r.stale} {_verb(r.stale, 'is', 'are')} stale")
+    if r.cordoned:
+        reasons.append(f"{r.cordoned} {_verb(r.cordoned, 'is', 'are')} cordoned or draining")
     reasons.extend(_gpu_class_reasons(r))
+    if r.backing_off:
+        reasons.append(
+            f"{r.backing_off} {_verb(r.backing_off, 'is', 'are')} backing off after "
+            "this model failed there"
+        )
     if r.too_few_gpus:
         reasons.append(
             f"{r.too_few_gpus} {_verb(r.too_few_gpus, 'has', 'have')} "

@@ -19,10 +19,12 @@ class Check(enum.IntEnum):
     """The fit checks, in the order they are applied and reported."""
 
     STALE = 1
-    GPU_CLASS = 2
-    FREE_GPUS = 3
-    LABELS = 4
-    MEMORY = 5
+    CORDONED = 2
+    GPU_CLASS = 3
+    BACKOFF = 4
+    FREE_GPUS = 5
+    LABELS = 6
+    MEMORY = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +75,22 @@ def misfit(
     fresh: bool,
     free_gpus: int,
     free_memory_gb: float | None,
+    closed: bool = False,
+    backing_off: bool = False,
 ) -> Misfit | None:
-    """The first check ``node`` fails for ``profile`` given what is free on it, or None."""
+    """The first check ``node`` fails for ``profile`` given what is free on it, or None.
+
+    ``closed``: cordoned or draining; ``backing_off``: the model's replicas
+    failed there recently (``scheduler.lifecycle.BackoffPolicy``).
+    """
     if not fresh:
         return Misfit(Check.STALE)
+    if closed:
+        return Misfit(Check.CORDONED)
     if not gpu_class_matches(node.gpu_class, profile):
         return Misfit(Check.GPU_CLASS, node.gpu_class or "")
+    if backing_off:
+        return Misfit(Check.BACKOFF)
     if not gpus_fit(free_gpus, profile.gpus_per_node):
         return Misfit(Check.FREE_GPUS)
     label = missing_label(node.labels, profile.node_selector)

@@ -16,6 +16,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from catalog.identifiers import FABRIC, GPU_CLASS, LABEL_KEY, LABEL_VALUE, NODE_NAME, Grammar, brief
+from scheduler.replicas import MAX_REPLICAS_PER_REPORT, ReplicaReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,9 @@ class NodeReport(BaseModel):
     memory_gb: float | None = Field(default=None, gt=0, le=1 << 30, allow_inf_nan=False)
     labels: dict[str, str] = Field(default_factory=dict)
     fabric: str | None = None
+    # The states of the replicas on this node (scheduler.replicas). Absent
+    # leaves them as they were: an older agent does not send it.
+    replicas: list[ReplicaReport] | None = Field(default=None, max_length=MAX_REPLICAS_PER_REPORT)
 
     @field_validator("gpu_class", "fabric", mode="before")
     @classmethod
@@ -129,6 +133,14 @@ class NodeReport(BaseModel):
                 f"gpus_reserved {self.gpus_reserved} is more than gpus {self.gpus}; "
                 "report at most the cards the node has"
             )
+        seen: set[tuple[str, int]] = set()
+        for r in self.replicas or ():
+            if (r.model, r.replica) in seen:
+                raise ValueError(
+                    f"replica {r.replica} of model {r.model!r} is reported twice; "
+                    "report each replica once"
+                )
+            seen.add((r.model, r.replica))
         return self
 
     def to_node(self, received_at: datetime) -> Node:
@@ -160,6 +172,8 @@ _FIXES = {
     "memory_gb": "report host memory in GB as a positive number, or leave it out if unknown",
     "labels": "report labels as a mapping of strings to strings",
     "fabric": "name the fabric as a string, or leave it out",
+    "replicas": 'report a list of {"model", "replica", "state": starting|ready|failed, '
+    '"message", "endpoint"}, or leave it out to keep the states as they were',
 }
 
 
@@ -196,6 +210,9 @@ def _problem(error: Any) -> str:
     if error["type"] == "missing":
         return f"{where} is missing; {_FIXES.get(top, 'add it')}"
     if error["type"] == "extra_forbidden":
+        if top == "replicas":
+            known = ", ".join(ReplicaReport.model_fields)
+            return f"{where} is not a field of a replica's report; the fields are {known}"
         known = ", ".join(NodeReport.model_fields)
         return f"{where} is not a field of a node report; the fields are {known}"
     got = brief(error.get("input"))

@@ -22,7 +22,7 @@ either: capacity never changed); three passes otherwise.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count, islice
 
@@ -72,6 +72,10 @@ class Attempt:
     replica_notes: dict[tuple[str, int], str] = field(default_factory=dict)
     # The fresh nodes each profile may use, room or not, by (class, selector).
     eligible: dict[_PoolKey, list[str]] = field(default_factory=dict)
+    # model -> nodes it backs off from (scheduler.rollout): no strategy uses them.
+    avoid: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # model -> profile -> the fingerprint a new replica of that profile runs.
+    fingerprints: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def place_one(
         self, model: str, replica: int, options: list[Option], no_room: set[Requirement]
@@ -83,23 +87,32 @@ class Attempt:
             chosen = self._choose(model, profile)
             if isinstance(chosen, Choice):
                 if chosen.refusal is None:
-                    # Capacity only shrinks while placing: no room now is no room later.
-                    no_room.add(requirement)
+                    # Capacity only shrinks while placing: no room now is no room
+                    # later. But no room for one model's back-off is not no room for all.
+                    if not self.avoid.get(model):
+                        no_room.add(requirement)
                 else:
                     self.notes[model] = chosen.refusal
                 continue
             self.capacity.consume(chosen, profile.gpus_per_node, profile.min_memory_gb)
             self.spread.add(model, chosen)
-            return Placement(
-                model=model,
-                replica=replica,
-                profile=profile.name,
-                nodes=chosen,
-                gpus_per_node=profile.gpus_per_node,
-                gpu_class=profile.gpu_class,
-                memory_gb_per_node=profile.min_memory_gb,
-            )
+            return self.placement(model, replica, profile, chosen)
         return None
+
+    def placement(
+        self, model: str, replica: int, profile: PlacementProfile, nodes: tuple[str, ...]
+    ) -> Placement:
+        """A new replica of ``model`` with ``profile`` on ``nodes``, with what it runs."""
+        return Placement(
+            model=model,
+            replica=replica,
+            profile=profile.name,
+            nodes=nodes,
+            gpus_per_node=profile.gpus_per_node,
+            gpu_class=profile.gpu_class,
+            memory_gb_per_node=profile.min_memory_gb,
+            fingerprint=self.fingerprints.get(model, {}).get(profile.name, ""),
+        )
 
     def eligible_nodes(self, profile: PlacementProfile) -> list[str]:
         key = (profile.gpu_class, selector_key(profile.node_selector))
@@ -111,6 +124,7 @@ class Attempt:
     def _choose(self, model: str, profile: PlacementProfile) -> tuple[str, ...] | Choice:
         capacity, spread = self.capacity, self.spread
         prefer = self.strategy.spreads
+        avoid = self.avoid.get(model, frozenset())
         plain = not prefer and not spread.matters(model)
 
         def eligible() -> list[str]:
@@ -119,25 +133,25 @@ class Attempt:
         if profile.nodes > 1:
             if plain:
                 gang = (
-                    capacity.first_gang(profile)
+                    capacity.first_gang(profile, avoid)
                     if self.strategy.first_fit
-                    else capacity.best_gang(profile)
+                    else capacity.best_gang(profile, avoid)
                 )
                 return Choice(None) if gang is None else gang
-            fitting = list(capacity.fitting(profile))
+            fitting = list(capacity.fitting(profile, avoid))
             return spread.choose_gang(model, fitting, profile.nodes, eligible, prefer=prefer)
         if plain:
             node = (
-                capacity.first_node(profile)
+                capacity.first_node(profile, avoid)
                 if self.strategy.first_fit
-                else capacity.best_node(profile)
+                else capacity.best_node(profile, avoid)
             )
             return Choice(None) if node is None else (node,)
         names: Iterable[str]
         if self.strategy.first_fit:
-            names = sorted(e[2] for e in capacity.fitting(profile))
+            names = sorted(e[2] for e in capacity.fitting(profile, avoid))
         else:
-            names = (e[2] for e in capacity.fitting(profile))
+            names = (e[2] for e in capacity.fitting(profile, avoid))
         choice = spread.choose(model, names, eligible, prefer=prefer)
         return choice if choice.node is None else (choice.node,)
 
@@ -158,13 +172,37 @@ def options(profiles: Sequence[PlacementProfile]) -> list[Option]:
 
 
 def place_missing(
-    demands: Sequence[Demand], kept: Iterable[Placement], capacity: Capacity, spread: Spread
+    demands: Sequence[Demand],
+    kept: Iterable[Placement],
+    capacity: Capacity,
+    spread: Spread,
+    *,
+    held: Iterable[Placement] = (),
+    reserved: Mapping[str, set[int]] | None = None,
+    avoid: Mapping[str, frozenset[str]] | None = None,
 ) -> Attempt:
-    """Fill every empty replica slot that fits, the round's way or a baseline's if better."""
+    """Fill every empty replica slot that fits, the round's way or a baseline's if better.
+
+    ``held`` replicas (old ones a rollout keeps running) occupy their slots
+    without counting towards the model's replicas, and so do ``reserved`` slots
+    (old ones removed this round); ``avoid`` holds, per model, the nodes it
+    backs off from, which no strategy chooses.
+    """
     occupied: dict[str, set[int]] = {}
     for placement in kept:
         occupied.setdefault(placement.model, set()).add(placement.replica)
-    primary = _attempt(Strategy.POLICY, placement_order(demands), occupied, capacity, spread)
+    counted = {model: len(slots) for model, slots in occupied.items()}
+    for placement in held:
+        occupied.setdefault(placement.model, set()).add(placement.replica)
+    for model, taken in (reserved or {}).items():
+        occupied.setdefault(model, set()).update(taken)
+    slots = _Slots(
+        occupied,
+        counted,
+        avoid or {},
+        {d.model: d.lifecycle.fingerprints for d in demands if d.lifecycle is not None},
+    )
+    primary = _attempt(Strategy.POLICY, placement_order(demands), slots, capacity, spread)
     if not primary.failed or not primary.placed:
         return primary
     # The free capacity before this round's placements, for the baselines.
@@ -175,7 +213,7 @@ def place_missing(
     best, best_score = primary, _score(primary, demands)
     for strategy in _BASELINES:
         other = _attempt(
-            strategy, by_priority(demands), occupied, base.copy(), base_spread.copy(), primary
+            strategy, by_priority(demands), slots, base.copy(), base_spread.copy(), primary
         )
         score = _score(other, demands)
         if score > best_score:
@@ -189,21 +227,33 @@ def place_missing(
 _BASELINES = (Strategy.BEST_FIT, Strategy.FIRST_FIT)
 
 
+@dataclass(frozen=True, slots=True)
+class _Slots:
+    """What every attempt starts from: slots taken, replicas counted, back-offs, fingerprints."""
+
+    occupied: dict[str, set[int]]
+    counted: dict[str, int]
+    avoid: Mapping[str, frozenset[str]]
+    fingerprints: Mapping[str, Mapping[str, str]]
+
+
 def _attempt(  # noqa: PLR0917
     strategy: Strategy,
     order: Sequence[Demand],
-    occupied: dict[str, set[int]],
+    slots: _Slots,
     capacity: Capacity,
     spread: Spread,
     sibling: Attempt | None = None,
 ) -> Attempt:
-    attempt = Attempt(strategy, capacity, spread)
+    attempt = Attempt(
+        strategy, capacity, spread, avoid=slots.avoid, fingerprints=slots.fingerprints
+    )
     if sibling is not None:
         attempt.eligible = sibling.eligible
     no_room: set[Requirement] = set()
     for demand in order:
-        taken = occupied.get(demand.model, set())
-        missing = max(demand.replicas, 0) - len(taken)
+        taken = slots.occupied.get(demand.model, set())
+        missing = max(demand.replicas, 0) - slots.counted.get(demand.model, 0)
         if missing <= 0:
             continue
         tried = options(demand.profiles)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from catalog.views import PlacementProfile
 from scheduler.explain import ProfileRejections
+from scheduler.lifecycle import ModelLifecycle
 
 if TYPE_CHECKING:
     from scheduler.resilience import Resilience
@@ -25,6 +26,8 @@ class Demand:
     model: str
     replicas: int
     profiles: tuple[PlacementProfile, ...]
+    # Fingerprints, startup timeouts and rollout bounds; None plans as before lifecycles.
+    lifecycle: ModelLifecycle | None = None
     priority: int = 0
     spread_by: str | None = None
     spread_required: bool = False
@@ -46,6 +49,9 @@ class Placement:
     gpus_per_node: int
     gpu_class: str | None
     memory_gb_per_node: int = 0
+    # What the replica runs, as placed (``scheduler.rollout.fingerprint``); a
+    # change to it is what a rollout replaces. "" for one placed before fingerprints.
+    fingerprint: str = ""
 
     def to_json(self) -> dict[str, object]:
         """The replica as the CLI's and the API's JSON show it."""
@@ -56,6 +62,7 @@ class Placement:
             "nodes": list(self.nodes),
             "gpus_per_node": self.gpus_per_node,
             "gpu_class": self.gpu_class,
+            "fingerprint": self.fingerprint,
         }
 
 
@@ -65,6 +72,34 @@ class Removal:
 
     placement: Placement
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A replica the round counts as failed: its agent said so, or its startup timed out.
+
+    It is also among the plan's removals; its nodes are avoided for its model
+    with a growing back-off (``scheduler.lifecycle.BackoffPolicy``).
+    """
+
+    placement: Placement
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutProgress:
+    """Where a model's replacement of its replicas stands after a round.
+
+    ``old`` are replicas running what the model no longer runs (or on a
+    draining node), kept until enough new ones are ready; ``new`` the others.
+    ``waiting`` says what the rollout waits for ("" once it is done).
+    """
+
+    model: str
+    cause: str
+    old: tuple[Placement, ...]
+    new: tuple[Placement, ...]
+    waiting: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +140,11 @@ class Plan:
     lost_nodes: tuple[str, ...] = ()
     strategy: str = "policy"
     resilience: tuple[Resilience, ...] = ()
+    # The replica lifecycle (scheduler.lifecycle): replicas failed this round,
+    # rollouts in progress, and (model, note) lines such as a node backing off.
+    failures: tuple[Failure, ...] = ()
+    rollouts: tuple[RolloutProgress, ...] = ()
+    notes: tuple[tuple[str, str], ...] = ()
 
     @property
     def placements(self) -> tuple[Placement, ...]:

@@ -39,10 +39,12 @@ from scheduler.capacity import Capacity
 from scheduler.explain import ClassIndex, ProfileRejections, count_rejections, render
 from scheduler.inventory import Node
 from scheduler.keep import keep_current
+from scheduler.lifecycle import Lifecycle
 from scheduler.packing import Option, Requirement, place_missing
 from scheduler.placements import Demand, Placement, Plan, Removal, Unplaced
 from scheduler.preempt import Preempted, preempt
 from scheduler.resilience import resilience
+from scheduler.rollout import finish, judge
 from scheduler.spread import Spread
 from scheduler.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy, freshness
 
@@ -53,8 +55,13 @@ def plan(
     current: Sequence[Placement],
     now: datetime,
     policy: StalenessPolicy = DEFAULT_STALENESS,
+    *,
+    lifecycle: Lifecycle | None = None,
 ) -> Plan:
     """Decide which replicas to keep, start and stop, and explain what cannot run.
+
+    ``lifecycle`` adds replica states, cordons and failure back-offs
+    (``scheduler.rollout`` says what they change).
 
     Raises ValueError for inputs no round can make sense of: a naive ``now``,
     two nodes with one name, or one model demanded twice.
@@ -65,22 +72,38 @@ def plan(
     inventory = _index_nodes(nodes)
     state = {name: freshness(n.reported_at, now, policy) for name, n in inventory.items()}
     fresh = frozenset(name for name, f in state.items() if f is Freshness.FRESH)
-    capacity = Capacity(nodes, fresh)
+    lifecycle = lifecycle or Lifecycle()
+    judged = judge(demands, current, lifecycle, inventory=inventory, state=state, now=now)
+    closed = lifecycle.closed_nodes & fresh
+    # Cordoned and draining nodes take nothing new; what runs there stays (or drains).
+    capacity = Capacity(nodes, fresh - closed)
+    for held in judged.held:
+        capacity.consume(held.nodes, held.gpus_per_node, held.memory_gb_per_node)
 
     kept = keep_current(
-        current,
-        demands=demands,
+        judged.current,
+        demands=judged.demands,
         inventory=inventory,
         state=state,
         capacity=capacity,
         now=now,
         policy=policy,
     )
-    spread = Spread.of(demands, inventory, kept.placements)
-    attempt = place_missing(demands, kept.placements, capacity, spread)
+    spread = Spread.of(judged.demands, inventory, kept.placements)
+    attempt = place_missing(
+        judged.demands,
+        kept.placements,
+        capacity,
+        spread,
+        held=judged.held,
+        reserved=judged.reserved,
+        avoid=judged.avoid,
+    )
+    # Held replicas (the old side of a rollout) are not candidates: they are not
+    # among kept.placements, only their capacity is consumed.
     preempted = Preempted(kept=kept.placements)
     if policy.preemption:
-        preempted = preempt(demands, attempt, kept.placements)
+        preempted = preempt(judged.demands, attempt, kept.placements)
     notes = {
         **{
             (m, r): n
@@ -90,21 +113,33 @@ def plan(
         },
         **attempt.replica_notes,
     }
-    unplaced = _explain(attempt.failed, inventory, fresh, attempt.capacity, notes)
+    unplaced = _explain(
+        attempt.failed,
+        inventory,
+        fresh,
+        attempt.capacity,
+        notes,
+        closed=closed,
+        avoid=judged.avoid,
+    )
     keep = tuple(sorted(preempted.kept, key=_slot_order))
     place = tuple(sorted(attempt.placed, key=_slot_order))
 
-    return Plan(
+    result = Plan(
         keep=keep,
         place=place,
         # Within a model, highest replica first: the order surplus replicas go in.
-        remove=tuple(sorted(kept.removals + preempted.evicted, key=_removal_order)),
+        remove=tuple(
+            sorted(judged.removals + kept.removals + preempted.evicted, key=_removal_order)
+        ),
         unplaced=unplaced,
         mass_loss=kept.mass_loss,
         lost_nodes=tuple(sorted(kept.lost_nodes)),
         strategy=attempt.strategy.value,
-        resilience=resilience(demands, keep + place, inventory),
+        # The old side of a rollout serves too, so it counts towards resilience.
+        resilience=resilience(demands, keep + place + tuple(judged.held), inventory),
     )
+    return finish(result, judged, lifecycle)
 
 
 def _explain(
@@ -113,6 +148,9 @@ def _explain(
     fresh: frozenset[str],
     capacity: Capacity,
     notes: Mapping[tuple[str, int], str],
+    *,
+    closed: frozenset[str] = frozenset(),
+    avoid: Mapping[str, frozenset[str]] | None = None,
 ) -> tuple[Unplaced, ...]:
     """One explanation per model, shared by its unplaced replicas.
 
@@ -121,16 +159,23 @@ def _explain(
     question an operator asks.
     """
     nodes = list(inventory.values())
-    index = ClassIndex.of(nodes, fresh)
-    counted: dict[tuple[str, Requirement], ProfileRejections] = {}
+    index = ClassIndex.of(nodes, fresh, closed)
+    counted: dict[tuple[str, Requirement, frozenset[str]], ProfileRejections] = {}
     unplaced: list[Unplaced] = []
     for model, (options, replicas) in failed.items():
         rejections = []
+        avoided = (avoid or {}).get(model, frozenset())
         for profile, requirement in options:
-            key = (profile.name, requirement)
+            key = (profile.name, requirement, avoided)
             if key not in counted:
                 counted[key] = count_rejections(
-                    profile, nodes, fresh=fresh, capacity=capacity, index=index
+                    profile,
+                    nodes,
+                    fresh=fresh,
+                    capacity=capacity,
+                    index=index,
+                    closed=closed,
+                    avoid=avoided,
                 )
             rejections.append(counted[key])
         reason = render(rejections) or "the model has no profiles to place it with"

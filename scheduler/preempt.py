@@ -15,6 +15,10 @@ MODEL[replica]``; one placed earlier in the same round is simply not placed.
 Either way its slot is then placed again, without preempting anything, if it
 fits somewhere else; otherwise it is reported unplaced with that reason.
 
+Old replicas a rollout holds (``scheduler.rollout``) are never victims: they
+are not among the replicas this sees, only their capacity is. Nor does a
+preemptor go to a node its model backs off from.
+
 Models are visited in placement order (priority first), so a higher-priority
 model preempts first. A cluster-wide switch (``StalenessPolicy.preemption``)
 turns it off; it is an input recorded with every round.
@@ -134,15 +138,7 @@ class _State:
                 raise AssertionError(f"preemption made no room on {nodes} for {demand.model}")
             capacity.consume(nodes, profile.gpus_per_node, profile.min_memory_gb)
             self.attempt.spread.add(demand.model, nodes)
-            placed = Placement(
-                model=demand.model,
-                replica=replica,
-                profile=profile.name,
-                nodes=nodes,
-                gpus_per_node=profile.gpus_per_node,
-                gpu_class=profile.gpu_class,
-                memory_gb_per_node=profile.min_memory_gb,
-            )
+            placed = self.attempt.placement(demand.model, replica, profile, nodes)
             self.attempt.placed.append(placed)
             for name in nodes:
                 self.on_node.setdefault(name, []).append(placed)
@@ -153,8 +149,9 @@ class _State:
         self, demand: Demand, profile: PlacementProfile
     ) -> tuple[tuple[str, ...], list[Placement]] | None:
         found = []
+        avoid = self.attempt.avoid.get(demand.model, frozenset())
         for name in self.attempt.eligible_nodes(profile):
-            if name not in self.on_node:
+            if name not in self.on_node or name in avoid:
                 continue
             room = self._victims_on(name, demand, profile)
             if room is not None:
@@ -169,9 +166,10 @@ class _State:
     ) -> tuple[tuple[str, ...], list[Placement]] | None:
         capacity = self.attempt.capacity
         by_fabric: dict[str, list[tuple[_Key, str, list[Placement]]]] = {}
+        avoid = self.attempt.avoid.get(demand.model, frozenset())
         for name in self.attempt.eligible_nodes(profile):
             fabric = capacity.node(name).fabric
-            if fabric is None:
+            if fabric is None or name in avoid:
                 continue
             found = self._victims_on(name, demand, profile)
             if found is not None:

@@ -18,6 +18,7 @@ from events import CatalogService
 from scheduler.inventory import Node
 from scheduler.placements import Demand, Placement, Plan
 from scheduler.planner import plan as make_plan
+from scheduler.rollout import model_lifecycle
 from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.store import SchedulerStore
 
@@ -34,6 +35,7 @@ def demands(catalog: Catalog) -> list[Demand]:
             priority=m.placement.priority,
             spread_by=m.placement.spread_by,
             spread_required=m.placement.spread_required,
+            lifecycle=model_lifecycle(m),
         )
         for m in catalog.models()
     ]
@@ -71,7 +73,9 @@ class Placer:
         position = self.catalog.position
         nodes = self.store.nodes()
         state = self.store.state()
-        plan = make_plan(demands(catalog), nodes, state.placements, now, self.policy)
+        plan = make_plan(
+            demands(catalog), nodes, state.placements, now, self.policy, lifecycle=state.lifecycle
+        )
         round_id = None
         if not dry_run:
             round_id = self.store.apply(

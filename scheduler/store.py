@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
@@ -23,7 +23,22 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from events.db import WRITE
 from scheduler.inventory import Node, NodeReport
+from scheduler.lifecycle import Cordon, Lifecycle
+from scheduler.lifecycle_store import (
+    REPLICA_FAILED,
+    TrailEntry,
+    append_trail,
+    lock_trail,
+    read_cordons,
+    read_failures,
+    read_statuses,
+    record_failures,
+    record_replica_reports,
+    set_cordon,
+)
 from scheduler.placements import Placement, Plan
+from scheduler.replicas import PLACED as PLACED_STATE
+from scheduler.replicas import ReplicaStatus
 from scheduler.staleness import StalenessPolicy
 from scheduler.tables import (
     InventoryRow,
@@ -55,6 +70,8 @@ class PlacementState:
 
     round_id: int
     placements: tuple[Placement, ...]
+    # Replica states, cordons and failures, read with the placements.
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +86,7 @@ class PlacementEvent:
     reason: str
     catalog_position: int
     recorded_at: datetime
+    actor: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +102,7 @@ class RecordedRound:
     placed: int
     removed: int
     unplaced: int
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
 
 
 def node_content(node: Node) -> dict[str, Any]:
@@ -158,8 +177,14 @@ class SchedulerStore:
 
     # -- inventory --------------------------------------------------------
 
-    def report(self, reports: Sequence[NodeReport], received_at: datetime) -> list[Node]:
-        """Record reports (each also a heartbeat) in one transaction, stamped on our clock."""
+    def report(
+        self, reports: Sequence[NodeReport], received_at: datetime, actor: str = "agent"
+    ) -> list[Node]:
+        """Record reports (each also a heartbeat) in one transaction, stamped on our clock.
+
+        A report's replica states, if it has any, are recorded in the same
+        transaction (``scheduler.lifecycle_store``), each change an event by ``actor``.
+        """
         nodes = [r.to_node(received_at) for r in reports]
         if not nodes:
             return nodes
@@ -180,6 +205,7 @@ class SchedulerStore:
         )
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
             conn.execute(stmt, rows)
+            record_replica_reports(conn, reports, received_at, actor)
         return nodes
 
     def forget(self, name: str) -> bool:
@@ -213,6 +239,11 @@ class SchedulerStore:
                 .mappings()
                 .all()
             )
+            lifecycle = Lifecycle(
+                statuses=read_statuses(conn),
+                cordons=read_cordons(conn),
+                failures=read_failures(conn),
+            )
         placements = tuple(
             Placement(
                 model=r["model"],
@@ -222,10 +253,37 @@ class SchedulerStore:
                 gpus_per_node=r["gpus_per_node"],
                 gpu_class=r["gpu_class"],
                 memory_gb_per_node=r["memory_gb_per_node"],
+                fingerprint=r["fingerprint"],
             )
             for r in rows
         )
-        return PlacementState(round_id, placements)
+        return PlacementState(round_id, placements, lifecycle)
+
+    def replicas(
+        self, *, node: str | None = None, model: str | None = None
+    ) -> list[tuple[Placement, ReplicaStatus]]:
+        """Every placement with its state, optionally only those on ``node`` or of ``model``."""
+        state = self.state()
+        return [
+            (p, state.lifecycle.statuses.get((p.model, p.replica)) or _unknown_status())
+            for p in state.placements
+            if (node is None or node in p.nodes) and (model is None or p.model == model)
+        ]
+
+    def service(self) -> tuple[dict[str, Cordon], dict[str, int]]:
+        """The cordons by node, and how many replicas each node hosts: what `nodes list` shows."""
+        hosted: dict[str, int] = {}
+        with self.engine.connect() as conn:
+            cordons = read_cordons(conn)
+            for (nodes_text,) in conn.execute(select(placements_t.c.nodes)):
+                for name in json.loads(nodes_text):
+                    hosted[name] = hosted.get(name, 0) + 1
+        return cordons, hosted
+
+    def cordon(self, node: str, mode: str | None, *, actor: str, reason: str) -> Cordon | None:
+        """Cordon, drain or (``mode`` None) uncordon a node; returns how it was before."""
+        with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            return set_cordon(conn, node, mode, actor=actor, reason=reason, now=_utcnow())
 
     def apply(
         self,
@@ -249,8 +307,7 @@ class SchedulerStore:
             return None
         digest = inventory_digest(nodes)
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
-            if conn.dialect.name == "postgresql":
-                conn.exec_driver_sql("LOCK TABLE placement_rounds IN EXCLUSIVE MODE")
+            lock_trail(conn)
             head = _round_head(conn)
             if head != based_on.round_id:
                 raise RoundConflict(
@@ -282,6 +339,7 @@ class SchedulerStore:
                     "placed": len(plan.place),
                     "removed": len(plan.remove),
                     "unplaced": len(plan.unplaced),
+                    "lifecycle": json.dumps(based_on.lifecycle.to_json()),
                 },
             )
             for removal in plan.remove:
@@ -300,31 +358,32 @@ class SchedulerStore:
                 conn.execute(
                     update(placements_t)
                     .where(placements_t.c.model == p.model, placements_t.c.replica == p.replica)
-                    .values(memory_gb_per_node=p.memory_gb_per_node)
+                    .values(memory_gb_per_node=p.memory_gb_per_node, fingerprint=p.fingerprint)
                 )
+            record_failures(
+                conn,
+                {
+                    (f.placement.model, n): f.reason
+                    for f in plan.failures
+                    for n in f.placement.nodes
+                },
+                now,
+            )
             trail = [
+                *((REPLICA_FAILED, f.placement, f.reason) for f in plan.failures),
                 *((REMOVED, r.placement, r.reason) for r in plan.remove),
                 *((PLACED, p, "") for p in plan.place),
-                *((UPDATED, p, "the profile's memory need changed") for p in updated),
+                *((UPDATED, p, _update_reason(before[(p.model, p.replica)], p)) for p in updated),
             ]
-            first = _events_head(conn) + 1
-            conn.execute(
-                insert(pevents_t),
-                [
-                    {
-                        "position": first + i,
-                        "round_id": round_id,
-                        "type": kind,
-                        "model": p.model,
-                        "replica": p.replica,
-                        "profile": p.profile,
-                        "nodes": json.dumps(list(p.nodes)),
-                        "reason": reason,
-                        "catalog_position": catalog_position,
-                        "recorded_at": now,
-                    }
-                    for i, (kind, p, reason) in enumerate(trail)
-                ],
+            append_trail(
+                conn,
+                (
+                    TrailEntry(kind, p.model, p.replica, p.profile, p.nodes, reason)
+                    for kind, p, reason in trail
+                ),
+                now=now,
+                round_id=round_id,
+                catalog_position=catalog_position,
             )
         return round_id
 
@@ -361,6 +420,7 @@ class SchedulerStore:
                 reason=r["reason"],
                 catalog_position=r["catalog_position"],
                 recorded_at=r["recorded_at"],
+                actor=r["actor"],
             )
 
     def recorded_round(
@@ -397,6 +457,9 @@ class SchedulerStore:
             placed=row["placed"],
             removed=row["removed"],
             unplaced=row["unplaced"],
+            lifecycle=Lifecycle.from_json(
+                None if row["lifecycle"] is None else json.loads(row["lifecycle"])
+            ),
         )
 
 
@@ -411,12 +474,27 @@ def _placement_row(p: Placement, round_id: int, now: datetime) -> dict[str, Any]
         "memory_gb_per_node": p.memory_gb_per_node,
         "round_id": round_id,
         "placed_at": now,
+        "fingerprint": p.fingerprint,
+        "state": "placed",
+        "state_since": now,
     }
+
+
+def _update_reason(before: Placement, after: Placement) -> str:
+    if before.fingerprint != after.fingerprint:
+        return "recorded what the replica runs (its fingerprint), for later rollouts"
+    return "the profile's memory need changed"
+
+
+def _unknown_status() -> ReplicaStatus:
+    # Only for a placement deleted between the two reads of ``state``.
+    epoch = datetime.fromtimestamp(0, UTC)
+    return ReplicaStatus(PLACED_STATE, epoch, epoch, reported=False)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 def _round_head(conn: Connection) -> int:
     return int(conn.execute(select(func.coalesce(func.max(rounds_t.c.id), 0))).scalar_one())
-
-
-def _events_head(conn: Connection) -> int:
-    return int(conn.execute(select(func.coalesce(func.max(pevents_t.c.position), 0))).scalar_one())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Float, Integer, String, Table, Text
+from sqlalchemy import Boolean, Float, Integer, String, Table, Text, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from events.tables import Base, Position, UTCDateTime
@@ -28,6 +28,9 @@ class NodeRow(Base):
     labels: Mapped[str] = mapped_column(Text)  # JSON object
     fabric: Mapped[str | None] = mapped_column(String(255))
     reported_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # Whether its agent has ever reported replica states. An older agent never
+    # does, and its replicas must not time out for want of a report it cannot send.
+    reports_replicas: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
 
 class PlacementRow(Base):
@@ -44,6 +47,13 @@ class PlacementRow(Base):
     memory_gb_per_node: Mapped[int] = mapped_column(Integer)
     round_id: Mapped[int] = mapped_column(Position)
     placed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # What its agent last said: placed (nothing yet), starting, ready, failed.
+    state: Mapped[str] = mapped_column(String(16), server_default="placed")
+    state_since: Mapped[datetime | None] = mapped_column(UTCDateTime())  # None: placed_at
+    message: Mapped[str] = mapped_column(Text, server_default="")
+    endpoint: Mapped[str | None] = mapped_column(String(2048))
+    # What the replica runs (scheduler.rollout.fingerprint); "" if placed before it existed.
+    fingerprint: Mapped[str] = mapped_column(String(64), server_default="")
 
 
 class PlacementRoundRow(Base):
@@ -67,6 +77,8 @@ class PlacementRoundRow(Base):
     placed: Mapped[int] = mapped_column(Integer)
     removed: Mapped[int] = mapped_column(Integer)
     unplaced: Mapped[int] = mapped_column(Integer)
+    # JSON: replica states, cordons, back-offs and their policy (None before 0005).
+    lifecycle: Mapped[str | None] = mapped_column(Text)
 
 
 class InventoryRow(Base):
@@ -93,6 +105,32 @@ class PlacementEventRow(Base):
     reason: Mapped[str] = mapped_column(Text)
     catalog_position: Mapped[int] = mapped_column(Position)
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    # Who caused it: "" for the scheduler's own decisions, else an operator or agent.
+    actor: Mapped[str] = mapped_column(String(255), server_default="")
+
+
+class CordonRow(Base):
+    """A node an operator took out of service: ``mode`` is cordoned or draining."""
+
+    __tablename__ = "node_cordons"
+
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    mode: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(255))
+    reason: Mapped[str] = mapped_column(Text)
+    since: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class FailureRow(Base):
+    """How often a model's replicas failed on a node, for the back-off that avoids it."""
+
+    __tablename__ = "replica_failures"
+
+    model: Mapped[str] = mapped_column(String(255), primary_key=True)
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer)
+    last_failed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_reason: Mapped[str] = mapped_column(Text)
 
 
 def table(row: type[Base]) -> Table:

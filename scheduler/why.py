@@ -19,6 +19,7 @@ from catalog.views import PlacementProfile
 from scheduler.capacity import Capacity
 from scheduler.explain import count_rejections, render
 from scheduler.inventory import Node
+from scheduler.lifecycle import Lifecycle
 from scheduler.placements import Placement, Plan
 from scheduler.planner import plan as make_plan
 from scheduler.rounds import demands
@@ -39,6 +40,8 @@ class Explanation:
     model: str
     plan: Plan
     stories: tuple[ReplicaStory, ...]
+    # The lifecycle's lines about the model: nodes it backs off from, its rollout.
+    notes: tuple[str, ...] = ()
 
 
 def explain(
@@ -49,14 +52,18 @@ def explain(
     current: Sequence[Placement],
     now: datetime,
     policy: StalenessPolicy,
+    lifecycle: Lifecycle | None = None,
 ) -> Explanation:
     """Plan the round again and tell the story of each replica of ``model``."""
     wanted = catalog.resolve(model)
-    result = make_plan(demands(catalog), nodes, current, now, policy)
+    lifecycle = lifecycle or Lifecycle()
+    result = make_plan(demands(catalog), nodes, current, now, policy, lifecycle=lifecycle)
     fresh = frozenset(
         n.name for n in nodes if freshness(n.reported_at, now, policy) is Freshness.FRESH
     )
-    end = Capacity(nodes, fresh)
+    closed = lifecycle.closed_nodes & fresh
+    avoided = frozenset(lifecycle.avoided(now).get(wanted.name if wanted else model, {}))
+    end = Capacity(nodes, fresh - closed)
     for p in result.placements:
         end.consume(p.nodes, p.gpus_per_node, p.memory_gb_per_node)
 
@@ -76,7 +83,12 @@ def explain(
             better = _passed_over(wanted.placement_profiles(), p.profile)
             if better:
                 reasons = render(
-                    [count_rejections(b, nodes, fresh=fresh, capacity=end) for b in better]
+                    [
+                        count_rejections(
+                            b, nodes, fresh=fresh, capacity=end, closed=closed, avoid=avoided
+                        )
+                        for b in better
+                    ]
                 )
                 why += f"; better profiles did not fit: {reasons}"
         stories.append(ReplicaStory(p.replica, outcome, p.profile, p.nodes, why))
@@ -91,7 +103,19 @@ def explain(
         if u.model == name:
             stories.append(ReplicaStory(u.replica, "unplaced", None, (), u.reason))
     stories.sort(key=lambda s: (s.replica, s.outcome != "removed"))
-    return Explanation(name, result, tuple(stories))
+    return Explanation(name, result, tuple(stories), lifecycle_notes(result, name))
+
+
+def lifecycle_notes(result: Plan, model: str) -> tuple[str, ...]:
+    """What the lifecycle adds to a model's story: back-offs and its rollout."""
+    notes = [note for m, note in result.notes if m == model]
+    for r in result.rollouts:
+        if r.model == model:
+            notes.append(
+                f"rollout ({r.cause}): {len(r.old)} old, {len(r.new)} new; "
+                + (r.waiting or "every old replica is replaced")
+            )
+    return tuple(notes)
 
 
 def _why_placed(result: Plan, model: str, replica: int) -> str:

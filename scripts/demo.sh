@@ -85,3 +85,6 @@ printf '\n\033[1m$ kill -TERM %s  (stops the server)\033[0m\n' "$server"
 stop_server
 trap - EXIT
 grep -c '"api.request"' serve.log | sed 's/$/ api.request log lines in serve.log/'
+
+# The agents: a server and three agents with sim engines on loopback (scripts/demo-cluster.sh).
+bash "$here/scripts/demo-cluster.sh"

@@ -24,7 +24,7 @@ from llmgw.api.background import SchedulerThread
 from llmgw.api.middleware import RequestLog
 from llmgw.api.problems import PROBLEM_JSON, ApiJSON, ProblemDoc
 from llmgw.api.queries import known_query
-from llmgw.api.routes import catalog, events, health, nodes
+from llmgw.api.routes import catalog, events, health, nodes, service
 from llmgw.api.services import Services
 
 log = structlog.get_logger("llmgw.api")
@@ -73,7 +73,7 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
     )
     app.state.services = services
     problems.install(app)
-    for area in (catalog, events, nodes, health):
+    for area in (catalog, events, nodes, service, health):
         app.include_router(area.router)
     app.add_middleware(RequestLog, metrics=services.metrics)
 

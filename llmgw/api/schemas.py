@@ -49,6 +49,8 @@ class CatalogEntry(_Open):
     scaling: dict[str, Any]
     fallbacks: list[str]
     declared: bool
+    # Replicas wanted (scaling.min), placed, and ready (or unreported).
+    replicas: dict[str, int]
 
 
 class Event(BaseModel):
@@ -79,6 +81,19 @@ class CommandOutcome(BaseModel):
     position: int
 
 
+class ApplyOutcome(BaseModel):
+    """What ``PUT /v1/catalog/models/{name}`` did (as ``llmgw apply --json``, plus the
+    events): ``added``, ``replaced`` or ``unchanged`` (nothing written: no events,
+    ``position`` null), and the change in ``llmgw diff --json``'s shape."""
+
+    outcome: Literal["added", "replaced", "unchanged"]
+    model: str
+    position: int | None
+    already_recorded: bool
+    diff: dict[str, Any]
+    events: list[Event]
+
+
 class NodeState(BaseModel):
     name: str
     gpu_class: str | None
@@ -90,6 +105,10 @@ class NodeState(BaseModel):
     reported_at: str
     stale: bool
     state: Literal["fresh", "stale", "lost"]
+    # "-" in service, "cordoned", or "draining (k replicas left)"; see ``cordon``.
+    service: str
+    cordon: dict[str, str] | None
+    replicas: int
 
 
 class EngineLaunch(_Open):
@@ -113,6 +132,13 @@ class PlacementEntry(BaseModel):
     nodes: list[str]
     gpus_per_node: int
     gpu_class: str | None
+    fingerprint: str
+    # placed (nothing reported yet), starting, ready, failed; unreported when the
+    # node's agent does not report replica states (it then counts as ready).
+    state: Literal["placed", "starting", "ready", "failed", "unreported"]
+    state_since: str
+    endpoint: str | None
+    message: str
     engine: EngineLaunch | None
 
 

@@ -32,6 +32,7 @@ from sqlalchemy import Engine
 
 from catalog import Catalog, Model
 from events import CatalogService, CommandResult, EventStore
+from events.apply import ApplyResult
 from events.db import is_sqlite
 from llmgw.api.auth import TokenBook
 from llmgw.api.metrics import Metrics
@@ -96,6 +97,12 @@ class CatalogGate:
         with self._lock, self._writing:
             result = self._service.add(models, actor=actor, reason=reason, key=key)
             self._recorded(result)
+            return result
+
+    def apply(self, model: Model, *, actor: str, reason: str, key: str | None) -> ApplyResult:
+        with self._lock, self._writing:
+            result = self._service.apply(model, actor=actor, reason=reason, key=key)
+            self._recorded(CommandResult(result.events, result.already_recorded, 0))
             return result
 
     def remove(self, name: str, *, actor: str, reason: str, key: str | None) -> CommandResult:

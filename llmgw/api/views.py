@@ -7,14 +7,18 @@ definition plus ``declared``) and the node rows are ``llmgw nodes list
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
 from catalog import Catalog, Model
+from catalog.documents import read_json
 from events import StoredEvent
+from events.replay import STORED_LIMITS
 from scheduler import Node, Placement, StalenessPolicy
+from scheduler.lifecycle import Cordon
+from scheduler.replicas import ReplicaStatus
+from scheduler.service import ReplicaCounts, service_label
 from scheduler.staleness import Freshness, freshness
 
 
@@ -44,8 +48,8 @@ def openai_entry(catalog: Catalog, model: Model) -> dict[str, Any]:
 
 def event_json(event: StoredEvent) -> dict[str, Any]:
     try:
-        payload: Any = json.loads(event.payload)
-    except (ValueError, TypeError):
+        payload: Any = read_json(event.payload, "payload", STORED_LIMITS)
+    except Exception:  # too deep, not JSON, not text: any row a reader must still see
         payload = event.payload  # replay names it as unreadable; a reader still sees it
     return {
         "position": event.position,
@@ -61,7 +65,14 @@ def event_json(event: StoredEvent) -> dict[str, Any]:
     }
 
 
-def node_json(node: Node, now: datetime, policy: StalenessPolicy) -> dict[str, Any]:
+def node_json(
+    node: Node,
+    now: datetime,
+    policy: StalenessPolicy,
+    cordon: Cordon | None = None,
+    replicas: int = 0,
+) -> dict[str, Any]:
+    """A node as reported, with its freshness and its service (cordoned, draining)."""
     state = freshness(node.reported_at, now, policy)
     return {
         "name": node.name,
@@ -74,15 +85,40 @@ def node_json(node: Node, now: datetime, policy: StalenessPolicy) -> dict[str, A
         "reported_at": iso(node.reported_at),
         "stale": state is not Freshness.FRESH,
         "state": state.value,
+        "service": service_label(cordon, replicas),
+        "cordon": None
+        if cordon is None
+        else {
+            "mode": cordon.mode,
+            "actor": cordon.actor,
+            "reason": cordon.reason,
+            "since": iso(cordon.since),
+        },
+        "replicas": replicas,
     }
 
 
-def placement_json(p: Placement, catalog: Catalog) -> dict[str, Any]:
-    """A replica, and what its agent starts: the engine view of its profile, when the
-    model and profile are still in the catalog (a replica being removed may not be)."""
+def catalog_counts(counts: ReplicaCounts) -> dict[str, int]:
+    return {"wanted": counts.wanted, "placed": counts.placed, "ready": counts.ready}
+
+
+def replica_state_json(status: ReplicaStatus) -> dict[str, Any]:
+    """A replica's lifecycle as the CLI's and the API's JSON show it."""
+    return {
+        "state": status.shown_state,
+        "state_since": iso(status.since),
+        "endpoint": status.endpoint,
+        "message": status.message,
+    }
+
+
+def placement_json(p: Placement, catalog: Catalog, status: ReplicaStatus) -> dict[str, Any]:
+    """A replica, its state, and what its agent starts: the engine view of its profile, when
+    the model and profile are still in the catalog (a replica being removed may not be)."""
     model = catalog.resolve(p.model)
     engine = model.engine_profile(p.profile) if model is not None else None
     return {
         **p.to_json(),
+        **replica_state_json(status),
         "engine": None if engine is None else {**asdict(engine), "env": dict(engine.env)},
     }

@@ -11,7 +11,15 @@ import sys
 from collections.abc import Sequence
 
 from llmgw import logs
-from llmgw.cli import audit_cmds, catalog_cmds, explain_cmd, scheduler_cmds, serve_cmd
+from llmgw.cli import (
+    agent_cmd,
+    audit_cmds,
+    catalog_cmds,
+    explain_cmd,
+    lifecycle_cmds,
+    scheduler_cmds,
+    serve_cmd,
+)
 from llmgw.cli.context import EXIT_REFUSED, App, SystemExitWith, guarded_output, refusals
 from llmgw.settings import Settings
 
@@ -37,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit_cmds.register(sub, common)
     scheduler_cmds.register(sub, common)
     explain_cmd.register(sub, common)
+    lifecycle_cmds.register(sub, common)
     serve_cmd.register(sub, common)
+    agent_cmd.register(sub, common)
     return parser
 
 

@@ -42,7 +42,9 @@ def register(
     )
     p.add_argument("--model", help="only events about this model (its name as recorded)")
     p.add_argument("--actor", help="only events by this actor (as given with --actor)")
-    p.add_argument("--type", help="only events of this type (model.added, model.removed)")
+    p.add_argument(
+        "--type", help="only events of this type (model.added, model.replaced, model.removed)"
+    )
     p.add_argument(
         "--since", type=_time, metavar="TIME", help="only events recorded at or after TIME"
     )
@@ -151,15 +153,19 @@ class HistoryEntry:
 
     @classmethod
     def of_placement(cls, event: PlacementEvent) -> HistoryEntry:
-        where = f"replica {event.replica} ({event.profile}) on {', '.join(event.nodes)}"
+        if event.type.startswith("node."):  # cordons and drains name no replica
+            where = f"node {', '.join(event.nodes)}"
+        else:
+            where = f"replica {event.replica} ({event.profile}) on {', '.join(event.nodes)}"
         reason = f"{where}: {event.reason}" if event.reason else where
         reason += f" [round {event.round_id}, catalog position {event.catalog_position}]"
         return cls(
             event.position,
             event.recorded_at,
             event.type,
-            event.model,
-            "scheduler",
+            event.model or None,
+            # The scheduler's own decisions carry no actor; an agent's or operator's do.
+            event.actor or "scheduler",
             reason,
             "placements",
         )
@@ -207,15 +213,15 @@ def history_sources(
         return [(HistoryEntry.of(e) for e in app.store.history(query))]
     catalog = (replace(HistoryEntry.of(e), log="catalog") for e in app.store.history(query))
     sources: list[Iterable[HistoryEntry]] = [catalog]
-    if query.actor in (None, "scheduler"):
-        events = SchedulerStore(app.engine).events(
-            model=query.model, since=query.since, until=query.until
-        )
-        sources.append(
-            HistoryEntry.of_placement(e)
-            for e in events
-            if query.type is None or e.type == query.type
-        )
+    events = SchedulerStore(app.engine).events(
+        model=query.model, since=query.since, until=query.until
+    )
+    sources.append(
+        entry
+        for entry in (HistoryEntry.of_placement(e) for e in events)
+        if (query.type is None or entry.type == query.type)
+        and (query.actor is None or entry.actor == query.actor)
+    )
     return sources
 
 
@@ -246,7 +252,7 @@ def cmd_replay(app: App, args: argparse.Namespace) -> int:
                 continue
             outcome = "applied" if step.applied else "SKIPPED"
             print(
-                f"{step.position:>6}  {iso(step.recorded_at)}  {shown(step.type):<13}  "
+                f"{step.position:>6}  {iso(step.recorded_at)}  {shown(step.type):<14}  "
                 f"{shown(step.model or '-'):<24} {shown(step.actor or '-'):<10} {outcome}"
             )
             if not step.applied:

@@ -1,4 +1,4 @@
-"""Catalog commands: models, add, remove, resolve, show, db.
+"""Catalog commands: models, add, apply, remove, resolve, show, db.
 
 The audit and debugging commands (history, replay, diff, verify, snapshot) are
 in audit_cmds.
@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from catalog import Catalog, load_definitions
 from catalog.text import shown
 from events.migrate import current_revision, head_revision, upgrade
 from events.timetravel import catalog_at
-from llmgw.cli.context import App, Refused, parse_when, print_json
+from llmgw.cli.context import App, Refused, parse_when, print_json, table
 from scheduler.resilience import resilience
 from scheduler.rounds import demands
+from scheduler.service import replica_counts
 from scheduler.store import SchedulerStore
 
 
@@ -31,6 +33,16 @@ def register(
     p.add_argument("file", type=Path, help="YAML or JSON: one model, or `models: [...]`")
     _audit_args(p)
     p.set_defaults(run=cmd_add)
+
+    p = sub.add_parser(
+        "apply",
+        parents=[parent],
+        help="add a model, or replace a runtime model's definition in one event",
+    )
+    p.add_argument("file", type=Path, help="YAML or JSON: one model definition")
+    _audit_args(p)
+    p.add_argument("--json", action="store_true", help="the outcome and the diff, for programs")
+    p.set_defaults(run=cmd_apply)
 
     p = sub.add_parser("remove", parents=[parent], help="remove a model added at runtime")
     p.add_argument("name")
@@ -69,18 +81,36 @@ def model_json(catalog: Catalog) -> list[dict[str, object]]:
 def cmd_models(app: App, args: argparse.Namespace) -> int:
     catalog = app.service.catalog()
     store = SchedulerStore(app.engine)
+    counts = replica_counts(catalog, store.replicas())
     nodes = store.nodes()
     current = resilience(demands(catalog), store.state().placements, {n.name: n for n in nodes})
     if args.json:
         figures = {r.model: r.to_json() for r in current}
-        print_json([{**m, "resilience": figures.get(str(m["name"]))} for m in model_json(catalog)])
-    else:
-        text = catalog.render()
-        sys.stdout.write(text or "no models\n")
-        if text:
-            print("resilience (the placements now; lost with: the fewest failures that stop it):")
-            for r in current:
-                print(f"  {shown(r.model):<30} {r.describe()}")
+        print_json(
+            [
+                {
+                    **m,
+                    "replicas": asdict(counts[str(m["name"])]),
+                    "resilience": figures.get(str(m["name"])),
+                }
+                for m in model_json(catalog)
+            ]
+        )
+        return 0
+    text = catalog.render()
+    sys.stdout.write(text or "no models\n")
+    if counts:
+        sys.stdout.write("\n")
+        sys.stdout.write(
+            table(
+                ["model", "wanted", "placed", "ready"],
+                [[name, str(c.wanted), str(c.placed), str(c.ready)] for name, c in counts.items()],
+            )
+        )
+    if text:
+        print("resilience (the placements now; lost with: the fewest failures that stop it):")
+        for r in current:
+            print(f"  {shown(r.model):<30} {r.describe()}")
     return 0
 
 
@@ -90,6 +120,21 @@ def cmd_add(app: App, args: argparse.Namespace) -> int:
     verb = "already recorded" if result.already_recorded else "added"
     for event in result.events:
         print(f"{verb} {shown(event.model)} at position {event.position}")
+    return 0
+
+
+def cmd_apply(app: App, args: argparse.Namespace) -> int:
+    models = load_definitions(args.file)
+    if len(models) != 1:
+        raise Refused(
+            f"{args.file}: apply takes one model definition, and this file holds "
+            f"{len(models)}; apply them one at a time (or add a list with llmgw add)"
+        )
+    result = app.service.apply(models[0], actor=args.actor, reason=args.reason, key=args.key)
+    if args.json:
+        print_json(result.to_json())
+    else:
+        sys.stdout.write(result.render())
     return 0
 
 

@@ -38,7 +38,8 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
         catalog = app.service.catalog()
         position = app.service.position
         nodes = store.nodes()
-        current = store.state().placements
+        state = store.state()
+        current, lifecycle = state.placements, state.lifecycle
         now = datetime.now(UTC)
         rules = policy_from_args(args)
         header = f"now ({iso(now)}), catalog position {position}, {len(nodes)} nodes"
@@ -58,6 +59,7 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
             recorded.planned_at,
             recorded.policy,
         )
+        lifecycle = recorded.lifecycle
         header = (
             f"round {recorded.id} at {iso(now)}, catalog position {position}, {len(nodes)} nodes"
         )
@@ -67,7 +69,13 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
             "and no replica of it was running"
         )
     result = explain(
-        args.model, catalog=catalog, nodes=nodes, current=current, now=now, policy=rules
+        args.model,
+        catalog=catalog,
+        nodes=nodes,
+        current=current,
+        now=now,
+        policy=rules,
+        lifecycle=lifecycle,
     )
     matches = None
     if recorded is not None:
@@ -99,6 +107,7 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
                     }
                     for s in result.stories
                 ],
+                "notes": list(result.notes),
             }
         )
         return 0
@@ -115,4 +124,6 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
     for s in result.stories:
         where = f" {shown(s.profile)} on {', '.join(map(shown, s.nodes))}" if s.nodes else ""
         print(f"  replica {s.replica}: {s.outcome}{where}: {shown(s.why)}")
+    for note in result.notes:
+        print(f"  {shown(note)}")
     return 0

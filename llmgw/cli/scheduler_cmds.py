@@ -13,6 +13,8 @@ from typing import Any
 from catalog.documents import read_file
 from catalog.text import shown
 from llmgw import logs
+from llmgw.api.views import node_json, replica_state_json
+from llmgw.cli import lifecycle_cmds
 from llmgw.cli.context import App, Refused, iso, print_json, table
 from scheduler import (
     Demand,
@@ -26,9 +28,9 @@ from scheduler import (
 )
 from scheduler.daemon import Daemon
 from scheduler.leader import leadership_for
+from scheduler.placements import RolloutProgress
 from scheduler.resilience import resilience
 from scheduler.rounds import Placer
-from scheduler.staleness import Freshness, freshness
 from scheduler.store import SchedulerStore
 
 
@@ -69,13 +71,18 @@ def register(
     p = nodes_sub.add_parser("forget", parents=[parent], help="drop a decommissioned node")
     p.add_argument("name")
     p.set_defaults(run=cmd_nodes_forget)
+    lifecycle_cmds.register_nodes(nodes_sub, parent)
 
     p = sub.add_parser("place", parents=[parent, staleness], help="run one placement round")
     p.add_argument("--dry-run", action="store_true", help="plan and show, write nothing")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_place)
 
-    p = sub.add_parser("placements", parents=[parent], help="where every replica runs now")
+    p = sub.add_parser(
+        "placements", parents=[parent], help="where every replica runs now, and its state"
+    )
+    p.add_argument("--node", metavar="NAME", help="only replicas on this node")
+    p.add_argument("--model", metavar="NAME", help="only replicas of this model (name or alias)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_placements)
 
@@ -105,6 +112,16 @@ def policy(args: argparse.Namespace) -> StalenessPolicy:
 
 def placement_json(p: Placement) -> dict[str, object]:
     return p.to_json()
+
+
+def rollout_json(r: RolloutProgress) -> dict[str, object]:
+    return {
+        "model": r.model,
+        "cause": r.cause,
+        "old": [placement_json(p) for p in r.old],
+        "new": [placement_json(p) for p in r.new],
+        "waiting": r.waiting,
+    }
 
 
 def load_reports(path: Path) -> list[NodeReport]:
@@ -143,27 +160,16 @@ def cmd_nodes_report(app: App, args: argparse.Namespace) -> int:
 def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     rules = policy(args)
-    rows: list[dict[str, Any]] = []
-    for n in SchedulerStore(app.engine).nodes():
-        state = freshness(n.reported_at, now, rules)
-        rows.append(
-            {
-                "name": n.name,
-                "gpu_class": n.gpu_class,
-                "gpus": n.gpus,
-                "gpus_reserved": n.gpus_reserved,
-                "memory_gb": n.memory_gb,
-                "labels": dict(n.labels),
-                "fabric": n.fabric,
-                "reported_at": iso(n.reported_at),
-                "stale": state is not Freshness.FRESH,
-                "state": state.value,
-            }
-        )
+    store = SchedulerStore(app.engine)
+    cordons, hosted = store.service()
+    rows: list[dict[str, Any]] = [
+        node_json(n, now, rules, cordons.get(n.name), hosted.get(n.name, 0)) for n in store.nodes()
+    ]
     if args.json:
         print_json(rows)
         return 0
-    headers = ["name", "gpu_class", "gpus", "reserved", "memory_gb", "fabric", "state", "labels"]
+    headers = ["name", "gpu_class", "gpus", "reserved", "memory_gb", "fabric", "state", "service"]
+    headers.append("labels")
     sys.stdout.write(
         table(
             headers,
@@ -176,6 +182,7 @@ def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
                     "?" if r["memory_gb"] is None else f"{r['memory_gb']:g}",
                     r["fabric"] or "-",
                     r["state"],
+                    r["service"],
                     ",".join(f"{k}={v}" for k, v in r["labels"].items()),
                 ]
                 for r in rows
@@ -228,6 +235,11 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
                 "round": outcome.round_id,
                 "strategy": plan.strategy,
                 "resilience": {r.model: r.to_json() for r in plan.resilience},
+                "failed": [
+                    {**placement_json(f.placement), "reason": f.reason} for f in plan.failures
+                ],
+                "rollouts": [rollout_json(r) for r in plan.rollouts],
+                "notes": [{"model": m, "note": n} for m, n in plan.notes],
             }
         )
         return 0
@@ -244,6 +256,14 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
         print(f"  - {_replica(r.placement)}: {shown(r.reason)}")
     for u in plan.unplaced:
         print(f"  ! {shown(u.model)}[{u.replica}] unplaced: {shown(u.reason)}")
+    for model, note in plan.notes:
+        print(f"  ~ {shown(model)}: {shown(note)}")
+    for rollout in plan.rollouts:
+        waiting = rollout.waiting or "every old replica is replaced"
+        print(
+            f"  > {shown(rollout.model)} rollout ({shown(rollout.cause)}): {len(rollout.old)} "
+            f"old, {len(rollout.new)} new; {shown(waiting)}"
+        )
     if plan.mass_loss:
         print(
             f"  mass loss: {len(plan.lost_nodes)} nodes look lost at once; their replicas are kept"
@@ -279,11 +299,15 @@ def print_resilience_changes(
 
 
 def cmd_placements(app: App, args: argparse.Namespace) -> int:
-    placements = SchedulerStore(app.engine).state().placements
+    model = args.model
+    if model is not None:
+        model = app.service.catalog().canonical(model) or model
+    replicas = SchedulerStore(app.engine).replicas(node=args.node, model=model)
     if args.json:
-        print_json([placement_json(p) for p in placements])
+        print_json([{**p.to_json(), **replica_state_json(s)} for p, s in replicas])
         return 0
-    headers = ["model", "replica", "profile", "gpu_class", "gpus/node", "nodes"]
+    headers = ["model", "replica", "profile", "gpu_class", "gpus/node", "nodes", "state", "since"]
+    headers.append("endpoint")
     sys.stdout.write(
         table(
             headers,
@@ -295,8 +319,11 @@ def cmd_placements(app: App, args: argparse.Namespace) -> int:
                     p.gpu_class or "cpu",
                     str(p.gpus_per_node),
                     ",".join(p.nodes),
+                    s.shown_state,
+                    iso(s.since),
+                    s.endpoint or "-",
                 ]
-                for p in placements
+                for p, s in replicas
             ],
         )
     )

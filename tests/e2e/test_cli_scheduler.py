@@ -71,13 +71,20 @@ def test_place_puts_each_replica_where_it_fits_and_explains_the_rest(cli: Cli) -
         "nodes",
         "gpus_per_node",
         "gpu_class",
+        "fingerprint",
     }
     # The CPU model needs 8 GB and the CPU node has 4: it lands on a GPU node with the
     # memory (or unknown memory), without taking a card.
     qwen = by_replica[("qwen-0.5b", 0)]
     assert qwen["gpu_class"] is None and qwen["gpus_per_node"] == 0
     assert qwen["nodes"] != ["cpu-1"]
-    assert cli.json("placements") == placed["placements"]
+    state_keys = {"state", "state_since", "endpoint", "message"}
+    listed_now = cli.json("placements")
+    assert [{k: v for k, v in p.items() if k not in state_keys} for p in listed_now] == placed[
+        "placements"
+    ]
+    # No agent has reported replica states: each counts as unreported (and so as ready).
+    assert {p["state"] for p in listed_now} == {"unreported"}
     assert cli.json("place")["placed"] == []  # stable: nothing moves
 
 

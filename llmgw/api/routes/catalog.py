@@ -1,4 +1,4 @@
-"""The catalog: the OpenAI-compatible model list, full definitions, and add/remove.
+"""The catalog: the OpenAI-compatible model list, full definitions, and add/apply/remove.
 
 Where a refusal is raised says what it is: ``parse_definitions`` refusing a
 body is an invalid definition (422); ``CatalogService`` refusing a valid
@@ -9,6 +9,7 @@ with concurrent writers and a reused idempotency key.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from anyio import to_thread
@@ -17,12 +18,14 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from catalog import CatalogError, Model, parse_definitions
 from catalog.identifiers import KEY_PATTERN, IdentifierError
 from events import CommandConflict, CommandResult, KeyReused
+from events.apply import ApplyResult
 from llmgw.api import schemas
 from llmgw.api.access import SECURED, Operator, Reader
 from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
 from llmgw.api.problems import ApiJSON, Problem, errors, refused
 from llmgw.api.services import Services
-from llmgw.api.views import catalog_entry, event_json, openai_entry
+from llmgw.api.views import catalog_counts, catalog_entry, event_json, openai_entry
+from scheduler.service import replica_counts
 
 router = APIRouter()
 
@@ -39,8 +42,17 @@ KeyHeader = Annotated[
 ReasonQuery = Annotated[str, Query(max_length=2000, description="why (recorded in the log)")]
 
 
-def _definition_body() -> dict[str, Any]:
+def _definition_body(*, one_only: bool = False) -> dict[str, Any]:
     one = {"$ref": "#/components/schemas/ModelDefinition"}
+    if one_only:
+        return {
+            "requestBody": {
+                "required": True,
+                "description": "One model definition whose name is the path's (JSON, or "
+                "YAML); the shape of a file given to `llmgw apply`.",
+                "content": {"application/json": {"schema": one}},
+            }
+        }
     many = {
         "type": "object",
         "properties": {"models": {"type": "array", "items": one, "minItems": 1}},
@@ -80,8 +92,12 @@ def list_models(call: Reader) -> Response:
 )
 def get_catalog(call: Reader) -> Response:
     view = call.svc.gate.view()
+    counts = replica_counts(view.catalog, call.svc.nodes.replicas())
     return ApiJSON(
-        [catalog_entry(view.catalog, m) for m in view.catalog.models()],
+        [
+            {**catalog_entry(view.catalog, m), "replicas": catalog_counts(counts[m.name])}
+            for m in view.catalog.models()
+        ],
         headers={"X-Llmgw-Position": str(view.position)},
     )
 
@@ -101,8 +117,10 @@ def get_model(name: str, call: Reader) -> Response:
         raise Problem(
             404, "not-found", f"model {name!r} is not in the catalog (neither a name nor an alias)"
         )
+    counts = replica_counts(view.catalog, call.svc.nodes.replicas(model=model.name))
     return ApiJSON(
-        catalog_entry(view.catalog, model), headers={"X-Llmgw-Position": str(view.position)}
+        {**catalog_entry(view.catalog, model), "replicas": catalog_counts(counts[model.name])},
+        headers={"X-Llmgw-Position": str(view.position)},
     )
 
 
@@ -143,6 +161,68 @@ def _add(svc: Services, body: bytes, actor: str, reason: str, key: str | None) -
     models = _definitions(svc, body)
     try:
         return svc.gate.add(models, actor=actor, reason=reason, key=key)
+    except KeyReused as exc:
+        raise refused(exc, "key-reused") from None
+    except IdentifierError as exc:  # an actor, reason or key outside the grammar
+        raise refused(exc, "invalid-request", 422) from None
+    except CatalogError as exc:
+        raise refused(exc) from None
+    except CommandConflict as exc:
+        raise Problem(409, "conflict", str(exc)) from None
+
+
+@router.put(
+    "/v1/catalog/models/{name:path}",
+    response_model=schemas.ApplyOutcome,
+    responses={
+        201: {"model": schemas.ApplyOutcome, "description": "added (the model was absent)"},
+        **errors(401, 403, 409, 413, 422, 503),
+    },
+    openapi_extra={**_definition_body(one_only=True), **SECURED},
+    tags=["catalog"],
+    summary="Add a model, or replace a runtime model's definition in one event",
+)
+async def apply_model(
+    name: str, request: Request, call: Operator, key: KeyHeader = None, reason: ReasonQuery = ""
+) -> Response:
+    _check_reason(reason)
+    body = await receive(request, call.svc.settings.max_body_bytes)
+    apply = partial(_apply, call.svc, name, body, actor=call.who.name, reason=reason, key=key)
+    result = await to_thread.run_sync(apply)
+    answer = {**result.to_json(), "events": [event_json(e) for e in result.events]}
+    created = result.outcome == "added" and not result.already_recorded
+    return ApiJSON(answer, status_code=201 if created else 200)
+
+
+def _one_definition(svc: Services, name: str, body: bytes) -> Model:
+    models = _definitions(svc, body)
+    if len(models) != 1:
+        raise Problem(
+            422,
+            "invalid-definition",
+            f"{ORIGIN}: PUT takes one model definition, and this body holds {len(models)}; "
+            "send one (or add a list with POST /v1/catalog/models)",
+        )
+    if models[0].name != name:
+        raise Problem(
+            422,
+            "invalid-definition",
+            f"{ORIGIN}: the path names model {name!r} but the body defines "
+            f"{models[0].name!r}; PUT a definition to its own name's path "
+            f"(/v1/catalog/models/{models[0].name})",
+            model=models[0].name,
+            field="name",
+        )
+    return models[0]
+
+
+def _apply(
+    svc: Services, name: str, body: bytes, *, actor: str, reason: str, key: str | None
+) -> ApplyResult:
+    """Parse, validate and append, in a worker thread: nothing of it runs on the event loop."""
+    model = _one_definition(svc, name, body)
+    try:
+        return svc.gate.apply(model, actor=actor, reason=reason, key=key)
     except KeyReused as exc:
         raise refused(exc, "key-reused") from None
     except IdentifierError as exc:  # an actor, reason or key outside the grammar

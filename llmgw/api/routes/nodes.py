@@ -60,11 +60,16 @@ async def report_node(name: str, request: Request, call: Reporter) -> Response:
             "each agent reports with the token issued for its own nodes",
         )
     body = await receive(request, svc.settings.max_body_bytes)
-    node = await to_thread.run_sync(_parse_and_record, svc, name, body)
-    return ApiJSON(node_json(node, datetime.now(UTC), svc.settings.policy))
+    node = await to_thread.run_sync(_parse_and_record, svc, name, body, who.name)
+    cordons, hosted = await to_thread.run_sync(svc.nodes.service)
+    return ApiJSON(
+        node_json(
+            node, datetime.now(UTC), svc.settings.policy, cordons.get(name), hosted.get(name, 0)
+        )
+    )
 
 
-def _parse_and_record(svc: Services, name: str, body: bytes) -> Node:
+def _parse_and_record(svc: Services, name: str, body: bytes, actor: str) -> Node:
     """Parse, validate and store, in a worker thread: nothing of it runs on the event loop."""
     data = parse(body, svc.settings.max_body_bytes, "invalid-node-report")
     if not isinstance(data, dict):
@@ -84,13 +89,13 @@ def _parse_and_record(svc: Services, name: str, body: bytes) -> Node:
         raise Problem(
             422, "invalid-node-report", "; ".join(exc.problems), problems=list(exc.problems)
         ) from None
-    return _record(svc, report)
+    return _record(svc, report, actor)
 
 
-def _record(svc: Services, report: NodeReport) -> Node:
+def _record(svc: Services, report: NodeReport, actor: str) -> Node:
     try:
         with svc.writing:
-            (node,) = svc.nodes.report([report], datetime.now(UTC))
+            (node,) = svc.nodes.report([report], datetime.now(UTC), actor=actor)
     except OverflowError as exc:  # SQLite's integers stop at 2**63; PostgreSQL's is DataError
         raise Problem(
             422, "invalid-node-report", f"the database cannot store a value: {exc}"
@@ -109,7 +114,13 @@ def _record(svc: Services, report: NodeReport) -> Node:
 )
 def list_nodes(call: Reader) -> Response:
     now, svc = datetime.now(UTC), call.svc
-    return ApiJSON([node_json(n, now, svc.settings.policy) for n in svc.nodes.nodes()])
+    cordons, hosted = svc.nodes.service()
+    return ApiJSON(
+        [
+            node_json(n, now, svc.settings.policy, cordons.get(n.name), hosted.get(n.name, 0))
+            for n in svc.nodes.nodes()
+        ]
+    )
 
 
 @router.get(
@@ -118,15 +129,19 @@ def list_nodes(call: Reader) -> Response:
     responses=errors(401, 503),
     openapi_extra=SECURED,
     tags=["nodes"],
-    summary="Where every replica runs; with ?node=, what that node's agent should run",
+    summary="Where every replica runs and its state; with ?node=, what that node's agent "
+    "should run",
 )
 def list_placements(
     call: Reader,
     node: Annotated[str | None, Query(description="only replicas on this node")] = None,
+    model: Annotated[
+        str | None, Query(description="only replicas of this model (a name or alias)")
+    ] = None,
 ) -> Response:
     svc = call.svc
-    placements = svc.nodes.state().placements
-    if node is not None:
-        placements = tuple(p for p in placements if node in p.nodes)
     catalog = svc.gate.view().catalog
-    return ApiJSON([placement_json(p, catalog) for p in placements])
+    if model is not None:
+        model = catalog.canonical(model) or model
+    replicas = svc.nodes.replicas(node=node, model=model)
+    return ApiJSON([placement_json(p, catalog, status) for p, status in replicas])

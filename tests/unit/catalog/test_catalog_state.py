@@ -119,12 +119,14 @@ def test_check_add_alone_changes_nothing(state: CatalogState) -> None:
     assert "experiment" not in state
 
 
-def test_a_runtime_name_already_added_is_refused_until_it_is_removed(state: CatalogState) -> None:
+def test_a_runtime_name_already_added_is_refused_as_an_add_and_points_to_apply(
+    state: CatalogState,
+) -> None:
     add(state, model("experiment"))
     err = add_refusal(state, model("experiment", source="v2"))
     assert (err.model, err.field) == ("experiment", "name")
     assert "already in the catalog" in str(err)
-    assert "remove it first" in str(err)
+    assert "apply the new definition" in str(err)
     state.check_remove("experiment")
     state.remove("experiment")
     add(state, model("experiment", source="v2"))

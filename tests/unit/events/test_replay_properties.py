@@ -20,9 +20,9 @@ DECLARED = Catalog.build(
 
 
 def _payload(draw: Any) -> tuple[str, str, int]:
-    kind = draw(st.sampled_from(["add", "add", "add", "remove", "remove", "garbage"]))
+    kind = draw(st.sampled_from(["add", "add", "add", "replace", "remove", "remove", "garbage"]))
     name = draw(st.sampled_from(NAMES))
-    if kind == "add":
+    if kind in ("add", "replace"):
         extra: dict[str, Any] = {}
         aliases = draw(st.lists(st.sampled_from(NAMES), max_size=2, unique=True))
         fallbacks = draw(st.lists(st.sampled_from(NAMES), max_size=2, unique=True))
@@ -30,6 +30,8 @@ def _payload(draw: Any) -> tuple[str, str, int]:
             # An invalid definition: the arithmetic does not add up.
             extra["profiles"] = [{"name": "p", "gpu_class": "A100", "tp": 4, "nodes": 3}]
         body = definition(name, aliases=aliases, fallbacks=fallbacks, **extra)
+        if kind == "replace":
+            return "model.replaced", json.dumps({"model": body, "declared_digest": None}), 1
         return "model.added", json.dumps({"model": body}), 1
     if kind == "remove":
         return "model.removed", json.dumps({"name": name}), 1
@@ -39,6 +41,7 @@ def _payload(draw: Any) -> tuple[str, str, int]:
                 ("model.added", "{torn", 1),
                 ("model.renamed", "{}", 1),
                 ("model.added", json.dumps({"model": definition(name)}), 7),
+                ("model.replaced", json.dumps({"model": definition(name)}), 2),
                 ("model.removed", "[]", 1),
             ]
         )

@@ -137,3 +137,47 @@ def test_the_openb_trace_loads_as_an_inventory() -> None:
         256.0,
     )
     assert all(n.reported_at == NOW for n in nodes)
+
+
+def test_replica_states_are_optional_and_absent_means_leave_them_as_they_were() -> None:
+    assert parse_node_report({"name": "gpu-7"}).replicas is None
+    assert parse_node_report({"name": "gpu-7", "replicas": []}).replicas == []
+
+
+def test_a_replica_state_report_is_strict_and_names_what_to_send() -> None:
+    assert "replicas.0.state 'running' is not accepted" in refusal(
+        {"name": "gpu-7", "replicas": [{"model": "m", "replica": 0, "state": "running"}]}
+    )
+    assert "replicas.0.replica" in refusal(
+        {"name": "gpu-7", "replicas": [{"model": "m", "replica": "0", "state": "ready"}]}
+    )
+    assert "is not a field of a replica's report" in refusal(
+        {"name": "gpu-7", "replicas": [{"model": "m", "replica": 0, "state": "ready", "pid": 1}]}
+    )
+    assert "reported twice" in refusal(
+        {"name": "gpu-7", "replicas": [{"model": "m", "replica": 0, "state": "ready"}] * 2}
+    )
+    assert "must be an http:// or https:// URL" in refusal(
+        {
+            "name": "gpu-7",
+            "replicas": [{"model": "m", "replica": 0, "state": "ready", "endpoint": "file:///x"}],
+        }
+    )
+
+
+def test_a_replica_report_is_bounded_and_a_terminal_escape_is_refused_not_stored() -> None:
+    many = [{"model": "m", "replica": i, "state": "ready"} for i in range(1025)]
+    message = refusal({"name": "gpu-7", "replicas": many})
+    assert "replicas" in message and len(message) < 600  # named, not echoed whole
+    assert "non-printable" in refusal(
+        {
+            "name": "gpu-7",
+            "replicas": [{"model": "m", "replica": 0, "state": "failed", "message": "\x1b[2J"}],
+        }
+    )
+    assert "at most 1000 characters" in refusal(
+        {
+            "name": "gpu-7",
+            "replicas": [{"model": "m", "replica": 0, "state": "failed", "message": "x" * 1001}],
+        }
+    )

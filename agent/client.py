@@ -1,0 +1,90 @@
+"""The agent's HTTP client for the control plane: report the node, read its placements.
+
+Standard library only (``urllib``): the agent is a small program on every
+machine and needs no HTTP stack of its own. Every answer is read with a
+bound, and every failure becomes one of two errors: ``Unreachable`` (try
+again next tick; running engines are left alone) or ``Refused`` (the server
+answered no, with its reason).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from agent.processes import printable
+
+# A node's placements are a few kilobytes each; a bigger answer is not one.
+MAX_ANSWER = 8 << 20
+MAX_DETAIL = 2000
+
+
+class Unreachable(Exception):
+    """No answer from the control plane (network, timeout, 5xx)."""
+
+
+class Refused(Exception):
+    """The control plane answered with a refusal; ``detail`` is its reason, printable."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class ControlPlane:
+    def __init__(self, url: str, token: str, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self.timeout = timeout
+
+    def report(self, node: str, body: dict[str, Any]) -> Any:
+        return self._call("PUT", f"/v1/nodes/{urllib.parse.quote(node, safe='')}", body)
+
+    def placements(self, node: str) -> Any:
+        return self._call("GET", "/v1/placements?" + urllib.parse.urlencode({"node": node}))
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {self._token}",
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                return json.loads(_read(answer))
+        except urllib.error.HTTPError as exc:
+            detail = _detail(exc)
+            if exc.code >= 500:
+                raise Unreachable(f"HTTP {exc.code}: {detail}") from None
+            raise Refused(exc.code, detail) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise Unreachable(printable(str(getattr(exc, "reason", exc)))) from None
+        except ValueError as exc:  # not JSON, or too long
+            raise Unreachable(f"unreadable answer: {printable(str(exc))[:MAX_DETAIL]}") from None
+
+
+def _read(answer: Any) -> bytes:
+    data: bytes = answer.read(MAX_ANSWER + 1)
+    if len(data) > MAX_ANSWER:
+        raise ValueError(f"the answer is longer than {MAX_ANSWER} bytes")
+    return data
+
+
+def _detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        raw = exc.read(64 << 10)
+        problem = json.loads(raw)
+        text = str(problem.get("detail") or problem.get("title") or problem)
+    except (ValueError, OSError, AttributeError):
+        text = exc.reason if isinstance(exc.reason, str) else ""
+    return printable(text)[:MAX_DETAIL]

@@ -1,0 +1,98 @@
+"""Engine adapters: the command line and environment that start one replica.
+
+One function per engine, pure: the profile's view (what the control plane
+sends with each placement), the port, the cards; out comes argv and env. The
+profile's own ``args`` go last so an operator can override any flag an
+adapter sets (both vLLM and llama-server take the last value of a flag).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# Checked on every tick; each engine answers it once its model is loaded.
+HEALTH_PATH = "/health"
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """What the control plane says to run for one replica (a placement's ``engine``)."""
+
+    engine: str
+    profile: str
+    model_path: str
+    served_model_name: str
+    tp: int = 1
+    pp: int = 0
+    gpus_per_node: int = 0
+    nodes: int = 1
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] | None = None
+
+
+class UnknownEngine(ValueError):
+    """A profile names an engine this agent has no adapter for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+
+ENGINES = ("vllm", "llamacpp", "sim")
+
+
+def command(
+    launch: Launch, *, host: str, port: int, devices: Sequence[int], python: str = sys.executable
+) -> Command:
+    """argv and the environment additions for one engine process.
+
+    ``CUDA_VISIBLE_DEVICES`` is always set: to the cards given, or empty for
+    a CPU replica, so an engine never wanders onto a card another replica was
+    given (an unset variable means *all* cards).
+    """
+    env = {**(launch.env or {}), "CUDA_VISIBLE_DEVICES": ",".join(str(d) for d in devices)}
+    if launch.engine == "vllm":
+        argv = _vllm(launch, host, port)
+    elif launch.engine == "llamacpp":
+        argv = _llamacpp(launch, host, port)
+    elif launch.engine == "sim":
+        argv = [python, "-m", "agent.sim", "--host", host, "--port", str(port)]
+        argv += ["--model", launch.served_model_name]
+    else:
+        raise UnknownEngine(
+            f"model {launch.served_model_name!r} profile {launch.profile!r}: engine "
+            f"{launch.engine!r} has no adapter in this agent (it runs {', '.join(ENGINES)}); "
+            "change the profile's engine, or run an agent that knows it"
+        )
+    return Command(argv=(*argv, *launch.args), env=env)
+
+
+def _vllm(launch: Launch, host: str, port: int) -> list[str]:
+    argv = ["vllm", "serve", launch.model_path, "--host", host, "--port", str(port)]
+    argv += ["--served-model-name", launch.served_model_name]
+    argv += ["--tensor-parallel-size", str(launch.tp)]
+    if launch.pp > 1:
+        argv += ["--pipeline-parallel-size", str(launch.pp)]
+    return argv
+
+
+def _llamacpp(launch: Launch, host: str, port: int) -> list[str]:
+    # A local file is a GGUF path; anything else a HuggingFace repository,
+    # which llama-server downloads itself (-hf owner/repo[:quant]).
+    source = launch.model_path
+    local = source.startswith(("/", "./", "../")) or source.endswith(".gguf")
+    where = ["-m", source] if local else ["-hf", source]
+    return [
+        "llama-server",
+        *where,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--alias",
+        launch.served_model_name,
+    ]

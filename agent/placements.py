@@ -1,0 +1,130 @@
+"""The node's placements as the control plane sends them, read strictly and bounded.
+
+``GET /v1/placements?node=NAME`` answers a list of replicas, each with the
+engine view of its profile. A field the agent needs that is missing or of the
+wrong type refuses the whole answer (acting on half of it could stop engines
+that should run); fields it does not know are ignored, so a newer server
+can add some.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent.engines import Launch
+
+MAX_PLACEMENTS = 4096
+
+
+class _Engine(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    name: str = Field(min_length=1, max_length=255)
+    engine: str = Field(min_length=1, max_length=64)
+    tp: int = Field(ge=1, le=1024)
+    pp: int = Field(default=0, ge=0, le=1024)
+    gpus_per_node: int = Field(ge=0, le=1024)
+    nodes: int = Field(default=1, ge=1, le=1024)
+    args: list[str] = Field(default_factory=list, max_length=1024)
+    env: dict[str, str] = Field(default_factory=dict, max_length=1024)
+    model_path: str = Field(max_length=4096)
+    served_model_name: str = Field(min_length=1, max_length=255)
+
+
+class _Placement(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    model: str = Field(min_length=1, max_length=255)
+    replica: int = Field(ge=0)
+    profile: str = Field(min_length=1, max_length=255)
+    nodes: list[str] = Field(min_length=1, max_length=1024)
+    gpus_per_node: int = Field(ge=0, le=1024)
+    engine: _Engine | None = None
+    state: str | None = None
+
+
+class PlacementsError(ValueError):
+    """The control plane's answer could not be read; nothing is changed on its account."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Key:
+    """A replica: its model and slot, stable for as long as it runs."""
+
+    model: str
+    replica: int
+
+    def __str__(self) -> str:
+        return f"{self.model}[{self.replica}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """One replica the scheduler placed on this node.
+
+    ``runs_here`` is False on the other nodes of a multi-node replica: the
+    engine runs on the first node of the placement (see the README). ``launch``
+    is None when the model or profile has left the catalog while the replica
+    was being removed: such a replica is not started.
+    """
+
+    key: Key
+    gpus: int
+    launch: Launch | None
+    fingerprint: str
+    runs_here: bool = True
+    server_state: str | None = None
+
+
+def parse_placements(data: Any, node: str) -> list[Want]:
+    if not isinstance(data, list):
+        raise PlacementsError("the placements answer is not a list")
+    if len(data) > MAX_PLACEMENTS:
+        raise PlacementsError(f"the placements answer lists {len(data)} replicas for one node")
+    wants: dict[Key, Want] = {}
+    for i, raw in enumerate(data):
+        try:
+            p = _Placement.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise PlacementsError(f"placement {i}: {where}: {first['msg']}") from None
+        if node not in p.nodes:
+            continue  # an older server without ?node= answers every placement
+        key = Key(p.model, p.replica)
+        launch = None if p.engine is None else _launch(p.engine)
+        wants[key] = Want(
+            key=key,
+            gpus=p.gpus_per_node,
+            launch=launch,
+            fingerprint=fingerprint(p.gpus_per_node, p.engine),
+            runs_here=p.nodes[0] == node,
+            server_state=p.state,
+        )
+    return sorted(wants.values(), key=lambda w: w.key)
+
+
+def _launch(e: _Engine) -> Launch:
+    return Launch(
+        engine=e.engine,
+        profile=e.name,
+        model_path=e.model_path,
+        served_model_name=e.served_model_name,
+        tp=e.tp,
+        pp=e.pp,
+        gpus_per_node=e.gpus_per_node,
+        nodes=e.nodes,
+        args=tuple(e.args),
+        env=dict(e.env),
+    )
+
+
+def fingerprint(gpus: int, engine: _Engine | None) -> str:
+    """What an engine was started with: a running engine whose fingerprint changed is restarted."""
+    body = {"gpus": gpus, "engine": None if engine is None else engine.model_dump(mode="json")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,171 @@
+"""Engine processes: start one, tell whether it still runs, stop it, read the end of its log.
+
+Each engine gets a session (and so a process group) of its own: a Ctrl-C in
+the agent's terminal does not reach it, the agent's death does not take it
+down, and a stop signals the whole group, so an engine's own workers (vLLM
+starts several) stop with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from agent.engines import Command
+
+# What a failed replica's message carries of its log.
+TAIL_LINES = 5
+TAIL_BYTES = 8192
+MAX_MESSAGE = 800
+
+
+@dataclass
+class Engine:
+    """A running engine: its pid and start time, and the Popen when this agent started it."""
+
+    pid: int
+    start_time: float
+    argv: tuple[str, ...]
+    popen: subprocess.Popen[bytes] | None = None
+
+    def exit_status(self) -> tuple[bool, int | None]:
+        """(exited, exit code). The code of an adopted engine is not ours to learn: None."""
+        if self.popen is not None:
+            code = self.popen.poll()
+            return code is not None, code
+        return not same_process(self.pid, self.start_time, self.argv), None
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host if host != "0.0.0.0" else "", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn(cmd: Command, log_path: Path, cwd: Path) -> Engine:
+    env = {**os.environ, **cmd.env}
+    with log_path.open("ab") as out:
+        popen = subprocess.Popen(
+            cmd.argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        start_time = psutil.Process(popen.pid).create_time()
+    except psutil.Error:
+        start_time = 0.0  # it already exited; poll() says so on the next look
+    return Engine(popen.pid, start_time, tuple(cmd.argv), popen)
+
+
+def same_process(pid: int, start_time: float, argv: Iterable[str]) -> bool:
+    """Whether ``pid`` is still the process that was started then with that command line."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        # create_time is derived from the boot time and clock ticks: equal for the
+        # same process on every read, so a small tolerance is only for rounding.
+        return abs(proc.create_time() - start_time) < 0.05 and proc.cmdline() == list(argv)
+    except psutil.Error:
+        return False
+
+
+def stop(engines: Iterable[Engine], grace: float) -> dict[int, int | None]:
+    """SIGTERM each engine's group, wait up to ``grace`` seconds, SIGKILL what is left.
+
+    Signals go to all engines first, then one wait covers them all, so
+    stopping ten engines takes one grace period, not ten.
+    """
+    engines = list(engines)
+    for e in engines:
+        _signal_group(e, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    pending = list(engines)
+    while pending and time.monotonic() < deadline:
+        pending = [e for e in pending if not e.exit_status()[0]]
+        if pending:
+            time.sleep(0.05)
+    for e in pending:
+        _signal_group(e, signal.SIGKILL)
+    codes: dict[int, int | None] = {}
+    for e in engines:
+        if e.popen is not None:
+            try:
+                codes[e.pid] = e.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                codes[e.pid] = None
+        else:
+            codes[e.pid] = None
+    return codes
+
+
+def _signal_group(e: Engine, signum: signal.Signals) -> None:
+    if e.exit_status()[0]:
+        return
+    try:
+        os.killpg(e.pid, signum)  # the engine leads its own session: pgid == pid
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        # Not our process group any more (a reused pid): never signal a stranger.
+        pass
+
+
+# Health checks go straight to the engine on this machine, never through an
+# http_proxy the environment may name for the control plane.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def healthy(url: str, timeout: float = 1.0) -> bool:
+    try:
+        with _DIRECT.open(url, timeout=timeout) as answer:
+            answer.read(1024)
+            return 200 <= int(answer.status) < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def tail(log_path: Path, lines: int = TAIL_LINES) -> str:
+    """The last lines of a log, as one printable line: reports are shown in terminals."""
+    try:
+        with log_path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
+            data = f.read(TAIL_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    kept = [printable(x) for x in data.splitlines() if x.strip()][-lines:]
+    text = " | ".join(kept)
+    return text if len(text) <= MAX_MESSAGE else "..." + text[-(MAX_MESSAGE - 3) :]
+
+
+def printable(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text).strip()
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return (
+            "the engine exited (its exit code is unknown: this agent adopted it, "
+            "it did not start it)"
+        )
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"the engine was killed by {name}"
+    return f"the engine exited with code {code}"

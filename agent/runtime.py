@@ -1,0 +1,344 @@
+"""The agent's loop: observe the engines, report, read the placements, start and stop.
+
+One tick, every ``interval`` seconds:
+
+1. look at each engine: exited (failed, with its exit code and the end of
+   its log), answering its health check (ready), or neither yet (starting);
+2. report the node (the heartbeat) with those replica states;
+3. read the node's placements and apply ``reconcile.decide``.
+
+When the control plane cannot be reached, steps 2 and 3 are skipped and
+nothing is stopped: a network partition must not take down replicas that
+are serving. The engines are stopped only when the control plane says so,
+or when the agent itself is stopped (unless ``leave_engines``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from agent import engines, processes
+from agent.client import ControlPlane, Refused, Unreachable
+from agent.inventory import Inventory
+from agent.placements import Key, PlacementsError, Want, parse_placements
+from agent.reconcile import Backoff, Decision, Have, Start, decide
+from agent.state import Record, StateDir
+
+log = structlog.get_logger("llmgw.agent")
+
+MAX_REPORTED_MESSAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    node: str
+    state_dir: Path
+    labels: dict[str, str] = field(default_factory=dict)
+    fabric: str | None = None
+    interval: float = 10.0
+    # Where engines listen, and the address the control plane and routers reach them at.
+    engine_host: str = "0.0.0.0"
+    advertise: str = "127.0.0.1"
+    stop_grace: float = 10.0
+    leave_engines: bool = False
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        inventory: Inventory,
+        server: ControlPlane,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.inventory = inventory
+        self.server = server
+        self.clock = clock
+        self.state = StateDir(config.state_dir).create()
+        self.records: dict[Key, Record] = {}
+        self.procs: dict[Key, processes.Engine] = {}
+        self.waits: dict[Key, str] = {}
+        self.stopping = threading.Event()
+        self._send_replicas = True
+
+    # -- the loop -------------------------------------------------------------
+
+    def run(self) -> None:
+        self.state.lock()
+        self.adopt()
+        while not self.stopping.is_set():
+            try:
+                self.tick()
+            except Exception:
+                # A bug or a full disk must not end the agent (its engines would
+                # then go unwatched); it is logged and the next tick tries again.
+                log.exception("agent.tick_failed")
+            self.stopping.wait(self.config.interval)
+        self.shutdown()
+
+    def tick(self) -> None:
+        self.observe()
+        if not self.report():
+            return
+        wants = self.placements()
+        if wants is None:
+            return
+        now = self.clock()
+        decision = decide(wants, self.haves(), self.inventory.devices, now, self.config.backoff)
+        self.apply(decision)
+        log.debug(
+            "agent.reconciled",
+            placed=len(wants),
+            engines=len(self.procs),
+            started=len(decision.starts),
+            stopped=len(decision.stops),
+            waiting=len(decision.waits),
+        )
+
+    # -- adoption -------------------------------------------------------------
+
+    def adopt(self) -> None:
+        """Take over the engines a previous run of this agent left running."""
+        for record in self.state.load():
+            if not record.alive or record.pid <= 0:
+                self.records[record.key] = record
+                continue
+            if processes.same_process(record.pid, record.start_time, record.argv):
+                self.records[record.key] = record
+                self.procs[record.key] = processes.Engine(
+                    record.pid, record.start_time, record.argv
+                )
+                log.info(
+                    "agent.engine_adopted",
+                    model=record.model,
+                    replica=record.replica,
+                    pid=record.pid,
+                    port=record.port,
+                    devices=list(record.devices),
+                )
+            else:
+                message = _failure(None, Path(record.log_path), "while the agent was not running")
+                self._exited(record, None, message)
+
+    # -- observing engines ------------------------------------------------------
+
+    def observe(self) -> None:
+        for key, record in list(self.records.items()):
+            proc = self.procs.get(key)
+            if not record.alive or proc is None:
+                continue
+            exited, code = proc.exit_status()
+            if exited:
+                self._exited(record, code, _failure(code, Path(record.log_path)))
+                continue
+            if not record.ready and processes.healthy(self._health_url(record)):
+                self._save(replace(record, ready=True))
+                log.info(
+                    "agent.engine_ready",
+                    model=record.model,
+                    replica=record.replica,
+                    endpoint=record.endpoint,
+                )
+
+    def _exited(self, record: Record, code: int | None, message: str) -> None:
+        record = record.exited(self.clock(), code, message)
+        self._save(record)
+        self.procs.pop(record.key, None)
+        log.warning(
+            "agent.engine_failed",
+            model=record.model,
+            replica=record.replica,
+            exit_code=code,
+            message=message,
+        )
+
+    def _health_url(self, record: Record) -> str:
+        host = self.config.engine_host
+        local = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        return f"http://{local}:{record.port}{engines.HEALTH_PATH}"
+
+    # -- the control plane ------------------------------------------------------
+
+    def report_body(self) -> dict[str, Any]:
+        inv = self.inventory
+        body: dict[str, Any] = {
+            "gpu_class": inv.gpu_class,
+            "gpus": inv.gpus,
+            "memory_gb": inv.memory_gb,
+            "labels": dict(self.config.labels),
+            "fabric": self.config.fabric,
+        }
+        if self._send_replicas:
+            body["replicas"] = self.replica_states()
+        return body
+
+    def replica_states(self) -> list[dict[str, Any]]:
+        states = []
+        for key in sorted({*self.records, *self.waits}):
+            record = self.records.get(key)
+            if record is None:
+                entry = {"state": "starting", "message": self.waits[key]}
+            elif not record.alive:
+                entry = {"state": "failed", "message": record.message}
+            elif record.ready:
+                entry = {"state": "ready", "message": "", "endpoint": record.endpoint}
+            else:
+                entry = {"state": "starting", "message": f"{record.engine} on port {record.port}"}
+            # The control plane takes a message of up to 1000 printable characters.
+            entry["message"] = processes.printable(str(entry["message"]))[:MAX_REPORTED_MESSAGE]
+            states.append({"model": key.model, "replica": key.replica, **entry})
+        return states
+
+    def report(self) -> bool:
+        try:
+            self.server.report(self.config.node, self.report_body())
+            return True
+        except Unreachable as exc:
+            log.warning(
+                "agent.server_unreachable",
+                server=self.server.url,
+                reason=str(exc),
+                engines_running=len(self.procs),
+            )
+        except Refused as exc:
+            if self._send_replicas and exc.status == 422 and "replicas" in exc.detail:
+                # A control plane older than replica states: report the node alone.
+                log.warning("agent.replicas_unsupported", detail=exc.detail)
+                self._send_replicas = False
+                return self.report()
+            log.error("agent.report_refused", status=exc.status, detail=exc.detail)
+        return False
+
+    def placements(self) -> list[Want] | None:
+        try:
+            return parse_placements(self.server.placements(self.config.node), self.config.node)
+        except Unreachable as exc:
+            log.warning(
+                "agent.server_unreachable",
+                server=self.server.url,
+                reason=str(exc),
+                engines_running=len(self.procs),
+            )
+        except Refused as exc:
+            log.error("agent.placements_refused", status=exc.status, detail=exc.detail)
+        except PlacementsError as exc:
+            log.error("agent.placements_unreadable", reason=str(exc))
+        return None
+
+    # -- acting -----------------------------------------------------------------
+
+    def haves(self) -> list[Have]:
+        return [
+            Have(r.key, r.fingerprint, r.devices, r.alive, r.exited_at, r.restarts)
+            for r in self.records.values()
+        ]
+
+    def apply(self, decision: Decision) -> None:
+        self.stop([s.key for s in decision.stops], {s.key: s.reason for s in decision.stops})
+        self.waits = {w.key: w.message for w in decision.waits}
+        for w in decision.waits:
+            log.info("agent.waiting", model=w.key.model, replica=w.key.replica, reason=w.message)
+        for start in decision.starts:
+            self.start(start)
+
+    def start(self, start: Start) -> None:
+        want = start.want
+        assert want.launch is not None  # decide() starts only replicas with a launch
+        key, cfg = want.key, self.config
+        port = self._free_port()
+        log_path = self.state.log_path(key)
+        record = Record(
+            model=key.model,
+            replica=key.replica,
+            fingerprint=want.fingerprint,
+            engine=want.launch.engine,
+            argv=(),
+            pid=0,
+            start_time=0.0,
+            port=port,
+            endpoint=f"http://{cfg.advertise}:{port}",
+            devices=start.devices,
+            log_path=str(log_path),
+            started_at=self.clock(),
+            restarts=start.restarts,
+        )
+        try:
+            cmd = engines.command(
+                want.launch, host=cfg.engine_host, port=port, devices=start.devices
+            )
+            with log_path.open("a") as f:
+                f.write(f"llmgw agent: starting {' '.join(cmd.argv)}\n")
+            proc = processes.spawn(cmd, log_path, self.state.root)
+        except (engines.UnknownEngine, OSError) as exc:
+            self._exited(record, None, f"cannot start the engine: {processes.printable(str(exc))}")
+            return
+        record = replace(record, argv=proc.argv, pid=proc.pid, start_time=proc.start_time)
+        self.procs[key] = proc
+        self._save(record)
+        log.info(
+            "agent.engine_started",
+            model=key.model,
+            replica=key.replica,
+            engine=want.launch.engine,
+            pid=proc.pid,
+            port=port,
+            devices=list(start.devices),
+            restarts=start.restarts,
+        )
+
+    def _free_port(self) -> int:
+        # The system hands out a port nobody listens on; one of our engines still
+        # loading is not listening yet, so its port is skipped by hand.
+        taken = {r.port for r in self.records.values() if r.alive}
+        port = processes.free_port(self.config.engine_host)
+        for _ in range(20):
+            if port not in taken:
+                break
+            port = processes.free_port(self.config.engine_host)
+        return port
+
+    def stop(self, keys: list[Key], reasons: dict[Key, str]) -> None:
+        procs = [self.procs[k] for k in keys if k in self.procs]
+        if procs:
+            processes.stop(procs, self.config.stop_grace)
+        for key in keys:
+            self.procs.pop(key, None)
+            self.records.pop(key, None)
+            self.state.forget(key)
+            log.info(
+                "agent.engine_stopped",
+                model=key.model,
+                replica=key.replica,
+                reason=reasons.get(key, ""),
+            )
+
+    def shutdown(self) -> None:
+        if self.config.leave_engines:
+            log.info(
+                "agent.engines_left",
+                engines=len(self.procs),
+                detail="left running; the next agent on this state dir adopts them",
+            )
+            return
+        self.stop(sorted(self.procs), dict.fromkeys(self.procs, "the agent is stopping"))
+
+    def _save(self, record: Record) -> None:
+        self.records[record.key] = record
+        self.state.save(record)
+
+
+def _failure(code: int | None, log_path: Path, when: str = "") -> str:
+    what = processes.describe_exit(code)
+    if code is None and when:
+        what = f"the engine exited {when}"
+    last = processes.tail(log_path)
+    return f"{what}; last log lines: {last}" if last else what

@@ -1,0 +1,89 @@
+"""Taking a node out of service: cordon, drain, uncordon (operator role).
+
+The same ``scheduler.service.change_service`` as ``llmgw nodes cordon|drain|
+uncordon``, with the token's name as the actor of the event.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from anyio import to_thread
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+from starlette.responses import Response
+
+from llmgw.api.access import SECURED, Operator
+from llmgw.api.problems import ApiJSON, Problem, errors
+from llmgw.api.services import Services
+from llmgw.api.views import iso
+from scheduler.service import MAX_REASON, NodeServiceError, ServiceChange, change_service
+
+router = APIRouter()
+
+
+class ServiceOutcome(BaseModel):
+    node: str
+    action: Literal["cordon", "drain", "uncordon"]
+    # The node's service now: null when in service.
+    mode: Literal["cordoned", "draining"] | None
+    changed: bool
+    replicas_left: int
+    detail: str
+    previous: dict[str, str] | None
+
+
+def _change(svc: Services, node: str, action: str, actor: str, reason: str) -> ServiceChange:
+    try:
+        with svc.writing:
+            return change_service(svc.nodes, node, action, actor=actor, reason=reason)
+    except NodeServiceError as exc:
+        status = 404 if "not in the inventory" in str(exc) else 422
+        raise Problem(
+            status, "not-found" if status == 404 else "invalid-request", str(exc)
+        ) from None
+
+
+def _route(action: Literal["cordon", "drain", "uncordon"], summary: str) -> None:
+    async def handler(
+        name: str,
+        call: Operator,
+        reason: Annotated[str, Query(max_length=MAX_REASON, description="why")] = "",
+    ) -> Response:
+        change = await to_thread.run_sync(_change, call.svc, name, action, call.who.name, reason)
+        before = change.before
+        # After the call the node is in the asked-for mode, whether or not it already was.
+        mode = {"cordon": "cordoned", "drain": "draining", "uncordon": None}[action]
+        return ApiJSON(
+            {
+                "node": change.node,
+                "action": action,
+                "mode": mode,
+                "changed": change.changed,
+                "replicas_left": change.replicas_left,
+                "detail": change.describe(),
+                "previous": None
+                if before is None
+                else {
+                    "mode": before.mode,
+                    "actor": before.actor,
+                    "reason": before.reason,
+                    "since": iso(before.since),
+                },
+            }
+        )
+
+    router.post(
+        f"/v1/nodes/{{name}}/{action}",
+        response_model=ServiceOutcome,
+        responses=errors(401, 403, 404, 422, 503),
+        openapi_extra=SECURED,
+        tags=["nodes"],
+        summary=summary,
+        name=f"{action}_node",
+    )(handler)
+
+
+_route("cordon", "Cordon a node: no new replicas land there")
+_route("drain", "Drain a node: replace its replicas elsewhere, surge-first")
+_route("uncordon", "Put a cordoned or draining node back in service")

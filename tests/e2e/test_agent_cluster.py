@@ -1,0 +1,233 @@
+"""The node agent end to end: a real server, real agents on loopback, real sim engines.
+
+The server runs placement rounds itself (``ROUNDS``), except in the failure test:
+there `llmgw place` runs one round, so the failed state the agent reports stays
+visible until the test reads it (a later round would place the replica again).
+The node-loss test shortens the staleness settings; the others keep the
+defaults, so a busy machine cannot make a node look lost.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from openai import OpenAI
+from openai.types.chat import ChatCompletionMessageParam
+
+from agent.inventory import detect
+from agent.processes import same_process
+from tests.e2e.agents import SIM, cluster, eventually
+
+pytestmark = pytest.mark.slow
+
+
+ROUNDS = ["--with-scheduler", "--interval", "0.3"]
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    path = tmp_path / "llmgw.db"
+    shutil.copy(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+def engine_env(pid: int) -> str:
+    return psutil.Process(pid).environ()["CUDA_VISIBLE_DEVICES"]
+
+
+def test_placed_replicas_become_ready_on_cards_of_their_own_serve_openai_and_outlive_the_server(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    with cluster(tmp_path, sqlite_url, ["n1", "n2"], server_args=ROUNDS) as c:
+        n1, n2 = c.agent("n1"), c.agent("n2")
+        placed = eventually(lambda: c.ready("chat", 3), "3 chat replicas ready")
+        on = {n: sum(p["nodes"] == [n] for p in placed) for n in ("n1", "n2")}
+        assert sorted(on.values()) == [1, 2]  # best fit fills one node's two cards
+        # Each engine was given cards of its own, recorded and set in its environment.
+        for agent in (n1, n2):
+            cards = {"0", "1"} if on[agent.node] == 2 else {"0"}
+            live = agent.live_engines()
+            assert {engine_env(r["pid"]) for r in live} == cards
+            assert {",".join(map(str, r["devices"])) for r in live} == cards
+        for p in placed:
+            assert httpx.get(p["endpoint"] + "/health", timeout=10).status_code == 200
+
+        client = OpenAI(base_url=placed[0]["endpoint"] + "/v1", api_key="unused", timeout=30)
+        assert [m.id for m in client.models.list().data] == ["chat"]
+        ask: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": "Where do replicas run?"}
+        ]
+        answer = client.chat.completions.create(model="chat", messages=ask, max_tokens=6)
+        text = answer.choices[0].message.content
+        assert text is not None and len(text.split()) == 6
+        chunks = client.chat.completions.create(
+            model="chat",
+            messages=ask,
+            max_tokens=6,
+            stream=True,
+        )
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        assert streamed == text  # synthetic, and the same prompt gets the same text
+
+        # The control plane goes away: the engines keep serving.
+        c.server.stop()
+        eventually(lambda: len(n1.logs("agent.server_unreachable")) >= 3, "three ticks unheard")
+        assert len(n1.live_engines()) + len(n2.live_engines()) == 3
+        for p in placed:
+            assert httpx.get(p["endpoint"] + "/health", timeout=10).status_code == 200
+        assert n1.logs("agent.engine_stopped") == n2.logs("agent.engine_stopped") == []
+
+
+def test_an_engine_that_dies_is_reported_failed_with_its_exit_code_and_last_log_lines(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    crashy = {
+        **SIM,
+        "name": "crashy",
+        "scaling": {"min": 1},
+        "profiles": [
+            {
+                "name": "sim",
+                "engine": "sim",
+                "gpu_class": "SIM",
+                "args": ["--exit-after", "0.5", "--exit-code", "3"],
+            }
+        ],
+    }
+    with cluster(tmp_path, sqlite_url, ["n1"], models=[crashy]) as c:
+        agent = c.agent("n1")
+        c.place()
+
+        def failed() -> dict[str, object] | None:
+            p = c.states().get(("crashy", 0))
+            return p if p is not None and p["state"] == "failed" else None
+
+        p = eventually(failed, "crashy[0] reported failed")
+        message = str(p["message"])
+        assert message.startswith("the engine exited with code 3; last log lines: ")
+        assert message.endswith("sim engine: exiting with code 3 as asked (--exit-after)")
+        (event,) = agent.logs("agent.engine_failed")
+        assert event["exit_code"] == 3
+        assert agent.live_engines() == []  # and, with a long back-off, not restarted yet
+
+
+def test_a_restarted_agent_adopts_its_engines_and_a_stopped_one_stops_them(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    with cluster(tmp_path, sqlite_url, ["n1"], server_args=ROUNDS) as c:
+        first = c.agent("n1", "--leave-engines")
+        eventually(lambda: c.ready("chat", 2), "2 chat replicas ready on n1's two cards")
+        engines = {r["pid"] for r in first.live_engines()}
+        assert len(engines) == 2
+
+        # The agent crashes: its engines keep serving, and the next agent adopts them.
+        first.stop(signal.SIGKILL)
+        second = c.agent("n1", "--leave-engines")
+        eventually(lambda: len(second.logs("agent.reconciled")) >= 5, "five ticks after restart")
+        assert len(second.logs("agent.engine_adopted")) == 2
+        assert second.logs("agent.engine_started") == []
+        assert {r["pid"] for r in second.live_engines()} == engines
+        assert c.ready("chat", 2)
+
+        # SIGTERM with --leave-engines: the agent exits and leaves them running.
+        assert second.stop() == 0
+        assert [e["engines"] for e in second.logs("agent.engines_left")] == [2]
+        assert {r["pid"] for r in second.live_engines()} == engines
+
+        # SIGTERM without it: the engines are stopped (SIGTERM to each) and forgotten.
+        third = c.agent("n1")
+        eventually(lambda: len(third.logs("agent.engine_adopted")) == 2, "adopted again")
+        assert third.stop() == 0
+        assert third.records() == []
+        records_gone = [p for p in engines if psutil.pid_exists(p) and _is_sim(p)]
+        assert records_gone == []
+        assert len(third.logs("agent.engine_stopped")) == 2
+
+
+def _is_sim(pid: int) -> bool:
+    try:
+        return "agent.sim" in psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return False
+
+
+def test_a_replica_no_longer_placed_on_the_node_is_stopped(tmp_path: Path, sqlite_url: str) -> None:
+    extra = {**SIM, "name": "extra", "scaling": {"min": 1}}
+    with cluster(tmp_path, sqlite_url, ["n1"], models=[], server_args=ROUNDS) as c:
+        agent = c.agent("n1")
+        c.add(extra)
+        eventually(lambda: c.ready("extra", 1), "extra[0] ready")
+        (record,) = agent.live_engines()
+        c.remove("extra")
+        (stopped,) = eventually(lambda: agent.logs("agent.engine_stopped"), "the engine stopped")
+        assert agent.records() == []
+        assert not same_process(record["pid"], record["start_time"], record["argv"])
+        assert stopped["reason"] == "no longer placed on this node"
+
+
+def test_a_lost_node_has_its_replicas_ready_elsewhere(tmp_path: Path, sqlite_url: str) -> None:
+    args = ["--with-scheduler", "--interval", "0.3", "--stale-after", "2", "--grace", "2"]
+    with cluster(tmp_path, sqlite_url, ["n1", "n2", "n3"], server_args=args) as c:
+        for node in ("n1", "n2", "n3"):
+            c.agent(node)
+        placed = eventually(lambda: c.ready("chat", 3), "3 chat replicas ready")
+        busiest = max(("n1", "n2", "n3"), key=lambda n: sum(p["nodes"][0] == n for p in placed))
+        # The machine goes away: its agent and its engines with it.
+        c.agents[busiest].stop(signal.SIGKILL)
+        c.agents[busiest].kill_engines()
+
+        def moved() -> list[dict[str, object]] | None:
+            ready = c.ready("chat", 3)
+            return ready if ready and all(p["nodes"] != [busiest] for p in ready) else None
+
+        after = eventually(moved, f"3 chat replicas ready without {busiest}")
+        for p in after:
+            assert httpx.get(str(p["endpoint"]) + "/health", timeout=10).status_code == 200
+
+
+FAKE_NVML = '''
+"""A stand-in for nvidia-ml-py: two A100 cards, for an agent on a machine without any."""
+class NVMLError(Exception):
+    pass
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 2
+def nvmlDeviceGetHandleByIndex(i): return i
+def nvmlDeviceGetName(h): return "NVIDIA A100-SXM4-80GB"
+'''
+
+
+def test_cards_found_through_nvml_are_reported_and_given_to_engines(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    big = {
+        **SIM,
+        "name": "big",
+        "scaling": {"min": 1},
+        "profiles": [{"name": "a100", "engine": "sim", "gpu_class": "A100", "tp": 2}],
+    }
+    fake = tmp_path / "fake-nvml"
+    fake.mkdir()
+    (fake / "pynvml.py").write_text(FAKE_NVML)
+    with cluster(tmp_path, sqlite_url, ["gpu", "plain"], models=[big], server_args=ROUNDS) as c:
+        agent = c.agent("gpu", gpus=None, env={"PYTHONPATH": f"{fake}:{Path.cwd()}"})
+        c.agent("plain", gpus=None)  # the real NVML bindings, on this machine's driver
+        with c.server.client(c.tokens.reader) as http:
+
+            def nodes() -> dict[str, dict[str, object]] | None:
+                got = {n["name"]: n for n in http.get("/v1/nodes").json()}
+                return got if len(got) == 2 else None
+
+            reported = eventually(nodes, "both nodes reported")
+        assert (reported["gpu"]["gpu_class"], reported["gpu"]["gpus"]) == ("A100", 2)
+        # The real bindings: no cards on a machine without a driver, its cards where it has some.
+        assert reported["plain"]["gpus"] == detect().gpus
+        eventually(lambda: c.ready("big", 1), "big[0] ready on the A100 node")
+        (record,) = agent.live_engines()
+        assert engine_env(record["pid"]) == "0,1"
+        assert c.states()[("big", 0)]["nodes"] == ["gpu"]

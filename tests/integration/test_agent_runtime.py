@@ -1,0 +1,178 @@
+"""The agent's loop in process, against a stand-in control plane, with real engine processes.
+
+The stand-in replaces only the HTTP seam (``ControlPlane``): it records reports
+and answers placements, so these tests look at what the agent sends and does
+tick by tick. The real server is in tests/e2e/test_agent_cluster.py.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.client import ControlPlane, Refused, Unreachable
+from agent.inventory import Inventory
+from agent.runtime import Agent, AgentConfig
+
+
+class StandIn:
+    """What the agent calls on the control plane; ``refuse_replicas`` plays an older server."""
+
+    url = "http://stand-in"
+
+    def __init__(self, placements: list[dict[str, Any]], refuse_replicas: bool = False) -> None:
+        self.answer = placements
+        self.reports: list[dict[str, Any]] = []
+        self.refuse_replicas = refuse_replicas
+        self.down = False
+
+    def report(self, node: str, body: dict[str, Any]) -> Any:
+        if self.down:
+            raise Unreachable("connection refused")
+        if self.refuse_replicas and "replicas" in body:
+            raise Refused(422, f'node "{node}": replicas is not a field of a node report')
+        self.reports.append(body)
+        return {}
+
+    def placements(self, node: str) -> Any:
+        if self.down:
+            raise Unreachable("connection refused")
+        return self.answer
+
+
+def placement(model: str, args: list[str], gpus: int = 1) -> dict[str, Any]:
+    return {
+        "model": model,
+        "replica": 0,
+        "profile": "sim",
+        "nodes": ["n1"],
+        "gpus_per_node": gpus,
+        "engine": {
+            "name": "sim",
+            "engine": "sim",
+            "tp": max(gpus, 1),
+            "gpus_per_node": gpus,
+            "args": args,
+            "model_path": "sim",
+            "served_model_name": model,
+        },
+    }
+
+
+@pytest.fixture
+def make_agent(tmp_path: Path) -> Iterator[Any]:
+    agents: list[Agent] = []
+
+    def make(server: StandIn, devices: tuple[int, ...] = (0, 1)) -> Agent:
+        config = AgentConfig(
+            node="n1", state_dir=tmp_path / "state", engine_host="127.0.0.1", stop_grace=5
+        )
+        inventory = Inventory(gpu_class="SIM", devices=devices, memory_gb=64.0, cpus=2)
+        agent = Agent(config, inventory, server)  # type: ignore[arg-type]
+        agents.append(agent)
+        return agent
+
+    yield make
+    for agent in agents:
+        agent.shutdown()
+
+
+def tick_until(agent: Agent, server: StandIn, state: str, timeout: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        agent.tick()
+        replicas = server.reports[-1].get("replicas") if server.reports else None
+        if replicas and replicas[0]["state"] == state:
+            return dict(replicas[0])
+        time.sleep(0.1)
+    raise AssertionError(f"never {state}: {server.reports[-1:]}")
+
+
+def test_the_report_carries_the_inventory_and_each_replica_state(make_agent: Any) -> None:
+    server = StandIn([placement("chat", [])])
+    agent = make_agent(server)
+    agent.tick()
+    first = server.reports[0]
+    assert first == {
+        "gpu_class": "SIM",
+        "gpus": 2,
+        "memory_gb": 64.0,
+        "labels": {},
+        "fabric": None,
+        "replicas": [],
+    }
+    ready = tick_until(agent, server, "ready")
+    assert ready["endpoint"].startswith("http://127.0.0.1:")
+
+
+def test_an_older_control_plane_gets_the_node_without_replica_states(make_agent: Any) -> None:
+    server = StandIn([], refuse_replicas=True)
+    agent = make_agent(server)
+    agent.tick()
+    agent.tick()
+    assert (
+        server.reports
+        == [{"gpu_class": "SIM", "gpus": 2, "memory_gb": 64.0, "labels": {}, "fabric": None}] * 2
+    )
+
+
+def test_a_replica_without_enough_free_cards_is_reported_starting_with_why(
+    make_agent: Any,
+) -> None:
+    server = StandIn([placement("wide", [], gpus=4)])
+    agent = make_agent(server)
+    agent.tick()
+    agent.tick()
+    (state,) = server.reports[-1]["replicas"]
+    assert state == {
+        "model": "wide",
+        "replica": 0,
+        "state": "starting",
+        "message": "waiting for 4 free GPU(s): 2 of the node's 2 are free",
+    }
+
+
+def test_a_failed_engine_message_is_bounded_and_printable(make_agent: Any) -> None:
+    noisy = ["--model-path-note", "\x1b[31m" + "x" * 3000]  # sim refuses the unknown flag
+    server = StandIn([placement("noisy", noisy)])
+    agent = make_agent(server)
+    failed = tick_until(agent, server, "failed")
+    assert failed["message"].startswith("the engine exited with code 2; last log lines: ")
+    assert len(failed["message"]) <= 1000 and failed["message"].isprintable()
+
+
+def test_an_unreachable_control_plane_stops_nothing(make_agent: Any) -> None:
+    server = StandIn([placement("chat", [])])
+    agent = make_agent(server)
+    tick_until(agent, server, "ready")
+    server.down = True
+    for _ in range(3):
+        agent.tick()
+    assert len(agent.procs) == 1 and all(r.alive for r in agent.records.values())
+
+
+class _Huge(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"[" + b" " * (9 << 20) + b"]")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_client_reads_an_answer_only_up_to_its_bound() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Huge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = ControlPlane(f"http://127.0.0.1:{server.server_address[1]}", "t")
+        with pytest.raises(Unreachable, match="longer than 8388608 bytes"):
+            client.placements("n1")
+    finally:
+        server.shutdown()

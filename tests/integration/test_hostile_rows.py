@@ -1,0 +1,211 @@
+"""A stored row that cannot be read is a skip with position and reason, for every reader,
+on both stores: never a RecursionError, a TypeError or a start-up that stops."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Engine, Table, delete, insert
+from structlog.testing import capture_logs
+
+from catalog import Catalog
+from events import EventStore, replay
+from events.db import make_engine
+from events.replay import Replayer
+from events.snapshots import Restored, SnapshotStore
+from events.tables import EventRow
+from tests.api.server import ApiServer, running
+from tests.e2e.cli import Cli
+from tests.hostile.documents import deep_json_array
+from tests.support import definition, insert_raw_event
+
+
+def _deep_then_valid(engine: Engine) -> None:
+    insert_raw_event(engine, 1, payload=deep_json_array(2000), schema_version=2, model="deep")
+    insert_raw_event(engine, 2, payload={"model": definition("after")}, model="after")
+
+
+def test_a_2000_deep_payload_is_skipped_and_named_by_replay(engine: Engine) -> None:
+    _deep_then_valid(engine)
+
+    result = replay(Catalog.build([]), EventStore(engine).read())
+
+    assert result.catalog.names() == ["after"]
+    (skipped,) = result.skipped
+    assert skipped.position == 1
+    assert "nested deeper than 32 levels" in skipped.reason
+
+
+def test_every_command_reads_past_a_2000_deep_payload(
+    tmp_path: Path, db_url: str, engine: Engine
+) -> None:
+    _deep_then_valid(engine)
+    cli = Cli(tmp_path, db_url)
+
+    assert [m["name"] for m in cli.json("models")] == ["after"]
+    added = cli("add", cli.write("new.yaml", definition("new")))
+    assert added.returncode == 0, added.stderr
+    explained = cli("replay", "--explain", "--json")
+    assert explained.returncode == 0, explained.stderr
+    steps = json.loads(explained.stdout)
+    steps = steps["events"]
+    assert steps[0]["outcome"] == "skipped" and steps[0]["position"] == 1
+    assert "nested deeper than 32 levels" in steps[0]["reason"]
+    assert [s["outcome"] for s in steps[1:]] == ["applied", "applied"]
+
+    with running(ApiServer(tmp_path, db_url, declared=None)) as server, server.client() as c:
+        assert c.get("/healthz").status_code == 200
+    assert server.logs("api.catalog_ready")[0]["models"] == 2
+
+
+def test_a_sqlite_row_with_columns_of_the_wrong_type_is_skipped_and_named(
+    sqlite_url: str,
+) -> None:
+    engine = make_engine(sqlite_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO events (position, event_id, command_id, type, schema_version, model,"
+            " payload, actor, reason, recorded_at) VALUES"
+            " (1, 'e1', 'c1', 'model.added', 'two', NULL, X'FF00', 'a', '', 'yesterday')"
+        )
+    insert_raw_event(engine, 2, payload={"model": definition("after")}, model="after")
+
+    result = replay(Catalog.build([]), EventStore(engine).read())
+    engine.dispose()
+
+    assert result.catalog.names() == ["after"]
+    (skipped,) = result.skipped
+    assert skipped.position == 1 and "recorded_at 'yesterday' is not a time" in skipped.reason
+
+
+# What a column of each store accepts: anything at all in SQLite (a value of any
+# type in any column), text without NUL and integers of the column's range in
+# PostgreSQL, whose text columns cannot hold NUL.
+def _pg_text() -> st.SearchStrategy[str]:
+    structured = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+        max_leaves=8,
+    ).map(json.dumps)
+    deep = st.integers(0, 3000).map(deep_json_array)
+    wrapped = st.builds(lambda d: json.dumps({"model": d}), st.dictionaries(st.text(), st.text()))
+    return (st.text(max_size=30) | structured | deep | wrapped).map(lambda s: s.replace("\0", ""))
+
+
+def _any_value() -> st.SearchStrategy[Any]:
+    # What SQLite can hold: NaN is stored as NULL (which NOT NULL refuses), integers are 64-bit.
+    scalars = st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
+    return st.none() | scalars | st.binary(max_size=20) | _pg_text()
+
+
+COLUMNS = ("event_id", "command_id", "type", "schema_version", "model", "payload", "actor")
+
+
+@st.composite
+def _rows(draw: st.DrawFn, backend: str) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "event_id": draw(st.uuids()).hex,
+        "command_id": "c",
+        "type": draw(st.sampled_from(["model.added", "model.removed", "other"])),
+        "schema_version": draw(st.integers(-1, 3)),
+        "model": None,
+        "payload": draw(_pg_text()),
+        "actor": "a",
+        "reason": "",
+        "recorded_at": datetime(2026, 1, 1, tzinfo=UTC),
+    }
+    if backend == "sqlite":
+        for column in draw(st.lists(st.sampled_from(COLUMNS), max_size=3, unique=True)):
+            value = draw(_any_value())
+            if value is None and column != "model":
+                continue  # NOT NULL is enforced even by SQLite
+            row[column] = value
+        if draw(st.booleans()):
+            row["recorded_at"] = draw(_pg_text())
+    else:
+        row["schema_version"] = draw(st.integers(-(2**31), 2**31 - 1))
+        row["type"] = draw(_pg_text())[:64]
+    return row
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_no_value_in_any_column_of_a_stored_row_stops_replay(
+    engine: Engine, data: st.DataObject
+) -> None:
+    backend = engine.dialect.name
+    rows = data.draw(st.lists(_rows(backend), min_size=1, max_size=4))
+    table: Table = EventRow.__table__  # type: ignore[assignment]
+    with engine.begin() as conn:
+        conn.execute(delete(table))
+        for position, row in enumerate(rows, start=1):
+            values = {**row, "position": position}
+            if backend == "sqlite":
+                # Raw SQL: values go in as they are, past every type processor.
+                names = ", ".join(values)
+                marks = ", ".join(f":{k}" for k in values)
+                conn.exec_driver_sql(
+                    f"INSERT INTO events ({names}) VALUES ({marks})",
+                    {
+                        k: (v.isoformat() if isinstance(v, datetime) else v)
+                        for k, v in values.items()
+                    },
+                )
+            else:
+                conn.execute(insert(table), values)
+        conn.execute(insert(table), {**_valid(len(rows) + 1)})
+
+    result = replay(Catalog.build([]), EventStore(engine).read())
+
+    assert result.position == len(rows) + 1
+    assert "survivor" in result.catalog.names()
+    assert all(s.reason for s in result.skipped)
+
+
+def _raw(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _valid(position: int) -> dict[str, Any]:
+    return {
+        "position": position,
+        "event_id": f"valid-{position}",
+        "command_id": "v",
+        "type": "model.added",
+        "schema_version": 2,
+        "model": "survivor",
+        "payload": json.dumps({"model": definition("survivor"), "declared_digest": None}),
+        "actor": "a",
+        "reason": "",
+        "recorded_at": datetime(2026, 1, 2, tzinfo=UTC),
+    }
+
+
+def test_a_snapshot_that_cannot_be_read_is_ignored_named_and_replay_takes_over(
+    sqlite_url: str,
+) -> None:
+    engine = make_engine(sqlite_url)
+    insert_raw_event(engine, 1, payload={"model": definition("kept")}, model="kept")
+    replayer = Replayer.start(Catalog.build([]))
+    replayer.apply_all(EventStore(engine).read())
+    snapshots = SnapshotStore(engine)
+    snapshots.save(replayer, Catalog.build([]))
+    with engine.begin() as conn:  # a BLOB where the models' JSON text belongs
+        conn.exec_driver_sql("UPDATE catalog_snapshots SET models = X'5B5D'")
+
+    with capture_logs() as logs:
+        restored = snapshots.load(Catalog.build([]))
+    engine.dispose()
+
+    assert restored == Restored(None, ignored=True)
+    (ignored,) = [e for e in logs if e["event"] == "catalog.snapshot_ignored"]
+    assert "cannot be read" in ignored["reason"]
