@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from catalog.views import PlacementProfile
 from scheduler import Demand, Node, Placement
+from scheduler.capacity import Capacity
 
 STALE_AFTER = timedelta(seconds=90)
 
@@ -84,3 +85,40 @@ def _first(
         if len(group) == profile.nodes:
             return tuple(group)
     return None
+
+
+def best_fit(demands: Sequence[Demand], nodes: Sequence[Node], now: datetime) -> list[Placement]:
+    """Plain best fit, the planner before placement policy: catalog order, no spread.
+
+    The same order and fit rules as ``place``, but each replica takes the
+    fitting node with the fewest free GPUs, then the least free memory, then the
+    name (``Capacity.best_node``; gangs by ``Capacity.best_gang``).
+    """
+    fresh = frozenset(n.name for n in nodes if now - n.reported_at <= STALE_AFTER)
+    capacity = Capacity(nodes, fresh)
+    placed: list[Placement] = []
+    for demand in demands:
+        profiles = sorted(demand.profiles, key=lambda p: -p.priority)
+        for replica in range(max(demand.replicas, 0)):
+            for profile in profiles:
+                if profile.nodes > 1:
+                    chosen = capacity.best_gang(profile)
+                else:
+                    best = capacity.best_node(profile)
+                    chosen = None if best is None else (best,)
+                if chosen is None:
+                    continue
+                capacity.consume(chosen, profile.gpus_per_node, profile.min_memory_gb)
+                placed.append(
+                    Placement(
+                        demand.model,
+                        replica,
+                        profile.name,
+                        chosen,
+                        profile.gpus_per_node,
+                        profile.gpu_class,
+                        profile.min_memory_gb,
+                    )
+                )
+                break
+    return placed

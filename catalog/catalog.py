@@ -161,9 +161,16 @@ class Catalog:
         for m in self._models.values():
             origin = "declared" if m.name in self._declared else "runtime"
             aliases = f" aliases={','.join(map(shown, m.aliases))}" if m.aliases else ""
-            lines.append(
-                f"{shown(m.name)} (min {m.scaling.min}, max {m.scaling.max}) [{origin}]{aliases}"
+            rules = m.placement
+            placement = "".join(
+                (
+                    f" priority={rules.priority}" if rules.priority else "",
+                    f" spread_by={shown(rules.spread_by)}" if rules.spread_by else "",
+                    " spread_required" if rules.spread_required else "",
+                )
             )
+            scaling = f"(min {m.scaling.min}, max {m.scaling.max})"
+            lines.append(f"{shown(m.name)} {scaling} [{origin}]{aliases}{placement}")
             for p in m.profiles:
                 lines.append(
                     f"  {shown(p.name):<20} {shown(p.engine):<10} {shown(p.gpu_class or '-'):<12} "

@@ -131,6 +131,31 @@ class Capabilities(BaseModel):
     embeddings: bool = False
 
 
+class PlacementRules(BaseModel):
+    """How the scheduler treats a model's replicas as a whole (``placement:``).
+
+    ``priority`` decides the order models claim hardware and who may preempt
+    whom: a missing replica may evict replicas of models with a strictly lower
+    priority. ``spread_by`` names a node label (``zone``, ``rack``) whose values
+    the replicas are spread over as evenly as possible, so that losing one
+    zone does not take the model down; without it they still go on distinct
+    nodes while a fitting node without one exists. ``spread_required`` leaves a
+    replica unplaced, and says why, rather than break that spread.
+    """
+
+    model_config = _STRICT
+
+    priority: int = 0
+    spread_by: str | None = None
+    spread_required: bool = False
+
+
+_DEFAULT_PLACEMENT = PlacementRules()
+_DEFAULT_ROLLOUT = Rollout()
+# Priorities beyond this are typos; Kubernetes caps user priorities at 1e9 too.
+MAX_PRIORITY = 1_000_000_000
+
+
 class Profile(BaseModel):
     """How a model runs on one GPU class (or on CPU, for an engine that can)."""
 
@@ -210,7 +235,14 @@ class Model(BaseModel):
     context_length: int = 0
     max_output: int = 0
     capabilities: Capabilities = Field(default_factory=Capabilities)
-    rollout: Rollout = Field(default_factory=Rollout)
+    # Left out of the definition while they are the default, so that a model
+    # that says nothing about placement or rollout records, hashes and diffs as
+    # it did before the fields existed (the declared digest of an unchanged
+    # catalog.yaml must not change with an upgrade).
+    placement: PlacementRules = Field(
+        default_factory=PlacementRules, exclude_if=lambda v: v == _DEFAULT_PLACEMENT
+    )
+    rollout: Rollout = Field(default_factory=Rollout, exclude_if=lambda v: v == _DEFAULT_ROLLOUT)
 
     @property
     def simulated(self) -> bool:
@@ -259,6 +291,9 @@ def normalize(model: Model) -> Model:
     records ``to_definition()`` of a normalised model) is returned as it is,
     rather than copied field by field into an equal one.
     """
+    placement = _normalize_placement(model.placement)
+    if placement is not model.placement:
+        model = model.model_copy(update={"placement": placement})
     if model.scaling.min >= 0 and model.scaling.max != 0:
         for p in model.profiles:
             if _normalize_profile(p) is not p:
@@ -274,6 +309,17 @@ def normalize(model: Model) -> Model:
             "profiles": profiles,
         }
     )
+
+
+def _normalize_placement(rules: PlacementRules) -> PlacementRules:
+    # An empty label name is how YAML says "none"; surrounding spaces are a
+    # copy-paste slip, not part of a label key.
+    if rules.spread_by is None:
+        return rules
+    spread_by = rules.spread_by.strip() or None
+    if spread_by == rules.spread_by:
+        return rules
+    return rules.model_copy(update={"spread_by": spread_by})
 
 
 def _normalize_profile(p: Profile) -> Profile:
@@ -393,8 +439,32 @@ def validate(model: Model) -> None:
     seen: set[str] = set()
     for p in model.profiles:
         _validate_profile(name, p, seen)
+    _validate_placement(name, model.placement)
     # Last, so that the plainer refusals above (no name, no profile name) read as before.
     check_model_names(model)
+
+
+def _validate_placement(model: str, rules: PlacementRules) -> None:
+    if abs(rules.priority) > MAX_PRIORITY:
+        raise CatalogError(
+            f"model {model!r}: placement.priority {rules.priority} is beyond +/-{MAX_PRIORITY}; "
+            "priorities only order models against each other, so small numbers do",
+            model=model,
+            field="placement.priority",
+        )
+    spread_by = rules.spread_by
+    # A label key as nodes report it: a typo here would spread over a label no
+    # node carries, which is no spread at all, so refuse what cannot be a key.
+    if spread_by is not None and (
+        len(spread_by) > 253 or any(c.isspace() or not c.isprintable() for c in spread_by)
+    ):
+        raise CatalogError(
+            f"model {model!r}: placement.spread_by {spread_by[:60]!r} is not a label key "
+            "(at most 253 printable characters, no spaces); name the node label to spread "
+            "over, such as zone or rack",
+            model=model,
+            field="placement.spread_by",
+        )
 
 
 def _validate_rollout(model: Model) -> None:

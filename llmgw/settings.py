@@ -59,7 +59,12 @@ FALSE = frozenset({"0", "false", "no", "off", ""})
 KEYS: dict[str, dict[str, str]] = {
     "database": {"url": "str"},
     "catalog": {"file": "path"},
-    "policy": {"stale_after": "duration", "grace": "duration", "interval": "positive"},
+    "policy": {
+        "stale_after": "duration",
+        "grace": "duration",
+        "interval": "positive",
+        "preemption": "bool",
+    },
     "server": {
         "host": "str",
         "port": "port",
@@ -76,6 +81,7 @@ ENV = {
     ("policy", "stale_after"): "LLMGW_STALE_AFTER",
     ("policy", "grace"): "LLMGW_GRACE",
     ("policy", "interval"): "LLMGW_INTERVAL",
+    ("policy", "preemption"): "LLMGW_PREEMPTION",
     ("auth", "file"): "LLMGW_AUTH_FILE",
     ("auth", "reads_open"): "LLMGW_OPEN_READS",
 }
@@ -86,6 +92,7 @@ FLAGS = {
     ("policy", "stale_after"): "stale_after",
     ("policy", "grace"): "grace",
     ("policy", "interval"): "interval",
+    ("policy", "preemption"): "preemption",
     ("server", "host"): "host",
     ("server", "port"): "port",
     ("server", "stream_poll"): "stream_poll",
@@ -197,6 +204,7 @@ class Settings:
             policy = StalenessPolicy(
                 stale_after=value("policy", "stale_after", DEFAULT_STALENESS.stale_after),
                 grace=value("policy", "grace", DEFAULT_STALENESS.grace),
+                preemption=value("policy", "preemption", DEFAULT_STALENESS.preemption),
             )
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
@@ -235,6 +243,7 @@ class Settings:
                 "stale_after": format_duration(self.policy.stale_after),
                 "grace": format_duration(self.policy.grace),
                 "interval": format_duration(timedelta(seconds=self.interval_s)),
+                "preemption": self.policy.preemption,
             },
             "server": {
                 "host": self.server.host,

@@ -10,7 +10,11 @@ inside each bucket. Best fit is then the first entry at or past
 of the few pools it belongs to, O(P log N) plus a list shift.
 
 Capacity only ever shrinks while replicas are being placed, which is what
-lets the planner remember that a profile found no room and not ask again.
+lets the planner remember that a profile found no room and not ask again;
+it grows only by an eviction (``release``), after which placing starts over
+with an empty memory. A second set of pools, in name order, serves first fit
+(``first_node``), the baseline a round compares itself with; it is built only
+when a round needs it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,26 @@ class Capacity:
         self._pools: dict[_PoolKey, _Pool] = {}
         self._pools_of_node: dict[str, list[_Pool]] = {}
         self._classes: dict[str | None, list[Node]] | None = None
+        # Pools in name order, for first fit; built only when a round asks for it.
+        self._name_pools: dict[_PoolKey, _NamePool] = {}
+        self._name_pools_of_node: dict[str, list[_NamePool]] = {}
+
+    def copy(self) -> Capacity:
+        """The same free capacity, to try another way of placing on: O(N), pools rebuilt lazily."""
+        other = Capacity.__new__(Capacity)
+        other._nodes = self._nodes
+        other._fresh = self._fresh
+        other._free_gpus = dict(self._free_gpus)
+        other._free_memory = dict(self._free_memory)
+        other._pools = {}
+        other._pools_of_node = {}
+        other._classes = self._classes
+        other._name_pools = {}
+        other._name_pools_of_node = {}
+        return other
+
+    def node(self, name: str) -> Node:
+        return self._nodes[name]
 
     def knows(self, name: str) -> bool:
         return name in self._nodes
@@ -67,14 +91,63 @@ class Capacity:
             if name not in self._nodes:
                 continue
             pools = self._pools_of_node.get(name, ())
+            name_pools = self._name_pools_of_node.get(name, ())
             for pool in pools:
                 pool.remove(self._entry(name))
+            for name_pool in name_pools:
+                name_pool.remove(self._entry(name))
             self._free_gpus[name] -= gpus_per_node
             memory = self._free_memory[name]
             if memory is not None:
                 self._free_memory[name] = memory - memory_gb_per_node
             for pool in pools:
                 pool.add(self._entry(name))
+            for name_pool in name_pools:
+                name_pool.add(self._entry(name))
+
+    def release(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> None:
+        """Give a replica's share back (an eviction): the inverse of ``consume``."""
+        self.consume(nodes, -gpus_per_node, -memory_gb_per_node)
+
+    def fitting(
+        self, profile: PlacementProfile, avoid: Collection[str] = ()
+    ) -> Iterator[tuple[int, float, str]]:
+        """Every fresh node that fits ``profile`` now, best fit first (see ``best_node``).
+
+        ``avoid``: nodes not to use (a model backing off from where it failed).
+        """
+        wanted = self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb)
+        if not avoid:
+            return wanted
+        return (e for e in wanted if e[2] not in avoid)
+
+    def eligible(self, profile: PlacementProfile) -> list[str]:
+        """The fresh nodes of the profile's class and labels, room or not, by name."""
+        return sorted(self._pool(profile).names())
+
+    def first_node(self, profile: PlacementProfile, avoid: Collection[str] = ()) -> str | None:
+        """The fitting node first by name: first fit, the baseline a round must not fall below.
+
+        ``avoid``: nodes not to use, as for ``best_node``.
+        """
+        return self._name_pool(profile).first(
+            profile.gpus_per_node, profile.min_memory_gb, self._free_memory, avoid
+        )
+
+    def first_gang(
+        self, profile: PlacementProfile, avoid: Collection[str] = ()
+    ) -> tuple[str, ...] | None:
+        """The first fabric, in name order of its nodes, to have ``profile.nodes`` that fit."""
+        by_fabric: dict[str, list[str]] = {}
+        for _, _, name in sorted(self.fitting(profile, avoid), key=lambda e: e[2]):
+            fabric = self._nodes[name].fabric
+            if fabric is None:
+                continue
+            group = by_fabric.setdefault(fabric, [])
+            group.append(name)
+            if len(group) == profile.nodes:
+                return tuple(group)
+        return None
 
     def best_node(self, profile: PlacementProfile, avoid: Collection[str] = ()) -> str | None:
         """The fitting node with the fewest free GPUs, then least free memory, then name.
@@ -131,6 +204,16 @@ class Capacity:
             name,
         )
 
+    def _name_pool(self, profile: PlacementProfile) -> _NamePool:
+        key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
+        pool = self._name_pools.get(key)
+        if pool is None:
+            pool = self._name_pools[key] = _NamePool()
+            for name in self._pool(profile).names():
+                pool.add(self._entry(name))
+                self._name_pools_of_node.setdefault(name, []).append(pool)
+        return pool
+
     def _pool(self, profile: PlacementProfile) -> _Pool:
         """The fresh nodes of the right class and labels, built on first use: O(N log N)."""
         key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
@@ -181,6 +264,11 @@ class _Pool:
             del self._buckets[level]
             self._levels.remove(level)
 
+    def names(self) -> Iterator[str]:
+        for bucket in self._buckets.values():
+            for _, name in bucket:
+                yield name
+
     def fitting(self, gpus: int, memory_gb: int) -> Iterator[tuple[int, float, str]]:
         """Nodes with at least ``gpus`` free GPUs and ``memory_gb`` free memory, best fit first.
 
@@ -192,3 +280,51 @@ class _Pool:
             for index in range(bisect_left(bucket, floor), len(bucket)):
                 memory, name = bucket[index]
                 yield level, memory, name
+
+
+class _NamePool:
+    """Nodes bucketed by free GPUs; each bucket sorted by name (first fit)."""
+
+    __slots__ = ("_buckets", "_levels")
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, list[str]] = {}
+        self._levels: list[int] = []
+
+    def add(self, entry: tuple[int, float, str]) -> None:
+        level, _, name = entry
+        bucket = self._buckets.get(level)
+        if bucket is None:
+            bucket = self._buckets[level] = []
+            insort(self._levels, level)
+        insort(bucket, name)
+
+    def remove(self, entry: tuple[int, float, str]) -> None:
+        level, _, name = entry
+        bucket = self._buckets[level]
+        del bucket[bisect_left(bucket, name)]
+        if not bucket:
+            del self._buckets[level]
+            self._levels.remove(level)
+
+    def first(
+        self,
+        gpus: int,
+        memory_gb: int,
+        free_memory: dict[str, float | None],
+        avoid: Collection[str] = (),
+    ) -> str | None:
+        """The first node by name with the GPUs and memory: the first per level, then the least.
+
+        A node short of memory is passed over within its level, so this costs a
+        few steps per level unless memory is the scarce resource.
+        """
+        best: str | None = None
+        for level in self._levels[bisect_left(self._levels, gpus) :]:
+            for name in self._buckets[level]:
+                if best is not None and name >= best:
+                    break
+                if name not in avoid and memory_fits(free_memory[name], memory_gb):
+                    best = name
+                    break
+        return best

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from catalog.views import PlacementProfile
 from scheduler.inventory import Node
+from scheduler.placements import Demand
 
 _MIB_PER_GB = 1024
 
@@ -39,3 +42,36 @@ def _node(row: dict[str, str], reported_at: datetime) -> Node:
         memory_gb=int(row["memory_mib"]) / _MIB_PER_GB,
         reported_at=reported_at,
     )
+
+
+def load_openb_pods_csv(path: str | os.PathLike[str], classes: Sequence[str]) -> list[Demand]:
+    """The GPU pods of an openb pod list as one-replica models, in the trace's order.
+
+    Columns ``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec``. A pod
+    with no ``gpu_spec`` runs on any card, so it gets one profile per class in
+    ``classes`` (all of one priority: declaration order breaks the tie); one
+    with a spec, one profile per class it names (``|``-separated). A pod asking
+    for a fraction of a card (``gpu_milli`` below 1000) gets a whole one: the
+    planner does not share cards. Memory is rounded up to whole GB.
+    """
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = [r for r in csv.DictReader(handle) if int(r["num_gpu"]) > 0]
+    demands = []
+    for row in rows:
+        named = [c for c in row["gpu_spec"].split("|") if c] or list(classes)
+        gpus = int(row["num_gpu"])
+        memory = -(-int(row["memory_mib"]) // _MIB_PER_GB)
+        profiles = tuple(
+            PlacementProfile(
+                name=cls.lower(),
+                engine="vllm",
+                gpu_class=cls,
+                gpus_per_node=gpus,
+                nodes=1,
+                priority=0,
+                min_memory_gb=memory,
+            )
+            for cls in named
+        )
+        demands.append(Demand(row["name"], 1, profiles))
+    return demands

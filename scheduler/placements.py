@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from catalog.views import PlacementProfile
 from scheduler.explain import ProfileRejections
 from scheduler.lifecycle import ModelLifecycle
+
+if TYPE_CHECKING:
+    from scheduler.resilience import Resilience
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,7 +18,9 @@ class Demand:
     """How many replicas of a model the cluster should run, and how each may run.
 
     ``profiles`` keep the catalog's declaration order, which breaks ties between
-    profiles of equal priority.
+    profiles of equal priority. ``priority``, ``spread_by`` and
+    ``spread_required`` are the model's ``placement:`` rules (see
+    ``catalog.model.PlacementRules``).
     """
 
     model: str
@@ -22,6 +28,9 @@ class Demand:
     profiles: tuple[PlacementProfile, ...]
     # Fingerprints, startup timeouts and rollout bounds; None plans as before lifecycles.
     lifecycle: ModelLifecycle | None = None
+    priority: int = 0
+    spread_by: str | None = None
+    spread_required: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +125,11 @@ class Plan:
     is the only field a kept placement can change. ``mass_loss`` says that so
     many nodes looked lost at once that their replicas were kept anyway;
     ``lost_nodes`` are the nodes hosting current placements that looked lost,
-    whether or not that led to removals.
+    whether or not that led to removals. ``strategy`` says how the new replicas
+    were placed: ``policy`` (the planner's own way), or ``best fit`` / ``first
+    fit`` when that baseline placed more GPUs (see ``scheduler.packing``).
+    Evictions are in ``remove``, with the reason ``preempted by MODEL[replica]``.
+    ``resilience`` is each demanded model's under ``placements``.
     """
 
     keep: tuple[Placement, ...]
@@ -125,6 +138,8 @@ class Plan:
     unplaced: tuple[Unplaced, ...]
     mass_loss: bool = False
     lost_nodes: tuple[str, ...] = ()
+    strategy: str = "policy"
+    resilience: tuple[Resilience, ...] = ()
     # The replica lifecycle (scheduler.lifecycle): replicas failed this round,
     # rollouts in progress, and (model, note) lines such as a node backing off.
     failures: tuple[Failure, ...] = ()

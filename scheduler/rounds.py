@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from catalog import Catalog
 from events import CatalogService
 from scheduler.inventory import Node
-from scheduler.placements import Demand, Plan
+from scheduler.placements import Demand, Placement, Plan
 from scheduler.planner import plan as make_plan
 from scheduler.rollout import model_lifecycle
 from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
@@ -24,13 +24,17 @@ from scheduler.store import SchedulerStore
 
 
 def demands(catalog: Catalog) -> list[Demand]:
-    """What the catalog asks of the cluster: ``scaling.min`` replicas of each model,
-    in catalog order (declared models first), which is the order they claim hardware."""
+    """What the catalog asks of the cluster: ``scaling.min`` replicas of each model, with its
+    ``placement:`` rules, in catalog order (declared models first), which breaks ties in the
+    order models claim hardware (``scheduler.order``)."""
     return [
         Demand(
             model=m.name,
             replicas=m.scaling.min,
             profiles=m.placement_profiles(),
+            priority=m.placement.priority,
+            spread_by=m.placement.spread_by,
+            spread_required=m.placement.spread_required,
             lifecycle=model_lifecycle(m),
         )
         for m in catalog.models()
@@ -45,6 +49,8 @@ class RoundOutcome:
     # The recorded round's id; None for a dry run or a round that changed nothing.
     round_id: int | None
     duration_ms: float
+    # The placements the round started from.
+    before: tuple[Placement, ...] = ()
 
 
 class Placer:
@@ -86,4 +92,5 @@ class Placer:
             nodes=nodes,
             round_id=round_id,
             duration_ms=(time.perf_counter() - started) * 1000,
+            before=state.placements,
         )

@@ -22,11 +22,17 @@ class StalenessPolicy:
     more than this fraction of the nodes hosting replicas all look lost at
     once, the likelier story is a clock jump or a network partition on our
     side, and wiping the cluster would turn that blip into an outage.
+
+    ``preemption`` is the cluster-wide switch for preemption by model priority
+    (``scheduler.preempt``). It lives here, with the rest of the policy a round
+    is planned under, because it changes what a round decides: it is recorded
+    with every round so that the round can be planned again exactly.
     """
 
     stale_after: timedelta = timedelta(seconds=90)
     grace: timedelta = timedelta(minutes=5)
     mass_loss_fraction: float = 0.5
+    preemption: bool = True
 
     def __post_init__(self) -> None:
         if self.stale_after < timedelta(0) or self.grace < timedelta(0):

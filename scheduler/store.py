@@ -154,6 +154,7 @@ def _policy_json(policy: StalenessPolicy) -> str:
             "stale_after_s": policy.stale_after.total_seconds(),
             "grace_s": policy.grace.total_seconds(),
             "mass_loss_fraction": policy.mass_loss_fraction,
+            "preemption": policy.preemption,
         }
     )
 
@@ -164,6 +165,9 @@ def _policy_from_json(text: str) -> StalenessPolicy:
         stale_after=timedelta(seconds=data["stale_after_s"]),
         grace=timedelta(seconds=data["grace_s"]),
         mass_loss_fraction=data["mass_loss_fraction"],
+        # Rounds recorded before the switch existed were planned without
+        # priorities, where preemption cannot evict anything: on is the same.
+        preemption=data.get("preemption", True),
     )
 
 

@@ -75,7 +75,7 @@ def explain(
             continue
         outcome = "placed" if p.replica in placed else "kept"
         why = (
-            "placed on the best-fitting node(s) of the highest-priority profile that fit"
+            _why_placed(result, name, p.replica)
             if outcome == "placed"
             else "already running and still valid; running replicas are not moved without a reason"
         )
@@ -116,6 +116,26 @@ def lifecycle_notes(result: Plan, model: str) -> tuple[str, ...]:
                 + (r.waiting or "every old replica is replaced")
             )
     return tuple(notes)
+
+
+def _why_placed(result: Plan, model: str, replica: int) -> str:
+    if result.strategy == "policy":
+        why = (
+            "placed with the highest-priority profile that fit, on the node(s) holding the "
+            "fewest of its replicas (spread), best fit among those"
+        )
+    else:
+        why = (
+            f"placed by {result.strategy}, which placed more GPUs this round than the planner's "
+            "own order (priority, largest replicas first, spread) on the same free capacity"
+        )
+    mark = f"preempted by {model}[{replica}]"
+    victims = sorted(
+        f"{r.placement.model}[{r.placement.replica}]" for r in result.remove if r.reason == mark
+    )
+    if victims:
+        why += f"; made room by evicting {', '.join(victims)} (lower priority)"
+    return why
 
 
 def _passed_over(profiles: Sequence[PlacementProfile], chosen: str) -> list[PlacementProfile]:

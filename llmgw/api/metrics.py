@@ -94,6 +94,20 @@ class Metrics:
             "the control plane doubts itself (mass-loss protection), in the last round.",
             registry=r,
         )
+        self.resilience_nodes = Gauge(
+            "llmgw_model_resilience_nodes",
+            "The fewest nodes whose loss leaves the model no replica (0: none placed), "
+            "after the last round this server's scheduler ran.",
+            ["model"],
+            registry=r,
+        )
+        self.resilience_domains = Gauge(
+            "llmgw_model_resilience_domains",
+            "For a model with placement.spread_by: the fewest values of that label whose "
+            "loss leaves it no replica.",
+            ["model", "label"],
+            registry=r,
+        )
         self.leader = Gauge(
             "llmgw_scheduler_leader",
             "1 while this server's scheduler leads (places), else 0 (also without a scheduler).",
@@ -109,6 +123,13 @@ class Metrics:
         self.replicas_removed.inc(len(outcome.plan.remove))
         self.replicas_unplaced.set(len(outcome.plan.unplaced))
         self.mass_loss_held.set(held_by_mass_loss(outcome.plan))
+        # Cleared first: a model removed from the catalog must not linger at its last figure.
+        self.resilience_nodes.clear()
+        self.resilience_domains.clear()
+        for r in outcome.plan.resilience:
+            self.resilience_nodes.labels(model=r.model).set(r.nodes)
+            if r.label is not None and r.domains is not None:
+                self.resilience_domains.labels(model=r.model, label=r.label).set(r.domains)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

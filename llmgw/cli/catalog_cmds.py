@@ -19,6 +19,8 @@ from events.migrate import current_revision, head_revision, upgrade
 from events.timetravel import catalog_at
 from llmgw.cli import preview
 from llmgw.cli.context import App, Refused, parse_when, print_json, table
+from scheduler.resilience import resilience
+from scheduler.rounds import demands
 from scheduler.service import replica_counts
 from scheduler.store import SchedulerStore
 
@@ -108,11 +110,25 @@ def model_json(catalog: Catalog) -> list[dict[str, object]]:
 
 def cmd_models(app: App, args: argparse.Namespace) -> int:
     catalog = app.service.catalog()
-    counts = replica_counts(catalog, SchedulerStore(app.engine).replicas())
+    store = SchedulerStore(app.engine)
+    counts = replica_counts(catalog, store.replicas())
+    nodes = store.nodes()
+    current = resilience(demands(catalog), store.state().placements, {n.name: n for n in nodes})
     if args.json:
-        print_json([{**m, "replicas": asdict(counts[str(m["name"])])} for m in model_json(catalog)])
+        figures = {r.model: r.to_json() for r in current}
+        print_json(
+            [
+                {
+                    **m,
+                    "replicas": asdict(counts[str(m["name"])]),
+                    "resilience": figures.get(str(m["name"])),
+                }
+                for m in model_json(catalog)
+            ]
+        )
         return 0
-    sys.stdout.write(catalog.render() or "no models\n")
+    text = catalog.render()
+    sys.stdout.write(text or "no models\n")
     if counts:
         sys.stdout.write("\n")
         sys.stdout.write(
@@ -121,6 +137,10 @@ def cmd_models(app: App, args: argparse.Namespace) -> int:
                 [[name, str(c.wanted), str(c.placed), str(c.ready)] for name, c in counts.items()],
             )
         )
+    if text:
+        print("resilience (the placements now; lost with: the fewest failures that stop it):")
+        for r in current:
+            print(f"  {shown(r.model):<30} {r.describe()}")
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,20 @@ from llmgw import logs
 from llmgw.api.views import node_json, replica_state_json
 from llmgw.cli import lifecycle_cmds
 from llmgw.cli.context import App, Refused, iso, print_json, table
-from scheduler import NodeReport, NodeReportError, Placement, StalenessPolicy, parse_node_report
+from scheduler import (
+    Demand,
+    Node,
+    NodeReport,
+    NodeReportError,
+    Placement,
+    Plan,
+    StalenessPolicy,
+    parse_node_report,
+)
 from scheduler.daemon import Daemon
 from scheduler.leader import leadership_for
 from scheduler.placements import RolloutProgress
+from scheduler.resilience import resilience
 from scheduler.rounds import Placer
 from scheduler.store import SchedulerStore
 
@@ -83,6 +94,14 @@ def staleness_flags() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="further silence after which its replicas move, e.g. 5m (env LLMGW_GRACE; "
         "[policy] grace; default 5m)",
+    )
+    staleness.add_argument(
+        "--no-preemption",
+        dest="preemption",
+        action="store_false",
+        default=argparse.SUPPRESS,
+        help="never evict lower-priority replicas, cluster-wide (env LLMGW_PREEMPTION=0; "
+        "[policy] preemption = false; default on)",
     )
     return staleness
 
@@ -220,6 +239,8 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
                 ],
                 "mass_loss": plan.mass_loss,
                 "round": outcome.round_id,
+                "strategy": plan.strategy,
+                "resilience": {r.model: r.to_json() for r in plan.resilience},
                 "failed": [
                     {**placement_json(f.placement), "reason": f.reason} for f in plan.failures
                 ],
@@ -253,11 +274,34 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
         print(
             f"  mass loss: {len(plan.lost_nodes)} nodes look lost at once; their replicas are kept"
         )
+    if plan.strategy != "policy":
+        print(
+            f"  placed by {plan.strategy}: it placed more GPUs than the planner's own order "
+            "on the same free capacity, so this round's new replicas are not spread"
+        )
+    print_resilience_changes(outcome.before, plan, outcome.nodes)
     return 0
 
 
 def _replica(p: Placement) -> str:
     return f"{shown(p.model)}[{p.replica}] {shown(p.profile)} on {', '.join(map(shown, p.nodes))}"
+
+
+def print_resilience_changes(
+    before: Sequence[Placement], plan: Plan, nodes: Sequence[Node]
+) -> None:
+    """Each model whose resilience the plan changes, before -> after (what a reviewer checks)."""
+    demands = [Demand(r.model, 0, (), spread_by=r.label) for r in plan.resilience]
+    was = {r.model: r for r in resilience(demands, before, {n.name: n for n in nodes})}
+    for now in plan.resilience:
+        old = was.get(now.model)
+        if old is None or (old.nodes, old.domains, old.replicas) != (
+            now.nodes,
+            now.domains,
+            now.replicas,
+        ):
+            then = "?" if old is None else old.describe()
+            print(f"  resilience {shown(now.model)}: {then} -> {now.describe()}")
 
 
 def cmd_placements(app: App, args: argparse.Namespace) -> int:

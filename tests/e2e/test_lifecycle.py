@@ -203,9 +203,17 @@ def test_draining_a_node_with_three_replicas_moves_them_keeping_min_ready_across
     agent = ReportingAgent(server.url, agent_nodes(tokens), tokens.reader, ["llama"]).start()
     try:
         wait_for(lambda: len(nodes_known(server, tokens)) == 3, "every node's first report")
+        # Spread would put one replica on each node: cordon the others while the
+        # three are placed, so that one node holds all three to drain.
+        with server.client(tokens.operator) as client:
+            for other in ("node-b", "node-c"):
+                assert client.post(f"/v1/nodes/{other}/cordon").status_code == 200
         add(server, tokens, definition("llama", 3))
         wait_for(lambda: ready_on(placements(server, tokens, "llama")) == 3, "3 ready replicas")
         (host,) = {r["nodes"][0] for r in placements(server, tokens, "llama")}
+        with server.client(tokens.operator) as client:
+            for other in ("node-b", "node-c"):
+                assert client.post(f"/v1/nodes/{other}/uncordon").status_code == 200
         watched_from = len(agent.ready["llama"])
         with server.client(tokens.operator) as client:
             drained = client.post(f"/v1/nodes/{host}/drain", params={"reason": "kernel update"})

@@ -8,7 +8,7 @@ from sqlalchemy import Engine
 
 from catalog import Catalog
 from events import CatalogService, EventStore, replay
-from scheduler import parse_node_report
+from scheduler import StalenessPolicy, parse_node_report
 from scheduler.rounds import Placer
 from scheduler.store import PLACED, REMOVED, SchedulerStore
 from scheduler.why import explain
@@ -118,3 +118,65 @@ def test_a_replica_on_a_fallback_profile_says_why_the_better_one_did_not_fit(
     assert stories[1].profile == "a100"
     assert "profile t4: 0/2 nodes fit" in stories[1].why
     assert "fewer than 2 free GPUs" in stories[1].why
+
+
+def test_a_round_that_preempted_explains_itself_and_records_the_switch(engine: Engine) -> None:
+    trial = model("trial", tp=8, scaling={"min": 1})
+    prod = model("prod", tp=8, scaling={"min": 1}, placement={"priority": 10})
+    events = EventStore(engine)
+    service = CatalogService(events, Catalog.build([trial]))
+    store = SchedulerStore(engine)
+    store.report([_node("a1", "A100", 8)], T0)  # type: ignore[list-item]
+    Placer(service, store).run(now=T0)
+    service.add([prod])
+
+    outcome = Placer(service, store).run(now=T0 + timedelta(seconds=10))
+
+    assert [(r.placement.model, r.reason) for r in outcome.plan.remove] == [
+        ("trial", "preempted by prod[0]")
+    ]
+    removed = [e for e in store.events(round_id=outcome.round_id) if e.type == REMOVED]
+    assert [(e.model, e.reason) for e in removed] == [("trial", "preempted by prod[0]")]
+    recorded = store.recorded_round(round_id=outcome.round_id)
+    assert recorded is not None and recorded.policy.preemption
+    catalog = replay(Catalog.build([trial]), events.read(until=recorded.catalog_position)).catalog
+    for name in ("prod", "trial"):
+        result = explain(
+            name,
+            catalog=catalog,
+            nodes=recorded.nodes,
+            current=recorded.current,
+            now=recorded.planned_at,
+            policy=recorded.policy,
+        )
+        assert result.plan.remove == outcome.plan.remove
+        assert result.plan.place == outcome.plan.place
+    prod_story = explain(
+        "prod",
+        catalog=catalog,
+        nodes=recorded.nodes,
+        current=recorded.current,
+        now=recorded.planned_at,
+        policy=recorded.policy,
+    ).stories[0]
+    assert "made room by evicting trial[0] (lower priority)" in prod_story.why
+
+
+def test_with_preemption_switched_off_the_round_records_it_and_evicts_nothing(
+    engine: Engine,
+) -> None:
+    trial = model("trial", tp=8, scaling={"min": 1})
+    prod = model("prod", tp=8, scaling={"min": 1}, placement={"priority": 10})
+    service = CatalogService(EventStore(engine), Catalog.build([trial]))
+    store = SchedulerStore(engine)
+    off = StalenessPolicy(preemption=False)
+    store.report([_node("a1", "A100", 8), _node("t1", "T4", 1)], T0)  # type: ignore[list-item]
+    Placer(service, store, off).run(now=T0)
+    service.add([prod, model("t4", gpu_class="T4", scaling={"min": 1})])
+
+    outcome = Placer(service, store, off).run(now=T0 + timedelta(seconds=10))
+
+    assert outcome.plan.remove == ()
+    assert [u.model for u in outcome.plan.unplaced] == ["prod"]
+    recorded = store.recorded_round(round_id=outcome.round_id)
+    assert recorded is not None and recorded.policy.preemption is False

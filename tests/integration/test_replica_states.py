@@ -18,8 +18,8 @@ from tests.support import model
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
-def report(name: str, replicas: list[dict[str, Any]] | None = None) -> Any:
-    raw: dict[str, Any] = {"name": name, "gpu_class": "A100", "gpus": 8}
+def report(name: str, replicas: list[dict[str, Any]] | None = None, gpus: int = 8) -> Any:
+    raw: dict[str, Any] = {"name": name, "gpu_class": "A100", "gpus": gpus}
     if replicas is not None:
         raw["replicas"] = replicas
     return parse_node_report(raw)
@@ -27,9 +27,12 @@ def report(name: str, replicas: list[dict[str, Any]] | None = None) -> Any:
 
 @pytest.fixture
 def placed(engine: Engine) -> SchedulerStore:
-    """Two single-node replicas of llama, placed on n1 (8 GPUs, tp 4 each)."""
+    """Two single-node replicas of llama, placed on n1 (8 GPUs, tp 4 each).
+
+    n2 has too few GPUs for one: spread would otherwise put a replica on each.
+    """
     store = SchedulerStore(engine)
-    store.report([report("n1"), report("n2")], T0)
+    store.report([report("n1"), report("n2", gpus=2)], T0)
     declared = Catalog.build([model("llama", tp=4, scaling={"min": 2})])
     Placer(CatalogService(EventStore(engine), declared), store).run(now=T0)
     return store

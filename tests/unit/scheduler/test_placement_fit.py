@@ -106,17 +106,17 @@ def test_best_fit_takes_the_node_with_the_fewest_free_gpus_that_still_fits() -> 
     assert hosts(result, "m") == [("four",)]
 
 
-def test_best_fit_keeps_whole_nodes_for_large_replicas() -> None:
-    # Spreading the two small replicas over both nodes would leave no node
-    # with 8 free cards for the large one.
+def test_large_replicas_claim_whole_nodes_before_small_ones_scatter() -> None:
+    # Small replicas first, spread over both nodes, would leave no node with
+    # 8 free cards for the large one; larger replicas are placed first.
     small = demand("small", 2, profile("half", gpus=4))
     large = demand("large", 1, profile("whole", gpus=8))
 
     result = run([small, large], [node("a"), node("b")])
 
     assert result.unplaced == ()
-    assert hosts(result, "small") == [("a",), ("a",)]
-    assert hosts(result, "large") == [("b",)]
+    assert hosts(result, "large") == [("a",)]
+    assert hosts(result, "small") == [("b",), ("b",)]
 
 
 def test_among_equal_gpus_best_fit_takes_the_least_free_memory() -> None:
