@@ -16,6 +16,22 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "llmgw add models.yaml --key deploy-1234   # retried with the same key: recorded once",
     ),
     "remove": ("llmgw remove qwen2.5-coder-7b --reason 'trial over'",),
+    "apply": (
+        "llmgw apply qwen-coder.yaml --reason 'longer context'   # add, or replace in one event",
+        "llmgw apply qwen-coder.yaml --json",
+    ),
+    "rollout": ("llmgw rollout status qwen-coder",),
+    "rollout status": ("llmgw rollout status qwen-coder", "llmgw rollout status qwen-coder --json"),
+    "nodes cordon": ("llmgw nodes cordon gpu-7 --reason 'fan alarm'",),
+    "nodes uncordon": ("llmgw nodes uncordon gpu-7",),
+    "nodes drain": (
+        "llmgw nodes drain gpu-7 --reason 'kernel upgrade'",
+        "llmgw nodes drain gpu-7 --json",
+    ),
+    "agent": (
+        "llmgw agent --server http://cp:8080 --token-file /etc/llmgw/agent.token",
+        "llmgw agent --server http://cp:8080 --token-file t --gpus none --labels zone=eu-1",
+    ),
     "resolve": ("llmgw resolve coder", "llmgw resolve coder --json"),
     "show": ("llmgw show --at 12", "llmgw show --at yesterday --json"),
     "db": ("llmgw db current", "llmgw db upgrade"),

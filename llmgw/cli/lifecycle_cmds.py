@@ -26,9 +26,12 @@ def register_nodes(
     }
     for action, text in helps.items():
         p = nodes_sub.add_parser(action, parents=[parent], help=text)
-        p.add_argument("name")
+        p.add_argument("name", help="the node, as its agent reports it")
         p.add_argument("--reason", default="", help="why (recorded with the event)")
-        p.add_argument("--actor", default="", help="who (recorded with the event)")
+        p.add_argument(
+            "--actor", default="", help="who (recorded with the event; default: the login user)"
+        )
+        p.add_argument("--json", action="store_true", help="as JSON, for programs")
         p.set_defaults(run=cmd_service, action=action)
 
 
@@ -41,7 +44,7 @@ def register(
         "status", parents=[parent], help="old and new replicas, and what the rollout waits for"
     )
     s.add_argument("model", help="a model name or alias")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="as JSON, for programs")
     s.set_defaults(run=cmd_rollout_status)
 
 
@@ -56,6 +59,18 @@ def cmd_service(app: App, args: argparse.Namespace) -> int:
         )
     except NodeServiceError as exc:
         raise Refused(str(exc)) from None
+    if args.json:
+        print_json(
+            {
+                "node": change.node,
+                "action": change.action,
+                "changed": change.changed,
+                "before": None if change.before is None else change.before.mode,
+                "replicas_left": change.replicas_left,
+                "message": change.describe(),
+            }
+        )
+        return 0
     print(change.describe())
     return 0
 

@@ -226,7 +226,8 @@ def _add(svc: Services, body: bytes, actor: str, reason: str, key: str | None) -
     response_model=schemas.ApplyOutcome,
     responses={
         201: {"model": schemas.ApplyOutcome, "description": "added (the model was absent)"},
-        **errors(401, 403, 409, 413, 422, 503),
+        # 404: a path no route takes (a name with a newline is no name: the grammar).
+        **errors(401, 403, 404, 409, 413, 422, 503),
     },
     openapi_extra={**_definition_body(one_only=True), **SECURED},
     tags=["catalog"],
