@@ -123,5 +123,17 @@ def test_a_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
 def test_the_resolved_settings_read_back_in_the_files_shape(tmp_path: Path) -> None:
     write(tmp_path)
     data = Settings.resolve(env={}, cwd=tmp_path).to_json()
-    assert data["policy"] == {"stale_after": "30s", "grace": "20s", "interval": "2s"}
+    assert data["policy"] == {
+        "stale_after": "30s",
+        "grace": "20s",
+        "interval": "2s",
+        "preemption": True,
+    }
     assert set(data) == {"settings_file", "database", "catalog", "policy", "server", "auth"}
+
+
+def test_preemption_is_a_policy_setting_the_environment_overrides(tmp_path: Path) -> None:
+    (tmp_path / "llmgw.toml").write_text("[policy]\npreemption = false\n")
+    assert Settings.resolve(env={}, cwd=tmp_path).policy.preemption is False
+    on = Settings.resolve(env={"LLMGW_PREEMPTION": "1"}, cwd=tmp_path)
+    assert on.policy.preemption is True
