@@ -9,6 +9,8 @@ with concurrent writers and a reused idempotency key.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Annotated, Any
 
@@ -209,8 +211,15 @@ def _definitions(svc: Services, body: bytes) -> list[Model]:
 def _add(svc: Services, body: bytes, actor: str, reason: str, key: str | None) -> CommandResult:
     """Parse, validate and append, in a worker thread: nothing of it runs on the event loop."""
     models = _definitions(svc, body)
-    try:
+    with _refusals():
         return svc.gate.add(models, actor=actor, reason=reason, key=key)
+
+
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """A command's refusals as the API answers them (the same words the CLI prints)."""
+    try:
+        yield
     except KeyReused as exc:
         raise refused(exc, "key-reused") from None
     except IdentifierError as exc:  # an actor, reason or key outside the grammar
@@ -272,16 +281,8 @@ def _apply(
 ) -> ApplyResult:
     """Parse, validate and append, in a worker thread: nothing of it runs on the event loop."""
     model = _one_definition(svc, name, body)
-    try:
+    with _refusals():
         return svc.gate.apply(model, actor=actor, reason=reason, key=key)
-    except KeyReused as exc:
-        raise refused(exc, "key-reused") from None
-    except IdentifierError as exc:  # an actor, reason or key outside the grammar
-        raise refused(exc, "invalid-request", 422) from None
-    except CatalogError as exc:
-        raise refused(exc) from None
-    except CommandConflict as exc:
-        raise Problem(409, "conflict", str(exc)) from None
 
 
 @router.delete(
