@@ -231,3 +231,47 @@ def test_cards_found_through_nvml_are_reported_and_given_to_engines(
         (record,) = agent.live_engines()
         assert engine_env(record["pid"]) == "0,1"
         assert c.states()[("big", 0)]["nodes"] == ["gpu"]
+
+
+def test_a_drained_node_hands_its_replicas_over_surge_first_then_stops_its_engines(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """`POST /v1/nodes/NAME/drain` with real agents: every replica on the node is replaced
+    elsewhere, and each old engine is stopped only once its replacement answers ready, so the
+    model never has fewer ready replicas than before the drain."""
+    one = {**SIM, "name": "chat", "scaling": {"min": 2}}
+    with cluster(tmp_path, sqlite_url, ["n1", "n2"], models=[one], server_args=ROUNDS) as c:
+        first = c.agent("n1", gpus="SIM:2")
+        eventually(lambda: c.ready("chat", 2), "2 chat replicas ready on n1")
+        assert {tuple(p["nodes"]) for p in c.placements()} == {("n1",)}
+        c.agent("n2", gpus="SIM:2")
+        with c.server.client(c.tokens.operator) as http:
+            answer = http.post("/v1/nodes/n1/drain", params={"reason": "kernel update"})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["replicas_left"] == 2
+
+        # Watch the hand-over: ready replicas never drop below the two there were.
+        fewest = 2
+
+        def moved() -> list[dict[str, object]] | None:
+            nonlocal fewest
+            ps = [p for p in c.placements() if p["model"] == "chat"]
+            fewest = min(fewest, sum(p["state"] == "ready" for p in ps))
+            done = len(ps) == 2 and all(
+                p["nodes"] == ["n2"] and p["state"] == "ready" for p in ps
+            )
+            return ps if done else None
+
+        eventually(moved, "both chat replicas ready on n2 and none left on n1")
+        assert fewest >= 2
+        stopped = eventually(
+            lambda: first.logs("agent.engine_stopped") if first.records() == [] else None,
+            "n1's engines stopped",
+        )
+        assert len(stopped) == 2
+        assert first.live_engines() == []
+        with c.server.client(c.tokens.reader) as http:
+            (node,) = [n for n in http.get("/v1/nodes").json() if n["name"] == "n1"]
+        assert node["cordon"]["mode"] == "draining"
+        assert node["cordon"]["reason"] == "kernel update"
+        assert node["service"] == "draining (0 replicas left)"
