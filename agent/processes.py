@@ -140,16 +140,24 @@ def healthy(url: str, timeout: float = 1.0) -> bool:
 
 
 def tail(log_path: Path, lines: int = TAIL_LINES) -> str:
-    """The last lines of a log, as one printable line: reports are shown in terminals."""
-    try:
-        with log_path.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
-            data = f.read(TAIL_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ""
+    """The last lines of a log, as one printable line: reports are shown in terminals.
+
+    Just after a rotation the log may hold less than that; its newest rotated
+    copy (``NAME.1``) supplies the lines before.
+    """
+    data = _last_bytes(log_path.with_name(log_path.name + ".1")) + _last_bytes(log_path)
     kept = [printable(x) for x in data.splitlines() if x.strip()][-lines:]
     text = " | ".join(kept)
     return text if len(text) <= MAX_MESSAGE else "..." + text[-(MAX_MESSAGE - 3) :]
+
+
+def _last_bytes(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
+            return f.read(TAIL_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def printable(text: str) -> str:

@@ -27,6 +27,7 @@ import structlog
 from agent import engines, processes
 from agent.client import ControlPlane, Refused, Unreachable
 from agent.inventory import Inventory
+from agent.logfiles import LogLimits, rotate_if_large
 from agent.placements import Key, PlacementsError, Want, parse_placements
 from agent.reconcile import Backoff, Decision, Have, Start, decide
 from agent.state import Record, StateDir
@@ -49,6 +50,7 @@ class AgentConfig:
     stop_grace: float = 10.0
     leave_engines: bool = False
     backoff: Backoff = field(default_factory=Backoff)
+    logs: LogLimits = field(default_factory=LogLimits)
 
 
 class Agent:
@@ -136,6 +138,14 @@ class Agent:
             proc = self.procs.get(key)
             if not record.alive or proc is None:
                 continue
+            if rotate_if_large(Path(record.log_path), self.config.logs):
+                log.info(
+                    "agent.log_rotated",
+                    model=record.model,
+                    replica=record.replica,
+                    log_path=record.log_path,
+                    keep=self.config.logs.keep,
+                )
             exited, code = proc.exit_status()
             if exited:
                 self._exited(record, code, _failure(code, Path(record.log_path)))

@@ -116,6 +116,20 @@ def register(
         "doubles each time, up to 5 minutes (default 10)",
     )
     p.add_argument(
+        "--log-max-mb",
+        type=float,
+        default=100.0,
+        metavar="MB",
+        help="rotate an engine's log once it passes MB megabytes (default 100)",
+    )
+    p.add_argument(
+        "--log-keep",
+        type=int,
+        default=3,
+        metavar="N",
+        help="rotated copies of each engine log to keep, NAME.log.1 newest (default 3)",
+    )
+    p.add_argument(
         "--leave-engines",
         action="store_true",
         help="on SIGTERM, leave the engines running (the next agent adopts them) "
@@ -129,6 +143,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     logs.configure(default_level="INFO")
     from agent.client import ControlPlane
     from agent.inventory import InventoryError, detect
+    from agent.logfiles import LogLimits
     from agent.reconcile import Backoff
     from agent.runtime import Agent, AgentConfig
     from agent.state import StateDirBusy
@@ -140,6 +155,10 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     for name in ("interval", "stop_grace", "restart_backoff"):
         if getattr(args, name) <= 0:
             raise Refused(f"--{name.replace('_', '-')} must be a positive number of seconds")
+    if not args.log_max_mb > 0:
+        raise Refused("--log-max-mb must be a positive number of megabytes")
+    if args.log_keep < 0:
+        raise Refused("--log-keep must be 0 or more")
     try:
         token = args.token_file.read_text(errors="replace").split()[0]
     except (OSError, IndexError):
@@ -161,6 +180,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         stop_grace=args.stop_grace,
         leave_engines=args.leave_engines,
         backoff=Backoff(first_s=args.restart_backoff),
+        logs=LogLimits(max_bytes=int(args.log_max_mb * 1024 * 1024), keep=args.log_keep),
     )
     try:
         agent = Agent(config, inventory, ControlPlane(args.server, token))

@@ -257,9 +257,7 @@ def test_a_drained_node_hands_its_replicas_over_surge_first_then_stops_its_engin
             nonlocal fewest
             ps = [p for p in c.placements() if p["model"] == "chat"]
             fewest = min(fewest, sum(p["state"] == "ready" for p in ps))
-            done = len(ps) == 2 and all(
-                p["nodes"] == ["n2"] and p["state"] == "ready" for p in ps
-            )
+            done = len(ps) == 2 and all(p["nodes"] == ["n2"] and p["state"] == "ready" for p in ps)
             return ps if done else None
 
         eventually(moved, "both chat replicas ready on n2 and none left on n1")
@@ -275,3 +273,19 @@ def test_a_drained_node_hands_its_replicas_over_surge_first_then_stops_its_engin
         assert node["cordon"]["mode"] == "draining"
         assert node["cordon"]["reason"] == "kernel update"
         assert node["service"] == "draining (0 replicas left)"
+
+
+def test_engine_logs_are_rotated_past_the_limit_while_the_engine_serves(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    one = {**SIM, "name": "chat", "scaling": {"min": 1}}
+    with cluster(tmp_path, sqlite_url, ["n1"], models=[one], server_args=ROUNDS) as c:
+        # 200 bytes: the engine's start-up lines alone pass it.
+        agent = c.agent("n1", "--log-max-mb", "0.0002", "--log-keep", "1")
+        (placed,) = eventually(lambda: c.ready("chat", 1), "chat[0] ready")
+        (event, *_) = eventually(lambda: agent.logs("agent.log_rotated"), "a rotation")
+        log = Path(event["log_path"])
+        assert log.with_name(log.name + ".1").exists()
+        assert not log.with_name(log.name + ".2").exists()  # --log-keep 1
+        assert httpx.get(placed["endpoint"] + "/health", timeout=10).status_code == 200
+        assert len(agent.live_engines()) == 1
