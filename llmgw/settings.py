@@ -1,4 +1,5 @@
-"""One settings file, ``llmgw.toml``, read by every command, the server and the daemon.
+"""One settings file, ``llmgw.toml``, read by every command, the server, the daemon and
+the agent (its ``[agent]`` table: ``llmgw.agent_settings``).
 
 Each process used to apply its own staleness flags, so ``llmgw nodes list`` (90 s / 300 s
 by default) could call a node stale while the server (started with 30 s / 20 s) called it
@@ -73,6 +74,25 @@ KEYS: dict[str, dict[str, str]] = {
         "with_scheduler": "bool",
     },
     "auth": {"file": "path", "reads_open": "bool"},
+    # `llmgw agent` on a node (llmgw.agent_settings resolves these for it).
+    "agent": {
+        "server": "str",
+        "token_file": "path",
+        "node": "str",
+        "labels": "str",
+        "fabric": "str",
+        "interval": "positive",
+        "state_dir": "path",
+        "gpus": "str",
+        "memory_gb": "number",
+        "advertise": "str",
+        "engine_host": "str",
+        "stop_grace": "positive",
+        "restart_backoff": "positive",
+        "log_max_mb": "number",
+        "log_keep": "count",
+        "leave_engines": "bool",
+    },
 }
 # The environment variable for each setting (flags are named after the key).
 ENV = {
@@ -315,6 +335,20 @@ def _convert(kind: str, raw: Any, origin: str, base: Path | None) -> Any:
             if isinstance(raw, str) and raw.lower() in TRUE | FALSE:
                 return raw.lower() in TRUE
             raise ValueError(f"{raw!r} is not true or false")
+        if kind == "number":
+            if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+                raise ValueError(f"{raw!r} is not a number")
+            number = float(raw)
+            if not number > 0 or number == float("inf"):
+                raise ValueError(f"{raw!r} must be a positive number")
+            return number
+        if kind == "count":
+            if isinstance(raw, bool) or not isinstance(raw, int | str):
+                raise ValueError(f"{raw!r} is not a whole number")
+            count = int(raw)
+            if count < 0:
+                raise ValueError(f"{count} must be 0 or more")
+            return count
         if kind == "port":
             if isinstance(raw, bool) or not isinstance(raw, int | str):
                 raise ValueError(f"{raw!r} is not a port number")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import socket
 from pathlib import Path
 from types import FrameType
 
@@ -20,7 +18,6 @@ log = structlog.get_logger("llmgw.agent")
 def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
 ) -> None:
-    env = os.environ.get
     p = sub.add_parser(
         "agent",
         parents=[parent],
@@ -31,86 +28,73 @@ def register(
     )
     p.add_argument(
         "--server",
-        default=env("LLMGW_SERVER"),
         metavar="URL",
         help="the control plane's URL (env LLMGW_SERVER)",
     )
     p.add_argument(
         "--token-file",
         type=Path,
-        default=env("LLMGW_AGENT_TOKEN_FILE"),
         metavar="PATH",
         help="file holding this node's agent token "
         "(env LLMGW_AGENT_TOKEN_FILE; see `llmgw token new --role agent --node`)",
     )
     p.add_argument(
         "--node",
-        default=env("LLMGW_NODE") or socket.gethostname(),
         help="the node's name (env LLMGW_NODE; default the host name)",
     )
     p.add_argument(
         "--labels",
-        default=env("LLMGW_LABELS", ""),
         metavar="K=V,...",
         help="labels matched by profiles' node_selector (env LLMGW_LABELS)",
     )
     p.add_argument(
         "--fabric",
-        default=env("LLMGW_FABRIC"),
         help="nodes sharing a fabric can host one multi-node replica (env LLMGW_FABRIC)",
     )
     p.add_argument(
         "--interval",
         type=float,
-        default=float(env("LLMGW_AGENT_INTERVAL", "10")),
         metavar="SECONDS",
         help="report and reconcile every SECONDS (default 10)",
     )
     p.add_argument(
         "--state-dir",
         type=Path,
-        default=env("LLMGW_AGENT_STATE_DIR"),
         metavar="DIR",
         help="engine records and logs (env LLMGW_AGENT_STATE_DIR; "
         "default ~/.local/state/llmgw-agent/NODE)",
     )
     p.add_argument(
         "--gpus",
-        default=env("LLMGW_GPUS"),
         metavar="CLASS:COUNT",
         help="the cards, when detection cannot see them (A100:8; none for no cards)",
     )
     p.add_argument(
         "--memory-gb",
         type=float,
-        default=None,
         metavar="GB",
         help="host memory to report instead of the detected total",
     )
     p.add_argument(
         "--advertise",
-        default=env("LLMGW_ADVERTISE"),
         metavar="HOST",
         help="the address engines are reached at, in the endpoint "
         "URLs reported (env LLMGW_ADVERTISE; default the host's name)",
     )
     p.add_argument(
         "--engine-host",
-        default="0.0.0.0",
         metavar="ADDR",
         help="the address engines listen on (default 0.0.0.0)",
     )
     p.add_argument(
         "--stop-grace",
         type=float,
-        default=10.0,
         metavar="SECONDS",
         help="after SIGTERM, how long an engine has before SIGKILL (default 10)",
     )
     p.add_argument(
         "--restart-backoff",
         type=float,
-        default=10.0,
         metavar="SECONDS",
         help="first wait before restarting a failed engine still placed here; "
         "doubles each time, up to 5 minutes (default 10)",
@@ -118,20 +102,19 @@ def register(
     p.add_argument(
         "--log-max-mb",
         type=float,
-        default=100.0,
         metavar="MB",
         help="rotate an engine's log once it passes MB megabytes (default 100)",
     )
     p.add_argument(
         "--log-keep",
         type=int,
-        default=3,
         metavar="N",
         help="rotated copies of each engine log to keep, NAME.log.1 newest (default 3)",
     )
     p.add_argument(
         "--leave-engines",
         action="store_true",
+        default=None,
         help="on SIGTERM, leave the engines running (the next agent adopts them) "
         "instead of stopping them",
     )
@@ -139,7 +122,8 @@ def register(
 
 
 def cmd_agent(app: App, args: argparse.Namespace) -> int:
-    del app  # the agent has no database: it talks to the control plane over HTTP
+    # The agent has no database: it talks to the control plane over HTTP. Of the
+    # settings it takes only the file in force, for its [agent] table.
     logs.configure(default_level="INFO")
     from agent.client import ControlPlane
     from agent.inventory import InventoryError, detect
@@ -147,43 +131,48 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     from agent.reconcile import Backoff
     from agent.runtime import Agent, AgentConfig
     from agent.state import StateDirBusy
+    from llmgw.agent_settings import resolve_agent
+    from llmgw.settings import SettingsError
 
-    if not args.server:
-        raise Refused("--server is required (or env LLMGW_SERVER): the control plane's URL")
-    if args.token_file is None:
-        raise Refused("--token-file is required (or env LLMGW_AGENT_TOKEN_FILE)")
-    for name in ("interval", "stop_grace", "restart_backoff"):
-        if getattr(args, name) <= 0:
-            raise Refused(f"--{name.replace('_', '-')} must be a positive number of seconds")
-    if not args.log_max_mb > 0:
-        raise Refused("--log-max-mb must be a positive number of megabytes")
-    if args.log_keep < 0:
-        raise Refused("--log-keep must be 0 or more")
     try:
-        token = args.token_file.read_text(errors="replace").split()[0]
+        s = resolve_agent(vars(args), app.settings.source)
+    except SettingsError as exc:
+        raise Refused(str(exc)) from None
+    if not s.server:
+        raise Refused(
+            "--server is required (or env LLMGW_SERVER, or server in [agent] of llmgw.toml): "
+            "the control plane's URL"
+        )
+    if s.token_file is None:
+        raise Refused(
+            "--token-file is required (or env LLMGW_AGENT_TOKEN_FILE, "
+            "or token_file in [agent] of llmgw.toml)"
+        )
+    try:
+        token = s.token_file.read_text(errors="replace").split()[0]
     except (OSError, IndexError):
-        raise Refused(f"cannot read a token from {args.token_file}") from None
+        raise Refused(f"cannot read a token from {s.token_file}") from None
     try:
-        inventory = detect(gpus=args.gpus, memory_gb=args.memory_gb)
-        labels = _labels(args.labels)
+        inventory = detect(gpus=s.gpus, memory_gb=s.memory_gb)
+        labels = _labels(s.labels)
     except (InventoryError, ValueError) as exc:
         raise Refused(str(exc)) from None
-    state_dir = args.state_dir or Path.home() / ".local/state/llmgw-agent" / args.node
+    state_dir = s.state_dir
     config = AgentConfig(
-        node=args.node,
+        node=s.node,
         state_dir=state_dir,
         labels=labels,
-        fabric=args.fabric or None,
-        interval=args.interval,
-        engine_host=args.engine_host,
-        advertise=args.advertise or socket.getfqdn(),
-        stop_grace=args.stop_grace,
-        leave_engines=args.leave_engines,
-        backoff=Backoff(first_s=args.restart_backoff),
-        logs=LogLimits(max_bytes=int(args.log_max_mb * 1024 * 1024), keep=args.log_keep),
+        fabric=s.fabric or None,
+        interval=s.interval_s,
+        engine_host=s.engine_host,
+        advertise=s.advertise,
+        stop_grace=s.stop_grace_s,
+        leave_engines=s.leave_engines,
+        backoff=Backoff(first_s=s.restart_backoff_s),
+        logs=LogLimits(max_bytes=int(s.log_max_mb * 1024 * 1024), keep=s.log_keep),
     )
     try:
-        agent = Agent(config, inventory, ControlPlane(args.server, token))
+        agent = Agent(config, inventory, ControlPlane(s.server, token))
         agent.state.lock()
     except (OSError, StateDirBusy) as exc:
         raise Refused(f"cannot use the state dir {state_dir}: {exc}") from None
@@ -198,7 +187,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     log.info(
         "agent.started",
         node=config.node,
-        server=args.server,
+        server=s.server,
         gpu_class=inventory.gpu_class,
         gpus=inventory.gpus,
         devices=list(inventory.devices),
@@ -208,7 +197,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         notes=list(inventory.notes),
         state_dir=str(state_dir),
     )
-    print(f"llmgw agent: node {config.node} reporting to {args.server}", flush=True)
+    print(f"llmgw agent: node {config.node} reporting to {s.server}", flush=True)
     agent.run()
     log.info("agent.stopped", node=config.node)
     return 0

@@ -23,7 +23,7 @@ def cli(tmp_path: Path) -> Cli:
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        ([], "--server is required (or env LLMGW_SERVER)"),
+        ([], "--server is required (or env LLMGW_SERVER, or server in [agent] of llmgw.toml)"),
         (["--server", "http://x"], "--token-file is required"),
         (["--server", "http://x", "--token-file", "absent"], "cannot read a token from absent"),
         (

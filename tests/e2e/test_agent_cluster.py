@@ -21,7 +21,8 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from agent.inventory import detect
 from agent.processes import same_process
-from tests.e2e.agents import SIM, cluster, eventually
+from tests.api.server import LLMGW
+from tests.e2e.agents import SIM, AgentProc, cluster, eventually
 
 pytestmark = pytest.mark.slow
 
@@ -289,3 +290,38 @@ def test_engine_logs_are_rotated_past_the_limit_while_the_engine_serves(
         assert not log.with_name(log.name + ".2").exists()  # --log-keep 1
         assert httpx.get(placed["endpoint"] + "/health", timeout=10).status_code == 200
         assert len(agent.live_engines()) == 1
+
+
+def test_an_agent_set_up_by_the_settings_file_alone_runs_its_replicas(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """A node configured once, in llmgw.toml's [agent] table: `llmgw agent` with no flags."""
+    with cluster(tmp_path, sqlite_url, ["n1"], server_args=ROUNDS) as c:
+        node = tmp_path / "node-etc"
+        node.mkdir()
+        (node / "agent.token").write_text(c.tokens.agents["n1"] + "\n")
+        (node / "llmgw.toml").write_text(
+            "[agent]\n"
+            f'server = "{c.server.url}"\n'
+            'token_file = "agent.token"\n'
+            'node = "n1"\n'
+            'interval = "200ms"\n'
+            'state_dir = "state"\n'
+            'gpus = "SIM:2"\n'
+            'engine_host = "127.0.0.1"\n'
+            'advertise = "127.0.0.1"\n'
+            'stop_grace = "5s"\n'
+        )
+        agent = AgentProc(tmp_path, c.server.url, "n1", c.tokens.agents["n1"], gpus=None)
+        agent.argv = [LLMGW, "agent"]
+        agent.state_dir = node / "state"
+        c.agents["n1"] = agent
+        agent.start({"LLMGW_SETTINGS": str(node / "llmgw.toml")})
+        eventually(lambda: c.ready("chat", 2), "2 chat replicas ready on n1's two cards")
+        assert len(agent.live_engines()) == 2
+        (started,) = agent.logs("agent.started")
+        assert (started["node"], started["gpus"], started["state_dir"]) == (
+            "n1",
+            2,
+            str(node / "state"),
+        )
