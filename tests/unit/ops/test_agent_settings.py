@@ -84,7 +84,7 @@ def test_a_bad_value_is_refused_naming_the_file_and_key(
 
 def test_an_unknown_agent_key_is_refused_listing_the_known_ones(tmp_path: Path) -> None:
     source = write(tmp_path, '[agent]\nsevrer = "http://x"\n')
-    with pytest.raises(SettingsError, match="unknown key 'sevrer' in \\[agent\\].*server"):
+    with pytest.raises(SettingsError, match=r"unknown key 'sevrer' in \[agent\].*server"):
         resolve_agent(NO_FLAGS, source, env={})
 
 
