@@ -33,7 +33,32 @@ class Launch:
 
 
 class UnknownEngine(ValueError):
-    """A profile names an engine this agent has no adapter for."""
+    """A profile names an engine this agent has no adapter for (or cannot run this way)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """This node's part in a replica that spans ``nnodes`` nodes.
+
+    Rank 0, the head, serves the API and gathers the others at ``master_port``;
+    the rest are workers (``--headless`` in vLLM's words). The agent derives the
+    head's address from the endpoint the head's agent reports (see agent.runtime).
+    """
+
+    rank: int
+    nnodes: int
+    master_addr: str
+    master_port: int
+
+    @property
+    def head(self) -> bool:
+        return self.rank == 0
+
+    def flags(self) -> list[str]:
+        """vLLM's multi-node flags (the sim engine takes the same ones)."""
+        argv = ["--nnodes", str(self.nnodes), "--node-rank", str(self.rank)]
+        argv += ["--master-addr", self.master_addr, "--master-port", str(self.master_port)]
+        return argv if self.head else [*argv, "--headless"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +71,13 @@ ENGINES = ("vllm", "llamacpp", "sim")
 
 
 def command(
-    launch: Launch, *, host: str, port: int, devices: Sequence[int], python: str = sys.executable
+    launch: Launch,
+    *,
+    host: str,
+    port: int,
+    devices: Sequence[int],
+    gang: Gang | None = None,
+    python: str = sys.executable,
 ) -> Command:
     """argv and the environment additions for one engine process.
 
@@ -58,6 +89,12 @@ def command(
     if launch.engine == "vllm":
         argv = _vllm(launch, host, port)
     elif launch.engine == "llamacpp":
+        if gang is not None:
+            raise UnknownEngine(
+                f"model {launch.served_model_name!r} profile {launch.profile!r}: llama.cpp "
+                f"cannot span nodes in this agent ({launch.nodes} nodes asked); set the "
+                "profile's nodes to 1 or use vllm"
+            )
         argv = _llamacpp(launch, host, port)
     elif launch.engine == "sim":
         argv = [python, "-m", "agent.sim", "--host", host, "--port", str(port)]
@@ -68,6 +105,8 @@ def command(
             f"{launch.engine!r} has no adapter in this agent (it runs {', '.join(ENGINES)}); "
             "change the profile's engine, or run an agent that knows it"
         )
+    if gang is not None:
+        argv += gang.flags()
     return Command(argv=(*argv, *launch.args), env=env)
 
 

@@ -46,6 +46,8 @@ class _Placement(BaseModel):
     gpus_per_node: int = Field(ge=0, le=1024)
     engine: _Engine | None = None
     state: str | None = None
+    # Where the replica's head answers, as its agent reported it (None until then).
+    endpoint: str | None = Field(default=None, max_length=2048)
 
 
 class PlacementsError(ValueError):
@@ -67,18 +69,27 @@ class Key:
 class Want:
     """One replica the scheduler placed on this node.
 
-    ``runs_here`` is False on the other nodes of a multi-node replica: the
-    engine runs on the first node of the placement (see the README). ``launch``
-    is None when the model or profile has left the catalog while the replica
-    was being removed: such a replica is not started.
+    A replica spanning nodes runs one engine on each: ``rank`` is this node's
+    index in the placement (0, the first node, is the head that serves the
+    API) and ``nnodes`` their number; a worker finds its head through
+    ``head_endpoint``, the endpoint the head's agent reported. ``launch`` is
+    None when the model or profile has left the catalog while the replica was
+    being removed: such a replica is not started.
     """
 
     key: Key
     gpus: int
     launch: Launch | None
     fingerprint: str
-    runs_here: bool = True
     server_state: str | None = None
+    rank: int = 0
+    nnodes: int = 1
+    head: str = ""
+    head_endpoint: str | None = None
+
+    @property
+    def worker(self) -> bool:
+        return self.rank > 0
 
 
 def parse_placements(data: Any, node: str) -> list[Want]:
@@ -98,13 +109,20 @@ def parse_placements(data: Any, node: str) -> list[Want]:
             continue  # an older server without ?node= answers every placement
         key = Key(p.model, p.replica)
         launch = None if p.engine is None else _launch(p.engine)
+        rank = p.nodes.index(node)
+        # A worker started against one head address must restart when its head
+        # moves (restarted on another port): the address is part of what it runs.
+        head_endpoint = p.endpoint if rank > 0 else None
         wants[key] = Want(
             key=key,
             gpus=p.gpus_per_node,
             launch=launch,
-            fingerprint=fingerprint(p.gpus_per_node, p.engine),
-            runs_here=p.nodes[0] == node,
+            fingerprint=fingerprint(p.gpus_per_node, p.engine, head_endpoint),
             server_state=p.state,
+            rank=rank,
+            nnodes=len(p.nodes),
+            head=p.nodes[0],
+            head_endpoint=head_endpoint,
         )
     return sorted(wants.values(), key=lambda w: w.key)
 
@@ -124,7 +142,12 @@ def _launch(e: _Engine) -> Launch:
     )
 
 
-def fingerprint(gpus: int, engine: _Engine | None) -> str:
+def fingerprint(gpus: int, engine: _Engine | None, head_endpoint: str | None = None) -> str:
     """What an engine was started with: a running engine whose fingerprint changed is restarted."""
-    body = {"gpus": gpus, "engine": None if engine is None else engine.model_dump(mode="json")}
+    body: dict[str, Any] = {
+        "gpus": gpus,
+        "engine": None if engine is None else engine.model_dump(mode="json"),
+    }
+    if head_endpoint is not None:
+        body["head"] = head_endpoint
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]

@@ -52,6 +52,16 @@ def free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
+def port_free(host: str, port: int) -> bool:
+    """Whether ``port`` can be listened on now (another process may take it after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host if host != "0.0.0.0" else "", port))
+        except OSError:
+            return False
+        return True
+
+
 def spawn(cmd: Command, log_path: Path, cwd: Path) -> Engine:
     env = {**os.environ, **cmd.env}
     with log_path.open("ab") as out:

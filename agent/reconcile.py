@@ -6,6 +6,10 @@ engines and placements always give the same cards, and a card is never given
 to two engines. Stops are decided before starts, so the cards of an engine
 being replaced are free for its successor in the same tick.
 
+A replica spanning nodes runs an engine on each of them; a worker starts
+once its head has reported where it listens (the head's agent reports that
+while the head still waits for its workers).
+
 An engine that exited is not restarted at once: the control plane learns it
 failed and may place the replica elsewhere. While the replica stays placed
 here it is restarted after a back-off that doubles with each failure, the
@@ -78,7 +82,7 @@ def decide(
     now: float,
     backoff: Backoff = Backoff(),
 ) -> Decision:
-    wanted = {w.key: w for w in wants if w.runs_here}
+    wanted = {w.key: w for w in wants}
     held = {h.key: h for h in haves}
     stops: list[Stop] = []
     for key in sorted(held):
@@ -96,6 +100,15 @@ def decide(
         have = held.get(key) if key not in stopped else None
         if want.launch is None:
             continue  # its model left the catalog; it is about to be removed
+        if want.worker and want.head_endpoint is None:
+            waits.append(
+                Wait(
+                    key,
+                    f"waiting for node {want.head}, the head of this {want.nnodes}-node "
+                    "replica, to report where it listens",
+                )
+            )
+            continue
         restarts = 0
         if have is not None:
             if have.alive:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -69,6 +70,10 @@ class Agent:
         self.records: dict[Key, Record] = {}
         self.procs: dict[Key, processes.Engine] = {}
         self.waits: dict[Key, str] = {}
+        # Replicas this node runs a worker rank of (set from each tick's placements).
+        self.worker_keys: set[Key] = set()
+        # Replicas the control plane already holds failed: a worker need not say so again.
+        self.known_failed: set[Key] = set()
         self.stopping = threading.Event()
         self._send_replicas = True
 
@@ -94,6 +99,8 @@ class Agent:
         wants = self.placements()
         if wants is None:
             return
+        self.worker_keys = {w.key for w in wants if w.worker}
+        self.known_failed = {w.key for w in wants if w.server_state == "failed"}
         now = self.clock()
         decision = decide(wants, self.haves(), self.inventory.devices, now, self.config.backoff)
         self.apply(decision)
@@ -150,6 +157,8 @@ class Agent:
             if exited:
                 self._exited(record, code, _failure(code, Path(record.log_path)))
                 continue
+            if record.worker:
+                continue  # a worker serves no API: its head speaks for the replica
             if not record.ready and processes.healthy(self._health_url(record)):
                 self._save(replace(record, ready=True))
                 log.info(
@@ -192,15 +201,36 @@ class Agent:
         return body
 
     def replica_states(self) -> list[dict[str, Any]]:
+        """Each replica's state as this node sees it.
+
+        Of a replica spanning nodes, the head reports its state; a worker speaks
+        only when its engine fails (the gang cannot serve without it), so two
+        nodes never take turns overwriting one replica's state. A head still
+        gathering its workers reports its endpoint already: that is how they
+        find it.
+        """
         states = []
         for key in sorted({*self.records, *self.waits}):
             record = self.records.get(key)
+            worker = key in self.worker_keys or (record is not None and record.worker)
+            if worker and (record is None or record.alive or key in self.known_failed):
+                continue
             if record is None:
                 entry = {"state": "starting", "message": self.waits[key]}
             elif not record.alive:
-                entry = {"state": "failed", "message": record.message}
+                message = record.message
+                if record.worker:
+                    message = f"node {self.config.node} (rank {record.rank}): {message}"
+                entry = {"state": "failed", "message": message}
             elif record.ready:
                 entry = {"state": "ready", "message": "", "endpoint": record.endpoint}
+            elif record.nnodes > 1:
+                entry = {
+                    "state": "starting",
+                    "message": f"{record.engine} on port {record.port}, gathering "
+                    f"{record.nnodes - 1} worker node(s) at port {record.port + 1}",
+                    "endpoint": record.endpoint,
+                }
             else:
                 entry = {"state": "starting", "message": f"{record.engine} on port {record.port}"}
             # The control plane takes a message of up to 1000 printable characters.
@@ -264,7 +294,9 @@ class Agent:
         want = start.want
         assert want.launch is not None  # decide() starts only replicas with a launch
         key, cfg = want.key, self.config
-        port = self._free_port()
+        # A head also gathers its workers, at the port after its own (workers
+        # derive it from the endpoint it reports): it needs two free in a row.
+        port = self._free_port(pair=want.nnodes > 1 and not want.worker)
         log_path = self.state.log_path(key)
         record = Record(
             model=key.model,
@@ -280,10 +312,13 @@ class Agent:
             log_path=str(log_path),
             started_at=self.clock(),
             restarts=start.restarts,
+            rank=want.rank,
+            nnodes=want.nnodes,
         )
         try:
+            gang = _gang(want, cfg.advertise, port)
             cmd = engines.command(
-                want.launch, host=cfg.engine_host, port=port, devices=start.devices
+                want.launch, host=cfg.engine_host, port=port, devices=start.devices, gang=gang
             )
             with log_path.open("a") as f:
                 f.write(f"llmgw agent: starting {' '.join(cmd.argv)}\n")
@@ -305,15 +340,18 @@ class Agent:
             restarts=start.restarts,
         )
 
-    def _free_port(self) -> int:
+    def _free_port(self, pair: bool = False) -> int:
         # The system hands out a port nobody listens on; one of our engines still
-        # loading is not listening yet, so its port is skipped by hand.
-        taken = {r.port for r in self.records.values() if r.alive}
-        port = processes.free_port(self.config.engine_host)
-        for _ in range(20):
-            if port not in taken:
+        # loading is not listening yet, so its ports are skipped by hand.
+        host = self.config.engine_host
+        taken = {p for r in self.records.values() if r.alive for p in (r.port, r.port + 1)}
+        port = processes.free_port(host)
+        for _ in range(50):
+            if port not in taken and (
+                not pair or (port + 1 not in taken and processes.port_free(host, port + 1))
+            ):
                 break
-            port = processes.free_port(self.config.engine_host)
+            port = processes.free_port(host)
         return port
 
     def stop(self, keys: list[Key], reasons: dict[Key, str]) -> None:
@@ -344,6 +382,25 @@ class Agent:
     def _save(self, record: Record) -> None:
         self.records[record.key] = record
         self.state.save(record)
+
+
+def _gang(want: Want, advertise: str, port: int) -> engines.Gang | None:
+    """This node's part of a replica spanning nodes; None for a replica on one node.
+
+    The head gathers its workers at the port after its own, on the address it
+    advertises; a worker reads both from the endpoint its head's agent reported.
+    """
+    if want.nnodes <= 1:
+        return None
+    if not want.worker:
+        return engines.Gang(0, want.nnodes, advertise, port + 1)
+    head = urllib.parse.urlsplit(want.head_endpoint or "")
+    if head.hostname is None or head.port is None:
+        raise engines.UnknownEngine(
+            f"node {want.head} reported {want.head_endpoint!r} as the head's endpoint: "
+            "not a URL with a host and port"
+        )
+    return engines.Gang(want.rank, want.nnodes, head.hostname, head.port + 1)
 
 
 def _failure(code: int | None, log_path: Path, when: str = "") -> str:

@@ -12,6 +12,14 @@ passed off as a real model's.
 Flags for tests and demos: ``--startup-delay`` (seconds before it listens,
 as a real engine loading weights), ``--exit-after`` and ``--exit-code`` (it
 dies on its own, to show a failure).
+
+A replica spanning nodes runs one sim process per node, with vLLM's flags
+(``--nnodes``, ``--node-rank``, ``--master-addr``, ``--master-port``,
+``--headless`` on the workers) and vLLM's behaviour where an operator sees it:
+the head answers ``/health`` only once every worker has joined it at the
+master port, and the gang dies together, as a tensor-parallel group does when
+one rank's connection breaks: a worker that loses the head exits, and so does
+a head that loses a worker.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -53,11 +62,15 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> An
     return JSONResponse({"error": {"message": message, "type": kind, "code": None}}, status)
 
 
-def create_app(model: str, token_delay: float = 0.0) -> FastAPI:
+def create_app(
+    model: str, token_delay: float = 0.0, gang_ready: threading.Event | None = None
+) -> FastAPI:
     app = FastAPI(title=f"sim engine: {model}", docs_url=None, redoc_url=None)
 
-    @app.get("/health")
-    def health() -> dict[str, str]:
+    @app.get("/health", response_model=None)
+    def health() -> dict[str, str] | JSONResponse:
+        if gang_ready is not None and not gang_ready.is_set():
+            return JSONResponse({"status": "waiting for the other nodes to join"}, 503)
         return {"status": "ok"}
 
     @app.get("/v1/models")
@@ -141,21 +154,91 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token-delay", type=float, default=0.0, metavar="SECONDS")
     p.add_argument("--exit-after", type=float, default=None, metavar="SECONDS")
     p.add_argument("--exit-code", type=int, default=1)
+    p.add_argument("--nnodes", type=int, default=1, help="nodes the replica spans")
+    p.add_argument("--node-rank", type=int, default=0, help="this node's rank; 0 is the head")
+    p.add_argument("--master-addr", default="127.0.0.1", help="the head's address")
+    p.add_argument("--master-port", type=int, default=0, help="where the head gathers the gang")
+    p.add_argument("--headless", action="store_true", help="a worker: no API of its own")
+    p.add_argument("--join-timeout", type=float, default=120.0, metavar="SECONDS")
     args = p.parse_args(argv)
     print(f"sim engine: serving {args.model!r}; loading for {args.startup_delay}s", flush=True)
     time.sleep(args.startup_delay)
     if args.exit_after is not None:
         threading.Timer(args.exit_after, _die, (args.exit_code,)).start()
+    if args.nnodes > 1 and args.node_rank > 0:
+        return _work(args.master_addr, args.master_port, args.node_rank, args.join_timeout)
+    gang_ready = None
+    if args.nnodes > 1:
+        gang_ready = _gather(args.host, args.master_port, args.nnodes)
     import uvicorn
 
     print(f"sim engine: listening on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(
-        create_app(args.model, args.token_delay),
+        create_app(args.model, args.token_delay, gang_ready),
         host=args.host,
         port=args.port,
         log_level="warning",
     )
     return 0
+
+
+def _gather(host: str, port: int, nnodes: int) -> threading.Event:
+    """The head: accept a connection from each worker rank; ready once all have joined.
+
+    The connections are held for as long as the gang runs: one that closes means
+    its worker died, and the head exits, as vLLM's does when a rank is lost.
+    """
+    ready = threading.Event()
+    listener = socket.create_server((host, port))
+    print(f"sim engine: waiting for {nnodes - 1} worker(s) at port {port}", flush=True)
+
+    def accept() -> None:
+        joined: set[int] = set()
+        while len(joined) < nnodes - 1:
+            conn, _ = listener.accept()
+            line = conn.makefile("r").readline().split()
+            if len(line) != 2 or line[0] != "rank" or not line[1].isdigit():
+                conn.close()
+                continue
+            rank = int(line[1])
+            joined.add(rank)
+            print(f"sim engine: rank {rank} joined ({len(joined)} of {nnodes - 1})", flush=True)
+            threading.Thread(target=_watch, args=(conn, f"rank {rank}"), daemon=True).start()
+        ready.set()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return ready
+
+
+def _work(addr: str, port: int, rank: int, timeout: float) -> int:
+    """A worker: join the head, then live exactly as long as the connection does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn = socket.create_connection((addr, port), timeout=5)
+            break
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                print(f"sim engine: cannot join the head at {addr}:{port}: {exc}", flush=True)
+                return 1
+            time.sleep(0.2)
+    conn.settimeout(None)
+    conn.sendall(f"rank {rank}\n".encode())
+    print(f"sim engine: rank {rank} joined the head at {addr}:{port}", flush=True)
+    _watch(conn, "the head")
+    return 1  # not reached: _watch exits the process
+
+
+def _watch(conn: socket.socket, who: str) -> None:
+    while True:
+        try:
+            data = conn.recv(1024)
+        except OSError:
+            data = b""
+        if not data:
+            print(f"sim engine: lost {who}; the gang cannot serve without it", flush=True)
+            sys.stdout.flush()
+            os._exit(1)
 
 
 def _die(code: int) -> None:

@@ -52,10 +52,17 @@ class Record:
     exit_code: int | None = None
     message: str = ""
     ready: bool = False
+    # This node's rank in a replica spanning ``nnodes`` nodes (0: the head, or alone).
+    rank: int = 0
+    nnodes: int = 1
 
     @property
     def key(self) -> Key:
         return Key(self.model, self.replica)
+
+    @property
+    def worker(self) -> bool:
+        return self.rank > 0
 
     @property
     def alive(self) -> bool:

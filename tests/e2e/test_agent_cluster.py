@@ -325,3 +325,53 @@ def test_an_agent_set_up_by_the_settings_file_alone_runs_its_replicas(
             2,
             str(node / "state"),
         )
+
+
+GANG = {
+    **SIM,
+    "name": "big",
+    "scaling": {"min": 1},
+    "profiles": [{"name": "two-nodes", "engine": "sim", "gpu_class": "SIM", "tp": 2, "nodes": 2}],
+}
+
+
+def test_a_replica_spanning_two_nodes_runs_an_engine_on_each_and_fails_as_one(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """vLLM's multi-node shape with sim engines: the head serves and gathers, the worker
+    joins it headless at the address its agent read from the head's reported endpoint;
+    one rank lost fails the replica."""
+    with cluster(tmp_path, sqlite_url, ["n1", "n2"], models=[GANG], server_args=ROUNDS) as c:
+        agents = {n: c.agent(n, "--fabric", "ib-1", gpus="SIM:1") for n in ("n1", "n2")}
+        (placed,) = eventually(lambda: c.ready("big", 1), "big[0] ready on two nodes")
+        head_node, worker_node = placed["nodes"]
+        (head,) = agents[head_node].live_engines()
+        (worker,) = agents[worker_node].live_engines()
+        port = int(str(placed["endpoint"]).rsplit(":", 1)[1])
+        assert head["argv"][-8:] == [
+            "--nnodes", "2", "--node-rank", "0",
+            "--master-addr", "127.0.0.1", "--master-port", str(port + 1),
+        ]  # fmt: skip
+        assert worker["argv"][-9:] == [
+            "--nnodes", "2", "--node-rank", "1",
+            "--master-addr", "127.0.0.1", "--master-port", str(port + 1), "--headless",
+        ]  # fmt: skip
+        assert head["endpoint"] == placed["endpoint"]
+        client = OpenAI(base_url=str(placed["endpoint"]) + "/v1", api_key="unused", timeout=30)
+        answer = client.chat.completions.create(
+            model="big", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+        )
+        assert answer.choices[0].message.content
+
+        # The worker's node loses its engine: the gang cannot serve, the replica fails.
+        agents[worker_node].kill_engines()
+
+        def failed() -> list[dict[str, object]]:
+            done = c.cli.json("history", "--placements", "--type", "replica.failed")
+            return [e for e in done if e.get("model") == "big"]
+
+        (event, *_) = eventually(failed, "big[0] reported failed")
+        # Whichever agent spoke first names the rank: the worker's ("node n2 (rank 1): the
+        # engine was killed by SIGKILL") or the head's (its engine "lost rank 1").
+        assert "rank 1" in str(event["reason"]), event
+        eventually(lambda: agents[head_node].live_engines() == [], "the head gave up too")

@@ -36,15 +36,24 @@ def entry(model: str = "m", replica: int = 0, nodes: tuple[str, ...] = ("n1",), 
 
 def test_a_placement_becomes_what_to_run_with_its_engine_view() -> None:
     (w,) = parse_placements([entry(state="placed", endpoint=None, new_field=1)], "n1")
-    assert w.key == Key("m", 0) and w.gpus == 1 and w.runs_here
+    assert w.key == Key("m", 0) and w.gpus == 1 and not w.worker
     assert w.launch is not None and w.launch.args == ("--max-model-len", "4096")
     assert w.server_state == "placed"
 
 
-def test_only_the_first_node_of_a_multi_node_replica_runs_its_engine() -> None:
-    (head,) = parse_placements([entry(nodes=("n1", "n2"))], "n1")
-    (other,) = parse_placements([entry(nodes=("n1", "n2"))], "n2")
-    assert head.runs_here and not other.runs_here
+def test_every_node_of_a_multi_node_replica_runs_its_rank_and_workers_follow_the_head() -> None:
+    placed = entry(nodes=("n1", "n2", "n3"), endpoint="http://10.0.0.1:8000")
+    (head,) = parse_placements([placed], "n1")
+    (worker,) = parse_placements([placed], "n3")
+    assert (head.rank, head.nnodes, head.worker, head.head_endpoint) == (0, 3, False, None)
+    assert (worker.rank, worker.head, worker.head_endpoint) == (2, "n1", "http://10.0.0.1:8000")
+    # The head's own fingerprint ignores its endpoint (reporting it must not restart it);
+    # a worker's follows it, so a head that moves takes its workers along.
+    assert (
+        head.fingerprint == parse_placements([entry(nodes=("n1", "n2", "n3"))], "n1")[0].fingerprint
+    )
+    moved = parse_placements([{**placed, "endpoint": "http://10.0.0.1:9000"}], "n3")[0]
+    assert moved.fingerprint != worker.fingerprint
 
 
 def test_placements_of_other_nodes_are_ignored() -> None:

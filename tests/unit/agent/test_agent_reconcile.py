@@ -96,8 +96,15 @@ def test_a_failed_engine_no_longer_placed_is_forgotten() -> None:
     assert [s.key for s in d.stops] == [Key("a", 0)]
 
 
-def test_a_replica_whose_engine_runs_on_another_node_is_not_started_here() -> None:
-    assert decide([want("gang", runs_here=False)], [], [0], NOW) == Decision()
+def test_a_worker_of_a_multi_node_replica_waits_for_its_head_to_report_where_it_listens() -> None:
+    worker = want("gang", rank=1, nnodes=2, head="n1")
+    (wait,) = decide([worker], [], [0], NOW).waits
+    assert wait.message == (
+        "waiting for node n1, the head of this 2-node replica, to report where it listens"
+    )
+    found = want("gang", rank=1, nnodes=2, head="n1", head_endpoint="http://10.0.0.1:8000")
+    (start,) = decide([found], [], [0], NOW).starts
+    assert start.want.rank == 1 and start.devices == (0,)
 
 
 def test_a_replica_whose_model_left_the_catalog_is_neither_started_nor_stopped() -> None:
@@ -113,7 +120,9 @@ WANTS = st.lists(
         st.integers(0, 2),
         gpus=st.integers(0, 3),
         fingerprint=st.sampled_from(["f1", "f2"]),
-        runs_here=st.booleans(),
+        rank=st.integers(0, 2),
+        nnodes=st.just(3),
+        head_endpoint=st.sampled_from([None, "http://10.0.0.1:8000"]),
     ),
     max_size=8,
     unique_by=lambda w: w.key,  # as parse_placements gives them
@@ -162,15 +171,14 @@ def test_every_replica_placed_here_is_running_starting_waiting_or_backing_off(
     waiting = {w.key for w in d.waits}
     last = {w.key: w for w in wants}
     for key, w in last.items():
-        if not w.runs_here:
-            assert key not in started | waiting
-            continue
+        if w.worker and w.head_endpoint is None:
+            assert key in waiting and key not in started  # nothing to join yet
         h = held.get(key) if key not in stopped else None
         running = h is not None and h.alive
         backing_off = h is not None and not h.alive
         assert running or backing_off or key in started | waiting, key
     # Nothing runs here that is not placed here.
-    assert {k for k in held if k not in last or not last[k].runs_here} <= stopped
+    assert {k for k in held if k not in last} <= stopped
 
 
 @given(WANTS, HAVES, DEVICES)
