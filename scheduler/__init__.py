@@ -4,10 +4,10 @@ The planner is a function of its inputs only (``plan``); reading reports,
 persisting plans and running rounds on a timer live elsewhere.
 """
 
-from scheduler.explain import ProfileRejections, count_rejections, render, render_profile
 from scheduler.inventory import Node, NodeReport, NodeReportError, parse_node_report
 from scheduler.placements import Demand, Placement, Plan, Removal, Unplaced
 from scheduler.planner import plan
+from scheduler.rejections import ProfileRejections, count_rejections, render, render_profile
 from scheduler.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy, freshness
 
 __all__ = [

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from catalog.views import PlacementProfile
-from scheduler.explain import ProfileRejections
 from scheduler.lifecycle import ModelLifecycle
+from scheduler.rejections import ProfileRejections
 
 if TYPE_CHECKING:
     from scheduler.resilience import Resilience

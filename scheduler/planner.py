@@ -20,7 +20,7 @@ A round has three parts:
    same free capacity and the one placing the most GPUs is kept.
 3. Preempt (``scheduler.preempt``, unless the policy turns it off): a replica
    still unplaced may evict replicas of strictly lower priority. What fits
-   nowhere is explained (``scheduler.explain``), and each model's resilience
+   nowhere is explained (``scheduler.rejections``), and each model's resilience
    is computed (``scheduler.resilience``).
 
 Cost: O(C log C + N log N) for C current placements and N nodes when nothing
@@ -36,13 +36,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from scheduler.capacity import Capacity
-from scheduler.explain import ClassIndex, ProfileRejections, count_rejections, render
 from scheduler.inventory import Node
 from scheduler.keep import keep_current
 from scheduler.lifecycle import Lifecycle
 from scheduler.packing import Option, Requirement, place_missing
 from scheduler.placements import Demand, Placement, Plan, Removal, Unplaced
 from scheduler.preempt import Preempted, preempt
+from scheduler.rejections import ClassIndex, ProfileRejections, count_rejections, render
 from scheduler.resilience import resilience
 from scheduler.rollout import finish, judge
 from scheduler.spread import Spread

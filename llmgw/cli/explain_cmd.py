@@ -9,8 +9,8 @@ from catalog.text import shown
 from events import replay
 from llmgw.cli.context import App, Refused, iso, parse_when, print_json
 from llmgw.cli.scheduler_cmds import staleness_flags
+from scheduler.replica_stories import explain
 from scheduler.store import PLACED, REMOVED, SchedulerStore
-from scheduler.why import explain
 
 
 def register(

@@ -9,9 +9,9 @@ from sqlalchemy import Engine
 from catalog import Catalog
 from events import CatalogService, EventStore, replay
 from scheduler import StalenessPolicy, parse_node_report
+from scheduler.replica_stories import explain
 from scheduler.rounds import Placer
 from scheduler.store import PLACED, REMOVED, SchedulerStore
-from scheduler.why import explain
 from tests.support import model
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
