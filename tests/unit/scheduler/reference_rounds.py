@@ -1,0 +1,278 @@
+"""Rounds whose plans are pinned, to prove that making the planner faster changed no plan.
+
+Each scenario is a deterministic set of planner inputs: the real openb inventory
+(``tests/data``) and the synthetic fleets of ``bench/placement.py``, planned from
+nothing, again with nothing changed, and after a seeded mix of what happens
+between rounds (nodes going silent or lost, shrinking, vanishing; the catalog
+asking for more or fewer replicas, changing a profile's labels or shape; replica
+states, cordons, drains, back-offs, rollouts; priorities, spread and preemption).
+``digest`` is the SHA-256 of the plan's every field, explanations included, in
+order.
+
+The digests in ``tests/data/plan_reference.json`` were written by the planner
+before the optimisations of issue 13 (commit 9dd53c3, the planner of ba12827
+with its explanation modules renamed)::
+
+    python -m tests.unit.scheduler.reference_rounds > tests/data/plan_reference.json
+
+Regenerate them only for a change that is meant to change plans, and say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import random
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench import placement as bench
+from scheduler import Demand, Node, Placement, Plan, StalenessPolicy, plan
+from scheduler.lifecycle import Cordon, FailureRecord, Lifecycle, ModelLifecycle
+from scheduler.replicas import ReplicaStatus
+
+REFERENCE = Path(__file__).resolve().parents[2] / "data" / "plan_reference.json"
+NOW = bench.NOW
+
+
+@dataclass(frozen=True)
+class Round:
+    """One call of ``plan`` with everything it is given."""
+
+    demands: Sequence[Demand]
+    nodes: Sequence[Node]
+    current: Sequence[Placement]
+    now: datetime
+    policy: StalenessPolicy
+    lifecycle: Lifecycle | None = None
+
+    def plan(self, planner: Callable[..., Plan] = plan) -> Plan:
+        return planner(
+            self.demands,
+            self.nodes,
+            self.current,
+            self.now,
+            self.policy,
+            lifecycle=self.lifecycle,
+        )
+
+
+def _plain(value: Any) -> Any:
+    """Every field of a plan as JSON-able data, in a fixed order."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [_plain(getattr(value, f.name)) for f in dataclasses.fields(value)]
+    if isinstance(value, dict):
+        return [[_plain(k), _plain(v)] for k, v in value.items()]
+    if isinstance(value, list | tuple | frozenset | set):
+        items = [_plain(v) for v in value]
+        return sorted(items, key=repr) if isinstance(value, frozenset | set) else items
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime | timedelta):
+        return str(value)
+    return value
+
+
+def digest(result: Plan) -> str:
+    text = json.dumps(_plain(result), separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _with_priorities(demands: Sequence[Demand], seed: int) -> list[Demand]:
+    """Model priorities, spread by zone (some required) and CPU memory, seeded."""
+    rng = random.Random(seed)
+    out = []
+    for d in demands:
+        spread_by = rng.choice([None, None, "zone", "pool"])
+        out.append(
+            replace(
+                d,
+                priority=rng.choice([0, 0, 5, 10]),
+                spread_by=spread_by,
+                spread_required=spread_by is not None and rng.random() < 0.3,
+            )
+        )
+    return out
+
+
+def _with_fingerprints(demands: Sequence[Demand]) -> list[Demand]:
+    return [
+        replace(
+            d,
+            lifecycle=ModelLifecycle(
+                fingerprints={p.name: f"{d.model}/{p.name}/v1" for p in d.profiles},
+                startup_timeouts={p.name: timedelta(minutes=10) for p in d.profiles},
+                max_surge=1 + i % 2,
+                max_unavailable=i % 3 == 0,
+            ),
+        )
+        for i, d in enumerate(demands)
+    ]
+
+
+def _between_rounds(
+    demands: Sequence[Demand], nodes: Sequence[Node], seed: int
+) -> tuple[list[Demand], list[Node]]:
+    """What changes in a cluster between two rounds, a little of everything, seeded."""
+    rng = random.Random(seed)
+    changed_nodes = []
+    for n in nodes:
+        roll = rng.random()
+        if roll < 0.01:
+            continue  # gone from the inventory
+        if roll < 0.03:
+            n = replace(n, reported_at=NOW - timedelta(seconds=rng.choice([100, 200, 400, 900])))
+        elif roll < 0.04 and n.gpus > 1:
+            n = replace(n, gpus_reserved=min(n.gpus, n.gpus_reserved + 1))
+        elif roll < 0.05 and n.memory_gb is not None:
+            n = replace(n, memory_gb=n.memory_gb / 4)
+        elif roll < 0.06:
+            n = replace(n, labels={**n.labels, "zone": "moved"})
+        changed_nodes.append(n)
+    changed_demands = []
+    for d in demands:
+        roll = rng.random()
+        if roll < 0.03:
+            continue  # removed from the catalog
+        if roll < 0.08:
+            d = replace(d, replicas=max(d.replicas + rng.choice([-5, -1, 1, 4]), 0))
+        elif roll < 0.11 and d.profiles:
+            first = d.profiles[0]
+            d = replace(
+                d,
+                profiles=(replace(first, node_selector={"pool": "prod"}), *d.profiles[1:]),
+            )
+        elif roll < 0.13 and d.profiles and d.profiles[0].gpus_per_node > 1:
+            first = d.profiles[0]
+            d = replace(
+                d,
+                profiles=(replace(first, gpus_per_node=first.gpus_per_node // 2), *d.profiles[1:]),
+            )
+        elif roll < 0.15 and d.profiles:
+            first = d.profiles[0]
+            d = replace(
+                d, profiles=(replace(first, min_memory_gb=first.min_memory_gb + 64), *d.profiles[1:])
+            )
+        changed_demands.append(d)
+    return changed_demands, changed_nodes
+
+
+def _lifecycle(
+    current: Sequence[Placement], demands: Sequence[Demand], nodes: Sequence[Node], seed: int
+) -> tuple[Lifecycle, list[Demand]]:
+    """Replica states, cordons, drains, back-offs and a changed definition, seeded."""
+    rng = random.Random(seed)
+    statuses = {}
+    failures = []
+    for p in current:
+        roll = rng.random()
+        placed_at = NOW - timedelta(minutes=rng.choice([1, 5, 30]))
+        if roll < 0.02:
+            statuses[(p.model, p.replica)] = ReplicaStatus("failed", NOW, placed_at, "oom")
+        elif roll < 0.06:
+            statuses[(p.model, p.replica)] = ReplicaStatus("starting", placed_at, placed_at)
+        elif roll < 0.08:
+            statuses[(p.model, p.replica)] = ReplicaStatus(
+                "placed", placed_at, placed_at, reported=False
+            )
+        else:
+            statuses[(p.model, p.replica)] = ReplicaStatus("ready", placed_at, placed_at)
+        if roll > 0.99:
+            failures.append(
+                FailureRecord(
+                    p.model,
+                    p.nodes[0],
+                    rng.randint(1, 4),
+                    NOW - timedelta(minutes=rng.choice([1, 3, 90])),
+                    "crashed",
+                )
+            )
+    cordons = {}
+    for n in nodes:
+        roll = rng.random()
+        if roll < 0.02:
+            cordons[n.name] = Cordon(n.name, "cordoned", "ops", "maintenance", NOW)
+        elif roll < 0.03:
+            cordons[n.name] = Cordon(n.name, "draining", "ops", "retiring", NOW)
+    changed = []
+    for d in demands:
+        if d.lifecycle is not None and d.profiles and rng.random() < 0.05:
+            first = d.profiles[0].name
+            prints = {**d.lifecycle.fingerprints, first: f"{d.model}/{first}/v2"}
+            d = replace(d, lifecycle=replace(d.lifecycle, fingerprints=prints))
+        changed.append(d)
+    return Lifecycle(statuses=statuses, cordons=cordons, failures=tuple(failures)), changed
+
+
+def _story(
+    label: str,
+    demands: Sequence[Demand],
+    nodes: Sequence[Node],
+    seed: int,
+    *,
+    policy: StalenessPolicy,
+    lifecycle: bool = True,
+) -> Iterator[tuple[str, Round]]:
+    """From nothing, nothing changed, a round after changes, and (optionally) lifecycles."""
+    fresh = Round(demands, nodes, (), NOW, policy)
+    yield f"{label}: from nothing", fresh
+    first = fresh.plan()
+    yield f"{label}: nothing changed", Round(demands, nodes, first.placements, NOW, policy)
+    yield (
+        f"{label}: nothing changed, a minute later",
+        Round(demands, nodes, first.placements, NOW + timedelta(minutes=1), policy),
+    )
+    changed_demands, changed_nodes = _between_rounds(demands, nodes, seed)
+    yield (
+        f"{label}: after changes",
+        Round(changed_demands, changed_nodes, first.placements, NOW, policy),
+    )
+    if lifecycle:
+        printed = _with_fingerprints(demands)
+        base = plan(printed, nodes, (), NOW, policy).placements
+        states, rolled = _lifecycle(base, printed, nodes, seed + 1)
+        yield f"{label}: lifecycle", Round(rolled, nodes, base, NOW, policy, states)
+
+
+def scenarios() -> Iterator[tuple[str, Round]]:
+    policy = StalenessPolicy()
+    no_preemption = StalenessPolicy(preemption=False)
+    openb = bench.openb_nodes()
+    yield from _story("openb", bench.openb_demands(), openb, 1, policy=policy)
+    pods = bench.openb_pod_demands(openb)
+    yield "openb pods: from nothing", Round(pods, openb, (), NOW, policy)
+    for size, seed in ((300, 2), (1_000, 3), (2_000, 4)):
+        nodes = bench.synthetic_nodes(size, seed=seed)
+        demands = bench.synthetic_demands(2 * size, seed=seed + 10)
+        yield from _story(f"synthetic {size:,}", demands, nodes, seed, policy=policy)
+        ranked = _with_priorities(demands, seed)
+        yield from _story(f"synthetic {size:,} ranked", ranked, nodes, seed + 20, policy=policy)
+        yield from _story(
+            f"synthetic {size:,} ranked, no preemption",
+            ranked,
+            nodes,
+            seed + 30,
+            policy=no_preemption,
+            lifecycle=False,
+        )
+    big = bench.synthetic_nodes(5_000)
+    yield from _story(
+        "synthetic 5,000", bench.synthetic_demands(10_000), big, 5, policy=policy, lifecycle=False
+    )
+
+
+def main() -> int:
+    out = {label: digest(r.plan()) for label, r in scenarios()}
+    json.dump(out, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""The planner gives exactly the pinned plans (``reference_rounds``): faster, not different."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pytest
+
+from tests.unit.scheduler.reference_rounds import REFERENCE, Round, digest, scenarios
+
+EXPECTED: dict[str, str] = json.loads(REFERENCE.read_text())
+
+
+@cache
+def rounds() -> dict[str, Round]:
+    # Built on first use, not at collection: the scenarios plan rounds to get their inputs.
+    return dict(scenarios())
+
+
+def test_every_pinned_round_is_planned() -> None:
+    assert sorted(rounds()) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("label", sorted(EXPECTED))
+def test_plan_is_the_pinned_one(label: str) -> None:
+    assert digest(rounds()[label].plan()) == EXPECTED[label], (
+        f"{label}: the plan differs from the one the planner made before issue 13; "
+        "see tests/unit/scheduler/reference_rounds.py"
+    )
