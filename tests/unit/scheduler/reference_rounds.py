@@ -121,46 +121,42 @@ def _between_rounds(
 ) -> tuple[list[Demand], list[Node]]:
     """What changes in a cluster between two rounds, a little of everything, seeded."""
     rng = random.Random(seed)
-    changed_nodes = []
-    for n in nodes:
-        roll = rng.random()
-        if roll < 0.01:
-            continue  # gone from the inventory
-        if roll < 0.03:
-            n = replace(n, reported_at=NOW - timedelta(seconds=rng.choice([100, 200, 400, 900])))
-        elif roll < 0.04 and n.gpus > 1:
-            n = replace(n, gpus_reserved=min(n.gpus, n.gpus_reserved + 1))
-        elif roll < 0.05 and n.memory_gb is not None:
-            n = replace(n, memory_gb=n.memory_gb / 4)
-        elif roll < 0.06:
-            n = replace(n, labels={**n.labels, "zone": "moved"})
-        changed_nodes.append(n)
-    changed_demands = []
-    for d in demands:
-        roll = rng.random()
-        if roll < 0.03:
-            continue  # removed from the catalog
-        if roll < 0.08:
-            d = replace(d, replicas=max(d.replicas + rng.choice([-5, -1, 1, 4]), 0))
-        elif roll < 0.11 and d.profiles:
-            first = d.profiles[0]
-            d = replace(
-                d,
-                profiles=(replace(first, node_selector={"pool": "prod"}), *d.profiles[1:]),
-            )
-        elif roll < 0.13 and d.profiles and d.profiles[0].gpus_per_node > 1:
-            first = d.profiles[0]
-            d = replace(
-                d,
-                profiles=(replace(first, gpus_per_node=first.gpus_per_node // 2), *d.profiles[1:]),
-            )
-        elif roll < 0.15 and d.profiles:
-            first = d.profiles[0]
-            d = replace(
-                d, profiles=(replace(first, min_memory_gb=first.min_memory_gb + 64), *d.profiles[1:])
-            )
-        changed_demands.append(d)
+    changed_nodes = [m for n in nodes if (m := _changed_node(n, rng)) is not None]
+    changed_demands = [e for d in demands if (e := _changed_demand(d, rng)) is not None]
     return changed_demands, changed_nodes
+
+
+def _changed_node(n: Node, rng: random.Random) -> Node | None:
+    roll = rng.random()
+    if roll < 0.01:
+        return None  # gone from the inventory
+    if roll < 0.03:
+        return replace(n, reported_at=NOW - timedelta(seconds=rng.choice([100, 200, 400, 900])))
+    if roll < 0.04 and n.gpus > 1:
+        return replace(n, gpus_reserved=min(n.gpus, n.gpus_reserved + 1))
+    if roll < 0.05 and n.memory_gb is not None:
+        return replace(n, memory_gb=n.memory_gb / 4)
+    if roll < 0.06:
+        return replace(n, labels={**n.labels, "zone": "moved"})
+    return n
+
+
+def _changed_demand(d: Demand, rng: random.Random) -> Demand | None:
+    roll = rng.random()
+    if roll < 0.03:
+        return None  # removed from the catalog
+    if roll < 0.08:
+        return replace(d, replicas=max(d.replicas + rng.choice([-5, -1, 1, 4]), 0))
+    if not d.profiles:
+        return d
+    first, rest = d.profiles[0], d.profiles[1:]
+    if roll < 0.11:
+        return replace(d, profiles=(replace(first, node_selector={"pool": "prod"}), *rest))
+    if roll < 0.13 and first.gpus_per_node > 1:
+        return replace(d, profiles=(replace(first, gpus_per_node=first.gpus_per_node // 2), *rest))
+    if roll < 0.15:
+        return replace(d, profiles=(replace(first, min_memory_gb=first.min_memory_gb + 64), *rest))
+    return d
 
 
 def _lifecycle(
@@ -200,14 +196,18 @@ def _lifecycle(
             cordons[n.name] = Cordon(n.name, "cordoned", "ops", "maintenance", NOW)
         elif roll < 0.03:
             cordons[n.name] = Cordon(n.name, "draining", "ops", "retiring", NOW)
-    changed = []
-    for d in demands:
-        if d.lifecycle is not None and d.profiles and rng.random() < 0.05:
-            first = d.profiles[0].name
-            prints = {**d.lifecycle.fingerprints, first: f"{d.model}/{first}/v2"}
-            d = replace(d, lifecycle=replace(d.lifecycle, fingerprints=prints))
-        changed.append(d)
+    changed = [
+        _redefined(d) if d.lifecycle and d.profiles and rng.random() < 0.05 else d for d in demands
+    ]
     return Lifecycle(statuses=statuses, cordons=cordons, failures=tuple(failures)), changed
+
+
+def _redefined(d: Demand) -> Demand:
+    """The first profile now runs something else: its replicas are rolled."""
+    assert d.lifecycle is not None
+    first = d.profiles[0].name
+    prints = {**d.lifecycle.fingerprints, first: f"{d.model}/{first}/v2"}
+    return replace(d, lifecycle=replace(d.lifecycle, fingerprints=prints))
 
 
 def _story(
