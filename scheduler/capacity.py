@@ -47,6 +47,8 @@ class Capacity:
         # Pools in name order, for first fit; built only when a round asks for it.
         self._name_pools: dict[_PoolKey, _NamePool] = {}
         self._name_pools_of_node: dict[str, list[_NamePool]] = {}
+        # (pool, GPUs, memory) no fresh node has room for (``may_fit``).
+        self._no_fit: set[tuple[_PoolKey, int, int]] = set()
 
     def copy(self) -> Capacity:
         """The same free capacity, to try another way of placing on: O(N), pools rebuilt lazily."""
@@ -60,6 +62,7 @@ class Capacity:
         other._classes = self._classes
         other._name_pools = {}
         other._name_pools_of_node = {}
+        other._no_fit = set()
         return other
 
     def node(self, name: str) -> Node:
@@ -85,6 +88,33 @@ class Capacity:
             for name in nodes
         )
 
+    def take(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> bool:
+        """``consume`` if ``has_room``, in one pass: whether it did.
+
+        Keeping every running replica is most of a round in which nothing
+        changed, and happens before any pool is built, when consuming is only
+        two dictionary updates per node.
+        """
+        known, free_gpus, free_memory = self._nodes, self._free_gpus, self._free_memory
+        for name in nodes:
+            if name in known:
+                memory = free_memory[name]
+                if not (
+                    (gpus_per_node == 0 or free_gpus[name] >= gpus_per_node)
+                    and (memory_gb_per_node <= 0 or memory is None or memory >= memory_gb_per_node)
+                ):
+                    return False
+        if self._pools_of_node or self._name_pools_of_node:
+            self.consume(nodes, gpus_per_node, memory_gb_per_node)
+            return True
+        for name in nodes:
+            if name in known:
+                free_gpus[name] -= gpus_per_node
+                memory = free_memory[name]
+                if memory is not None:
+                    free_memory[name] = memory - memory_gb_per_node
+        return True
+
     def consume(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> None:
         """Take a replica's share from each of its nodes; nodes not in the inventory are skipped."""
         for name in nodes:
@@ -107,6 +137,7 @@ class Capacity:
 
     def release(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> None:
         """Give a replica's share back (an eviction): the inverse of ``consume``."""
+        self._no_fit.clear()
         self.consume(nodes, -gpus_per_node, -memory_gb_per_node)
 
     def fitting(
@@ -120,6 +151,39 @@ class Capacity:
         if not avoid:
             return wanted
         return (e for e in wanted if e[2] not in avoid)
+
+    def may_fit(self, profile: PlacementProfile) -> bool:
+        """False only if no fresh node has the cards and memory ``profile`` needs, whatever
+        its labels: then ``fitting`` and every search would find nothing.
+
+        Costs a scan of the profile's class before its pool exists, instead of
+        building the pool (a sort and a bucket per node) only to find it full,
+        which is what a round with replicas that fit nowhere did every time.
+        """
+        key = (profile.gpu_class, selector_key(profile.node_selector))
+        if key in self._pools:
+            return True
+        need = (key, profile.gpus_per_node, profile.min_memory_gb)
+        if need in self._no_fit:
+            return False
+        candidates = (
+            self._nodes.values()
+            if profile.gpu_class is None
+            else self._by_class().get(profile.gpu_class, ())
+        )
+        gpus, memory_gb = profile.gpus_per_node, profile.min_memory_gb
+        fresh, free_gpus, free_memory = self._fresh, self._free_gpus, self._free_memory
+        for node in candidates:
+            name = node.name
+            if (
+                name in fresh
+                and (gpus == 0 or free_gpus[name] >= gpus)
+                and memory_fits(free_memory[name], memory_gb)
+            ):
+                return True
+        # Capacity only shrinks until something is released, which forgets this.
+        self._no_fit.add(need)
+        return False
 
     def eligible(self, profile: PlacementProfile) -> list[str]:
         """The fresh nodes of the profile's class and labels, room or not, by name."""
@@ -226,15 +290,20 @@ class Capacity:
                 if profile.gpu_class is None
                 else self._by_class().get(profile.gpu_class, ())
             )
-            for node in candidates:
-                name = node.name
-                if (
-                    name in self._fresh
-                    and gpu_class_matches(node.gpu_class, profile)
-                    and missing_label(node.labels, profile.node_selector) is None
-                ):
-                    pool.add(self._entry(name))
-                    self._pools_of_node.setdefault(name, []).append(pool)
+            fresh, selector = self._fresh, profile.node_selector
+            entries = [
+                self._entry(node.name)
+                for node in candidates
+                if node.name in fresh
+                and gpu_class_matches(node.gpu_class, profile)
+                and (not selector or missing_label(node.labels, selector) is None)
+            ]
+            # Sorted once and bucketed in order: the same pool as adding them one
+            # by one, without an insertion into a sorted list per node.
+            pool.fill(sorted(entries))
+            pools_of_node = self._pools_of_node
+            for entry in entries:
+                pools_of_node.setdefault(entry[2], []).append(pool)
             self._pools[key] = pool
         return pool
 
@@ -255,6 +324,15 @@ class _Pool:
             bucket = self._buckets[level] = []
             insort(self._levels, level)
         insort(bucket, (memory, name))
+
+    def fill(self, entries: list[tuple[int, float, str]]) -> None:
+        """Add ``entries``, sorted, to an empty pool."""
+        for level, memory, name in entries:
+            bucket = self._buckets.get(level)
+            if bucket is None:
+                bucket = self._buckets[level] = []
+                self._levels.append(level)
+            bucket.append((memory, name))
 
     def remove(self, entry: tuple[int, float, str]) -> None:
         level, memory, name = entry

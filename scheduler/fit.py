@@ -46,6 +46,13 @@ def gpu_class_matches(node_class: str | None, profile: PlacementProfile) -> bool
 
 def missing_label(labels: Mapping[str, str], selector: Mapping[str, str]) -> str | None:
     """The first selector label (by key) the node lacks or has another value for."""
+    # Most nodes asked have every label (or the selector is empty): check that
+    # in any order first, and pay for sorting the keys only to name a missing one.
+    for key, value in selector.items():
+        if labels.get(key) != value:
+            break
+    else:
+        return None
     for key in sorted(selector):
         if labels.get(key) != selector[key]:
             return f"{key}={selector[key]}"

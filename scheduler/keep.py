@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from operator import attrgetter
 
 from catalog.views import PlacementProfile
 from scheduler.capacity import Capacity
-from scheduler.fit import gpus_fit, hardware_misfit, memory_fits
+from scheduler.fit import gpus_fit, hardware_misfit, memory_fits, missing_label
 from scheduler.inventory import Node
 from scheduler.placements import Demand, Placement, Removal
 from scheduler.staleness import Freshness, StalenessPolicy, format_age
@@ -108,8 +109,14 @@ class _Keeper:
         """
         kept: list[Placement] = []
         slots: set[tuple[str, int]] = set()
-        for placement in sorted(current, key=_full_order):
-            slot = (placement.model, placement.replica)
+        ordered = sorted(current, key=_slot_order)
+        keys = list(map(_slot_order, ordered))
+        if len(set(keys)) < len(keys):
+            # Two placements claim one slot (rare): only then does the rest of
+            # the order matter, to say which one survives.
+            ordered = sorted(current, key=_full_order)
+            keys = list(map(_slot_order, ordered))
+        for placement, slot in zip(ordered, keys, strict=True):
             duplicate = slot in slots
             slots.add(slot)
             profile = self.profiles.get((placement.model, placement.profile))
@@ -130,7 +137,8 @@ class _Keeper:
         """
         count: dict[str, int] = {}
         trimmed = []
-        for placement in sorted(kept, key=lambda p: (p.model, p.replica)):
+        # ``kept`` is in slot order already (``keep_valid`` went through it so).
+        for placement in kept:
             desired = self.desired[placement.model]
             seen = count.get(placement.model, 0)
             if seen < desired:
@@ -158,13 +166,18 @@ class _Keeper:
         its reserved cards grew) it is the later replicas there that go.
         """
         fitting = []
-        for placement in sorted(placements, key=self._catalog_order):
-            share = (placement.nodes, placement.gpus_per_node, placement.memory_gb_per_node)
-            if capacity.has_room(*share):
-                capacity.consume(*share)
-                fitting.append(placement)
-            else:
-                self.drop(placement, _no_room_reason(placement, capacity))
+        # ``placements`` are in slot order (model, then replica), so grouping them
+        # by model and taking the models in catalog order is that order, unsorted.
+        by_model: dict[str, list[Placement]] = {}
+        for placement in placements:
+            by_model.setdefault(placement.model, []).append(placement)
+        for model in sorted(by_model, key=self.position.__getitem__):
+            for placement in by_model[model]:
+                share = (placement.nodes, placement.gpus_per_node, placement.memory_gb_per_node)
+                if capacity.take(*share):
+                    fitting.append(placement)
+                else:
+                    self.drop(placement, _no_room_reason(placement, capacity))
         return fitting
 
     def _reason_to_drop(
@@ -182,6 +195,18 @@ class _Keeper:
             return _shape_change_reason(placement, profile)
         if placement.replica < 0:
             return f"replica {placement.replica} is not a slot (slots count from 0)"
+        gpu_class, selector, inventory = profile.gpu_class, profile.node_selector, self.inventory
+        if not any(
+            (node := inventory.get(name)) is not None
+            and (
+                (gpu_class is not None and node.gpu_class != gpu_class)
+                or (selector and missing_label(node.labels, selector) is not None)
+            )
+            for name in placement.nodes
+        ):
+            # No node misfits (the usual case): ``hardware_misfit``'s checks, without
+            # building its message for every node of every running replica.
+            return None
         misfits = [
             (name, misfit)
             for name in placement.nodes
@@ -209,9 +234,6 @@ class _Keeper:
         if node is None:
             return f"node {name} lost (no longer in the inventory)"
         return f"node {name} lost (not heard from for {format_age(self.now - node.reported_at)})"
-
-    def _catalog_order(self, placement: Placement) -> tuple[int, int]:
-        return self.position[placement.model], placement.replica
 
 
 def _no_room_reason(placement: Placement, capacity: Capacity) -> str:
@@ -255,6 +277,9 @@ def _shape_change_reason(placement: Placement, profile: PlacementProfile) -> str
 def _shape(nodes: int, gpus_per_node: int, gpu_class: str | None) -> str:
     per_node = "CPU only" if gpu_class is None else f"{gpus_per_node} {gpu_class}"
     return f"{nodes} node{'s' if nodes != 1 else ''} x {per_node}"
+
+
+_slot_order = attrgetter("model", "replica")
 
 
 def _full_order(placement: Placement) -> tuple[str, int, str, tuple[str, ...], int, str, int]:

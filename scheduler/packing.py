@@ -84,7 +84,10 @@ class Attempt:
         for profile, requirement in options:
             if requirement in no_room:
                 continue
-            chosen = self._choose(model, profile)
+            # Nothing fits at all: every way of choosing would say so, refusal-free.
+            chosen = (
+                self._choose(model, profile) if self.capacity.may_fit(profile) else Choice(None)
+            )
             if isinstance(chosen, Choice):
                 if chosen.refusal is None:
                     # Capacity only shrinks while placing: no room now is no room

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from catalog.views import PlacementProfile
-from scheduler.fit import Check, misfit
+from scheduler.fit import Check, memory_fits, missing_label
 from scheduler.inventory import Node
 
 
@@ -111,7 +111,6 @@ def count_rejections(
     """
     failures: Counter[tuple[Check, str]] = Counter()
     fabric_sizes: Counter[str] = Counter()
-    fit_without_fabric = 0
     examined: Sequence[Node] = nodes
     if index is not None and profile.gpu_class is not None:
         examined = index.by_class.get(profile.gpu_class, ())
@@ -124,22 +123,9 @@ def count_rejections(
             failures[Check.CORDONED, ""] += shut
             if len(members) > stale + shut:
                 failures[Check.GPU_CLASS, gpu_class or ""] += len(members) - stale - shut
-    for node in examined:
-        failure = misfit(
-            node,
-            profile,
-            fresh=node.name in fresh,
-            free_gpus=capacity.free_gpus(node.name),
-            free_memory_gb=capacity.free_memory(node.name),
-            closed=node.name in closed,
-            backing_off=node.name in avoid,
-        )
-        if failure is not None:
-            failures[failure.check, failure.detail] += 1
-        elif node.fabric is None:
-            fit_without_fabric += 1
-        else:
-            fabric_sizes[node.fabric] += 1
+    fit_without_fabric = _count_examined(
+        profile, examined, fresh, capacity, closed, avoid, failures, fabric_sizes
+    )
     wrong_classes = {cls: n for (check, cls), n in failures.items() if check is Check.GPU_CLASS}
     return ProfileRejections(
         profile=profile.name,
@@ -162,6 +148,60 @@ def count_rejections(
         largest_fabric_group=max(fabric_sizes.values(), default=0),
         fit_without_fabric=fit_without_fabric,
     )
+
+
+def _count_examined(  # noqa: PLR0917
+    profile: PlacementProfile,
+    examined: Sequence[Node],
+    fresh: Collection[str],
+    capacity: FreeCapacity,
+    closed: Collection[str],
+    avoid: Collection[str],
+    failures: Counter[tuple[Check, str]],
+    fabric_sizes: Counter[str],
+) -> int:
+    """``scheduler.fit.misfit`` node by node, inlined: a round that leaves replicas unplaced
+    explains them every time, and the call and the ``Misfit`` per node were most of it.
+    The checks and their order are ``misfit``'s (a property test holds them equal). Adds to
+    ``failures`` and ``fabric_sizes``; returns how many fit without a fabric."""
+    wanted, needed = profile.gpu_class, profile.gpus_per_node
+    selector, memory_needed = profile.node_selector, profile.min_memory_gb
+    stale = shut = backing_off = few_gpus = little_memory = 0
+    without_fabric = 0
+    other: Counter[str] = Counter()
+    free_gpus, free_memory = capacity.free_gpus, capacity.free_memory
+    for node in examined:
+        name = node.name
+        if name not in fresh:
+            stale += 1
+        elif name in closed:
+            shut += 1
+        elif wanted is not None and node.gpu_class != wanted:
+            other[node.gpu_class or ""] += 1
+        elif name in avoid:
+            backing_off += 1
+        elif needed != 0 and free_gpus(name) < needed:
+            few_gpus += 1
+        elif selector and (label := missing_label(node.labels, selector)) is not None:
+            failures[Check.LABELS, label] += 1
+        elif not memory_fits(free_memory(name), memory_needed):
+            little_memory += 1
+        elif node.fabric is None:
+            without_fabric += 1
+        else:
+            fabric_sizes[node.fabric] += 1
+    for check, n in (
+        (Check.STALE, stale),
+        (Check.CORDONED, shut),
+        (Check.BACKOFF, backing_off),
+        (Check.FREE_GPUS, few_gpus),
+        (Check.MEMORY, little_memory),
+    ):
+        if n:
+            failures[check, ""] += n
+    for gpu_class, n in other.items():
+        failures[Check.GPU_CLASS, gpu_class] += n
+    return without_fabric
 
 
 def render(rejections: Sequence[ProfileRejections]) -> str:

@@ -170,8 +170,7 @@ def _failure(
 
 
 def _old_because(p: Placement, spec: ModelLifecycle | None, draining: frozenset[str]) -> str | None:
-    drained = sorted(n for n in p.nodes if n in draining)
-    if drained:
+    if draining and (drained := sorted(n for n in p.nodes if n in draining)):
         return f"node {drained[0]} is draining"
     if spec is not None and p.fingerprint and p.fingerprint != spec.fingerprints.get(p.profile):
         if p.profile not in spec.fingerprints:
@@ -290,7 +289,10 @@ def finish(plan: Plan, judged: Judged, lifecycle: Lifecycle) -> Plan:
         )
     return replace(
         plan,
-        keep=tuple(sorted(plan.keep + tuple(judged.held), key=lambda p: (p.model, p.replica))),
+        # ``plan.keep`` is in slot order already; only held replicas need merging in.
+        keep=tuple(sorted(plan.keep + tuple(judged.held), key=lambda p: (p.model, p.replica)))
+        if judged.held
+        else plan.keep,
         unplaced=tuple(unplaced),
         failures=tuple(judged.failures),
         rollouts=tuple(progress),

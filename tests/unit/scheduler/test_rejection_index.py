@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.views import PlacementProfile
+from scheduler.fit import Check, misfit
 from scheduler.inventory import Node
 from scheduler.rejections import ClassIndex, count_rejections
 
@@ -75,3 +77,52 @@ def test_counting_by_class_gives_the_same_explanation(
         profile, nodes, fresh=fresh, capacity=capacity, index=ClassIndex.of(nodes, fresh)
     )
     assert indexed == plain
+
+
+@settings(max_examples=300, deadline=None)
+@given(inventories(), profiles, st.sets(st.sampled_from([f"n{i}" for i in range(25)])), st.data())
+def test_counts_are_the_first_misfit_of_each_node(
+    inventory: tuple[list[Node], set[str], Free],
+    profile: PlacementProfile,
+    avoid: set[str],
+    data: st.DataObject,
+) -> None:
+    """The counting loop is ``misfit`` inlined: node by node, the same first failing check."""
+    nodes, fresh, capacity = inventory
+    closed = data.draw(st.sets(st.sampled_from([n.name for n in nodes]))) if nodes else set()
+    counted = count_rejections(
+        profile, nodes, fresh=fresh, capacity=capacity, closed=closed, avoid=avoid
+    )
+    failures: Counter[tuple[Check, str]] = Counter()
+    fabrics: Counter[str] = Counter()
+    without_fabric = 0
+    for node in nodes:
+        failure = misfit(
+            node,
+            profile,
+            fresh=node.name in fresh,
+            free_gpus=capacity.free_gpus(node.name),
+            free_memory_gb=capacity.free_memory(node.name),
+            closed=node.name in closed,
+            backing_off=node.name in avoid,
+        )
+        if failure is not None:
+            failures[failure.check, failure.detail] += 1
+        elif node.fabric is None:
+            without_fabric += 1
+        else:
+            fabrics[node.fabric] += 1
+    classes = {d: n for (c, d), n in failures.items() if c is Check.GPU_CLASS}
+    assert counted.nodes_fit == len(nodes) - sum(failures.values())
+    assert counted.stale == failures[Check.STALE, ""]
+    assert counted.cordoned == failures[Check.CORDONED, ""]
+    assert counted.backing_off == failures[Check.BACKOFF, ""]
+    assert counted.too_few_gpus == failures[Check.FREE_GPUS, ""]
+    assert counted.too_little_memory == failures[Check.MEMORY, ""]
+    assert dict(counted.wrong_gpu_class) == {c: n for c, n in classes.items() if c}
+    assert counted.without_gpus == classes.get("", 0)
+    assert dict(counted.missing_labels) == {
+        d: n for (c, d), n in failures.items() if c is Check.LABELS
+    }
+    assert counted.fit_without_fabric == without_fabric
+    assert counted.largest_fabric_group == max(fabrics.values(), default=0)
