@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from catalog import Catalog
 from events import CatalogService
 from scheduler.inventory import Node
+from scheduler.memo import memoised_plan as make_plan
 from scheduler.placements import Demand, Placement, Plan
-from scheduler.planner import plan as make_plan
 from scheduler.rollout import model_lifecycle
 from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.store import SchedulerStore
