@@ -196,14 +196,14 @@ class _Keeper:
         if placement.replica < 0:
             return f"replica {placement.replica} is not a slot (slots count from 0)"
         gpu_class, selector, inventory = profile.gpu_class, profile.node_selector, self.inventory
-        if not any(
-            (node := inventory.get(name)) is not None
-            and (
+        for name in placement.nodes:
+            node = inventory.get(name)
+            if node is not None and (
                 (gpu_class is not None and node.gpu_class != gpu_class)
                 or (selector and missing_label(node.labels, selector) is not None)
-            )
-            for name in placement.nodes
-        ):
+            ):
+                break
+        else:
             # No node misfits (the usual case): ``hardware_misfit``'s checks, without
             # building its message for every node of every running replica.
             return None

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from operator import attrgetter
 
 from scheduler.capacity import Capacity
 from scheduler.inventory import Node
@@ -46,7 +47,7 @@ from scheduler.rejections import ClassIndex, ProfileRejections, count_rejections
 from scheduler.resilience import resilience
 from scheduler.rollout import finish, judge
 from scheduler.spread import Spread
-from scheduler.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy, freshness
+from scheduler.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy
 
 
 def plan(
@@ -70,7 +71,18 @@ def plan(
         raise ValueError(f"now {now} has no time zone; pass the current time in UTC")
     _refuse_twice_demanded(demands)
     inventory = _index_nodes(nodes)
-    state = {name: freshness(n.reported_at, now, policy) for name, n in inventory.items()}
+    # ``freshness`` for every node, as two comparisons: age <= limit is
+    # reported_at >= now - limit, exactly (datetimes count whole microseconds).
+    fresh_from = now - policy.stale_after
+    stale_from = fresh_from - policy.grace
+    state = {
+        name: Freshness.FRESH
+        if n.reported_at >= fresh_from
+        else Freshness.STALE
+        if n.reported_at >= stale_from
+        else Freshness.LOST
+        for name, n in inventory.items()
+    }
     fresh = frozenset(name for name, f in state.items() if f is Freshness.FRESH)
     lifecycle = lifecycle or Lifecycle()
     judged = judge(demands, current, lifecycle, inventory=inventory, state=state, now=now)
@@ -189,7 +201,7 @@ def _explain(
             )
             for r in replicas
         )
-    return tuple(sorted(unplaced, key=lambda u: (u.model, u.replica)))
+    return tuple(sorted(unplaced, key=_slot_order))
 
 
 def _index_nodes(nodes: Sequence[Node]) -> dict[str, Node]:
@@ -217,5 +229,5 @@ def _removal_order(removal: Removal) -> tuple[str, int, str]:
     return removal.placement.model, -removal.placement.replica, removal.reason
 
 
-def _slot_order(placement: Placement) -> tuple[str, int]:
-    return placement.model, placement.replica
+# (model, replica), read in C: sorting thousands of kept placements is part of every round.
+_slot_order = attrgetter("model", "replica")
