@@ -7,7 +7,9 @@ with ``git archive COMMIT catalog events scheduler alembic alembic.ini | tar
 first on the path, alternating with this repository's, ``--rounds`` times;
 the best of each is compared. The measurements: a full replay from SQLite
 (the cached generated log) and validated adds through ``CatalogService.add``
-on a copy of the 5,000-model catalog.
+on a copy of the 5,000-model catalog, and a placement round with nothing
+changed on a synthetic fleet (``--nodes``, CPU time: ``plan()`` itself, without
+the memo, so the figure is the planner's). ``--only KIND`` picks measurements.
 """
 
 from __future__ import annotations
@@ -32,7 +34,22 @@ quiet_logs()
 from bench import gen
 from events import EventStore, replay
 from events.db import make_engine
-if kind == "replay":
+if kind == "placement":
+    import scheduler
+    assert scheduler.__file__.startswith(tree), scheduler.__file__
+    from bench import placement
+    from scheduler import plan
+    nodes = placement.synthetic_nodes(size)
+    demands = placement.synthetic_demands(2 * size)
+    current = plan(demands, nodes, (), placement.NOW).placements
+    best = float("inf")
+    for _ in range(7):
+        gc.collect()
+        start = time.process_time()
+        plan(demands, nodes, current, placement.NOW)
+        best = min(best, time.process_time() - start)
+    print(json.dumps({"seconds": best, "count": 1}))
+elif kind == "replay":
     url, stats = gen.sqlite_log(size)
     store = EventStore(make_engine(url))
     declared = gen.declared_catalog()
@@ -76,6 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--adds", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--nodes", type=int, default=5_000, help="synthetic fleet of the placement round"
+    )
+    parser.add_argument(
+        "--only",
+        choices=("replay", "append", "placement"),
+        action="append",
+        help="measure only these (repeatable); all three by default",
+    )
     args = parser.parse_args(argv)
     base = str(args.base.resolve())
     here = str(common.REPO)
@@ -86,10 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     from bench.__main__ import quiet_logs
 
     quiet_logs()
-    for kind, size, label in (
+    measurements = (
         ("replay", args.events, f"replay {args.events:,} events, SQLite (events/s)"),
         ("append", args.adds, "validated adds, SQLite FULL, 5,000 models (adds/s)"),
-    ):
+        (
+            "placement",
+            args.nodes,
+            f"placement round with nothing changed, synthetic {args.nodes:,} nodes "
+            "(rounds/s of CPU time, best of 7)",
+        ),
+    )
+    for kind, size, label in measurements:
+        if args.only and kind not in args.only:
+            continue
         before: list[float] = []
         after: list[float] = []
         for i in range(args.rounds):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from bench import common, firstfit
@@ -337,27 +337,64 @@ class _Flow:
 # -- measuring -----------------------------------------------------------------------------
 
 
+def reported_again(nodes: Sequence[Node], seconds: int) -> list[Node]:
+    """The inventory as the store reads it a round later: new objects, every report
+    ``seconds`` newer, nothing else changed."""
+    return [
+        replace(n, labels=dict(n.labels), reported_at=n.reported_at + timedelta(seconds=seconds))
+        for n in nodes
+    ]
+
+
 def _round(
     demands: Sequence[Demand], nodes: Sequence[Node], repeats: int
-) -> tuple[float, float, Plan]:
-    """Best seconds of a round from scratch, of a round with nothing changed, and the plan."""
+) -> tuple[float, float, float, Plan]:
+    """Best seconds of a round from scratch, of one with nothing changed, of one whose
+    inputs did not change (remembered by ``PlanMemo``), and the first plan."""
     first = plan(demands, nodes, (), NOW)
     current = first.placements
     again = plan(demands, nodes, current, NOW)
     if again.changes_anything:
         raise AssertionError("a round with nothing changed changed something")
-    t_fresh, t_same = common.best_of(
+    # Imported here: ``bench.ab`` runs this module's fleets against older trees without it.
+    from scheduler.memo import PlanMemo
+
+    memo = PlanMemo()
+    memo(demands, nodes, current, NOW)
+    # Each remembered round gets inputs as a store would read them: fresh copies,
+    # reported 10 s later, at a time 10 s later (same freshness, same plan).
+    later: list[tuple[list[Node], list[Placement]]] = []
+
+    def remembered() -> Plan:
+        seconds = 10 * (len(later) + 1)
+        inputs = reported_again(nodes, seconds), [replace(p) for p in current]
+        later.append(inputs)
+        return memo(demands, *inputs, NOW + timedelta(seconds=seconds))
+
+    t_fresh, t_same, t_memo = common.best_of(
         repeats,
         lambda: plan(demands, nodes, (), NOW),
         lambda: plan(demands, nodes, current, NOW),
+        remembered,
     )
-    return t_fresh, t_same, first
+    if memo.hits != repeats or remembered() is not memo(demands, nodes, current, NOW):
+        raise AssertionError("a round whose inputs did not change was planned again")
+    return t_fresh, t_same, t_memo, first
 
 
 def run(quick: bool) -> list[common.Table]:
     speed = common.Table(
         "Placement: one round of `plan()`",
-        ["fleet", "nodes", "replicas asked", "round", "replicas/s", "nothing changed"],
+        [
+            "fleet",
+            "nodes",
+            "replicas asked",
+            "unplaced",
+            "round",
+            "replicas/s",
+            "nothing changed",
+            "inputs unchanged (memo)",
+        ],
     )
     quality_table = common.Table(
         "Placement quality: placed by `plan()`, by first fit, and the upper bound",
@@ -388,15 +425,17 @@ def run(quick: bool) -> list[common.Table]:
     for label, nodes, demands in fleets:
         asked = sum(max(d.replicas, 0) for d in demands)
         common.progress(f"placement: {label}, {len(nodes):,} nodes, {asked:,} replicas")
-        t_fresh, t_same, result = _round(demands, nodes, repeats=3)
+        t_fresh, t_same, t_memo, result = _round(demands, nodes, repeats=3)
         ours = quality(result.placements)
         speed.add(
             label,
             f"{len(nodes):,}",
             f"{asked:,}",
+            f"{len(result.unplaced):,}",
             common.ms(t_fresh),
             common.rate(ours.replicas, t_fresh),
             common.ms(t_same),
+            common.ms(t_memo),
         )
         ff_placements = firstfit.place(demands, nodes, NOW)
         ff = quality(ff_placements)
@@ -427,6 +466,12 @@ def run(quick: bool) -> list[common.Table]:
         "round: `plan(demands, nodes, current=(), now)`, nothing placed yet; nothing changed: "
         "the same inputs with the first round's placements as `current` (it must keep them "
         "all and change nothing, which is checked); best of 3, interleaved"
+    )
+    speed.note(
+        "inputs unchanged (memo): the same round through `scheduler.memo.PlanMemo`, as the "
+        "daemon runs it, with the inputs as a store reads them a round later (new objects, "
+        "every node reported 10 s later, `now` 10 s later: the same freshness); it must "
+        "return the remembered plan, which is checked; the goal of issue 13 is 'close to free'"
     )
     speed.note(
         "synthetic fleets: 2 replicas asked per node; 10% CPU nodes, five GPU classes, zones "
