@@ -263,12 +263,19 @@ def _attempt(  # noqa: PLR0917
         # The lowest free slots, as many as are missing (slots need not be
         # contiguous: a running replica keeps the slot it has).
         free_slots = (slot for slot in count() if slot not in taken)
-        for replica in islice(free_slots, missing):
+        wanted = islice(free_slots, missing)
+        for replica in wanted:
             new = attempt.place_one(demand.model, replica, tried, no_room)
-            if new is None:
-                attempt.failed.setdefault(demand.model, (tried, []))[1].append(replica)
-            else:
+            if new is not None:
                 attempt.placed.append(new)
+                continue
+            failed = attempt.failed.setdefault(demand.model, (tried, []))[1]
+            failed.append(replica)
+            if all(requirement in no_room for _, requirement in tried):
+                # No profile has room, and capacity only shrinks while placing:
+                # the model's other missing replicas fail the same way, unasked.
+                failed.extend(wanted)
+                break
     return attempt
 
 

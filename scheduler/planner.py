@@ -28,6 +28,8 @@ changed (resilience adds about O(C)); plus O(L log N) per new single-node
 replica (L: distinct free-GPU counts, a handful), O(F) per new multi-node one
 (F: nodes that fit), and O(N) per distinct profile that fits nowhere, paid
 once for its explanation; three times the placing when a baseline is tried.
+A round whose inputs did not change (report times aside) need not be planned
+at all: ``scheduler.memo.PlanMemo`` returns the plan it got last time.
 """
 
 from __future__ import annotations
