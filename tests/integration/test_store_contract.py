@@ -8,8 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine
 
-from events import ConcurrencyConflict, EventStore, NewEvent
 from events import store as store_module
+from events.backends import open_log
+from events.log import ConcurrencyConflict
+from events.types import NewEvent
 
 
 def _event(name: str) -> NewEvent:
@@ -17,13 +19,13 @@ def _event(name: str) -> NewEvent:
 
 
 def test_an_empty_log_has_head_zero_and_no_events(engine: Engine) -> None:
-    store = EventStore(engine)
+    store = open_log(engine)
     assert store.head() == 0
     assert list(store.read()) == []
 
 
 def test_positions_start_at_one_and_are_gapless(engine: Engine) -> None:
-    store = EventStore(engine)
+    store = open_log(engine)
     for i in range(5):
         store.append([_event(f"m{i}")], expected_head=i)
     store.append([_event("a"), _event("b"), _event("c")], expected_head=5)
@@ -32,7 +34,7 @@ def test_positions_start_at_one_and_are_gapless(engine: Engine) -> None:
 
 
 def test_an_append_against_a_stale_head_is_refused_and_writes_nothing(engine: Engine) -> None:
-    store = EventStore(engine)
+    store = open_log(engine)
     store.append([_event("a")], expected_head=0)
     with pytest.raises(ConcurrencyConflict) as caught:
         store.append([_event("b")], expected_head=0)
@@ -41,7 +43,7 @@ def test_an_append_against_a_stale_head_is_refused_and_writes_nothing(engine: En
 
 
 def test_the_same_key_twice_appends_once_and_returns_the_first_events(engine: Engine) -> None:
-    store = EventStore(engine)
+    store = open_log(engine)
     first = store.append([_event("a"), _event("b")], expected_head=0, key="k-1", actor="alice")
     again = store.append([_event("a"), _event("b")], expected_head=2, key="k-1", actor="alice")
     assert not first.already_recorded
@@ -53,7 +55,7 @@ def test_the_same_key_twice_appends_once_and_returns_the_first_events(engine: En
 
 
 def test_events_keep_actor_reason_and_a_utc_time(engine: Engine) -> None:
-    store = EventStore(engine)
+    store = open_log(engine)
     before = datetime.now(UTC)
     store.append([_event("a")], expected_head=0, actor="alice", reason="try before review")
     (event,) = store.read()
@@ -68,7 +70,7 @@ def test_events_keep_actor_reason_and_a_utc_time(engine: Engine) -> None:
 
 
 def test_recorded_time_never_goes_backwards_along_the_log(engine: Engine) -> None:
-    store = EventStore(engine)
+    store = open_log(engine)
     late = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     store.append([_event("a")], expected_head=0, now=late)
     # A replica whose clock is behind appends next: time order must still be log order.
@@ -83,7 +85,7 @@ def test_read_streams_a_range_across_batch_boundaries(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(store_module, "READ_BATCH", 3)
-    store = EventStore(engine)
+    store = open_log(engine)
     store.append([_event(f"m{i}") for i in range(10)], expected_head=0)
     assert [e.position for e in store.read()] == list(range(1, 11))
     assert [e.position for e in store.read(after=2, until=8)] == [3, 4, 5, 6, 7, 8]
@@ -92,4 +94,4 @@ def test_read_streams_a_range_across_batch_boundaries(
 
 def test_an_append_of_nothing_is_a_programming_error(engine: Engine) -> None:
     with pytest.raises(ValueError, match="nothing to append"):
-        EventStore(engine).append([], expected_head=0)
+        open_log(engine).append([], expected_head=0)
