@@ -87,8 +87,8 @@ def test_skipped_counts_survive_a_snapshot(engine: Engine) -> None:
     _service(engine).snapshot()
     restarted = _service(engine)
     restarted.refresh()
-    assert restarted._replayer.skipped_count == 1
-    assert restarted._replayer.applied_count == 1
+    assert restarted.replayer.skipped_count == 1
+    assert restarted.replayer.applied_count == 1
 
 
 def test_a_snapshot_built_under_one_catalog_yaml_is_not_used_under_another(

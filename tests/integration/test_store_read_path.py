@@ -16,7 +16,8 @@ from sqlalchemy import Engine, select
 
 import events.store as store_module
 from events.backends import open_log
-from events.store import _COLUMNS, SqlLog, _to_event, t
+from events.rows import to_event as _to_event
+from events.store import _COLUMNS, SqlLog, t
 from events.types import NewEvent, StoredEvent
 
 
