@@ -5,8 +5,8 @@ made to what is already accepted?", thousands of times in a row. Rebuilding
 and revalidating the whole catalog for each would make replay quadratic, so
 this keeps the indexes a check needs (every name and alias, and who falls
 back to whom) and answers in time proportional to the change, not to the
-catalog. The rules are the same as ``Catalog.build``'s; only the bookkeeping
-differs.
+catalog. The rules between models are ``Catalog.build``'s, the same code
+(catalog.rules), judged against these indexes instead of an empty catalog.
 
 Configuration wins every conflict, and the direction matters: a request for
 a reviewed production model must never be answered by something added from a
@@ -23,6 +23,7 @@ from catalog.catalog import Catalog
 from catalog.errors import NotInCatalog, RuleConflict
 from catalog.identifiers import fold
 from catalog.model import Model
+from catalog.rules import Accepted, check_batch, check_not_accepted, missing_fallback_of_change
 
 
 class CatalogState:
@@ -121,74 +122,12 @@ class CatalogState:
         return _dependency_order(models, self._check_batch(models))
 
     def _check_batch(self, models: Sequence[Model]) -> dict[str, str]:
-        """The names and fallbacks of ``models`` checked as one batch: the batch's
-        names and aliases (each mapped to its model) when all is well."""
-        batch: dict[str, str] = {}  # name or alias within the batch -> its model
-        taken: dict[str, str] = {}  # the same, case-folded
-        for model in models:
-            self._check_name_free(model.name, model.name, taken)
-            batch[model.name] = taken[fold(model.name)] = model.name
-        for model in models:
-            for alias in model.aliases:
-                self._check_name_free(alias, model.name, taken, is_alias=True)
-                batch[alias] = taken[fold(alias)] = model.name
-        for model in models:
-            for fallback in model.fallbacks:
-                if fallback not in self._index and fallback not in batch:
-                    raise RuleConflict(
-                        f"model {model.name!r}: fallback {fallback!r} is not in the catalog; "
-                        "add it first or correct the name (a typo in a fallback should stop "
-                        "the change, not surface during an outage)",
-                        model=model.name,
-                        field="fallbacks",
-                    )
-        return batch
+        """The names and fallbacks of ``models`` checked as one batch (catalog.rules):
+        the batch's names and aliases (each mapped to its model) when all is well."""
+        return check_batch(models, self._accepted(), change=True)[1]
 
-    def _check_name_free(
-        self, name: str, owner: str, batch: dict[str, str], *, is_alias: bool = False
-    ) -> None:
-        what = f"alias {name!r}" if is_alias else "the name"
-        key = fold(name)
-        if key in batch:
-            raise RuleConflict(
-                f"model {owner!r}: {what} is used twice in this change "
-                f"(also by {batch[key]!r}, regardless of case); names and aliases share one "
-                "namespace",
-                model=owner,
-                field="aliases" if is_alias else "name",
-            )
-        written = self._folded.get(key)
-        if written is None:
-            return
-        holder = self._index[written]
-        field = "aliases" if is_alias else "name"
-        role = "name" if holder == written else "alias"
-        if written != name:
-            # Unique regardless of case: `LLAMA-70B` beside `llama-70b` is one name to
-            # a person and two to the router.
-            role += f" (as {written!r}, differing only in case)"
-        if holder in self._declared:
-            raise RuleConflict(
-                f"model {owner!r}: {what} is already the {role} of declared model {holder!r} "
-                f"in {self._config_path}, and configuration wins every conflict; choose "
-                f"another {'alias' if is_alias else 'name'}, or change the declared model "
-                f"in {self._config_path}",
-                model=owner,
-                field=field,
-            )
-        if not is_alias and holder == name == written:
-            raise RuleConflict(
-                f"model {owner!r} is already in the catalog (added at runtime); apply the new "
-                "definition to replace it (llmgw apply, PUT /v1/catalog/models/NAME)",
-                model=owner,
-                field="name",
-            )
-        raise RuleConflict(
-            f"model {owner!r}: {what} is already the {role} of model {holder!r}; names and "
-            "aliases share one namespace, so choose another",
-            model=owner,
-            field=field,
-        )
+    def _accepted(self) -> Accepted:
+        return Accepted(self._index, self._folded, self._declared, self._config_path)
 
     def add(self, model: Model) -> None:
         """Apply one addition that ``check_add`` accepted."""
@@ -233,15 +172,13 @@ class CatalogState:
         for alias in model.aliases:
             found = self.holder(alias)  # regardless of case: its own alias may change case
             if found is None or found[1].name != name:
-                self._check_name_free(alias, name, {}, is_alias=True)
+                check_not_accepted(alias, name, alias, self._accepted())
         dropped = set(old.aliases) - set(model.aliases)
         own = {name, *model.aliases}
         for fallback in model.fallbacks:
             if fallback not in own and (fallback not in self._index or fallback in dropped):
                 raise RuleConflict(
-                    f"model {name!r}: fallback {fallback!r} is not in the catalog; "
-                    "add it first or correct the name (a typo in a fallback should stop "
-                    "the change, not surface during an outage)",
+                    missing_fallback_of_change(name, fallback),
                     model=name,
                     field="fallbacks",
                 )
