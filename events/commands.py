@@ -28,6 +28,7 @@ from typing import ClassVar
 import structlog
 
 from catalog import CatalogError, Model, RefusalKind
+from catalog.declared import require_models
 from catalog.diff import FieldChange, diff_models
 from catalog.digest import catalog_digest
 from catalog.identifiers import check_command
@@ -92,8 +93,7 @@ class CatalogCommands:
         key: str | None = None,
     ) -> CommandResult:
         """Add one model or a list, all or nothing."""
-        if not models:
-            raise CatalogError("nothing to add: the definition holds no model")
+        require_models(list(models), "the change")
 
         def build() -> list[NewEvent]:
             ordered = self.model.state.check_add(models)

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from starlette.convertors import Convertor, register_url_convertor
 
 from catalog import CatalogError, Model, RefusalKind, parse_definitions
+from catalog.declared import require_models
 from catalog.identifiers import KEY_PATTERN, IdentifierError
 from events.apply import ApplyResult
 from events.commands import CommandConflict, CommandResult, KeyReused
@@ -201,12 +202,9 @@ async def add_models(
 def _definitions(svc: Services, body: bytes) -> list[Model]:
     data = parse(body, svc.settings.max_body_bytes, "invalid-definition")
     try:
-        models = parse_definitions(data, ORIGIN)
+        return require_models(parse_definitions(data, ORIGIN), ORIGIN)
     except CatalogError as exc:
         raise refused(exc, "invalid-definition", 422) from None
-    if not models:
-        raise Problem(422, "invalid-definition", f"{ORIGIN}: holds no model definitions")
-    return models
 
 
 def _add(svc: Services, body: bytes, actor: str, reason: str, key: str | None) -> CommandResult:

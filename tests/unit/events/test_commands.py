@@ -50,7 +50,7 @@ def test_a_refused_add_writes_nothing_and_says_it_is_a_conflict() -> None:
 
 
 def test_an_empty_add_is_invalid() -> None:
-    with pytest.raises(CatalogError, match="nothing to add") as caught:
+    with pytest.raises(CatalogError, match="the change: holds no model definitions") as caught:
         _commands(MemoryLog()).add([])
     assert caught.value.kind == "invalid"
 
