@@ -51,10 +51,10 @@ Convert = Callable[[Any], Any]
 
 
 @cache
-def _read_query(until: bool, model: bool) -> Select[Any]:
-    """The select ``read`` runs, one per shape; every value is bound, the batch size too
-    (``READ_BATCH`` is read at each call, so nothing cached here goes stale)."""
-    query = select(*_COLUMNS).where(t.c.position > bindparam("after"))
+def _read_query(columns: tuple[str, ...], until: bool, model: bool) -> Select[Any]:
+    """The select a read runs, one per set of columns and shape; every value is bound, the
+    batch size too (``READ_BATCH`` is read at each call, so nothing cached here goes stale)."""
+    query = select(*(t.c[name] for name in columns)).where(t.c.position > bindparam("after"))
     if until:
         query = query.where(t.c.position <= bindparam("until"))
     if model:
@@ -63,15 +63,17 @@ def _read_query(until: bool, model: bool) -> Select[Any]:
 
 
 _CompiledRead = tuple[str, tuple[str, ...] | None, dict[str, Any], Convert]
-_COMPILED_READS: dict[tuple[str, str, str, bool, bool], _CompiledRead] = {}
+_COMPILED_READS: dict[tuple[str, str, str, tuple[str, ...], bool, bool], _CompiledRead] = {}
 
 
-def _compiled_read(dialect: Dialect, until: bool, model: bool) -> _CompiledRead:
+def _compiled_read(
+    dialect: Dialect, columns: tuple[str, ...], until: bool, model: bool
+) -> _CompiledRead:
     """SQL text, positional order of the binds, their fixed values, and the time converter."""
-    key = (dialect.name, dialect.driver, dialect.paramstyle, until, model)
+    key = (dialect.name, dialect.driver, dialect.paramstyle, columns, until, model)
     found = _COMPILED_READS.get(key)
     if found is None:
-        compiled = _read_query(until, model).compile(dialect=dialect)
+        compiled = _read_query(columns, until, model).compile(dialect=dialect)
         order = tuple(compiled.positiontup or ()) if dialect.positional else None
         at_type = t.c.recorded_at.type.dialect_impl(dialect)
         convert = at_type.result_processor(dialect, None) or (lambda value: value)
@@ -79,19 +81,35 @@ def _compiled_read(dialect: Dialect, until: bool, model: bool) -> _CompiledRead:
     return found
 
 
-def _fetch_events(
-    conn: Connection, until: int | None, model: str | None, after: int
-) -> list[StoredEvent]:
-    """One batch of ``read``, fetched as plain tuples and decoded (events.rows)."""
-    sql, order, fixed, convert = _compiled_read(conn.dialect, until is not None, model is not None)
+def fetch_rows(
+    conn: Connection,
+    columns: tuple[str, ...],
+    until: int | None,
+    model: str | None,
+    after: int,
+) -> tuple[Sequence[Any], Convert]:
+    """One batch of a read of ``columns`` (positions ``after < p <= until``), as the
+    driver's own tuples, with the converter of ``recorded_at``: what a decoder
+    (events.rows) turns into events. A lean read for replay selects fewer columns
+    and decodes them its own way; this is the seam it plugs into."""
+    sql, order, fixed, convert = _compiled_read(
+        conn.dialect, columns, until is not None, model is not None
+    )
     bound = {**fixed, "after": after, "until": until, "model": model, "batch": READ_BATCH}
     params: Any = bound if order is None else tuple(bound[name] for name in order)
     cursor = conn.connection.cursor()
     try:
         cursor.execute(sql, params)
-        rows = cursor.fetchall()
+        return cursor.fetchall(), convert
     finally:
         cursor.close()
+
+
+def _fetch_events(
+    conn: Connection, until: int | None, model: str | None, after: int
+) -> list[StoredEvent]:
+    """One batch of ``read``: whole rows, decoded (events.rows)."""
+    rows, convert = fetch_rows(conn, EVENT_COLUMNS, until, model, after)
     return [decode(r, convert) for r in rows]
 
 
