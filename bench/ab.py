@@ -32,7 +32,8 @@ assert catalog.__file__.startswith(tree), catalog.__file__
 from bench.__main__ import quiet_logs
 quiet_logs()
 from bench import gen
-from events import EventStore, replay
+open_log = gen.log_opener()
+from events.replay import replay
 from events.db import make_engine
 if kind == "placement":
     import scheduler
@@ -51,7 +52,7 @@ if kind == "placement":
     print(json.dumps({"seconds": best, "count": 1}))
 elif kind == "replay":
     url, stats = gen.sqlite_log(size)
-    store = EventStore(make_engine(url))
+    store = open_log(make_engine(url))
     declared = gen.declared_catalog()
     best = float("inf")
     for _ in range(2):

@@ -8,7 +8,7 @@ again. The catalog starts at 5,000 models (a generated log, copied afresh for
 every measurement). Definitions are parsed beforehand: parsing a file is the
 command line's work, not the log's.
 
-Beside it, in the same run: the raw store (``EventStore.append`` of one event,
+Beside it, in the same run: the raw store (``SqlLog.append`` of one event,
 no validation) and the ``eventsourcing`` library's single-event append on a
 SQLite file with the same settings (WAL, ``synchronous=FULL``). SQLite is also
 measured with ``synchronous=NORMAL``, clearly labelled, to show what the fsync
@@ -32,7 +32,7 @@ from sqlalchemy import Engine, event
 
 from bench import common, gen
 from catalog import Model, parse_model
-from events import EventStore
+from events.backends import open_log
 from events.db import make_engine
 from events.types import NewEvent
 
@@ -93,7 +93,7 @@ def _engine(url: str, synchronous: str) -> Engine:
 def _service_adds(url: str, synchronous: str, models: list[Model]) -> dict[str, Any]:
     engine = _engine(url, synchronous)
     try:
-        service = gen.make_service(EventStore(engine), gen.declared_catalog())
+        service = gen.make_service(open_log(engine), gen.declared_catalog())
         warm = time.perf_counter()
         service.refresh()  # replays the 5,000-model catalog: not part of the figure
         warm = time.perf_counter() - warm
@@ -112,7 +112,7 @@ def _store_appends(url: str, synchronous: str, count: int) -> dict[str, Any]:
     """The bare store: one event per append, optimistic head, no validation at all."""
     engine = _engine(url, synchronous)
     try:
-        store = EventStore(engine)
+        store = open_log(engine)
         head = store.head()
         payload = json.dumps({"model": gen.templates()[0]}, sort_keys=True)
         start = time.perf_counter()
@@ -152,7 +152,7 @@ def _writer(  # noqa: PLR0917 - a process target takes positional arguments
 
     quiet_logs()
     engine = _engine(url, synchronous)
-    service = gen.make_service(EventStore(engine), gen.declared_catalog())
+    service = gen.make_service(open_log(engine), gen.declared_catalog())
     models = _definitions(f"w{index}", count)
     service.refresh()
     while time.time() < start_at:
@@ -197,7 +197,7 @@ def _concurrent(url: str, synchronous: str, total: int) -> dict[str, Any]:
     adds = sum(r["adds"] for r in results)
     engine = make_engine(url)
     try:
-        head = EventStore(engine).head()
+        head = open_log(engine).head()
     finally:
         engine.dispose()
     if head != CATALOG_MODELS + adds:
@@ -254,7 +254,7 @@ def run(quick: bool) -> list[common.Table]:
     row(
         "SQLite",
         "1",
-        "EventStore.append, 1 event (no validation)",
+        "SqlLog.append, 1 event (no validation)",
         _fastest([_store_appends(fresh_sqlite(), "FULL", adds) for _ in range(2)]),
     )
     row(
@@ -288,7 +288,7 @@ def run(quick: bool) -> list[common.Table]:
         row(
             "PostgreSQL",
             "1",
-            "EventStore.append, 1 event (no validation)",
+            "SqlLog.append, 1 event (no validation)",
             _fastest([_store_appends(fresh_pg(), "FULL", adds) for _ in range(2)]),
         )
         row(

@@ -176,7 +176,7 @@ class PayloadFormat:
 def probe() -> PayloadFormat:
     """Add and remove one model through ``CatalogService`` on a scratch SQLite file, and read
     back what was written: the shape every generated event then takes."""
-    from events import EventStore
+    open_log = log_opener()
 
     common.CACHE.mkdir(exist_ok=True)
     path = common.CACHE / "probe.sqlite"
@@ -185,7 +185,7 @@ def probe() -> PayloadFormat:
     engine = make_engine(f"sqlite:///{path}")
     try:
         upgrade(engine)
-        store = EventStore(engine)
+        store = open_log(engine)
         service = make_service(store, declared_catalog())
         probe_model = parse_model({"name": "probe", **_TEMPLATES_RAW[0]})
         service.add([probe_model], actor="bench")
@@ -213,9 +213,23 @@ def probe() -> PayloadFormat:
     return found
 
 
+def log_opener() -> Any:
+    """``open_log`` (or, in a release before it, the ``EventStore`` class): engine -> log."""
+    try:
+        from events.backends import open_log
+    except ImportError:  # a release before the log's modules were split
+        from events import EventStore  # type: ignore[attr-defined]
+
+        return EventStore
+    return open_log
+
+
 def make_service(store: Any, declared: Catalog, **kwargs: Any) -> Any:
     """A ``CatalogService`` that takes no snapshots unless asked (where the release has them)."""
-    from events import CatalogService
+    try:
+        from events.catalog_service import CatalogService
+    except ImportError:  # a release before the read model and commands were split
+        from events import CatalogService  # type: ignore[attr-defined,no-redef]
 
     try:
         return CatalogService(store, declared, "catalog.yaml", **{"snapshot_every": None, **kwargs})
@@ -498,7 +512,7 @@ def generate(
 
 
 def _chain(rows: list[dict[str, Any]], prev_hash: str) -> str:
-    """Fill in ``prev_hash`` and ``hash`` as ``EventStore.append`` does; the last hash."""
+    """Fill in ``prev_hash`` and ``hash`` as ``SqlLog.append`` does; the last hash."""
     from events.chain import event_hash
 
     for row in rows:
@@ -528,9 +542,16 @@ def _write(engine: Engine, total: int, *, adds_only: bool = False) -> LogStats:
     prev_hash = ""
     if chained:
         from events.chain import GENESIS
-        from events.store import EventStore
 
-        seal = EventStore(engine).seal()
+        try:
+            from events.chain_rows import read_seal
+        except ImportError:  # a release before the log's modules were split
+            from events import EventStore  # type: ignore[attr-defined]
+
+            def read_seal(engine: Engine) -> Any:  # type: ignore[misc]
+                return EventStore(engine).seal()
+
+        seal = read_seal(engine)
         prev_hash = GENESIS if seal is None else seal.hash
     batch: list[dict[str, Any]] = []
     with engine.begin() as conn:

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import common, gen
-from events import EventStore, replay
+from events.backends import open_log
 from events.db import make_engine
 from events.migrate import upgrade
+from events.replay import replay
 from events.types import NewEvent
 
 EVENTS = 100_000
@@ -73,7 +74,7 @@ def _rows(count: int) -> list[dict[str, Any]]:
     try:
         return [
             {"type": e.type, "model": e.model, "payload": e.payload}
-            for e in EventStore(engine).read(until=count)
+            for e in open_log(engine).read(until=count)
         ]
     finally:
         engine.dispose()
@@ -106,7 +107,7 @@ class Ours:
         _fresh(path)
         self.engine = make_engine(f"sqlite:///{path}")
         upgrade(self.engine)
-        self.store = EventStore(self.engine)
+        self.store = open_log(self.engine)
 
     def store_bulk(self, rows: list[dict[str, Any]]) -> None:
         for i in range(0, len(rows), BULK):
@@ -220,8 +221,8 @@ def run(quick: bool) -> list[common.Table]:
     )
     shutil.rmtree(scratch, ignore_errors=True)
     table.note(
-        "ours: `EventStore.append` (gapless positions, event ids, hash chain, under "
-        "`BEGIN IMMEDIATE`) and `EventStore.read`; theirs: `SQLiteApplicationRecorder."
+        "ours: `SqlLog.append` (gapless positions, event ids, hash chain, under "
+        "`BEGIN IMMEDIATE`) and `SqlLog.read`; theirs: `SQLiteApplicationRecorder."
         "insert_events` and `select_notifications` (5,000 per call)"
     )
     table.note(

@@ -25,8 +25,10 @@ import psycopg
 from sqlalchemy import Engine
 
 from bench import common, gen
-from events import EventStore, replay
+from events.backends import open_log
 from events.db import make_engine
+from events.replay import replay
+from events.store import SqlLog
 
 SIZES = (10_000, 100_000, 1_000_000)
 QUICK_SIZES = (2_000, 10_000, 20_000)
@@ -76,7 +78,7 @@ def floor(engine: Engine, until: int) -> int:
         conn.close()
 
 
-def read_only(store: EventStore, until: int) -> int:
+def read_only(store: SqlLog, until: int) -> int:
     count = 0
     for _ in store.read(until=until):
         count += 1
@@ -98,11 +100,11 @@ t0 = time.perf_counter()
 from bench.__main__ import quiet_logs
 quiet_logs()
 from bench import gen
-from events import EventStore
+from events.backends import open_log
 from events.db import make_engine
-from events.commands import CatalogService
+from events.catalog_service import CatalogService
 t1 = time.perf_counter()
-store = EventStore(make_engine({url!r}))
+store = open_log(make_engine({url!r}))
 declared = gen.declared_catalog()
 t2 = time.perf_counter()
 service = CatalogService(store, declared, "catalog.yaml")
@@ -132,7 +134,7 @@ def _take_snapshot(url: str) -> None:
 
     engine = make_engine(url)
     try:
-        store = EventStore(engine)
+        store = open_log(engine)
         head = store.head()
         taken = SnapshotStore(engine).taken()
         if any(s.position == head for s in taken):
@@ -152,7 +154,7 @@ def _measure(  # noqa: PLR0917
     snapshots: common.Table,
 ) -> None:
     engine = make_engine(url)
-    store = EventStore(engine)
+    store = open_log(engine)
     declared = gen.declared_catalog()
     try:
         for size in sizes:
@@ -207,7 +209,7 @@ def _measure(  # noqa: PLR0917
         engine.dispose()
 
 
-def _models_at(store: EventStore, size: int) -> int:
+def _models_at(store: SqlLog, size: int) -> int:
     return len(replay(gen.declared_catalog(), store.read(until=size)).catalog)
 
 
@@ -231,7 +233,7 @@ def run(quick: bool) -> list[common.Table]:
         "floor: the same rows fetched with the bare driver (sqlite3 / psycopg) in batches of "
         "5,000 and each payload `json.loads`-ed; nothing validated, no event objects built"
     )
-    table.note("read: `EventStore.read` alone (rows to `StoredEvent`s, no decoding)")
+    table.note("read: `SqlLog.read` alone (rows to `StoredEvent`s, no decoding)")
     table.note(
         "replay: `replay(declared, store.read(until=N))`, every event judged; `of floor` is "
         "replay speed / floor speed; best of 3 (1 at 1M), interleaved with the floor"

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from bench import common
-from events import EventStore
+from events.backends import open_log
 from events.db import make_engine
 
 WRITERS = 8
@@ -74,7 +74,7 @@ def _run(url: str, workdir: Path, adds: int) -> dict[str, Any]:
     failures = [f for r in results for f in r]
     engine = make_engine(url)
     try:
-        positions = [e.position for e in EventStore(engine).read()]
+        positions = [e.position for e in open_log(engine).read()]
     finally:
         engine.dispose()
     verify = subprocess.run(

@@ -6,7 +6,7 @@ replayed exactly.
 
 from catalog.catalog import Catalog
 from catalog.declared import load_declared, load_definitions, parse_definitions, read_data
-from catalog.errors import CatalogError
+from catalog.errors import CatalogError, NotInCatalog, RefusalKind, RuleConflict
 from catalog.model import SLO, Capabilities, Model, Profile, Rollout, Scaling, cpu_capable
 from catalog.parse import parse_model
 from catalog.state import CatalogState
@@ -20,9 +20,12 @@ __all__ = [
     "CatalogState",
     "EngineProfile",
     "Model",
+    "NotInCatalog",
     "PlacementProfile",
     "Profile",
+    "RefusalKind",
     "Rollout",
+    "RuleConflict",
     "Scaling",
     "cpu_capable",
     "load_declared",

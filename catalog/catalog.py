@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from catalog.errors import CatalogError
-from catalog.identifiers import fold
 from catalog.model import Model, normalize, validate
+from catalog.rules import NOTHING, check_batch
 from catalog.text import shown
+
+
+def _prepared(raw: Model) -> Model:
+    model = normalize(raw)
+    validate(model)
+    return model
 
 
 class Catalog:
@@ -38,69 +43,13 @@ class Catalog:
         """Build a catalog, refusing definitions that would fail confusingly later.
 
         This is the whole-catalog check the declared file goes through: each
-        model is normalised and validated, names are unique, aliases share one
-        namespace with names, and every fallback resolves.
+        model is normalised and validated, then the rules between models
+        (catalog.rules, the same ones a runtime change is judged by): names
+        are unique, aliases share one namespace with names, and every
+        fallback resolves.
         """
-        by_name: dict[str, Model] = {}
-        # Every name and alias by its case-folded form, to the string as written:
-        # unique regardless of case (catalog.identifiers).
-        folded: dict[str, str] = {}
-        for raw in models:
-            model = normalize(raw)
-            validate(model)
-            if model.name in by_name:
-                raise CatalogError(
-                    f"model {model.name!r} is declared twice", model=model.name, field="name"
-                )
-            same = folded.get(fold(model.name))
-            if same is not None:
-                raise CatalogError(
-                    f"model {model.name!r} differs from model {same!r} only in case; names "
-                    "and aliases are unique regardless of case, so rename one",
-                    model=model.name,
-                    field="name",
-                )
-            by_name[model.name] = model
-            folded[fold(model.name)] = model.name
-        # Aliases share a namespace with names: a collision would silently
-        # shadow a model at request time, so it has to fail when loading.
-        index = {name: name for name in by_name}
-        for name, model in by_name.items():
-            for alias in model.aliases:
-                if alias in by_name:
-                    raise CatalogError(
-                        f"model {name!r}: alias {alias!r} collides with another model's name",
-                        model=name,
-                        field="aliases",
-                    )
-                if alias in index:
-                    raise CatalogError(
-                        f"alias {alias!r} is claimed by both {index[alias]!r} and {name!r}",
-                        model=name,
-                        field="aliases",
-                    )
-                same = folded.get(fold(alias))
-                if same is not None:
-                    raise CatalogError(
-                        f"model {name!r}: alias {alias!r} differs from {same!r} (of model "
-                        f"{index[same]!r}) only in case; names and aliases are unique "
-                        "regardless of case, so choose another alias",
-                        model=name,
-                        field="aliases",
-                    )
-                index[alias] = name
-                folded[fold(alias)] = alias
-        # Fallbacks are resolved now rather than at request time: a typo in a
-        # fallback should stop a deployment, not surface during an outage when
-        # the fallback is finally needed.
-        for name, model in by_name.items():
-            for fallback in model.fallbacks:
-                if fallback not in index:
-                    raise CatalogError(
-                        f"model {name!r}: fallback {fallback!r} is not in the catalog",
-                        model=name,
-                        field="fallbacks",
-                    )
+        checked, index = check_batch(models, NOTHING, change=False, prepare=_prepared)
+        by_name = {m.name: m for m in checked}
         return cls(by_name, index, frozenset(by_name) if declared else frozenset())
 
     def resolve(self, name: str) -> Model | None:

@@ -57,7 +57,14 @@ def load_declared(path: Path) -> Catalog:
 
 def load_definitions(path: Path) -> list[Model]:
     """Load a runtime definition file (YAML or JSON)."""
-    models = parse_definitions(read_file(path, "definition file"), str(path))
+    return require_models(
+        parse_definitions(read_file(path, "definition file"), str(path)), str(path)
+    )
+
+
+def require_models(models: list[Model], origin: str) -> list[Model]:
+    """``models``, refused when there are none: the one check every way of adding
+    goes through (a file, a request body, the add command itself)."""
     if not models:
-        raise CatalogError(f"{path}: holds no model definitions")
+        raise CatalogError(f"{origin}: holds no model definitions")
     return models

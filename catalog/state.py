@@ -5,8 +5,8 @@ made to what is already accepted?", thousands of times in a row. Rebuilding
 and revalidating the whole catalog for each would make replay quadratic, so
 this keeps the indexes a check needs (every name and alias, and who falls
 back to whom) and answers in time proportional to the change, not to the
-catalog. The rules are the same as ``Catalog.build``'s; only the bookkeeping
-differs.
+catalog. The rules between models are ``Catalog.build``'s, the same code
+(catalog.rules), judged against these indexes instead of an empty catalog.
 
 Configuration wins every conflict, and the direction matters: a request for
 a reviewed production model must never be answered by something added from a
@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from catalog.catalog import Catalog
-from catalog.errors import CatalogError
+from catalog.errors import NotInCatalog, RuleConflict
 from catalog.identifiers import fold
 from catalog.model import Model
+from catalog.rules import Accepted, check_batch, check_not_accepted, missing_fallback_of_change
 
 
 class CatalogState:
@@ -44,10 +45,6 @@ class CatalogState:
         # canonical target -> names of the models that fall back to it; what a
         # removal must consult, kept so that consulting it is one lookup.
         self._dependents: dict[str, set[str]] = {}
-        # The last snapshot handed out, while nothing has changed since: taking
-        # one copies the whole catalog, and a service asks for one after every
-        # catch-up with the log, most of which find nothing new.
-        self._snapshot: Catalog | None = None
         for model in self._models.values():
             self._index_model(model)
         for model in self._models.values():
@@ -77,9 +74,8 @@ class CatalogState:
         return None if written is None else (written, self._models[self._index[written]])
 
     def snapshot(self) -> Catalog:
-        if self._snapshot is None:
-            self._snapshot = Catalog(self._models, self._index, self._declared)
-        return self._snapshot
+        """The catalog as it is now (a copy: the read model, events.read_model, caches it)."""
+        return Catalog(self._models, self._index, self._declared)
 
     def runtime_models(self) -> tuple[Model, ...]:
         """The models added at runtime, in the order they were accepted: with the
@@ -106,7 +102,6 @@ class CatalogState:
         # as declared models may), which is valid as a whole but not as a
         # sequence of additions in this order.
         state._check_batch(runtime)
-        state._snapshot = None
         for model in runtime:
             state._models[model.name] = model
             state._index_model(model)
@@ -127,78 +122,15 @@ class CatalogState:
         return _dependency_order(models, self._check_batch(models))
 
     def _check_batch(self, models: Sequence[Model]) -> dict[str, str]:
-        """The names and fallbacks of ``models`` checked as one batch: the batch's
-        names and aliases (each mapped to its model) when all is well."""
-        batch: dict[str, str] = {}  # name or alias within the batch -> its model
-        taken: dict[str, str] = {}  # the same, case-folded
-        for model in models:
-            self._check_name_free(model.name, model.name, taken)
-            batch[model.name] = taken[fold(model.name)] = model.name
-        for model in models:
-            for alias in model.aliases:
-                self._check_name_free(alias, model.name, taken, is_alias=True)
-                batch[alias] = taken[fold(alias)] = model.name
-        for model in models:
-            for fallback in model.fallbacks:
-                if fallback not in self._index and fallback not in batch:
-                    raise CatalogError(
-                        f"model {model.name!r}: fallback {fallback!r} is not in the catalog; "
-                        "add it first or correct the name (a typo in a fallback should stop "
-                        "the change, not surface during an outage)",
-                        model=model.name,
-                        field="fallbacks",
-                    )
-        return batch
+        """The names and fallbacks of ``models`` checked as one batch (catalog.rules):
+        the batch's names and aliases (each mapped to its model) when all is well."""
+        return check_batch(models, self._accepted(), change=True)[1]
 
-    def _check_name_free(
-        self, name: str, owner: str, batch: dict[str, str], *, is_alias: bool = False
-    ) -> None:
-        what = f"alias {name!r}" if is_alias else "the name"
-        key = fold(name)
-        if key in batch:
-            raise CatalogError(
-                f"model {owner!r}: {what} is used twice in this change "
-                f"(also by {batch[key]!r}, regardless of case); names and aliases share one "
-                "namespace",
-                model=owner,
-                field="aliases" if is_alias else "name",
-            )
-        written = self._folded.get(key)
-        if written is None:
-            return
-        holder = self._index[written]
-        field = "aliases" if is_alias else "name"
-        role = "name" if holder == written else "alias"
-        if written != name:
-            # Unique regardless of case: `LLAMA-70B` beside `llama-70b` is one name to
-            # a person and two to the router.
-            role += f" (as {written!r}, differing only in case)"
-        if holder in self._declared:
-            raise CatalogError(
-                f"model {owner!r}: {what} is already the {role} of declared model {holder!r} "
-                f"in {self._config_path}, and configuration wins every conflict; choose "
-                f"another {'alias' if is_alias else 'name'}, or change the declared model "
-                f"in {self._config_path}",
-                model=owner,
-                field=field,
-            )
-        if not is_alias and holder == name == written:
-            raise CatalogError(
-                f"model {owner!r} is already in the catalog (added at runtime); apply the new "
-                "definition to replace it (llmgw apply, PUT /v1/catalog/models/NAME)",
-                model=owner,
-                field="name",
-            )
-        raise CatalogError(
-            f"model {owner!r}: {what} is already the {role} of model {holder!r}; names and "
-            "aliases share one namespace, so choose another",
-            model=owner,
-            field=field,
-        )
+    def _accepted(self) -> Accepted:
+        return Accepted(self._index, self._folded, self._declared, self._config_path)
 
     def add(self, model: Model) -> None:
         """Apply one addition that ``check_add`` accepted."""
-        self._snapshot = None
         self._models[model.name] = model
         self._index_model(model)
         self._link_fallbacks(model)
@@ -219,18 +151,18 @@ class CatalogState:
         name = model.name
         canonical = self._index.get(name)
         if canonical is None:
-            raise CatalogError(
+            raise NotInCatalog(
                 f"model {name!r} is not in the catalog; nothing to replace (add it instead)",
                 model=name,
             )
         if canonical != name:
-            raise CatalogError(
+            raise RuleConflict(
                 f"{name!r} is an alias of model {canonical!r}; replace the model by its name",
                 model=canonical,
                 field="name",
             )
         if name in self._declared:
-            raise CatalogError(
+            raise RuleConflict(
                 f"model {name!r} is declared in {self._config_path} and cannot be replaced at "
                 f"runtime: the declared definition would return on the next restart. Change "
                 f"it in {self._config_path} instead",
@@ -240,15 +172,13 @@ class CatalogState:
         for alias in model.aliases:
             found = self.holder(alias)  # regardless of case: its own alias may change case
             if found is None or found[1].name != name:
-                self._check_name_free(alias, name, {}, is_alias=True)
+                check_not_accepted(alias, name, alias, self._accepted())
         dropped = set(old.aliases) - set(model.aliases)
         own = {name, *model.aliases}
         for fallback in model.fallbacks:
             if fallback not in own and (fallback not in self._index or fallback in dropped):
-                raise CatalogError(
-                    f"model {name!r}: fallback {fallback!r} is not in the catalog; "
-                    "add it first or correct the name (a typo in a fallback should stop "
-                    "the change, not surface during an outage)",
+                raise RuleConflict(
+                    missing_fallback_of_change(name, fallback),
                     model=name,
                     field="fallbacks",
                 )
@@ -256,7 +186,7 @@ class CatalogState:
         if stranded:
             names = ", ".join(repr(d) for d in stranded)
             gone = ", ".join(repr(a) for a in sorted(dropped))
-            raise CatalogError(
+            raise RuleConflict(
                 f"model {name!r}: the new definition drops alias {gone}, but {names} "
                 f"{'falls' if len(stranded) == 1 else 'fall'} back to it by that name, and a "
                 "fallback pointing at nothing is discovered during the outage it was meant "
@@ -279,7 +209,6 @@ class CatalogState:
     def replace(self, model: Model) -> None:
         """Apply one replacement that ``check_replace`` accepted. The model keeps its
         place in the catalog's order, and the models falling back to it stay linked."""
-        self._snapshot = None
         old = self._models[model.name]
         self._unlink_fallbacks(old)
         for alias in old.aliases:
@@ -295,17 +224,17 @@ class CatalogState:
         """Refuse a removal that configuration forbids or that would strand a fallback."""
         canonical = self._index.get(name)
         if canonical is None:
-            raise CatalogError(
+            raise NotInCatalog(
                 f"model {name!r} is not in the catalog; nothing to remove", model=name
             )
         if canonical != name:
-            raise CatalogError(
+            raise RuleConflict(
                 f"{name!r} is an alias of model {canonical!r}; remove the model by its name",
                 model=canonical,
                 field="name",
             )
         if name in self._declared:
-            raise CatalogError(
+            raise RuleConflict(
                 f"model {name!r} is declared in {self._config_path} and cannot be removed at "
                 f"runtime: it would return on the next restart. Remove it from "
                 f"{self._config_path} instead",
@@ -314,7 +243,7 @@ class CatalogState:
         dependents = sorted(self._dependents.get(name, ()))
         if dependents:
             names = ", ".join(repr(d) for d in dependents)
-            raise CatalogError(
+            raise RuleConflict(
                 f"model {name!r} cannot be removed: {names} "
                 f"{'falls' if len(dependents) == 1 else 'fall'} back to it, and a fallback "
                 "pointing at nothing is discovered during the outage it was meant to cover; "
@@ -325,7 +254,6 @@ class CatalogState:
 
     def remove(self, name: str) -> None:
         """Apply one removal that ``check_remove`` accepted."""
-        self._snapshot = None
         model = self._models.pop(name)
         del self._index[name]
         del self._folded[fold(name)]
@@ -388,7 +316,7 @@ def _dependency_order(models: Sequence[Model], batch: dict[str, str]) -> tuple[M
                 ordered.append(by_name[name])
             elif target in path:
                 cycle = " -> ".join((*path[path.index(target) :], target))
-                raise CatalogError(
+                raise RuleConflict(
                     f"model {target!r}: fallbacks within this change form a cycle ({cycle}); "
                     "runtime additions are recorded one at a time, so add them in an order "
                     "that breaks it",

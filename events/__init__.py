@@ -1,25 +1,16 @@
-"""The catalog's event log: storage, replay into a catalog, and the commands that append."""
+"""The catalog's event log: the pure core and its adapters.
 
-from events.commands import CatalogService, CommandConflict, CommandResult, KeyReused
-from events.replay import Replayer, ReplayResult, SkippedEvent, replay
-from events.store import AppendOutcome, ConcurrencyConflict, EventStore
-from events.types import MODEL_ADDED, MODEL_REMOVED, MODEL_REPLACED, NewEvent, StoredEvent
+Pure (importable without a database driver, SQLAlchemy or structlog): events.types,
+events.upcast, events.replay, events.replay_reasons, events.apply,
+events.idempotency, events.chain, events.rows and the ``Log`` protocol
+(events.log), with its in-memory implementation (events.memory_log).
 
-__all__ = [
-    "MODEL_ADDED",
-    "MODEL_REMOVED",
-    "MODEL_REPLACED",
-    "AppendOutcome",
-    "CatalogService",
-    "CommandConflict",
-    "CommandResult",
-    "ConcurrencyConflict",
-    "EventStore",
-    "KeyReused",
-    "NewEvent",
-    "ReplayResult",
-    "Replayer",
-    "SkippedEvent",
-    "StoredEvent",
-    "replay",
-]
+Adapters: the SQL logs (events.store, events.sqlite_log, events.postgres_log,
+opened by events.backends.open_log), tables and migrations (events.tables,
+events.migrate), snapshots, the chain's rows and history queries, the read
+model (events.read_model) and the commands (events.commands), together in
+events.catalog_service.
+
+Nothing is imported here, so that importing one pure module never loads the
+adapters.
+"""

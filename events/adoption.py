@@ -18,8 +18,9 @@ import structlog
 from sqlalchemy import Table, insert, select
 
 from events.chain import VerifyReport, verify_chain
+from events.chain_rows import read_chain, read_seal
 from events.db import WRITE
-from events.store import EventStore
+from events.store import SqlLog
 from events.tables import ChainAdoptionRow
 
 log = structlog.get_logger("llmgw.catalog")
@@ -31,7 +32,7 @@ class AdoptionRefused(Exception):
     """Adopting needs a name and a reason, and a chain that is otherwise whole."""
 
 
-def adoptions(store: EventStore) -> dict[int, str]:
+def adoptions(store: SqlLog) -> dict[int, str]:
     """The recorded adoptions: position -> the chain's value over the row when adopted."""
     with store.engine.connect() as conn:
         rows = conn.execute(select(adoptions_table.c.position, adoptions_table.c.hash)).all()
@@ -39,16 +40,20 @@ def adoptions(store: EventStore) -> dict[int, str]:
 
 
 def verify_log(
-    store: EventStore, expect_head: str | None = None, *, adopting: bool = False
+    store: SqlLog, expect_head: str | None = None, *, adopting: bool = False
 ) -> VerifyReport:
     """The whole log checked against its chain, its seal and the recorded adoptions."""
     return verify_chain(
-        store.read_chain(), store.seal(), expect_head, adoptions(store), adopting=adopting
+        read_chain(store.engine),
+        read_seal(store.engine),
+        expect_head,
+        adoptions(store),
+        adopting=adopting,
     )
 
 
 def adopt_unhashed(
-    store: EventStore, *, actor: str, reason: str, now: datetime | None = None
+    store: SqlLog, *, actor: str, reason: str, now: datetime | None = None
 ) -> tuple[VerifyReport, tuple[int, ...]]:
     """Adopt every unhashed row after the seal, if the chain is otherwise whole.
 
@@ -69,7 +74,7 @@ def adopt_unhashed(
 
 
 def _record(
-    store: EventStore,
+    store: SqlLog,
     rows: Sequence[tuple[int, str]],
     *,
     actor: str,

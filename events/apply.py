@@ -9,7 +9,7 @@ the model is never missing and nothing invalid is written. Applying the
 definition the catalog already holds writes nothing.
 
 Pure: the catalog state and a definition in, what to append (and what it
-changes, in ``llmgw diff``'s words) out. The service (events.commands) runs it
+changes, in ``llmgw diff``'s words) out. The apply handler (events.commands) runs it
 under the same optimistic concurrency and idempotency as add and remove.
 """
 

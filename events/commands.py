@@ -1,28 +1,34 @@
-"""The write side: add and remove models, each checked against the whole resulting catalog.
+"""The write side: add, remove and apply models, as short handlers over a ``Log``.
 
-The whole catalog is built before anything is written: a model naming a
-missing fallback, colliding with another, or malformed is refused rather than
-persisted and then skipped forever after. A model that looks added and never
-appears is the worst outcome available.
+Each handler loads the catalog (the read model, events.read_model), checks the
+change against it (catalog.state: incrementally, each check in time
+proportional to the change, against the rules the whole catalog obeys) and
+appends. A model naming a missing fallback, colliding with another, or
+malformed is refused rather than persisted and then skipped forever after: a
+model that looks added and never appears is the worst outcome available.
 
-A command validates and appends holding the log's write lock: it catches up
-on what other writers appended, validates against that head and appends in
-the same transaction, so concurrent writers queue instead of racing and none
-gives up. A retried command with the same key is recorded once.
+What every handler shares is in ``_run``, once: the grammar of who, why and
+the key; idempotency (the same key again is recorded once, and the same key
+with another change is refused); and the write section. A command validates
+and appends holding the log's write lock: it catches up on what other writers
+appended, validates against that head and appends in the same transaction, so
+concurrent writers queue instead of racing and none has to retry.
+
+Pure of any database: the handlers take a ``Log`` (tests/unit/events run them
+against events.memory_log).
 """
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import structlog
-from sqlalchemy.exc import SQLAlchemyError
 
-from catalog import Catalog, CatalogError, Model
+from catalog import CatalogError, Model, RefusalKind
+from catalog.declared import require_models
 from catalog.diff import FieldChange, diff_models
 from catalog.digest import catalog_digest
 from catalog.identifiers import check_command
@@ -35,48 +41,27 @@ from events.apply import (
     same_definition,
 )
 from events.idempotency import change_digest, recorded_change
-from events.replay import Replayer, ReplayResult
-from events.snapshots import SnapshotStore
-from events.store import EventStore, UnvouchedRow
-from events.timetravel import catalog_at
+from events.log import Log, UnvouchedRow
+from events.read_model import CatalogReadModel
 from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
 
 Same = Callable[[tuple[StoredEvent, ...]], bool]
+Build = Callable[[], list[NewEvent]]
 
 log = structlog.get_logger("llmgw.catalog")
-
-# A snapshot is taken after catching up on this many events (replay runs at
-# roughly 10,000 events a second, so a start-up never replays much more than
-# a fifth of a second before restoring), and whenever a snapshot was ignored.
-SNAPSHOT_EVERY = 2_000
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cycle collector while catching up with the log.
-
-    Replay allocates many objects that all live on (the catalog's models), so
-    the collector runs again and again over a growing heap and finds nothing:
-    about a quarter of a start-up's replay. Replay makes no reference cycles
-    worth collecting mid-way; the collector resumes (if it was running) when
-    the catch-up ends, however it ends.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class CommandConflict(Exception):
     """The log could not take a command (its last row is not vouched for by the
     chain); nothing was written."""
 
+    kind: ClassVar[RefusalKind] = "conflict"
+
 
 class KeyReused(CatalogError):
     """An idempotency key was sent again with a different change."""
+
+    kind: ClassVar[RefusalKind] = "conflict"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,116 +75,14 @@ class CommandResult:
         return [e.position for e in self.events]
 
 
-class CatalogService:
-    """The catalog as of the log's head, and the commands that change it.
+class CatalogCommands:
+    """The commands that change the catalog, appending to ``events`` and validating
+    against ``model`` (which must read the same log)."""
 
-    Keeps its replay state between calls and only reads what was appended
-    since, so a long-lived process (the daemon, an API server, a benchmark)
-    pays for each event once. The first refresh starts from the newest usable
-    snapshot (events.snapshots) rather than from the beginning of the log, and
-    a refresh that caught up on ``snapshot_every`` events or more takes a new
-    one (``snapshot_every=None``: never), under ``snapshot_key`` when given
-    (events.snapshots). A ``ReplayResult`` from a service
-    restored from a snapshot lists only the events after it.
-    """
-
-    def __init__(
-        self,
-        store: EventStore,
-        declared: Catalog,
-        config_path: str = "catalog.yaml",
-        *,
-        snapshot_every: int | None = SNAPSHOT_EVERY,
-        snapshot_key: bytes | None = None,
-    ):
-        self.store = store
-        self.declared = declared
-        self.config_path = config_path
-        self.declared_digest = catalog_digest(declared)
-        self.snapshots = SnapshotStore(store.engine, snapshot_key)
-        self.snapshot_every = snapshot_every
-        self._replayer = Replayer.start(declared, config_path)
-        self._started = False
-        self._since_snapshot = 0
-        self._replace_snapshot = False
-
-    def refresh(self) -> ReplayResult:
-        """Catch up with the log; returns the replay as of its head."""
-        self._sync()
-        return self._replayer.result()
-
-    def _sync(self) -> None:
-        """Catch up with the log (and snapshot when due) without building a result:
-        a result copies the position of every event replayed so far, which the
-        commands, called once per add, have no use for."""
-        self._catch_up()
-        if self.snapshot_every is not None and (
-            self._since_snapshot >= self.snapshot_every
-            or (self._replace_snapshot and self._since_snapshot > 0)
-        ):
-            self._save_snapshot()
-
-    def _catch_up(self) -> None:
-        if not self._started:
-            self._started = True
-            self._restore()
-        with gc_paused():
-            self._apply_new()
-
-    def _apply_new(self) -> None:
-        self._apply(self.store.read(after=self._replayer.position))
-
-    def _apply(self, events: Iterable[StoredEvent]) -> None:
-        for event in events:
-            self._since_snapshot += 1
-            skipped = self._replayer.apply(event)
-            if skipped is not None:
-                log.warning(
-                    "catalog.event_skipped",
-                    position=skipped.position,
-                    event_id=skipped.event_id,
-                    type=skipped.type,
-                    reason=skipped.reason,
-                )
-
-    def _restore(self) -> None:
-        if self.snapshot_every is None:
-            return
-        try:
-            restored = self.snapshots.load(self.declared, self.config_path)
-        except SQLAlchemyError as exc:  # e.g. a database not yet migrated to snapshots
-            log.warning("catalog.snapshot_ignored", reason=f"cannot read snapshots: {exc}")
-            return
-        if restored.replayer is not None:
-            self._replayer = restored.replayer
-        self._replace_snapshot = restored.ignored
-
-    def snapshot(self) -> int | None:
-        """Catch up and store the replay state as of the head; the snapshot's id, or None
-        if the database refused (a read-only replica, a lock held too long): nothing
-        depends on it."""
-        self._catch_up()
-        return self._save_snapshot()
-
-    def _save_snapshot(self) -> int | None:
-        try:
-            info = self.snapshots.save(self._replayer, self.declared)
-        except SQLAlchemyError as exc:
-            log.warning("catalog.snapshot_failed", position=self.position, error=str(exc))
-            return None
-        self._since_snapshot = 0
-        self._replace_snapshot = False
-        return info.id
-
-    def catalog(self) -> Catalog:
-        self._sync()
-        return self._replayer.state.snapshot()
-
-    @property
-    def position(self) -> int:
-        return self._replayer.position
-
-    # -- commands ---------------------------------------------------------
+    def __init__(self, events: Log, model: CatalogReadModel) -> None:
+        self.log = events
+        self.model = model
+        self.declared_digest = catalog_digest(model.declared)
 
     def add(
         self,
@@ -210,11 +93,10 @@ class CatalogService:
         key: str | None = None,
     ) -> CommandResult:
         """Add one model or a list, all or nothing."""
-        if not models:
-            raise CatalogError("nothing to add: the definition holds no model")
+        require_models(list(models), "the change")
 
         def build() -> list[NewEvent]:
-            ordered = self._replayer.state.check_add(models)
+            ordered = self.model.state.check_add(models)
             return [definition_event(MODEL_ADDED, m, self.declared_digest) for m in ordered]
 
         names = [m.name for m in models]
@@ -225,7 +107,7 @@ class CatalogService:
         self, name: str, *, actor: str = "", reason: str = "", key: str | None = None
     ) -> CommandResult:
         def build() -> list[NewEvent]:
-            self._replayer.state.check_remove(name)
+            self.model.state.check_remove(name)
             return [NewEvent(type=MODEL_REMOVED, model=name, payload=json.dumps({"name": name}))]
 
         change = change_digest(MODEL_REMOVED, [name])
@@ -239,7 +121,7 @@ class CatalogService:
         plans: list[ApplyPlan] = []
 
         def build() -> list[NewEvent]:
-            plans.append(plan_apply(self._replayer.state, model, self.declared_digest))
+            plans.append(plan_apply(self.model.state, model, self.declared_digest))
             return list(plans[-1].events)
 
         def same(previous: tuple[StoredEvent, ...]) -> bool:
@@ -269,13 +151,7 @@ class CatalogService:
         outcome = outcome_of(event)
         changes: tuple[FieldChange, ...] = ()
         if outcome == "replaced":
-            _, before = catalog_at(
-                self.store,
-                self.declared,
-                event.position - 1,
-                config_path=self.config_path,
-                snapshots=self.snapshots,
-            )
+            _, before = self.model.catalog_at(event.position - 1)
             old = before.resolve(model.name)
             changes = diff_models(old, model) if old is not None else ()
         return ApplyResult(outcome, model.name, changes, events, True)
@@ -285,7 +161,7 @@ class CatalogService:
         command: str,
         names: list[str],
         change: str,
-        build: Callable[[], list[NewEvent]],
+        build: Build,
         *,
         actor: str,
         reason: str,
@@ -296,41 +172,42 @@ class CatalogService:
         # `history`: the same grammar for every path (CLI, API, a token's name).
         check_command(actor=actor, reason=reason, key=key)
         if key is not None:
-            previous = self.store.by_command(key)
+            previous = self.log.by_command(key)
             if previous:
                 return self._repeat(command, change, key, previous, same)
-        # Catch up outside the lock (a start-up's replay, a snapshot), then take
-        # it, read the few events others appended meanwhile, validate and append
-        # in one transaction: a writer waits for its turn and never loses a race.
-        self._sync()
-        try:
-            with self.store.writing() as locked:
-                with gc_paused():
-                    self._apply(locked.read(after=self._replayer.position))
-                events = build()
-                if not events:  # nothing to change (an apply of what is there): nothing written
-                    return CommandResult((), already_recorded=False, attempts=1)
-                outcome = locked.append(
-                    events,
-                    expected_head=self._replayer.position,
-                    actor=actor,
-                    reason=reason,
-                    key=key,
-                )
-        except UnvouchedRow as exc:
-            raise CommandConflict(str(exc)) from None
-        if outcome.already_recorded:
-            # Another attempt with our key committed while we waited for the lock.
-            return self._repeat(command, change, key or "", outcome.events, same)
-        log.info(
-            "catalog.appended",
-            command=command,
-            positions=[e.position for e in outcome.events],
-            models=[e.model for e in outcome.events],
-            actor=actor,
-            attempts=1,
-        )
-        self._sync()
+        model = self.model
+        with model.lock:
+            # Catch up outside the write lock (a start-up's replay, a snapshot), then
+            # take it, read the few events others appended meanwhile, validate and
+            # append in one transaction: a writer waits for its turn, never loses a race.
+            model.sync()
+            try:
+                with self.log.writing() as locked:
+                    model.catch_up_locked(locked)
+                    events = build()
+                    if not events:  # nothing to change (an apply of what is there)
+                        return CommandResult((), already_recorded=False, attempts=1)
+                    outcome = locked.append(
+                        events,
+                        expected_head=model.position,
+                        actor=actor,
+                        reason=reason,
+                        key=key,
+                    )
+            except UnvouchedRow as exc:
+                raise CommandConflict(str(exc)) from None
+            if outcome.already_recorded:
+                # Another attempt with our key committed while we waited for the lock.
+                return self._repeat(command, change, key or "", outcome.events, same)
+            log.info(
+                "catalog.appended",
+                command=command,
+                positions=[e.position for e in outcome.events],
+                models=[e.model for e in outcome.events],
+                actor=actor,
+                attempts=1,
+            )
+            model.wrote()
         return CommandResult(outcome.events, already_recorded=False, attempts=1)
 
     def _repeat(
@@ -360,5 +237,6 @@ class CatalogService:
                 "not the one recorded then. Nothing was written; use a new key for a new change"
             )
         log.info("catalog.command_repeated", command=command, key=key)
-        self._sync()
+        with self.model.lock:
+            self.model.wrote()
         return CommandResult(previous, already_recorded=True, attempts=0)

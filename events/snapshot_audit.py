@@ -22,6 +22,7 @@ from sqlalchemy import Row, select
 
 from catalog import Catalog, Model
 from catalog.digest import catalog_digest
+from events.chain_rows import hash_at
 from events.replay import Replayer
 from events.snapshots import (
     authenticity_problem,
@@ -30,7 +31,7 @@ from events.snapshots import (
     s,
     stored_models,
 )
-from events.store import EventStore
+from events.store import SqlLog
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +57,7 @@ class SnapshotCheck:
 
 
 def audit_snapshots(
-    store: EventStore, declared: Catalog, config_path: str, key: bytes | None = None
+    store: SqlLog, declared: Catalog, config_path: str, key: bytes | None = None
 ) -> list[SnapshotCheck]:
     """Every stored snapshot, oldest position first, checked against the log."""
     with store.engine.connect() as conn:
@@ -78,7 +79,7 @@ def audit_snapshots(
 
 
 def _check(
-    store: EventStore,
+    store: SqlLog,
     row: Row[Any],
     replayer: Replayer,
     binding: tuple[str, str],
@@ -96,7 +97,7 @@ def _check(
         return failed(
             f"the log ends at position {replayer.position}: it has no position {row.position}"
         )
-    if row.position and store.hash_at(row.position) != row.event_hash:
+    if row.position and hash_at(store.engine, row.position) != row.event_hash:
         return failed(f"it was not built on the event now at position {row.position}")
     try:
         held = stored_models(row.models)

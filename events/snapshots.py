@@ -28,8 +28,8 @@ It is only used when it provably belongs to the present:
 
 An ignored snapshot is named in a ``catalog.snapshot_ignored`` warning with
 the reason and is never trusted; replay then starts from the beginning (or from
-an older snapshot that does match), and the service replaces it after catching
-up. Restoring validates each model's types (pydantic, one call for the whole
+an older snapshot that does match), and the read model replaces it after catching
+up (events.read_model). Restoring validates each model's types (pydantic, one call for the whole
 list) and re-checks each addition against the catalog (names, aliases,
 fallbacks), which is cheap; it skips re-parsing events, which is not.
 """
@@ -49,6 +49,7 @@ from typing import Any
 import structlog
 from pydantic import TypeAdapter, ValidationError
 from sqlalchemy import Engine, Row, Table, delete, func, insert, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from catalog import Catalog, CatalogError, CatalogState, Model
 from catalog.digest import catalog_digest
@@ -224,7 +225,25 @@ class SnapshotStore:
         )
         return info
 
+    def try_save(self, replayer: Replayer, declared: Catalog) -> SnapshotInfo | None:
+        """``save``, or None if the database refused (a read-only replica, a lock held
+        too long): nothing depends on a snapshot, so the refusal is logged, not raised."""
+        try:
+            return self.save(replayer, declared)
+        except SQLAlchemyError as exc:
+            log.warning("catalog.snapshot_failed", position=replayer.position, error=str(exc))
+            return None
+
     # -- restoring --------------------------------------------------------
+
+    def try_load(self, declared: Catalog, config_path: str = "catalog.yaml") -> Restored:
+        """``load`` for a start-up: a database that cannot be read for snapshots (e.g. not
+        yet migrated to them) restores nothing, and replay starts from the beginning."""
+        try:
+            return self.load(declared, config_path)
+        except SQLAlchemyError as exc:
+            log.warning("catalog.snapshot_ignored", reason=f"cannot read snapshots: {exc}")
+            return Restored(None, ignored=False)
 
     def load(
         self, declared: Catalog, config_path: str = "catalog.yaml", *, at_most: int | None = None

@@ -9,17 +9,20 @@ result is the same either way: a snapshot is the replay state at its position.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from catalog import Catalog
+from events.log import Log
 from events.replay import Replayer
-from events.snapshots import SnapshotStore
-from events.store import EventStore
+
+if TYPE_CHECKING:
+    from events.read_model import Snapshots
 
 
 def _replayer(
     declared: Catalog,
     config_path: str,
-    snapshots: SnapshotStore | None,
+    snapshots: Snapshots | None,
     at_most: int | None,
 ) -> Replayer:
     if snapshots is not None and at_most != 0:
@@ -30,12 +33,12 @@ def _replayer(
 
 
 def catalog_at(
-    store: EventStore,
+    store: Log,
     declared: Catalog,
     position: int | None,
     *,
     config_path: str = "catalog.yaml",
-    snapshots: SnapshotStore | None = None,
+    snapshots: Snapshots | None = None,
 ) -> tuple[int, Catalog]:
     """The catalog after the events up to ``position`` (None: the head), and the
     position of the last event it includes."""
@@ -45,12 +48,12 @@ def catalog_at(
 
 
 def catalogs_at(
-    store: EventStore,
+    store: Log,
     declared: Catalog,
     positions: Sequence[int],
     *,
     config_path: str = "catalog.yaml",
-    snapshots: SnapshotStore | None = None,
+    snapshots: Snapshots | None = None,
 ) -> list[Catalog]:
     """The catalog at each position, in one pass over the log."""
     if not positions:

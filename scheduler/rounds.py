@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from catalog import Catalog
-from events import CatalogService
+from events.catalog_service import CatalogService
 from scheduler.inventory import Node
 from scheduler.memo import memoised_plan as make_plan
 from scheduler.placements import Demand, Placement, Plan

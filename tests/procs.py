@@ -11,14 +11,16 @@ import sys
 import time
 
 from catalog import Catalog, CatalogError
-from events import CatalogService, CommandConflict, EventStore
+from events.backends import open_log
+from events.catalog_service import CatalogService
+from events.commands import CommandConflict
 from events.db import make_engine
 from tests.support import model
 
 
 def writer(url: str, name: str, count: int) -> None:
     """Add ``count`` models of our own and race the others for ``count`` shared names."""
-    service = CatalogService(EventStore(make_engine(url)), Catalog.build([]), "catalog.yaml")
+    service = CatalogService(open_log(make_engine(url)), Catalog.build([]), "catalog.yaml")
     added: list[str] = []
     refused: list[str] = []
     conflicts: list[str] = []
@@ -36,7 +38,7 @@ def writer(url: str, name: str, count: int) -> None:
 
 def batch_writer(url: str, name: str, batch: int) -> None:
     """Append batches forever, until killed: each batch must land whole or not at all."""
-    service = CatalogService(EventStore(make_engine(url)), Catalog.build([]), "catalog.yaml")
+    service = CatalogService(open_log(make_engine(url)), Catalog.build([]), "catalog.yaml")
     n = 0
     while True:
         service.add([model(f"{name}-{n}-{i}") for i in range(batch)])
@@ -49,7 +51,7 @@ def batch_writer(url: str, name: str, batch: int) -> None:
 
 def tailer(url: str, seconds: float) -> None:
     """Follow the log by position, as a reader tailing it would, and report what it saw."""
-    store = EventStore(make_engine(url))
+    store = open_log(make_engine(url))
     seen: list[int] = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

@@ -17,7 +17,7 @@ from datetime import datetime
 
 import structlog
 
-from events import CatalogService
+from events.catalog_service import CatalogService
 from llmgw.api.metrics import Metrics
 from scheduler.daemon import Daemon
 from scheduler.leader import Leadership

@@ -18,8 +18,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from events import EventStore
-from events.store import HistoryQuery
+from events.history import HistoryQuery, history
+from events.store import SqlLog
 
 PREFIX = "/v1/models"
 # OpenAI's error types, by HTTP status; anything else is an invalid request.
@@ -72,7 +72,7 @@ class CreatedIndex:
     """Each runtime model's ``created`` (Unix seconds), kept up with the log incrementally:
     one query for the ``model.added`` events appended since the last look."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: SqlLog) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._position = 0
@@ -85,8 +85,8 @@ class CreatedIndex:
         with self._lock:
             if position > self._position:
                 added = dict(self._created)
-                for event in self._store.history(
-                    HistoryQuery(type="model.added"), after=self._position
+                for event in history(
+                    self._store.engine, HistoryQuery(type="model.added"), after=self._position
                 ):
                     if event.position > position:
                         break

@@ -44,7 +44,7 @@ class ApiSettings:
     # How often an idle event stream looks for new events, and sends a keep-alive.
     stream_poll_s: float = 0.5
     keepalive_s: float = 15.0
-    # How old the catalog a read is answered from may be (see services.CatalogGate).
+    # How old the catalog a read is answered from may be (see events.read_model).
     catalog_max_age_s: float = 0.1
     # A model definition or node report is a few kilobytes; a megabyte is a mistake.
     max_body_bytes: int = 1 << 20

@@ -13,8 +13,8 @@ from typing import Any
 
 from catalog import Catalog, Model
 from catalog.documents import read_json
-from events import StoredEvent
 from events.replay import STORED_LIMITS
+from events.types import StoredEvent
 from scheduler import Node, Placement, StalenessPolicy
 from scheduler.lifecycle import Cordon
 from scheduler.replicas import ReplicaStatus

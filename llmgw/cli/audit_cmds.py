@@ -13,11 +13,11 @@ import structlog
 
 from catalog.diff import diff_catalogs
 from catalog.text import shown
-from events import replay
 from events.adoption import AdoptionRefused, adopt_unhashed, verify_log
-from events.explain import explain, render_context
+from events.history import HistoryQuery, history
+from events.replay import replay
+from events.replay_reasons import explain, render_context
 from events.snapshot_audit import SnapshotCheck, audit_snapshots
-from events.store import HistoryQuery
 from events.timetravel import catalogs_at
 from events.types import StoredEvent
 from llmgw.cli.catalog_cmds import resolve_position
@@ -211,8 +211,8 @@ def history_sources(
     source (actor "scheduler"), merged by time by ``cmd_history``.
     """
     if not placements:
-        return [(HistoryEntry.of(e) for e in app.store.history(query))]
-    catalog = (replace(HistoryEntry.of(e), log="catalog") for e in app.store.history(query))
+        return [(HistoryEntry.of(e) for e in history(app.store.engine, query))]
+    catalog = (replace(HistoryEntry.of(e), log="catalog") for e in history(app.store.engine, query))
     sources: list[Iterable[HistoryEntry]] = [catalog]
     events = SchedulerStore(app.engine).events(
         model=query.model, since=query.since, until=query.until

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from catalog import Catalog, load_definitions
 from catalog.text import shown
-from events import CommandResult
+from events.commands import CommandResult
 from events.migrate import current_revision, head_revision, upgrade
 from events.timetravel import catalog_at
 from llmgw.cli import preview

@@ -16,9 +16,12 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
 from catalog import Catalog, CatalogError, load_declared
 from catalog.text import guard_line, shown
-from events import CatalogService, CommandConflict, EventStore
+from events.backends import open_log
+from events.catalog_service import CatalogService
+from events.commands import CommandConflict
 from events.db import make_engine
 from events.migrate import UnknownSchema, ensure_schema
+from events.store import SqlLog
 from llmgw.cli import times
 from llmgw.settings import Settings, SettingsError
 
@@ -43,8 +46,8 @@ class App:
         return engine
 
     @cached_property
-    def store(self) -> EventStore:
-        return EventStore(self.engine)
+    def store(self) -> SqlLog:
+        return open_log(self.engine)
 
     @cached_property
     def declared(self) -> Catalog:

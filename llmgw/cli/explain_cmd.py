@@ -6,7 +6,7 @@ import argparse
 from datetime import UTC, datetime
 
 from catalog.text import shown
-from events import replay
+from events.replay import replay
 from llmgw.cli.context import App, Refused, iso, parse_when, print_json
 from llmgw.cli.scheduler_cmds import staleness_flags
 from scheduler.replica_stories import explain

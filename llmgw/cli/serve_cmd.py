@@ -284,7 +284,7 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     except (SettingsError, ValueError) as exc:
         raise Refused(str(exc)) from None
 
-    from events import CatalogService
+    from events.catalog_service import CatalogService
     from llmgw.api import server
     from llmgw.api.app import create_app
     from llmgw.api.background import SchedulerThread

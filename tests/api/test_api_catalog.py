@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from catalog import load_declared
-from events import EventStore, replay
+from events.backends import open_log
 from events.db import make_engine
+from events.replay import replay
 from tests.api.server import LLMGW, ApiServer, Tokens, definition, running
 
 pytestmark = pytest.mark.slow
@@ -29,7 +30,7 @@ def api(module_db_url: str, module_dir: Path, tokens: Tokens) -> Iterator[ApiSer
     # Everything the tests wrote went through the API: replaying it skips nothing.
     engine = make_engine(module_db_url)
     try:
-        result = replay(load_declared(Path(server.env["LLMGW_CONFIG"])), EventStore(engine).read())
+        result = replay(load_declared(Path(server.env["LLMGW_CONFIG"])), open_log(engine).read())
     finally:
         engine.dispose()
     assert result.skipped == (), [s.to_json() for s in result.skipped]

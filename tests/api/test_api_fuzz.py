@@ -26,8 +26,9 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from catalog import load_declared
-from events import EventStore, replay
+from events.backends import open_log
 from events.db import make_engine
+from events.replay import replay
 from tests.api.server import ApiServer, Tokens, running
 
 pytestmark = pytest.mark.slow
@@ -139,7 +140,7 @@ def assert_log_replays_cleanly(server: ApiServer) -> None:
     engine = make_engine(server.db_url)
     try:
         declared = load_declared(Path(server.env["LLMGW_CONFIG"]))
-        result = replay(declared, EventStore(engine).read())
+        result = replay(declared, open_log(engine).read())
     finally:
         engine.dispose()
     assert result.skipped == (), [s.to_json() for s in result.skipped]

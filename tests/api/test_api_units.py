@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from catalog import Catalog
-from events import CommandConflict
+from events.commands import CommandConflict
 from events.db import make_engine
 from llmgw.api.app import create_app
 from llmgw.api.auth import Role, TokenBook, TokenConfigError, issue_token, parse_env_tokens

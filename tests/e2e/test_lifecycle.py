@@ -16,10 +16,9 @@ import httpx
 import pytest
 
 from catalog import parse_model
-from events import EventStore
-from events.commands import MODEL_ADDED, MODEL_REMOVED
+from events.backends import open_log
 from events.db import make_engine
-from events.types import NewEvent
+from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent
 from tests.api.server import LLMGW, ApiServer, Tokens, running
 from tests.lifecycle_agent import NEVER_READY, OLD_AGENT, AgentNode, ReportingAgent
 
@@ -106,7 +105,7 @@ def add(server: ApiServer, tokens: Tokens, data: dict[str, Any]) -> None:
 def replace_definition(server: ApiServer, data: dict[str, Any]) -> None:
     """One append of removal and addition: the catalog never lacks the model in between."""
     model = parse_model(data)
-    store = EventStore(make_engine(server.db_url))
+    store = open_log(make_engine(server.db_url))
     payload = json.dumps({"model": model.to_definition(), "declared_digest": None})
     store.append(
         [

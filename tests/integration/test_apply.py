@@ -15,12 +15,16 @@ from sqlalchemy import Engine
 
 from catalog import Catalog, CatalogError, load_declared
 from catalog.diff import diff_catalogs
-from events import CatalogService, EventStore, KeyReused, replay
+from events.backends import open_log
+from events.catalog_service import CatalogService
 from events.chain import verify_chain
+from events.chain_rows import read_chain, read_seal
+from events.commands import KeyReused
 from events.db import make_engine
+from events.history import HistoryQuery, history
 from events.migrate import upgrade
+from events.replay import replay
 from events.snapshots import SnapshotStore
-from events.store import HistoryQuery
 from events.timetravel import catalog_at, catalogs_at
 from tests.support import model
 
@@ -31,7 +35,7 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 
 @pytest.fixture
 def service(engine: Engine) -> CatalogService:
-    return CatalogService(EventStore(engine), DECLARED, CONFIG, snapshot_every=None)
+    return CatalogService(open_log(engine), DECLARED, CONFIG, snapshot_every=None)
 
 
 def test_apply_adds_then_replaces_in_one_event_then_writes_nothing_when_unchanged(
@@ -81,7 +85,7 @@ def test_a_key_repeats_the_first_outcome_and_refuses_a_different_change(
     service.apply(model("trial"))
     first = service.apply(model("trial", tp=2), key="k-1")
     # A retry, even from a process that never saw the first attempt, reports it.
-    other = CatalogService(EventStore(engine), DECLARED, CONFIG, snapshot_every=None)
+    other = CatalogService(open_log(engine), DECLARED, CONFIG, snapshot_every=None)
     again = other.apply(model("trial", tp=2), key="k-1")
     assert again.already_recorded and again.outcome == "replaced"
     assert again.events == first.events and again.changes == first.changes
@@ -101,7 +105,7 @@ def test_history_time_travel_diff_verify_and_snapshots_read_a_replacement(
     service.apply(model("trial", aliases=["t", "t2"], fallbacks=["other"]), actor="carol")
     store = service.store
 
-    replaced = list(store.history(HistoryQuery(model="trial", type="model.replaced")))
+    replaced = list(history(store.engine, HistoryQuery(model="trial", type="model.replaced")))
     assert [(e.position, e.actor) for e in replaced] == [(3, "carol")]
 
     before, after = catalogs_at(store, DECLARED, [2, 3], config_path=CONFIG)
@@ -110,13 +114,13 @@ def test_history_time_travel_diff_verify_and_snapshots_read_a_replacement(
     assert [c.path for c in diff.changed[0].changes] == ["aliases", "fallbacks"]
     assert catalog_at(store, DECLARED, 2, config_path=CONFIG)[1].resolve("t2") is None
 
-    report = verify_chain(store.read_chain(), store.seal())
+    report = verify_chain(read_chain(store.engine), read_seal(store.engine))
     assert report.ok and report.head_position == 3
 
     # A snapshot after the replacement restores (the forward fallback included) to
     # exactly the catalog of a full replay, and time travel starts from it.
     assert service.snapshot() is not None
-    restarted = CatalogService(EventStore(engine), DECLARED, CONFIG)
+    restarted = CatalogService(open_log(engine), DECLARED, CONFIG)
     assert restarted.catalog() == replay(DECLARED, store.read(), CONFIG).catalog
     assert restarted.catalog().fallbacks_of("trial") == ("other",)
     _, at = catalog_at(store, DECLARED, 3, config_path=CONFIG, snapshots=SnapshotStore(engine))
@@ -129,7 +133,7 @@ def test_a_replacement_appended_to_the_first_releases_log_replays(tmp_path: Path
     engine = make_engine(f"sqlite:///{copy}")
     upgrade(engine)
     declared = load_declared(DATA / "catalog_v1.yaml")
-    service = CatalogService(EventStore(engine), declared, str(DATA / "catalog_v1.yaml"))
+    service = CatalogService(open_log(engine), declared, str(DATA / "catalog_v1.yaml"))
     coder = service.catalog().resolve("coder")
     assert coder is not None
     new = coder.model_copy(update={"source": "Qwen/Qwen2.5-Coder-7B-Instruct-AWQ"})
@@ -138,5 +142,5 @@ def test_a_replacement_appended_to_the_first_releases_log_replays(tmp_path: Path
     full = replay(declared, service.store.read(), str(DATA / "catalog_v1.yaml"))
     assert full.skipped == () and full.applied == (1, 2, 3, 4, 5, 6, 7)
     assert full.catalog.resolve("coder").source.endswith("-AWQ")  # type: ignore[union-attr]
-    assert verify_chain(service.store.read_chain(), service.store.seal()).ok
+    assert verify_chain(read_chain(service.store.engine), read_seal(service.store.engine)).ok
     engine.dispose()

@@ -8,9 +8,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine
 
-from events import EventStore, NewEvent
 from events import store as store_module
-from events.store import HistoryQuery
+from events.backends import open_log
+from events.history import HistoryQuery, history
+from events.store import SqlLog
+from events.types import NewEvent
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
@@ -24,8 +26,8 @@ def _removed(name: str) -> NewEvent:
 
 
 @pytest.fixture
-def store(engine: Engine) -> EventStore:
-    store = EventStore(engine)
+def store(engine: Engine) -> SqlLog:
+    store = open_log(engine)
     store.append([_added("a")], expected_head=0, actor="alice", now=T0)
     store.append([_added("b"), _added("c")], expected_head=1, actor="bob", now=T0 + timedelta(1))
     store.append([_removed("a")], expected_head=3, actor="alice", now=T0 + timedelta(2))
@@ -33,11 +35,11 @@ def store(engine: Engine) -> EventStore:
     return store
 
 
-def _positions(store: EventStore, **filters: object) -> list[int]:
-    return [e.position for e in store.history(HistoryQuery(**filters))]  # type: ignore[arg-type]
+def _positions(store: SqlLog, **filters: object) -> list[int]:
+    return [e.position for e in history(store.engine, HistoryQuery(**filters))]  # type: ignore[arg-type]
 
 
-def test_each_filter_keeps_only_the_matching_events_in_log_order(store: EventStore) -> None:
+def test_each_filter_keeps_only_the_matching_events_in_log_order(store: SqlLog) -> None:
     assert _positions(store) == [1, 2, 3, 4, 5]
     assert _positions(store, model="a") == [1, 4]
     assert _positions(store, actor="alice") == [1, 4]
@@ -45,7 +47,7 @@ def test_each_filter_keeps_only_the_matching_events_in_log_order(store: EventSto
     assert _positions(store, model="nobody") == []
 
 
-def test_time_bounds_are_inclusive_and_combine_with_the_other_filters(store: EventStore) -> None:
+def test_time_bounds_are_inclusive_and_combine_with_the_other_filters(store: SqlLog) -> None:
     day1 = T0 + timedelta(1)
     assert _positions(store, since=day1) == [2, 3, 4, 5]
     assert _positions(store, until=day1) == [1, 2, 3]
@@ -55,9 +57,13 @@ def test_time_bounds_are_inclusive_and_combine_with_the_other_filters(store: Eve
 
 
 def test_history_streams_across_batches_with_filters(
-    store: EventStore, monkeypatch: pytest.MonkeyPatch
+    store: SqlLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(store_module, "READ_BATCH", 2)
     store.append([_added(f"x{i}") for i in range(7)], expected_head=5, actor="dave", now=T0)
     assert _positions(store, actor="dave") == list(range(6, 13))
-    assert [e.model for e in store.history(HistoryQuery(type="model.added"))][:3] == ["a", "b", "c"]
+    assert [e.model for e in history(store.engine, HistoryQuery(type="model.added"))][:3] == [
+        "a",
+        "b",
+        "c",
+    ]

@@ -6,7 +6,10 @@ import pytest
 from sqlalchemy import Engine
 
 from catalog import Catalog, CatalogError
-from events import CatalogService, EventStore, KeyReused, replay
+from events.backends import open_log
+from events.catalog_service import CatalogService
+from events.commands import KeyReused
+from events.replay import replay
 from tests.support import definition, insert_raw_event, model
 
 CONFIG = "deploy/catalog.yaml"
@@ -21,7 +24,7 @@ def declared() -> Catalog:
 
 @pytest.fixture
 def service(engine: Engine, declared: Catalog) -> CatalogService:
-    return CatalogService(EventStore(engine), declared, CONFIG)
+    return CatalogService(open_log(engine), declared, CONFIG)
 
 
 def test_an_added_model_is_in_the_catalog_and_outlives_a_restart(
@@ -29,7 +32,7 @@ def test_an_added_model_is_in_the_catalog_and_outlives_a_restart(
 ) -> None:
     service.add([model("trial", aliases=["t"])], actor="alice", reason="try it")
     assert service.catalog().resolve("t") is not None
-    restarted = CatalogService(EventStore(engine), declared, CONFIG)
+    restarted = CatalogService(open_log(engine), declared, CONFIG)
     catalog = restarted.catalog()
     assert catalog.names() == ["llama-70b", "qwen-7b", "trial"]
     assert not catalog.is_declared("trial")
@@ -107,8 +110,8 @@ def test_a_key_reused_for_a_different_change_is_refused(service: CatalogService)
 def test_a_stale_service_catches_up_and_revalidates_before_appending(
     engine: Engine, declared: Catalog
 ) -> None:
-    alice = CatalogService(EventStore(engine), declared, CONFIG)
-    bob = CatalogService(EventStore(engine), declared, CONFIG)
+    alice = CatalogService(open_log(engine), declared, CONFIG)
+    bob = CatalogService(open_log(engine), declared, CONFIG)
     alice.catalog()
     bob.catalog()
     alice.add([model("trial")])
@@ -121,7 +124,7 @@ def test_a_stale_service_catches_up_and_revalidates_before_appending(
 
 
 def test_replay_skips_and_names_every_kind_of_bad_event(engine: Engine, declared: Catalog) -> None:
-    store = EventStore(engine)
+    store = open_log(engine)
     good = definition("good")
     bad_rows = {
         1: ("model.added", "{not json", 1),
@@ -160,7 +163,7 @@ def test_replay_skips_and_names_every_kind_of_bad_event(engine: Engine, declared
 def test_a_model_declared_after_it_was_added_at_runtime_wins_on_replay(
     engine: Engine,
 ) -> None:
-    store = EventStore(engine)
+    store = open_log(engine)
     before = CatalogService(store, Catalog.build([model("base")]), CONFIG)
     before.add([model("trial", gpu_class="T4")])
     # The trial went well: it is now declared, reviewed, on A100s.

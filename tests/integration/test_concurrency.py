@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from sqlalchemy import Engine, func, select
 
 from catalog import Catalog
-from events import EventStore, replay
+from events.backends import open_log
 from events.chain import verify_chain
+from events.chain_rows import read_chain, read_seal
+from events.replay import replay
 from events.tables import EventRow
 from tests.conftest import REPO
 
@@ -49,11 +51,13 @@ def test_eight_concurrent_writers_all_succeed_and_lose_or_duplicate_nothing(
     procs = [_spawn("writer", db_url, f"w{i}", str(PER_WRITER)) for i in range(WRITERS)]
     tail = _spawn("tailer", db_url, "6")
     reports = _finish(procs)
-    store = EventStore(engine)
+    store = open_log(engine)
     events = list(store.read())
     positions = [e.position for e in events]
     assert positions == list(range(1, len(events) + 1)), "positions must be gapless"
-    assert verify_chain(store.read_chain(), store.seal()).ok, "racing appends kept the hash chain"
+    assert verify_chain(read_chain(store.engine), read_seal(store.engine)).ok, (
+        "racing appends kept the hash chain"
+    )
 
     recorded = Counter(e.model for e in events)
     added = Counter(name for r in reports for name in r["added"])
@@ -86,8 +90,8 @@ def test_a_writer_killed_mid_append_leaves_no_partial_event(db_url: str, engine:
         assert "ready" in (line.strip() for line in proc.stdout), proc.stderr
         # Kill it once it has committed at least one more batch (however loaded the
         # machine), at a different point in its next one each attempt.
-        before = EventStore(engine).head()
-        while EventStore(engine).head() == before and proc.poll() is None:
+        before = open_log(engine).head()
+        while open_log(engine).head() == before and proc.poll() is None:
             time.sleep(0.05)
         time.sleep(0.05 * attempt)
         proc.send_signal(signal.SIGKILL)
@@ -99,6 +103,6 @@ def test_a_writer_killed_mid_append_leaves_no_partial_event(db_url: str, engine:
         ).all()
     assert groups, "the writer appended something before it was killed"
     assert all(count == batch for _, count in groups), "every batch landed whole"
-    events = list(EventStore(engine).read())
+    events = list(open_log(engine).read())
     assert [e.position for e in events] == list(range(1, len(events) + 1))
     assert replay(Catalog.build([]), events).skipped == ()

@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine
 
 from catalog import Catalog
-from events import CatalogService, EventStore, replay
+from events.backends import open_log
+from events.catalog_service import CatalogService
+from events.replay import replay
 from scheduler import StalenessPolicy, parse_node_report
 from scheduler.replica_stories import explain
 from scheduler.rounds import Placer
@@ -35,7 +37,7 @@ def test_every_recorded_round_plans_again_to_exactly_what_it_wrote(engine: Engin
             ),
         ]
     )
-    events = EventStore(engine)
+    events = open_log(engine)
     service = CatalogService(events, declared)
     store = SchedulerStore(engine)
     placer = Placer(service, store)
@@ -100,7 +102,7 @@ def test_a_replica_on_a_fallback_profile_says_why_the_better_one_did_not_fit(
         ]
     )
     store = SchedulerStore(engine)
-    placer = Placer(CatalogService(EventStore(engine), declared), store)
+    placer = Placer(CatalogService(open_log(engine), declared), store)
     store.report([_node("t1", "T4", 2), _node("a1", "A100", 8)], T0)  # type: ignore[list-item]
     outcome = placer.run(now=T0)
     recorded = store.recorded_round(round_id=outcome.round_id)
@@ -123,7 +125,7 @@ def test_a_replica_on_a_fallback_profile_says_why_the_better_one_did_not_fit(
 def test_a_round_that_preempted_explains_itself_and_records_the_switch(engine: Engine) -> None:
     trial = model("trial", tp=8, scaling={"min": 1})
     prod = model("prod", tp=8, scaling={"min": 1}, placement={"priority": 10})
-    events = EventStore(engine)
+    events = open_log(engine)
     service = CatalogService(events, Catalog.build([trial]))
     store = SchedulerStore(engine)
     store.report([_node("a1", "A100", 8)], T0)  # type: ignore[list-item]
@@ -167,7 +169,7 @@ def test_with_preemption_switched_off_the_round_records_it_and_evicts_nothing(
 ) -> None:
     trial = model("trial", tp=8, scaling={"min": 1})
     prod = model("prod", tp=8, scaling={"min": 1}, placement={"priority": 10})
-    service = CatalogService(EventStore(engine), Catalog.build([trial]))
+    service = CatalogService(open_log(engine), Catalog.build([trial]))
     store = SchedulerStore(engine)
     off = StalenessPolicy(preemption=False)
     store.report([_node("a1", "A100", 8), _node("t1", "T4", 1)], T0)  # type: ignore[list-item]

@@ -10,22 +10,25 @@ import pytest
 from sqlalchemy import Engine, Table, delete, insert, select, update
 
 from catalog import Catalog
-from events import CatalogService, EventStore, NewEvent
+from events.backends import open_log
+from events.catalog_service import CatalogService
 from events.chain import GENESIS, VerifyReport, verify_chain
+from events.chain_rows import read_chain, read_seal
 from events.db import make_engine
 from events.tables import EventRow
+from events.types import NewEvent
 from tests.support import model
 
 events_table: Table = EventRow.__table__  # type: ignore[assignment]
 
 
 def _service(engine: Engine) -> CatalogService:
-    return CatalogService(EventStore(engine), Catalog.build([]), snapshot_every=None)
+    return CatalogService(open_log(engine), Catalog.build([]), snapshot_every=None)
 
 
 def _verify(engine: Engine, expect_head: str | None = None) -> VerifyReport:
-    store = EventStore(engine)
-    return verify_chain(store.read_chain(), store.seal(), expect_head)
+    store = open_log(engine)
+    return verify_chain(read_chain(store.engine), read_seal(store.engine), expect_head)
 
 
 @pytest.fixture
@@ -48,7 +51,7 @@ def _set(engine: Engine, position: int, **values: object) -> None:
 
 
 def test_each_append_chains_onto_the_previous_events_hash(logged: Engine) -> None:
-    rows = list(EventStore(logged).read_chain())
+    rows = list(read_chain(logged))
     assert [r.position for r in rows] == [1, 2, 3, 4, 5, 6]
     assert rows[0].prev_hash == GENESIS
     for before, row in itertools.pairwise(rows):
@@ -106,7 +109,7 @@ def test_reordered_rows_are_caught_at_the_first_moved_position(logged: Engine) -
 
 def test_an_edit_whose_hash_was_recomputed_breaks_the_next_link(logged: Engine) -> None:
     _set(logged, 3, reason="nothing to see")
-    (edited,) = [r for r in EventStore(logged).read_chain() if r.position == 3]
+    (edited,) = [r for r in read_chain(logged) if r.position == 3]
     forged = edited.computed_hash(edited.prev_hash or "")
     _set(logged, 3, hash=forged)
     report = _verify(logged)
@@ -134,7 +137,7 @@ def test_a_log_copied_between_back_ends_verifies_with_the_same_head(
     # recorded_at is stored differently (SQLite: text without a zone; PostgreSQL:
     # timestamptz) and must hash the same, including times with no microseconds.
     source, target = make_engine(sqlite_url), make_engine(pg_url)
-    EventStore(source).append(
+    open_log(source).append(
         [NewEvent(type="model.added", model="a", payload=json.dumps({"model": {"name": "a"}}))],
         expected_head=0,
         now=datetime(2026, 12, 1, 12, 0, tzinfo=UTC),

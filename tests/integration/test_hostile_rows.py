@@ -14,9 +14,9 @@ from sqlalchemy import Engine, Table, delete, insert
 from structlog.testing import capture_logs
 
 from catalog import Catalog
-from events import EventStore, replay
+from events.backends import open_log
 from events.db import make_engine
-from events.replay import Replayer
+from events.replay import Replayer, replay
 from events.snapshots import Restored, SnapshotStore
 from events.tables import EventRow
 from tests.api.server import ApiServer, running
@@ -33,7 +33,7 @@ def _deep_then_valid(engine: Engine) -> None:
 def test_a_2000_deep_payload_is_skipped_and_named_by_replay(engine: Engine) -> None:
     _deep_then_valid(engine)
 
-    result = replay(Catalog.build([]), EventStore(engine).read())
+    result = replay(Catalog.build([]), open_log(engine).read())
 
     assert result.catalog.names() == ["after"]
     (skipped,) = result.skipped
@@ -75,7 +75,7 @@ def test_a_sqlite_row_with_columns_of_the_wrong_type_is_skipped_and_named(
         )
     insert_raw_event(engine, 2, payload={"model": definition("after")}, model="after")
 
-    result = replay(Catalog.build([]), EventStore(engine).read())
+    result = replay(Catalog.build([]), open_log(engine).read())
     engine.dispose()
 
     assert result.catalog.names() == ["after"]
@@ -170,7 +170,7 @@ def test_no_value_in_any_column_of_a_stored_row_stops_replay(
                 conn.execute(insert(table), values)
         conn.execute(insert(table), {**_valid(len(rows) + 1)})
 
-    result = replay(Catalog.build([]), EventStore(engine).read())
+    result = replay(Catalog.build([]), open_log(engine).read())
 
     assert result.position == len(rows) + 1
     assert "survivor" in result.catalog.names()
@@ -202,7 +202,7 @@ def test_a_snapshot_that_cannot_be_read_is_ignored_named_and_replay_takes_over(
     engine = make_engine(sqlite_url)
     insert_raw_event(engine, 1, payload={"model": definition("kept")}, model="kept")
     replayer = Replayer.start(Catalog.build([]))
-    replayer.apply_all(EventStore(engine).read())
+    replayer.apply_all(open_log(engine).read())
     snapshots = SnapshotStore(engine)
     snapshots.save(replayer, Catalog.build([]))
     with engine.begin() as conn:  # a BLOB where the models' JSON text belongs

@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import Engine
 
 from catalog import Catalog
-from events import CatalogService, EventStore
+from events.backends import open_log
+from events.catalog_service import CatalogService
 from scheduler import parse_node_report, plan
 from scheduler.rounds import Placer, demands
 from scheduler.store import SchedulerStore
@@ -34,7 +35,7 @@ def placed(engine: Engine) -> SchedulerStore:
     store = SchedulerStore(engine)
     store.report([report("n1"), report("n2", gpus=2)], T0)
     declared = Catalog.build([model("llama", tp=4, scaling={"min": 2})])
-    Placer(CatalogService(EventStore(engine), declared), store).run(now=T0)
+    Placer(CatalogService(open_log(engine), declared), store).run(now=T0)
     return store
 
 
@@ -103,7 +104,7 @@ def test_a_timed_out_replica_is_failed_recorded_and_its_round_plans_again_the_sa
     store = SchedulerStore(engine)
     store.report([report("n1", []), report("n2", [])], T0)
     definition = model("llama", tp=4, scaling={"min": 1})
-    service = CatalogService(EventStore(engine), Catalog.build([definition]))
+    service = CatalogService(open_log(engine), Catalog.build([definition]))
     placer = Placer(service, store)
     placer.run(now=T0)
     ((first, _),) = store.replicas()

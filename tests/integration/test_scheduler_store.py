@@ -8,7 +8,8 @@ import pytest
 from sqlalchemy import Engine
 
 from catalog import Catalog
-from events import CatalogService, EventStore
+from events.backends import open_log
+from events.catalog_service import CatalogService
 from scheduler import parse_node_report, plan
 from scheduler.rounds import Placer, demands
 from scheduler.store import PLACED, REMOVED, RoundConflict, SchedulerStore
@@ -36,7 +37,7 @@ def _reports(*specs: tuple[str, int]) -> list:  # type: ignore[type-arg]
 @pytest.fixture
 def placer(engine: Engine) -> Placer:
     declared = Catalog.build([model("llama", tp=4, scaling={"min": 2})])
-    return Placer(CatalogService(EventStore(engine), declared), SchedulerStore(engine))
+    return Placer(CatalogService(open_log(engine), declared), SchedulerStore(engine))
 
 
 def test_a_report_is_stored_with_its_arrival_time_and_a_later_report_replaces_it(

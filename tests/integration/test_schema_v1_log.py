@@ -21,11 +21,14 @@ import pytest
 from sqlalchemy import Engine, Table, insert, select, update
 
 from catalog import load_declared
-from events import CatalogService, EventStore, replay
+from events.backends import open_log
+from events.catalog_service import CatalogService
 from events.chain import verify_chain
+from events.chain_rows import read_chain, read_seal
 from events.db import make_engine
+from events.history import HistoryQuery, history
 from events.migrate import current_revision, head_revision, upgrade
-from events.store import HistoryQuery
+from events.replay import replay
 from events.tables import EventRow
 from events.upcast import upcast
 from llmgw.cli.catalog_cmds import model_json
@@ -90,7 +93,7 @@ def test_the_first_releases_log_migrates_replays_and_verifies(v1_engine: Engine)
     assert _v1_rows(v1_engine) == stored
 
     declared = load_declared(DECLARED_FILE)
-    store = EventStore(v1_engine)
+    store = open_log(v1_engine)
     result = replay(declared, store.read(), str(DECLARED_FILE))
     assert result.skipped == ()
     assert result.applied == (1, 2, 3, 4, 5, 6)
@@ -100,9 +103,9 @@ def test_the_first_releases_log_migrates_replays_and_verifies(v1_engine: Engine)
     assert _subset(expected, actual)
 
     # The six rows predate the chain: the migration sealed them, and they verify.
-    report = verify_chain(store.read_chain(), store.seal())
+    report = verify_chain(read_chain(store.engine), read_seal(store.engine))
     assert report.ok and report.head_position == 6
-    seal = store.seal()
+    seal = read_seal(store.engine)
     assert seal is not None and seal.position == 6 and seal.hash == report.head_hash
 
     # An old add reads as the current version, the declared catalog it was checked against unknown.
@@ -111,21 +114,21 @@ def test_the_first_releases_log_migrates_replays_and_verifies(v1_engine: Engine)
     assert upcast(first.type, 1, json.loads(first.payload))["declared_digest"] is None
 
     # History works on the old rows as on new ones.
-    dave = [e.position for e in store.history(HistoryQuery(actor="dave"))]
+    dave = [e.position for e in history(store.engine, HistoryQuery(actor="dave"))]
     assert dave == [3, 4, 6]
 
 
 def test_appends_after_the_migration_chain_onto_the_seal(v1_engine: Engine) -> None:
     upgrade(v1_engine)
     declared = load_declared(DECLARED_FILE)
-    store = EventStore(v1_engine)
+    store = open_log(v1_engine)
     service = CatalogService(store, declared, str(DECLARED_FILE))
     service.add([model("after-upgrade", fallbacks=["coder"])], actor="erin")
-    seal = store.seal()
+    seal = read_seal(store.engine)
     assert seal is not None
-    rows = list(store.read_chain())
+    rows = list(read_chain(store.engine))
     assert rows[6].prev_hash == seal.hash
-    report = verify_chain(store.read_chain(), seal)
+    report = verify_chain(read_chain(store.engine), seal)
     assert report.ok and report.head_position == 7 and report.adopted == 0
     assert service.catalog().names() == sorted(
         [*(m["name"] for m in json.loads((DATA / "catalog_v1_models.json").read_text())),
@@ -137,6 +140,6 @@ def test_appends_after_the_migration_chain_onto_the_seal(v1_engine: Engine) -> N
         conn.execute(
             update(events_table).where(events_table.c.position == 2).values(actor="mallory")
         )
-    report = verify_chain(store.read_chain(), store.seal())
+    report = verify_chain(read_chain(store.engine), read_seal(store.engine))
     assert not report.ok and report.failed_at == 6
     assert "before the hash chain" in (report.reason or "")

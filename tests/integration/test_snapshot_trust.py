@@ -10,7 +10,9 @@ from sqlalchemy import Engine, Table, select, update
 from structlog.testing import capture_logs
 
 from catalog import Catalog
-from events import CatalogService, EventStore, replay
+from events.backends import open_log
+from events.catalog_service import CatalogService
+from events.replay import replay
 from events.snapshot_audit import audit_snapshots
 from events.snapshots import _checksum
 from events.tables import SnapshotRow
@@ -23,7 +25,7 @@ KEY = b"k" * 32
 
 
 def _service(engine: Engine, key: bytes | None = None) -> CatalogService:
-    return CatalogService(EventStore(engine), DECLARED, CONFIG, snapshot_key=key)
+    return CatalogService(open_log(engine), DECLARED, CONFIG, snapshot_key=key)
 
 
 def _logged(engine: Engine, key: bytes | None = None) -> int:
@@ -59,7 +61,7 @@ def _events(logs: list[MutableMapping[str, Any]], name: str) -> list[MutableMapp
 
 def test_verify_names_a_snapshot_holding_a_model_no_event_added(engine: Engine) -> None:
     snapshot = _logged(engine)
-    store = EventStore(engine)
+    store = open_log(engine)
     assert [c.ok for c in audit_snapshots(store, DECLARED, CONFIG)] == [True]
     _forge(engine, snapshot)
     # Without a key, start-up cannot tell: the forged model is served (README: Hostile input).
@@ -77,7 +79,7 @@ def test_verify_checks_every_snapshot_at_its_own_position(engine: Engine) -> Non
     second = writer.snapshot()
     assert second is not None
     _forge(engine, first)
-    checks = audit_snapshots(EventStore(engine), DECLARED, CONFIG)
+    checks = audit_snapshots(open_log(engine), DECLARED, CONFIG)
     assert [(c.snapshot, c.position, c.ok) for c in checks] == [
         (first, 3, False),
         (second, 5, True),
@@ -97,11 +99,11 @@ def test_a_keyed_start_up_refuses_a_forged_snapshot_and_rebuilds_by_replay(
     assert "MAC does not match" in refused["reason"]
     assert not _events(logs, "catalog.snapshot_restored")
     assert "forged" not in catalog
-    assert catalog == replay(DECLARED, EventStore(engine).read(), CONFIG).catalog
+    assert catalog == replay(DECLARED, open_log(engine).read(), CONFIG).catalog
     replacement = restarted.snapshot()
     assert replacement is not None
     assert "forged" not in _service(engine, KEY).catalog(), "the next snapshot is clean"
-    checks = audit_snapshots(EventStore(engine), DECLARED, CONFIG, KEY)
+    checks = audit_snapshots(open_log(engine), DECLARED, CONFIG, KEY)
     assert [c.ok for c in checks if c.snapshot == replacement] == [True]
 
 

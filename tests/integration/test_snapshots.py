@@ -11,7 +11,9 @@ from sqlalchemy import Engine, Table, func, select, update
 from structlog.testing import capture_logs
 
 from catalog import Catalog
-from events import CatalogService, EventStore, replay
+from events.backends import open_log
+from events.catalog_service import CatalogService
+from events.replay import replay
 from events.snapshots import KEEP, SnapshotStore
 from events.tables import EventRow, SnapshotRow
 from tests.support import insert_raw_event, model
@@ -23,7 +25,7 @@ DECLARED = Catalog.build([model("llama-70b", aliases=["llama"]), model("qwen-7b"
 
 
 def _service(engine: Engine, declared: Catalog = DECLARED, every: int | None = 5) -> CatalogService:
-    return CatalogService(EventStore(engine), declared, CONFIG, snapshot_every=every)
+    return CatalogService(open_log(engine), declared, CONFIG, snapshot_every=every)
 
 
 def _history(engine: Engine) -> None:
@@ -39,7 +41,7 @@ def _history(engine: Engine) -> None:
 
 
 def _full(engine: Engine, declared: Catalog = DECLARED) -> Catalog:
-    return replay(declared, EventStore(engine).read(), CONFIG).catalog
+    return replay(declared, open_log(engine).read(), CONFIG).catalog
 
 
 def _events(logs: list[MutableMapping[str, Any]], name: str) -> list[MutableMapping[str, Any]]:
@@ -85,8 +87,8 @@ def test_skipped_counts_survive_a_snapshot(engine: Engine) -> None:
     _service(engine).snapshot()
     restarted = _service(engine)
     restarted.refresh()
-    assert restarted._replayer.skipped_count == 1
-    assert restarted._replayer.applied_count == 1
+    assert restarted.replayer.skipped_count == 1
+    assert restarted.replayer.applied_count == 1
 
 
 def test_a_snapshot_built_under_one_catalog_yaml_is_not_used_under_another(

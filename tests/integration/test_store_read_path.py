@@ -1,4 +1,4 @@
-"""``EventStore.read`` fetches with the driver's cursor: the events must be exactly SQLAlchemy's.
+"""``SqlLog.read`` fetches with the driver's cursor: the events must be exactly SQLAlchemy's.
 
 The read path compiles its SQL once per shape of query and converts
 ``recorded_at`` itself; these check it against a plain SQLAlchemy select of the
@@ -15,11 +15,13 @@ import pytest
 from sqlalchemy import Engine, select
 
 import events.store as store_module
-from events import EventStore, NewEvent, StoredEvent
-from events.store import _COLUMNS, _to_event, t
+from events.backends import open_log
+from events.rows import to_event as _to_event
+from events.store import _COLUMNS, SqlLog, t
+from events.types import NewEvent, StoredEvent
 
 
-def _fill(store: EventStore, count: int) -> None:
+def _fill(store: SqlLog, count: int) -> None:
     start = datetime(2026, 11, 30, 23, 59, 59, 999_999, tzinfo=UTC)
     for i in range(count):
         name = f"m{i % 3}"
@@ -37,7 +39,7 @@ def _plain(engine: Engine) -> list[StoredEvent]:
 
 
 def test_read_gives_exactly_the_rows_sqlalchemy_gives(engine: Engine) -> None:
-    store = EventStore(engine)
+    store = open_log(engine)
     _fill(store, 7)
     plain = _plain(engine)
     assert list(store.read()) == plain
@@ -53,7 +55,7 @@ def test_read_gives_exactly_the_rows_sqlalchemy_gives(engine: Engine) -> None:
 def test_read_follows_the_batch_size_even_after_compiling(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = EventStore(engine)
+    store = open_log(engine)
     _fill(store, 7)
     assert len(list(store.read())) == 7  # compiled with the default batch size
     monkeypatch.setattr(store_module, "READ_BATCH", 2)

@@ -16,10 +16,13 @@ from sqlalchemy import Engine, delete
 
 from catalog import Catalog
 from catalog.diff import diff_catalogs
-from events import CatalogService, EventStore, NewEvent, replay
+from events.backends import open_log
+from events.catalog_service import CatalogService
+from events.replay import replay
 from events.snapshots import SnapshotStore
 from events.tables import EventRow, SnapshotRow
 from events.timetravel import catalog_at, catalogs_at
+from events.types import NewEvent
 from tests.support import definition, model
 
 CONFIG = "deploy/catalog.yaml"
@@ -60,7 +63,7 @@ def test_show_at_equals_the_replay_up_to_that_point_for_every_position(
     with engine.begin() as conn:  # each example starts from an empty log
         conn.execute(delete(SnapshotRow))
         conn.execute(delete(EventRow))
-    store = EventStore(engine)
+    store = open_log(engine)
     snapshots = SnapshotStore(engine)
     when = T0
     for new, step, snapshot in ops:

@@ -6,9 +6,11 @@ import pytest
 from sqlalchemy import Engine, Table, select, update
 
 from catalog import Catalog
-from events import CatalogService, CommandConflict, EventStore
 from events.adoption import AdoptionRefused, adopt_unhashed, adoptions_table, verify_log
+from events.backends import open_log
+from events.catalog_service import CatalogService
 from events.chain import VerifyReport
+from events.commands import CommandConflict
 from events.tables import EventRow
 from tests.support import insert_raw_event, model
 
@@ -16,11 +18,11 @@ events_table: Table = EventRow.__table__  # type: ignore[assignment]
 
 
 def _service(engine: Engine) -> CatalogService:
-    return CatalogService(EventStore(engine), Catalog.build([]), snapshot_every=None)
+    return CatalogService(open_log(engine), Catalog.build([]), snapshot_every=None)
 
 
 def _verify(engine: Engine) -> VerifyReport:
-    return verify_log(EventStore(engine))
+    return verify_log(open_log(engine))
 
 
 @pytest.fixture
@@ -59,7 +61,7 @@ def test_an_append_does_not_chain_over_a_row_nobody_vouches_for(logged: Engine) 
     insert_raw_event(logged, 6, payload={"model": {"name": "forged"}}, model="forged", hashed=False)
     with pytest.raises(CommandConflict, match="position 6, carries no hash"):
         _service(logged).add([model("g")])
-    assert EventStore(logged).head() == 6, "nothing was written"
+    assert open_log(logged).head() == 6, "nothing was written"
     assert _verify(logged).failed_at == 6
 
 
@@ -70,7 +72,7 @@ def test_adopting_an_unhashed_row_is_recorded_and_later_edits_are_still_caught(
     insert_raw_event(
         logged, 6, type="model.removed", payload={"name": "d"}, model="d", hashed=False
     )
-    store = EventStore(logged)
+    store = open_log(logged)
     report, adopted = adopt_unhashed(store, actor="ops", reason="replica v1 ran during upgrade")
     assert adopted == (6,)
     assert report.ok and report.adopted == 1
@@ -88,14 +90,14 @@ def test_adopting_an_unhashed_row_is_recorded_and_later_edits_are_still_caught(
 def test_adopting_needs_an_actor_and_a_reason(logged: Engine) -> None:
     insert_raw_event(logged, 6, payload={"model": {"name": "x"}}, model="x", hashed=False)
     with pytest.raises(AdoptionRefused, match="--actor NAME and --reason WHY"):
-        adopt_unhashed(EventStore(logged), actor="ops", reason=" ")
+        adopt_unhashed(open_log(logged), actor="ops", reason=" ")
     assert _verify(logged).failed_at == 6
 
 
 def test_adopting_over_a_chain_broken_elsewhere_adopts_nothing(logged: Engine) -> None:
     _set(logged, 2, actor="mallory")
     insert_raw_event(logged, 6, payload={"model": {"name": "x"}}, model="x", hashed=False)
-    report, adopted = adopt_unhashed(EventStore(logged), actor="ops", reason="upgrade")
+    report, adopted = adopt_unhashed(open_log(logged), actor="ops", reason="upgrade")
     assert adopted == ()
     assert report.failed_at == 2
     with logged.connect() as conn:

@@ -1,10 +1,11 @@
 """The catalog: the OpenAI-compatible model list, full definitions, and add/apply/remove.
 
 Where a refusal is raised says what it is: ``parse_definitions`` refusing a
-body is an invalid definition (422); ``CatalogService`` refusing a valid
-definition because of what is already in the catalog (a collision, a declared
-model, a dependent fallback) is a refusal by a rule (409), as are a conflict
-with concurrent writers and a reused idempotency key.
+body is an invalid definition (422). A command's refusal carries its kind
+(``CatalogError.kind``, catalog.errors) and the status follows from it alone:
+a model that is not in the catalog (404); a valid definition refused because
+of what is already in the catalog (a collision, a declared model, a dependent
+fallback), a conflict with concurrent writers or a reused idempotency key (409).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from anyio import to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
 from starlette.convertors import Convertor, register_url_convertor
 
-from catalog import CatalogError, Model, parse_definitions
+from catalog import CatalogError, Model, RefusalKind, parse_definitions
+from catalog.declared import require_models
 from catalog.identifiers import KEY_PATTERN, IdentifierError
-from events import CommandConflict, CommandResult, KeyReused
 from events.apply import ApplyResult
+from events.commands import CommandConflict, CommandResult, KeyReused
 from llmgw.api import schemas
 from llmgw.api.access import SECURED, Operator, Reader
 from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
@@ -200,12 +202,9 @@ async def add_models(
 def _definitions(svc: Services, body: bytes) -> list[Model]:
     data = parse(body, svc.settings.max_body_bytes, "invalid-definition")
     try:
-        models = parse_definitions(data, ORIGIN)
+        return require_models(parse_definitions(data, ORIGIN), ORIGIN)
     except CatalogError as exc:
         raise refused(exc, "invalid-definition", 422) from None
-    if not models:
-        raise Problem(422, "invalid-definition", f"{ORIGIN}: holds no model definitions")
-    return models
 
 
 def _add(svc: Services, body: bytes, actor: str, reason: str, key: str | None) -> CommandResult:
@@ -215,9 +214,18 @@ def _add(svc: Services, body: bytes, actor: str, reason: str, key: str | None) -
         return svc.gate.add(models, actor=actor, reason=reason, key=key)
 
 
+# A refusal's kind -> its status and problem type, when the exception names no better type.
+_BY_KIND: dict[RefusalKind, tuple[int, str]] = {
+    "not_found": (404, "not-found"),
+    "conflict": (409, "refused"),
+    "invalid": (422, "invalid-definition"),
+}
+
+
 @contextmanager
 def _refusals() -> Iterator[None]:
-    """A command's refusals as the API answers them (the same words the CLI prints)."""
+    """A command's refusals as the API answers them (the same words the CLI prints),
+    by the kind each carries: nothing is read again to classify one."""
     try:
         yield
     except KeyReused as exc:
@@ -225,7 +233,8 @@ def _refusals() -> Iterator[None]:
     except IdentifierError as exc:  # an actor, reason or key outside the grammar
         raise refused(exc, "invalid-request", 422) from None
     except CatalogError as exc:
-        raise refused(exc) from None
+        status, kind = _BY_KIND[exc.kind]
+        raise refused(exc, kind, status) from None
     except CommandConflict as exc:
         raise Problem(409, "conflict", str(exc)) from None
 
@@ -302,18 +311,8 @@ async def remove_model(
 
 
 def _remove(svc: Services, name: str, actor: str, reason: str, key: str | None) -> CommandResult:
-    try:
+    with _refusals():
         return svc.gate.remove(name, actor=actor, reason=reason, key=key)
-    except KeyReused as exc:
-        raise refused(exc, "key-reused") from None
-    except IdentifierError as exc:  # an actor, reason or key outside the grammar
-        raise refused(exc, "invalid-request", 422) from None
-    except CatalogError as exc:
-        if name not in svc.gate.view().catalog:
-            raise Problem(404, "not-found", str(exc), model=name) from None
-        raise refused(exc) from None
-    except CommandConflict as exc:
-        raise Problem(409, "conflict", str(exc)) from None
 
 
 def _check_reason(reason: str) -> None:

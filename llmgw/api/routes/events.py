@@ -20,7 +20,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import OperationalError
 from starlette.responses import Response
 
-from events import StoredEvent
+from events.types import StoredEvent
 from llmgw.api import schemas
 from llmgw.api.access import SECURED, Reader
 from llmgw.api.problems import ApiJSON, Problem, errors, json_text

@@ -279,6 +279,11 @@ def test_any_definition_is_accepted_whole_or_refused_with_a_catalog_error(raw: o
 
 
 # -- (c) any sequence of changes keeps the catalog consistent ----------------------------
+#
+# The rules between models are one implementation (catalog.rules), used by Catalog.build
+# from nothing and by CatalogState against its indexes. What this still checks is the
+# state's own bookkeeping: after any sequence of additions (in dependency order) and
+# removals, its incremental indexes judge exactly as a rebuild of the whole catalog does.
 
 # Declared models take their names from the first few, so that runtime changes collide
 # with configuration often, but not always.

@@ -7,8 +7,8 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 
 from catalog import Catalog
-from events import replay
 from events.chain import GENESIS, ChainRow, Seal, canonical_time, event_hash, verify_chain
+from events.replay import replay
 from events.types import CURRENT_SCHEMA, MODEL_ADDED, StoredEvent
 from events.upcast import upcast
 from tests.support import definition

@@ -8,8 +8,9 @@ from typing import Any
 
 from catalog import Catalog
 from catalog.digest import catalog_digest
-from events import StoredEvent, replay
-from events.explain import Step, explain, render_context
+from events.replay import replay
+from events.replay_reasons import Step, explain, render_context
+from events.types import StoredEvent
 from tests.support import definition, model
 
 NOON = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

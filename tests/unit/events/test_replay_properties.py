@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog import Catalog
-from events import Replayer, StoredEvent, replay
+from events.replay import Replayer, replay
+from events.types import StoredEvent
 from tests.support import definition, model
 
 NAMES = ["a", "b", "c", "d", "e", "decl-1", "decl-2", "alias-x"]

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from catalog import Catalog, CatalogError, Model
 from catalog.digest import catalog_digest
-from events import Replayer, StoredEvent, replay
 from events.apply import plan_apply
-from events.explain import explain, render_context
-from events.types import NewEvent
+from events.replay import Replayer, replay
+from events.replay_reasons import explain, render_context
+from events.types import NewEvent, StoredEvent
 from tests.support import definition, model
 from tests.unit.events.test_replay_fast_path import payload_texts
 

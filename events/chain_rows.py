@@ -1,0 +1,90 @@
+"""The hash chain's columns in SQL: what ``verify``, the snapshot checks and an append read.
+
+The chain itself (the hash, the verifier) is events.chain, pure; this reads
+its rows, its seal and its adoptions from the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Table, select
+
+from events.chain import GENESIS, ChainRow, Seal
+from events.log import UnvouchedRow
+from events.tables import ChainAdoptionRow, ChainSealRow, EventRow
+
+READ_BATCH = 5_000
+t: Table = EventRow.__table__  # type: ignore[assignment]  # declarative tables are Tables
+seal_table: Table = ChainSealRow.__table__  # type: ignore[assignment]
+adoption_table: Table = ChainAdoptionRow.__table__  # type: ignore[assignment]
+
+_CHAIN_COLUMNS = (
+    t.c.position,
+    t.c.event_id,
+    t.c.command_id,
+    t.c.type,
+    t.c.schema_version,
+    t.c.model,
+    t.c.payload,
+    t.c.actor,
+    t.c.reason,
+    t.c.recorded_at,
+    t.c.prev_hash,
+    t.c.hash,
+)
+
+
+def read_chain(engine: Engine, after: int = 0) -> Iterator[ChainRow]:
+    """Every event with its chain columns, in order, for ``llmgw verify``."""
+    last = after
+    while True:
+        query = (
+            select(*_CHAIN_COLUMNS)
+            .where(t.c.position > last)
+            .order_by(t.c.position)
+            .limit(READ_BATCH)
+        )
+        with engine.connect() as conn:
+            rows: list[Any] = list(conn.execute(query).all())
+        for row in rows:
+            yield ChainRow(*row)
+        if len(rows) < READ_BATCH:
+            return
+        last = rows[-1][0]
+
+
+def read_seal(engine: Engine) -> Seal | None:
+    """Where the hash chain starts (see events.chain); None if the row is missing."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(seal_table.c.position, seal_table.c.hash, seal_table.c.sealed_at)
+        ).first()
+    return None if row is None else Seal(int(row[0]), row[1], row[2])
+
+
+def hash_at(engine: Engine, position: int) -> str | None:
+    """The stored chain hash of one event (None: no such event, or written before the chain)."""
+    with engine.connect() as conn:
+        return conn.execute(select(t.c.hash).where(t.c.position == position)).scalar()
+
+
+def chain_hash_at(conn: Connection, head: int) -> str:
+    """The chain's value at ``head`` when that row carries no stored hash.
+
+    The last row written before the chain existed has the seal's value. After
+    the seal, only a row an operator adopted has one (events.chain): appending
+    after any other unhashed row would chain over a row nothing vouches for,
+    perhaps a forgery, and make it look covered.
+    """
+    found = conn.execute(select(seal_table.c.position, seal_table.c.hash)).first()
+    anchor, value = (int(found[0]), str(found[1])) if found is not None else (0, GENESIS)
+    if anchor >= head:
+        return value
+    adopted = conn.execute(
+        select(adoption_table.c.hash).where(adoption_table.c.position == head)
+    ).scalar()
+    if adopted is not None:
+        return str(adopted)
+    raise UnvouchedRow(head, anchor)

@@ -1,0 +1,205 @@
+"""The event log as the rest of the code sees it: a small protocol, and what every back end shares.
+
+The log's guarantees, which every implementation keeps (the contract suite,
+tests/integration/test_store_contract.py, runs the same tests against each):
+
+- Positions are gapless, start at 1 and follow commit order. A writer assigns
+  ``head + 1`` while holding the log's write lock, so position N+1 never
+  becomes visible before N and a reader tailing with ``position > last`` never
+  skips an event that committed late. (A sequence would hand out numbers in
+  start order, not commit order.)
+- A command validates and appends under that same lock (``Log.writing``), so
+  writers queue rather than race. A bare ``append`` is still checked: the
+  caller says which head it validated against, and the append is refused with
+  ``ConcurrencyConflict`` if the log has moved.
+- A command key makes an append idempotent: the same key again returns the
+  events first written under it, and appends nothing.
+- Each appended row carries its hash in the log's hash chain (events.chain),
+  computed under the same lock from the previous row's hash.
+- Recorded times never go backwards along the log (``position_at`` relies on it).
+
+Implementations, one module each: events.sqlite_log, events.postgres_log (both
+over the shared SQL in events.store) and events.memory_log (for unit tests of
+the commands). Pure: nothing here touches a database.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from events.chain import event_hash
+from events.types import NewEvent, StoredEvent
+
+# Appended rows as (event, prev_hash, hash): what a back end writes.
+ChainedRow = tuple[StoredEvent, str, str]
+
+
+class ConcurrencyConflict(Exception):
+    """The log moved past the head a command validated against."""
+
+    def __init__(self, expected: int, actual: int) -> None:
+        super().__init__(f"the log is at position {actual}, not {expected}")
+        self.expected = expected
+        self.actual = actual
+
+
+class UnvouchedRow(Exception):
+    """The last row of the log has no hash after the chain's seal and nobody adopted it."""
+
+    def __init__(self, position: int, seal: int) -> None:
+        super().__init__(
+            f"the log's last event, position {position}, carries no hash after the chain's "
+            f"seal (position {seal}): it was written outside llmgw, and appending would "
+            "chain over it as if it were genuine. Nothing was written. Run `llmgw verify`; "
+            "if you know the row is genuine (an older release wrote it during an upgrade), "
+            "adopt it: llmgw verify --adopt-unhashed --actor NAME --reason WHY"
+        )
+        self.position = position
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    events: tuple[StoredEvent, ...]
+    # True when the command key had been used before: nothing was appended now,
+    # and ``events`` are the ones the first attempt wrote.
+    already_recorded: bool
+
+
+class LockedLog(Protocol):
+    """The log inside a write transaction that holds its lock (``Log.writing``)."""
+
+    def read(self, after: int) -> Iterator[StoredEvent]:
+        """Every event after ``after``, as committed before the lock was taken."""
+        ...
+
+    def by_command(self, key: str) -> tuple[StoredEvent, ...]: ...
+
+    def append(
+        self,
+        events: Sequence[NewEvent],
+        *,
+        expected_head: int | None,
+        actor: str = "",
+        reason: str = "",
+        key: str | None = None,
+        now: datetime | None = None,
+    ) -> AppendOutcome:
+        """As ``Log.append``, inside this transaction."""
+        ...
+
+
+class Log(Protocol):
+    """An append-only event log (see the guarantees above)."""
+
+    def head(self) -> int:
+        """The last position written, 0 for an empty log."""
+        ...
+
+    def read(
+        self, after: int = 0, until: int | None = None, *, model: str | None = None
+    ) -> Iterator[StoredEvent]:
+        """Events with ``after < position <= until``, in order; ``model`` keeps only the
+        events about that model (as recorded, by name)."""
+        ...
+
+    def position_at(self, when: datetime) -> int:
+        """The last position recorded at or before ``when`` (0 if none): a prefix of the
+        log, since recorded times never go backwards."""
+        ...
+
+    def by_command(self, key: str) -> tuple[StoredEvent, ...]:
+        """The events appended under command key ``key``, in order (none: never used)."""
+        ...
+
+    def append(
+        self,
+        events: Sequence[NewEvent],
+        *,
+        expected_head: int | None,
+        actor: str = "",
+        reason: str = "",
+        key: str | None = None,
+        now: datetime | None = None,
+    ) -> AppendOutcome:
+        """Append ``events`` atomically, all or none.
+
+        ``expected_head`` is the position the caller validated against; ``None``
+        appends unconditionally (for events that need no validation). ``key``
+        is the command's idempotency key.
+        """
+        ...
+
+    def writing(self) -> AbstractContextManager[LockedLog]:
+        """The log with its write lock held, for one transaction: commits on exit.
+
+        A command takes the lock *before* it validates against the head, reads
+        what others appended since, validates and appends: a writer waits its
+        turn instead of validating against a head that moves under it.
+        """
+        ...
+
+
+def chained_rows(
+    events: Sequence[NewEvent],
+    *,
+    head: int,
+    prev_hash: str,
+    last_time: datetime | None,
+    actor: str,
+    reason: str,
+    key: str | None,
+    now: datetime | None,
+) -> list[ChainedRow]:
+    """The rows an append writes after ``head``: positions, ids, one time, and hashes.
+
+    The same for every back end, so that a log copied from one to another
+    verifies unchanged.
+    """
+    if not events:
+        raise ValueError("nothing to append")
+    command_id = key or uuid.uuid4().hex
+    recorded_at = now or datetime.now(UTC)
+    # Clocks of different replicas disagree a little; clamping keeps time order
+    # equal to log order, so "the catalog at 12:00" is a prefix of the log.
+    if last_time is not None and recorded_at < last_time:
+        recorded_at = last_time
+    rows: list[ChainedRow] = []
+    for i, e in enumerate(events, start=1):
+        event = StoredEvent(
+            head + i,
+            _event_id(key, i) if key else uuid.uuid4().hex,
+            command_id,
+            e.type,
+            e.schema_version,
+            e.model,
+            e.payload,
+            actor,
+            reason,
+            recorded_at,
+        )
+        value = event_hash(
+            prev_hash,
+            event.position,
+            event.event_id,
+            event.command_id,
+            event.type,
+            event.schema_version,
+            event.model,
+            event.payload,
+            event.actor,
+            event.reason,
+            event.recorded_at,
+        )
+        rows.append((event, prev_hash, value))
+        prev_hash = value
+    return rows
+
+
+def _event_id(key: str, index: int) -> str:
+    """The first event of a keyed command carries the key itself as its id."""
+    return key if index == 1 else f"{key}#{index}"

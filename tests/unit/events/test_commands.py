@@ -1,0 +1,136 @@
+"""The command handlers against the in-memory log: the write side's rules without a database.
+
+What the handlers own is checked here: validation against the catalog as of
+the head (catching up on other writers inside the write section), idempotency
+by key (once, and refused for another change), the kind of each refusal, and
+nothing written when a command is refused. The log's own behaviour is its
+contract suite's (tests/integration/test_store_contract.py), which runs the
+in-memory log beside SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from catalog import Catalog, CatalogError
+from events.commands import CatalogCommands, KeyReused
+from events.memory_log import MemoryLog
+from events.read_model import CatalogReadModel
+from events.types import MODEL_ADDED, MODEL_REMOVED, MODEL_REPLACED
+from tests.support import model
+
+DECLARED = Catalog.build([model("decl", aliases=["d"])])
+
+
+def _commands(log: MemoryLog) -> CatalogCommands:
+    return CatalogCommands(log, CatalogReadModel(log, DECLARED, "catalog.yaml"))
+
+
+def test_an_add_appends_in_dependency_order_and_the_read_model_sees_it() -> None:
+    log = MemoryLog()
+    commands = _commands(log)
+    result = commands.add([model("top", fallbacks=["low"]), model("low")], actor="alice")
+    assert [e.model for e in result.events] == ["low", "top"]
+    assert (result.positions, result.already_recorded, result.attempts) == ([1, 2], False, 1)
+    assert [e.type for e in log.read()] == [MODEL_ADDED, MODEL_ADDED]
+    assert commands.model.catalog().fallbacks_of("top") == ("low",)
+    assert commands.model.position == 2
+
+
+def test_a_refused_add_writes_nothing_and_says_it_is_a_conflict() -> None:
+    log = MemoryLog()
+    commands = _commands(log)
+    with pytest.raises(CatalogError, match="declared model 'decl'") as caught:
+        commands.add([model("d")])
+    assert caught.value.kind == "conflict"
+    with pytest.raises(CatalogError, match="fallback 'nope' is not in the catalog") as caught:
+        commands.add([model("ok"), model("dangling", fallbacks=["nope"])])
+    assert caught.value.kind == "conflict"
+    assert log.head() == 0
+
+
+def test_an_empty_add_is_invalid() -> None:
+    with pytest.raises(CatalogError, match="the change: holds no model definitions") as caught:
+        _commands(MemoryLog()).add([])
+    assert caught.value.kind == "invalid"
+
+
+def test_removing_a_model_that_is_not_there_is_not_found() -> None:
+    log = MemoryLog()
+    with pytest.raises(CatalogError, match="'ghost' is not in the catalog") as caught:
+        _commands(log).remove("ghost")
+    assert caught.value.kind == "not_found"
+    assert log.head() == 0
+
+
+def test_removing_a_declared_model_or_by_alias_is_a_conflict() -> None:
+    log = MemoryLog()
+    commands = _commands(log)
+    commands.add([model("trial", aliases=["t"])])
+    for name in ("decl", "t"):
+        with pytest.raises(CatalogError) as caught:
+            commands.remove(name)
+        assert caught.value.kind == "conflict"
+    assert commands.remove("trial").events[0].type == MODEL_REMOVED
+    assert "trial" not in commands.model.catalog()
+
+
+def test_the_same_key_is_recorded_once_and_refused_for_another_change() -> None:
+    log = MemoryLog()
+    commands = _commands(log)
+    first = commands.add([model("a")], key="k-1", actor="alice")
+    again = commands.add([model("a")], key="k-1", actor="alice")
+    assert again.already_recorded and again.attempts == 0
+    assert again.events == first.events
+    assert log.head() == 1
+    with pytest.raises(KeyReused, match="already used for a different change") as caught:
+        commands.add([model("a", tp=2)], key="k-1")
+    assert caught.value.kind == "conflict"
+    assert log.head() == 1
+
+
+def test_a_command_validates_against_what_another_writer_appended() -> None:
+    log = MemoryLog()
+    mine, theirs = _commands(log), _commands(log)
+    mine.model.catalog()  # caught up at the empty log
+    theirs.add([model("shared")])
+    with pytest.raises(CatalogError, match="already in the catalog") as caught:
+        mine.add([model("shared")])
+    assert caught.value.kind == "conflict"
+    assert mine.model.position == 1
+    assert [e.model for e in log.read()] == ["shared"]
+
+
+def test_apply_adds_replaces_and_writes_nothing_when_unchanged() -> None:
+    log = MemoryLog()
+    commands = _commands(log)
+    assert commands.apply(model("m")).outcome == "added"
+    unchanged = commands.apply(model("m"))
+    assert (unchanged.outcome, unchanged.events) == ("unchanged", ())
+    replaced = commands.apply(model("m", tp=2), key="k-r")
+    assert replaced.outcome == "replaced" and replaced.changes
+    assert [e.type for e in log.read()] == [MODEL_ADDED, MODEL_REPLACED]
+    # A repeat of the key answers the first outcome, its changes read from the log.
+    repeated = commands.apply(model("m", tp=2), key="k-r")
+    assert repeated.already_recorded
+    assert (repeated.outcome, repeated.changes) == ("replaced", replaced.changes)
+    assert log.head() == 2
+
+
+def test_applying_a_declared_model_is_a_conflict() -> None:
+    with pytest.raises(CatalogError, match="declared") as caught:
+        _commands(MemoryLog()).apply(model("decl"))
+    assert caught.value.kind == "conflict"
+
+
+def test_the_read_model_caches_the_catalog_until_the_log_moves() -> None:
+    log = MemoryLog()
+    commands = _commands(log)
+    read_model = commands.model
+    first = read_model.view()
+    assert read_model.view() is first
+    assert read_model.catalog() is first.catalog
+    commands.add([model("a")])
+    after = read_model.view()
+    assert (after.position, "a" in after.catalog) == (1, True)
+    assert read_model.view() is after

@@ -1,0 +1,40 @@
+"""The pure core imports no database layer and no logging: it runs anywhere, and fast.
+
+Checked in a fresh interpreter, since this test process has long since
+imported SQLAlchemy for other tests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+PURE = (
+    "events",
+    "events.types",
+    "events.upcast",
+    "events.replay",
+    "events.replay_reasons",
+    "events.apply",
+    "events.idempotency",
+    "events.chain",
+    "events.rows",
+    "events.log",
+    "events.memory_log",
+    "scheduler.planner",
+)
+
+
+def test_the_pure_core_loads_neither_sqlalchemy_nor_structlog() -> None:
+    code = (
+        "import importlib, sys\n"
+        f"for name in {PURE!r}:\n"
+        "    importlib.import_module(name)\n"
+        "heavy = ('sqlalchemy', 'structlog')\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in heavy)\n"
+        "print(','.join(loaded))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "", f"the pure core imported: {done.stdout.strip()}"
