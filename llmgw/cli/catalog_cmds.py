@@ -10,7 +10,6 @@ import argparse
 import getpass
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
 from catalog import Catalog, load_definitions
 from catalog.text import shown
@@ -25,81 +24,12 @@ from scheduler.service import replica_counts
 from scheduler.store import SchedulerStore
 
 
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
-) -> None:
-    p = sub.add_parser("models", parents=[parent], help="the current catalog")
-    p.add_argument("--json", action="store_true", help="full definitions, for programs")
-    p.set_defaults(run=cmd_models)
-
-    p = sub.add_parser("add", parents=[parent], help="add one model or a list (all or nothing)")
-    p.add_argument("file", type=Path, help="YAML or JSON: one model, or `models: [...]`")
-    _audit_args(p)
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="validate against the catalog and show what the next round would place; "
-        "record nothing",
-    )
-    p.add_argument("--json", action="store_true", help="the events recorded, for programs")
-    p.set_defaults(run=cmd_add)
-
-    p = sub.add_parser(
-        "apply",
-        parents=[parent],
-        help="add a model, or replace a runtime model's definition in one event",
-    )
-    p.add_argument("file", type=Path, help="YAML or JSON: one model definition")
-    _audit_args(p)
-    p.add_argument("--json", action="store_true", help="the outcome and the diff, for programs")
-    p.set_defaults(run=cmd_apply)
-
-    p = sub.add_parser("remove", parents=[parent], help="remove a model added at runtime")
-    p.add_argument("name", help="the model's name (as in `llmgw models`)")
-    _audit_args(p)
-    p.add_argument("--json", action="store_true", help="the events recorded, for programs")
-    p.set_defaults(run=cmd_remove)
-
-    p = sub.add_parser("resolve", parents=[parent], help="the canonical name of a name or alias")
-    p.add_argument("name", help="a model name or alias")
-    p.add_argument("--json", action="store_true", help="as JSON, for programs")
-    p.set_defaults(run=cmd_resolve)
-
-    p = sub.add_parser("show", parents=[parent], help="the catalog as it was at a position or time")
-    p.add_argument(
-        "--at",
-        metavar="POSITION|TIME",
-        help="a log position, or a time (ISO-8601, or relative: 1h, yesterday)",
-    )
-    p.add_argument("--json", action="store_true", help="full definitions, for programs")
-    p.set_defaults(run=cmd_show)
-
-    p = sub.add_parser("db", parents=[parent], help="the database schema")
-    db_sub = p.add_subparsers(dest="db_command", required=True)
-    u = db_sub.add_parser("upgrade", parents=[parent], help="migrate to the newest schema")
-    u.add_argument("--json", action="store_true", help="as JSON, for programs")
-    u.set_defaults(run=cmd_db_upgrade)
-    c = db_sub.add_parser("current", parents=[parent], help="the schema revision in use")
-    c.add_argument("--json", action="store_true", help="as JSON, for programs")
-    c.set_defaults(run=cmd_db_current)
-
-
 def login_user() -> str:
     """The actor when --actor is not given: who is logged in, so the log never says ''."""
     try:
         return getpass.getuser()
     except (OSError, KeyError):  # no login name and no passwd entry (some containers)
         return ""
-
-
-def _audit_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--actor",
-        default=None,
-        help="who makes the change (recorded in the log; default: the login user)",
-    )
-    p.add_argument("--reason", default="", help="why (recorded in the log)")
-    p.add_argument("--key", help="idempotency key: the same key again is recorded once")
 
 
 def model_json(catalog: Catalog) -> list[dict[str, object]]:

@@ -9,18 +9,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
-
-from catalog import Catalog, CatalogError, load_declared
 from catalog.text import guard_line, shown
-from events import CatalogService, CommandConflict, EventStore
-from events.db import make_engine
-from events.migrate import UnknownSchema, ensure_schema
 from llmgw.cli import times
 from llmgw.settings import Settings, SettingsError
+
+# What a command uses is imported when it first uses it (the properties below): a
+# command that never opens the database never loads SQLAlchemy (llmgw.cli.parser).
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from catalog import Catalog
+    from events import CatalogService, EventStore
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -37,6 +38,8 @@ class App:
 
     @cached_property
     def engine(self) -> Engine:
+        from events.migrate import ensure_schema
+
         engine = open_engine(self.settings.database_url)
         # An empty database is migrated on first use, so the first command just works.
         ensure_schema(engine)
@@ -44,10 +47,14 @@ class App:
 
     @cached_property
     def store(self) -> EventStore:
+        from events.store import EventStore
+
         return EventStore(self.engine)
 
     @cached_property
     def declared(self) -> Catalog:
+        from catalog import Catalog, load_declared
+
         path = self.settings.config_path
         if path is None:
             return Catalog.build([])
@@ -60,6 +67,8 @@ class App:
 
     @cached_property
     def service(self) -> CatalogService:
+        from events.commands import CatalogService
+
         return CatalogService(
             self.store, self.declared, self.config_label, snapshot_key=self.snapshot_key
         )
@@ -74,6 +83,10 @@ class App:
 
 def open_engine(url: str) -> Engine:
     """An engine, or a one-line refusal that shows the forms a URL takes."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    from events.db import make_engine
+
     try:
         return make_engine(url)
     except (ArgumentError, NoSuchModuleError) as exc:
@@ -90,12 +103,31 @@ def refusals() -> Iterator[None]:
     """Turn the domain's refusals into exit status 1 with the message on stderr."""
     try:
         yield
-    except (CatalogError, CommandConflict, Refused, UnknownSchema, SettingsError) as exc:
-        raise SystemExitWith(EXIT_REFUSED, f"error: {exc}") from None
-    except OperationalError as exc:
-        # The driver's message can run to several lines; the first says what failed.
-        first = (str(exc.orig or exc).strip().splitlines() or ["unknown error"])[0]
-        raise SystemExitWith(EXIT_REFUSED, f"error: cannot use the database: {first}") from None
+    except Exception as exc:
+        if isinstance(exc, (*_loaded(_REFUSALS), Refused, SettingsError)):
+            raise SystemExitWith(EXIT_REFUSED, f"error: {exc}") from None
+        if isinstance(exc, _loaded(_DATABASE)):
+            # The driver's message can run to several lines; the first says what failed.
+            cause = getattr(exc, "orig", None) or exc
+            first = (str(cause).strip().splitlines() or ["unknown error"])[0]
+            raise SystemExitWith(EXIT_REFUSED, f"error: cannot use the database: {first}") from None
+        raise
+
+
+# The domain's refusals, by module and class. They are looked up among the modules
+# already imported: an exception of a class whose module was never imported cannot be
+# raised, and importing them here would load the database and the models for every
+# command (llmgw.cli.parser).
+_REFUSALS = (
+    ("catalog.errors", "CatalogError"),
+    ("events.commands", "CommandConflict"),
+    ("events.migrate", "UnknownSchema"),
+)
+_DATABASE = (("sqlalchemy.exc", "OperationalError"),)
+
+
+def _loaded(names: tuple[tuple[str, str], ...]) -> tuple[type[BaseException], ...]:
+    return tuple(getattr(sys.modules[m], c) for m, c in names if m in sys.modules)
 
 
 class GuardedStream:

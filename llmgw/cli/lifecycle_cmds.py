@@ -15,39 +15,6 @@ from scheduler.service import NodeServiceError, change_service
 from scheduler.store import SchedulerStore
 
 
-def register_nodes(
-    nodes_sub: argparse._SubParsersAction[argparse.ArgumentParser],
-    parent: argparse.ArgumentParser,
-) -> None:
-    helps = {
-        "cordon": "take no new replicas on a node; what runs there stays",
-        "uncordon": "put a cordoned or draining node back in service",
-        "drain": "move a node's replicas elsewhere, surge-first, and take no new ones",
-    }
-    for action, text in helps.items():
-        p = nodes_sub.add_parser(action, parents=[parent], help=text)
-        p.add_argument("name", help="the node, as its agent reports it")
-        p.add_argument("--reason", default="", help="why (recorded with the event)")
-        p.add_argument(
-            "--actor", default="", help="who (recorded with the event; default: the login user)"
-        )
-        p.add_argument("--json", action="store_true", help="as JSON, for programs")
-        p.set_defaults(run=cmd_service, action=action)
-
-
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
-) -> None:
-    p = sub.add_parser("rollout", parents=[parent], help="replacing a model's replicas")
-    rsub = p.add_subparsers(dest="rollout_command", required=True)
-    s = rsub.add_parser(
-        "status", parents=[parent], help="old and new replicas, and what the rollout waits for"
-    )
-    s.add_argument("model", help="a model name or alias")
-    s.add_argument("--json", action="store_true", help="as JSON, for programs")
-    s.set_defaults(run=cmd_rollout_status)
-
-
 def cmd_service(app: App, args: argparse.Namespace) -> int:
     try:
         change = change_service(
