@@ -21,8 +21,10 @@ from events.store import HistoryQuery
 from events.timetravel import catalogs_at
 from events.types import StoredEvent
 from llmgw.cli.catalog_cmds import resolve_position
-from llmgw.cli.context import EXIT_REFUSED, App, Refused, iso, parse_when, print_json, table
+from llmgw.cli.context import EXIT_REFUSED, App, Refused, parse_when, print_json
+from llmgw.cli.render import table
 from llmgw.cli.times import whole_day
+from llmgw.views import iso
 from scheduler.store import PlacementEvent, SchedulerStore
 
 log = structlog.get_logger("llmgw.catalog")

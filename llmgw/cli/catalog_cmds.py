@@ -9,15 +9,16 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
-from dataclasses import asdict
 
-from catalog import Catalog, load_definitions
+from catalog import load_definitions
 from catalog.text import shown
 from events import CommandResult
 from events.migrate import current_revision, head_revision, upgrade
 from events.timetravel import catalog_at
 from llmgw.cli import preview
-from llmgw.cli.context import App, Refused, parse_when, print_json, table
+from llmgw.cli.context import App, Refused, parse_when, print_json
+from llmgw.cli.render import catalog_table, table
+from llmgw.views import catalog_counts, catalog_entry, catalog_json
 from scheduler.resilience import resilience
 from scheduler.rounds import demands
 from scheduler.service import replica_counts
@@ -32,12 +33,6 @@ def login_user() -> str:
         return ""
 
 
-def model_json(catalog: Catalog) -> list[dict[str, object]]:
-    return [
-        {**m.to_definition(), "declared": catalog.is_declared(m.name)} for m in catalog.models()
-    ]
-
-
 def cmd_models(app: App, args: argparse.Namespace) -> int:
     catalog = app.service.catalog()
     store = SchedulerStore(app.engine)
@@ -49,15 +44,15 @@ def cmd_models(app: App, args: argparse.Namespace) -> int:
         print_json(
             [
                 {
-                    **m,
-                    "replicas": asdict(counts[str(m["name"])]),
-                    "resilience": figures.get(str(m["name"])),
+                    **catalog_entry(catalog, m),
+                    "replicas": catalog_counts(counts[m.name]),
+                    "resilience": figures.get(m.name),
                 }
-                for m in model_json(catalog)
+                for m in catalog.models()
             ]
         )
         return 0
-    text = catalog.render()
+    text = catalog_table(catalog)
     sys.stdout.write(text or "no models\n")
     if counts:
         sys.stdout.write("\n")
@@ -164,10 +159,10 @@ def cmd_show(app: App, args: argparse.Namespace) -> int:
         snapshots=app.service.snapshots,
     )
     if args.json:
-        print_json(model_json(catalog))
+        print_json(catalog_json(catalog))
     else:
         print(f"catalog at position {position}:")
-        sys.stdout.write(catalog.render() or "no models\n")
+        sys.stdout.write(catalog_table(catalog) or "no models\n")
     return 0
 
 

@@ -7,11 +7,11 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TextIO
 
-from catalog.text import guard_line, shown
+from catalog.text import guard_line
 from llmgw.cli import times
 from llmgw.settings import Settings, SettingsError
 
@@ -171,10 +171,6 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def iso(when: datetime) -> str:
-    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 def parse_when(text: str) -> datetime:
     """An ISO-8601 time (UTC without a zone, the log's zone), or a relative one such as
     ``1h`` or ``yesterday`` (see llmgw.cli.times)."""
@@ -182,16 +178,3 @@ def parse_when(text: str) -> datetime:
         return times.parse_when(text)
     except times.BadTime as exc:
         raise Refused(str(exc)) from None
-
-
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    """Columns for people. Every cell goes through ``shown``: a stored value with a
-    newline would otherwise print as a row of its own (catalog.text)."""
-    rows = [[shown(cell) for cell in row] for row in rows]
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    return "\n".join(lines) + "\n"

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from catalog.text import shown
 from events import replay
-from llmgw.cli.context import App, Refused, iso, parse_when, print_json
+from llmgw.cli.context import App, Refused, parse_when, print_json
+from llmgw.views import iso
 from scheduler.replica_stories import explain
 from scheduler.store import PLACED, REMOVED, SchedulerStore
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime
 
-from llmgw.api.views import replica_state_json
 from llmgw.cli.catalog_cmds import login_user
-from llmgw.cli.context import App, Refused, iso, print_json
+from llmgw.cli.context import App, Refused, print_json
+from llmgw.views import iso, replica_state_json, service_change_json
 from scheduler.placements import Placement
 from scheduler.replicas import ReplicaStatus
 from scheduler.rounds import Placer
@@ -27,16 +27,7 @@ def cmd_service(app: App, args: argparse.Namespace) -> int:
     except NodeServiceError as exc:
         raise Refused(str(exc)) from None
     if args.json:
-        print_json(
-            {
-                "node": change.node,
-                "action": change.action,
-                "changed": change.changed,
-                "before": None if change.before is None else change.before.mode,
-                "replicas_left": change.replicas_left,
-                "message": change.describe(),
-            }
-        )
+        print_json(service_change_json(change))
         return 0
     print(change.describe())
     return 0

@@ -12,8 +12,16 @@ from typing import Any
 from catalog.documents import read_file
 from catalog.text import shown
 from llmgw import logs
-from llmgw.api.views import node_json, replica_state_json
-from llmgw.cli.context import App, Refused, iso, print_json, table
+from llmgw.cli.context import App, Refused, print_json
+from llmgw.cli.render import table
+from llmgw.views import (
+    iso,
+    node_json,
+    placement_json,
+    replica_json,
+    rollout_json,
+    unplaced_json,
+)
 from scheduler import (
     Demand,
     Node,
@@ -26,7 +34,6 @@ from scheduler import (
 )
 from scheduler.daemon import Daemon
 from scheduler.leader import leadership_for
-from scheduler.placements import RolloutProgress
 from scheduler.resilience import resilience
 from scheduler.rounds import Placer
 from scheduler.store import SchedulerStore
@@ -34,20 +41,6 @@ from scheduler.store import SchedulerStore
 
 def policy(app: App) -> StalenessPolicy:
     return app.settings.policy
-
-
-def placement_json(p: Placement) -> dict[str, object]:
-    return p.to_json()
-
-
-def rollout_json(r: RolloutProgress) -> dict[str, object]:
-    return {
-        "model": r.model,
-        "cause": r.cause,
-        "old": [placement_json(p) for p in r.old],
-        "new": [placement_json(p) for p in r.new],
-        "waiting": r.waiting,
-    }
 
 
 def load_reports(path: Path) -> list[NodeReport]:
@@ -155,10 +148,7 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
             {
                 "catalog_position": outcome.catalog_position,
                 "placements": [placement_json(p) for p in plan.placements],
-                "unplaced": [
-                    {"model": u.model, "replica": u.replica, "reason": u.reason}
-                    for u in plan.unplaced
-                ],
+                "unplaced": [unplaced_json(u) for u in plan.unplaced],
                 "placed": [placement_json(p) for p in plan.place],
                 "removed": [
                     {**placement_json(r.placement), "reason": r.reason} for r in plan.remove
@@ -236,7 +226,9 @@ def cmd_placements(app: App, args: argparse.Namespace) -> int:
         model = app.service.catalog().canonical(model) or model
     replicas = SchedulerStore(app.engine).replicas(node=args.node, model=model)
     if args.json:
-        print_json([{**p.to_json(), **replica_state_json(s)} for p, s in replicas])
+        # The API's shape (GET /v1/placements): with what each replica's agent starts.
+        catalog = app.service.catalog()
+        print_json([replica_json(p, catalog, s) for p, s in replicas])
         return 0
     headers = ["model", "replica", "profile", "gpu_class", "gpus/node", "nodes", "state", "since"]
     headers.append("endpoint")

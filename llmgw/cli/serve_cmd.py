@@ -19,7 +19,8 @@ from llmgw import logs
 from llmgw.api.auth import TokenConfigError, issue_token, parse_env_tokens
 from llmgw.api.settings import ApiSettings
 from llmgw.cli import token_file
-from llmgw.cli.context import EXIT_REFUSED, App, Refused, print_json, table
+from llmgw.cli.context import EXIT_REFUSED, App, Refused, print_json
+from llmgw.cli.render import table
 from llmgw.settings import SettingsError
 
 log = structlog.get_logger("llmgw.api")

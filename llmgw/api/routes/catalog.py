@@ -27,7 +27,7 @@ from llmgw.api.access import SECURED, Operator, Reader
 from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
 from llmgw.api.problems import ApiJSON, Problem, errors, refused
 from llmgw.api.services import Services
-from llmgw.api.views import catalog_counts, catalog_entry, event_json, openai_entry
+from llmgw.views import catalog_counts, catalog_entry, event_json, openai_entry
 from scheduler.service import replica_counts
 
 
