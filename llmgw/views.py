@@ -171,15 +171,20 @@ def replica_state_json(status: ReplicaStatus) -> dict[str, Any]:
     }
 
 
+def placed_replica_json(p: Placement, status: ReplicaStatus) -> dict[str, Any]:
+    """A placed replica and its state (``llmgw placements --json``: a plan's placement plus
+    the state keys, which tests/e2e/test_cli_scheduler.py holds it to)."""
+    return {**placement_json(p), **replica_state_json(status)}
+
+
 def replica_json(p: Placement, catalog: Catalog, status: ReplicaStatus) -> dict[str, Any]:
-    """A running replica, its state, and what its agent starts: the engine view of its
+    """A placed replica, its state, and what its agent starts: the engine view of its
     profile, when the model and profile are still in the catalog (a replica being removed
-    may not be). ``llmgw placements --json``, ``GET /v1/placements``, ``GET /v1/fleet``."""
+    may not be). ``GET /v1/placements``, ``GET /v1/fleet``."""
     model = catalog.resolve(p.model)
     engine = model.engine_profile(p.profile) if model is not None else None
     return {
-        **placement_json(p),
-        **replica_state_json(status),
+        **placed_replica_json(p, status),
         "engine": None if engine is None else {**asdict(engine), "env": dict(engine.env)},
     }
 

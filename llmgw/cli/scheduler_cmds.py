@@ -17,8 +17,8 @@ from llmgw.cli.render import table
 from llmgw.views import (
     iso,
     node_json,
+    placed_replica_json,
     placement_json,
-    replica_json,
     rollout_json,
     unplaced_json,
 )
@@ -226,9 +226,7 @@ def cmd_placements(app: App, args: argparse.Namespace) -> int:
         model = app.service.catalog().canonical(model) or model
     replicas = SchedulerStore(app.engine).replicas(node=args.node, model=model)
     if args.json:
-        # The API's shape (GET /v1/placements): with what each replica's agent starts.
-        catalog = app.service.catalog()
-        print_json([replica_json(p, catalog, s) for p, s in replicas])
+        print_json([placed_replica_json(p, s) for p, s in replicas])
         return 0
     headers = ["model", "replica", "profile", "gpu_class", "gpus/node", "nodes", "state", "since"]
     headers.append("endpoint")

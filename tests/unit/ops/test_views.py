@@ -11,6 +11,7 @@ from llmgw.views import (
     catalog_json,
     iso,
     node_json,
+    placed_replica_json,
     placement_json,
     replica_json,
     service_change_json,
@@ -98,15 +99,17 @@ def test_a_replica_is_its_placement_its_state_and_what_its_agent_starts() -> Non
         "fingerprint": "f00d",
     }
     status = ReplicaStatus("ready", NOW, NOW, "", "http://gpu-7:8000")
-    row = replica_json(p, catalog, status)
-    assert row == {
+    # `llmgw placements --json`: the placement and its state.
+    assert placed_replica_json(p, status) == {
         **placement_json(p),
         "state": "ready",
         "state_since": "2026-12-03T09:30:00Z",
         "endpoint": "http://gpu-7:8000",
         "message": "",
-        "engine": row["engine"],
     }
+    # GET /v1/placements: also what the agent starts.
+    row = replica_json(p, catalog, status)
+    assert row == {**placed_replica_json(p, status), "engine": row["engine"]}
     assert row["engine"]["engine"] == "vllm" and row["engine"]["served_model_name"] == "coder"
     assert isinstance(row["engine"]["env"], dict)
     # A replica whose model has left the catalog is still listed (it is being removed).
