@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from catalog import Catalog, Model
+    from events.commands import CommandResult
     from events.types import StoredEvent
     from scheduler import Node, Placement, StalenessPolicy
     from scheduler.lifecycle import Cordon
@@ -84,6 +85,16 @@ def event_json(event: StoredEvent) -> dict[str, Any]:
         "reason": event.reason,
         "recorded_at": iso(event.recorded_at),
         "payload": payload,
+    }
+
+
+def command_json(result: CommandResult) -> dict[str, Any]:
+    """What an add or a remove recorded (``llmgw add|remove --json``, ``POST
+    /v1/catalog/models``, ``DELETE /v1/catalog/models/{name}``)."""
+    return {
+        "already_recorded": result.already_recorded,
+        "events": [event_json(e) for e in result.events],
+        "position": max(result.positions, default=0),
     }
 
 

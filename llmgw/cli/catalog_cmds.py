@@ -18,7 +18,7 @@ from events.timetravel import catalog_at
 from llmgw.cli import preview
 from llmgw.cli.context import App, Refused, parse_when, print_json
 from llmgw.cli.render import catalog_table, table
-from llmgw.views import catalog_counts, catalog_entry, catalog_json
+from llmgw.views import catalog_counts, catalog_entry, catalog_json, command_json
 from scheduler.resilience import resilience
 from scheduler.rounds import demands
 from scheduler.service import replica_counts
@@ -103,15 +103,7 @@ def cmd_remove(app: App, args: argparse.Namespace) -> int:
 
 def _print_result(result: CommandResult, verb: str, args: argparse.Namespace) -> int:
     if args.json:
-        print_json(
-            {
-                "already_recorded": result.already_recorded,
-                "events": [
-                    {"position": e.position, "type": e.type, "model": e.model}
-                    for e in result.events
-                ],
-            }
-        )
+        print_json(command_json(result))
         return 0
     for event in result.events:
         print(f"{verb} {shown(event.model)} at position {event.position}")

@@ -6,9 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 from catalog import Catalog
+from events.commands import CommandResult
+from events.types import StoredEvent
 from llmgw.cli.render import catalog_table
 from llmgw.views import (
     catalog_json,
+    command_json,
     iso,
     node_json,
     placed_replica_json,
@@ -165,3 +168,36 @@ def test_render_marks_runtime_models() -> None:
 
 def test_an_empty_catalog_renders_as_nothing() -> None:
     assert catalog_table(Catalog.build([])) == ""
+
+
+def test_an_add_or_remove_answers_its_events_in_full_and_the_last_position() -> None:
+    event = StoredEvent(
+        position=7,
+        event_id="e-7",
+        command_id="c-7",
+        type="model.removed",
+        schema_version=1,
+        model="coder",
+        payload='{"name": "coder"}',
+        actor="alice",
+        reason="trial over",
+        recorded_at=NOW,
+    )
+    assert command_json(CommandResult((event,), already_recorded=True, attempts=1)) == {
+        "already_recorded": True,
+        "events": [
+            {
+                "position": 7,
+                "event_id": "e-7",
+                "command_id": "c-7",
+                "type": "model.removed",
+                "schema_version": 1,
+                "model": "coder",
+                "actor": "alice",
+                "reason": "trial over",
+                "recorded_at": "2026-12-03T09:30:00Z",
+                "payload": {"name": "coder"},
+            }
+        ],
+        "position": 7,
+    }
