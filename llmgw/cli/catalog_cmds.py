@@ -16,7 +16,7 @@ from events import CommandResult
 from events.migrate import current_revision, head_revision, upgrade
 from events.timetravel import catalog_at
 from llmgw.cli import preview
-from llmgw.cli.context import App, Refused, parse_when, print_json
+from llmgw.cli.context import App, Refused, print_json, resolve_position
 from llmgw.cli.render import catalog_table, table
 from llmgw.views import catalog_counts, catalog_entry, catalog_json, command_json
 from scheduler.resilience import resilience
@@ -119,26 +119,6 @@ def cmd_resolve(app: App, args: argparse.Namespace) -> int:
     else:
         print(shown(canonical))
     return 0
-
-
-def resolve_position(app: App, at: str | None) -> int | None:
-    """A position as given, or the last position recorded at or before a time.
-
-    A position past the log's head is refused: answering with the head would
-    show a catalog the log never had at that position, as if it had.
-    """
-    if at is None:
-        return None
-    if at.isdigit():
-        position = int(at)
-        head = app.store.head()
-        if position > head:
-            raise Refused(
-                f"position {position} is past the log's head ({head}): nothing is recorded "
-                "there yet; `llmgw history` lists the positions"
-            )
-        return position
-    return app.store.position_at(parse_when(at))
 
 
 def cmd_show(app: App, args: argparse.Namespace) -> int:

@@ -178,3 +178,23 @@ def parse_when(text: str) -> datetime:
         return times.parse_when(text)
     except times.BadTime as exc:
         raise Refused(str(exc)) from None
+
+
+def resolve_position(app: App, at: str | None) -> int | None:
+    """A position as given, or the last position recorded at or before a time.
+
+    A position past the log's head is refused: answering with the head would
+    show a catalog the log never had at that position, as if it had.
+    """
+    if at is None:
+        return None
+    if at.isdigit():
+        position = int(at)
+        head = app.store.head()
+        if position > head:
+            raise Refused(
+                f"position {position} is past the log's head ({head}): nothing is recorded "
+                "there yet; `llmgw history` lists the positions"
+            )
+        return position
+    return app.store.position_at(parse_when(at))

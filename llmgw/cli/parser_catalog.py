@@ -98,7 +98,7 @@ def register_audit(
         "merged by time; each line then says which log it is from",
     )
     p.add_argument("--json", action="store_true", help="a list of objects, for programs")
-    p.set_defaults(run="audit_cmds:cmd_history")
+    p.set_defaults(run="history_cmd:cmd_history")
 
     p = sub.add_parser("replay", parents=[parent], help="what applied, what was skipped and why")
     p.add_argument(
