@@ -6,7 +6,6 @@ from collections.abc import Iterable, Mapping
 
 from catalog.model import Model, normalize, validate
 from catalog.rules import NOTHING, check_batch
-from catalog.text import shown
 
 
 def _prepared(raw: Model) -> Model:
@@ -101,28 +100,3 @@ class Catalog:
         if model is None:
             return ()
         return tuple(self._index[f] for f in model.fallbacks)
-
-    def render(self) -> str:
-        """The human table printed by ``llmgw models``."""
-        # Every name through `shown`: a catalog restored from old rows may hold
-        # names from before the identifier grammar.
-        lines: list[str] = []
-        for m in self._models.values():
-            origin = "declared" if m.name in self._declared else "runtime"
-            aliases = f" aliases={','.join(map(shown, m.aliases))}" if m.aliases else ""
-            rules = m.placement
-            placement = "".join(
-                (
-                    f" priority={rules.priority}" if rules.priority else "",
-                    f" spread_by={shown(rules.spread_by)}" if rules.spread_by else "",
-                    " spread_required" if rules.spread_required else "",
-                )
-            )
-            scaling = f"(min {m.scaling.min}, max {m.scaling.max})"
-            lines.append(f"{shown(m.name)} {scaling} [{origin}]{aliases}{placement}")
-            for p in m.profiles:
-                lines.append(
-                    f"  {shown(p.name):<20} {shown(p.engine):<10} {shown(p.gpu_class or '-'):<12} "
-                    f"tp={p.tp} nodes={p.nodes} priority={p.priority}"
-                )
-        return "\n".join(lines) + ("\n" if lines else "")

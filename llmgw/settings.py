@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from catalog.durations import format_duration, parse_duration
-from events.db import DEFAULT_URL
 from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
 
 DEFAULT_CONFIG = Path("catalog.yaml")
@@ -213,7 +212,13 @@ class Settings:
             raw, origin, in_file = found
             return _convert(KEYS[section][key], raw, origin, base if in_file else None)
 
-        url = value("database", "url", DEFAULT_URL)
+        url = value("database", "url", None)
+        if url is None:
+            # Imported only when needed: the events package loads SQLAlchemy, which a
+            # command that opens no database (settings, token, agent) need not pay for.
+            from events.db import DEFAULT_URL
+
+            url = DEFAULT_URL
         url_from = pick("database", "url")
         if url_from is not None and url_from[2]:
             url = _relative_sqlite(url, base)

@@ -53,18 +53,6 @@ class Placement:
     # change to it is what a rollout replaces. "" for one placed before fingerprints.
     fingerprint: str = ""
 
-    def to_json(self) -> dict[str, object]:
-        """The replica as the CLI's and the API's JSON show it."""
-        return {
-            "model": self.model,
-            "replica": self.replica,
-            "profile": self.profile,
-            "nodes": list(self.nodes),
-            "gpus_per_node": self.gpus_per_node,
-            "gpu_class": self.gpu_class,
-            "fingerprint": self.fingerprint,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class Removal:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-from pathlib import Path
 from types import FrameType
 
 import structlog
@@ -13,112 +12,6 @@ from llmgw import logs
 from llmgw.cli.context import App, Refused
 
 log = structlog.get_logger("llmgw.agent")
-
-
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
-) -> None:
-    p = sub.add_parser(
-        "agent",
-        parents=[parent],
-        help="run the node agent: report this node, run the engines placed on it",
-        description="One per node. Reports the node's inventory (the heartbeat) with the state "
-        "of its replicas, reads its placements and starts or stops engines to match. Example: "
-        "llmgw agent --server http://cp:8080 --token-file /etc/llmgw/agent.token",
-    )
-    p.add_argument(
-        "--server",
-        metavar="URL",
-        help="the control plane's URL (env LLMGW_SERVER)",
-    )
-    p.add_argument(
-        "--token-file",
-        type=Path,
-        metavar="PATH",
-        help="file holding this node's agent token "
-        "(env LLMGW_AGENT_TOKEN_FILE; see `llmgw token new --role agent --node`)",
-    )
-    p.add_argument(
-        "--node",
-        help="the node's name (env LLMGW_NODE; default the host name)",
-    )
-    p.add_argument(
-        "--labels",
-        metavar="K=V,...",
-        help="labels matched by profiles' node_selector (env LLMGW_LABELS)",
-    )
-    p.add_argument(
-        "--fabric",
-        help="nodes sharing a fabric can host one multi-node replica (env LLMGW_FABRIC)",
-    )
-    p.add_argument(
-        "--interval",
-        type=float,
-        metavar="SECONDS",
-        help="report and reconcile every SECONDS (default 10)",
-    )
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        metavar="DIR",
-        help="engine records and logs (env LLMGW_AGENT_STATE_DIR; "
-        "default ~/.local/state/llmgw-agent/NODE)",
-    )
-    p.add_argument(
-        "--gpus",
-        metavar="CLASS:COUNT",
-        help="the cards, when detection cannot see them (A100:8; none for no cards)",
-    )
-    p.add_argument(
-        "--memory-gb",
-        type=float,
-        metavar="GB",
-        help="host memory to report instead of the detected total",
-    )
-    p.add_argument(
-        "--advertise",
-        metavar="HOST",
-        help="the address engines are reached at, in the endpoint "
-        "URLs reported (env LLMGW_ADVERTISE; default the host's name)",
-    )
-    p.add_argument(
-        "--engine-host",
-        metavar="ADDR",
-        help="the address engines listen on (default 0.0.0.0)",
-    )
-    p.add_argument(
-        "--stop-grace",
-        type=float,
-        metavar="SECONDS",
-        help="after SIGTERM, how long an engine has before SIGKILL (default 10)",
-    )
-    p.add_argument(
-        "--restart-backoff",
-        type=float,
-        metavar="SECONDS",
-        help="first wait before restarting a failed engine still placed here; "
-        "doubles each time, up to 5 minutes (default 10)",
-    )
-    p.add_argument(
-        "--log-max-mb",
-        type=float,
-        metavar="MB",
-        help="rotate an engine's log once it passes MB megabytes (default 100)",
-    )
-    p.add_argument(
-        "--log-keep",
-        type=int,
-        metavar="N",
-        help="rotated copies of each engine log to keep, NAME.log.1 newest (default 3)",
-    )
-    p.add_argument(
-        "--leave-engines",
-        action="store_true",
-        default=None,
-        help="on SIGTERM, leave the engines running (the next agent adopts them) "
-        "instead of stopping them",
-    )
-    p.set_defaults(run=cmd_agent)
 
 
 def cmd_agent(app: App, args: argparse.Namespace) -> int:

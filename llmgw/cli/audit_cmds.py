@@ -1,242 +1,26 @@
-"""Audit and debugging commands: history, replay (--explain, --strict), diff, verify, snapshot."""
+"""Audit and debugging commands: replay (--explain, --strict), diff, verify, snapshot.
+
+`llmgw history` is in history_cmd."""
 
 from __future__ import annotations
 
 import argparse
-import heapq
 import sys
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
 
 import structlog
 
 from catalog.diff import diff_catalogs
 from catalog.text import shown
 from events.adoption import AdoptionRefused, adopt_unhashed, verify_log
-from events.history import HistoryQuery, history
 from events.replay import replay
 from events.replay_reasons import explain, render_context
 from events.snapshot_audit import SnapshotCheck, audit_snapshots
 from events.timetravel import catalogs_at
-from events.types import StoredEvent
-from llmgw.cli.catalog_cmds import resolve_position
-from llmgw.cli.context import EXIT_REFUSED, App, Refused, iso, parse_when, print_json, table
-from llmgw.cli.times import whole_day
-from scheduler.store import PlacementEvent, SchedulerStore
+from llmgw.cli.context import EXIT_REFUSED, App, Refused, print_json, resolve_position
+from llmgw.cli.render import table
+from llmgw.views import iso
 
 log = structlog.get_logger("llmgw.catalog")
-
-HISTORY_KEYS = ["position", "recorded_at", "type", "model", "actor", "reason"]
-
-
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
-) -> None:
-    p = sub.add_parser(
-        "history",
-        parents=[parent],
-        help="who changed what, and when (filters combine)",
-        description="The catalog's events in log order. Times are ISO-8601 (UTC unless they "
-        "carry a zone) or relative (1h, 2d ago, today, yesterday); --since and --until are "
-        "inclusive, and a date alone (or today, yesterday) means the whole day for --until "
-        "(--since 2026-12-01 --until 2026-12-01 is that day).",
-    )
-    p.add_argument("--model", help="only events about this model (its name as recorded)")
-    p.add_argument("--actor", help="only events by this actor (as given with --actor)")
-    p.add_argument(
-        "--type", help="only events of this type (model.added, model.replaced, model.removed)"
-    )
-    p.add_argument(
-        "--since", type=_time, metavar="TIME", help="only events recorded at or after TIME"
-    )
-    p.add_argument(
-        "--until", type=_time, metavar="TIME", help="only events recorded at or before TIME"
-    )
-    p.add_argument(
-        "--placements",
-        action="store_true",
-        help="also the scheduler's placement events (placement.placed, placement.removed), "
-        "merged by time; each line then says which log it is from",
-    )
-    p.add_argument("--json", action="store_true", help="a list of objects, for programs")
-    p.set_defaults(run=cmd_history)
-
-    p = sub.add_parser("replay", parents=[parent], help="what applied, what was skipped and why")
-    p.add_argument(
-        "--until",
-        type=_position_or_time,
-        metavar="POSITION|TIME",
-        help="replay up to this log position, or the last event recorded at or before TIME",
-    )
-    p.add_argument(
-        "--explain",
-        action="store_true",
-        help="walk event by event: applied, or skipped with the catalog around it",
-    )
-    p.add_argument(
-        "--strict", action="store_true", help="exit 1 when any event is skipped (for CI)"
-    )
-    p.add_argument("--json", action="store_true", help="as JSON, for programs")
-    p.set_defaults(run=cmd_replay)
-
-    p = sub.add_parser(
-        "diff", parents=[parent], help="models added, removed and changed between two points"
-    )
-    p.add_argument("frm", metavar="A", type=_position_or_time, help="a log position or a time")
-    p.add_argument("to", metavar="B", type=_position_or_time, help="a log position or a time")
-    p.add_argument("--json", action="store_true", help="as JSON, for programs")
-    p.set_defaults(run=cmd_diff)
-
-    p = sub.add_parser(
-        "verify", parents=[parent], help="check the log's hash chain; print its head hash"
-    )
-    p.add_argument(
-        "--expect-head",
-        metavar="HASH",
-        help="a head hash recorded earlier: it must still be in the chain (catches truncation "
-        "and wholesale rewrites, which the chain alone cannot)",
-    )
-    p.add_argument(
-        "--adopt-unhashed",
-        action="store_true",
-        help="vouch for the rows after the chain's seal that carry no hash (an older release "
-        "wrote them during an upgrade): recorded with --actor and --reason, both required",
-    )
-    p.add_argument("--actor", default="", help="who adopts (with --adopt-unhashed)")
-    p.add_argument("--reason", default="", help="why the rows are genuine (with --adopt-unhashed)")
-    p.add_argument("--json", action="store_true", help="as JSON, for programs")
-    p.set_defaults(run=cmd_verify)
-
-    p = sub.add_parser(
-        "snapshot", parents=[parent], help="store the replay state now, for fast start-up"
-    )
-    p.add_argument("--list", action="store_true", help="list the stored snapshots instead")
-    p.add_argument("--json", action="store_true", help="as JSON, for programs")
-    p.set_defaults(run=cmd_snapshot)
-
-
-def _position_or_time(text: str) -> str:
-    """Checked at parse time (a usage error, exit 2); resolved against the log later."""
-    return text if text.isdigit() else _time(text)
-
-
-def _time(text: str) -> str:
-    try:
-        parse_when(text)
-    except Refused as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
-# -- history ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryEntry:
-    """One line of ``llmgw history``, from whichever log it comes."""
-
-    position: int
-    recorded_at: datetime
-    type: str
-    model: str | None
-    actor: str
-    reason: str
-    # None for the catalog's log alone; "catalog" or "placements" when merged,
-    # since the two logs number their positions separately.
-    log: str | None = None
-
-    @classmethod
-    def of(cls, event: StoredEvent) -> HistoryEntry:
-        return cls(
-            event.position, event.recorded_at, event.type, event.model, event.actor, event.reason
-        )
-
-    @classmethod
-    def of_placement(cls, event: PlacementEvent) -> HistoryEntry:
-        if event.type.startswith("node."):  # cordons and drains name no replica
-            where = f"node {', '.join(event.nodes)}"
-        else:
-            where = f"replica {event.replica} ({event.profile}) on {', '.join(event.nodes)}"
-        reason = f"{where}: {event.reason}" if event.reason else where
-        reason += f" [round {event.round_id}, catalog position {event.catalog_position}]"
-        return cls(
-            event.position,
-            event.recorded_at,
-            event.type,
-            event.model or None,
-            # The scheduler's own decisions carry no actor; an agent's or operator's do.
-            event.actor or "scheduler",
-            reason,
-            "placements",
-        )
-
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "position": self.position,
-            "recorded_at": iso(self.recorded_at),
-            "type": self.type,
-            "model": self.model,
-            "actor": self.actor,
-            "reason": self.reason,
-        }
-        if self.log is not None:
-            out["log"] = self.log
-        return out
-
-
-def history_query(args: argparse.Namespace) -> HistoryQuery:
-    return HistoryQuery(
-        model=args.model,
-        actor=args.actor,
-        type=args.type,
-        since=None if args.since is None else parse_when(args.since),
-        until=None if args.until is None else _until(args.until),
-    )
-
-
-def _until(text: str) -> datetime:
-    when = parse_when(text)
-    if whole_day(text):  # a date alone, today or yesterday: up to the end of that day
-        when += timedelta(days=1) - timedelta(microseconds=1)
-    return when
-
-
-def history_sources(
-    app: App, query: HistoryQuery, *, placements: bool = False
-) -> list[Iterable[HistoryEntry]]:
-    """The logs ``history`` reads, each in time order, all filtered by ``query``.
-
-    With ``placements``, the scheduler's ``placement_events`` are a second
-    source (actor "scheduler"), merged by time by ``cmd_history``.
-    """
-    if not placements:
-        return [(HistoryEntry.of(e) for e in history(app.store.engine, query))]
-    catalog = (replace(HistoryEntry.of(e), log="catalog") for e in history(app.store.engine, query))
-    sources: list[Iterable[HistoryEntry]] = [catalog]
-    events = SchedulerStore(app.engine).events(
-        model=query.model, since=query.since, until=query.until
-    )
-    sources.append(
-        entry
-        for entry in (HistoryEntry.of_placement(e) for e in events)
-        if (query.type is None or entry.type == query.type)
-        and (query.actor is None or entry.actor == query.actor)
-    )
-    return sources
-
-
-def cmd_history(app: App, args: argparse.Namespace) -> int:
-    sources = history_sources(app, history_query(args), placements=args.placements)
-    entries: Iterator[HistoryEntry] = heapq.merge(*sources, key=lambda e: e.recorded_at)
-    rows = [e.to_json() for e in entries]
-    if args.json:
-        print_json(rows)
-        return 0
-    keys = [*HISTORY_KEYS, "log"] if args.placements else HISTORY_KEYS
-    sys.stdout.write(table(keys, [[str(r[h] or "") for h in keys] for r in rows]))
-    return 0
-
 
 # -- replay -----------------------------------------------------------------
 

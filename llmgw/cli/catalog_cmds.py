@@ -9,79 +9,20 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
-from dataclasses import asdict
-from pathlib import Path
 
-from catalog import Catalog, load_definitions
+from catalog import load_definitions
 from catalog.text import shown
 from events.commands import CommandResult
 from events.migrate import current_revision, head_revision, upgrade
 from events.timetravel import catalog_at
 from llmgw.cli import preview
-from llmgw.cli.context import App, Refused, parse_when, print_json, table
+from llmgw.cli.context import App, Refused, print_json, resolve_position
+from llmgw.cli.render import catalog_table, table
+from llmgw.views import catalog_counts, catalog_entry, catalog_json, command_json
 from scheduler.resilience import resilience
 from scheduler.rounds import demands
 from scheduler.service import replica_counts
 from scheduler.store import SchedulerStore
-
-
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
-) -> None:
-    p = sub.add_parser("models", parents=[parent], help="the current catalog")
-    p.add_argument("--json", action="store_true", help="full definitions, for programs")
-    p.set_defaults(run=cmd_models)
-
-    p = sub.add_parser("add", parents=[parent], help="add one model or a list (all or nothing)")
-    p.add_argument("file", type=Path, help="YAML or JSON: one model, or `models: [...]`")
-    _audit_args(p)
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="validate against the catalog and show what the next round would place; "
-        "record nothing",
-    )
-    p.add_argument("--json", action="store_true", help="the events recorded, for programs")
-    p.set_defaults(run=cmd_add)
-
-    p = sub.add_parser(
-        "apply",
-        parents=[parent],
-        help="add a model, or replace a runtime model's definition in one event",
-    )
-    p.add_argument("file", type=Path, help="YAML or JSON: one model definition")
-    _audit_args(p)
-    p.add_argument("--json", action="store_true", help="the outcome and the diff, for programs")
-    p.set_defaults(run=cmd_apply)
-
-    p = sub.add_parser("remove", parents=[parent], help="remove a model added at runtime")
-    p.add_argument("name", help="the model's name (as in `llmgw models`)")
-    _audit_args(p)
-    p.add_argument("--json", action="store_true", help="the events recorded, for programs")
-    p.set_defaults(run=cmd_remove)
-
-    p = sub.add_parser("resolve", parents=[parent], help="the canonical name of a name or alias")
-    p.add_argument("name", help="a model name or alias")
-    p.add_argument("--json", action="store_true", help="as JSON, for programs")
-    p.set_defaults(run=cmd_resolve)
-
-    p = sub.add_parser("show", parents=[parent], help="the catalog as it was at a position or time")
-    p.add_argument(
-        "--at",
-        metavar="POSITION|TIME",
-        help="a log position, or a time (ISO-8601, or relative: 1h, yesterday)",
-    )
-    p.add_argument("--json", action="store_true", help="full definitions, for programs")
-    p.set_defaults(run=cmd_show)
-
-    p = sub.add_parser("db", parents=[parent], help="the database schema")
-    db_sub = p.add_subparsers(dest="db_command", required=True)
-    u = db_sub.add_parser("upgrade", parents=[parent], help="migrate to the newest schema")
-    u.add_argument("--json", action="store_true", help="as JSON, for programs")
-    u.set_defaults(run=cmd_db_upgrade)
-    c = db_sub.add_parser("current", parents=[parent], help="the schema revision in use")
-    c.add_argument("--json", action="store_true", help="as JSON, for programs")
-    c.set_defaults(run=cmd_db_current)
 
 
 def login_user() -> str:
@@ -90,22 +31,6 @@ def login_user() -> str:
         return getpass.getuser()
     except (OSError, KeyError):  # no login name and no passwd entry (some containers)
         return ""
-
-
-def _audit_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--actor",
-        default=None,
-        help="who makes the change (recorded in the log; default: the login user)",
-    )
-    p.add_argument("--reason", default="", help="why (recorded in the log)")
-    p.add_argument("--key", help="idempotency key: the same key again is recorded once")
-
-
-def model_json(catalog: Catalog) -> list[dict[str, object]]:
-    return [
-        {**m.to_definition(), "declared": catalog.is_declared(m.name)} for m in catalog.models()
-    ]
 
 
 def cmd_models(app: App, args: argparse.Namespace) -> int:
@@ -119,15 +44,15 @@ def cmd_models(app: App, args: argparse.Namespace) -> int:
         print_json(
             [
                 {
-                    **m,
-                    "replicas": asdict(counts[str(m["name"])]),
-                    "resilience": figures.get(str(m["name"])),
+                    **catalog_entry(catalog, m),
+                    "replicas": catalog_counts(counts[m.name]),
+                    "resilience": figures.get(m.name),
                 }
-                for m in model_json(catalog)
+                for m in catalog.models()
             ]
         )
         return 0
-    text = catalog.render()
+    text = catalog_table(catalog)
     sys.stdout.write(text or "no models\n")
     if counts:
         sys.stdout.write("\n")
@@ -178,15 +103,7 @@ def cmd_remove(app: App, args: argparse.Namespace) -> int:
 
 def _print_result(result: CommandResult, verb: str, args: argparse.Namespace) -> int:
     if args.json:
-        print_json(
-            {
-                "already_recorded": result.already_recorded,
-                "events": [
-                    {"position": e.position, "type": e.type, "model": e.model}
-                    for e in result.events
-                ],
-            }
-        )
+        print_json(command_json(result))
         return 0
     for event in result.events:
         print(f"{verb} {shown(event.model)} at position {event.position}")
@@ -204,26 +121,6 @@ def cmd_resolve(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-def resolve_position(app: App, at: str | None) -> int | None:
-    """A position as given, or the last position recorded at or before a time.
-
-    A position past the log's head is refused: answering with the head would
-    show a catalog the log never had at that position, as if it had.
-    """
-    if at is None:
-        return None
-    if at.isdigit():
-        position = int(at)
-        head = app.store.head()
-        if position > head:
-            raise Refused(
-                f"position {position} is past the log's head ({head}): nothing is recorded "
-                "there yet; `llmgw history` lists the positions"
-            )
-        return position
-    return app.store.position_at(parse_when(at))
-
-
 def cmd_show(app: App, args: argparse.Namespace) -> int:
     until = resolve_position(app, args.at)
     position, catalog = catalog_at(
@@ -234,10 +131,10 @@ def cmd_show(app: App, args: argparse.Namespace) -> int:
         snapshots=app.service.snapshots,
     )
     if args.json:
-        print_json(model_json(catalog))
+        print_json(catalog_json(catalog))
     else:
         print(f"catalog at position {position}:")
-        sys.stdout.write(catalog.render() or "no models\n")
+        sys.stdout.write(catalog_table(catalog) or "no models\n")
     return 0
 
 

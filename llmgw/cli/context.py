@@ -7,23 +7,22 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
-
-from catalog import Catalog, CatalogError, load_declared
-from catalog.text import guard_line, shown
-from events.backends import open_log
-from events.catalog_service import CatalogService
-from events.commands import CommandConflict
-from events.db import make_engine
-from events.migrate import UnknownSchema, ensure_schema
-from events.store import SqlLog
+from catalog.text import guard_line
 from llmgw.cli import times
 from llmgw.settings import Settings, SettingsError
+
+# What a command uses is imported when it first uses it (the properties below): a
+# command that never opens the database never loads SQLAlchemy (llmgw.cli.parser).
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from catalog import Catalog
+    from events.catalog_service import CatalogService
+    from events.store import SqlLog
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -40,6 +39,8 @@ class App:
 
     @cached_property
     def engine(self) -> Engine:
+        from events.migrate import ensure_schema
+
         engine = open_engine(self.settings.database_url)
         # An empty database is migrated on first use, so the first command just works.
         ensure_schema(engine)
@@ -47,10 +48,14 @@ class App:
 
     @cached_property
     def store(self) -> SqlLog:
+        from events.backends import open_log
+
         return open_log(self.engine)
 
     @cached_property
     def declared(self) -> Catalog:
+        from catalog import Catalog, load_declared
+
         path = self.settings.config_path
         if path is None:
             return Catalog.build([])
@@ -63,6 +68,8 @@ class App:
 
     @cached_property
     def service(self) -> CatalogService:
+        from events.catalog_service import CatalogService
+
         return CatalogService(
             self.store, self.declared, self.config_label, snapshot_key=self.snapshot_key
         )
@@ -77,6 +84,10 @@ class App:
 
 def open_engine(url: str) -> Engine:
     """An engine, or a one-line refusal that shows the forms a URL takes."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    from events.db import make_engine
+
     try:
         return make_engine(url)
     except (ArgumentError, NoSuchModuleError) as exc:
@@ -93,12 +104,31 @@ def refusals() -> Iterator[None]:
     """Turn the domain's refusals into exit status 1 with the message on stderr."""
     try:
         yield
-    except (CatalogError, CommandConflict, Refused, UnknownSchema, SettingsError) as exc:
-        raise SystemExitWith(EXIT_REFUSED, f"error: {exc}") from None
-    except OperationalError as exc:
-        # The driver's message can run to several lines; the first says what failed.
-        first = (str(exc.orig or exc).strip().splitlines() or ["unknown error"])[0]
-        raise SystemExitWith(EXIT_REFUSED, f"error: cannot use the database: {first}") from None
+    except Exception as exc:
+        if isinstance(exc, (*_loaded(_REFUSALS), Refused, SettingsError)):
+            raise SystemExitWith(EXIT_REFUSED, f"error: {exc}") from None
+        if isinstance(exc, _loaded(_DATABASE)):
+            # The driver's message can run to several lines; the first says what failed.
+            cause = getattr(exc, "orig", None) or exc
+            first = (str(cause).strip().splitlines() or ["unknown error"])[0]
+            raise SystemExitWith(EXIT_REFUSED, f"error: cannot use the database: {first}") from None
+        raise
+
+
+# The domain's refusals, by module and class. They are looked up among the modules
+# already imported: an exception of a class whose module was never imported cannot be
+# raised, and importing them here would load the database and the models for every
+# command (llmgw.cli.parser).
+_REFUSALS = (
+    ("catalog.errors", "CatalogError"),
+    ("events.commands", "CommandConflict"),
+    ("events.migrate", "UnknownSchema"),
+)
+_DATABASE = (("sqlalchemy.exc", "OperationalError"),)
+
+
+def _loaded(names: tuple[tuple[str, str], ...]) -> tuple[type[BaseException], ...]:
+    return tuple(getattr(sys.modules[m], c) for m, c in names if m in sys.modules)
 
 
 class GuardedStream:
@@ -142,10 +172,6 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def iso(when: datetime) -> str:
-    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 def parse_when(text: str) -> datetime:
     """An ISO-8601 time (UTC without a zone, the log's zone), or a relative one such as
     ``1h`` or ``yesterday`` (see llmgw.cli.times)."""
@@ -155,14 +181,21 @@ def parse_when(text: str) -> datetime:
         raise Refused(str(exc)) from None
 
 
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    """Columns for people. Every cell goes through ``shown``: a stored value with a
-    newline would otherwise print as a row of its own (catalog.text)."""
-    rows = [[shown(cell) for cell in row] for row in rows]
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    return "\n".join(lines) + "\n"
+def resolve_position(app: App, at: str | None) -> int | None:
+    """A position as given, or the last position recorded at or before a time.
+
+    A position past the log's head is refused: answering with the head would
+    show a catalog the log never had at that position, as if it had.
+    """
+    if at is None:
+        return None
+    if at.isdigit():
+        position = int(at)
+        head = app.store.head()
+        if position > head:
+            raise Refused(
+                f"position {position} is past the log's head ({head}): nothing is recorded "
+                "there yet; `llmgw history` lists the positions"
+            )
+        return position
+    return app.store.position_at(parse_when(at))

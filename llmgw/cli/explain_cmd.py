@@ -7,26 +7,10 @@ from datetime import UTC, datetime
 
 from catalog.text import shown
 from events.replay import replay
-from llmgw.cli.context import App, Refused, iso, parse_when, print_json
-from llmgw.cli.scheduler_cmds import staleness_flags
+from llmgw.cli.context import App, Refused, parse_when, print_json
+from llmgw.views import iso
 from scheduler.replica_stories import explain
 from scheduler.store import PLACED, REMOVED, SchedulerStore
-
-
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
-) -> None:
-    p = sub.add_parser(
-        "explain",
-        parents=[parent, staleness_flags()],
-        help="why each replica of a model is where it is (now, or in a recorded round)",
-    )
-    p.add_argument("model", help="a model name or alias")
-    when = p.add_mutually_exclusive_group()
-    when.add_argument("--at", metavar="TIME", help="the last round recorded at or before TIME")
-    when.add_argument("--round", type=int, metavar="N", help="recorded round N")
-    p.add_argument("--json", action="store_true", help="as JSON, for programs")
-    p.set_defaults(run=cmd_explain)
 
 
 def cmd_explain(app: App, args: argparse.Namespace) -> int:

@@ -5,47 +5,14 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime
 
-from llmgw.api.views import replica_state_json
 from llmgw.cli.catalog_cmds import login_user
-from llmgw.cli.context import App, Refused, iso, print_json
+from llmgw.cli.context import App, Refused, print_json
+from llmgw.views import iso, replica_state_json, service_change_json
 from scheduler.placements import Placement
 from scheduler.replicas import ReplicaStatus
 from scheduler.rounds import Placer
 from scheduler.service import NodeServiceError, change_service
 from scheduler.store import SchedulerStore
-
-
-def register_nodes(
-    nodes_sub: argparse._SubParsersAction[argparse.ArgumentParser],
-    parent: argparse.ArgumentParser,
-) -> None:
-    helps = {
-        "cordon": "take no new replicas on a node; what runs there stays",
-        "uncordon": "put a cordoned or draining node back in service",
-        "drain": "move a node's replicas elsewhere, surge-first, and take no new ones",
-    }
-    for action, text in helps.items():
-        p = nodes_sub.add_parser(action, parents=[parent], help=text)
-        p.add_argument("name", help="the node, as its agent reports it")
-        p.add_argument("--reason", default="", help="why (recorded with the event)")
-        p.add_argument(
-            "--actor", default="", help="who (recorded with the event; default: the login user)"
-        )
-        p.add_argument("--json", action="store_true", help="as JSON, for programs")
-        p.set_defaults(run=cmd_service, action=action)
-
-
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
-) -> None:
-    p = sub.add_parser("rollout", parents=[parent], help="replacing a model's replicas")
-    rsub = p.add_subparsers(dest="rollout_command", required=True)
-    s = rsub.add_parser(
-        "status", parents=[parent], help="old and new replicas, and what the rollout waits for"
-    )
-    s.add_argument("model", help="a model name or alias")
-    s.add_argument("--json", action="store_true", help="as JSON, for programs")
-    s.set_defaults(run=cmd_rollout_status)
 
 
 def cmd_service(app: App, args: argparse.Namespace) -> int:
@@ -60,16 +27,7 @@ def cmd_service(app: App, args: argparse.Namespace) -> int:
     except NodeServiceError as exc:
         raise Refused(str(exc)) from None
     if args.json:
-        print_json(
-            {
-                "node": change.node,
-                "action": change.action,
-                "changed": change.changed,
-                "before": None if change.before is None else change.before.mode,
-                "replicas_left": change.replicas_left,
-                "message": change.describe(),
-            }
-        )
+        print_json(service_change_json(change))
         return 0
     print(change.describe())
     return 0

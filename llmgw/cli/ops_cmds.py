@@ -10,29 +10,6 @@ from llmgw.cli.completion import bash_script, zsh_script
 from llmgw.cli.context import App, print_json
 
 
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
-) -> None:
-    p = sub.add_parser(
-        "settings",
-        parents=[parent],
-        help="the settings in force (llmgw.toml, environment and flags resolved)",
-        description="Every command, the server and the daemon resolve the same settings: "
-        "flags, then the environment, then the settings file (--settings, LLMGW_SETTINGS or "
-        "./llmgw.toml), then the defaults.",
-    )
-    p.add_argument("--json", action="store_true", help="as JSON, for programs")
-    p.set_defaults(run=cmd_settings)
-
-    p = sub.add_parser(
-        "completion",
-        help="print the shell completion script (bash or zsh)",
-        description="Completes commands, subcommands and options; file names elsewhere.",
-    )
-    p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete in")
-    p.set_defaults(run=cmd_completion)
-
-
 def cmd_completion(app: App, args: argparse.Namespace) -> int:
     from llmgw.cli import build_parser
 

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from catalog import Model
 from catalog.state import CatalogState
 from llmgw.cli.context import App, print_json
+from llmgw.views import placement_json, unplaced_json
 from scheduler.planner import plan as make_plan
 from scheduler.rounds import demands
 from scheduler.store import SchedulerStore
@@ -46,10 +47,8 @@ def show_add(app: App, models: Sequence[Model], *, as_json: bool) -> int:
                 "dry_run": True,
                 "catalog_position": position,
                 "would_add": [m.name for m in ordered],
-                "would_place": [p.to_json() for p in place],
-                "unplaced": [
-                    {"model": u.model, "replica": u.replica, "reason": u.reason} for u in unplaced
-                ],
+                "would_place": [placement_json(p) for p in place],
+                "unplaced": [unplaced_json(u) for u in unplaced],
             }
         )
         return 0

@@ -12,9 +12,16 @@ from typing import Any
 from catalog.documents import read_file
 from catalog.text import shown
 from llmgw import logs
-from llmgw.api.views import node_json, replica_state_json
-from llmgw.cli import lifecycle_cmds
-from llmgw.cli.context import App, Refused, iso, print_json, table
+from llmgw.cli.context import App, Refused, print_json
+from llmgw.cli.render import table
+from llmgw.views import (
+    iso,
+    node_json,
+    placed_replica_json,
+    placement_json,
+    rollout_json,
+    unplaced_json,
+)
 from scheduler import (
     Demand,
     Node,
@@ -27,101 +34,13 @@ from scheduler import (
 )
 from scheduler.daemon import Daemon
 from scheduler.leader import leadership_for
-from scheduler.placements import RolloutProgress
 from scheduler.resilience import resilience
 from scheduler.rounds import Placer
 from scheduler.store import SchedulerStore
 
 
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
-) -> None:
-    staleness = staleness_flags()
-
-    nodes = sub.add_parser("nodes", parents=[parent], help="the node inventory")
-    nodes_sub = nodes.add_subparsers(dest="nodes_command", required=True)
-    p = nodes_sub.add_parser("report", parents=[parent], help="record an agent's report")
-    p.add_argument("file", type=Path, help="YAML or JSON: one node, a list, or `nodes: [...]`")
-    p.add_argument("--json", action="store_true", help="the nodes recorded, for programs")
-    p.set_defaults(run=cmd_nodes_report)
-    p = nodes_sub.add_parser("list", parents=[parent, staleness], help="nodes as reported")
-    p.add_argument("--json", action="store_true", help="as JSON, for programs")
-    p.set_defaults(run=cmd_nodes_list)
-    p = nodes_sub.add_parser("forget", parents=[parent], help="drop a decommissioned node")
-    p.add_argument("name", help="the node's name (as in `llmgw nodes list`)")
-    p.add_argument("--json", action="store_true", help="as JSON, for programs")
-    p.set_defaults(run=cmd_nodes_forget)
-    lifecycle_cmds.register_nodes(nodes_sub, parent)
-
-    p = sub.add_parser("place", parents=[parent, staleness], help="run one placement round")
-    p.add_argument("--dry-run", action="store_true", help="plan and show, write nothing")
-    p.add_argument("--json", action="store_true", help="the plan, for programs")
-    p.set_defaults(run=cmd_place)
-
-    p = sub.add_parser(
-        "placements", parents=[parent], help="where every replica runs now, and its state"
-    )
-    p.add_argument("--node", metavar="NAME", help="only replicas on this node")
-    p.add_argument("--model", metavar="NAME", help="only replicas of this model (name or alias)")
-    p.add_argument("--json", action="store_true", help="as JSON, for programs")
-    p.set_defaults(run=cmd_placements)
-
-    p = sub.add_parser("daemon", parents=[parent, staleness], help="place in the background")
-    p.add_argument(
-        "--interval",
-        default=argparse.SUPPRESS,
-        metavar="DURATION",
-        help="time between rounds, e.g. 10s (env LLMGW_INTERVAL; [policy] interval; default 10s)",
-    )
-    p.add_argument("--once", action="store_true", help="run one round and exit")
-    p.set_defaults(run=cmd_daemon)
-
-
-def staleness_flags() -> argparse.ArgumentParser:
-    """--stale-after and --grace: unset here, so that llmgw.toml and the environment apply
-    (llmgw.settings resolves them once for every command, the server and the daemon)."""
-    staleness = argparse.ArgumentParser(add_help=False)
-    staleness.add_argument(
-        "--stale-after",
-        default=argparse.SUPPRESS,
-        metavar="DURATION",
-        help="a node silent this long gets nothing new, e.g. 90s (env LLMGW_STALE_AFTER; "
-        "[policy] stale_after; default 90s)",
-    )
-    staleness.add_argument(
-        "--grace",
-        default=argparse.SUPPRESS,
-        metavar="DURATION",
-        help="further silence after which its replicas move, e.g. 5m (env LLMGW_GRACE; "
-        "[policy] grace; default 5m)",
-    )
-    staleness.add_argument(
-        "--no-preemption",
-        dest="preemption",
-        action="store_false",
-        default=argparse.SUPPRESS,
-        help="never evict lower-priority replicas, cluster-wide (env LLMGW_PREEMPTION=0; "
-        "[policy] preemption = false; default on)",
-    )
-    return staleness
-
-
 def policy(app: App) -> StalenessPolicy:
     return app.settings.policy
-
-
-def placement_json(p: Placement) -> dict[str, object]:
-    return p.to_json()
-
-
-def rollout_json(r: RolloutProgress) -> dict[str, object]:
-    return {
-        "model": r.model,
-        "cause": r.cause,
-        "old": [placement_json(p) for p in r.old],
-        "new": [placement_json(p) for p in r.new],
-        "waiting": r.waiting,
-    }
 
 
 def load_reports(path: Path) -> list[NodeReport]:
@@ -229,10 +148,7 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
             {
                 "catalog_position": outcome.catalog_position,
                 "placements": [placement_json(p) for p in plan.placements],
-                "unplaced": [
-                    {"model": u.model, "replica": u.replica, "reason": u.reason}
-                    for u in plan.unplaced
-                ],
+                "unplaced": [unplaced_json(u) for u in plan.unplaced],
                 "placed": [placement_json(p) for p in plan.place],
                 "removed": [
                     {**placement_json(r.placement), "reason": r.reason} for r in plan.remove
@@ -310,7 +226,7 @@ def cmd_placements(app: App, args: argparse.Namespace) -> int:
         model = app.service.catalog().canonical(model) or model
     replicas = SchedulerStore(app.engine).replicas(node=args.node, model=model)
     if args.json:
-        print_json([{**p.to_json(), **replica_state_json(s)} for p, s in replicas])
+        print_json([placed_replica_json(p, s) for p, s in replicas])
         return 0
     headers = ["model", "replica", "profile", "gpu_class", "gpus/node", "nodes", "state", "since"]
     headers.append("endpoint")

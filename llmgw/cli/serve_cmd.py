@@ -16,136 +16,14 @@ from types import FrameType
 import structlog
 
 from llmgw import logs
-from llmgw.api.auth import Role, TokenConfigError, issue_token, parse_env_tokens
+from llmgw.api.auth import TokenConfigError, issue_token, parse_env_tokens
 from llmgw.api.settings import ApiSettings
 from llmgw.cli import token_file
-from llmgw.cli.context import EXIT_REFUSED, App, Refused, print_json, table
-from llmgw.cli.scheduler_cmds import staleness_flags
+from llmgw.cli.context import EXIT_REFUSED, App, Refused, print_json
+from llmgw.cli.render import table
 from llmgw.settings import SettingsError
 
 log = structlog.get_logger("llmgw.api")
-
-
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
-) -> None:
-    p = sub.add_parser(
-        "serve",
-        parents=[parent, staleness_flags()],
-        help="the control plane's HTTP API (agents report, operators change the catalog)",
-        description="Serve the API over the same database as the other commands. Tokens come "
-        "from --auth-file (env LLMGW_AUTH_FILE) and env LLMGW_TOKENS; see `llmgw token new`.",
-    )
-    p.add_argument(
-        "--host",
-        default=argparse.SUPPRESS,
-        help="address to listen on ([server] host; default 127.0.0.1)",
-    )
-    p.add_argument(
-        "--port",
-        type=int,
-        default=argparse.SUPPRESS,
-        help="port ([server] port; default 8080; 0 picks a free one)",
-    )
-    p.add_argument(
-        "--auth-file",
-        default=argparse.SUPPRESS,
-        metavar="PATH",
-        help="TOML file with the tokens (env LLMGW_AUTH_FILE; [auth] file)",
-    )
-    p.add_argument(
-        "--open-reads",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="let GET routes answer without a token (writes always need one; env "
-        "LLMGW_OPEN_READS=1; [auth] reads_open; or reads_open in the auth file)",
-    )
-    p.add_argument(
-        "--with-scheduler",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="also run placement rounds in the background, as `llmgw daemon` would (the same "
-        "leadership: one scheduler places per database; [server] with_scheduler)",
-    )
-    p.add_argument(
-        "--interval",
-        default=argparse.SUPPRESS,
-        metavar="DURATION",
-        help="time between rounds with --with-scheduler (env LLMGW_INTERVAL; [policy] "
-        "interval; default 10s)",
-    )
-    p.add_argument(
-        "--stream-poll",
-        default=argparse.SUPPRESS,
-        metavar="DURATION",
-        help="how often an idle event stream looks for new events ([server] stream_poll; "
-        "default 500ms)",
-    )
-    p.add_argument(
-        "--catalog-max-age",
-        default=argparse.SUPPRESS,
-        metavar="DURATION",
-        help="a read may be answered from a catalog checked against the log this long ago; "
-        "changes through this server are seen at once ([server] catalog_max_age; default "
-        "100ms; 0: check every read)",
-    )
-    p.set_defaults(run=cmd_serve)
-
-    t = sub.add_parser("token", parents=[parent], help="bearer tokens for `llmgw serve`")
-    t_sub = t.add_subparsers(dest="token_command", required=True)
-    n = t_sub.add_parser(
-        "new",
-        parents=[parent],
-        help="issue a token: printed once, with the entry to configure (its hash)",
-        description="Prints the token on the first line (shown once; store it now), then "
-        "the [[tokens]] entry for the auth file, which holds only the token's SHA-256.",
-    )
-    n.add_argument("name", help="who holds it; recorded as the actor of its changes")
-    n.add_argument(
-        "--role",
-        required=True,
-        choices=[r.value for r in Role],
-        help="reader: GET routes; operator: also change the catalog; agent: report its nodes",
-    )
-    n.add_argument(
-        "--node",
-        action="append",
-        default=[],
-        metavar="NODE",
-        help="a node an agent token may report (repeat for several; agents only)",
-    )
-    n.add_argument(
-        "--append-to",
-        type=Path,
-        metavar="PATH",
-        help="also append the entry to this auth file (created if missing; refused if the "
-        "name is already there)",
-    )
-    n.add_argument("--json", action="store_true", help="as JSON, for programs")
-    n.set_defaults(run=cmd_token_new)
-
-    auth_file = argparse.ArgumentParser(add_help=False)
-    auth_file.add_argument(
-        "--auth-file",
-        default=argparse.SUPPRESS,
-        metavar="PATH",
-        help="the auth file (env LLMGW_AUTH_FILE; [auth] file in llmgw.toml)",
-    )
-    ls = t_sub.add_parser(
-        "list",
-        parents=[parent, auth_file],
-        help="the configured tokens: names, roles, nodes (never the tokens)",
-    )
-    ls.add_argument("--json", action="store_true", help="as JSON, for programs")
-    ls.set_defaults(run=cmd_token_list)
-    rv = t_sub.add_parser(
-        "revoke",
-        parents=[parent, auth_file],
-        help="remove a token from the auth file (applies when the server next starts)",
-    )
-    rv.add_argument("name", help="the token's name (as in `llmgw token list`)")
-    rv.add_argument("--json", action="store_true", help="as JSON, for programs")
-    rv.set_defaults(run=cmd_token_revoke)
 
 
 def _auth_path(app: App) -> Path:

@@ -31,7 +31,7 @@ from events.migrate import current_revision, head_revision, upgrade
 from events.replay import replay
 from events.tables import EventRow
 from events.upcast import upcast
-from llmgw.cli.catalog_cmds import model_json
+from llmgw.views import catalog_json
 from tests.support import model
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -98,7 +98,7 @@ def test_the_first_releases_log_migrates_replays_and_verifies(v1_engine: Engine)
     assert result.skipped == ()
     assert result.applied == (1, 2, 3, 4, 5, 6)
     expected = json.loads((DATA / "catalog_v1_models.json").read_text())
-    actual = model_json(result.catalog)
+    actual = catalog_json(result.catalog)
     assert [m["name"] for m in actual] == [m["name"] for m in expected]
     assert _subset(expected, actual)
 

@@ -29,7 +29,7 @@ from llmgw.api.access import SECURED, Operator, Reader
 from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
 from llmgw.api.problems import ApiJSON, Problem, errors, refused
 from llmgw.api.services import Services
-from llmgw.api.views import catalog_counts, catalog_entry, event_json, openai_entry
+from llmgw.views import catalog_counts, catalog_entry, command_json, event_json, openai_entry
 from scheduler.service import replica_counts
 
 
@@ -323,10 +323,6 @@ def _check_reason(reason: str) -> None:
 
 def _outcome(result: CommandResult, *, created: bool = True) -> Response:
     return ApiJSON(
-        {
-            "already_recorded": result.already_recorded,
-            "events": [event_json(e) for e in result.events],
-            "position": max(result.positions, default=0),
-        },
+        command_json(result),
         status_code=201 if created and not result.already_recorded else 200,
     )

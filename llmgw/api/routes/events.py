@@ -25,7 +25,7 @@ from llmgw.api import schemas
 from llmgw.api.access import SECURED, Reader
 from llmgw.api.problems import ApiJSON, Problem, errors, json_text
 from llmgw.api.services import Services
-from llmgw.api.views import event_json
+from llmgw.views import event_json
 
 log = structlog.get_logger("llmgw.api")
 

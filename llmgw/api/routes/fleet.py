@@ -22,7 +22,7 @@ from llmgw.api import fleet
 from llmgw.api.access import SECURED, Reader
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
-from llmgw.api.views import placement_json
+from llmgw.views import iso, replica_json
 from scheduler.planner import plan as make_plan
 from scheduler.rounds import demands
 
@@ -56,10 +56,10 @@ def _fleet(svc: Services) -> dict[str, Any]:
     models = fleet.models(view.catalog, replicas)
     for row in models:
         row["unplaced_reasons"] = reasons.get(row["name"], [])
-    rows = [placement_json(p, view.catalog, status) for p, status in replicas]
+    rows = [replica_json(p, view.catalog, status) for p, status in replicas]
     return {
         "catalog_position": view.position,
-        "checked_at": now.isoformat().replace("+00:00", "Z"),
+        "checked_at": iso(now),
         "policy": {
             "stale_after_s": policy.stale_after.total_seconds(),
             "grace_s": policy.grace.total_seconds(),

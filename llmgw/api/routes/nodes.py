@@ -20,7 +20,7 @@ from llmgw.api.access import SECURED, Reader, Reporter
 from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
-from llmgw.api.views import node_json, placement_json
+from llmgw.views import node_json, replica_json
 from scheduler import Node, NodeReport, NodeReportError, parse_node_report
 
 router = APIRouter()
@@ -144,4 +144,4 @@ def list_placements(
     if model is not None:
         model = catalog.canonical(model) or model
     replicas = svc.nodes.replicas(node=node, model=model)
-    return ApiJSON([placement_json(p, catalog, status) for p, status in replicas])
+    return ApiJSON([replica_json(p, catalog, status) for p, status in replicas])

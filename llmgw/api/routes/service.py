@@ -16,7 +16,7 @@ from starlette.responses import Response
 from llmgw.api.access import SECURED, Operator
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
-from llmgw.api.views import iso
+from llmgw.views import service_change_json
 from scheduler.service import MAX_REASON, NodeServiceError, ServiceChange, change_service
 
 router = APIRouter()
@@ -51,27 +51,7 @@ def _route(action: Literal["cordon", "drain", "uncordon"], summary: str) -> None
         reason: Annotated[str, Query(max_length=MAX_REASON, description="why")] = "",
     ) -> Response:
         change = await to_thread.run_sync(_change, call.svc, name, action, call.who.name, reason)
-        before = change.before
-        # After the call the node is in the asked-for mode, whether or not it already was.
-        mode = {"cordon": "cordoned", "drain": "draining", "uncordon": None}[action]
-        return ApiJSON(
-            {
-                "node": change.node,
-                "action": action,
-                "mode": mode,
-                "changed": change.changed,
-                "replicas_left": change.replicas_left,
-                "detail": change.describe(),
-                "previous": None
-                if before is None
-                else {
-                    "mode": before.mode,
-                    "actor": before.actor,
-                    "reason": before.reason,
-                    "since": iso(before.since),
-                },
-            }
-        )
+        return ApiJSON(service_change_json(change))
 
     router.post(
         f"/v1/nodes/{{name}}/{action}",

@@ -138,42 +138,6 @@ def test_declared_and_runtime_catalogs_are_told_apart() -> None:
 # -- rendering ---------------------------------------------------------------------------
 
 
-def test_render_lists_each_model_and_its_profiles_for_ctl_models() -> None:
-    catalog = Catalog.build(
-        [
-            model(
-                "llama-70b",
-                aliases=["llama", "big"],
-                scaling={"min": 2, "max": 4},
-                profiles=[
-                    gpu_profile("h100-tp8", gpu_class="H100", tp=8, priority=10),
-                    gpu_profile("a100-2n", tp=8, nodes=2),
-                ],
-            ),
-            model("tiny", profiles=[cpu_profile("cpu")]),
-        ]
-    )
-    assert catalog.render() == (
-        "llama-70b (min 2, max 4) [declared] aliases=llama,big\n"
-        "  h100-tp8             vllm       H100         tp=8 nodes=1 priority=10\n"
-        "  a100-2n              vllm       A100         tp=8 nodes=2 priority=0\n"
-        "tiny (min 0, max 1) [declared]\n"
-        "  cpu                  llamacpp   -            tp=1 nodes=1 priority=0\n"
-    )
-
-
-def test_render_marks_runtime_models() -> None:
-    assert (
-        Catalog.build([model("x")], declared=False)
-        .render()
-        .startswith("x (min 0, max 1) [runtime]\n")
-    )
-
-
-def test_an_empty_catalog_renders_as_nothing() -> None:
-    assert Catalog.build([]).render() == ""
-
-
 # -- views ---------------------------------------------------------------------------------
 
 

@@ -1,0 +1,50 @@
+"""Tables for people: what the commands print without --json (the JSON is llmgw.views)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from catalog.text import shown
+
+if TYPE_CHECKING:
+    from catalog import Catalog
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """Columns for people. Every cell goes through ``shown``: a stored value with a
+    newline would otherwise print as a row of its own (catalog.text)."""
+    rows = [[shown(cell) for cell in row] for row in rows]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def catalog_table(catalog: Catalog) -> str:
+    """The models as ``llmgw models`` and ``llmgw show`` print them: one line a model
+    (scaling, origin, aliases, placement rules), one a profile; "" for no models."""
+    # Every name through `shown`: a catalog restored from old rows may hold
+    # names from before the identifier grammar.
+    lines: list[str] = []
+    for m in catalog.models():
+        origin = "declared" if catalog.is_declared(m.name) else "runtime"
+        aliases = f" aliases={','.join(map(shown, m.aliases))}" if m.aliases else ""
+        rules = m.placement
+        placement = "".join(
+            (
+                f" priority={rules.priority}" if rules.priority else "",
+                f" spread_by={shown(rules.spread_by)}" if rules.spread_by else "",
+                " spread_required" if rules.spread_required else "",
+            )
+        )
+        scaling = f"(min {m.scaling.min}, max {m.scaling.max})"
+        lines.append(f"{shown(m.name)} {scaling} [{origin}]{aliases}{placement}")
+        for p in m.profiles:
+            lines.append(
+                f"  {shown(p.name):<20} {shown(p.engine):<10} {shown(p.gpu_class or '-'):<12} "
+                f"tp={p.tp} nodes={p.nodes} priority={p.priority}"
+            )
+    return "\n".join(lines) + ("\n" if lines else "")

@@ -1,0 +1,214 @@
+"""The JSON that users see: what ``llmgw ... --json`` prints and what the API answers.
+
+One function per shape, used by both the CLI and the API, so that the two cannot
+drift apart (tests/unit/ops/test_views.py holds the shapes). Storage formats are
+not here: ``scheduler.store`` keeps its own (a recorded round must read back the
+same whatever this module shows).
+
+Importing this module is cheap (the command line imports it for ``iso``): what a
+shape needs from the database layer or the models is imported where it is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from catalog import Catalog, Model
+    from events.commands import CommandResult
+    from events.types import StoredEvent
+    from scheduler import Node, Placement, StalenessPolicy
+    from scheduler.lifecycle import Cordon
+    from scheduler.placements import RolloutProgress, Unplaced
+    from scheduler.replicas import ReplicaStatus
+    from scheduler.service import ReplicaCounts, ServiceChange
+
+
+def iso(when: datetime) -> str:
+    """A time as every JSON answer gives it: ISO-8601 in UTC, with ``Z``."""
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+# -- the catalog --------------------------------------------------------------------------
+
+
+def catalog_entry(catalog: Catalog, model: Model) -> dict[str, Any]:
+    """A model's full definition and whether it is declared (``llmgw models --json``,
+    ``GET /v1/catalog``; both add ``replicas``)."""
+    return {**model.to_definition(), "declared": catalog.is_declared(model.name)}
+
+
+def catalog_json(catalog: Catalog) -> list[dict[str, Any]]:
+    """Every model, in the catalog's order (``llmgw show --json``)."""
+    return [catalog_entry(catalog, m) for m in catalog.models()]
+
+
+def catalog_counts(counts: ReplicaCounts) -> dict[str, int]:
+    return {"wanted": counts.wanted, "placed": counts.placed, "ready": counts.ready}
+
+
+def openai_entry(catalog: Catalog, model: Model, created: int = 0) -> dict[str, Any]:
+    """One entry of the OpenAI-compatible model list, with what a client sizes prompts by.
+
+    ``created``: when the model was added (0 for a declared model; llmgw.api.openai)."""
+    return {
+        "id": model.name,
+        "object": "model",
+        "created": created,
+        "owned_by": "llmgw",
+        "aliases": list(model.aliases),
+        "context_length": model.context_length,
+        "max_output": model.max_output,
+        "capabilities": model.capabilities.model_dump(mode="json"),
+        "declared": catalog.is_declared(model.name),
+    }
+
+
+def event_json(event: StoredEvent) -> dict[str, Any]:
+    from catalog.documents import read_json
+    from events.replay import STORED_LIMITS
+
+    try:
+        payload: Any = read_json(event.payload, "payload", STORED_LIMITS)
+    except Exception:  # too deep, not JSON, not text: any row a reader must still see
+        payload = event.payload  # replay names it as unreadable; a reader still sees it
+    return {
+        "position": event.position,
+        "event_id": event.event_id,
+        "command_id": event.command_id,
+        "type": event.type,
+        "schema_version": event.schema_version,
+        "model": event.model,
+        "actor": event.actor,
+        "reason": event.reason,
+        "recorded_at": iso(event.recorded_at),
+        "payload": payload,
+    }
+
+
+def command_json(result: CommandResult) -> dict[str, Any]:
+    """What an add or a remove recorded (``llmgw add|remove --json``, ``POST
+    /v1/catalog/models``, ``DELETE /v1/catalog/models/{name}``)."""
+    return {
+        "already_recorded": result.already_recorded,
+        "events": [event_json(e) for e in result.events],
+        "position": max(result.positions, default=0),
+    }
+
+
+# -- nodes --------------------------------------------------------------------------------
+
+
+def node_json(
+    node: Node,
+    now: datetime,
+    policy: StalenessPolicy,
+    cordon: Cordon | None = None,
+    replicas: int = 0,
+) -> dict[str, Any]:
+    """A node as reported, with its freshness and its service (cordoned, draining)."""
+    from scheduler.service import service_label
+    from scheduler.staleness import Freshness, freshness
+
+    state = freshness(node.reported_at, now, policy)
+    return {
+        "name": node.name,
+        "gpu_class": node.gpu_class,
+        "gpus": node.gpus,
+        "gpus_reserved": node.gpus_reserved,
+        "memory_gb": node.memory_gb,
+        "labels": dict(node.labels),
+        "fabric": node.fabric,
+        "reported_at": iso(node.reported_at),
+        "stale": state is not Freshness.FRESH,
+        "state": state.value,
+        "service": service_label(cordon, replicas),
+        "cordon": None if cordon is None else cordon_json(cordon),
+        "replicas": replicas,
+    }
+
+
+def cordon_json(cordon: Cordon) -> dict[str, str]:
+    return {
+        "mode": cordon.mode,
+        "actor": cordon.actor,
+        "reason": cordon.reason,
+        "since": iso(cordon.since),
+    }
+
+
+_MODE_AFTER = {"cordon": "cordoned", "drain": "draining", "uncordon": None}
+
+
+def service_change_json(change: ServiceChange) -> dict[str, Any]:
+    """A cordon, drain or uncordon: ``nodes cordon --json`` and ``POST .../cordon``."""
+    return {
+        "node": change.node,
+        "action": change.action,
+        # After the call the node is in the asked-for mode, whether or not it already was.
+        "mode": _MODE_AFTER[change.action],
+        "changed": change.changed,
+        "replicas_left": change.replicas_left,
+        "detail": change.describe(),
+        "previous": None if change.before is None else cordon_json(change.before),
+    }
+
+
+# -- placements ---------------------------------------------------------------------------
+
+
+def placement_json(p: Placement) -> dict[str, Any]:
+    """A replica slot as a plan has it (``place --json``, ``add --dry-run --json``)."""
+    return {
+        "model": p.model,
+        "replica": p.replica,
+        "profile": p.profile,
+        "nodes": list(p.nodes),
+        "gpus_per_node": p.gpus_per_node,
+        "gpu_class": p.gpu_class,
+        "fingerprint": p.fingerprint,
+    }
+
+
+def replica_state_json(status: ReplicaStatus) -> dict[str, Any]:
+    """A replica's lifecycle as the CLI's and the API's JSON show it."""
+    return {
+        "state": status.shown_state,
+        "state_since": iso(status.since),
+        "endpoint": status.endpoint,
+        "message": status.message,
+    }
+
+
+def placed_replica_json(p: Placement, status: ReplicaStatus) -> dict[str, Any]:
+    """A placed replica and its state (``llmgw placements --json``: a plan's placement plus
+    the state keys, which tests/e2e/test_cli_scheduler.py holds it to)."""
+    return {**placement_json(p), **replica_state_json(status)}
+
+
+def replica_json(p: Placement, catalog: Catalog, status: ReplicaStatus) -> dict[str, Any]:
+    """A placed replica, its state, and what its agent starts: the engine view of its
+    profile, when the model and profile are still in the catalog (a replica being removed
+    may not be). ``GET /v1/placements``, ``GET /v1/fleet``."""
+    model = catalog.resolve(p.model)
+    engine = model.engine_profile(p.profile) if model is not None else None
+    return {
+        **placed_replica_json(p, status),
+        "engine": None if engine is None else {**asdict(engine), "env": dict(engine.env)},
+    }
+
+
+def unplaced_json(u: Unplaced) -> dict[str, Any]:
+    return {"model": u.model, "replica": u.replica, "reason": u.reason}
+
+
+def rollout_json(r: RolloutProgress) -> dict[str, Any]:
+    return {
+        "model": r.model,
+        "cause": r.cause,
+        "old": [placement_json(p) for p in r.old],
+        "new": [placement_json(p) for p in r.new],
+        "waiting": r.waiting,
+    }
