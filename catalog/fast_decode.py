@@ -59,6 +59,8 @@ __all__ = [
     "decode_added",
     "decode_definition",
     "decode_general",
+    "fast_path_applies",
+    "set_memo_limit",
 ]
 
 # Longer payloads take the general path. A text of N characters holds fewer
@@ -258,9 +260,10 @@ class _Memo:
         if found is None:
             # Only what decoded and built is remembered: a refusal raises every time.
             found = self.build(self.decode(key))
-            if len(self.cache) >= self.limit:
-                self.cache.clear()
-            self.cache[key] = found
+            if self.limit > 0:
+                if len(self.cache) >= self.limit:
+                    self.cache.clear()
+                self.cache[key] = found
         return found
 
 
@@ -363,6 +366,14 @@ def clear_caches() -> None:
     _PROFILES.cache.clear()
     for memo in _SECTIONS.values():
         memo.cache.clear()
+
+
+def set_memo_limit(limit: int) -> None:
+    """How many distinct sub-objects of each kind to remember (0: none, to measure without)."""
+    clear_caches()
+    _PROFILES.limit = limit
+    for memo in _SECTIONS.values():
+        memo.limit = limit
 
 
 def cache_sizes() -> dict[str, int]:

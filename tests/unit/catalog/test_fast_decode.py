@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 import pytest
 from hypothesis import assume, event, given, settings
-from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 from pydantic import BaseModel
 
 from bench import gen
@@ -106,7 +107,9 @@ def _check(text: str | bytes) -> Model | None:
     else:
         assert added == general
     if currently_in_test_context():
-        event("fast" if fast else "general path accepts" if isinstance(general, Model) else "refused")
+        event(
+            "fast" if fast else "general path accepts" if isinstance(general, Model) else "refused"
+        )
     return fast
 
 
@@ -114,9 +117,9 @@ def _check(text: str | bytes) -> Model | None:
 
 # Text the grammars leave free (args, env, source): any unicode, NUL included; no
 # lone surrogates, which neither a request body nor YAML can carry into a definition.
-_FREE = st.text(st.characters(exclude_categories=("Cs",)), max_size=8)
+_FREE = st.text(st.characters(exclude_categories=["Cs"]), max_size=8)
 _PRINTABLE = st.text(
-    st.characters(exclude_categories=("Cs", "Cc", "Zs", "Zl", "Zp", "Cf", "Co", "Cn")),
+    st.characters(exclude_categories=["Cs", "Cc", "Zs", "Zl", "Zp", "Cf", "Co", "Cn"]),
     min_size=1,
     max_size=8,
 )
@@ -185,7 +188,9 @@ def valid_bodies(draw: st.DrawFn) -> dict[str, Any]:
             {},
             optional={
                 "priority": st.integers(-5, 5),
-                "spread_by": st.one_of(st.none(), st.sampled_from(["zone", "rack", ""]), _PRINTABLE),
+                "spread_by": st.one_of(
+                    st.none(), st.sampled_from(["zone", "rack", ""]), _PRINTABLE
+                ),
                 "spread_required": st.booleans(),
             },
         ),
@@ -352,7 +357,7 @@ def test_a_mutated_payload_is_never_accepted_unless_the_general_path_accepts_it_
     _check(text.encode("utf-8", "surrogatepass"))
 
 
-def _respell(draw: st.DrawFn, text: str) -> str:
+def _respell(draw: Callable[[st.SearchStrategy[Any]], Any], text: str) -> str:
     """The same text changed in ways two JSON parsers might read differently."""
     trick = draw(st.integers(0, 13))
     if trick == 0:  # a key written twice, the first or the second one odd
@@ -369,7 +374,9 @@ def _respell(draw: st.DrawFn, text: str) -> str:
         value = json.dumps(draw(st.sampled_from(_ODD)))
         text = text.replace(f'"{key}": ', f'"{key}": {value}, "{key}": ', 1)
     elif trick == 2:
-        text += draw(st.sampled_from([" ", "\n", "\t", "\r", " x", "}", "\ufeff", "\x00", "\u00a0"]))
+        text += draw(
+            st.sampled_from([" ", "\n", "\t", "\r", " x", "}", "\ufeff", "\x00", "\u00a0"])
+        )
     elif trick == 3:
         text = draw(st.sampled_from(["\ufeff", " ", "[", "\n", "\x0b", "\u00a0"])) + text
     elif trick == 4:  # a number spelt otherwise
@@ -408,7 +415,7 @@ def _respell(draw: st.DrawFn, text: str) -> str:
         text = text[: draw(st.integers(0, max(len(text) - 1, 0)))]
     elif trick == 8:  # literals json.loads reads and JSON does not have
         lit = draw(st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1e-400"]))
-        text = text.replace(': 1.0', ": " + lit, 1).replace(": 0,", ": " + lit + ",", 1)
+        text = text.replace(": 1.0", ": " + lit, 1).replace(": 0,", ": " + lit + ",", 1)
     elif trick == 9:  # whitespace where JSON allows it and where it does not
         ws = draw(st.sampled_from([" ", "\n\t", "\r\n", "\x0c", "\u3000"]))
         text = text.replace(": ", ":" + ws, draw(st.integers(1, 5))).replace(", ", "," + ws, 2)
@@ -416,7 +423,9 @@ def _respell(draw: st.DrawFn, text: str) -> str:
         digest = json.dumps(draw(st.sampled_from(_ODD)))
         text = text.replace('"declared_digest": ', f'"declared_digest": {digest}, "x": ', 1)
     elif trick == 11:  # not an object at all
-        text = draw(st.sampled_from(["[" + text + "]", "null", "1", '"x"', "", "{}", '{"model": null}']))
+        text = draw(
+            st.sampled_from(["[" + text + "]", "null", "1", '"x"', "", "{}", '{"model": null}'])
+        )
     elif trick == 12:  # nested deeper than the general path reads
         levels = draw(st.sampled_from([30, 31, 32, 40]))
         deep = "[" * levels + "]" * levels
@@ -446,7 +455,7 @@ def test_a_payload_respelt_is_never_accepted_unless_the_general_path_accepts_it_
 def test_the_fast_path_is_within_the_limits_replay_reads_with() -> None:
     assert fd.fast_path_applies(STORED_LIMITS)
     # A model nests five levels deep at most: payload > model > profiles > profile > env.
-    assert fd.FAST_MAX_DEPTH <= STORED_LIMITS.max_depth
+    assert STORED_LIMITS.max_depth >= fd.FAST_MAX_DEPTH
 
 
 def test_a_payload_past_the_general_paths_node_limit_is_refused_with_its_reason() -> None:
