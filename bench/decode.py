@@ -76,8 +76,8 @@ def run(quick: bool) -> list[common.Table]:  # noqa: PLR0915 - one job per way, 
     sizes = fast_decode.cache_sizes()
 
     loads = json.loads
-    decode_payload = fast_decode._DECODE_PAYLOAD
-    build = fast_decode._model
+    decode_payload = fast_decode._DECODE_COMPLETE
+    build = fast_decode._model_complete
     decoded = [decode_payload(t) for t in texts]
     built: list[Model] = [build(d.model) for d in decoded]
 

@@ -131,9 +131,10 @@ class _Model(msgspec.Struct, **_STRUCT):
     name: str | UnsetType = UNSET
     aliases: tuple[str, ...] | UnsetType = UNSET
     source: str | UnsetType = UNSET
-    # Sub-objects stay raw text here and are decoded (or found) one by one by
-    # that text; an empty Raw is an absent key (any JSON value is one byte or more).
-    profiles: tuple[Raw, ...] | UnsetType = UNSET
+    # Sub-objects stay raw text here and are decoded (or found) by that text,
+    # the list of profiles as a whole and then one by one; an empty Raw is an
+    # absent key (any JSON value is one byte or more).
+    profiles: Raw = Raw()
     scaling: Raw = Raw()
     fallbacks: tuple[str, ...] | UnsetType = UNSET
     routing_profile: str | UnsetType = UNSET
@@ -143,6 +144,48 @@ class _Model(msgspec.Struct, **_STRUCT):
     capabilities: Raw = Raw()
     placement: Raw = Raw()
     rollout: Raw = Raw()
+
+
+# The same shapes with every key required but the two sections a definition
+# leaves out while they are the default: what every stored definition holds
+# (``to_definition()``). Decoding into them needs no per-field presence check,
+# and the fields set is known; a payload missing a key takes the structs above.
+class _ProfileComplete(msgspec.Struct, **_STRUCT):
+    name: str
+    engine: str
+    gpu_class: str
+    tp: int
+    pp: int
+    gpus_per_node: int
+    nodes: int
+    args: tuple[str, ...]
+    env: dict[str, str]
+    min_memory_gb: int
+    node_selector: dict[str, str]
+    weight: float
+    priority: int
+    startup_timeout: str
+
+
+class _ModelComplete(msgspec.Struct, **_STRUCT):
+    name: str
+    aliases: tuple[str, ...]
+    source: str
+    profiles: Raw
+    scaling: Raw
+    fallbacks: tuple[str, ...]
+    routing_profile: str
+    slo: Raw
+    context_length: int
+    max_output: int
+    capabilities: Raw
+    placement: Raw = Raw()
+    rollout: Raw = Raw()
+
+
+class _PayloadComplete(msgspec.Struct, **_STRUCT):
+    model: _ModelComplete
+    declared_digest: str | UnsetType | None = UNSET
 
 
 class _Payload(msgspec.Struct, **_STRUCT):
@@ -243,14 +286,34 @@ def _builder(cls: type[_M], struct: type[msgspec.Struct]) -> Callable[[Any], _M]
     return build
 
 
+def _complete_builder(cls: type[_M], struct: type[msgspec.Struct]) -> Callable[[Any], _M]:
+    """The builder for a struct with every key required: every field was given."""
+    spec = _spec(cls, struct)
+    names = frozenset(name for name, _, _ in spec)
+
+    def build(decoded: Any) -> _M:
+        values = {name: convert(getattr(decoded, name)) for name, convert, _ in spec}
+        return _construct(cls, values, set(names))
+
+    return build
+
+
 class _Memo:
     """One kind of sub-object, decoded once per distinct raw text and then shared."""
 
-    __slots__ = ("build", "cache", "decode", "limit")
+    __slots__ = ("build", "build_complete", "cache", "decode", "decode_complete", "limit")
 
-    def __init__(self, cls: type[BaseModel], struct: type[msgspec.Struct], limit: int) -> None:
+    def __init__(
+        self,
+        cls: type[BaseModel],
+        struct: type[msgspec.Struct],
+        limit: int,
+        complete: type[msgspec.Struct] | None = None,
+    ) -> None:
         self.decode = msgspec.json.Decoder(struct).decode
         self.build = _builder(cls, struct)
+        self.decode_complete = None if complete is None else msgspec.json.Decoder(complete).decode
+        self.build_complete = None if complete is None else _complete_builder(cls, complete)
         self.cache: dict[bytes, Any] = {}
         self.limit = limit
 
@@ -258,8 +321,39 @@ class _Memo:
         key = bytes(raw)
         found = self.cache.get(key)
         if found is None:
+            found = self._decode(key)
             # Only what decoded and built is remembered: a refusal raises every time.
-            found = self.build(self.decode(key))
+            if self.limit > 0:
+                if len(self.cache) >= self.limit:
+                    self.cache.clear()
+                self.cache[key] = found
+        return found
+
+    def _decode(self, key: bytes) -> Any:
+        if self.decode_complete is not None and self.build_complete is not None:
+            try:
+                return self.build_complete(self.decode_complete(key))
+            except msgspec.ValidationError:
+                pass  # a key left out, or refused: the struct with defaults decides
+        return self.build(self.decode(key))
+
+
+class _ListMemo:
+    """The list of a model's profiles, by its raw text: most models repeat a list whole."""
+
+    __slots__ = ("cache", "decode", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.decode = msgspec.json.Decoder(tuple[Raw, ...]).decode
+        self.cache: dict[bytes, tuple[Profile, ...]] = {}
+        self.limit = limit
+
+    def get(self, raw: Raw) -> tuple[Profile, ...]:
+        key = bytes(raw)
+        found = self.cache.get(key)
+        if found is None:
+            get = _PROFILES.get
+            found = tuple([get(item) for item in self.decode(key)])
             if self.limit > 0:
                 if len(self.cache) >= self.limit:
                     self.cache.clear()
@@ -268,7 +362,8 @@ class _Memo:
 
 
 _MEMO_LIMIT = 4096
-_PROFILES = _Memo(Profile, _Profile, _MEMO_LIMIT)
+_PROFILES = _Memo(Profile, _Profile, _MEMO_LIMIT, _ProfileComplete)
+_PROFILE_LISTS = _ListMemo(_MEMO_LIMIT)
 _SECTIONS: dict[str, _Memo] = {
     "scaling": _Memo(Scaling, _Scaling, _MEMO_LIMIT),
     "slo": _Memo(SLO, _SLO, _MEMO_LIMIT),
@@ -277,7 +372,18 @@ _SECTIONS: dict[str, _Memo] = {
     "rollout": _Memo(Rollout, _Rollout, _MEMO_LIMIT),
 }
 _MODEL_SPEC = _spec(Model, _Model)
+_spec(Model, _ModelComplete)  # the mirror check; _model_complete below names the fields
 _DECODE_PAYLOAD = msgspec.json.Decoder(_Payload).decode
+_DECODE_COMPLETE = msgspec.json.Decoder(_PayloadComplete).decode
+_SCALING = _SECTIONS["scaling"].get
+_SLO_GET = _SECTIONS["slo"].get
+_CAPABILITIES = _SECTIONS["capabilities"].get
+_PLACEMENT = _SECTIONS["placement"].get
+_ROLLOUT = _SECTIONS["rollout"].get
+_MODEL_DEFAULTS = {name: default for name, _, default in _MODEL_SPEC}
+_DEFAULT_PLACEMENT = _MODEL_DEFAULTS["placement"]
+_DEFAULT_ROLLOUT = _MODEL_DEFAULTS["rollout"]
+_ALL_BUT_SECTIONS = frozenset(Model.model_fields) - {"placement", "rollout"}
 
 
 def _model(decoded: _Model) -> Model:
@@ -290,12 +396,45 @@ def _model(decoded: _Model) -> Model:
             continue
         fields_set.add(name)
         if name == "profiles":
-            get = _PROFILES.get
-            values[name] = tuple([get(raw) for raw in value])
+            values[name] = _PROFILE_LISTS.get(value)
         elif type(value) is Raw:
             values[name] = _SECTIONS[name].get(value)
         else:
             values[name] = value
+    return _construct(Model, values, fields_set)
+
+
+def _model_complete(d: _ModelComplete) -> Model:
+    """``_model`` for a definition holding every key: written out, the hot path of replay."""
+    fields_set = set(_ALL_BUT_SECTIONS)
+    placement = d.placement
+    if placement:
+        fields_set.add("placement")
+        placement_value = _PLACEMENT(placement)
+    else:
+        placement_value = _DEFAULT_PLACEMENT()
+    rollout = d.rollout
+    if rollout:
+        fields_set.add("rollout")
+        rollout_value = _ROLLOUT(rollout)
+    else:
+        rollout_value = _DEFAULT_ROLLOUT()
+    # In the model's field order, which model_dump follows.
+    values = {
+        "name": d.name,
+        "aliases": d.aliases,
+        "source": d.source,
+        "profiles": _PROFILE_LISTS.get(d.profiles),
+        "scaling": _SCALING(d.scaling),
+        "fallbacks": d.fallbacks,
+        "routing_profile": d.routing_profile,
+        "slo": _SLO_GET(d.slo),
+        "context_length": d.context_length,
+        "max_output": d.max_output,
+        "capabilities": _CAPABILITIES(d.capabilities),
+        "placement": placement_value,
+        "rollout": rollout_value,
+    }
     return _construct(Model, values, fields_set)
 
 
@@ -319,7 +458,13 @@ def decode_definition(raw: str | bytes) -> Model | None:
     if len(raw) > FAST_MAX_CHARS:
         return None
     try:
-        model = normalize(_model(_DECODE_PAYLOAD(raw).model))
+        try:
+            built = _model_complete(_DECODE_COMPLETE(raw).model)
+        except msgspec.ValidationError:
+            # A key left out (an older or hand-written row), or a value refused:
+            # the structs with defaults decide.
+            built = _model(_DECODE_PAYLOAD(raw).model)
+        model = normalize(built)
         validate(model)
     except Exception:
         # Whatever went wrong (a decode error, a refused duration, a refused
@@ -364,6 +509,7 @@ def decode_added(raw: str | bytes, limits: Limits) -> Model:
 def clear_caches() -> None:
     """Forget every remembered sub-object (for measurements and tests)."""
     _PROFILES.cache.clear()
+    _PROFILE_LISTS.cache.clear()
     for memo in _SECTIONS.values():
         memo.cache.clear()
 
@@ -372,10 +518,13 @@ def set_memo_limit(limit: int) -> None:
     """How many distinct sub-objects of each kind to remember (0: none, to measure without)."""
     clear_caches()
     _PROFILES.limit = limit
+    _PROFILE_LISTS.limit = limit
     for memo in _SECTIONS.values():
         memo.limit = limit
 
 
 def cache_sizes() -> dict[str, int]:
     """How many distinct sub-objects are remembered, by kind."""
-    return {"profiles": len(_PROFILES.cache)} | {k: len(m.cache) for k, m in _SECTIONS.items()}
+    return {"profiles": len(_PROFILES.cache), "profile lists": len(_PROFILE_LISTS.cache)} | {
+        k: len(m.cache) for k, m in _SECTIONS.items()
+    }
