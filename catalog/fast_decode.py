@@ -268,19 +268,26 @@ def _spec(
     return tuple(out)
 
 
+_asdict = msgspec.structs.asdict
+
+
 def _builder(cls: type[_M], struct: type[msgspec.Struct]) -> Callable[[Any], _M]:
     spec = _spec(cls, struct)
+    defaults = {name: default for name, _, default in spec}
+    converters = {name: convert for name, convert, _ in spec if convert is not _identity}
 
     def build(decoded: Any) -> _M:
-        values: dict[str, Any] = {}
+        # asdict (in C) keeps the struct's field order, which is the model's (checked).
+        values = _asdict(decoded)
         fields_set: set[str] = set()
-        for name, convert, default in spec:
-            value = getattr(decoded, name)
+        for name, value in values.items():
             if value is UNSET:
-                values[name] = default()
+                values[name] = defaults[name]()
             else:
-                values[name] = convert(value)
                 fields_set.add(name)
+                convert = converters.get(name)
+                if convert is not None:
+                    values[name] = convert(value)
         return _construct(cls, values, fields_set)
 
     return build
@@ -290,9 +297,12 @@ def _complete_builder(cls: type[_M], struct: type[msgspec.Struct]) -> Callable[[
     """The builder for a struct with every key required: every field was given."""
     spec = _spec(cls, struct)
     names = frozenset(name for name, _, _ in spec)
+    converters = tuple((name, convert) for name, convert, _ in spec if convert is not _identity)
 
     def build(decoded: Any) -> _M:
-        values = {name: convert(getattr(decoded, name)) for name, convert, _ in spec}
+        values = _asdict(decoded)
+        for name, convert in converters:
+            values[name] = convert(values[name])
         return _construct(cls, values, set(names))
 
     return build
