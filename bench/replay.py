@@ -482,3 +482,18 @@ def run(quick: bool) -> list[common.Table]:
     else:
         table.note(f"PostgreSQL rows missing: {reason}")
     return [table, paths, snapshots]
+
+
+def paths_only(size: int = LEAN_SIZE) -> list[common.Table]:
+    """Only the read-paths table, on a SQLite log of ``size`` events."""
+    url, stats = gen.sqlite_log(size)
+    return [read_paths(url, size, stats)]
+
+
+if __name__ == "__main__":
+    # ``python -m bench.replay [N]``: the read-paths table alone (N events, 100,000 by default).
+    from bench.__main__ import quiet_logs
+
+    quiet_logs()
+    for t in paths_only(int(sys.argv[1]) if len(sys.argv) > 1 else LEAN_SIZE):
+        common.emit(t)
