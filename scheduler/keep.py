@@ -54,7 +54,12 @@ def keep_current(
     hosting = {name for placement in valid for name in placement.nodes}
     lost = frozenset(name for name in hosting if state.get(name, Freshness.LOST) is Freshness.LOST)
     fresh = {name for name, f in state.items() if f is Freshness.FRESH}
-    mass_loss = _is_mass_loss(len(lost), len(hosting | fresh), policy)
+    if lost:
+        # Judged on the nodes whose placements would still be held: a replica
+        # dropped for room stops counting in the next round, which would then
+        # come to another decision and remove what this one held.
+        hosting = keeper.hosts_of_what_fits(valid, capacity)
+    mass_loss = _is_mass_loss(len(lost & hosting), len(hosting | fresh), policy)
     on_live_nodes = valid if mass_loss or not lost else keeper.keep_off_lost(valid, lost)
     return Kept(
         placements=keeper.keep_what_fits(on_live_nodes, capacity),
@@ -158,6 +163,16 @@ class _Keeper:
             else:
                 kept.append(placement)
         return kept
+
+    def hosts_of_what_fits(self, placements: list[Placement], capacity: Capacity) -> set[str]:
+        """The nodes ``keep_what_fits`` would leave hosting a placement (on a copy of capacity)."""
+        trial, hosts = capacity.copy(), set[str]()
+        for placement in sorted(placements, key=self._catalog_order):
+            share = (placement.nodes, placement.gpus_per_node, placement.memory_gb_per_node)
+            if trial.has_room(*share):
+                trial.consume(*share)
+                hosts.update(placement.nodes)
+        return hosts
 
     def keep_what_fits(self, placements: list[Placement], capacity: Capacity) -> list[Placement]:
         """Let placements consume capacity, dropping any that would overcommit a node.
