@@ -19,6 +19,20 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from catalog import Model
+from catalog.identifiers import (
+    ALIAS,
+    ENGINE,
+    GPU_CLASS,
+    LABEL_KEY,
+    LABEL_VALUE,
+    MODEL_NAME,
+    NODE_NAME,
+    PROFILE_NAME,
+    REASON,
+    ROUTING_PROFILE,
+    SOURCE,
+    Grammar,
+)
 from llmgw.api import docs, problems, ui
 from llmgw.api.background import SchedulerThread
 from llmgw.api.fleet_metrics import FleetCollector
@@ -27,6 +41,7 @@ from llmgw.api.openai import OPENAI_ERROR, is_openai
 from llmgw.api.problems import PROBLEM_JSON, ApiJSON, ProblemDoc
 from llmgw.api.queries import known_query
 from llmgw.api.routes import catalog, events, fleet, health, nodes, service
+from llmgw.api.schemas import DURATION_PATTERN, grammar_schema
 from llmgw.api.services import Services
 
 log = structlog.get_logger("llmgw.api")
@@ -134,7 +149,14 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         {"required": ["gpu_class"], "properties": {"gpu_class": {"minLength": 1}}},
         {"required": ["engine"], "properties": {"engine": {"const": "llamacpp"}}},
     ]
+    for item in doc.get("paths", {}).values():
+        for operation in item.values():
+            # A body schema built by a route (the node report) brings its own $defs,
+            # which its references look for among the components: move them there.
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                components.update(media.get("schema", {}).pop("$defs", {}))
     _durations(components)
+    _grammars(doc, components)
     components["OpenAIError"] = OPENAI_ERROR
     for path, item in doc.get("paths", {}).items():
         # Under /v1/models errors take OpenAI's shape (llmgw.api.openai).
@@ -152,6 +174,50 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return doc
 
 
+def _grammars(doc: dict[str, Any], components: dict[str, Any]) -> None:
+    """Each identifier's grammar (catalog.identifiers) where a request carries one, so the
+    document calls valid only what the server accepts."""
+    for path, item in doc.get("paths", {}).items():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                grammar = _parameter_grammar(path, parameter)
+                if grammar is not None:
+                    parameter["schema"] = {**parameter["schema"], **grammar_schema(grammar)}
+    model, profile = (
+        components["ModelDefinition"]["properties"],
+        components["Profile"]["properties"],
+    )
+    _refine(model, "name", MODEL_NAME)
+    _refine(model, "source", SOURCE)
+    _refine(model, "routing_profile", ROUTING_PROFILE)
+    model["aliases"]["items"] = grammar_schema(ALIAS)
+    model["fallbacks"]["items"] = grammar_schema(MODEL_NAME)
+    _refine(profile, "name", PROFILE_NAME)
+    # Left empty, the engine and GPU class take their defaults (catalog.model.normalize).
+    _refine(profile, "engine", ENGINE, empty=True)
+    _refine(profile, "gpu_class", GPU_CLASS, empty=True)
+    profile["node_selector"]["propertyNames"] = grammar_schema(LABEL_KEY)
+    profile["node_selector"]["additionalProperties"] = grammar_schema(LABEL_VALUE)
+
+
+def _parameter_grammar(path: str, parameter: dict[str, Any]) -> Grammar | None:
+    name, where = parameter.get("name"), parameter.get("in")
+    if where == "query" and name == "reason":
+        return REASON
+    if where == "path" and name == "name":
+        if path.startswith("/v1/nodes/"):
+            return NODE_NAME
+        if path.startswith("/v1/catalog/models/"):
+            return MODEL_NAME
+    return None
+
+
+def _refine(
+    properties: dict[str, Any], name: str, grammar: Grammar, *, empty: bool = False
+) -> None:
+    properties[name] = {**properties[name], **grammar_schema(grammar, empty=empty or None)}
+
+
 def _durations(node: Any) -> None:
     """Durations are written ``90s``, ``20m``, ``1h30m`` or as seconds (catalog.durations),
     not in the ISO 8601 form pydantic documents a timedelta with."""
@@ -161,7 +227,10 @@ def _durations(node: Any) -> None:
                 node[key] = {
                     "title": value.get("title", key),
                     "description": "a duration: 90s, 20m, 1h30m, 80ms, or seconds",
-                    "anyOf": [{"type": "string"}, {"type": "number", "minimum": 0}],
+                    "anyOf": [
+                        {"type": "string", "pattern": DURATION_PATTERN},
+                        {"type": "number", "minimum": 0},
+                    ],
                 }
             else:
                 _durations(value)

@@ -6,9 +6,13 @@ check every answer against this document.
 
 from __future__ import annotations
 
+import sys
+from functools import cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from catalog.identifiers import Grammar
 
 
 class _Open(BaseModel):
@@ -150,3 +154,54 @@ class Ready(BaseModel):
     status: str
     schema_revision: str | None
     catalog_position: int
+
+
+# -- the identifier grammar, as the document states it ----------------------------------
+#
+# A request the document calls valid must not be refused (issue 11, item 10): a
+# ``?reason=`` with a control character, a node or model name outside its grammar,
+# or a duration such as "" were valid by the document and answered 422. Each
+# grammar of ``catalog.identifiers`` is written here as a JSON Schema pattern, so
+# the document refuses exactly what the server does.
+
+
+@cache
+def printable_class() -> str:
+    """A character class of every character ``str.isprintable`` accepts (this Python's
+    Unicode), its ends written as the characters themselves: ECMA and Python regexes
+    read those alike, astral ones included, where their escapes differ. Built when the
+    document is (a scan of every code point), not on import."""
+    ranges: list[tuple[int, int]] = []
+    start: int | None = None
+    for code in range(sys.maxunicode + 2):
+        printable = code <= sys.maxunicode and chr(code).isprintable()
+        if printable and start is None:
+            start = code
+        elif not printable and start is not None:
+            ranges.append((start, code - 1))
+            start = None
+
+    def char(code: int) -> str:
+        ch = chr(code)
+        return "\\" + ch if ch in "\\]^-[" else ch
+
+    return "[" + "".join(char(a) if a == b else f"{char(a)}-{char(b)}" for a, b in ranges) + "]"
+
+
+def grammar_schema(grammar: Grammar, *, empty: bool | None = None) -> dict[str, Any]:
+    """The JSON Schema of a string in ``grammar``; ``empty`` also allows "" (a default)."""
+    may_be_empty = grammar.may_be_empty if empty is None else empty
+    body = f"(?:{grammar.pattern.pattern})" if grammar.pattern is not None else None
+    if body is None:
+        printable = printable_class()
+        pattern = f"^{printable}*$"
+    else:
+        pattern = f"^{body}?$" if may_be_empty else f"^{body}$"
+    schema: dict[str, Any] = {"type": "string", "maxLength": grammar.max_length, "pattern": pattern}
+    if not may_be_empty:
+        schema["minLength"] = 1
+    return schema
+
+
+# A duration as ``catalog.durations`` reads it: seconds, or parts such as 1h30m.
+DURATION_PATTERN = r"^\s*(?:\d+(?:\.\d+)?|(?:\d+(?:\.\d+)?(?:us|ms|h|m|s))+)\s*$"
