@@ -11,7 +11,7 @@ look-ups each; this is the whole of a round in which nothing changed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from operator import attrgetter
@@ -167,10 +167,8 @@ class _Keeper:
     def hosts_of_what_fits(self, placements: list[Placement], capacity: Capacity) -> set[str]:
         """The nodes ``keep_what_fits`` would leave hosting a placement (on a copy of capacity)."""
         trial, hosts = capacity.copy(), set[str]()
-        for placement in sorted(placements, key=self._catalog_order):
-            share = (placement.nodes, placement.gpus_per_node, placement.memory_gb_per_node)
-            if trial.has_room(*share):
-                trial.consume(*share)
+        for placement in self._in_catalog_order(placements):
+            if trial.take(placement.nodes, placement.gpus_per_node, placement.memory_gb_per_node):
                 hosts.update(placement.nodes)
         return hosts
 
@@ -181,19 +179,22 @@ class _Keeper:
         its reserved cards grew) it is the later replicas there that go.
         """
         fitting = []
+        for placement in self._in_catalog_order(placements):
+            share = (placement.nodes, placement.gpus_per_node, placement.memory_gb_per_node)
+            if capacity.take(*share):
+                fitting.append(placement)
+            else:
+                self.drop(placement, _no_room_reason(placement, capacity))
+        return fitting
+
+    def _in_catalog_order(self, placements: list[Placement]) -> Iterator[Placement]:
         # ``placements`` are in slot order (model, then replica), so grouping them
         # by model and taking the models in catalog order is that order, unsorted.
         by_model: dict[str, list[Placement]] = {}
         for placement in placements:
             by_model.setdefault(placement.model, []).append(placement)
         for model in sorted(by_model, key=self.position.__getitem__):
-            for placement in by_model[model]:
-                share = (placement.nodes, placement.gpus_per_node, placement.memory_gb_per_node)
-                if capacity.take(*share):
-                    fitting.append(placement)
-                else:
-                    self.drop(placement, _no_room_reason(placement, capacity))
-        return fitting
+            yield from by_model[model]
 
     def _reason_to_drop(
         self, placement: Placement, profile: PlacementProfile | None, duplicate: bool
