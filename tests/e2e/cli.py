@@ -30,7 +30,9 @@ class Cli:
             env=self.env,
             capture_output=True,
             text=True,
-            timeout=60,
+            # A bound on a hung command, not on speed: a busy 2-core CI machine has
+            # taken over 60 s for one command that reads a hostile row.
+            timeout=300,
         )
 
     def json(self, *args: str) -> Any:
