@@ -24,7 +24,7 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.exc import DBAPIError
 
 from scheduler.leader import Leadership
-from scheduler.rounds import Placer
+from scheduler.placer import Placer
 from scheduler.store import RoundConflict
 
 log = structlog.get_logger("llmgw.scheduler")
