@@ -16,9 +16,9 @@ import structlog
 from sqlalchemy import Connection, delete, insert, select, update
 
 from scheduler.inventory import NodeReport
-from scheduler.lifecycle import Cordon, FailureRecord
+from scheduler.lifecycle import CORDONED, DRAINING, Cordon, FailureRecord
 from scheduler.placement_rows import StoredPlacement, read_placements, reporting_nodes
-from scheduler.records import checked
+from scheduler.records import UnreadableRow, checked
 from scheduler.replicas import FAILED, READY, ReplicaStatus
 from scheduler.row_net import Row, decode_rows, raw
 from scheduler.tables import CordonRow, FailureRow, NodeRow, PlacementRow, table
@@ -158,9 +158,12 @@ def read_failures(conn: Connection) -> tuple[FailureRecord, ...]:
 
 
 def _cordon(r: Row) -> Cordon:
+    mode = checked(r, "mode", str)
+    if mode not in (CORDONED, DRAINING):
+        raise UnreadableRow(f"mode {mode!r} is neither {CORDONED} nor {DRAINING}")
     return Cordon(
         checked(r, "node", str),
-        checked(r, "mode", str),
+        mode,
         checked(r, "actor", str),
         checked(r, "reason", str),
         r["since"],

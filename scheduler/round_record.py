@@ -26,7 +26,7 @@ from scheduler.records import (
     policy_json,
     recorded_round,
 )
-from scheduler.row_net import Row, decode_each, json_column, raw
+from scheduler.row_net import STORED_LIMITS, Row, decode_each, json_column, raw
 from scheduler.staleness import StalenessPolicy
 from scheduler.tables import InventoryRow, PlacementRoundRow, table
 
@@ -113,8 +113,11 @@ def _round(conn: Connection, r: Row) -> RecordedRound:
     ).scalar()
     if content is None:
         raise UnreadableRow(f"its inventory {digest!r} is not stored")
-    documents = {name: json_column(r[name], name) for name in ("reported_at", "current", "policy")}
+    documents = {
+        name: json_column(r[name], name, STORED_LIMITS)
+        for name in ("reported_at", "current", "policy")
+    }
     documents["lifecycle"] = (
         None if r["lifecycle"] is None else json_column(r["lifecycle"], "lifecycle")
     )
-    return recorded_round(r, documents, json_column(content, "inventory nodes"))
+    return recorded_round(r, documents, json_column(content, "inventory nodes", STORED_LIMITS))

@@ -33,8 +33,10 @@ Row = Mapping[str, Any]
 # What a fetched row may be: a mapping of column names (RowMapping is one).
 AnyRow = Mapping[Any, Any]
 
-# A recorded round's JSON holds a whole inventory; more than this is not one.
-STORED_LIMITS = Limits(max_bytes=64 << 20, max_depth=32, max_nodes=2_000_000)
+# A recorded round's JSON holds a whole inventory (a node is some 200 bytes);
+# a list of node names or a node's labels is small: more than these is not one.
+STORED_LIMITS = Limits(max_bytes=64 << 20, max_depth=32, max_nodes=4_000_000)
+SMALL_LIMITS = Limits(max_bytes=1 << 20, max_depth=32, max_nodes=100_000)
 
 
 def raw(table: Table, *columns: str) -> Select[Any]:
@@ -106,13 +108,13 @@ def reason_of(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def json_column(value: Any, column: str) -> Any:
+def json_column(value: Any, column: str, limits: Limits = SMALL_LIMITS) -> Any:
     """A JSON column's value, within bounds: never a RecursionError, never unbounded."""
     if isinstance(value, bytes):
         raise UnreadableRow(f"{column} is bytes, not text")
     if type(value) is not str:
         raise UnreadableRow(f"{column} {_shown(value)} is not JSON text")
-    return read_json(value, column, STORED_LIMITS)
+    return read_json(value, column, limits)
 
 
 def _time_reader(conn: Connection) -> Callable[[Any, str], datetime]:
