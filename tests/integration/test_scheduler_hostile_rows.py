@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -142,18 +142,18 @@ def placer(engine: Engine) -> Placer:
 
 
 @pytest.fixture
-def logs() -> Iterator[list[dict[str, Any]]]:
+def logs() -> Iterator[list[MutableMapping[str, Any]]]:
     with capture_logs() as captured:
         yield captured
 
 
-def _skipped(logs: list[dict[str, Any]], table_name: str) -> list[dict[str, Any]]:
+def _skipped(logs: list[MutableMapping[str, Any]], table_name: str) -> list[dict[str, Any]]:
     return [e for e in logs if e["event"] == "scheduler.row_skipped" and e["table"] == table_name]
 
 
 @pytest.mark.parametrize("bad", sorted(BAD_JSON))
 def test_a_node_whose_labels_cannot_be_read_is_skipped_and_named(
-    engine: Engine, placer: Placer, logs: list[dict[str, Any]], bad: str
+    engine: Engine, placer: Placer, logs: list[MutableMapping[str, Any]], bad: str
 ) -> None:
     store = placer.store
     store.report(_reports("n1", "n2"), T0)
@@ -168,7 +168,7 @@ def test_a_node_whose_labels_cannot_be_read_is_skipped_and_named(
 
 @pytest.mark.parametrize("bad", sorted(BAD_JSON))
 def test_a_placement_whose_nodes_cannot_be_read_is_skipped_named_and_its_slot_reused(
-    engine: Engine, placer: Placer, logs: list[dict[str, Any]], bad: str
+    engine: Engine, placer: Placer, logs: list[MutableMapping[str, Any]], bad: str
 ) -> None:
     store = placer.store
     store.report(_reports("n1", "n2"), T0)
@@ -189,7 +189,7 @@ def test_a_placement_whose_nodes_cannot_be_read_is_skipped_named_and_its_slot_re
 
 
 def test_a_placement_event_that_cannot_be_read_is_skipped_and_named(
-    engine: Engine, placer: Placer, logs: list[dict[str, Any]]
+    engine: Engine, placer: Placer, logs: list[MutableMapping[str, Any]]
 ) -> None:
     store = placer.store
     store.report(_reports("n1", "n2"), T0)
@@ -204,7 +204,7 @@ def test_a_placement_event_that_cannot_be_read_is_skipped_and_named(
 
 
 def test_a_recorded_round_that_cannot_be_read_is_skipped_and_the_one_before_is_found(
-    engine: Engine, placer: Placer, logs: list[dict[str, Any]]
+    engine: Engine, placer: Placer, logs: list[MutableMapping[str, Any]]
 ) -> None:
     store = placer.store
     store.report(_reports("n1", "n2"), T0)
@@ -236,7 +236,7 @@ def test_a_recorded_round_that_cannot_be_read_is_skipped_and_the_one_before_is_f
 
 
 def test_sqlite_rows_with_values_of_the_wrong_type_are_skipped_and_named(
-    sqlite_url: str, logs: list[dict[str, Any]]
+    sqlite_url: str, logs: list[MutableMapping[str, Any]]
 ) -> None:
     from events.db import make_engine
 
