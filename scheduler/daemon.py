@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 
 from scheduler.leader import Leadership
 from scheduler.placer import Placer
-from scheduler.store import RoundConflict
+from scheduler.round_store import RoundConflict
 
 log = structlog.get_logger("llmgw.scheduler")
 
