@@ -106,7 +106,7 @@ def inventory_json(nodes: Iterable[Node]) -> str:
     return json.dumps([{**c, VERSION: CURRENT_SCHEMA[NODE]} for c in content])
 
 
-def placement_json(p: Placement) -> Record:
+def placement_record(p: Placement) -> Record:
     return {
         "model": p.model,
         "replica": p.replica,
@@ -201,7 +201,7 @@ def node_from_content(content: Any, reported_at: datetime) -> Node:
     )
 
 
-def placement_from_json(data: Any) -> Placement:
+def placement_from_record(data: Any) -> Placement:
     p = _object(data, "a placement")
     return Placement(
         model=checked(p, "model", str),
@@ -243,7 +243,7 @@ def recorded_round(
         planned_at=columns["planned_at"],
         catalog_position=checked(columns, "catalog_position", int),
         nodes=tuple(nodes),
-        current=tuple(placement_from_json(c) for c in _list(record["current"], "current")),
+        current=tuple(placement_from_record(c) for c in _list(record["current"], "current")),
         policy=StalenessPolicy(
             stale_after=timedelta(seconds=checked(p, "stale_after_s", int, float)),
             grace=timedelta(seconds=checked(p, "grace_s", int, float)),

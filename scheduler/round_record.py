@@ -22,7 +22,7 @@ from scheduler.records import (
     UnreadableRow,
     inventory_digest,
     inventory_json,
-    placement_json,
+    placement_record,
     policy_json,
     recorded_round,
 )
@@ -67,7 +67,7 @@ def record_round(
             "reported_at": json.dumps(
                 {n.name: n.reported_at.isoformat() for n in nodes}, sort_keys=True
             ),
-            "current": json.dumps([placement_json(p) for p in current]),
+            "current": json.dumps([placement_record(p) for p in current]),
             "policy": policy_json(policy),
             "placed": placed,
             "removed": removed,

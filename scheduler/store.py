@@ -25,15 +25,7 @@ from scheduler.inventory import Node, NodeReport
 from scheduler.inventory_store import InventoryStore
 from scheduler.lifecycle import Cordon
 from scheduler.placements import Placement, Plan
-from scheduler.records import (
-    PlacementEvent,
-    RecordedRound,
-    inventory_digest,
-    node_content,
-    node_from_content,
-    placement_from_json,
-    placement_json,
-)
+from scheduler.records import PlacementEvent, RecordedRound
 from scheduler.replicas import ReplicaStatus
 from scheduler.round_record import read_recorded_round
 from scheduler.round_store import PlacementState, RoundConflict, RoundStore
@@ -126,9 +118,4 @@ __all__ = [
     "RecordedRound",
     "RoundConflict",
     "SchedulerStore",
-    "inventory_digest",
-    "node_content",
-    "node_from_content",
-    "placement_from_json",
-    "placement_json",
 ]

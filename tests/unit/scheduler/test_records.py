@@ -22,8 +22,8 @@ from scheduler.records import (
     inventory_json,
     node_content,
     node_from_content,
-    placement_from_json,
-    placement_json,
+    placement_from_record,
+    placement_record,
     policy_json,
     recorded_round,
     upcast,
@@ -66,7 +66,7 @@ def test_a_node_reads_back_as_written(node: Node) -> None:
 
 @given(placements)
 def test_a_placement_reads_back_as_written(p: Placement) -> None:
-    assert placement_from_json(json.loads(json.dumps(placement_json(p)))) == p
+    assert placement_from_record(json.loads(json.dumps(placement_record(p)))) == p
 
 
 @given(st.lists(nodes, max_size=4, unique_by=lambda n: n.name), st.lists(placements, max_size=3))
@@ -74,7 +74,7 @@ def test_a_round_reads_back_as_written(ns: list[Node], current: list[Placement])
     policy = StalenessPolicy(stale_after=timedelta(seconds=30), preemption=False)
     documents = {
         "reported_at": {n.name: n.reported_at.isoformat() for n in ns},
-        "current": [placement_json(p) for p in current],
+        "current": [placement_record(p) for p in current],
         "policy": json.loads(policy_json(policy)),
         "lifecycle": Lifecycle().to_json(),
     }
