@@ -16,7 +16,8 @@ from sqlalchemy import Engine, delete, insert
 from structlog.testing import capture_logs
 
 from catalog import Catalog
-from events import CatalogService, EventStore
+from events.backends import open_log
+from events.catalog_service import CatalogService
 from scheduler import parse_node_report
 from scheduler.placer import Placer
 from scheduler.store import SchedulerStore
@@ -138,7 +139,7 @@ def _reports(*names: str) -> list[Any]:
 @pytest.fixture
 def placer(engine: Engine) -> Placer:
     declared = Catalog.build([model("llama", tp=4, scaling={"min": 2})])
-    return Placer(CatalogService(EventStore(engine), declared), SchedulerStore(engine))
+    return Placer(CatalogService(open_log(engine), declared), SchedulerStore(engine))
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ import pytest
 from sqlalchemy import Engine, insert
 
 from catalog import Catalog
-from events import CatalogService, EventStore
+from events.backends import open_log
+from events.catalog_service import CatalogService
 from scheduler import parse_node_report
 from scheduler.lifecycle import Lifecycle
 from scheduler.placements import Placement, Plan
@@ -47,7 +48,7 @@ def store(engine: Engine) -> SchedulerStore:
 @pytest.fixture
 def placer(engine: Engine, store: SchedulerStore) -> Placer:
     declared = Catalog.build([model("llama", tp=4, scaling={"min": 2})])
-    return Placer(CatalogService(EventStore(engine), declared), store)
+    return Placer(CatalogService(open_log(engine), declared), store)
 
 
 def test_an_empty_store_has_no_nodes_no_placements_no_events_and_no_rounds(
