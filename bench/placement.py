@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from bench import common, firstfit
+from bench.openb import load_openb_csv, load_openb_pods_csv
 from catalog.views import PlacementProfile
 from scheduler import Demand, Node, Placement, Plan, plan
-from scheduler.openb import load_openb_csv, load_openb_pods_csv
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 OPENB = common.REPO / "tests" / "data" / "openb_node_list_gpu_node.csv"

@@ -24,8 +24,8 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy.exc import DBAPIError
 
 from scheduler.leader import Leadership
-from scheduler.rounds import Placer
-from scheduler.store import RoundConflict
+from scheduler.placer import Placer
+from scheduler.round_store import RoundConflict
 
 log = structlog.get_logger("llmgw.scheduler")
 

@@ -1,113 +1,44 @@
 """Storage of the replica lifecycle: states reported by agents, cordons, failures.
 
 Each state change, cordon and drain is also a placement event (with who caused
-it), numbered in the same gapless sequence as a round's events and under the
-same lock, so ``history --placements`` tells one story in one order.
+it, ``scheduler.trail``), numbered in the same gapless sequence as a round's
+events and under the same lock, so ``history --placements`` tells one story in
+one order. Rows that cannot be read are skipped and named (``scheduler.row_net``).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import structlog
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 
 from scheduler.inventory import NodeReport
-from scheduler.lifecycle import Cordon, FailureRecord
-from scheduler.replicas import FAILED, PLACED, READY, ReplicaStatus
-from scheduler.tables import (
-    CordonRow,
-    FailureRow,
-    NodeRow,
-    PlacementEventRow,
-    PlacementRoundRow,
-    PlacementRow,
-    table,
+from scheduler.lifecycle import CORDONED, DRAINING, Cordon, FailureRecord
+from scheduler.placement_rows import StoredPlacement, read_placements, reporting_nodes
+from scheduler.records import UnreadableRow, checked
+from scheduler.replicas import FAILED, READY, ReplicaStatus
+from scheduler.row_net import Row, decode_rows, raw
+from scheduler.tables import CordonRow, FailureRow, NodeRow, PlacementRow, table
+from scheduler.trail import (
+    NODE_CORDONED,
+    NODE_DRAINING,
+    NODE_UNCORDONED,
+    REPLICA_EVENT,
+    REPLICA_FAILED,
+    TrailEntry,
+    append_trail,
+    lock_trail,
 )
 
 log = structlog.get_logger("llmgw.scheduler")
 
 nodes_t = table(NodeRow)
 placements_t = table(PlacementRow)
-rounds_t = table(PlacementRoundRow)
-pevents_t = table(PlacementEventRow)
 cordons_t = table(CordonRow)
 failures_t = table(FailureRow)
-
-# Event types of what happens to a replica between rounds, and to nodes.
-REPLICA_EVENT = "replica.{state}"  # replica.starting, replica.ready, replica.failed
-REPLICA_FAILED = "replica.failed"
-NODE_CORDONED = "node.cordoned"
-NODE_DRAINING = "node.draining"
-NODE_UNCORDONED = "node.uncordoned"
-
-
-@dataclass(frozen=True, slots=True)
-class TrailEntry:
-    """One placement event to append."""
-
-    type: str
-    model: str
-    replica: int
-    profile: str
-    nodes: Sequence[str]
-    reason: str
-    actor: str = ""
-
-
-def lock_trail(conn: Connection) -> None:
-    """The lock under which rounds and placement events are numbered (PostgreSQL)."""
-    if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql("LOCK TABLE placement_rounds IN EXCLUSIVE MODE")
-
-
-def append_trail(
-    conn: Connection,
-    entries: Iterable[TrailEntry],
-    *,
-    now: datetime,
-    round_id: int | None = None,
-    catalog_position: int | None = None,
-) -> None:
-    """Append placement events, numbered after the last; call under ``lock_trail``.
-
-    Events outside a round name the last round and its catalog position: the
-    state the change happened in.
-    """
-    rows = list(entries)
-    if not rows:
-        return
-    if round_id is None or catalog_position is None:
-        last = conn.execute(
-            select(rounds_t.c.id, rounds_t.c.catalog_position).order_by(rounds_t.c.id.desc())
-        ).first()
-        round_id, catalog_position = (0, 0) if last is None else (last[0], last[1])
-    first = (
-        int(conn.execute(select(func.coalesce(func.max(pevents_t.c.position), 0))).scalar_one()) + 1
-    )
-    conn.execute(
-        insert(pevents_t),
-        [
-            {
-                "position": first + i,
-                "round_id": round_id,
-                "type": e.type,
-                "model": e.model,
-                "replica": e.replica,
-                "profile": e.profile,
-                "nodes": json.dumps(list(e.nodes)),
-                "reason": e.reason,
-                "catalog_position": catalog_position,
-                "recorded_at": now,
-                "actor": e.actor,
-            }
-            for i, e in enumerate(rows)
-        ],
-    )
 
 
 def record_replica_reports(
@@ -130,11 +61,8 @@ def record_replica_reports(
     models = sorted({rep.model for r in with_replicas for rep in r.replicas or ()})
     if not models:
         return
-    rows = {
-        (row["model"], row["replica"]): row
-        for row in conn.execute(select(placements_t).where(placements_t.c.model.in_(models)))
-        .mappings()
-        .all()
+    rows: dict[tuple[str, int], StoredPlacement] = {
+        (row.placement.model, row.placement.replica): row for row in read_placements(conn, models)
     }
     trail: list[TrailEntry] = []
     writes: list[tuple[str, int, str, dict[str, Any]]] = []
@@ -142,7 +70,7 @@ def record_replica_reports(
     for report in with_replicas:
         for rep in report.replicas or ():
             row = rows.get((rep.model, rep.replica))
-            nodes = json.loads(row["nodes"]) if row is not None else []
+            nodes = row.placement.nodes if row is not None else ()
             if row is None or report.name not in nodes:
                 log.info(
                     "placement.report_ignored",
@@ -152,8 +80,8 @@ def record_replica_reports(
                     reason="no such replica is placed on this node",
                 )
                 continue
-            changed = rep.state != row["state"]
-            if not changed and rep.message == row["message"] and rep.endpoint == row["endpoint"]:
+            changed = rep.state != row.state
+            if not changed and rep.message == row.message and rep.endpoint == row.endpoint:
                 continue
             values: dict[str, Any] = {"message": rep.message, "endpoint": rep.endpoint}
             if changed:
@@ -163,7 +91,7 @@ def record_replica_reports(
                         REPLICA_EVENT.format(state=rep.state),
                         rep.model,
                         rep.replica,
-                        row["profile"],
+                        row.placement.profile,
                         nodes,
                         rep.message or f"reported {rep.state} by node {report.name}",
                         actor,
@@ -171,7 +99,7 @@ def record_replica_reports(
                 )
                 if rep.state == READY:
                     cleared.append((rep.model, report.name))
-            writes.append((rep.model, rep.replica, row["nodes"], values))
+            writes.append((rep.model, rep.replica, row.nodes_text, values))
     if not writes:
         return
     # Taken before any row is changed, in the order a round takes its locks,
@@ -195,41 +123,60 @@ def record_replica_reports(
     append_trail(conn, trail, now=now)
 
 
-def read_statuses(conn: Connection) -> dict[tuple[str, int], ReplicaStatus]:
+def read_statuses(
+    conn: Connection, placements: Sequence[StoredPlacement] | None = None
+) -> dict[tuple[str, int], ReplicaStatus]:
     """Every placement's state; a node whose agent never reported replicas counts as unreported."""
-    reporting = {
-        name
-        for (name,) in conn.execute(
-            select(nodes_t.c.name).where(nodes_t.c.reports_replicas.is_(True))
-        )
-    }
-    out: dict[tuple[str, int], ReplicaStatus] = {}
-    for r in conn.execute(select(placements_t)).mappings():
-        nodes = json.loads(r["nodes"])
-        out[(r["model"], r["replica"])] = ReplicaStatus(
-            state=r["state"] or PLACED,
-            since=r["state_since"] or r["placed_at"],
-            placed_at=r["placed_at"],
-            message=r["message"],
-            endpoint=r["endpoint"],
-            reported=any(n in reporting for n in nodes),
-        )
-    return out
+    reporting = reporting_nodes(conn)
+    rows = read_placements(conn) if placements is None else placements
+    return {(r.placement.model, r.placement.replica): r.status(reporting) for r in rows}
 
 
 def read_cordons(conn: Connection) -> dict[str, Cordon]:
-    return {
-        r["node"]: Cordon(r["node"], r["mode"], r["actor"], r["reason"], r["since"])
-        for r in conn.execute(select(cordons_t).order_by(cordons_t.c.node)).mappings()
-    }
+    cordons = decode_rows(
+        conn,
+        raw(cordons_t).order_by(cordons_t.c.node),
+        table="node_cordons",
+        key=("node",),
+        decode=_cordon,
+        times=("since",),
+    )
+    return {c.node: c for c in cordons}
 
 
 def read_failures(conn: Connection) -> tuple[FailureRecord, ...]:
     return tuple(
-        FailureRecord(r["model"], r["node"], r["failures"], r["last_failed_at"], r["last_reason"])
-        for r in conn.execute(
-            select(failures_t).order_by(failures_t.c.model, failures_t.c.node)
-        ).mappings()
+        decode_rows(
+            conn,
+            raw(failures_t).order_by(failures_t.c.model, failures_t.c.node),
+            table="replica_failures",
+            key=("model", "node"),
+            decode=_failure,
+            times=("last_failed_at",),
+        )
+    )
+
+
+def _cordon(r: Row) -> Cordon:
+    mode = checked(r, "mode", str)
+    if mode not in (CORDONED, DRAINING):
+        raise UnreadableRow(f"mode {mode!r} is neither {CORDONED} nor {DRAINING}")
+    return Cordon(
+        checked(r, "node", str),
+        mode,
+        checked(r, "actor", str),
+        checked(r, "reason", str),
+        r["since"],
+    )
+
+
+def _failure(r: Row) -> FailureRecord:
+    return FailureRecord(
+        checked(r, "model", str),
+        checked(r, "node", str),
+        checked(r, "failures", int),
+        r["last_failed_at"],
+        checked(r, "last_reason", str),
     )
 
 
@@ -256,7 +203,12 @@ def record_failures(conn: Connection, failed: Mapping[tuple[str, str], str], now
             conn.execute(
                 update(failures_t)
                 .where(failures_t.c.model == model, failures_t.c.node == node)
-                .values(failures=row[0] + 1, last_failed_at=now, last_reason=reason)
+                # A count that is not a count (a damaged row) starts again.
+                .values(
+                    failures=(row[0] if type(row[0]) is int else 0) + 1,
+                    last_failed_at=now,
+                    last_reason=reason,
+                )
             )
 
 
@@ -266,18 +218,23 @@ def set_cordon(
     """Cordon, drain (``mode``) or uncordon (None) a node; the event says who and why.
 
     Returns the cordon as it was before. Setting the mode a node already has
-    records nothing.
+    records nothing. A stored cordon that cannot be read (skipped, so None
+    here) is replaced by this change, whatever it is.
     """
     lock_trail(conn)
     before = read_cordons(conn).get(node)
-    if (before.mode if before else None) == mode:
+    stored = (
+        conn.execute(select(cordons_t.c.node).where(cordons_t.c.node == node)).first() is not None
+    )
+    unreadable = stored and before is None
+    if not unreadable and (before.mode if before else None) == mode:
         return before
     if mode is None:
         conn.execute(delete(cordons_t).where(cordons_t.c.node == node))
         kind = NODE_UNCORDONED
     else:
         values = {"mode": mode, "actor": actor, "reason": reason, "since": now}
-        if before is None:
+        if not stored:
             conn.execute(insert(cordons_t), {"node": node, **values})
         else:
             conn.execute(update(cordons_t).where(cordons_t.c.node == node).values(**values))

@@ -162,5 +162,5 @@ class PlanMemo:
         return result
 
 
-# The one a round runner uses (``scheduler.rounds``): ``plan``'s drop-in.
+# The one a round runner uses (``scheduler.placer``): ``plan``'s drop-in.
 memoised_plan = PlanMemo()

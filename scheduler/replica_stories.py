@@ -17,12 +17,12 @@ from datetime import datetime
 from catalog import Catalog
 from catalog.views import PlacementProfile
 from scheduler.capacity import Capacity
+from scheduler.demands import demands
 from scheduler.inventory import Node
 from scheduler.lifecycle import Lifecycle
 from scheduler.placements import Placement, Plan
 from scheduler.planner import plan as make_plan
 from scheduler.rejections import count_rejections, render
-from scheduler.rounds import demands
 from scheduler.staleness import Freshness, StalenessPolicy, freshness
 
 

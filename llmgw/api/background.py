@@ -21,7 +21,7 @@ from events.catalog_service import CatalogService
 from llmgw.api.metrics import Metrics
 from scheduler.daemon import Daemon
 from scheduler.leader import Leadership
-from scheduler.rounds import Placer, RoundOutcome
+from scheduler.placer import Placer, RoundOutcome
 from scheduler.staleness import StalenessPolicy
 from scheduler.store import SchedulerStore
 

@@ -16,7 +16,7 @@ from prometheus_client import (
 )
 
 from scheduler.placements import Plan
-from scheduler.rounds import RoundOutcome
+from scheduler.placer import RoundOutcome
 
 # Every name here is a classic one, so the page is the 0.0.4 text format that every
 # Prometheus (and every other scraper) reads; say so rather than the newest version.

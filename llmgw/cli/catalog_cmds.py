@@ -19,8 +19,8 @@ from llmgw.cli import preview
 from llmgw.cli.context import App, Refused, print_json, resolve_position
 from llmgw.cli.render import catalog_table, table
 from llmgw.views import catalog_counts, catalog_entry, catalog_json, command_json
+from scheduler.demands import demands
 from scheduler.resilience import resilience
-from scheduler.rounds import demands
 from scheduler.service import replica_counts
 from scheduler.store import SchedulerStore
 

@@ -9,8 +9,8 @@ from llmgw.cli.catalog_cmds import login_user
 from llmgw.cli.context import App, Refused, print_json
 from llmgw.views import iso, replica_state_json, service_change_json
 from scheduler.placements import Placement
+from scheduler.placer import Placer
 from scheduler.replicas import ReplicaStatus
-from scheduler.rounds import Placer
 from scheduler.service import NodeServiceError, change_service
 from scheduler.store import SchedulerStore
 

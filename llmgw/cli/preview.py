@@ -16,8 +16,8 @@ from catalog import Model
 from catalog.state import CatalogState
 from llmgw.cli.context import App, print_json
 from llmgw.views import placement_json, unplaced_json
+from scheduler.demands import demands
 from scheduler.planner import plan as make_plan
-from scheduler.rounds import demands
 from scheduler.store import SchedulerStore
 
 

@@ -34,8 +34,8 @@ from scheduler import (
 )
 from scheduler.daemon import Daemon
 from scheduler.leader import leadership_for
+from scheduler.placer import Placer
 from scheduler.resilience import resilience
-from scheduler.rounds import Placer
 from scheduler.store import SchedulerStore
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from llmgw.api.metrics import Metrics
 from scheduler import Plan
+from scheduler.placer import RoundOutcome
 from scheduler.resilience import Resilience
-from scheduler.rounds import RoundOutcome
 
 
 def _outcome(*figures: Resilience) -> RoundOutcome:

@@ -11,8 +11,8 @@ from events.backends import open_log
 from events.catalog_service import CatalogService
 from events.replay import replay
 from scheduler import StalenessPolicy, parse_node_report
+from scheduler.placer import Placer
 from scheduler.replica_stories import explain
-from scheduler.rounds import Placer
 from scheduler.store import PLACED, REMOVED, SchedulerStore
 from tests.support import model
 

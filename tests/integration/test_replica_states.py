@@ -12,7 +12,8 @@ from catalog import Catalog
 from events.backends import open_log
 from events.catalog_service import CatalogService
 from scheduler import parse_node_report, plan
-from scheduler.rounds import Placer, demands
+from scheduler.demands import demands
+from scheduler.placer import Placer
 from scheduler.store import SchedulerStore
 from tests.support import model
 

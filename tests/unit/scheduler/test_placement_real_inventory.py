@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import pytest
 
+from bench.openb import load_openb_csv
 from scheduler import Demand, Node
-from scheduler.openb import load_openb_csv
 from tests.unit.scheduler.placement_builders import (
     NOW,
     OPENB_CSV_CANDIDATES,

@@ -13,32 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from catalog import Catalog
 from events.catalog_service import CatalogService
+from scheduler.demands import demands
 from scheduler.inventory import Node
 from scheduler.memo import memoised_plan as make_plan
-from scheduler.placements import Demand, Placement, Plan
-from scheduler.rollout import model_lifecycle
+from scheduler.placements import Placement, Plan
 from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.store import SchedulerStore
-
-
-def demands(catalog: Catalog) -> list[Demand]:
-    """What the catalog asks of the cluster: ``scaling.min`` replicas of each model, with its
-    ``placement:`` rules, in catalog order (declared models first), which breaks ties in the
-    order models claim hardware (``scheduler.order``)."""
-    return [
-        Demand(
-            model=m.name,
-            replicas=m.scaling.min,
-            profiles=m.placement_profiles(),
-            priority=m.placement.priority,
-            spread_by=m.placement.spread_by,
-            spread_required=m.placement.spread_required,
-            lifecycle=model_lifecycle(m),
-        )
-        for m in catalog.models()
-    ]
 
 
 @dataclass(frozen=True, slots=True)

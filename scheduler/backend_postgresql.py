@@ -1,0 +1,29 @@
+"""The scheduler on PostgreSQL: several control-plane replicas may write at once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Table
+from sqlalchemy.dialects import postgresql
+
+
+class PostgresqlBackend:
+    def lock_numbering(self, conn: Connection) -> None:
+        # Rounds and placement events are numbered max + 1: two writers must
+        # not read the same max. Readers are not blocked (EXCLUSIVE, not ACCESS).
+        conn.exec_driver_sql("LOCK TABLE placement_rounds IN EXCLUSIVE MODE")
+
+    def upsert(
+        self, conn: Connection, table: Table, key: str, rows: Sequence[dict[str, Any]]
+    ) -> None:
+        stmt = postgresql.insert(table)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[table.c[key]],
+            set_={c: stmt.excluded[c] for c in rows[0] if c != key},
+        )
+        conn.execute(stmt, list(rows))
+
+
+POSTGRESQL = PostgresqlBackend()

@@ -1,0 +1,123 @@
+"""Recorded rounds: writing the exact inputs of a round's plan, and rebuilding them.
+
+``explain --round`` plans a recorded round again from what is kept here. The
+JSON is versioned and upcast (``scheduler.records``); a round whose row cannot
+be read is skipped and named, and asking for the last round (or the last at a
+time) then gives the one before it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import Connection, insert, select
+
+from scheduler.inventory import Node
+from scheduler.lifecycle import Lifecycle
+from scheduler.placements import Placement
+from scheduler.records import (
+    RecordedRound,
+    UnreadableRow,
+    inventory_digest,
+    inventory_json,
+    placement_record,
+    policy_json,
+    recorded_round,
+)
+from scheduler.row_net import STORED_LIMITS, Row, decode_each, json_column, raw
+from scheduler.staleness import StalenessPolicy
+from scheduler.tables import InventoryRow, PlacementRoundRow, table
+
+rounds_t = table(PlacementRoundRow)
+inventories_t = table(InventoryRow)
+
+# Rounds fetched at a time while looking back for one that can be read.
+SEARCH_BATCH = 50
+
+
+def record_round(
+    conn: Connection,
+    *,
+    round_id: int,
+    now: datetime,
+    catalog_position: int,
+    nodes: Sequence[Node],
+    current: Sequence[Placement],
+    policy: StalenessPolicy,
+    lifecycle: Lifecycle,
+    counts: tuple[int, int, int],
+) -> None:
+    """Write a round's row, and its inventory unless one with the same digest is stored."""
+    digest = inventory_digest(nodes)
+    stored = conn.execute(
+        select(inventories_t.c.digest).where(inventories_t.c.digest == digest)
+    ).first()
+    if stored is None:
+        conn.execute(insert(inventories_t), {"digest": digest, "nodes": inventory_json(nodes)})
+    placed, removed, unplaced = counts
+    conn.execute(
+        insert(rounds_t),
+        {
+            "id": round_id,
+            "planned_at": now,
+            "catalog_position": catalog_position,
+            "inventory_digest": digest,
+            "reported_at": json.dumps(
+                {n.name: n.reported_at.isoformat() for n in nodes}, sort_keys=True
+            ),
+            "current": json.dumps([placement_record(p) for p in current]),
+            "policy": policy_json(policy),
+            "placed": placed,
+            "removed": removed,
+            "unplaced": unplaced,
+            "lifecycle": json.dumps(lifecycle.to_json()),
+        },
+    )
+
+
+def read_recorded_round(
+    conn: Connection, *, round_id: int | None = None, at: datetime | None = None
+) -> RecordedRound | None:
+    """A recorded round by id, or the last readable one planned at or before ``at``, or the last."""
+    query = raw(rounds_t)
+    if round_id is not None:
+        query = query.where(rounds_t.c.id == round_id)
+    elif at is not None:
+        query = query.where(rounds_t.c.planned_at <= at)
+    query = query.order_by(rounds_t.c.id.desc())
+    offset = 0
+    while True:
+        batch = conn.execute(query.limit(SEARCH_BATCH).offset(offset)).mappings().all()
+        if not batch:
+            return None
+        for row in batch:
+            readable = decode_each(
+                conn,
+                [row],
+                table="placement_rounds",
+                key=("id",),
+                decode=lambda r: _round(conn, r),
+                times=("planned_at",),
+            )
+            if readable:
+                return readable[0]
+        offset += SEARCH_BATCH
+
+
+def _round(conn: Connection, r: Row) -> RecordedRound:
+    digest = r["inventory_digest"]
+    content = conn.execute(
+        raw(inventories_t, "nodes").where(inventories_t.c.digest == digest)
+    ).scalar()
+    if content is None:
+        raise UnreadableRow(f"its inventory {digest!r} is not stored")
+    documents = {
+        name: json_column(r[name], name, STORED_LIMITS)
+        for name in ("reported_at", "current", "policy")
+    }
+    documents["lifecycle"] = (
+        None if r["lifecycle"] is None else json_column(r["lifecycle"], "lifecycle")
+    )
+    return recorded_round(r, documents, json_column(content, "inventory nodes", STORED_LIMITS))

@@ -1,0 +1,221 @@
+"""The scheduler store's contract, run unchanged against SQLite and PostgreSQL.
+
+Every method of ``SchedulerStore`` (what the CLI, the API and the daemon use)
+is held to the same behaviour on each back end; the back-end differences live
+in ``scheduler.backend_sqlite`` and ``scheduler.backend_postgresql`` only.
+There is no in-memory implementation: the store's behaviour is its SQL
+(fencing, numbering under a lock, upserts), and the planner it serves is
+already pure and tested without a database.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, insert
+
+from catalog import Catalog
+from events.backends import open_log
+from events.catalog_service import CatalogService
+from scheduler import parse_node_report
+from scheduler.lifecycle import Lifecycle
+from scheduler.placements import Placement, Plan
+from scheduler.placer import Placer
+from scheduler.records import CURRENT_SCHEMA, ROUND
+from scheduler.staleness import StalenessPolicy
+from scheduler.store import PLACED, RoundConflict, SchedulerStore
+from scheduler.tables import InventoryRow, PlacementRoundRow, table
+from tests.support import model
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+_OTHER = Placement("other", 0, "default", ("n1",), 1, "A100")
+
+
+def _report(name: str, gpus: int = 8, **extra: Any) -> Any:
+    return parse_node_report(
+        {"name": name, "gpu_class": "A100", "gpus": gpus, "memory_gb": 512, **extra}
+    )
+
+
+@pytest.fixture
+def store(engine: Engine) -> SchedulerStore:
+    return SchedulerStore(engine)
+
+
+@pytest.fixture
+def placer(engine: Engine, store: SchedulerStore) -> Placer:
+    declared = Catalog.build([model("llama", tp=4, scaling={"min": 2})])
+    return Placer(CatalogService(open_log(engine), declared), store)
+
+
+def test_an_empty_store_has_no_nodes_no_placements_no_events_and_no_rounds(
+    store: SchedulerStore,
+) -> None:
+    assert store.nodes() == []
+    state = store.state()
+    assert (state.round_id, state.placements, state.lifecycle) == (0, (), Lifecycle())
+    assert store.replicas() == []
+    assert store.service() == ({}, {})
+    assert list(store.events()) == []
+    assert store.recorded_round() is None
+
+
+def test_reports_are_upserted_by_name_and_nodes_come_back_by_name(store: SchedulerStore) -> None:
+    store.report([_report("b"), _report("a", labels={"zone": "eu"})], T0)
+    store.report([_report("a", gpus=2, fabric="ib")], T0 + timedelta(seconds=5))
+    nodes = store.nodes()
+    assert [n.name for n in nodes] == ["a", "b"]
+    assert (nodes[0].gpus, nodes[0].labels, nodes[0].fabric) == (2, {}, "ib")
+    assert nodes[0].reported_at == T0 + timedelta(seconds=5)
+    assert store.report([], T0) == []
+    assert store.forget("b") and not store.forget("b")
+    assert [n.name for n in store.nodes()] == ["a"]
+
+
+def test_rounds_are_numbered_from_one_and_fenced(store: SchedulerStore, placer: Placer) -> None:
+    store.report([_report("n1"), _report("n2")], T0)
+    stale = store.state()
+    assert placer.run(now=T0).round_id == 1
+    assert store.state().round_id == 1
+    with pytest.raises(RoundConflict):
+        store.apply(
+            Plan(keep=(), place=(_OTHER,), remove=(), unplaced=()),
+            based_on=stale,
+            catalog_position=0,
+            nodes=store.nodes(),
+            now=T0,
+            policy=StalenessPolicy(),
+        )
+    assert store.state().round_id == 1
+
+
+def test_placements_replicas_and_service_agree(store: SchedulerStore, placer: Placer) -> None:
+    store.report([_report("n1"), _report("n2")], T0)
+    placer.run(now=T0)
+    placements = store.state().placements
+    assert [(p.model, p.replica) for p in placements] == [("llama", 0), ("llama", 1)]
+    replicas = store.replicas()
+    assert [p for p, _ in replicas] == list(placements)
+    assert all(s.state == "placed" and not s.reported for _, s in replicas)
+    host = placements[0].nodes[0]
+    assert [p for p, _ in store.replicas(node=host)] == [p for p in placements if host in p.nodes]
+    assert store.replicas(model="other") == []
+    _, hosted = store.service()
+    assert sum(hosted.values()) == sum(len(p.nodes) for p in placements)
+
+
+def test_cordons_are_recorded_once_with_an_event_and_lifted(
+    store: SchedulerStore, placer: Placer
+) -> None:
+    store.report([_report("n1")], T0)
+    assert store.cordon("n1", "cordoned", actor="op", reason="disk") is None
+    before = store.cordon("n1", "cordoned", actor="op", reason="again")
+    assert before is not None and before.reason == "disk"
+    assert store.service()[0]["n1"].mode == "cordoned"
+    assert store.cordon("n1", "draining", actor="op", reason="move") is not None
+    assert store.cordon("n1", None, actor="op", reason="") is not None
+    assert store.service()[0] == {}
+    events = list(store.events())
+    assert [e.type for e in events] == ["node.cordoned", "node.draining", "node.uncordoned"]
+    assert [e.position for e in events] == [1, 2, 3]
+    assert all(e.actor == "op" and e.nodes == ("n1",) for e in events)
+
+
+def test_events_are_filtered_by_round_model_and_time(store: SchedulerStore, placer: Placer) -> None:
+    store.report([_report("n1"), _report("n2")], T0)
+    placer.run(now=T0)
+    store.cordon("n1", "cordoned", actor="op", reason="")  # now: after T0, outside a round
+    events = list(store.events())
+    assert [e.position for e in events] == [1, 2, 3]
+    assert [e.type for e in events] == [PLACED, PLACED, "node.cordoned"]
+    # An event outside a round names the last round and its catalog position.
+    assert [e.round_id for e in events] == [1, 1, 1]
+    assert [e.position for e in store.events(round_id=1)] == [1, 2, 3]
+    assert list(store.events(round_id=2)) == []
+    assert [e.position for e in store.events(model="llama")] == [1, 2]
+    assert [e.position for e in store.events(until=T0)] == [1, 2]
+    assert [e.position for e in store.events(since=T0 + timedelta(seconds=1))] == [3]
+
+
+def test_a_recorded_round_is_found_by_id_time_or_as_the_last(
+    store: SchedulerStore, placer: Placer
+) -> None:
+    store.report([_report("n1"), _report("n2")], T0)
+    first = placer.run(now=T0)
+    recorded = store.recorded_round(round_id=first.round_id)
+    assert recorded is not None and recorded.id == 1
+    assert (recorded.placed, recorded.removed, recorded.unplaced) == (2, 0, 0)
+    assert recorded.current == () and recorded.policy == placer.policy
+    assert store.recorded_round() == recorded == store.recorded_round(at=T0)
+    assert store.recorded_round(round_id=2) is None
+    assert store.recorded_round(at=T0 - timedelta(seconds=1)) is None
+
+
+def test_new_rounds_are_written_in_the_current_schema_version(
+    engine: Engine, store: SchedulerStore, placer: Placer
+) -> None:
+    store.report([_report("n1"), _report("n2")], T0)
+    placer.run(now=T0)
+    with engine.connect() as conn:
+        row = conn.execute(table(PlacementRoundRow).select()).mappings().one()
+        nodes = conn.execute(table(InventoryRow).select()).mappings().one()["nodes"]
+    assert json.loads(row["policy"])["schema_version"] == CURRENT_SCHEMA[ROUND]
+    assert {c["schema_version"] for c in json.loads(nodes)} == {2}
+
+
+def test_a_round_written_before_versions_reads_as_it_did(
+    engine: Engine, store: SchedulerStore
+) -> None:
+    """Rows in the shape releases wrote before versions: no schema_version, no preemption,
+    no lifecycle (before 0005), placements without fingerprints, nodes without defaults."""
+    old_nodes = [
+        {"name": "n1", "gpu_class": "A100", "gpus": 8, "memory_gb": 512},
+        {"name": "n2", "gpu_class": None, "gpus": 0, "memory_gb": None, "labels": {"a": "b"}},
+    ]
+    old_current = [
+        {
+            "model": "llama",
+            "replica": 0,
+            "profile": "default",
+            "nodes": ["n1"],
+            "gpus_per_node": 4,
+            "gpu_class": "A100",
+        }
+    ]
+    with engine.begin() as conn:
+        conn.execute(insert(table(InventoryRow)), {"digest": "old", "nodes": json.dumps(old_nodes)})
+        conn.execute(
+            insert(table(PlacementRoundRow)),
+            {
+                "id": 1,
+                "planned_at": T0,
+                "catalog_position": 3,
+                "inventory_digest": "old",
+                "reported_at": json.dumps(
+                    {"n1": T0.isoformat(), "n2": (T0 - timedelta(seconds=30)).isoformat()}
+                ),
+                "current": json.dumps(old_current),
+                "policy": json.dumps(
+                    {"stale_after_s": 90.0, "grace_s": 300.0, "mass_loss_fraction": 0.5}
+                ),
+                "placed": 1,
+                "removed": 0,
+                "unplaced": 0,
+                "lifecycle": None,
+            },
+        )
+
+    recorded = store.recorded_round()
+
+    assert recorded is not None
+    assert recorded.policy == StalenessPolicy(preemption=True)
+    assert recorded.lifecycle == Lifecycle()
+    assert recorded.current == (
+        Placement("llama", 0, "default", ("n1",), 4, "A100", memory_gb_per_node=0, fingerprint=""),
+    )
+    n1, n2 = recorded.nodes
+    assert (n1.labels, n1.fabric, n1.gpus_reserved, n1.reported_at) == ({}, None, 0, T0)
+    assert (n2.labels, n2.gpu_class, n2.memory_gb) == ({"a": "b"}, None, None)
