@@ -1,6 +1,6 @@
 """``python -m bench [AREA ...] [--quick]``: print one table per area.
 
-Areas: replay, append, peer, placement, writers, decode (all when none is named). The
+Areas: replay, append, peer, placement, writers, decode, reports (all when none is named). The
 default sizes are the ones the issue asks for; ``--quick`` uses small ones so
 that a change can be tried in a minute. Logs are generated once and cached
 under ``bench/.cache/`` (SQLite) and in ``llmgw_bench_*`` databases
@@ -20,7 +20,7 @@ import structlog
 
 from bench import common
 
-AREAS = ("replay", "append", "peer", "placement", "writers", "decode")
+AREAS = ("replay", "append", "peer", "placement", "writers", "decode", "reports")
 
 
 def quiet_logs() -> None:
@@ -53,6 +53,10 @@ def _runner(area: str) -> Callable[[bool], list[common.Table]]:
         from bench import decode
 
         return decode.run
+    if area == "reports":
+        from bench import reports
+
+        return reports.run
     from bench import placement
 
     return placement.run

@@ -24,13 +24,22 @@ class InventoryStore:
         self.engine = engine
 
     def report(
-        self, reports: Sequence[NodeReport], received_at: datetime, actor: str = "agent"
+        self,
+        reports: Sequence[NodeReport],
+        received_at: datetime,
+        actor: str | Sequence[str] = "agent",
     ) -> list[Node]:
         """Record reports (each also a heartbeat) in one transaction, stamped on our clock.
 
         A report's replica states, if it has any, are recorded in the same
-        transaction (``scheduler.lifecycle_store``), each change an event by ``actor``.
+        transaction (``scheduler.lifecycle_store``), each change an event by its
+        ``actor``: one for all, or one per report (the API commits the reports of
+        many agents together). A node may appear once: an upsert cannot touch one
+        row twice in one statement.
         """
+        actors = [actor] * len(reports) if isinstance(actor, str) else list(actor)
+        if len(actors) != len(reports):
+            raise ValueError(f"{len(reports)} reports but {len(actors)} actors")
         nodes = [r.to_node(received_at) for r in reports]
         if not nodes:
             return nodes
@@ -44,7 +53,7 @@ class InventoryStore:
         ]
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
             backend(conn).upsert(conn, nodes_t, "name", rows)
-            record_replica_reports(conn, reports, received_at, actor)
+            record_replica_reports(conn, reports, received_at, actors)
         return nodes
 
     def forget(self, name: str) -> bool:

@@ -42,7 +42,7 @@ failures_t = table(FailureRow)
 
 
 def record_replica_reports(
-    conn: Connection, reports: Sequence[NodeReport], now: datetime, actor: str
+    conn: Connection, reports: Sequence[NodeReport], now: datetime, actors: Sequence[str]
 ) -> None:
     """Apply the replica states in ``reports``; one event per state that changed.
 
@@ -51,6 +51,7 @@ def record_replica_reports(
     from the old node must not mark the replica's new placement ready.
     """
     with_replicas = [r for r in reports if r.replicas is not None]
+    actor_of = {id(r): a for r, a in zip(reports, actors, strict=True)}
     if not with_replicas:
         return
     conn.execute(
@@ -68,6 +69,7 @@ def record_replica_reports(
     writes: list[tuple[str, int, str, dict[str, Any]]] = []
     cleared: list[tuple[str, str]] = []
     for report in with_replicas:
+        actor = actor_of[id(report)]
         for rep in report.replicas or ():
             row = rows.get((rep.model, rep.replica))
             nodes = row.placement.nodes if row is not None else ()

@@ -42,7 +42,10 @@ class SchedulerStore:
     # -- inventory --------------------------------------------------------
 
     def report(
-        self, reports: Sequence[NodeReport], received_at: datetime, actor: str = "agent"
+        self,
+        reports: Sequence[NodeReport],
+        received_at: datetime,
+        actor: str | Sequence[str] = "agent",
     ) -> list[Node]:
         return self.inventory.report(reports, received_at, actor)
 

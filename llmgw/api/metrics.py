@@ -67,6 +67,11 @@ class Metrics:
         self.node_reports = Counter(
             "llmgw_node_reports", "Node reports recorded through this server.", registry=r
         )
+        self.node_report_commits = Counter(
+            "llmgw_node_report_commits",
+            "Transactions that recorded node reports: reports that arrive together share one.",
+            registry=r,
+        )
         self.round_seconds = Histogram(
             "llmgw_placement_round_duration_seconds",
             "Duration of the placement rounds run by this server's scheduler.",

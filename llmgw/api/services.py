@@ -32,7 +32,9 @@ from events.db import is_sqlite
 from events.read_model import CatalogView
 from events.store import SqlLog
 from llmgw.api.auth import TokenBook
+from llmgw.api.group_commit import GroupCommit
 from llmgw.api.metrics import Metrics
+from llmgw.api.node_reports import Recorded, Sent, node_report_writer
 from llmgw.api.openai import CreatedIndex
 from llmgw.api.settings import ApiSettings
 from scheduler.store import SchedulerStore
@@ -112,6 +114,8 @@ class Services:
     writing: AbstractContextManager[Any]
     # When each runtime model was added, for OpenAI's `created` (llmgw.api.openai).
     created: CreatedIndex
+    # Agents' node reports, committed in shared transactions (llmgw.api.node_reports).
+    reports: GroupCommit[Sent, Recorded]
 
     @classmethod
     def build(
@@ -134,6 +138,7 @@ class Services:
             snapshot_key=snapshot_key,
             max_age=settings.catalog_max_age_s,
         )
+        nodes = SchedulerStore(engine)
         writing: AbstractContextManager[Any] = (
             threading.Lock() if is_sqlite(engine) else contextlib.nullcontext()
         )
@@ -141,7 +146,7 @@ class Services:
             engine=engine,
             store=store,
             gate=CatalogGate(service, metrics, writing),
-            nodes=SchedulerStore(engine),
+            nodes=nodes,
             declared=declared,
             config_label=config_label,
             settings=settings,
@@ -150,4 +155,5 @@ class Services:
             stopping=stopping or threading.Event(),
             writing=writing,
             created=CreatedIndex(store),
+            reports=node_report_writer(nodes, writing, metrics),
         )

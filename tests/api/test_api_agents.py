@@ -42,3 +42,17 @@ def test_fifty_agents_reporting_concurrently_lose_nothing(
         assert len(reports) == AGENTS * REPORTS
         assert {e["status"] for e in reports} == {200}
         assert {e["actor"] for e in reports} == {f"agent-{n}" for n in nodes}
+        # Reports that arrived together were committed together: fewer transactions than
+        # reports (each answered only after its own transaction committed).
+        with server.client(tokens.reader) as reader:
+            metrics = _counters(reader.get("/metrics").text)
+        assert metrics["llmgw_node_reports_total"] == AGENTS * REPORTS
+        assert 0 < metrics["llmgw_node_report_commits_total"] < AGENTS * REPORTS
+
+
+def _counters(text: str) -> dict[str, float]:
+    return {
+        name: float(value)
+        for name, _, value in (line.partition(" ") for line in text.splitlines())
+        if not name.startswith("#") and "{" not in name
+    }

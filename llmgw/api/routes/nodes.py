@@ -18,10 +18,11 @@ from starlette.responses import Response
 from llmgw.api import schemas
 from llmgw.api.access import SECURED, Reader, Reporter
 from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
+from llmgw.api.node_reports import Recorded
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
 from llmgw.views import node_json, replica_json
-from scheduler import Node, NodeReport, NodeReportError, parse_node_report
+from scheduler import NodeReport, NodeReportError, parse_node_report
 
 router = APIRouter()
 
@@ -60,16 +61,11 @@ async def report_node(name: str, request: Request, call: Reporter) -> Response:
             "each agent reports with the token issued for its own nodes",
         )
     body = await receive(request, svc.settings.max_body_bytes)
-    node = await to_thread.run_sync(_parse_and_record, svc, name, body, who.name)
-    cordons, hosted = await to_thread.run_sync(svc.nodes.service)
-    return ApiJSON(
-        node_json(
-            node, datetime.now(UTC), svc.settings.policy, cordons.get(name), hosted.get(name, 0)
-        )
-    )
+    node, cordon, hosted = await to_thread.run_sync(_parse_and_record, svc, name, body, who.name)
+    return ApiJSON(node_json(node, datetime.now(UTC), svc.settings.policy, cordon, hosted))
 
 
-def _parse_and_record(svc: Services, name: str, body: bytes, actor: str) -> Node:
+def _parse_and_record(svc: Services, name: str, body: bytes, actor: str) -> Recorded:
     """Parse, validate and store, in a worker thread: nothing of it runs on the event loop."""
     data = parse(body, svc.settings.max_body_bytes, "invalid-node-report")
     if not isinstance(data, dict):
@@ -92,16 +88,17 @@ def _parse_and_record(svc: Services, name: str, body: bytes, actor: str) -> Node
     return _record(svc, report, actor)
 
 
-def _record(svc: Services, report: NodeReport, actor: str) -> Node:
+def _record(svc: Services, report: NodeReport, actor: str) -> Recorded:
+    # Committed with the reports other agents sent meanwhile (llmgw.api.node_reports);
+    # answered only once committed, as a report sent alone would be.
     try:
-        with svc.writing:
-            (node,) = svc.nodes.report([report], datetime.now(UTC), actor=actor)
+        recorded = svc.reports.submit((report, actor))
     except OverflowError as exc:  # SQLite's integers stop at 2**63; PostgreSQL's is DataError
         raise Problem(
             422, "invalid-node-report", f"the database cannot store a value: {exc}"
         ) from None
     svc.metrics.node_reports.inc()
-    return node
+    return recorded
 
 
 @router.get(
