@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from scheduler.lifecycle import Cordon
     from scheduler.placements import RolloutProgress, Unplaced
     from scheduler.replicas import ReplicaStatus
+    from scheduler.resilience import Resilience
     from scheduler.service import ReplicaCounts, ServiceChange
 
 
@@ -47,6 +48,19 @@ def catalog_json(catalog: Catalog) -> list[dict[str, Any]]:
 
 def catalog_counts(counts: ReplicaCounts) -> dict[str, int]:
     return {"wanted": counts.wanted, "placed": counts.placed, "ready": counts.ready}
+
+
+def model_entry(
+    catalog: Catalog, model: Model, counts: ReplicaCounts, resilience: Resilience | None
+) -> dict[str, Any]:
+    """A model as ``llmgw models --json`` and ``GET /v1/catalog`` show it: its definition,
+    its replicas wanted/placed/ready, and its resilience under the placements now (None
+    for a model the scheduler does not place, e.g. one that wants no replica)."""
+    return {
+        **catalog_entry(catalog, model),
+        "replicas": catalog_counts(counts),
+        "resilience": None if resilience is None else resilience.to_json(),
+    }
 
 
 def openai_entry(catalog: Catalog, model: Model, created: int = 0) -> dict[str, Any]:

@@ -24,6 +24,11 @@ class NodeServiceError(ValueError):
     """A cordon, drain or uncordon that cannot be recorded; the message says why."""
 
 
+class NodeNotInInventory(NodeServiceError):
+    """The node named is not in the inventory: a refusal of its own kind (HTTP 404), so
+    no caller has to read the message to tell it from an invalid request."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceChange:
     node: str
@@ -61,7 +66,7 @@ def change_service(
         )
     known = {n.name for n in store.nodes()}
     if node not in known:
-        raise NodeServiceError(
+        raise NodeNotInInventory(
             f"node {node!r} is not in the inventory; check the name with `llmgw nodes list`"
         )
     mode = MODES[action]

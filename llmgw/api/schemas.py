@@ -53,6 +53,9 @@ class CatalogEntry(_Open):
     declared: bool
     # Replicas wanted (scaling.min), placed, and ready (or unreported).
     replicas: dict[str, int]
+    # The fewest node losses (and spread_by domain losses) that leave it no replica,
+    # under the placements now; null for a model the scheduler does not place.
+    resilience: dict[str, Any] | None
 
 
 class Event(BaseModel):

@@ -18,7 +18,7 @@ from events.timetravel import catalog_at
 from llmgw.cli import preview
 from llmgw.cli.context import App, Refused, print_json, resolve_position
 from llmgw.cli.render import catalog_table, table
-from llmgw.views import catalog_counts, catalog_entry, catalog_json, command_json
+from llmgw.views import catalog_json, command_json, model_entry
 from scheduler.demands import demands
 from scheduler.resilience import resilience
 from scheduler.service import replica_counts
@@ -40,16 +40,9 @@ def cmd_models(app: App, args: argparse.Namespace) -> int:
     nodes = store.nodes()
     current = resilience(demands(catalog), store.state().placements, {n.name: n for n in nodes})
     if args.json:
-        figures = {r.model: r.to_json() for r in current}
+        figures = {r.model: r for r in current}
         print_json(
-            [
-                {
-                    **catalog_entry(catalog, m),
-                    "replicas": catalog_counts(counts[m.name]),
-                    "resilience": figures.get(m.name),
-                }
-                for m in catalog.models()
-            ]
+            [model_entry(catalog, m, counts[m.name], figures.get(m.name)) for m in catalog.models()]
         )
         return 0
     text = catalog_table(catalog)

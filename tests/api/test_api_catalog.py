@@ -115,12 +115,30 @@ def test_the_catalog_is_what_llmgw_models_json_prints(api: ApiServer, ops: httpx
     assert served.status_code == 200
     printed = cli(api, "models", "--json")
     assert printed.returncode == 0, printed.stderr
-    # `resilience` is the scheduler's figure for the placements now, not part of
-    # the catalog: the CLI adds it, the catalog route does not read placements.
-    models = json.loads(printed.stdout)
-    assert all("resilience" in m for m in models)
-    assert served.json() == [{k: v for k, v in m.items() if k != "resilience"} for m in models]
+    assert served.json() == json.loads(printed.stdout)
     assert int(served.headers["x-llmgw-position"]) >= 1
+
+
+def test_the_catalog_shows_each_model_s_resilience_under_the_placements_now(
+    api: ApiServer, ops: httpx.Client, tokens: Tokens
+) -> None:
+    """Two replicas of one model on two nodes: losing one node leaves it a replica, so it
+    is lost with 2 nodes; the same figure in `llmgw models --json` and the API."""
+    two = definition("cat-resilient", scaling={"min": 2, "max": 2})
+    assert add(ops, two).status_code == 201
+    with api.client(tokens.agent) as agent:  # the agent token reports node-0 and node-1
+        for node in ("node-0", "node-1"):
+            report = {"gpu_class": "T4", "gpus": 1}
+            assert agent.put(f"/v1/nodes/{node}", json=report).status_code == 200
+    placed = cli(api, "place")
+    assert placed.returncode == 0, placed.stderr
+    entry = ops.get("/v1/catalog/cat-resilient").json()
+    assert entry["replicas"]["placed"] == 2
+    assert entry["resilience"] == {"replicas": 2, "nodes": 2, "spread_by": None, "domains": None}
+    listed = {m["name"]: m for m in ops.get("/v1/catalog").json()}
+    printed = {m["name"]: m for m in json.loads(cli(api, "models", "--json").stdout)}
+    assert listed["cat-resilient"]["resilience"] == entry["resilience"]
+    assert printed["cat-resilient"]["resilience"] == entry["resilience"]
 
 
 def test_a_list_is_added_whole_in_dependency_order_or_not_at_all(ops: httpx.Client) -> None:

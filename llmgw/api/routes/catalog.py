@@ -19,7 +19,7 @@ from anyio import to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
 from starlette.convertors import Convertor, register_url_convertor
 
-from catalog import CatalogError, Model, RefusalKind, parse_definitions
+from catalog import Catalog, CatalogError, Model, RefusalKind, parse_definitions
 from catalog.declared import require_models
 from catalog.identifiers import KEY_PATTERN, IdentifierError
 from events.apply import ApplyResult
@@ -29,7 +29,9 @@ from llmgw.api.access import SECURED, Operator, Reader
 from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
 from llmgw.api.problems import ApiJSON, Problem, errors, refused
 from llmgw.api.services import Services
-from llmgw.views import catalog_counts, catalog_entry, command_json, event_json, openai_entry
+from llmgw.views import command_json, event_json, model_entry, openai_entry
+from scheduler.demands import demands
+from scheduler.resilience import Resilience, resilience
 from scheduler.service import replica_counts
 
 
@@ -147,13 +149,21 @@ def retrieve_model(model_id: str, call: Reader) -> Response:
 def get_catalog(call: Reader) -> Response:
     view = call.svc.gate.view()
     counts = replica_counts(view.catalog, call.svc.nodes.replicas())
+    figures = _resilience(call, view.catalog)
     return ApiJSON(
         [
-            {**catalog_entry(view.catalog, m), "replicas": catalog_counts(counts[m.name])}
+            model_entry(view.catalog, m, counts[m.name], figures.get(m.name))
             for m in view.catalog.models()
         ],
         headers={"X-Llmgw-Position": str(view.position)},
     )
+
+
+def _resilience(call: Reader, catalog: Catalog) -> dict[str, Resilience]:
+    """Each model's resilience under the placements now, as `llmgw models` computes it."""
+    nodes = {n.name: n for n in call.svc.nodes.nodes()}
+    placements = call.svc.nodes.state().placements
+    return {r.model: r for r in resilience(demands(catalog), placements, nodes)}
 
 
 @router.get(
@@ -172,8 +182,9 @@ def get_model(name: str, call: Reader) -> Response:
             404, "not-found", f"model {name!r} is not in the catalog (neither a name nor an alias)"
         )
     counts = replica_counts(view.catalog, call.svc.nodes.replicas(model=model.name))
+    figure = _resilience(call, view.catalog).get(model.name)
     return ApiJSON(
-        {**catalog_entry(view.catalog, model), "replicas": catalog_counts(counts[model.name])},
+        model_entry(view.catalog, model, counts[model.name], figure),
         headers={"X-Llmgw-Position": str(view.position)},
     )
 

@@ -17,7 +17,13 @@ from llmgw.api.access import SECURED, Operator
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
 from llmgw.views import service_change_json
-from scheduler.service import MAX_REASON, NodeServiceError, ServiceChange, change_service
+from scheduler.service import (
+    MAX_REASON,
+    NodeNotInInventory,
+    NodeServiceError,
+    ServiceChange,
+    change_service,
+)
 
 router = APIRouter()
 
@@ -37,11 +43,10 @@ def _change(svc: Services, node: str, action: str, actor: str, reason: str) -> S
     try:
         with svc.writing:
             return change_service(svc.nodes, node, action, actor=actor, reason=reason)
+    except NodeNotInInventory as exc:
+        raise Problem(404, "not-found", str(exc)) from None
     except NodeServiceError as exc:
-        status = 404 if "not in the inventory" in str(exc) else 422
-        raise Problem(
-            status, "not-found" if status == 404 else "invalid-request", str(exc)
-        ) from None
+        raise Problem(422, "invalid-request", str(exc)) from None
 
 
 def _route(action: Literal["cordon", "drain", "uncordon"], summary: str) -> None:
