@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -218,6 +219,9 @@ def _refine(
     properties[name] = {**properties[name], **grammar_schema(grammar, empty=empty or None)}
 
 
+MAX_DURATION_SECONDS = timedelta.max.days * 86_400 + 86_399
+
+
 def _durations(node: Any) -> None:
     """Durations are written ``90s``, ``20m``, ``1h30m`` or as seconds (catalog.durations),
     not in the ISO 8601 form pydantic documents a timedelta with."""
@@ -229,7 +233,9 @@ def _durations(node: Any) -> None:
                     "description": "a duration: 90s, 20m, 1h30m, 80ms, or seconds",
                     "anyOf": [
                         {"type": "string", "pattern": DURATION_PATTERN},
-                        {"type": "number", "minimum": 0},
+                        # A timedelta holds at most 999,999,999 days (catalog.durations
+                        # refuses more as "too large").
+                        {"type": "number", "minimum": 0, "maximum": MAX_DURATION_SECONDS},
                     ],
                 }
             else:

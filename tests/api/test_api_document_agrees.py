@@ -92,6 +92,24 @@ def test_an_empty_duration_is_invalid_by_the_document_and_the_server(
     assert accepted.status_code == 201, accepted.text
 
 
+def test_a_duration_in_seconds_is_valid_by_the_document_exactly_up_to_what_the_server_holds(
+    api: ApiServer, tokens: Tokens, document: dict[str, Any]
+) -> None:
+    slo = document["components"]["schemas"]["SLO"]["properties"]["ttft_p99"]
+    (number,) = (branch for branch in slo["anyOf"] if branch["type"] == "number")
+    most = number["maximum"]
+    with api.client(tokens.operator) as ops:
+        at_most = ops.post(
+            "/v1/catalog/models", json=definition("slo-longest", slo={"ttft_p99": most})
+        )
+        beyond = ops.post(
+            "/v1/catalog/models", json=definition("slo-beyond", slo={"ttft_p99": most + 1})
+        )
+    assert at_most.status_code == 201, at_most.text
+    assert beyond.status_code == 422, beyond.text
+    assert "too large" in beyond.json()["detail"]
+
+
 def test_a_model_path_outside_the_name_grammar_is_documented_as_invalid(
     document: dict[str, Any],
 ) -> None:
