@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import psutil
 
 from bench import common
 
@@ -147,7 +148,7 @@ def _serve(
 
 def _measure(
     db_url: str, nodes: int, seconds: float, tree: str | None = None
-) -> tuple[float, float, list[str]]:
+) -> tuple[float, float, float, list[str]]:
     from llmgw.api.auth import issue_token
 
     agents = CLIENT_PROCESSES * THREADS_PER_PROCESS
@@ -175,8 +176,15 @@ def _measure(
                     assert answer.status_code == 200, answer.text
             common.progress(f"reports: {seconds:.0f}s of /healthz, then of reports")
             health, _ = _drive(url, shares, "healthz", seconds)
+            server = psutil.Process(proc.pid)
+            before = server.cpu_times()
             reports, failures = _drive(url, shares, "report", seconds)
-            return reports, health, failures
+            after = server.cpu_times()
+            cpu = (after.user - before.user) + (after.system - before.system)
+            # The clients share the machine: the server's own CPU per report is the figure
+            # that says how many one server process can take, whatever the clients cost.
+            per_report = cpu / max(reports * seconds, 1)
+            return reports, health, per_report, failures
         finally:
             proc.terminate()
             proc.wait(30)
@@ -188,7 +196,16 @@ def run(quick: bool) -> list[common.Table]:
     table = common.Table(
         f"Node reports: {nodes} nodes, {CLIENT_PROCESSES * THREADS_PER_PROCESS} agents "
         f"({CLIENT_PROCESSES} client processes), {seconds:.0f} s, one `llmgw serve`",
-        ["store", "reports/s", "goal", "GET /healthz/s (stack ceiling)", "of ceiling", "failures"],
+        [
+            "store",
+            "reports/s",
+            "goal",
+            "GET /healthz/s (stack ceiling)",
+            "of ceiling",
+            "server CPU/report",
+            "reports/s per server core",
+            "failures",
+        ],
     )
     stores: list[tuple[str, Callable[[], str]]] = []
     scratch = common.CACHE / "reports"
@@ -214,18 +231,26 @@ def run(quick: bool) -> list[common.Table]:
             runs.append((f"{name} (base)", make, base))
         runs.append((name, make, None))
     ours: dict[str, float] = {}
+    cpus: dict[str, float] = {}
     for name, make, tree in runs:
         common.progress(f"reports: {name}")
-        reports, health, failures = _measure(make(), nodes, seconds, tree)
+        reports, health, cpu, failures = _measure(make(), nodes, seconds, tree)
         ours[name] = reports
+        cpus[name] = cpu
         if base and tree is None:
-            table.note(f"{name}: {reports / ours[name + ' (base)']:.2f}x the base's reports/s")
+            base_name = name + " (base)"
+            table.note(
+                f"{name}: {reports / ours[base_name]:.2f}x the base's reports/s; "
+                f"{cpus[base_name] / cpu:.2f}x less server CPU per report"
+            )
         table.add(
             name,
             f"{reports:,.0f}",
             f"{GOAL:,.0f}",
             f"{health:,.0f}",
             f"{reports / health:.2f}" if health else "-",
+            f"{cpu * 1000:.2f} ms",
+            f"{1 / cpu:,.0f}" if cpu else "-",
             len(failures),
         )
         for f in failures[:2]:
