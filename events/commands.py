@@ -47,6 +47,8 @@ from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
 
 Same = Callable[[tuple[StoredEvent, ...]], bool]
 Build = Callable[[], list[NewEvent]]
+# The digest of a change (events.idempotency), taken only when a key is repeated.
+Change = Callable[[], str]
 
 log = structlog.get_logger("llmgw.catalog")
 
@@ -99,8 +101,10 @@ class CatalogCommands:
             ordered = self.model.state.check_add(models)
             return [definition_event(MODEL_ADDED, m, self.declared_digest) for m in ordered]
 
+        def change() -> str:
+            return change_digest(MODEL_ADDED, [m.to_definition() for m in models])
+
         names = [m.name for m in models]
-        change = change_digest(MODEL_ADDED, [m.to_definition() for m in models])
         return self._run(MODEL_ADDED, names, change, build, actor=actor, reason=reason, key=key)
 
     def remove(
@@ -110,7 +114,9 @@ class CatalogCommands:
             self.model.state.check_remove(name)
             return [NewEvent(type=MODEL_REMOVED, model=name, payload=json.dumps({"name": name}))]
 
-        change = change_digest(MODEL_REMOVED, [name])
+        def change() -> str:
+            return change_digest(MODEL_REMOVED, [name])
+
         return self._run(MODEL_REMOVED, [name], change, build, actor=actor, reason=reason, key=key)
 
     def apply(
@@ -127,7 +133,9 @@ class CatalogCommands:
         def same(previous: tuple[StoredEvent, ...]) -> bool:
             return same_definition(previous, model)
 
-        change = change_digest("model.apply", [model.to_definition()])
+        def change() -> str:
+            return change_digest("model.apply", [model.to_definition()])
+
         result = self._run(
             "model.apply",
             [model.name],
@@ -160,7 +168,7 @@ class CatalogCommands:
         self,
         command: str,
         names: list[str],
-        change: str,
+        change: Change,
         build: Build,
         *,
         actor: str,
@@ -177,10 +185,11 @@ class CatalogCommands:
                 return self._repeat(command, change, key, previous, same)
         model = self.model
         with model.lock:
-            # Catch up outside the write lock (a start-up's replay, a snapshot), then
-            # take it, read the few events others appended meanwhile, validate and
-            # append in one transaction: a writer waits for its turn, never loses a race.
-            model.sync()
+            # A start-up's replay (or restore) outside the write lock; then, every
+            # time, take the lock, read the few events others appended since, validate
+            # and append in one transaction: a writer waits for its turn, never loses
+            # a race, and catches up once.
+            model.start()
             try:
                 with self.log.writing() as locked:
                     model.catch_up_locked(locked)
@@ -207,13 +216,13 @@ class CatalogCommands:
                 actor=actor,
                 attempts=1,
             )
-            model.wrote()
+            model.wrote(outcome.events)
         return CommandResult(outcome.events, already_recorded=False, attempts=1)
 
     def _repeat(
         self,
         command: str,
-        change: str,
+        change: Change,
         key: str,
         previous: tuple[StoredEvent, ...],
         same: Same | None = None,
@@ -227,7 +236,7 @@ class CatalogCommands:
         same change.
         """
         matches = (
-            same(previous) if same is not None else recorded_change(command, previous) == change
+            same(previous) if same is not None else recorded_change(command, previous) == change()
         )
         if not matches:
             raise KeyReused(
