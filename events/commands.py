@@ -46,7 +46,8 @@ from events.read_model import CatalogReadModel
 from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
 
 Same = Callable[[tuple[StoredEvent, ...]], bool]
-Build = Callable[[], list[NewEvent]]
+# A command's events, each with the definition it encodes (None: not a definition).
+Build = Callable[[], list[tuple[NewEvent, Model | None]]]
 # The digest of a change (events.idempotency), taken only when a key is repeated.
 Change = Callable[[], str]
 
@@ -97,9 +98,9 @@ class CatalogCommands:
         """Add one model or a list, all or nothing."""
         require_models(list(models), "the change")
 
-        def build() -> list[NewEvent]:
+        def build() -> list[tuple[NewEvent, Model | None]]:
             ordered = self.model.state.check_add(models)
-            return [definition_event(MODEL_ADDED, m, self.declared_digest) for m in ordered]
+            return [(definition_event(MODEL_ADDED, m, self.declared_digest), m) for m in ordered]
 
         def change() -> str:
             return change_digest(MODEL_ADDED, [m.to_definition() for m in models])
@@ -110,9 +111,10 @@ class CatalogCommands:
     def remove(
         self, name: str, *, actor: str = "", reason: str = "", key: str | None = None
     ) -> CommandResult:
-        def build() -> list[NewEvent]:
+        def build() -> list[tuple[NewEvent, Model | None]]:
             self.model.state.check_remove(name)
-            return [NewEvent(type=MODEL_REMOVED, model=name, payload=json.dumps({"name": name}))]
+            payload = json.dumps({"name": name})
+            return [(NewEvent(type=MODEL_REMOVED, model=name, payload=payload), None)]
 
         def change() -> str:
             return change_digest(MODEL_REMOVED, [name])
@@ -126,9 +128,9 @@ class CatalogCommands:
         (events.apply); nothing is written when the catalog already holds it."""
         plans: list[ApplyPlan] = []
 
-        def build() -> list[NewEvent]:
+        def build() -> list[tuple[NewEvent, Model | None]]:
             plans.append(plan_apply(self.model.state, model, self.declared_digest))
-            return list(plans[-1].events)
+            return [(event, plans[-1].model) for event in plans[-1].events]
 
         def same(previous: tuple[StoredEvent, ...]) -> bool:
             return same_definition(previous, model)
@@ -193,7 +195,8 @@ class CatalogCommands:
             try:
                 with self.log.writing() as locked:
                     model.catch_up_locked(locked)
-                    events = build()
+                    built = build()
+                    events = [event for event, _ in built]
                     if not events:  # nothing to change (an apply of what is there)
                         return CommandResult((), already_recorded=False, attempts=1)
                     outcome = locked.append(
@@ -216,7 +219,7 @@ class CatalogCommands:
                 actor=actor,
                 attempts=1,
             )
-            model.wrote(outcome.events)
+            model.wrote(outcome.events, [decoded for _, decoded in built])
         return CommandResult(outcome.events, already_recorded=False, attempts=1)
 
     def _repeat(

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
-from catalog import Catalog, CatalogState
+from catalog import Catalog, CatalogState, Model
 from events.log import LockedLog, Log
 from events.replay import Replayer, ReplayResult
 from events.timetravel import catalog_at
@@ -213,19 +213,22 @@ class CatalogReadModel:
         with gc_paused():
             self._apply(locked.read(after=self._replayer.position))
 
-    def wrote(self, events: Sequence[StoredEvent] = ()) -> None:
+    def wrote(
+        self, events: Sequence[StoredEvent] = (), decoded: Sequence[Model | None] = ()
+    ) -> None:
         """After a command (hold ``lock``): apply the ``events`` it appended, or catch up
         when it appended none (a repeated key); snapshot when due.
 
         The appended events are applied as they were committed, without reading
-        them back: replay judges them as it judges every event, so the catalog is
-        the one any reader of the log gets. The cached view is dropped rather than
+        them back (nor decoding again the definitions ``decoded`` holds, one per
+        event or None): replay judges them as it judges every event, so the
+        catalog is the one any reader of the log gets. The cached view is dropped rather than
         rebuilt: copying the catalog costs in proportion to its size, and the next
         read builds it once however many commands came before it.
         """
         if events:
             with gc_paused():
-                self._apply(events)
+                self._apply(events, decoded)
             self._snapshot_if_due()
         else:
             self.sync()
@@ -245,10 +248,10 @@ class CatalogReadModel:
         with gc_paused():
             self._apply(self.log.read(after=self._replayer.position))
 
-    def _apply(self, events: Iterable[StoredEvent]) -> None:
-        for event in events:
+    def _apply(self, events: Iterable[StoredEvent], decoded: Sequence[Model | None] = ()) -> None:
+        for i, event in enumerate(events):
             self._since_snapshot += 1
-            skipped = self._replayer.apply(event)
+            skipped = self._replayer.apply(event, decoded[i] if i < len(decoded) else None)
             if skipped is not None:
                 log.warning(
                     "catalog.event_skipped",
