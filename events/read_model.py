@@ -15,8 +15,8 @@ Thread-safe: replay state changes only under ``lock``, which the commands
 for ``view`` does not take the lock when nothing changed: the catalog is
 cached with its log position, and the log's head is asked at most every
 ``max_age`` seconds (one indexed query, but it costs more than the rest of an
-API read). A write updates the cache before it returns, so a writer sees its
-own change.
+API read). A write applies its own events before it returns and drops the
+cached view (the next read builds it), so a writer sees its own change.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ block the writer (WAL mode).
 The section runs on the driver's own connection from the engine's pool
 (``SqlLog.driver``), its transaction begun and ended here: the connection's
 settings (events.db) leave transactions to explicit statements. A command is
-a handful of statements around a commit; SQLAlchemy's ``Connection`` and
-transaction around them cost as much as the statements did.
+a handful of statements around a commit, and SQLAlchemy's ``Connection``,
+transaction and ``begin`` event around them were a large part of its CPU
+(BENCHMARKS.md, "Validated adds").
 """
 
 from __future__ import annotations

@@ -9,9 +9,11 @@ commit itself for an append. The statements are the same ones; only
 (``UTCDateTime``), so the events are exactly those ``conn.execute(query).all()``
 would give (tests/integration/test_store_read_path.py).
 
-What differs between the back ends is how the write lock is taken
-(``SqlLog._lock``); everything else is here. The log's guarantees are
-events.log's.
+What differs between the back ends is how a write section begins, takes the
+log's lock and ends (``SqlLog.writing``: events.sqlite_log on the driver's
+connection, events.postgres_log inside SQLAlchemy's transaction); the
+statements of a section (``SqlLockedLog``) are here, compiled once per dialect
+(``_writes``). The log's guarantees are events.log's.
 """
 
 from __future__ import annotations
@@ -304,8 +306,8 @@ class SqlLog:
         """The driver's own connection, from the engine's pool and back to it.
 
         For the few statements of a command, SQLAlchemy's ``Connection`` (its
-        events, its transaction object, a cache key per statement) costs as much
-        as the statements. Its error handling is kept: a driver error comes out
+        events, its transaction object, a cache key per statement) was a large
+        part of the command's CPU. Its error handling is kept: a driver error comes out
         as SQLAlchemy's (``OperationalError`` for a locked or unreachable
         database, which the API and the CLI report as such), and a connection
         the error shows dead is dropped from the pool rather than reused.
