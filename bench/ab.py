@@ -70,11 +70,11 @@ else:
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(url.removeprefix("sqlite:///") + suffix):
             os.remove(url.removeprefix("sqlite:///") + suffix)
-    print(json.dumps({"seconds": out["seconds"], "count": size}))
+    print(json.dumps({"seconds": out["seconds"], "cpu": out["cpu"], "count": size}))
 """.replace("import json, sys", "import json, os, sys")
 
 
-def _run(tree: str, kind: str, size: int) -> float:
+def _run(tree: str, kind: str, size: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(common.REPO)}
     out = subprocess.run(
         [sys.executable, "-c", _WORKER, tree, kind, str(size)],
@@ -85,7 +85,7 @@ def _run(tree: str, kind: str, size: int) -> float:
         env=env,
     ).stdout
     data = json.loads(out.strip().splitlines()[-1])
-    return float(data["count"]) / float(data["seconds"])
+    return {key: float(value) for key, value in data.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,14 +126,20 @@ def main(argv: list[str] | None = None) -> int:
     for kind, size, label in measurements:
         if args.only and kind not in args.only:
             continue
-        before: list[float] = []
-        after: list[float] = []
+        before: list[dict[str, float]] = []
+        after: list[dict[str, float]] = []
         for i in range(args.rounds):
             common.progress(f"ab: {kind} round {i + 1} of {args.rounds}")
             before.append(_run(base, kind, size))
             after.append(_run(here, kind, size))
-        b, a = max(before), max(after)
+        b = max(r["count"] / r["seconds"] for r in before)
+        a = max(r["count"] / r["seconds"] for r in after)
         table.add(label, common.rate(b, 1), common.rate(a, 1), f"{a / b:.2f}x")
+        if all("cpu" in r for r in before + after):
+            b = max(r["count"] / r["cpu"] for r in before)
+            a = max(r["count"] / r["cpu"] for r in after)
+            cpu_label = label.replace("(adds/s)", "(adds per CPU-second)")
+            table.add(cpu_label, common.rate(b, 1), common.rate(a, 1), f"{a / b:.2f}x")
     common.emit(table)
     return 0
 

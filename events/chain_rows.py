@@ -1,7 +1,8 @@
 """The hash chain's columns in SQL: what ``verify``, the snapshot checks and an append read.
 
 The chain itself (the hash, the verifier) is events.chain, pure; this reads
-its rows, its seal and its adoptions from the database.
+its rows, its seal and its adoptions from the database (an append reads the
+seal and adoptions on its own connection: events.store).
 """
 
 from __future__ import annotations
@@ -9,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, select
+from sqlalchemy import Engine, Table, select
 
-from events.chain import GENESIS, ChainRow, Seal
-from events.log import UnvouchedRow
+from events.chain import ChainRow, Seal
 from events.tables import ChainAdoptionRow, ChainSealRow, EventRow
 
 READ_BATCH = 5_000
@@ -68,23 +68,3 @@ def hash_at(engine: Engine, position: int) -> str | None:
     """The stored chain hash of one event (None: no such event, or written before the chain)."""
     with engine.connect() as conn:
         return conn.execute(select(t.c.hash).where(t.c.position == position)).scalar()
-
-
-def chain_hash_at(conn: Connection, head: int) -> str:
-    """The chain's value at ``head`` when that row carries no stored hash.
-
-    The last row written before the chain existed has the seal's value. After
-    the seal, only a row an operator adopted has one (events.chain): appending
-    after any other unhashed row would chain over a row nothing vouches for,
-    perhaps a forgery, and make it look covered.
-    """
-    found = conn.execute(select(seal_table.c.position, seal_table.c.hash)).first()
-    anchor, value = (int(found[0]), str(found[1])) if found is not None else (0, GENESIS)
-    if anchor >= head:
-        return value
-    adopted = conn.execute(
-        select(adoption_table.c.hash).where(adoption_table.c.position == head)
-    ).scalar()
-    if adopted is not None:
-        return str(adopted)
-    raise UnvouchedRow(head, anchor)

@@ -46,7 +46,10 @@ from events.read_model import CatalogReadModel
 from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
 
 Same = Callable[[tuple[StoredEvent, ...]], bool]
-Build = Callable[[], list[NewEvent]]
+# A command's events, each with the definition it encodes (None: not a definition).
+Build = Callable[[], list[tuple[NewEvent, Model | None]]]
+# The digest of a change (events.idempotency), taken only when a key is repeated.
+Change = Callable[[], str]
 
 log = structlog.get_logger("llmgw.catalog")
 
@@ -95,22 +98,27 @@ class CatalogCommands:
         """Add one model or a list, all or nothing."""
         require_models(list(models), "the change")
 
-        def build() -> list[NewEvent]:
+        def build() -> list[tuple[NewEvent, Model | None]]:
             ordered = self.model.state.check_add(models)
-            return [definition_event(MODEL_ADDED, m, self.declared_digest) for m in ordered]
+            return [(definition_event(MODEL_ADDED, m, self.declared_digest), m) for m in ordered]
+
+        def change() -> str:
+            return change_digest(MODEL_ADDED, [m.to_definition() for m in models])
 
         names = [m.name for m in models]
-        change = change_digest(MODEL_ADDED, [m.to_definition() for m in models])
         return self._run(MODEL_ADDED, names, change, build, actor=actor, reason=reason, key=key)
 
     def remove(
         self, name: str, *, actor: str = "", reason: str = "", key: str | None = None
     ) -> CommandResult:
-        def build() -> list[NewEvent]:
+        def build() -> list[tuple[NewEvent, Model | None]]:
             self.model.state.check_remove(name)
-            return [NewEvent(type=MODEL_REMOVED, model=name, payload=json.dumps({"name": name}))]
+            payload = json.dumps({"name": name})
+            return [(NewEvent(type=MODEL_REMOVED, model=name, payload=payload), None)]
 
-        change = change_digest(MODEL_REMOVED, [name])
+        def change() -> str:
+            return change_digest(MODEL_REMOVED, [name])
+
         return self._run(MODEL_REMOVED, [name], change, build, actor=actor, reason=reason, key=key)
 
     def apply(
@@ -120,14 +128,16 @@ class CatalogCommands:
         (events.apply); nothing is written when the catalog already holds it."""
         plans: list[ApplyPlan] = []
 
-        def build() -> list[NewEvent]:
+        def build() -> list[tuple[NewEvent, Model | None]]:
             plans.append(plan_apply(self.model.state, model, self.declared_digest))
-            return list(plans[-1].events)
+            return [(event, plans[-1].model) for event in plans[-1].events]
 
         def same(previous: tuple[StoredEvent, ...]) -> bool:
             return same_definition(previous, model)
 
-        change = change_digest("model.apply", [model.to_definition()])
+        def change() -> str:
+            return change_digest("model.apply", [model.to_definition()])
+
         result = self._run(
             "model.apply",
             [model.name],
@@ -160,7 +170,7 @@ class CatalogCommands:
         self,
         command: str,
         names: list[str],
-        change: str,
+        change: Change,
         build: Build,
         *,
         actor: str,
@@ -177,14 +187,16 @@ class CatalogCommands:
                 return self._repeat(command, change, key, previous, same)
         model = self.model
         with model.lock:
-            # Catch up outside the write lock (a start-up's replay, a snapshot), then
-            # take it, read the few events others appended meanwhile, validate and
-            # append in one transaction: a writer waits for its turn, never loses a race.
-            model.sync()
+            # A start-up's replay (or restore) outside the write lock; then, every
+            # time, take the lock, read the few events others appended since, validate
+            # and append in one transaction: a writer waits for its turn, never loses
+            # a race, and catches up once.
+            model.start()
             try:
                 with self.log.writing() as locked:
                     model.catch_up_locked(locked)
-                    events = build()
+                    built = build()
+                    events = [event for event, _ in built]
                     if not events:  # nothing to change (an apply of what is there)
                         return CommandResult((), already_recorded=False, attempts=1)
                     outcome = locked.append(
@@ -207,13 +219,13 @@ class CatalogCommands:
                 actor=actor,
                 attempts=1,
             )
-            model.wrote()
+            model.wrote(outcome.events, [decoded for _, decoded in built])
         return CommandResult(outcome.events, already_recorded=False, attempts=1)
 
     def _repeat(
         self,
         command: str,
-        change: str,
+        change: Change,
         key: str,
         previous: tuple[StoredEvent, ...],
         same: Same | None = None,
@@ -227,7 +239,7 @@ class CatalogCommands:
         same change.
         """
         matches = (
-            same(previous) if same is not None else recorded_change(command, previous) == change
+            same(previous) if same is not None else recorded_change(command, previous) == change()
         )
         if not matches:
             raise KeyReused(

@@ -8,9 +8,10 @@ before N. The lock is waited for at most ``PG_LOCK_TIMEOUT``.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from events.store import SqlLog
+from events.store import SqlLockedLog, SqlLog
 
 # How long a writer waits for the log's lock before giving up with an error:
 # long enough for any queue of writers, short enough to not hang forever.
@@ -20,6 +21,11 @@ PG_LOCK_TIMEOUT = "30s"
 class PostgresLog(SqlLog):
     """The log in a PostgreSQL database."""
 
-    def _lock(self, conn: Connection) -> None:
-        conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{PG_LOCK_TIMEOUT}'")
-        conn.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")
+    @contextmanager
+    def writing(self) -> Iterator[SqlLockedLog]:
+        # The transaction stays SQLAlchemy's here (a network round trip dwarfs its
+        # cost); the section's statements run on its driver connection.
+        with self.engine.connect() as conn, conn.begin():
+            conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{PG_LOCK_TIMEOUT}'")
+            conn.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")
+            yield SqlLockedLog(conn.connection.dbapi_connection, conn.dialect)

@@ -15,8 +15,8 @@ Thread-safe: replay state changes only under ``lock``, which the commands
 for ``view`` does not take the lock when nothing changed: the catalog is
 cached with its log position, and the log's head is asked at most every
 ``max_age`` seconds (one indexed query, but it costs more than the rest of an
-API read). A write updates the cache before it returns, so a writer sees its
-own change.
+API read). A write applies its own events before it returns and drops the
+cached view (the next read builds it), so a writer sees its own change.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
-from catalog import Catalog, CatalogState
+from catalog import Catalog, CatalogState, Model
 from events.log import LockedLog, Log
 from events.replay import Replayer, ReplayResult
 from events.timetravel import catalog_at
@@ -195,22 +195,51 @@ class CatalogReadModel:
     def sync(self) -> None:
         """Catch up with the log, and snapshot when due (hold ``lock``)."""
         self._catch_up()
+        self._snapshot_if_due()
+
+    def start(self) -> None:
+        """Restore and catch up the first time only (hold ``lock``): a command calls it
+        before its write section, so that a start-up's replay is not done holding the
+        log's write lock; every later catch-up of a command is the one inside its
+        section (``catch_up_locked``)."""
+        if not self._started:
+            self.sync()
+
+    def catch_up_locked(self, locked: LockedLog) -> None:
+        """Apply what other writers appended, read inside a command's write section."""
+        if not self._started:  # a caller that did not ``start``: restore, at least
+            self._started = True
+            self._restore()
+        with gc_paused():
+            self._apply(locked.read(after=self._replayer.position))
+
+    def wrote(
+        self, events: Sequence[StoredEvent] = (), decoded: Sequence[Model | None] = ()
+    ) -> None:
+        """After a command (hold ``lock``): apply the ``events`` it appended, or catch up
+        when it appended none (a repeated key); snapshot when due.
+
+        The appended events are applied as they were committed, without reading
+        them back (nor decoding again the definitions ``decoded`` holds, one per
+        event or None): replay judges them as it judges every event, so the
+        catalog is the one any reader of the log gets. The cached view is dropped rather than
+        rebuilt: copying the catalog costs in proportion to its size, and the next
+        read builds it once however many commands came before it.
+        """
+        if events:
+            with gc_paused():
+                self._apply(events, decoded)
+            self._snapshot_if_due()
+        else:
+            self.sync()
+        self._view = None
+
+    def _snapshot_if_due(self) -> None:
         if self.snapshot_every is not None and (
             self._since_snapshot >= self.snapshot_every
             or (self._replace_snapshot and self._since_snapshot > 0)
         ):
             self._save_snapshot()
-
-    def catch_up_locked(self, locked: LockedLog) -> None:
-        """Apply what other writers appended, read inside a command's write section."""
-        with gc_paused():
-            self._apply(locked.read(after=self._replayer.position))
-
-    def wrote(self) -> None:
-        """After a command appended: catch up (its own events), and refresh the cache."""
-        self.sync()
-        self._checked = time.monotonic()
-        self._current_view()
 
     def _catch_up(self) -> None:
         if not self._started:
@@ -219,10 +248,10 @@ class CatalogReadModel:
         with gc_paused():
             self._apply(self.log.read(after=self._replayer.position))
 
-    def _apply(self, events: Iterable[StoredEvent]) -> None:
-        for event in events:
+    def _apply(self, events: Iterable[StoredEvent], decoded: Sequence[Model | None] = ()) -> None:
+        for i, event in enumerate(events):
             self._since_snapshot += 1
-            skipped = self._replayer.apply(event)
+            skipped = self._replayer.apply(event, decoded[i] if i < len(decoded) else None)
             if skipped is not None:
                 log.warning(
                     "catalog.event_skipped",

@@ -93,15 +93,30 @@ class Replayer:
     def skipped_count(self) -> int:
         return self.skipped_before + len(self.skipped)
 
-    def apply(self, event: StoredEvent) -> SkippedEvent | None:
-        """Apply one event if it is valid against what is accepted; else record why not."""
+    def apply(self, event: StoredEvent, decoded: Model | None = None) -> SkippedEvent | None:
+        """Apply one event if it is valid against what is accepted; else record why not.
+
+        ``decoded``: the definition the event's payload holds, when the caller has
+        it already (a command applying what it has just appended, from the model
+        it encoded: ``parse_model`` gives that model back from the stored text,
+        tests/unit/catalog/test_catalog_properties.py); it is judged exactly as
+        a decoded payload is.
+        """
         if event.position <= self.position:
             raise ValueError(
                 f"event at position {event.position} replayed after position {self.position}"
             )
         self.position = event.position
         try:
-            self._apply(event)
+            if (
+                decoded is not None
+                and event.unreadable is None
+                and event.type in DEFINITION_TYPES
+                and event.schema_version == CURRENT_SCHEMA[event.type]
+            ):
+                self._apply_definition(event.type, decoded)
+            else:
+                self._apply(event)
         except (CatalogError, UnreadableEvent) as exc:
             skipped = SkippedEvent(event.position, event.event_id, event.type, str(exc))
             self.skipped.append(skipped)

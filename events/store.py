@@ -9,15 +9,18 @@ commit itself for an append. The statements are the same ones; only
 (``UTCDateTime``), so the events are exactly those ``conn.execute(query).all()``
 would give (tests/integration/test_store_read_path.py).
 
-What differs between the back ends is how the write lock is taken
-(``SqlLog._lock``); everything else is here. The log's guarantees are
-events.log's.
+What differs between the back ends is how a write section begins, takes the
+log's lock and ends (``SqlLog.writing``: events.sqlite_log on the driver's
+connection, events.postgres_log inside SQLAlchemy's transaction); the
+statements of a section (``SqlLockedLog``) are here, compiled once per dialect
+(``_writes``). The log's guarantees are events.log's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -34,11 +37,12 @@ from sqlalchemy import (
     insert,
     select,
 )
+from sqlalchemy.exc import DBAPIError
 
-from events.chain_rows import chain_hash_at
-from events.db import WRITE
-from events.log import AppendOutcome, ConcurrencyConflict, chained_rows
-from events.rows import EVENT_COLUMNS, decode, to_event
+from events.chain import GENESIS
+from events.chain_rows import adoption_table, seal_table
+from events.log import AppendOutcome, ConcurrencyConflict, UnvouchedRow, chained_rows
+from events.rows import EVENT_COLUMNS, decode
 from events.tables import EventRow
 from events.types import NewEvent, StoredEvent
 
@@ -92,12 +96,27 @@ def fetch_rows(
     driver's own tuples, with the converter of ``recorded_at``: what a decoder
     (events.rows) turns into events. A lean read for replay selects fewer columns
     and decodes them its own way; this is the seam it plugs into."""
+    return fetch_driver_rows(
+        conn.connection, conn.dialect, columns, until=until, model=model, after=after
+    )
+
+
+def fetch_driver_rows(
+    dbapi_conn: Any,
+    dialect: Dialect,
+    columns: tuple[str, ...],
+    *,
+    until: int | None,
+    model: str | None,
+    after: int,
+) -> tuple[Sequence[Any], Convert]:
+    """``fetch_rows`` on a driver connection (a write section holds one, events.sqlite_log)."""
     sql, order, fixed, convert = _compiled_read(
-        conn.dialect, columns, until is not None, model is not None
+        dialect, columns, until is not None, model is not None
     )
     bound = {**fixed, "after": after, "until": until, "model": model, "batch": READ_BATCH}
     params: Any = bound if order is None else tuple(bound[name] for name in order)
-    cursor = conn.connection.cursor()
+    cursor = dbapi_conn.cursor()
     try:
         cursor.execute(sql, params)
         return cursor.fetchall(), convert
@@ -113,41 +132,116 @@ def _fetch_events(
     return [decode(r, convert) for r in rows]
 
 
-_CompiledAppend = tuple[str, str, tuple[str, ...] | None, Convert, Convert]
-_COMPILED_APPENDS: dict[tuple[str, str, str], _CompiledAppend] = {}
+# -- the write side: statements compiled once per dialect, run on the driver's cursor --
 
 
-def _compiled_append(dialect: Dialect) -> _CompiledAppend:
-    """The two statements of an append, compiled once per dialect: the last row
-    (position, time, hash) and the insert, with the time's bind and result converters."""
+@dataclass(frozen=True, slots=True)
+class _Statement:
+    """One compiled statement: its text, the order of its binds if the driver's
+    paramstyle is positional (None: named), and the values compilation fixed."""
+
+    sql: str
+    order: tuple[str, ...] | None
+    fixed: dict[str, Any]
+
+    def params(self, values: dict[str, Any]) -> Any:
+        bound = {**self.fixed, **values} if self.fixed else values
+        return bound if self.order is None else tuple(bound[name] for name in self.order)
+
+
+def _statement(dialect: Dialect, stmt: Any, **compile_kwargs: Any) -> _Statement:
+    compiled = stmt.compile(dialect=dialect, compile_kwargs=compile_kwargs)
+    order = tuple(compiled.positiontup or ()) if dialect.positional else None
+    return _Statement(compiled.string, order, dict(compiled.params))
+
+
+@dataclass(frozen=True, slots=True)
+class _Writes:
+    """What a write section runs, compiled once per dialect, with the converters of
+    ``recorded_at`` (its column type's own, ``UTCDateTime``) to and from the driver."""
+
+    last: _Statement  # position, recorded_at and hash of the last row
+    insert: _Statement
+    by_command: _Statement
+    seal: _Statement
+    adopted: _Statement
+    to_db: Convert
+    from_db: Convert
+
+
+_WRITES: dict[tuple[str, str, str], _Writes] = {}
+
+
+def _writes(dialect: Dialect) -> _Writes:
     key = (dialect.name, dialect.driver, dialect.paramstyle)
-    found = _COMPILED_APPENDS.get(key)
+    found = _WRITES.get(key)
     if found is None:
-        last = (
-            select(t.c.position, t.c.recorded_at, t.c.hash)
-            .order_by(t.c.position.desc())
-            .limit(1)
-            .compile(dialect=dialect, compile_kwargs={"literal_binds": True})
-        )
-        insert_stmt = insert(t).values({c.name: bindparam(c.name) for c in _INSERT_COLUMNS})
-        compiled = insert_stmt.compile(dialect=dialect)
-        order = tuple(compiled.positiontup or ()) if dialect.positional else None
         at_type = t.c.recorded_at.type.dialect_impl(dialect)
-        to_db = at_type.bind_processor(dialect) or (lambda value: value)
-        from_db = at_type.result_processor(dialect, None) or (lambda value: value)
-        found = _COMPILED_APPENDS[key] = (last.string, compiled.string, order, to_db, from_db)
+        found = _WRITES[key] = _Writes(
+            last=_statement(
+                dialect,
+                select(t.c.position, t.c.recorded_at, t.c.hash)
+                .order_by(t.c.position.desc())
+                .limit(1),
+                literal_binds=True,
+            ),
+            insert=_statement(
+                dialect, insert(t).values({c.name: bindparam(c.name) for c in _INSERT_COLUMNS})
+            ),
+            by_command=_statement(
+                dialect,
+                select(*_COLUMNS).where(t.c.command_id == bindparam("key")).order_by(t.c.position),
+            ),
+            seal=_statement(dialect, select(seal_table.c.position, seal_table.c.hash)),
+            adopted=_statement(
+                dialect,
+                select(adoption_table.c.hash).where(
+                    adoption_table.c.position == bindparam("position")
+                ),
+            ),
+            to_db=at_type.bind_processor(dialect) or (lambda value: value),
+            from_db=at_type.result_processor(dialect, None) or (lambda value: value),
+        )
     return found
 
 
-def _by_command(conn: Connection, key: str) -> tuple[StoredEvent, ...]:
-    rows = conn.execute(select(*_COLUMNS).where(t.c.command_id == key).order_by(t.c.position))
-    return tuple(to_event(r) for r in rows.all())
+def _by_command(conn: Any, dialect: Dialect, key: str) -> tuple[StoredEvent, ...]:
+    """The events of command ``key`` on the driver connection ``conn``, in order."""
+    w = _writes(dialect)
+    cursor = conn.cursor()
+    try:
+        cursor.execute(w.by_command.sql, w.by_command.params({"key": key}))
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    return tuple(decode(r, w.from_db) for r in rows)
+
+
+def _chain_hash_at(cursor: Any, w: _Writes, head: int) -> str:
+    """The chain's value at ``head`` when that row carries no stored hash.
+
+    The last row written before the chain existed has the seal's value. After
+    the seal, only a row an operator adopted has one (events.chain): appending
+    after any other unhashed row would chain over a row nothing vouches for,
+    perhaps a forgery, and make it look covered.
+    """
+    cursor.execute(w.seal.sql, w.seal.params({}))
+    found = cursor.fetchone()
+    anchor, value = (int(found[0]), str(found[1])) if found is not None else (0, GENESIS)
+    if anchor >= head:
+        return value
+    cursor.execute(w.adopted.sql, w.adopted.params({"position": head}))
+    adopted = cursor.fetchone()
+    if adopted is not None and adopted[0] is not None:
+        return str(adopted[0])
+    raise UnvouchedRow(head, anchor)
 
 
 class SqlLog:
     """The log over one database (a ``Log``). Thread-safe as far as its engine's pool is.
 
-    Open one with ``open_log`` (events.open), which picks the back end's subclass.
+    Open one with ``open_log`` (events.open), which picks the back end's subclass;
+    each back end says how a write section takes the log's lock (``writing``).
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -182,8 +276,8 @@ class SqlLog:
             return int(conn.execute(query).scalar_one())
 
     def by_command(self, key: str) -> tuple[StoredEvent, ...]:
-        with self.engine.connect() as conn:
-            return _by_command(conn, key)
+        with self.driver() as conn:
+            return _by_command(conn, self.engine.dialect, key)
 
     # -- writing ----------------------------------------------------------
 
@@ -202,33 +296,64 @@ class SqlLog:
                 events, expected_head=expected_head, actor=actor, reason=reason, key=key, now=now
             )
 
-    @contextmanager
-    def writing(self) -> Iterator[SqlLockedLog]:
-        with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
-            self._lock(conn)
-            yield SqlLockedLog(conn)
-
-    def _lock(self, conn: Connection) -> None:
-        """Take the log's write lock inside ``conn``'s transaction (per back end)."""
+    def writing(self) -> AbstractContextManager[SqlLockedLog]:
+        """The log with its write lock held, for one transaction (``Log.writing``): how
+        the lock is taken is the back end's (events.sqlite_log, events.postgres_log)."""
         raise NotImplementedError
+
+    @contextmanager
+    def driver(self) -> Iterator[Any]:
+        """The driver's own connection, from the engine's pool and back to it.
+
+        For the few statements of a command, SQLAlchemy's ``Connection`` (its
+        events, its transaction object, a cache key per statement) was a large
+        part of the command's CPU. Its error handling is kept: a driver error comes out
+        as SQLAlchemy's (``OperationalError`` for a locked or unreachable
+        database, which the API and the CLI report as such), and a connection
+        the error shows dead is dropped from the pool rather than reused.
+        """
+        dialect = self.engine.dialect
+        raw = self.engine.raw_connection()
+        try:
+            yield raw.dbapi_connection
+        except dialect.loaded_dbapi.Error as exc:
+            gone = dialect.is_disconnect(exc, raw.dbapi_connection, None)
+            if gone:
+                raw.invalidate(exc)
+            raise DBAPIError.instance(
+                None,
+                None,
+                exc,
+                dialect.loaded_dbapi.Error,
+                connection_invalidated=gone,
+                dialect=dialect,
+            ) from exc
+        finally:
+            raw.close()
 
 
 class SqlLockedLog:
-    """The log inside a write transaction that holds its lock (``SqlLog.writing``)."""
+    """The log inside a write transaction that holds its lock (``SqlLog.writing``),
+    on the driver connection ``conn`` of that transaction."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Any, dialect: Dialect) -> None:
         self.conn = conn
+        self.dialect = dialect
+        self._writes = _writes(dialect)
 
     def read(self, after: int) -> Iterator[StoredEvent]:
         while True:
-            events = _fetch_events(self.conn, None, None, after)
+            rows, convert = fetch_driver_rows(
+                self.conn, self.dialect, EVENT_COLUMNS, until=None, model=None, after=after
+            )
+            events = [decode(r, convert) for r in rows]
             yield from events
             if len(events) < READ_BATCH:
                 return
             after = events[-1].position
 
     def by_command(self, key: str) -> tuple[StoredEvent, ...]:
-        return _by_command(self.conn, key)
+        return _by_command(self.conn, self.dialect, key)
 
     def append(
         self,
@@ -242,21 +367,22 @@ class SqlLockedLog:
     ) -> AppendOutcome:
         if not events:
             raise ValueError("nothing to append")
-        conn = self.conn
         if key is not None:
-            previous = _by_command(conn, key)
+            previous = self.by_command(key)
             if previous:
                 return AppendOutcome(previous, already_recorded=True)
-        last_sql, insert_sql, order, to_db, from_db = _compiled_append(conn.dialect)
-        cursor = conn.connection.cursor()
+        w = self._writes
+        cursor = self.conn.cursor()
         try:
-            cursor.execute(last_sql)
+            cursor.execute(w.last.sql)
             last = cursor.fetchone()
-            head, last_time = (int(last[0]), from_db(last[1])) if last else (0, None)
+            head, last_time = (int(last[0]), w.from_db(last[1])) if last else (0, None)
             if expected_head is not None and head != expected_head:
                 raise ConcurrencyConflict(expected_head, head)
             prev_hash: str = (
-                last[2] if last is not None and last[2] is not None else chain_hash_at(conn, head)
+                last[2]
+                if last is not None and last[2] is not None
+                else _chain_hash_at(cursor, w, head)
             )
             rows = chained_rows(
                 events,
@@ -269,18 +395,28 @@ class SqlLockedLog:
                 now=now,
             )
             params = [
-                {
-                    **{name: getattr(event, name) for name in EVENT_COLUMNS},
-                    "recorded_at": to_db(event.recorded_at),
-                    "prev_hash": prev,
-                    "hash": value,
-                }
+                w.insert.params(
+                    {
+                        "position": event.position,
+                        "event_id": event.event_id,
+                        "command_id": event.command_id,
+                        "type": event.type,
+                        "schema_version": event.schema_version,
+                        "model": event.model,
+                        "payload": event.payload,
+                        "actor": event.actor,
+                        "reason": event.reason,
+                        "recorded_at": w.to_db(event.recorded_at),
+                        "prev_hash": prev,
+                        "hash": value,
+                    }
+                )
                 for event, prev, value in rows
             ]
-            if order is not None:
-                cursor.executemany(insert_sql, [tuple(p[n] for n in order) for p in params])
+            if len(params) == 1:
+                cursor.execute(w.insert.sql, params[0])
             else:
-                cursor.executemany(insert_sql, params)
+                cursor.executemany(w.insert.sql, params)
         finally:
             cursor.close()
         return AppendOutcome(tuple(event for event, _, _ in rows), already_recorded=False)

@@ -16,6 +16,7 @@ from catalog import Catalog, CatalogError
 from events.commands import CatalogCommands, KeyReused
 from events.memory_log import MemoryLog
 from events.read_model import CatalogReadModel
+from events.replay import replay
 from events.types import MODEL_ADDED, MODEL_REMOVED, MODEL_REPLACED
 from tests.support import model
 
@@ -134,3 +135,23 @@ def test_the_read_model_caches_the_catalog_until_the_log_moves() -> None:
     after = read_model.view()
     assert (after.position, "a" in after.catalog) == (1, True)
     assert read_model.view() is after
+
+
+def test_the_writers_catalog_is_the_one_a_replay_of_its_log_gives() -> None:
+    """A command applies what it appended without reading it back or decoding it
+    again (events.read_model.wrote): the result must be what every other reader
+    of the log replays, model for model."""
+    log = MemoryLog()
+    commands = _commands(log)
+    commands.add([model("top", fallbacks=["low"], aliases=["t"]), model("low")], actor="a")
+    commands.add([model("solo", tp=2, aliases=["s", "solo-latest"])], actor="a")
+    commands.apply(model("low", gpu_class="H100", aliases=["l"]), actor="a")
+    commands.apply(model("fresh", fallbacks=["solo-latest"]), actor="a")
+    commands.remove("top", actor="a")
+    written = commands.model.catalog()
+    replayed = replay(DECLARED, log.read())
+    assert replayed.skipped == ()
+    assert written == replayed.catalog
+    assert [m.model_dump() for m in written.models()] == [
+        m.model_dump() for m in replayed.catalog.models()
+    ]
