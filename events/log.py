@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from events.chain import event_hash
+from events.rows import ReplayEvent
 from events.types import NewEvent, StoredEvent
 
 # Appended rows as (event, prev_hash, hash): what a back end writes.
@@ -105,6 +106,13 @@ class Log(Protocol):
     ) -> Iterator[StoredEvent]:
         """Events with ``after < position <= until``, in order; ``model`` keeps only the
         events about that model (as recorded, by name)."""
+        ...
+
+    def read_for_replay(
+        self, after: int = 0, until: int | None = None
+    ) -> Iterator[ReplayEvent | StoredEvent]:
+        """``read``'s events as replay needs them, nothing more: a back end may read less
+        of each row (events.rows.ReplayEvent), never judge a row differently."""
         ...
 
     def position_at(self, when: datetime) -> int:

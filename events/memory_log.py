@@ -17,6 +17,7 @@ from datetime import datetime
 
 from events.chain import GENESIS
 from events.log import AppendOutcome, ConcurrencyConflict, chained_rows
+from events.rows import ReplayEvent
 from events.types import NewEvent, StoredEvent
 
 
@@ -40,6 +41,11 @@ class MemoryLog:
         end = len(self._events) if until is None else max(until, 0)
         chosen = self._events[max(after, 0) : end]
         return iter([e for e in chosen if model is None or e.model == model])
+
+    def read_for_replay(
+        self, after: int = 0, until: int | None = None
+    ) -> Iterator[ReplayEvent | StoredEvent]:
+        return self.read(after, until)
 
     def position_at(self, when: datetime) -> int:
         times = [e.recorded_at for e in self._events]

@@ -34,6 +34,7 @@ import structlog
 from catalog import Catalog, CatalogState, Model
 from events.log import LockedLog, Log
 from events.replay import Replayer, ReplayResult
+from events.rows import ReplayEvent
 from events.timetravel import catalog_at
 from events.types import StoredEvent
 
@@ -246,9 +247,11 @@ class CatalogReadModel:
             self._started = True
             self._restore()
         with gc_paused():
-            self._apply(self.log.read(after=self._replayer.position))
+            self._apply(self.log.read_for_replay(after=self._replayer.position))
 
-    def _apply(self, events: Iterable[StoredEvent], decoded: Sequence[Model | None] = ()) -> None:
+    def _apply(
+        self, events: Iterable[StoredEvent | ReplayEvent], decoded: Sequence[Model | None] = ()
+    ) -> None:
         for i, event in enumerate(events):
             self._since_snapshot += 1
             skipped = self._replayer.apply(event, decoded[i] if i < len(decoded) else None)

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from catalog import Catalog, CatalogError, CatalogState, Model, parse_model
 from catalog.documents import Limits, read_json
-from catalog.parse import parse_wrapped_model_json
+from catalog.fast_decode import decode_definition, fast_path_applies
+from events.rows import ReplayEvent
 from events.types import (
     CURRENT_SCHEMA,
     DEFINITION_TYPES,
@@ -28,6 +29,8 @@ from events.upcast import UnreadableEvent, upcast
 
 # A stored payload is one definition: what a request body may hold, at most.
 STORED_LIMITS = Limits(max_bytes=16 << 20, max_nodes=100_000)
+# catalog.fast_decode answers only for payloads these limits could not refuse.
+assert fast_path_applies(STORED_LIMITS)
 
 
 def _short(text: str, limit: int = 200) -> str:
@@ -93,7 +96,9 @@ class Replayer:
     def skipped_count(self) -> int:
         return self.skipped_before + len(self.skipped)
 
-    def apply(self, event: StoredEvent, decoded: Model | None = None) -> SkippedEvent | None:
+    def apply(
+        self, event: StoredEvent | ReplayEvent, decoded: Model | None = None
+    ) -> SkippedEvent | None:
         """Apply one event if it is valid against what is accepted; else record why not.
 
         ``decoded``: the definition the event's payload holds, when the caller has
@@ -133,20 +138,24 @@ class Replayer:
         self.applied.append(event.position)
         return None
 
-    def apply_all(self, events: Iterable[StoredEvent]) -> None:
+    def apply_all(self, events: Iterable[StoredEvent | ReplayEvent]) -> None:
         for event in events:
             self.apply(event)
 
-    def _apply(self, event: StoredEvent) -> None:
+    def _apply(self, event: StoredEvent | ReplayEvent) -> None:
         if event.unreadable is not None:
             raise UnreadableEvent(event.unreadable)
         if event.type in DEFINITION_TYPES and event.schema_version == CURRENT_SCHEMA[event.type]:
             # The common case, an add or a replacement as this release writes
-            # it (nothing to upcast): parsed and validated straight from the
-            # text. Anything the fast path does not accept takes the general
-            # path below, which accepts or names the problem exactly as it
-            # always has.
-            model = parse_wrapped_model_json(event.payload)
+            # it (nothing to upcast): decoded by catalog.fast_decode, which
+            # answers only when it is sure the general path below would give
+            # the same model. Anything else takes the general path, which
+            # accepts or names the problem exactly as it always has. (The
+            # pydantic fast path that stood here accepted two kinds of hostile
+            # payload the general path refuses, more than 100,000 JSON values
+            # and an unread key nested deeper than 32; they are now refused,
+            # as the general path and every write refuse them.)
+            model = decode_definition(event.payload)
             if model is not None:
                 self._apply_definition(event.type, model)
                 return
@@ -184,7 +193,9 @@ class Replayer:
 
 
 def replay(
-    declared: Catalog, events: Iterable[StoredEvent], config_path: str = "catalog.yaml"
+    declared: Catalog,
+    events: Iterable[StoredEvent | ReplayEvent],
+    config_path: str = "catalog.yaml",
 ) -> ReplayResult:
     replayer = Replayer.start(declared, config_path)
     replayer.apply_all(events)

@@ -1,8 +1,10 @@
 """Stored rows as events: the column order every SQL read selects, and a tolerant decoder.
 
-Pure: tuples in, ``StoredEvent``s out. A lean read (only the columns replay
-needs, decoded straight from the driver's tuples) would add its own column
-order and decoder here beside these.
+Pure: tuples in, ``StoredEvent``s out. Replay's lean read (``REPLAY_COLUMNS``,
+``ReplayEvent``) selects only what replay reads, plus a flag the database
+computes saying the row's columns are all of their types; a row without the
+flag is read again whole and decoded by ``decode``, so it is skipped and named
+exactly as before.
 """
 
 from __future__ import annotations
@@ -26,6 +28,46 @@ EVENT_COLUMNS = (
     "reason",
     "recorded_at",
 )
+
+
+# What replay reads of a row (events.replay): the lean read selects these, then a flag.
+REPLAY_COLUMNS = ("position", "event_id", "type", "schema_version", "payload")
+
+
+class ReplayEvent:
+    """The part of a stored event that replay judges: built from a lean row for each
+    event replayed, so it is a plain slotted object (a ``StoredEvent`` has the same
+    attributes and may be replayed instead)."""
+
+    __slots__ = ("event_id", "payload", "position", "schema_version", "type", "unreadable")
+
+    def __init__(  # noqa: PLR0917  (a row's columns, in order)
+        self,
+        position: int,
+        event_id: str,
+        type_: str,
+        schema_version: int,
+        payload: str,
+        unreadable: str | None = None,
+    ) -> None:
+        self.position = position
+        self.event_id = event_id
+        self.type = type_
+        self.schema_version = schema_version
+        self.payload = payload
+        self.unreadable = unreadable
+
+
+def lean(event: StoredEvent) -> ReplayEvent:
+    """The part of a whole event that replay reads (for a row read again whole)."""
+    return ReplayEvent(
+        event.position,
+        event.event_id,
+        event.type,
+        event.schema_version,
+        event.payload,
+        event.unreadable,
+    )
 
 
 def to_event(row: Sequence[Any]) -> StoredEvent:

@@ -35,6 +35,7 @@ from sqlalchemy import (
     bindparam,
     func,
     insert,
+    literal_column,
     select,
 )
 from sqlalchemy.exc import DBAPIError
@@ -42,7 +43,7 @@ from sqlalchemy.exc import DBAPIError
 from events.chain import GENESIS
 from events.chain_rows import adoption_table, seal_table
 from events.log import AppendOutcome, ConcurrencyConflict, UnvouchedRow, chained_rows
-from events.rows import EVENT_COLUMNS, decode
+from events.rows import EVENT_COLUMNS, REPLAY_COLUMNS, ReplayEvent, decode, lean
 from events.tables import EventRow
 from events.types import NewEvent, StoredEvent
 
@@ -130,6 +131,68 @@ def _fetch_events(
     """One batch of ``read``: whole rows, decoded (events.rows)."""
     rows, convert = fetch_rows(conn, EVENT_COLUMNS, until, model, after)
     return [decode(r, convert) for r in rows]
+
+
+# Replay's lean read selects ``REPLAY_COLUMNS`` and this flag, true only when every
+# column of the row is of its type and ``recorded_at`` is a time ``decode`` reads:
+# a row without it is read again whole and decoded (``decode``), so it is skipped
+# and named exactly as a whole read would. SQLite keeps whatever it is given, so
+# it checks: the column types, and ``recorded_at`` as the text SQLAlchemy writes
+# (``YYYY-MM-DD HH:MM:SS.ffffff``, a real date and time: SQLite's ``datetime()``
+# gives it back unchanged only then, and year 0 is out of Python's range). The
+# flag may be false for a row ``decode`` would read (a time written another way):
+# that row only costs a second read. PostgreSQL's columns are typed and NOT NULL.
+_SQLITE_ROW_TYPED = (
+    "typeof(event_id) = 'text' AND typeof(command_id) = 'text' AND typeof(type) = 'text' "
+    "AND typeof(schema_version) = 'integer' AND typeof(model) IN ('text', 'null') "
+    "AND typeof(payload) = 'text' AND typeof(actor) = 'text' AND typeof(reason) = 'text' "
+    "AND typeof(recorded_at) = 'text' AND recorded_at GLOB "
+    "'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]."
+    "[0-9][0-9][0-9][0-9][0-9][0-9]' "
+    "AND substr(recorded_at, 1, 4) <> '0000' "
+    "AND datetime(substr(recorded_at, 1, 19)) IS substr(recorded_at, 1, 19)"
+)
+
+
+@cache
+def _replay_query(sqlite: bool) -> Select[Any]:
+    flag = literal_column(_SQLITE_ROW_TYPED if sqlite else "1 = 1")
+    query = select(*(t.c[name] for name in REPLAY_COLUMNS), flag)
+    query = query.where(t.c.position > bindparam("after"), t.c.position <= bindparam("until"))
+    return query.order_by(t.c.position).limit(bindparam("batch", type_=Integer()))
+
+
+_COMPILED_REPLAY: dict[
+    tuple[str, str, str], tuple[str, tuple[str, ...] | None, dict[str, Any]]
+] = {}
+
+
+def fetch_replay_rows(conn: Connection, after: int, until: int) -> list[ReplayEvent]:
+    """One batch of replay's lean read (positions ``after < p <= until``)."""
+    dialect = conn.dialect
+    key = (dialect.name, dialect.driver, dialect.paramstyle)
+    found = _COMPILED_REPLAY.get(key)
+    if found is None:
+        compiled = _replay_query(dialect.name == "sqlite").compile(dialect=dialect)
+        order = tuple(compiled.positiontup or ()) if dialect.positional else None
+        found = _COMPILED_REPLAY[key] = (compiled.string, order, dict(compiled.params))
+    sql, order, fixed = found
+    bound = {**fixed, "after": after, "until": until, "batch": READ_BATCH}
+    params: Any = bound if order is None else tuple(bound[name] for name in order)
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    events = []
+    for position, event_id, type_, version, payload, typed in rows:
+        if typed:
+            events.append(ReplayEvent(position, event_id, type_, version, payload))
+        else:
+            (whole,) = _fetch_events(conn, position, None, position - 1)
+            events.append(lean(whole))
+    return events
 
 
 # -- the write side: statements compiled once per dialect, run on the driver's cursor --
@@ -265,6 +328,19 @@ class SqlLog:
         while True:
             with self.engine.connect() as conn:
                 events = _fetch_events(conn, until, model, last)
+            yield from events
+            if len(events) < READ_BATCH:
+                return
+            last = events[-1].position
+
+    def read_for_replay(self, after: int = 0, until: int | None = None) -> Iterator[ReplayEvent]:
+        """As ``read``, only what replay reads of each event (events.rows.ReplayEvent):
+        the lean read that start-up replays the whole log with."""
+        last = after
+        end = (1 << 62) if until is None else until
+        while True:
+            with self.engine.connect() as conn:
+                events = fetch_replay_rows(conn, last, end)
             yield from events
             if len(events) < READ_BATCH:
                 return

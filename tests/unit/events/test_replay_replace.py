@@ -97,7 +97,7 @@ def test_a_replacement_replays_the_same_through_the_fast_and_the_general_path(te
         _stored(2, NewEvent("model.replaced", "llama", text, 1)),
     ]
     fast = _outcome(events)
-    with patch("events.replay.parse_wrapped_model_json", return_value=None):
+    with patch("events.replay.decode_definition", return_value=None):
         general = _outcome(events)
     assert fast == general
 
