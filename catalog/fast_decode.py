@@ -59,6 +59,7 @@ __all__ = [
     "decode_added",
     "decode_definition",
     "decode_general",
+    "decode_removal",
     "fast_path_applies",
     "set_memo_limit",
 ]
@@ -482,6 +483,29 @@ def decode_definition(raw: str | bytes) -> Model | None:
         # path decides, and names the reason if there is one.
         return None
     return model
+
+
+class _Removal(msgspec.Struct, **_STRUCT):
+    name: str
+
+
+_DECODE_REMOVAL = msgspec.json.Decoder(_Removal).decode
+
+
+def decode_removal(raw: str | bytes) -> str | None:
+    """The name in a stored removal's payload (``{"name": ...}`` and nothing else), or
+    None when not sure: the caller then reads it the general way (``read_json``).
+
+    An object with one string member is two JSON values one level deep, far within
+    the general path's limits, and where msgspec accepts such a text ``json.loads``
+    reads the same name (a repeated key: the last; tests/unit/catalog/test_fast_decode.py).
+    """
+    if len(raw) > FAST_MAX_CHARS:
+        return None
+    try:
+        return _DECODE_REMOVAL(raw).name
+    except msgspec.DecodeError:
+        return None
 
 
 def decode_general(raw: str | bytes, limits: Limits) -> Model:

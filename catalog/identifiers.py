@@ -256,7 +256,7 @@ def brief(value: object) -> str:
     return _brief(value)
 
 
-def check_model_names(model: Model) -> None:
+def check_model_names(model: Model, *, profiles_valid: bool = False) -> None:
     """Every identifier of a normalised definition; called by ``validate``.
 
     Runs on every stored event replay reads, so a row written before this
@@ -286,6 +286,9 @@ def check_model_names(model: Model) -> None:
         taken[fold(alias)] = f"alias {alias!r}"
     for fallback in model.fallbacks:
         check(MODEL_NAME, fallback, field="fallbacks", model=name, who=who)
+    if profiles_valid:
+        # The same list of profiles passed these checks before (catalog.model.validate).
+        return
     profiles: dict[str, str] = {}
     for p in model.profiles:
 

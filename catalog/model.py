@@ -295,10 +295,17 @@ def normalize(model: Model) -> Model:
     if placement is not model.placement:
         model = model.model_copy(update={"placement": placement})
     if model.scaling.min >= 0 and model.scaling.max != 0:
-        for p in model.profiles:
+        profiles = model.profiles
+        if _NORMAL_PROFILES.get(id(profiles)) is profiles:
+            return model
+        for p in profiles:
             if _normalize_profile(p) is not p:
                 break
         else:
+            if type(profiles) is tuple:
+                if len(_NORMAL_PROFILES) >= _VALID_PROFILES_LIMIT:
+                    _NORMAL_PROFILES.clear()
+                _NORMAL_PROFILES[id(profiles)] = profiles
             return model
     scaling_min = max(model.scaling.min, 0)
     scaling_max = model.scaling.max if model.scaling.max != 0 else max(scaling_min, 1)
@@ -436,12 +443,33 @@ def validate(model: Model) -> None:
             model=name,
             field="max_output",
         )
-    seen: set[str] = set()
-    for p in model.profiles:
-        _validate_profile(name, p, seen)
+    profiles = model.profiles
+    # A list of profiles found valid before is valid again: every profile check
+    # reads only the list (the model's name is only in the words of a refusal).
+    known = _VALID_PROFILES.get(id(profiles)) is profiles
+    if not known:
+        seen: set[str] = set()
+        for p in profiles:
+            _validate_profile(name, p, seen)
     _validate_placement(name, model.placement)
     # Last, so that the plainer refusals above (no name, no profile name) read as before.
-    check_model_names(model)
+    check_model_names(model, profiles_valid=known)
+    if not known and type(profiles) is tuple:
+        if len(_VALID_PROFILES) >= _VALID_PROFILES_LIMIT:
+            _VALID_PROFILES.clear()
+        _VALID_PROFILES[id(profiles)] = profiles
+
+
+# Profile lists that passed ``validate``, by identity, each kept alive by its entry
+# (so no other list can take its id). catalog.fast_decode hands out one tuple per
+# distinct list of profiles it has read, and a log holds a handful of distinct
+# lists among tens of thousands of definitions: replay checks each list once. The
+# models are frozen; the dicts inside a profile (env, node_selector) are never
+# edited in place (views copy them).
+_VALID_PROFILES: dict[int, tuple[Profile, ...]] = {}
+_VALID_PROFILES_LIMIT = 4096
+# The same for lists ``normalize`` found already normalised (no default to apply).
+_NORMAL_PROFILES: dict[int, tuple[Profile, ...]] = {}
 
 
 def _validate_placement(model: str, rules: PlacementRules) -> None:

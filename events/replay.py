@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from catalog import Catalog, CatalogError, CatalogState, Model, parse_model
 from catalog.documents import Limits, read_json
-from catalog.fast_decode import decode_definition, fast_path_applies
+from catalog.fast_decode import decode_definition, decode_removal, fast_path_applies
 from events.rows import ReplayEvent
 from events.types import (
     CURRENT_SCHEMA,
@@ -158,6 +158,14 @@ class Replayer:
             model = decode_definition(event.payload)
             if model is not None:
                 self._apply_definition(event.type, model)
+                return
+        elif event.type == MODEL_REMOVED and event.schema_version == CURRENT_SCHEMA[MODEL_REMOVED]:
+            # A removal as this release writes it: the name, when catalog.fast_decode
+            # is sure of it; anything else is read the general way below.
+            name = decode_removal(event.payload)
+            if name is not None:
+                self.state.check_remove(name)
+                self.state.remove(name)
                 return
         try:
             payload = read_json(event.payload, "payload", STORED_LIMITS)
