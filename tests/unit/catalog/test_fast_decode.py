@@ -588,3 +588,41 @@ def test_every_generated_stored_payload_decodes_as_the_general_path_does() -> No
     assert fast >= adds - 10
     # Few distinct profiles and sections: that is what the caches are for.
     assert fd.cache_sizes()["profiles"] < 50
+
+
+# -- removals ------------------------------------------------------------------------------
+
+
+def _removal_texts() -> st.SearchStrategy[str]:
+    names = st.text(max_size=20)
+    plain = names.map(lambda n: json.dumps({"name": n}))
+    unicode = names.map(lambda n: json.dumps({"name": n}, ensure_ascii=False))
+    others = st.dictionaries(
+        st.sampled_from(["name", "Name", "x", "model"]),
+        st.one_of(names, st.integers(), st.none(), st.lists(st.integers(), max_size=2)),
+        max_size=3,
+    ).map(json.dumps)
+    spelt = st.tuples(names, names, st.sampled_from(["", " ", "\n", "\t"])).map(
+        lambda t: f'{t[2]}{{"name":{json.dumps(t[0])},{t[2]}"name":{json.dumps(t[1])}}}{t[2]}'
+    )
+    deep = st.integers(1, 40).map(lambda k: '{"name": "a", "x": ' + "[" * k + "]" * k + "}")
+    return st.one_of(plain, unicode, others, spelt, deep, st.text(max_size=30))
+
+
+@settings(max_examples=500)
+@given(_removal_texts(), st.data())
+def test_a_removal_is_never_read_unless_the_general_path_reads_the_same_name(
+    text: str, data: st.DataObject
+) -> None:
+    if text and data.draw(st.booleans()):
+        cut = data.draw(st.integers(0, len(text) - 1))
+        text = text[:cut] + data.draw(st.sampled_from(["", '"', "\\", "\x01", "}"])) + text[cut:]
+    fast = fd.decode_removal(text)
+    event("fast" if fast is not None else "general")
+    if fast is None:
+        return
+    from catalog.documents import read_json
+
+    payload = read_json(text, "payload", STORED_LIMITS)
+    assert isinstance(payload, dict)
+    assert payload.get("name") == fast
