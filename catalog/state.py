@@ -139,9 +139,7 @@ class CatalogState:
                 return False
             taken.add(key)
         index = self._index
-        return all(
-            f in index or f == name or f in model.aliases for f in model.fallbacks
-        )
+        return all(f in index or f == name or f in model.aliases for f in model.fallbacks)
 
     def _check_batch(self, models: Sequence[Model]) -> dict[str, str]:
         """The names and fallbacks of ``models`` checked as one batch (catalog.rules):

@@ -16,9 +16,7 @@ AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _add(position: int, payload: str) -> StoredEvent:
-    return StoredEvent(
-        position, f"e{position}", "c", "model.added", 2, None, payload, "t", "", AT
-    )
+    return StoredEvent(position, f"e{position}", "c", "model.added", 2, None, payload, "t", "", AT)
 
 
 def test_a_definition_of_more_than_100000_json_values_is_skipped_with_the_limits_reason() -> None:
