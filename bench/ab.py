@@ -6,10 +6,11 @@ with ``git archive COMMIT catalog events scheduler alembic alembic.ini | tar
 -x -C /tmp/base``. Each measurement runs in a fresh process with that tree
 first on the path, alternating with this repository's, ``--rounds`` times;
 the best of each is compared. The measurements: a full replay from SQLite
-(the cached generated log) as start-up runs it (``CatalogReadModel.refresh``) and validated adds through ``CatalogService.add``
-on a copy of the 5,000-model catalog, and a placement round with nothing
-changed on a synthetic fleet (``--nodes``, CPU time: ``plan()`` itself, without
-the memo, so the figure is the planner's). ``--only KIND`` picks measurements.
+(the cached generated log) as start-up runs it (``CatalogReadModel.refresh``)
+and validated adds through ``CatalogService.add`` on a copy of the 5,000-model
+catalog, and a placement round with nothing changed on a synthetic fleet
+(``--nodes``, CPU time: ``plan()`` itself, without the memo, so the figure is
+the planner's). ``--only KIND`` picks measurements.
 """
 
 from __future__ import annotations
