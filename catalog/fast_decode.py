@@ -392,8 +392,10 @@ _CAPABILITIES = _SECTIONS["capabilities"].get
 _PLACEMENT = _SECTIONS["placement"].get
 _ROLLOUT = _SECTIONS["rollout"].get
 _MODEL_DEFAULTS = {name: default for name, _, default in _MODEL_SPEC}
-_DEFAULT_PLACEMENT = _MODEL_DEFAULTS["placement"]
-_DEFAULT_ROLLOUT = _MODEL_DEFAULTS["rollout"]
+# One default of each section for every definition that leaves it out, shared as the
+# remembered sections are (frozen; catalog.model.validate then knows it by identity).
+_SHARED_PLACEMENT = _MODEL_DEFAULTS["placement"]()
+_SHARED_ROLLOUT = _MODEL_DEFAULTS["rollout"]()
 _ALL_BUT_SECTIONS = frozenset(Model.model_fields) - {"placement", "rollout"}
 
 
@@ -423,13 +425,13 @@ def _model_complete(d: _ModelComplete) -> Model:
         fields_set.add("placement")
         placement_value = _PLACEMENT(placement)
     else:
-        placement_value = _DEFAULT_PLACEMENT()
+        placement_value = _SHARED_PLACEMENT
     rollout = d.rollout
     if rollout:
         fields_set.add("rollout")
         rollout_value = _ROLLOUT(rollout)
     else:
-        rollout_value = _DEFAULT_ROLLOUT()
+        rollout_value = _SHARED_ROLLOUT
     # In the model's field order, which model_dump follows.
     values = {
         "name": d.name,

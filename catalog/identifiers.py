@@ -256,7 +256,9 @@ def brief(value: object) -> str:
     return _brief(value)
 
 
-def check_model_names(model: Model, *, profiles_valid: bool = False) -> None:
+def check_model_names(
+    model: Model, *, profiles_valid: bool = False, fields_valid: bool = False
+) -> None:
     """Every identifier of a normalised definition; called by ``validate``.
 
     Runs on every stored event replay reads, so a row written before this
@@ -271,7 +273,8 @@ def check_model_names(model: Model, *, profiles_valid: bool = False) -> None:
 
     check(MODEL_NAME, name, field="name", model=name, who="a model")
     check(SOURCE, model.source, field="source", model=name, who=who)
-    check(ROUTING_PROFILE, model.routing_profile, field="routing_profile", model=name, who=who)
+    if not fields_valid:  # the same routing profile passed before (validate)
+        check(ROUTING_PROFILE, model.routing_profile, field="routing_profile", model=name, who=who)
     taken = {fold(name): "the model's own name"}
     for alias in model.aliases:
         check(ALIAS, alias, field="aliases", model=name, who=who)

@@ -387,31 +387,54 @@ def validate(model: Model) -> None:
             model=name,
             field="source",
         )
-    if not model.profiles:
-        raise CatalogError(
-            f"model {name!r}: at least one profile is required, or it can run nowhere",
-            model=name,
-            field="profiles",
-        )
-    if model.scaling.max < model.scaling.min:
-        raise CatalogError(
-            f"model {name!r}: scaling.max {model.scaling.max} is below scaling.min "
-            f"{model.scaling.min}; raise max or lower min",
-            model=name,
-            field="scaling.max",
-        )
-    # A replica count in the millions is a typo, and the scheduler would try to
-    # plan every one of them in each round.
-    for bound in ("min", "max"):
-        value = getattr(model.scaling, bound)
-        if value > MAX_REPLICAS:
+    # Everything but the names and the source (which differ from model to model)
+    # reads only fields that repeat across a log: sections catalog.fast_decode
+    # shares between models, and a few values. What passed before passes again;
+    # the other checks still run, in their order, so a refusal is the same one.
+    profiles = model.profiles
+    rest_key = (
+        model.routing_profile,
+        model.context_length,
+        model.max_output,
+        id(profiles),
+        id(model.scaling),
+        id(model.rollout),
+        id(model.placement),
+    )
+    held = _VALID_REST.get(rest_key)
+    rest_known = (
+        held is not None
+        and held[0] is profiles
+        and held[1] is model.scaling
+        and held[2] is model.rollout
+        and held[3] is model.placement
+    )
+    if not rest_known:
+        if not model.profiles:
             raise CatalogError(
-                f"model {name!r}: scaling.{bound} {value} is more than {MAX_REPLICAS} "
-                "replicas; is it a typo?",
+                f"model {name!r}: at least one profile is required, or it can run nowhere",
                 model=name,
-                field=f"scaling.{bound}",
+                field="profiles",
             )
-    _validate_rollout(model)
+        if model.scaling.max < model.scaling.min:
+            raise CatalogError(
+                f"model {name!r}: scaling.max {model.scaling.max} is below scaling.min "
+                f"{model.scaling.min}; raise max or lower min",
+                model=name,
+                field="scaling.max",
+            )
+        # A replica count in the millions is a typo, and the scheduler would try to
+        # plan every one of them in each round.
+        for bound in ("min", "max"):
+            value = getattr(model.scaling, bound)
+            if value > MAX_REPLICAS:
+                raise CatalogError(
+                    f"model {name!r}: scaling.{bound} {value} is more than {MAX_REPLICAS} "
+                    "replicas; is it a typo?",
+                    model=name,
+                    field=f"scaling.{bound}",
+                )
+        _validate_rollout(model)
     for alias in model.aliases:
         if not alias.strip() or alias == name:
             raise CatalogError(
@@ -423,27 +446,45 @@ def validate(model: Model) -> None:
         raise CatalogError(
             f"model {name!r}: an alias is listed twice in aliases", model=name, field="aliases"
         )
-    # Zero means unknown for both; a negative number or a completion bound larger
-    # than the whole window is a typo that clients would size their prompts from.
-    if model.context_length < 0 or model.max_output < 0:
-        for field_name, value in (
-            ("context_length", model.context_length),
-            ("max_output", model.max_output),
-        ):
-            if value < 0:
-                raise CatalogError(
-                    f"model {name!r}: {field_name} {value} is negative; use 0 for unknown",
-                    model=name,
-                    field=field_name,
-                )
-    if model.context_length and model.max_output > model.context_length:
-        raise CatalogError(
-            f"model {name!r}: max_output {model.max_output} exceeds context_length "
-            f"{model.context_length}; a completion cannot be longer than the whole window",
-            model=name,
-            field="max_output",
-        )
-    profiles = model.profiles
+    if not rest_known:
+        # Zero means unknown for both; a negative number or a completion bound larger
+        # than the whole window is a typo that clients would size their prompts from.
+        if model.context_length < 0 or model.max_output < 0:
+            for field_name, value in (
+                ("context_length", model.context_length),
+                ("max_output", model.max_output),
+            ):
+                if value < 0:
+                    raise CatalogError(
+                        f"model {name!r}: {field_name} {value} is negative; use 0 for unknown",
+                        model=name,
+                        field=field_name,
+                    )
+        if model.context_length and model.max_output > model.context_length:
+            raise CatalogError(
+                f"model {name!r}: max_output {model.max_output} exceeds context_length "
+                f"{model.context_length}; a completion cannot be longer than the whole window",
+                model=name,
+                field="max_output",
+            )
+        profiles_known = _validate_rest(name, profiles, model.placement)
+    else:
+        profiles_known = True
+    # Last, so that the plainer refusals above (no name, no profile name) read as before.
+    check_model_names(model, profiles_valid=profiles_known, fields_valid=rest_known)
+    # Remembered only now that every check has passed, check_model_names's too.
+    if not profiles_known and type(profiles) is tuple:
+        if len(_VALID_PROFILES) >= _VALID_PROFILES_LIMIT:
+            _VALID_PROFILES.clear()
+        _VALID_PROFILES[id(profiles)] = profiles
+    if not rest_known:
+        if len(_VALID_REST) >= _VALID_PROFILES_LIMIT:
+            _VALID_REST.clear()
+        _VALID_REST[rest_key] = (profiles, model.scaling, model.rollout, model.placement)
+
+
+def _validate_rest(name: str, profiles: Seq[Profile], placement: PlacementRules) -> bool:
+    """The profiles and placement; whether the profiles were known valid already."""
     # A list of profiles found valid before is valid again: every profile check
     # reads only the list (the model's name is only in the words of a refusal).
     known = _VALID_PROFILES.get(id(profiles)) is profiles
@@ -451,13 +492,8 @@ def validate(model: Model) -> None:
         seen: set[str] = set()
         for p in profiles:
             _validate_profile(name, p, seen)
-    _validate_placement(name, model.placement)
-    # Last, so that the plainer refusals above (no name, no profile name) read as before.
-    check_model_names(model, profiles_valid=known)
-    if not known and type(profiles) is tuple:
-        if len(_VALID_PROFILES) >= _VALID_PROFILES_LIMIT:
-            _VALID_PROFILES.clear()
-        _VALID_PROFILES[id(profiles)] = profiles
+    _validate_placement(name, placement)
+    return known
 
 
 # Profile lists that passed ``validate``, by identity, each kept alive by its entry
@@ -470,6 +506,9 @@ _VALID_PROFILES: dict[int, tuple[Profile, ...]] = {}
 _VALID_PROFILES_LIMIT = 4096
 # The same for lists ``normalize`` found already normalised (no default to apply).
 _NORMAL_PROFILES: dict[int, tuple[Profile, ...]] = {}
+# Definitions whose fields other than the names passed ``validate``: the values,
+# and the sections by identity (kept alive by the entry, as above).
+_VALID_REST: dict[tuple[object, ...], tuple[object, ...]] = {}
 
 
 def _validate_placement(model: str, rules: PlacementRules) -> None:
