@@ -31,6 +31,7 @@ from events.backends import open_log
 from events.db import make_engine
 from events.read_model import gc_paused
 from events.replay import STORED_LIMITS, Replayer, ReplayResult, replay
+from events.rows import ReplayEvent
 from events.store import SqlLog
 from events.types import CURRENT_SCHEMA, DEFINITION_TYPES, StoredEvent
 
@@ -191,7 +192,7 @@ class _FastReplayer(Replayer):
     path, then the general path), so every skip and reason is today's.
     """
 
-    def _apply(self, event: StoredEvent) -> None:
+    def _apply(self, event: StoredEvent | ReplayEvent) -> None:
         if (
             event.unreadable is None
             and event.type in DEFINITION_TYPES

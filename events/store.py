@@ -156,7 +156,7 @@ _SQLITE_ROW_TYPED = (
 
 @cache
 def _replay_query(sqlite: bool) -> Select[Any]:
-    flag = literal_column(_SQLITE_ROW_TYPED if sqlite else "1 = 1")
+    flag: Any = literal_column(_SQLITE_ROW_TYPED if sqlite else "1 = 1")
     query = select(*(t.c[name] for name in REPLAY_COLUMNS), flag)
     query = query.where(t.c.position > bindparam("after"), t.c.position <= bindparam("until"))
     return query.order_by(t.c.position).limit(bindparam("batch", type_=Integer()))
