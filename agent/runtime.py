@@ -32,10 +32,9 @@ from agent.logfiles import LogLimits, rotate_if_large
 from agent.placements import Key, PlacementsError, Want, parse_placements
 from agent.reconcile import Backoff, Decision, Have, Start, decide
 from agent.state import Record, StateDir
+from agent.states import replica_states
 
 log = structlog.get_logger("llmgw.agent")
-
-MAX_REPORTED_MESSAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,42 +200,13 @@ class Agent:
         return body
 
     def replica_states(self) -> list[dict[str, Any]]:
-        """Each replica's state as this node sees it.
-
-        Of a replica spanning nodes, the head reports its state; a worker speaks
-        only when its engine fails (the gang cannot serve without it), so two
-        nodes never take turns overwriting one replica's state. A head still
-        gathering its workers reports its endpoint already: that is how they
-        find it.
-        """
-        states = []
-        for key in sorted({*self.records, *self.waits}):
-            record = self.records.get(key)
-            worker = key in self.worker_keys or (record is not None and record.worker)
-            if worker and (record is None or record.alive or key in self.known_failed):
-                continue
-            if record is None:
-                entry = {"state": "starting", "message": self.waits[key]}
-            elif not record.alive:
-                message = record.message
-                if record.worker:
-                    message = f"node {self.config.node} (rank {record.rank}): {message}"
-                entry = {"state": "failed", "message": message}
-            elif record.ready:
-                entry = {"state": "ready", "message": "", "endpoint": record.endpoint}
-            elif record.nnodes > 1:
-                entry = {
-                    "state": "starting",
-                    "message": f"{record.engine} on port {record.port}, gathering "
-                    f"{record.nnodes - 1} worker node(s) at port {record.port + 1}",
-                    "endpoint": record.endpoint,
-                }
-            else:
-                entry = {"state": "starting", "message": f"{record.engine} on port {record.port}"}
-            # The control plane takes a message of up to 1000 printable characters.
-            entry["message"] = processes.printable(str(entry["message"]))[:MAX_REPORTED_MESSAGE]
-            states.append({"model": key.model, "replica": key.replica, **entry})
-        return states
+        return replica_states(
+            self.records,
+            self.waits,
+            node=self.config.node,
+            worker_keys=self.worker_keys,
+            known_failed=self.known_failed,
+        )
 
     def report(self) -> bool:
         try:
