@@ -30,7 +30,8 @@ from typing import Any
 
 from bench import common, gen
 from catalog import fast_decode
-from catalog.model import Model, normalize, validate
+from catalog.model import Model
+from catalog.model_rules import normalize, validate
 from catalog.parse import parse_wrapped_model_json
 from events.replay import STORED_LIMITS
 from events.types import MODEL_ADDED

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from catalog.model import Model, normalize, validate
+from catalog.model import Model
+from catalog.model_rules import normalize, validate
 from catalog.rules import NOTHING, check_batch
 
 

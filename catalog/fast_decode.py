@@ -47,9 +47,8 @@ from catalog.model import (
     Rollout,
     Scaling,
     _parse_duration_cached,
-    normalize,
-    validate,
 )
+from catalog.model_rules import normalize, validate
 from catalog.parse import parse_model
 
 __all__ = [
@@ -393,7 +392,7 @@ _PLACEMENT = _SECTIONS["placement"].get
 _ROLLOUT = _SECTIONS["rollout"].get
 _MODEL_DEFAULTS = {name: default for name, _, default in _MODEL_SPEC}
 # One default of each section for every definition that leaves it out, shared as the
-# remembered sections are (frozen; catalog.model.validate then knows it by identity).
+# remembered sections are (frozen; catalog.model_rules.validate then knows it by identity).
 _SHARED_PLACEMENT = _MODEL_DEFAULTS["placement"]()
 _SHARED_ROLLOUT = _MODEL_DEFAULTS["rollout"]()
 _ALL_BUT_SECTIONS = frozenset(Model.model_fields) - {"placement", "rollout"}

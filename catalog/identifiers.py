@@ -290,7 +290,7 @@ def check_model_names(
     for fallback in model.fallbacks:
         check(MODEL_NAME, fallback, field="fallbacks", model=name, who=who)
     if profiles_valid:
-        # The same list of profiles passed these checks before (catalog.model.validate).
+        # The same list of profiles passed these checks before (catalog.model_rules.validate).
         return
     profiles: dict[str, str] = {}
     for p in model.profiles:

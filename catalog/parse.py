@@ -13,7 +13,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from catalog.errors import CatalogError
-from catalog.model import Model, Profile, normalize, validate
+from catalog.model import Model, Profile
+from catalog.model_rules import normalize, validate
 
 _KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "model": frozenset(Model.model_fields),

@@ -194,7 +194,7 @@ def _grammars(doc: dict[str, Any], components: dict[str, Any]) -> None:
     model["aliases"]["items"] = grammar_schema(ALIAS)
     model["fallbacks"]["items"] = grammar_schema(MODEL_NAME)
     _refine(profile, "name", PROFILE_NAME)
-    # Left empty, the engine and GPU class take their defaults (catalog.model.normalize).
+    # Left empty, the engine and GPU class take their defaults (catalog.model_rules.normalize).
     _refine(profile, "engine", ENGINE, empty=True)
     _refine(profile, "gpu_class", GPU_CLASS, empty=True)
     profile["node_selector"]["propertyNames"] = grammar_schema(LABEL_KEY)

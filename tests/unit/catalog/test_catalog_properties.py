@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from catalog import Catalog, CatalogError, CatalogState, Model, parse_model
 from catalog.durations import format_duration, parse_duration
-from catalog.model import normalize
+from catalog.model_rules import normalize
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
