@@ -48,10 +48,18 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "snapshot": ("llmgw snapshot", "llmgw snapshot --list --json"),
     "nodes": ("llmgw nodes list", "llmgw nodes report nodes.yaml"),
     "nodes report": ("llmgw nodes report nodes.yaml",),
-    "nodes list": ("llmgw nodes list", "llmgw nodes list --stale-after 30s --json"),
+    "nodes list": (
+        "llmgw nodes list",
+        "llmgw nodes list --stale-after 30s --json",
+        "llmgw nodes list --watch 5s   # redraw every 5 seconds until Ctrl-C",
+    ),
     "nodes forget": ("llmgw nodes forget gpu-7",),
     "place": ("llmgw place --dry-run", "llmgw place --json"),
-    "placements": ("llmgw placements", "llmgw placements --json"),
+    "placements": (
+        "llmgw placements --model qwen-coder",
+        "llmgw placements --watch   # redraw every 2 seconds until Ctrl-C",
+        "llmgw placements --watch 10 --json   # one JSON document a line per refresh",
+    ),
     "daemon": ("llmgw daemon --interval 10s", "llmgw daemon --once"),
     "explain": ("llmgw explain coder", "llmgw explain coder --round 12 --json"),
     "serve": (
