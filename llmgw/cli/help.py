@@ -41,6 +41,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "llmgw history --since 1h",
         "llmgw history --model qwen2.5-coder-7b --until yesterday",
         "llmgw history --placements --since today --json",
+        "llmgw history --follow --placements   # then new events as they come, until Ctrl-C",
     ),
     "replay": ("llmgw replay --explain", "llmgw replay --strict   # in CI: fail on a skip"),
     "diff": ("llmgw diff 3 12", "llmgw diff yesterday now --json"),

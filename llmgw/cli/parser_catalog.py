@@ -97,6 +97,13 @@ def register_audit(
         help="also the scheduler's placement events (placement.placed, placement.removed), "
         "merged by time; each line then says which log it is from",
     )
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="then keep printing new events as they are recorded, until Ctrl-C "
+        "(with --json, one object a line)",
+    )
     p.add_argument("--json", action="store_true", help="a list of objects, for programs")
     p.set_defaults(run="history_cmd:cmd_history")
 
