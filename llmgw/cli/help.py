@@ -18,6 +18,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "remove": ("llmgw remove qwen2.5-coder-7b --reason 'trial over'",),
     "apply": (
         "llmgw apply qwen-coder.yaml --reason 'longer context'   # add, or replace in one event",
+        "llmgw apply qwen-coder.yaml --dry-run   # the diff and the next round, nothing recorded",
         "llmgw apply qwen-coder.yaml --json",
     ),
     "rollout": ("llmgw rollout status qwen-coder",),

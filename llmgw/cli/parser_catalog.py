@@ -35,6 +35,12 @@ def register(
     )
     p.add_argument("file", type=Path, help="YAML or JSON: one model definition")
     audit_args(p)
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate against the catalog, show the diff and what the next round would do "
+        "(place, roll out, remove); record nothing",
+    )
     p.add_argument("--json", action="store_true", help="the outcome and the diff, for programs")
     p.set_defaults(run="catalog_cmds:cmd_apply")
 
