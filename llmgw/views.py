@@ -22,10 +22,10 @@ if TYPE_CHECKING:
     from scheduler import Node, Placement, StalenessPolicy
     from scheduler.lifecycle import Cordon
     from scheduler.placements import RolloutProgress, Unplaced
+    from scheduler.records import PlacementEvent
     from scheduler.replicas import ReplicaStatus
     from scheduler.resilience import Resilience
     from scheduler.service import ReplicaCounts, ServiceChange
-    from scheduler.store import PlacementEvent
 
 
 def iso(when: datetime) -> str:

@@ -21,7 +21,7 @@ from llmgw.views import iso
 
 if TYPE_CHECKING:
     from events.types import StoredEvent
-    from scheduler.store import PlacementEvent
+    from scheduler.records import PlacementEvent
 
 HISTORY_KEYS = ["position", "recorded_at", "type", "model", "actor", "reason"]
 

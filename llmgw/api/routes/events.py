@@ -36,7 +36,7 @@ from llmgw.api.access import SECURED, Reader
 from llmgw.api.problems import ApiJSON, Problem, errors, json_text
 from llmgw.api.services import Services
 from llmgw.views import event_json, placement_event_json
-from scheduler.store import PlacementEvent
+from scheduler.records import PlacementEvent
 
 log = structlog.get_logger("llmgw.api")
 
