@@ -159,12 +159,12 @@ def follow(app: App, args: argparse.Namespace) -> int:
     """
     query = history_query(args)
     keys = [*HISTORY_KEYS, "log"] if args.placements else HISTORY_KEYS
-    heads = _heads(app, args.placements)
-    first = _entries(app, query, args.placements, (0, 0), heads)
     out = sys.stdout
-    rows = [[str(e.to_json()[h] or "") for h in keys] for e in first]
-    widths = column_widths(keys, rows)
     try:
+        heads = _heads(app, args.placements)
+        first = _entries(app, query, args.placements, (0, 0), heads)
+        rows = [[str(e.to_json()[h] or "") for h in keys] for e in first]
+        widths = column_widths(keys, rows)
         if args.json:
             out.writelines(json_line(e.to_json()) for e in first)
         else:

@@ -71,8 +71,10 @@ def test_placement_events_come_as_named_messages_with_ids_that_resume_both_logs(
         with ops.stream("GET", "/v1/events/stream", params=params, headers=resume) as response:
             assert _until_placed(response.iter_lines()) == [seen[-1]]
 
-        bad = ops.get("/v1/events/stream", headers={"Last-Event-ID": "3:x"})
-        assert bad.status_code == 422 and "N:M" in bad.json()["detail"]
+        for bad_id in ("3:x", "3:", ":3", "3:4:5", "\u00b2"):
+            bad = ops.get("/v1/events/stream", headers={"Last-Event-ID": bad_id.encode()})
+            assert bad.status_code == 422, bad_id
+            assert "N:M" in bad.json()["detail"]
 
 
 def test_without_placements_the_stream_is_the_catalogs_alone_as_before(

@@ -141,7 +141,8 @@ def _resume(text: str) -> tuple[int, int | None]:
     """A Last-Event-ID: ``N`` (a catalog position) or ``N:M`` (and a placement position)."""
     catalog, colon, placed = text.partition(":")
     parts = [catalog, placed] if colon else [catalog]
-    if not all(p.isdigit() and int(p) <= MAX_POSITION for p in parts):
+    # ASCII digits only: str.isdigit() also holds for '²', which int() refuses.
+    if not all(p.isascii() and p.isdigit() and int(p) <= MAX_POSITION for p in parts):
         raise Problem(
             422,
             "invalid-request",
