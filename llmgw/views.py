@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from scheduler import Node, Placement, StalenessPolicy
     from scheduler.lifecycle import Cordon
     from scheduler.placements import RolloutProgress, Unplaced
+    from scheduler.records import PlacementEvent
     from scheduler.replicas import ReplicaStatus
     from scheduler.resilience import Resilience
     from scheduler.service import ReplicaCounts, ServiceChange
@@ -99,6 +100,25 @@ def event_json(event: StoredEvent) -> dict[str, Any]:
         "reason": event.reason,
         "recorded_at": iso(event.recorded_at),
         "payload": payload,
+    }
+
+
+def placement_event_json(event: PlacementEvent) -> dict[str, Any]:
+    """One event of the scheduler's placement log (placement.placed, node.cordoned, ...),
+    as the event stream sends it with ``?placements=true``. ``position`` numbers this
+    log, apart from the catalog's; ``actor`` is "" for the scheduler's own decisions."""
+    return {
+        "position": event.position,
+        "round": event.round_id,
+        "type": event.type,
+        "model": event.model,
+        "replica": event.replica,
+        "profile": event.profile,
+        "nodes": list(event.nodes),
+        "reason": event.reason,
+        "catalog_position": event.catalog_position,
+        "recorded_at": iso(event.recorded_at),
+        "actor": event.actor,
     }
 
 

@@ -30,7 +30,7 @@ from scheduler.replicas import ReplicaStatus
 from scheduler.round_record import read_recorded_round
 from scheduler.round_store import PlacementState, RoundConflict, RoundStore
 from scheduler.staleness import StalenessPolicy
-from scheduler.trail import PLACED, REMOVED, UPDATED, read_events
+from scheduler.trail import PLACED, REMOVED, UPDATED, events_head, read_events
 
 
 class SchedulerStore:
@@ -99,10 +99,25 @@ class SchedulerStore:
         since: datetime | None = None,
         until: datetime | None = None,
         round_id: int | None = None,
+        after: int = 0,
+        limit: int | None = None,
     ) -> Iterator[PlacementEvent]:
         with self.engine.connect() as conn:
-            found = read_events(conn, model=model, since=since, until=until, round_id=round_id)
+            found = read_events(
+                conn,
+                model=model,
+                since=since,
+                until=until,
+                round_id=round_id,
+                after=after,
+                limit=limit,
+            )
         yield from found
+
+    def events_head(self) -> int:
+        """The last placement event's position (0 for none)."""
+        with self.engine.connect() as conn:
+            return events_head(conn)
 
     def recorded_round(
         self, *, round_id: int | None = None, at: datetime | None = None

@@ -104,9 +104,17 @@ def read_events(
     since: datetime | None = None,
     until: datetime | None = None,
     round_id: int | None = None,
+    after: int = 0,
+    limit: int | None = None,
 ) -> list[PlacementEvent]:
-    """Placement events in order, optionally filtered; unreadable rows are skipped and named."""
-    query = raw(pevents_t).order_by(pevents_t.c.position)
+    """Placement events in order, optionally filtered; unreadable rows are skipped and named.
+
+    ``after`` and ``limit``: a follower's next page (positions are gapless and
+    commit-ordered: appended under ``lock_trail``).
+    """
+    query = raw(pevents_t).where(pevents_t.c.position > after).order_by(pevents_t.c.position)
+    if limit is not None:
+        query = query.limit(limit)
     if round_id is not None:
         query = query.where(pevents_t.c.round_id == round_id)
     if model is not None:
@@ -123,6 +131,11 @@ def read_events(
         decode=_event,
         times=("recorded_at",),
     )
+
+
+def events_head(conn: Connection) -> int:
+    """The last placement event's position (0 for none)."""
+    return int(conn.execute(select(func.coalesce(func.max(pevents_t.c.position), 0))).scalar_one())
 
 
 def _event(r: Row) -> PlacementEvent:

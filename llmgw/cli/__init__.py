@@ -46,7 +46,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Imported after parsing: --help, --version and usage errors never pay for them.
     from llmgw import logs
-    from llmgw.cli.context import EXIT_REFUSED, App, SystemExitWith, guarded_output, refusals
+    from llmgw.cli.context import (
+        EXIT_INTERRUPTED,
+        EXIT_REFUSED,
+        App,
+        SystemExitWith,
+        guarded_output,
+        refusals,
+    )
     from llmgw.settings import Settings
 
     with guarded_output():
@@ -62,6 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exc.code
         except BrokenPipeError:  # `llmgw history | head`
             return EXIT_REFUSED
+        except KeyboardInterrupt:
+            # Ctrl-C: no traceback. --watch and --follow end on it with 0 themselves;
+            # anywhere else the command was cut short (128 + SIGINT, as shells report it).
+            return EXIT_INTERRUPTED
         return code
 
 

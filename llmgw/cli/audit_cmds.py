@@ -17,6 +17,7 @@ from events.replay_reasons import explain, render_context
 from events.snapshot_audit import SnapshotCheck, audit_snapshots
 from events.timetravel import catalogs_at
 from llmgw.cli.context import EXIT_REFUSED, App, Refused, print_json, resolve_position
+from llmgw.cli.live import progress
 from llmgw.cli.render import table
 from llmgw.views import iso
 
@@ -46,7 +47,8 @@ def cmd_replay(app: App, args: argparse.Namespace) -> int:
                     print(f"{'':>8}{line}")
         result = replayer.result()
     else:
-        result = replay(app.declared, events, app.config_label)
+        with progress("replaying the log"):
+            result = replay(app.declared, events, app.config_label)
     if args.json:
         out: dict[str, object] = {
             "position": result.position,
@@ -87,13 +89,14 @@ def cmd_diff(app: App, args: argparse.Namespace) -> int:
     a = resolve_position(app, args.frm)
     b = resolve_position(app, args.to)
     assert a is not None and b is not None  # both arguments are required
-    before, after = catalogs_at(
-        app.store,
-        app.declared,
-        [a, b],
-        config_path=app.config_label,
-        snapshots=app.service.snapshots,
-    )
+    with progress(f"rebuilding the catalog at positions {a} and {b}"):
+        before, after = catalogs_at(
+            app.store,
+            app.declared,
+            [a, b],
+            config_path=app.config_label,
+            snapshots=app.service.snapshots,
+        )
     diff = diff_catalogs(before, after)
     if args.json:
         print_json({"from": a, "to": b, **diff.to_json()})
@@ -110,18 +113,20 @@ def cmd_diff(app: App, args: argparse.Namespace) -> int:
 def cmd_verify(app: App, args: argparse.Namespace) -> int:
     expect = args.expect_head.strip().lower() if args.expect_head else None
     adopted: tuple[int, ...] = ()
-    if args.adopt_unhashed:
-        try:
-            report, adopted = adopt_unhashed(app.store, actor=args.actor, reason=args.reason)
-        except AdoptionRefused as exc:
-            raise Refused(str(exc)) from None
-        if expect is not None and report.ok:
+    with progress("checking the log's hash chain"):
+        if args.adopt_unhashed:
+            try:
+                report, adopted = adopt_unhashed(app.store, actor=args.actor, reason=args.reason)
+            except AdoptionRefused as exc:
+                raise Refused(str(exc)) from None
+            if expect is not None and report.ok:
+                report = verify_log(app.store, expect)
+        else:
             report = verify_log(app.store, expect)
-    else:
-        report = verify_log(app.store, expect)
     if not report.ok:
         log.warning("catalog.verify_failed", position=report.failed_at, reason=report.reason)
-    checks = audit_snapshots(app.store, app.declared, app.config_label, app.snapshot_key)
+    with progress("checking the snapshots"):
+        checks = audit_snapshots(app.store, app.declared, app.config_label, app.snapshot_key)
     forged = [c for c in checks if not c.ok]
     for check in forged:
         log.warning(
@@ -222,7 +227,8 @@ def cmd_snapshot(app: App, args: argparse.Namespace) -> int:
         headers = ["id", "position", "runtime_models", "skipped", "declared", "taken_at", "bytes"]
         sys.stdout.write(table(headers, rows))
         return 0
-    snapshot_id = app.service.snapshot()
+    with progress("replaying the log for a snapshot"):
+        snapshot_id = app.service.snapshot()
     if snapshot_id is None:
         print("error: the database refused the snapshot (see the log)", file=sys.stderr)
         return EXIT_REFUSED

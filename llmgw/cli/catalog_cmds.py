@@ -78,6 +78,8 @@ def cmd_apply(app: App, args: argparse.Namespace) -> int:
             f"{args.file}: apply takes one model definition, and this file holds "
             f"{len(models)}; apply them one at a time (or add a list with llmgw add)"
         )
+    if args.dry_run:
+        return preview.show_apply(app, models[0], as_json=args.json)
     actor = login_user() if args.actor is None else args.actor
     result = app.service.apply(models[0], actor=actor, reason=args.reason, key=args.key)
     if args.json:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C outside --watch and --follow
 
 
 class Refused(Exception):

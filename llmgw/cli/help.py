@@ -18,6 +18,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "remove": ("llmgw remove qwen2.5-coder-7b --reason 'trial over'",),
     "apply": (
         "llmgw apply qwen-coder.yaml --reason 'longer context'   # add, or replace in one event",
+        "llmgw apply qwen-coder.yaml --dry-run   # the diff and the next round, nothing recorded",
         "llmgw apply qwen-coder.yaml --json",
     ),
     "rollout": ("llmgw rollout status qwen-coder",),
@@ -41,6 +42,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "llmgw history --since 1h",
         "llmgw history --model qwen2.5-coder-7b --until yesterday",
         "llmgw history --placements --since today --json",
+        "llmgw history --follow --placements   # then new events as they come, until Ctrl-C",
     ),
     "replay": ("llmgw replay --explain", "llmgw replay --strict   # in CI: fail on a skip"),
     "diff": ("llmgw diff 3 12", "llmgw diff yesterday now --json"),
@@ -48,10 +50,18 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "snapshot": ("llmgw snapshot", "llmgw snapshot --list --json"),
     "nodes": ("llmgw nodes list", "llmgw nodes report nodes.yaml"),
     "nodes report": ("llmgw nodes report nodes.yaml",),
-    "nodes list": ("llmgw nodes list", "llmgw nodes list --stale-after 30s --json"),
+    "nodes list": (
+        "llmgw nodes list",
+        "llmgw nodes list --stale-after 30s --json",
+        "llmgw nodes list --watch 5s   # redraw every 5 seconds until Ctrl-C",
+    ),
     "nodes forget": ("llmgw nodes forget gpu-7",),
     "place": ("llmgw place --dry-run", "llmgw place --json"),
-    "placements": ("llmgw placements", "llmgw placements --json"),
+    "placements": (
+        "llmgw placements --model qwen-coder",
+        "llmgw placements --watch   # redraw every 2 seconds until Ctrl-C",
+        "llmgw placements --watch 10 --json   # one JSON document a line per refresh",
+    ),
     "daemon": ("llmgw daemon --interval 10s", "llmgw daemon --once"),
     "explain": ("llmgw explain coder", "llmgw explain coder --round 12 --json"),
     "serve": (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -13,13 +14,14 @@ from typing import TYPE_CHECKING
 
 from events.history import HistoryQuery, history
 from llmgw.cli.context import App, parse_when, print_json
-from llmgw.cli.render import table
+from llmgw.cli.live import json_line
+from llmgw.cli.render import column_widths, table, table_row
 from llmgw.cli.times import whole_day
 from llmgw.views import iso
 
 if TYPE_CHECKING:
     from events.types import StoredEvent
-    from scheduler.store import PlacementEvent
+    from scheduler.records import PlacementEvent
 
 HISTORY_KEYS = ["position", "recorded_at", "type", "model", "actor", "reason"]
 
@@ -95,21 +97,29 @@ def _until(text: str) -> datetime:
 
 
 def history_sources(
-    app: App, query: HistoryQuery, *, placements: bool = False
+    app: App,
+    query: HistoryQuery,
+    *,
+    placements: bool = False,
+    after: tuple[int, int] = (0, 0),
 ) -> list[Iterable[HistoryEntry]]:
     """The logs ``history`` reads, each in time order, all filtered by ``query``.
 
     With ``placements``, the scheduler's ``placement_events`` are a second
-    source (actor "scheduler"), merged by time by ``cmd_history``.
+    source (actor "scheduler"), merged by time by ``cmd_history``. ``after``:
+    only events past these positions of the catalog's and the placement log.
     """
     if not placements:
-        return [(HistoryEntry.of(e) for e in history(app.store.engine, query))]
-    catalog = (replace(HistoryEntry.of(e), log="catalog") for e in history(app.store.engine, query))
+        return [(HistoryEntry.of(e) for e in history(app.store.engine, query, after=after[0]))]
+    catalog = (
+        replace(HistoryEntry.of(e), log="catalog")
+        for e in history(app.store.engine, query, after=after[0])
+    )
     sources: list[Iterable[HistoryEntry]] = [catalog]
     from scheduler.store import SchedulerStore  # only with --placements: a second store
 
     events = SchedulerStore(app.engine).events(
-        model=query.model, since=query.since, until=query.until
+        model=query.model, since=query.since, until=query.until, after=after[1]
     )
     sources.append(
         entry
@@ -121,6 +131,8 @@ def history_sources(
 
 
 def cmd_history(app: App, args: argparse.Namespace) -> int:
+    if args.follow:
+        return follow(app, args)
     sources = history_sources(app, history_query(args), placements=args.placements)
     entries: Iterator[HistoryEntry] = heapq.merge(*sources, key=lambda e: e.recorded_at)
     rows = [e.to_json() for e in entries]
@@ -130,3 +142,67 @@ def cmd_history(app: App, args: argparse.Namespace) -> int:
     keys = [*HISTORY_KEYS, "log"] if args.placements else HISTORY_KEYS
     sys.stdout.write(table(keys, [[str(r[h] or "") for h in keys] for r in rows]))
     return 0
+
+
+# How often --follow looks for new events.
+FOLLOW_POLL_S = 0.5
+
+
+def follow(app: App, args: argparse.Namespace) -> int:
+    """History up to the logs' heads, then each event past them as it is recorded.
+
+    Both logs number their events gaplessly in commit order (events.store; the
+    placement log is appended under one lock), so reading past the last head
+    seen neither misses nor repeats an event. The heads are read first and the
+    entries bounded by them, so an event recorded meanwhile is printed once, by
+    the next poll. With --json, one object a line, the first ones too.
+    """
+    query = history_query(args)
+    keys = [*HISTORY_KEYS, "log"] if args.placements else HISTORY_KEYS
+    out = sys.stdout
+    try:
+        heads = _heads(app, args.placements)
+        first = _entries(app, query, args.placements, (0, 0), heads)
+        rows = [[str(e.to_json()[h] or "") for h in keys] for e in first]
+        widths = column_widths(keys, rows)
+        if args.json:
+            out.writelines(json_line(e.to_json()) for e in first)
+        else:
+            out.write(table(keys, rows))
+        out.flush()
+        while True:
+            time.sleep(FOLLOW_POLL_S)
+            now = _heads(app, args.placements)
+            if now == heads:
+                continue
+            for entry in _entries(app, query, args.placements, heads, now):
+                data = entry.to_json()
+                if args.json:
+                    out.write(json_line(data))
+                else:
+                    out.write(table_row([str(data[h] or "") for h in keys], widths) + "\n")
+            out.flush()
+            heads = now
+    except KeyboardInterrupt:
+        return 0
+
+
+def _heads(app: App, placements: bool) -> tuple[int, int]:
+    if not placements:
+        return app.store.head(), 0
+    from scheduler.store import SchedulerStore
+
+    return app.store.head(), SchedulerStore(app.engine).events_head()
+
+
+def _entries(
+    app: App,
+    query: HistoryQuery,
+    placements: bool,
+    after: tuple[int, int],
+    until: tuple[int, int],
+) -> list[HistoryEntry]:
+    """The entries past ``after`` and up to ``until`` (positions in each log), by time."""
+    sources = history_sources(app, query, placements=placements, after=after)
+    merged = heapq.merge(*sources, key=lambda e: e.recorded_at)
+    return [e for e in merged if e.position <= until[1 if e.log == "placements" else 0]]

@@ -109,6 +109,26 @@ def staleness_flags() -> argparse.ArgumentParser:
     return staleness
 
 
+def watch_flag(p: argparse.ArgumentParser) -> None:
+    """``--watch [SECONDS]``: redraw until Ctrl-C (llmgw.cli.live)."""
+    p.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        default=None,
+        type=watch_seconds,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 2; also 5s, 1m) until Ctrl-C; "
+        "with --json, one JSON document a line per refresh",
+    )
+
+
+def watch_seconds(text: str) -> float:
+    from llmgw.cli.live import watch_seconds as parse
+
+    return parse(text)
+
+
 def position_or_time(text: str) -> str:
     """Checked at parse time (a usage error, exit 2); resolved against the log later."""
     return text if text.isdigit() else time_arg(text)

@@ -35,6 +35,12 @@ def register(
     )
     p.add_argument("file", type=Path, help="YAML or JSON: one model definition")
     audit_args(p)
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate against the catalog, show the diff and what the next round would do "
+        "(place, roll out, remove); record nothing",
+    )
     p.add_argument("--json", action="store_true", help="the outcome and the diff, for programs")
     p.set_defaults(run="catalog_cmds:cmd_apply")
 
@@ -96,6 +102,13 @@ def register_audit(
         action="store_true",
         help="also the scheduler's placement events (placement.placed, placement.removed), "
         "merged by time; each line then says which log it is from",
+    )
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="then keep printing new events as they are recorded, until Ctrl-C "
+        "(with --json, one object a line)",
     )
     p.add_argument("--json", action="store_true", help="a list of objects, for programs")
     p.set_defaults(run="history_cmd:cmd_history")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from llmgw.cli.parser import staleness_flags
+from llmgw.cli.parser import staleness_flags, watch_flag
 
 
 def register(
@@ -22,6 +22,7 @@ def register(
     p.set_defaults(run="scheduler_cmds:cmd_nodes_report")
     p = nodes_sub.add_parser("list", parents=[parent, staleness], help="nodes as reported")
     p.add_argument("--json", action="store_true", help="as JSON, for programs")
+    watch_flag(p)
     p.set_defaults(run="scheduler_cmds:cmd_nodes_list")
     p = nodes_sub.add_parser("forget", parents=[parent], help="drop a decommissioned node")
     p.add_argument("name", help="the node's name (as in `llmgw nodes list`)")
@@ -40,6 +41,7 @@ def register(
     p.add_argument("--node", metavar="NAME", help="only replicas on this node")
     p.add_argument("--model", metavar="NAME", help="only replicas of this model (name or alias)")
     p.add_argument("--json", action="store_true", help="as JSON, for programs")
+    watch_flag(p)
     p.set_defaults(run="scheduler_cmds:cmd_placements")
 
     p = sub.add_parser("daemon", parents=[parent, staleness], help="place in the background")

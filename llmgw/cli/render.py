@@ -13,14 +13,23 @@ if TYPE_CHECKING:
 def table(headers: list[str], rows: list[list[str]]) -> str:
     """Columns for people. Every cell goes through ``shown``: a stored value with a
     newline would otherwise print as a row of its own (catalog.text)."""
-    rows = [[shown(cell) for cell in row] for row in rows]
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    widths = column_widths(headers, rows)
+    lines = [table_row(headers, widths)]
+    lines.extend(table_row(row, widths) for row in rows)
     return "\n".join(lines) + "\n"
+
+
+def column_widths(headers: list[str], rows: list[list[str]]) -> list[int]:
+    """The widths ``table`` pads to; a follower pads its later rows to the same."""
+    cells = [[shown(cell) for cell in row] for row in rows]
+    return [
+        max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)
+    ]
+
+
+def table_row(row: list[str], widths: list[int]) -> str:
+    """One row of a table: its cells through ``shown``, padded (a longer cell just pushes on)."""
+    return "  ".join(shown(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
 
 
 def catalog_table(catalog: Catalog) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 from catalog.documents import read_file
 from catalog.text import shown
 from llmgw import logs
+from llmgw.cli import live
 from llmgw.cli.context import App, Refused, print_json
 from llmgw.cli.render import table
 from llmgw.views import (
@@ -35,6 +35,7 @@ from scheduler import (
 from scheduler.daemon import Daemon
 from scheduler.leader import leadership_for
 from scheduler.placer import Placer
+from scheduler.replicas import ReplicaStatus
 from scheduler.resilience import resilience
 from scheduler.store import SchedulerStore
 
@@ -80,38 +81,41 @@ def cmd_nodes_report(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
-    now = datetime.now(UTC)
     rules = policy(app)
     store = SchedulerStore(app.engine)
-    cordons, hosted = store.service()
-    rows: list[dict[str, Any]] = [
-        node_json(n, now, rules, cordons.get(n.name), hosted.get(n.name, 0)) for n in store.nodes()
-    ]
-    if args.json:
-        print_json(rows)
-        return 0
+
+    def view() -> tuple[Any, str]:
+        now = datetime.now(UTC)
+        cordons, hosted = store.service()
+        rows: list[dict[str, Any]] = [
+            node_json(n, now, rules, cordons.get(n.name), hosted.get(n.name, 0))
+            for n in store.nodes()
+        ]
+        return rows, _nodes_table(rows)
+
+    return live.show(view, watch=args.watch, as_json=args.json, title="llmgw nodes list")
+
+
+def _nodes_table(rows: list[dict[str, Any]]) -> str:
     headers = ["name", "gpu_class", "gpus", "reserved", "memory_gb", "fabric", "state", "service"]
     headers.append("labels")
-    sys.stdout.write(
-        table(
-            headers,
+    return table(
+        headers,
+        [
             [
-                [
-                    r["name"],
-                    r["gpu_class"] or "-",
-                    str(r["gpus"]),
-                    str(r["gpus_reserved"]),
-                    "?" if r["memory_gb"] is None else f"{r['memory_gb']:g}",
-                    r["fabric"] or "-",
-                    r["state"],
-                    r["service"],
-                    ",".join(f"{k}={v}" for k, v in r["labels"].items()),
-                ]
-                for r in rows
-            ],
-        )
+                r["name"],
+                r["gpu_class"] or "-",
+                str(r["gpus"]),
+                str(r["gpus_reserved"]),
+                "?" if r["memory_gb"] is None else f"{r['memory_gb']:g}",
+                r["fabric"] or "-",
+                r["state"],
+                r["service"],
+                ",".join(f"{k}={v}" for k, v in r["labels"].items()),
+            ]
+            for r in rows
+        ],
     )
-    return 0
 
 
 def cmd_nodes_forget(app: App, args: argparse.Namespace) -> int:
@@ -221,35 +225,38 @@ def print_resilience_changes(
 
 
 def cmd_placements(app: App, args: argparse.Namespace) -> int:
-    model = args.model
-    if model is not None:
-        model = app.service.catalog().canonical(model) or model
-    replicas = SchedulerStore(app.engine).replicas(node=args.node, model=model)
-    if args.json:
-        print_json([placed_replica_json(p, s) for p, s in replicas])
-        return 0
+    store = SchedulerStore(app.engine)
+
+    def view() -> tuple[Any, str]:
+        model = args.model
+        if model is not None:  # resolved each refresh: an alias can move to another model
+            model = app.service.catalog().canonical(model) or model
+        replicas = store.replicas(node=args.node, model=model)
+        return [placed_replica_json(p, s) for p, s in replicas], _placements_table(replicas)
+
+    return live.show(view, watch=args.watch, as_json=args.json, title="llmgw placements")
+
+
+def _placements_table(replicas: Sequence[tuple[Placement, ReplicaStatus]]) -> str:
     headers = ["model", "replica", "profile", "gpu_class", "gpus/node", "nodes", "state", "since"]
     headers.append("endpoint")
-    sys.stdout.write(
-        table(
-            headers,
+    return table(
+        headers,
+        [
             [
-                [
-                    p.model,
-                    str(p.replica),
-                    p.profile,
-                    p.gpu_class or "cpu",
-                    str(p.gpus_per_node),
-                    ",".join(p.nodes),
-                    s.shown_state,
-                    iso(s.since),
-                    s.endpoint or "-",
-                ]
-                for p, s in replicas
-            ],
-        )
+                p.model,
+                str(p.replica),
+                p.profile,
+                p.gpu_class or "cpu",
+                str(p.gpus_per_node),
+                ",".join(p.nodes),
+                s.shown_state,
+                iso(s.since),
+                s.endpoint or "-",
+            ]
+            for p, s in replicas
+        ],
     )
-    return 0
 
 
 def cmd_daemon(app: App, args: argparse.Namespace) -> int:

@@ -192,3 +192,19 @@ def sse_events(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any]]]:
             assert event_id is not None, "every message carries its position as id"
             yield event_id, json.loads("\n".join(data))
             event_id, data = None, []
+
+
+def sse_messages(lines: Iterable[str]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(event name, id, data) of each SSE message, as they arrive; the name of an unnamed
+    message is "message", as an EventSource calls it."""
+    name, event_id, data = "message", "", []
+    for line in lines:
+        if line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("id:"):
+            event_id = line[3:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())
+        elif line == "" and data:
+            yield name, event_id, json.loads("\n".join(data))
+            name, event_id, data = "message", "", []

@@ -140,6 +140,25 @@ def test_a_change_shows_up_live_from_the_event_stream(
     page.close()
 
 
+def test_a_placement_event_shows_up_live_too(
+    browser: Browser, api: ApiServer, tokens: Tokens
+) -> None:
+    """A cordon writes no catalog event, only a placement event: the page redraws on it."""
+    page = signed_in(browser, api, tokens.reader)
+    expect(page.locator("#live")).to_have_text("live")
+    page.click("nav a[data-page=nodes]")
+    row = page.locator("#nodes tbody tr", has_text="node-1")
+    expect(row).not_to_contain_text("cordoned")
+    with api.client(tokens.operator) as ops:
+        assert ops.post("/v1/nodes/node-1/cordon", json={"reason": "ui"}).status_code == 200
+        try:
+            # Sooner than the page's own 10 s refresh: the stream's placement event redrew it.
+            expect(row).to_contain_text("cordoned", timeout=6_000)
+        finally:
+            assert ops.post("/v1/nodes/node-1/uncordon", json={}).status_code == 200
+    page.close()
+
+
 def test_a_hostile_reason_is_shown_as_text_not_markup(
     browser: Browser, api: ApiServer, tokens: Tokens
 ) -> None:

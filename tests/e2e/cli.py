@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,19 @@ class Cli:
             timeout=300,
         )
 
+    def spawn(self, *args: str) -> Running:
+        """A command that keeps going (--watch, --follow), read a line at a time."""
+        return Running(
+            subprocess.Popen(
+                [LLMGW, *args],
+                cwd=self.workdir,
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+
     def json(self, *args: str) -> Any:
         done = self(*args, "--json")
         assert done.returncode == 0, done.stderr
@@ -43,3 +60,42 @@ class Cli:
     def write(self, name: str, data: Any) -> str:
         (self.workdir / name).write_text(dump_yaml(data))
         return name
+
+
+class Running:
+    """A running ``llmgw``: its stdout lines as they come, and Ctrl-C (SIGINT) to end it."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def line(self, timeout: float = 30) -> str:
+        found = self.lines.get(timeout=timeout)
+        assert found is not None, f"llmgw ended: {self.interrupt()}"
+        return found
+
+    def until(self, predicate: Callable[[str], bool], timeout: float = 30) -> list[str]:
+        """The lines read up to and including the first for which ``predicate`` holds."""
+        seen: list[str] = []
+        while not seen or not predicate(seen[-1]):
+            seen.append(self.line(timeout))
+        return seen
+
+    def interrupt(self) -> tuple[int, str]:
+        """Ctrl-C; the exit status and stderr."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        assert self.proc.stderr is not None
+        return self.proc.returncode, self.proc.stderr.read()

@@ -91,3 +91,48 @@ def test_apply_with_a_key_is_recorded_once_and_a_different_change_is_refused(cli
     reused = cli("apply", "v3.yaml", "--key", "rollout-2")
     assert reused.returncode == 1
     assert "'rollout-2' was already used for a different change" in reused.stderr
+
+
+def test_apply_dry_run_shows_the_diff_and_the_next_round_and_records_nothing(
+    tmp_path: Path,
+) -> None:
+    # One back end: what is read is the store's contract; this checks the command's output.
+    cli = Cli(tmp_path, f"sqlite:///{tmp_path / 'llmgw.db'}")
+    cli.write("catalog.yaml", DECLARED)
+    nodes = [{"name": f"t4-{i}", "gpu_class": "T4", "gpus": 4} for i in range(2)]
+    assert cli("nodes", "report", cli.write("nodes.yaml", {"nodes": nodes})).returncode == 0
+    trial = {**TRIAL, "scaling": {"min": 1}}
+    cli.write("qwen-test.yaml", trial)
+
+    dry = cli("apply", "qwen-test.yaml", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert lines[:4] == [
+        "dry run at catalog position 0: nothing recorded",
+        "would add qwen-test",
+        "+ qwen-test",
+        "the next round (2 nodes) would then:",
+    ]
+    assert lines[4].startswith("  + qwen-test[0] t4 on t4-")
+    assert cli.json("history") == []  # nothing written
+
+    assert cli("apply", "qwen-test.yaml").returncode == 0
+    assert cli("place").returncode == 0
+    cli.write("qwen-test.yaml", {**trial, "profiles": [{"name": "t4", "gpu_class": "T4", "tp": 2}]})
+    preview = cli.json("apply", "qwen-test.yaml", "--dry-run")
+    assert preview["dry_run"] is True and preview["outcome"] == "replaced"
+    assert preview["catalog_position"] == 1
+    (changed,) = preview["diff"]["changed"]
+    assert [c["path"] for c in changed["changes"]] == [
+        "profiles[t4].tp",
+        "profiles[t4].gpus_per_node",
+    ]
+    # The new definition is rolled out surge-first: a new replica placed, the old one kept.
+    assert [p["model"] for p in preview["would_place"]] == ["qwen-test"]
+    assert preview["would_place"][0]["gpus_per_node"] == 2
+    (rollout,) = preview["rollouts"]
+    assert rollout["model"] == "qwen-test"
+    assert [e["position"] for e in cli.json("history")] == [1]
+
+    refused = cli("apply", cli.write("llama.yaml", DECLARED["models"][0]), "--dry-run")
+    assert refused.returncode == 1 and "llama-70b" in refused.stderr

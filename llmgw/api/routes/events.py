@@ -5,6 +5,16 @@ that resumes after the last position it saw neither misses nor repeats an
 event. The stream gives each event's position as its SSE ``id``; a client that
 reconnects sends it back as ``Last-Event-ID`` (browsers do this themselves),
 or passes ``?after=``.
+
+The scheduler's placement log (placement.placed, placement.removed, node.cordoned,
+...) is on the stream only when asked for, with ``?placements=true``, so that a
+client written for catalog events alone sees exactly what it saw before. Its
+events come as named SSE messages (``event: placement``), which an EventSource's
+``onmessage`` ignores; catalog events stay unnamed. The two logs number their
+events apart, so on such a stream every message's ``id`` is both positions,
+``CATALOG:PLACEMENTS`` (e.g. ``12:40``): what a reconnecting client sends back
+resumes both. A plain numeric Last-Event-ID is still accepted (the catalog's
+position; the placement log then resumes after ``placements_after``).
 """
 
 from __future__ import annotations
@@ -25,7 +35,8 @@ from llmgw.api import schemas
 from llmgw.api.access import SECURED, Reader
 from llmgw.api.problems import ApiJSON, Problem, errors, json_text
 from llmgw.api.services import Services
-from llmgw.views import event_json
+from llmgw.views import event_json, placement_event_json
+from scheduler.records import PlacementEvent
 
 log = structlog.get_logger("llmgw.api")
 
@@ -73,7 +84,8 @@ def list_events(
     responses={
         200: {
             "description": "`text/event-stream`: one SSE message per event, `id:` its position, "
-            "`data:` the event as in /v1/events",
+            "`data:` the event as in /v1/events; with `placements=true` also `event: placement` "
+            "messages (`data:` a placement event) and ids `CATALOG:PLACEMENTS`",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
         **errors(401, 422, 503),
@@ -81,46 +93,90 @@ def list_events(
     openapi_extra=SECURED,
     tags=["events"],
     summary="Follow the log (server-sent events); resumes after Last-Event-ID or ?after=",
+    description="Catalog events as unnamed SSE messages, `id:` the log position. With "
+    "`placements=true`, also the scheduler's placement events (placement.placed, "
+    "placement.removed, node.cordoned, ...) as named messages (`event: placement`, which an "
+    "EventSource's `onmessage` ignores: listen with `addEventListener('placement', ...)`), and "
+    "every message's `id:` is `CATALOG:PLACEMENTS`, both logs' positions, so that "
+    "Last-Event-ID resumes both. A numeric Last-Event-ID is the catalog's position alone.",
 )
 async def stream_events(
     call: Reader,
     after: After = 0,
+    placements: Annotated[
+        bool,
+        Query(description="also the scheduler's placement events, as `event: placement`"),
+    ] = False,
+    placements_after: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=MAX_POSITION,
+            description="with placements: only placement events after this position",
+        ),
+    ] = 0,
     last_event_id: Annotated[
         str | None,
-        Header(alias="Last-Event-ID", description="the last position received; wins over after"),
+        Header(
+            alias="Last-Event-ID",
+            description="the last id received: a catalog position, or CATALOG:PLACEMENTS; "
+            "wins over after and placements_after",
+        ),
     ] = None,
 ) -> Response:
-    start = after
+    start, placements_start = after, placements_after
     if last_event_id is not None and last_event_id.strip():
-        text = last_event_id.strip()
-        if not text.isdigit() or int(text) > MAX_POSITION:
-            raise Problem(
-                422, "invalid-request", f"Last-Event-ID {text[:40]!r} is not a log position"
-            )
-        start = int(text)
+        start, resumed = _resume(last_event_id.strip())
+        if resumed is not None:
+            placements_start = resumed
     await to_thread.run_sync(call.svc.store.head)  # an outage is a 503 now, not a broken stream
     return StreamingResponse(
-        _follow(call.svc, start),
+        _follow(call.svc, start, placements_start if placements else None),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
-async def _follow(svc: Services, after: int) -> AsyncIterator[str]:
-    last = after
+def _resume(text: str) -> tuple[int, int | None]:
+    """A Last-Event-ID: ``N`` (a catalog position) or ``N:M`` (and a placement position)."""
+    catalog, colon, placed = text.partition(":")
+    parts = [catalog, placed] if colon else [catalog]
+    # ASCII digits only: str.isdigit() also holds for '²', which int() refuses.
+    if not all(p.isascii() and p.isdigit() and int(p) <= MAX_POSITION for p in parts):
+        raise Problem(
+            422,
+            "invalid-request",
+            f"Last-Event-ID {text[:40]!r} is not a log position (N, or N:M with placements)",
+        )
+    return int(catalog), int(placed) if colon else None
+
+
+async def _follow(svc: Services, after: int, placements_after: int | None) -> AsyncIterator[str]:
+    """``placements_after`` None: the catalog's events alone, as before placements were
+    on the stream (ids are positions); else both logs, ids ``CATALOG:PLACEMENTS``."""
+    last, placed = after, placements_after
     yield f"retry: {RETRY_MS}\n\n"
     idle = 0.0
     poll = svc.settings.stream_poll_s
     while not svc.stopping.is_set():
         try:
             batch = await to_thread.run_sync(_read, svc, last)
+            more = [] if placed is None else await to_thread.run_sync(_read_placed, svc, placed)
         except OperationalError as exc:
             # End the stream; the client reconnects with Last-Event-ID and loses nothing.
             log.warning("api.stream_failed", after=last, error=str(exc.orig or exc).strip())
             return
-        if batch:
-            yield "".join(_message(e) for e in batch)
-            last = batch[-1].position
+        if batch or more:
+            # Within each log, log order; between the two, catalog events first in a poll
+            # (the logs share no order: each message's id says where both stand).
+            messages: list[str] = []
+            for e in batch:
+                last = e.position
+                messages.append(_message(e, last if placed is None else f"{last}:{placed}"))
+            for p in more:
+                placed = p.position
+                messages.append(_placement_message(p, f"{last}:{placed}"))
+            yield "".join(messages)
             idle = 0.0
             continue
         await anyio.sleep(poll)
@@ -134,5 +190,13 @@ def _read(svc: Services, after: int) -> list[StoredEvent]:
     return list(svc.store.read(after=after, until=after + STREAM_BATCH))
 
 
-def _message(event: StoredEvent) -> str:
-    return f"id: {event.position}\ndata: {json_text(event_json(event))}\n\n"
+def _read_placed(svc: Services, after: int) -> list[PlacementEvent]:
+    return list(svc.nodes.events(after=after, limit=STREAM_BATCH))
+
+
+def _message(event: StoredEvent, event_id: int | str) -> str:
+    return f"id: {event_id}\ndata: {json_text(event_json(event))}\n\n"
+
+
+def _placement_message(event: PlacementEvent, event_id: str) -> str:
+    return f"event: placement\nid: {event_id}\ndata: {json_text(placement_event_json(event))}\n\n"

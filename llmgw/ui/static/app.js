@@ -4,7 +4,12 @@
 "use strict";
 
 const TOKEN_KEY = "llmgw.token";
-const state = { token: sessionStorage.getItem(TOKEN_KEY) || "", head: 0, stream: null };
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY) || "",
+  head: 0,
+  placed: 0, // the placement log's last position seen (ids are CATALOG:PLACEMENTS)
+  stream: null,
+};
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -176,12 +181,16 @@ async function showDiff(event) {
   }
 }
 
-// Follows /v1/events/stream with fetch (EventSource cannot send a bearer token).
+// Follows /v1/events/stream with fetch (EventSource cannot send a bearer token), with the
+// placement events too: a replica placed, moved or ready, a node cordoned, redraws the pages.
+// The first connection reads the placement log from its start (one refresh, debounced).
 async function follow() {
   const live = document.getElementById("live");
   for (;;) {
     try {
-      const response = await api(`/v1/events/stream?after=${state.head}`);
+      const response = await api(
+        `/v1/events/stream?after=${state.head}&placements=true&placements_after=${state.placed}`,
+      );
       live.textContent = "live";
       live.className = "status live";
       const reader = response.body.getReader();
@@ -195,9 +204,10 @@ async function follow() {
         while ((cut = buffer.indexOf("\n\n")) >= 0) {
           const message = buffer.slice(0, cut);
           buffer = buffer.slice(cut + 2);
-          const id = /^id:\s*(\d+)/m.exec(message);
+          const id = /^id:\s*(\d+):(\d+)/m.exec(message);
           if (id) {
             state.head = Math.max(state.head, Number(id[1]));
+            state.placed = Math.max(state.placed, Number(id[2]));
             scheduleRefresh();
           }
         }
