@@ -28,16 +28,14 @@ Pure: no I/O, no logging; module state is only the bounded caches.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import msgspec
-from msgspec import UNSET, Raw, UnsetType
-from pydantic import BaseModel
+from msgspec import UNSET, Raw
 
 from catalog.documents import Limits, read_json
 from catalog.errors import CatalogError
+from catalog.fast_build import _construct, _ListMemo, _Memo, _spec
 from catalog.model import (
     SLO,
     Capabilities,
@@ -46,10 +44,23 @@ from catalog.model import (
     Profile,
     Rollout,
     Scaling,
-    _parse_duration_cached,
 )
 from catalog.model_rules import normalize, validate
 from catalog.parse import parse_model
+from catalog.stored_shapes import (
+    _SLO,
+    _Capabilities,
+    _Model,
+    _ModelComplete,
+    _Payload,
+    _PayloadComplete,
+    _PlacementRules,
+    _Profile,
+    _ProfileComplete,
+    _Removal,
+    _Rollout,
+    _Scaling,
+)
 
 __all__ = [
     "FAST_MAX_CHARS",
@@ -73,307 +84,9 @@ FAST_MAX_CHARS: Final = 65_536
 # profiles > profile > env.
 FAST_MAX_DEPTH: Final = 5
 
-# Every field UNSET unless present, so that ``model_fields_set`` comes out as
-# pydantic's would (the keys the text held), not merely equal values.
-# forbid_unknown_fields: pydantic refuses unknown keys (extra="forbid").
-# gc=False: these structs hold no cycles and live for one decode.
-_STRUCT: dict[str, Any] = {"forbid_unknown_fields": True, "gc": False}
-
-
-class _Scaling(msgspec.Struct, **_STRUCT):
-    min: int | UnsetType = UNSET
-    max: int | UnsetType = UNSET
-
-
-class _Rollout(msgspec.Struct, **_STRUCT):
-    max_surge: int | UnsetType = UNSET
-    max_unavailable: int | UnsetType = UNSET
-
-
-class _SLO(msgspec.Struct, **_STRUCT):
-    # Only the written form: a duration given as a number takes the general path.
-    ttft_p99: str | UnsetType = UNSET
-    tpot_p99: str | UnsetType = UNSET
-
-
-class _Capabilities(msgspec.Struct, **_STRUCT):
-    tools: bool | UnsetType = UNSET
-    vision: bool | UnsetType = UNSET
-    embeddings: bool | UnsetType = UNSET
-
-
-class _PlacementRules(msgspec.Struct, **_STRUCT):
-    priority: int | UnsetType = UNSET
-    spread_by: str | UnsetType | None = UNSET
-    spread_required: bool | UnsetType = UNSET
-
-
-class _Profile(msgspec.Struct, **_STRUCT):
-    name: str | UnsetType = UNSET
-    engine: str | UnsetType = UNSET
-    gpu_class: str | UnsetType = UNSET
-    tp: int | UnsetType = UNSET
-    pp: int | UnsetType = UNSET
-    gpus_per_node: int | UnsetType = UNSET
-    nodes: int | UnsetType = UNSET
-    args: tuple[str, ...] | UnsetType = UNSET
-    env: dict[str, str] | UnsetType = UNSET
-    min_memory_gb: int | UnsetType = UNSET
-    node_selector: dict[str, str] | UnsetType = UNSET
-    # msgspec takes a JSON integer for a float and converts it, as pydantic's
-    # strict float does (1 -> 1.0); a bool is refused by both.
-    weight: float | UnsetType = UNSET
-    priority: int | UnsetType = UNSET
-    startup_timeout: str | UnsetType = UNSET
-
-
-class _Model(msgspec.Struct, **_STRUCT):
-    name: str | UnsetType = UNSET
-    aliases: tuple[str, ...] | UnsetType = UNSET
-    source: str | UnsetType = UNSET
-    # Sub-objects stay raw text here and are decoded (or found) by that text,
-    # the list of profiles as a whole and then one by one; an empty Raw is an
-    # absent key (any JSON value is one byte or more).
-    profiles: Raw = Raw()
-    scaling: Raw = Raw()
-    fallbacks: tuple[str, ...] | UnsetType = UNSET
-    routing_profile: str | UnsetType = UNSET
-    slo: Raw = Raw()
-    context_length: int | UnsetType = UNSET
-    max_output: int | UnsetType = UNSET
-    capabilities: Raw = Raw()
-    placement: Raw = Raw()
-    rollout: Raw = Raw()
-
-
-# The same shapes with every key required but the two sections a definition
-# leaves out while they are the default: what every stored definition holds
-# (``to_definition()``). Decoding into them needs no per-field presence check,
-# and the fields set is known; a payload missing a key takes the structs above.
-class _ProfileComplete(msgspec.Struct, **_STRUCT):
-    name: str
-    engine: str
-    gpu_class: str
-    tp: int
-    pp: int
-    gpus_per_node: int
-    nodes: int
-    args: tuple[str, ...]
-    env: dict[str, str]
-    min_memory_gb: int
-    node_selector: dict[str, str]
-    weight: float
-    priority: int
-    startup_timeout: str
-
-
-class _ModelComplete(msgspec.Struct, **_STRUCT):
-    name: str
-    aliases: tuple[str, ...]
-    source: str
-    profiles: Raw
-    scaling: Raw
-    fallbacks: tuple[str, ...]
-    routing_profile: str
-    slo: Raw
-    context_length: int
-    max_output: int
-    capabilities: Raw
-    placement: Raw = Raw()
-    rollout: Raw = Raw()
-
-
-class _PayloadComplete(msgspec.Struct, **_STRUCT):
-    model: _ModelComplete
-    declared_digest: str | UnsetType | None = UNSET
-
-
-class _Payload(msgspec.Struct, **_STRUCT):
-    """A stored model.added (v2) or model.replaced (v1) payload, nothing more.
-
-    Any other key takes the general path, which ignores it: the point is that
-    every key here has a known, shallow shape, so the limits hold (above).
-    """
-
-    model: _Model
-    declared_digest: str | UnsetType | None = UNSET
-
-
-_M = TypeVar("_M", bound=BaseModel)
-_set = object.__setattr__
-
-
-def _construct(cls: type[_M], values: dict[str, Any], fields_set: set[str]) -> _M:
-    """A pydantic model from already checked values, as ``model_construct`` builds it,
-    without its per-call overhead (defaults are filled by the caller)."""
-    obj = cls.__new__(cls)
-    _set(obj, "__dict__", values)
-    _set(obj, "__pydantic_fields_set__", fields_set)
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
-    return obj
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-def _duration(value: Any) -> timedelta:
-    # The same parse (and cache) as the model's BeforeValidator; a refusal raises
-    # ValueError and the payload takes the general path.
-    return _parse_duration_cached(value)
-
-
-# How a struct's present value becomes the model's (only durations change).
-_CONVERT: dict[tuple[type[BaseModel], str], Callable[[Any], Any]] = {
-    (SLO, "ttft_p99"): _duration,
-    (SLO, "tpot_p99"): _duration,
-    (Profile, "startup_timeout"): _duration,
-}
-
-
-def _constant(value: Any) -> Callable[[], Any]:
-    def default() -> Any:
-        return value
-
-    return default
-
-
-def _spec(
-    cls: type[BaseModel], struct: type[msgspec.Struct]
-) -> tuple[tuple[str, Callable[[Any], Any], Callable[[], Any]], ...]:
-    """(field, converter, default) for each field of ``cls``, in its order.
-
-    Built from pydantic's own field table, and refused at import if the struct
-    does not mirror it exactly: a field added to the model and forgotten here
-    must fail loudly, not be decoded as its default.
-    """
-    if tuple(cls.model_fields) != struct.__struct_fields__:
-        raise RuntimeError(
-            f"catalog.fast_decode: {struct.__name__} fields {struct.__struct_fields__} do not "
-            f"mirror {cls.__name__} fields {tuple(cls.model_fields)}"
-        )
-    out = []
-    for name, info in cls.model_fields.items():
-        factory = info.default_factory
-        if isinstance(factory, type) and issubclass(factory, BaseModel):
-            # A frozen section left out (placement and rollout usually are):
-            # one default instance, shared, rather than a pydantic __init__ per model.
-            default: Callable[[], Any] = _constant(factory())
-        elif factory is not None:
-            default = factory  # type: ignore[assignment]
-        else:
-            default = _constant(info.default)
-        out.append((name, _CONVERT.get((cls, name), _identity), default))
-    return tuple(out)
-
-
-_asdict = msgspec.structs.asdict
-
-
-def _builder(cls: type[_M], struct: type[msgspec.Struct]) -> Callable[[Any], _M]:
-    spec = _spec(cls, struct)
-    defaults = {name: default for name, _, default in spec}
-    converters = {name: convert for name, convert, _ in spec if convert is not _identity}
-
-    def build(decoded: Any) -> _M:
-        # asdict (in C) keeps the struct's field order, which is the model's (checked).
-        values = _asdict(decoded)
-        fields_set: set[str] = set()
-        for name, value in values.items():
-            if value is UNSET:
-                values[name] = defaults[name]()
-            else:
-                fields_set.add(name)
-                convert = converters.get(name)
-                if convert is not None:
-                    values[name] = convert(value)
-        return _construct(cls, values, fields_set)
-
-    return build
-
-
-def _complete_builder(cls: type[_M], struct: type[msgspec.Struct]) -> Callable[[Any], _M]:
-    """The builder for a struct with every key required: every field was given."""
-    spec = _spec(cls, struct)
-    names = frozenset(name for name, _, _ in spec)
-    converters = tuple((name, convert) for name, convert, _ in spec if convert is not _identity)
-
-    def build(decoded: Any) -> _M:
-        values = _asdict(decoded)
-        for name, convert in converters:
-            values[name] = convert(values[name])
-        return _construct(cls, values, set(names))
-
-    return build
-
-
-class _Memo:
-    """One kind of sub-object, decoded once per distinct raw text and then shared."""
-
-    __slots__ = ("build", "build_complete", "cache", "decode", "decode_complete", "limit")
-
-    def __init__(
-        self,
-        cls: type[BaseModel],
-        struct: type[msgspec.Struct],
-        limit: int,
-        complete: type[msgspec.Struct] | None = None,
-    ) -> None:
-        self.decode = msgspec.json.Decoder(struct).decode
-        self.build = _builder(cls, struct)
-        self.decode_complete = None if complete is None else msgspec.json.Decoder(complete).decode
-        self.build_complete = None if complete is None else _complete_builder(cls, complete)
-        self.cache: dict[bytes, Any] = {}
-        self.limit = limit
-
-    def get(self, raw: Raw) -> Any:
-        key = bytes(raw)
-        found = self.cache.get(key)
-        if found is None:
-            found = self._decode(key)
-            # Only what decoded and built is remembered: a refusal raises every time.
-            if self.limit > 0:
-                if len(self.cache) >= self.limit:
-                    self.cache.clear()
-                self.cache[key] = found
-        return found
-
-    def _decode(self, key: bytes) -> Any:
-        if self.decode_complete is not None and self.build_complete is not None:
-            try:
-                return self.build_complete(self.decode_complete(key))
-            except msgspec.ValidationError:
-                pass  # a key left out, or refused: the struct with defaults decides
-        return self.build(self.decode(key))
-
-
-class _ListMemo:
-    """The list of a model's profiles, by its raw text: most models repeat a list whole."""
-
-    __slots__ = ("cache", "decode", "limit")
-
-    def __init__(self, limit: int) -> None:
-        self.decode = msgspec.json.Decoder(tuple[Raw, ...]).decode
-        self.cache: dict[bytes, tuple[Profile, ...]] = {}
-        self.limit = limit
-
-    def get(self, raw: Raw) -> tuple[Profile, ...]:
-        key = bytes(raw)
-        found = self.cache.get(key)
-        if found is None:
-            get = _PROFILES.get
-            found = tuple([get(item) for item in self.decode(key)])
-            if self.limit > 0:
-                if len(self.cache) >= self.limit:
-                    self.cache.clear()
-                self.cache[key] = found
-        return found
-
-
 _MEMO_LIMIT = 4096
 _PROFILES = _Memo(Profile, _Profile, _MEMO_LIMIT, _ProfileComplete)
-_PROFILE_LISTS = _ListMemo(_MEMO_LIMIT)
+_PROFILE_LISTS = _ListMemo(_MEMO_LIMIT, _PROFILES)
 _SECTIONS: dict[str, _Memo] = {
     "scaling": _Memo(Scaling, _Scaling, _MEMO_LIMIT),
     "slo": _Memo(SLO, _SLO, _MEMO_LIMIT),
@@ -484,10 +197,6 @@ def decode_definition(raw: str | bytes) -> Model | None:
         # path decides, and names the reason if there is one.
         return None
     return model
-
-
-class _Removal(msgspec.Struct, **_STRUCT):
-    name: str
 
 
 _DECODE_REMOVAL = msgspec.json.Decoder(_Removal).decode

@@ -12,9 +12,9 @@ from datetime import datetime
 
 from sqlalchemy import Engine, select
 
-from events import store
+from events import sql_reads
 from events.rows import to_event
-from events.store import _COLUMNS, t
+from events.sql_reads import _COLUMNS, t
 from events.types import StoredEvent
 
 
@@ -49,12 +49,12 @@ def history(engine: Engine, query: HistoryQuery, after: int = 0) -> Iterator[Sto
         conditions.append(t.c.recorded_at <= query.until)
     while True:
         select_batch = (
-            select(*_COLUMNS).where(*conditions).order_by(t.c.position).limit(store.READ_BATCH)
+            select(*_COLUMNS).where(*conditions).order_by(t.c.position).limit(sql_reads.READ_BATCH)
         )
         with engine.connect() as conn:
             rows = conn.execute(select_batch).all()
         for row in rows:
             yield to_event(row)
-        if len(rows) < store.READ_BATCH:
+        if len(rows) < sql_reads.READ_BATCH:
             return
         conditions[0] = t.c.position > rows[-1][0]

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine
 
-from events import store as store_module
+from events import sql_reads as store_module
 from events.backends import open_log
 from events.history import HistoryQuery, history
 from events.store import SqlLog

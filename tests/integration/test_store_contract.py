@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from events import store as store_module
+from events import sql_reads as store_module
 from events.backends import open_log
 from events.db import make_engine
 from events.log import ConcurrencyConflict, Log

@@ -17,7 +17,8 @@ from sqlalchemy import Engine, select
 import events.store as store_module
 from events.backends import open_log
 from events.rows import to_event as _to_event
-from events.store import _COLUMNS, SqlLog, t
+from events.sql_reads import _COLUMNS, t
+from events.store import SqlLog
 from events.types import NewEvent, StoredEvent
 
 
