@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, select
 
-import events.store as store_module
+import events.sql_reads as store_module
 from events.backends import open_log
 from events.rows import to_event as _to_event
 from events.sql_reads import _COLUMNS, t
