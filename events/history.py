@@ -1,7 +1,10 @@
 """History queries over the log in SQL: ``llmgw history`` and the API's filters.
 
 Filtered in SQL (by model, actor, type and time) rather than by reading the
-whole log, and streamed in batches like every read of the log.
+whole log, and streamed in batches like every read of the log. Rows are decoded by
+``events.rows.decode``, the tolerant decoder replay uses: a stored row whose columns
+are not their types (SQLite keeps whatever it is given) is still listed, marked
+unreadable with the reason, never a crash of ``llmgw history`` or the API.
 """
 
 from __future__ import annotations
@@ -10,10 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, String, select, type_coerce
 
 from events import sql_reads
-from events.rows import to_event
+from events.rows import decode
 from events.sql_reads import _COLUMNS, t
 from events.types import StoredEvent
 
@@ -47,14 +50,20 @@ def history(engine: Engine, query: HistoryQuery, after: int = 0) -> Iterator[Sto
         conditions.append(t.c.recorded_at >= query.since)
     if query.until is not None:
         conditions.append(t.c.recorded_at <= query.until)
+    # recorded_at comes back as the driver gives it and is converted by the column
+    # type's own processor inside decode(), so a value that is not a time is named.
+    raw_at = type_coerce(t.c.recorded_at, String).label("recorded_at")
+    columns = [*_COLUMNS[:-1], raw_at]
+    at_type = t.c.recorded_at.type.dialect_impl(engine.dialect)
+    convert = at_type.result_processor(engine.dialect, None) or (lambda value: value)
     while True:
         select_batch = (
-            select(*_COLUMNS).where(*conditions).order_by(t.c.position).limit(sql_reads.READ_BATCH)
+            select(*columns).where(*conditions).order_by(t.c.position).limit(sql_reads.READ_BATCH)
         )
         with engine.connect() as conn:
             rows = conn.execute(select_batch).all()
         for row in rows:
-            yield to_event(row)
+            yield decode(row, convert)
         if len(rows) < sql_reads.READ_BATCH:
             return
         conditions[0] = t.c.position > rows[-1][0]

@@ -42,9 +42,9 @@ class HistoryEntry:
 
     @classmethod
     def of(cls, event: StoredEvent) -> HistoryEntry:
-        return cls(
-            event.position, event.recorded_at, event.type, event.model, event.actor, event.reason
-        )
+        # A row that cannot be read is listed and named, as replay names it.
+        reason = event.reason if event.unreadable is None else f"unreadable row: {event.unreadable}"
+        return cls(event.position, event.recorded_at, event.type, event.model, event.actor, reason)
 
     @classmethod
     def of_placement(cls, event: PlacementEvent) -> HistoryEntry:

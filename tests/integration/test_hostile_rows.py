@@ -83,6 +83,33 @@ def test_a_sqlite_row_with_columns_of_the_wrong_type_is_skipped_and_named(
     assert skipped.position == 1 and "recorded_at 'yesterday' is not a time" in skipped.reason
 
 
+def test_history_lists_a_row_with_columns_of_the_wrong_type_and_names_it(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """`llmgw history` read rows through SQLAlchemy's type processors, which raised on a
+    recorded_at that is not a time: a traceback instead of the audit trail. It now reads
+    them as replay does, and the bad row is listed with its reason."""
+    engine = make_engine(sqlite_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO events (position, event_id, command_id, type, schema_version, model,"
+            " payload, actor, reason, recorded_at) VALUES"
+            " (1, 'e1', 'c1', 'model.added', 'two', NULL, X'FF00', 'a', '', 'yesterday')"
+        )
+    insert_raw_event(engine, 2, payload={"model": definition("after")}, model="after")
+    engine.dispose()
+    cli = Cli(tmp_path, sqlite_url)
+    listed = cli("history")
+    assert listed.returncode == 0, listed.stderr
+    first, second = listed.stdout.splitlines()[1:3]
+    assert (
+        first.startswith("1 ") and "unreadable row: recorded_at 'yesterday' is not a time" in first
+    )
+    assert second.startswith("2 ") and "after" in second
+    as_json = cli.json("history")
+    assert [e["position"] for e in as_json] == [1, 2]
+
+
 # What a column of each store accepts: anything at all in SQLite (a value of any
 # type in any column), text without NUL and integers of the column's range in
 # PostgreSQL, whose text columns cannot hold NUL.
