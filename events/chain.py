@@ -101,6 +101,9 @@ class ChainRow:
     recorded_at: datetime
     prev_hash: str | None
     hash: str | None
+    # Why the row's columns cannot be read as their types (see events.rows.decode);
+    # such a row was written outside llmgw, and verify says so rather than crash.
+    unreadable: str | None = None
 
     def computed_hash(self, prev_hash: str) -> str:
         return event_hash(
@@ -218,6 +221,13 @@ class ChainVerifier:
                 expected,
                 f"position {expected} is missing: the log goes from {self.position} to "
                 f"{row.position} (a deleted row)",
+            )
+            return False
+        if row.unreadable is not None:
+            self._fail(
+                row.position,
+                f"the row cannot be read ({row.unreadable}): it was written or edited "
+                "outside llmgw",
             )
             return False
         computed = row.computed_hash(self.hash)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Engine, Table, select
+from sqlalchemy import Engine, String, Table, select, type_coerce
 
 from events.chain import ChainRow, Seal
+from events.rows import decode
 from events.tables import ChainAdoptionRow, ChainSealRow, EventRow
 
 READ_BATCH = 5_000
@@ -30,7 +31,8 @@ _CHAIN_COLUMNS = (
     t.c.payload,
     t.c.actor,
     t.c.reason,
-    t.c.recorded_at,
+    # As the driver gives it: converted in decode(), so a value that is not a time is named.
+    type_coerce(t.c.recorded_at, String).label("recorded_at"),
     t.c.prev_hash,
     t.c.hash,
 )
@@ -39,6 +41,8 @@ _CHAIN_COLUMNS = (
 def read_chain(engine: Engine, after: int = 0) -> Iterator[ChainRow]:
     """Every event with its chain columns, in order, for ``llmgw verify``."""
     last = after
+    at_type = t.c.recorded_at.type.dialect_impl(engine.dialect)
+    convert = at_type.result_processor(engine.dialect, None) or (lambda value: value)
     while True:
         query = (
             select(*_CHAIN_COLUMNS)
@@ -49,10 +53,33 @@ def read_chain(engine: Engine, after: int = 0) -> Iterator[ChainRow]:
         with engine.connect() as conn:
             rows: list[Any] = list(conn.execute(query).all())
         for row in rows:
-            yield ChainRow(*row)
+            yield _chain_row(row, convert)
         if len(rows) < READ_BATCH:
             return
         last = rows[-1][0]
+
+
+def _chain_row(row: Any, convert: Any) -> ChainRow:
+    e = decode(row[:10], convert)
+    prev_hash, hash_ = row[10], row[11]
+    unreadable = e.unreadable
+    if unreadable is None and not all(h is None or type(h) is str for h in (prev_hash, hash_)):
+        unreadable = "prev_hash or hash is not text"
+    return ChainRow(
+        e.position,
+        e.event_id,
+        e.command_id,
+        e.type,
+        e.schema_version,
+        e.model,
+        e.payload,
+        e.actor,
+        e.reason,
+        e.recorded_at,
+        prev_hash if unreadable is None else None,
+        hash_ if unreadable is None else None,
+        unreadable,
+    )
 
 
 def read_seal(engine: Engine) -> Seal | None:

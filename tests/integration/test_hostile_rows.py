@@ -83,7 +83,7 @@ def test_a_sqlite_row_with_columns_of_the_wrong_type_is_skipped_and_named(
     assert skipped.position == 1 and "recorded_at 'yesterday' is not a time" in skipped.reason
 
 
-def test_history_lists_a_row_with_columns_of_the_wrong_type_and_names_it(
+def test_history_and_verify_name_a_row_with_columns_of_the_wrong_type(
     sqlite_url: str, tmp_path: Path
 ) -> None:
     """`llmgw history` read rows through SQLAlchemy's type processors, which raised on a
@@ -108,6 +108,12 @@ def test_history_lists_a_row_with_columns_of_the_wrong_type_and_names_it(
     assert second.startswith("2 ") and "after" in second
     as_json = cli.json("history")
     assert [e["position"] for e in as_json] == [1, 2]
+    # verify read the chain through the same processors: a traceback, not a finding.
+    verified = cli("verify")
+    assert verified.returncode == 1 and "Traceback" not in verified.stderr
+    assert "verify failed at position 1: the row cannot be read (recorded_at 'yesterday'" in (
+        verified.stderr
+    )
 
 
 # What a column of each store accepts: anything at all in SQLite (a value of any
