@@ -144,6 +144,7 @@ def _check_yaml_events(text: str, origin: str, limits: Limits) -> None:
             )
         if isinstance(event, yaml.ScalarEvent):
             nodes += 1
+            _refuse_surrogates(event.value, origin)
         elif isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
             nodes += 1
             depth += 1
@@ -182,8 +183,28 @@ def _check_json_nodes(data: Any, origin: str, limits: Limits) -> None:
         if isinstance(value, dict):
             pending.extend(value.values())
             nodes += len(value)  # the keys
+            for key in value:
+                _refuse_surrogates(key, origin)
         elif isinstance(value, list):
             pending.extend(value)
+        elif isinstance(value, str):
+            _refuse_surrogates(value, origin)
+
+
+# A JSON escape (\ud800) or a YAML one can spell half of a UTF-16 pair alone: a
+# Python string then holds a code point that is not a character, which no UTF-8
+# encoder accepts. Stored, it would break every later answer that prints the model.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_surrogates(text: str, origin: str) -> None:
+    found = _SURROGATE.search(text)
+    if found is not None:
+        raise CatalogError(
+            f"{origin}: the text {text[:40].encode('utf-8', 'backslashreplace').decode()!r} "
+            f"holds a lone surrogate (\\u{ord(found.group()):04x}), which is not a "
+            "character; write the character itself, or both halves of its UTF-16 pair"
+        )
 
 
 def _too_large(origin: str, limits: Limits) -> None:

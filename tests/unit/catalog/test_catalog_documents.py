@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from catalog import CatalogError, load_declared, load_definitions
-from catalog.documents import BODY_LIMITS, DocumentRefused, Limits, read_data, read_file
+from catalog.documents import BODY_LIMITS, DocumentRefused, Limits, read_data, read_file, read_json
 from tests.hostile.documents import deep_definition, deep_json_array, model_bomb
 
 
@@ -97,3 +97,23 @@ def test_real_definitions_are_within_the_limits() -> None:
     assert read_data(text, "catalog.yaml", BODY_LIMITS)["models"][0]["profiles"][0][
         "node_selector"
     ] == {"zone": "a"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"env": {"A": "\\ud800"}}',  # a lone high surrogate, JSON-escaped
+        '{"\\udc00": 1}',  # in a key
+        '["ok", ["\\udfff"]]',  # nested in a list
+    ],
+)
+def test_a_lone_surrogate_is_refused_naming_the_document(text: str) -> None:
+    """Half of a UTF-16 pair, spelled as a JSON escape, decodes to a string no UTF-8
+    encoder takes: accepted, it broke every later answer that printed the model (hypothesis
+    seed 13 found it through a stored payload). The reader refuses it, for bodies, files
+    and stored rows alike; a whole pair is a character and passes."""
+    with pytest.raises(CatalogError, match=r"body: .*lone surrogate"):
+        read_json(text, "body", Limits())
+    with pytest.raises(CatalogError, match="lone surrogate"):
+        read_data(text, "body", Limits())
+    assert read_json('{"a": "\\ud83d\\ude00"}', "body", Limits()) == {"a": "\U0001f600"}
