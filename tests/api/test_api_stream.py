@@ -109,8 +109,12 @@ def test_the_stream_resumes_after_last_event_id_and_ends_when_the_server_stops(
             assert next(lines) == "retry: 1000", "clients are told how soon to reconnect"
             position, data = next(sse_events(lines))
             assert (position, data["model"]) == (3, "r-2")
-        bad = ops.get("/v1/events/stream", headers={"Last-Event-ID": "x"})
-        assert bad.status_code == 422 and bad.json()["type"] == "urn:llmgw:problem:invalid-request"
+        # Not a position: letters, a digit int() refuses, and more digits than int() reads
+        # from a string (4,300) are each a 422, never a 500.
+        for last_id in (b"x", "\u00b2".encode(), b"9" * 5000, b"1:" + b"9" * 5000):
+            bad = ops.get("/v1/events/stream", headers={b"Last-Event-ID": last_id})
+            assert bad.status_code == 422, (last_id[:20], bad.status_code)
+            assert bad.json()["type"] == "urn:llmgw:problem:invalid-request"
 
         # A follower still connected does not hold up a stop.
         with ops.stream("GET", "/v1/events/stream", params={"after": 3}) as open_stream:

@@ -141,8 +141,11 @@ def _resume(text: str) -> tuple[int, int | None]:
     """A Last-Event-ID: ``N`` (a catalog position) or ``N:M`` (and a placement position)."""
     catalog, colon, placed = text.partition(":")
     parts = [catalog, placed] if colon else [catalog]
-    # ASCII digits only: str.isdigit() also holds for '²', which int() refuses.
-    if not all(p.isascii() and p.isdigit() and int(p) <= MAX_POSITION for p in parts):
+    # ASCII digits only: str.isdigit() also holds for '²', which int() refuses; and
+    # at most 19 of them, so int() never meets a string past its digit limit (4,300).
+    if not all(
+        p.isascii() and p.isdigit() and len(p) <= 19 and int(p) <= MAX_POSITION for p in parts
+    ):
         raise Problem(
             422,
             "invalid-request",
