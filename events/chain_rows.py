@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Engine, String, Table, select, type_coerce
+from sqlalchemy import Engine, Table, select
 
 from events.chain import ChainRow, Seal
 from events.rows import decode
+from events.sql_reads import RAW_RECORDED_AT, recorded_at_from_db
 from events.tables import ChainAdoptionRow, ChainSealRow, EventRow
 
 READ_BATCH = 5_000
@@ -31,8 +32,7 @@ _CHAIN_COLUMNS = (
     t.c.payload,
     t.c.actor,
     t.c.reason,
-    # As the driver gives it: converted in decode(), so a value that is not a time is named.
-    type_coerce(t.c.recorded_at, String).label("recorded_at"),
+    RAW_RECORDED_AT,  # converted in decode(), so a value that is not a time is named
     t.c.prev_hash,
     t.c.hash,
 )
@@ -41,8 +41,7 @@ _CHAIN_COLUMNS = (
 def read_chain(engine: Engine, after: int = 0) -> Iterator[ChainRow]:
     """Every event with its chain columns, in order, for ``llmgw verify``."""
     last = after
-    at_type = t.c.recorded_at.type.dialect_impl(engine.dialect)
-    convert = at_type.result_processor(engine.dialect, None) or (lambda value: value)
+    convert = recorded_at_from_db(engine.dialect)
     while True:
         query = (
             select(*_CHAIN_COLUMNS)

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, String, select, type_coerce
+from sqlalchemy import Engine, select
 
 from events import sql_reads
 from events.rows import decode
-from events.sql_reads import _COLUMNS, t
+from events.sql_reads import _COLUMNS, RAW_RECORDED_AT, recorded_at_from_db, t
 from events.types import StoredEvent
 
 
@@ -50,12 +50,8 @@ def history(engine: Engine, query: HistoryQuery, after: int = 0) -> Iterator[Sto
         conditions.append(t.c.recorded_at >= query.since)
     if query.until is not None:
         conditions.append(t.c.recorded_at <= query.until)
-    # recorded_at comes back as the driver gives it and is converted by the column
-    # type's own processor inside decode(), so a value that is not a time is named.
-    raw_at = type_coerce(t.c.recorded_at, String).label("recorded_at")
-    columns = [*_COLUMNS[:-1], raw_at]
-    at_type = t.c.recorded_at.type.dialect_impl(engine.dialect)
-    convert = at_type.result_processor(engine.dialect, None) or (lambda value: value)
+    columns = [*_COLUMNS[:-1], RAW_RECORDED_AT]
+    convert = recorded_at_from_db(engine.dialect)
     while True:
         select_batch = (
             select(*columns).where(*conditions).order_by(t.c.position).limit(sql_reads.READ_BATCH)

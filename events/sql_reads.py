@@ -21,10 +21,12 @@ from sqlalchemy import (
     Dialect,
     Integer,
     Select,
+    String,
     Table,
     bindparam,
     literal_column,
     select,
+    type_coerce,
 )
 
 from events.rows import EVENT_COLUMNS, REPLAY_COLUMNS, ReplayEvent, decode, lean
@@ -37,6 +39,20 @@ t: Table = EventRow.__table__  # type: ignore[assignment]  # declarative tables 
 _COLUMNS = tuple(t.c[name] for name in EVENT_COLUMNS)
 _INSERT_COLUMNS = (*_COLUMNS, t.c.prev_hash, t.c.hash)
 Convert = Callable[[Any], Any]
+# ``recorded_at`` as the driver gives it, for readers that convert it themselves
+# (through ``recorded_at_from_db``, inside events.rows.decode), so that a stored value
+# that is not a time is named rather than raised by SQLAlchemy's processor.
+RAW_RECORDED_AT = type_coerce(t.c.recorded_at, String).label("recorded_at")
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def recorded_at_from_db(dialect: Dialect) -> Convert:
+    """The ``recorded_at`` column type's own result processor on ``dialect``."""
+    at_type = t.c.recorded_at.type.dialect_impl(dialect)
+    return at_type.result_processor(dialect, None) or _same
 
 
 @cache
@@ -64,8 +80,7 @@ def _compiled_read(
     if found is None:
         compiled = _read_query(columns, until, model).compile(dialect=dialect)
         order = tuple(compiled.positiontup or ()) if dialect.positional else None
-        at_type = t.c.recorded_at.type.dialect_impl(dialect)
-        convert = at_type.result_processor(dialect, None) or (lambda value: value)
+        convert = recorded_at_from_db(dialect)
         found = _COMPILED_READS[key] = (compiled.string, order, dict(compiled.params), convert)
     return found
 

@@ -46,6 +46,7 @@ from events.sql_reads import (
     _fetch_events,
     fetch_driver_rows,
     fetch_replay_rows,
+    recorded_at_from_db,
     t,
 )
 from events.types import NewEvent, StoredEvent
@@ -118,7 +119,7 @@ def _writes(dialect: Dialect) -> _Writes:
                 ),
             ),
             to_db=at_type.bind_processor(dialect) or (lambda value: value),
-            from_db=at_type.result_processor(dialect, None) or (lambda value: value),
+            from_db=recorded_at_from_db(dialect),
         )
     return found
 
