@@ -196,10 +196,17 @@ def _gather(host: str, port: int, nnodes: int) -> threading.Event:
         joined: set[int] = set()
         while len(joined) < nnodes - 1:
             conn, _ = listener.accept()
-            line = conn.makefile("r").readline().split()
-            if len(line) != 2 or line[0] != "rank" or not line[1].isdigit():
+            # Anyone can connect to the master port: the rank line is bounded in size and
+            # in time, so a client that sends too much, or nothing, cannot stall the gang.
+            conn.settimeout(5)
+            try:
+                line = conn.makefile("rb").readline(64).decode("ascii", "replace").split()
+            except OSError:
+                line = []
+            if len(line) != 2 or line[0] != "rank" or not line[1].isdigit() or len(line[1]) > 6:
                 conn.close()
                 continue
+            conn.settimeout(None)
             rank = int(line[1])
             joined.add(rank)
             print(f"sim engine: rank {rank} joined ({len(joined)} of {nnodes - 1})", flush=True)
