@@ -18,12 +18,13 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from llmgw.settings import KEYS, _convert, _read
+from catalog.durations import format_duration
+from llmgw.settings import DEFAULT_ORIGIN, FILE_ORIGIN, KEYS, _convert, _read, origin_of
 
 # Each setting: the environment variable that may hold it, and its default.
 AGENT_ENV: dict[str, str] = {
@@ -57,6 +58,33 @@ class AgentSettings:
     log_max_mb: float
     log_keep: int
     leave_engines: bool
+    # Where each value came from, by key of [agent] (as ``Settings.origins``).
+    origins: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings in force, in the shape of the file's ``[agent]`` table."""
+
+        def duration(seconds: float) -> str:
+            return format_duration(timedelta(seconds=seconds))
+
+        return {
+            "server": self.server,
+            "token_file": None if self.token_file is None else str(self.token_file),
+            "node": self.node,
+            "labels": self.labels,
+            "fabric": self.fabric,
+            "interval": duration(self.interval_s),
+            "state_dir": str(self.state_dir),
+            "gpus": self.gpus,
+            "memory_gb": self.memory_gb,
+            "advertise": self.advertise,
+            "engine_host": self.engine_host,
+            "stop_grace": duration(self.stop_grace_s),
+            "restart_backoff": duration(self.restart_backoff_s),
+            "log_max_mb": self.log_max_mb,
+            "log_keep": self.log_keep,
+            "leave_engines": self.leave_engines,
+        }
 
 
 def resolve_agent(
@@ -67,17 +95,23 @@ def resolve_agent(
     env = os.environ if env is None else env
     table = _read(source).get("agent", {}) if source is not None else {}
     base = source.parent if source is not None else None
+    origins: dict[str, str] = {}
 
     def value(key: str, default: Any) -> Any:
         kind = KEYS["agent"][key]
         given = flags.get(key)
         if given is not None:
-            return _seconds(_convert(kind, given, f"--{key.replace('_', '-')}", None))
+            flag = f"--{key.replace('_', '-')}"
+            origins[key] = origin_of(flag)
+            return _seconds(_convert(kind, given, flag, None))
         var = AGENT_ENV.get(key)
         if var is not None and env.get(var, "") != "":
+            origins[key] = origin_of(var)
             return _seconds(_convert(kind, env[var], var, None))
         if key in table:
+            origins[key] = FILE_ORIGIN
             return _seconds(_convert(kind, table[key], f"{source}: [agent] {key}", base))
+        origins[key] = DEFAULT_ORIGIN
         return default
 
     node = value("node", None) or socket.gethostname()
@@ -98,6 +132,7 @@ def resolve_agent(
         log_max_mb=value("log_max_mb", 100.0),
         log_keep=value("log_keep", 3),
         leave_engines=value("leave_engines", False),
+        origins=origins,
     )
 
 

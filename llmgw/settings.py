@@ -156,6 +156,12 @@ class Settings:
     # that does not match is refused at start-up (events.snapshots). From the environment
     # only, as a secret should be: never from the settings file, never shown.
     snapshot_key_text: str | None = field(default=None, repr=False)
+    # Where each value in force came from, by section and key (``llmgw settings`` shows
+    # it beside the value): "flag --db", "env LLMGW_GRACE", "file" or "default". A
+    # value that surprises an operator is usually one set somewhere they did not look.
+    origins: Mapping[str, Mapping[str, str]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def snapshot_key(self) -> bytes | None:
@@ -205,11 +211,16 @@ class Settings:
                 return data[section][key], f"{source}: [{section}] {key}", True
             return None
 
+        origins: dict[str, dict[str, str]] = {}
+
         def value(section: str, key: str, default: Any) -> Any:
             found = pick(section, key)
+            shown = origins.setdefault(section, {})
             if found is None:
+                shown[key] = DEFAULT_ORIGIN
                 return default
             raw, origin, in_file = found
+            shown[key] = FILE_ORIGIN if in_file else origin_of(origin)
             return _convert(KEYS[section][key], raw, origin, base if in_file else None)
 
         url = value("database", "url", None)
@@ -256,6 +267,7 @@ class Settings:
             reads_open=value("auth", "reads_open", None),
             source=source,
             snapshot_key_text=env.get("LLMGW_SNAPSHOT_KEY") or None,
+            origins=origins,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -284,6 +296,16 @@ class Settings:
                 "reads_open": self.reads_open,
             },
         }
+
+
+DEFAULT_ORIGIN = "default"
+FILE_ORIGIN = "file"
+
+
+def origin_of(where: str) -> str:
+    """``--db`` -> ``flag --db``; ``LLMGW_GRACE`` -> ``env LLMGW_GRACE`` (how a refusal
+    names a value's source, shortened for ``llmgw settings``)."""
+    return f"flag {where}" if where.startswith("--") else f"env {where}"
 
 
 def _settings_path(given: str | None, env: Mapping[str, str], cwd: Path) -> Path | None:

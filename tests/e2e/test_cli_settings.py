@@ -129,3 +129,44 @@ def test_the_actor_defaults_to_the_login_user_and_json_is_everywhere(
     assert cli.json("remove", "tiny")["events"][0]["type"] == "model.removed"
     assert len(cli.json("history", "--since", "1h", "--until", "now")) == 2
     assert cli.json("history", "--until", "yesterday") == []
+
+
+def test_settings_shows_the_agent_table_and_where_each_value_came_from(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """`llmgw settings` is where an operator checks what a node's plain `llmgw agent`
+    would run with: the [agent] table too, and for every value whether a flag, the
+    environment, the file or a default set it."""
+    (tmp_path / "llmgw.toml").write_text(
+        SETTINGS + '\n[agent]\nserver = "http://cp.internal:8080"\ninterval = "15s"\n'
+        'token_file = "agent.token"\n'
+    )
+    cli = Cli(tmp_path, sqlite_url)
+    cli.env |= {"LLMGW_NODE": "gpu-7", "LLMGW_LABELS": "zone=eu", "LLMGW_GRACE": "2h"}
+    cli.env.pop("LLMGW_SERVER", None)
+    data = cli.json("settings", "--config", "declared.yaml")
+    agent = data["agent"]
+    assert agent["server"] == "http://cp.internal:8080"
+    assert agent["interval"] == "15s"
+    assert agent["token_file"] == str(tmp_path / "agent.token")  # relative to the file
+    assert agent["node"] == "gpu-7" and agent["labels"] == "zone=eu"
+    assert agent["stop_grace"] == "10s" and agent["log_keep"] == 3
+    origins = data["origins"]
+    assert origins["agent"]["server"] == "file"
+    assert origins["agent"]["node"] == "env LLMGW_NODE"
+    assert origins["agent"]["stop_grace"] == "default"
+    assert origins["policy"]["stale_after"] == "file"
+    assert origins["policy"]["grace"] == "env LLMGW_GRACE"
+    assert origins["catalog"]["file"] == "flag --config"
+    assert origins["policy"]["interval"] == "default"
+    assert origins["database"]["url"] == "env LLMGW_DATABASE_URL"
+    # Every value shown has its origin, and nothing else does.
+    for section in ("database", "catalog", "policy", "server", "auth", "agent"):
+        assert set(origins[section]) == set(data[section]), section
+
+    text = cli("settings").stdout
+    assert "\n[agent]\n" in text
+    assert 'server = "http://cp.internal:8080"  # file' in text
+    assert 'node = "gpu-7"  # env LLMGW_NODE' in text
+    assert 'stale_after = "0s"  # file' in text
+    assert "fabric = (unset)  # default" in text
