@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from scheduler.placements import Placement
-from scheduler.records import checked, names
-from scheduler.replicas import PLACED, ReplicaStatus
+from scheduler.records import checked, names, replica_state
+from scheduler.replicas import ReplicaStatus
 from scheduler.row_net import Row, decode_rows, json_column, raw
 from scheduler.tables import NodeRow, PlacementRow, table
 
@@ -104,7 +104,7 @@ def _placement(r: Row) -> StoredPlacement:
     )
     return StoredPlacement(
         placement=placement,
-        state=checked(r, "state", str, None) or PLACED,
+        state=replica_state(r),
         since=r["state_since"] or r["placed_at"],
         placed_at=r["placed_at"],
         message=checked(r, "message", str),

@@ -30,8 +30,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from scheduler.inventory import Node
-from scheduler.lifecycle import Lifecycle
+from scheduler.lifecycle import CORDONED, DRAINING, Lifecycle
 from scheduler.placements import Placement
+from scheduler.replicas import PLACED, STORED_STATES
 from scheduler.staleness import StalenessPolicy
 
 VERSION = "schema_version"
@@ -279,6 +280,19 @@ _LIFECYCLE_ENTRIES: dict[str, dict[str, tuple[type | None, ...]]] = {
 }
 
 
+def replica_state(data: Mapping[str, Any], key: str = "state") -> str:
+    """A stored replica state: one of ``STORED_STATES`` (null, from before replica
+    states were stored, is placed); any other value makes its row unreadable."""
+    state = checked(data, key, str, None)
+    if state is None:
+        return PLACED
+    if state not in STORED_STATES:
+        raise UnreadableRow(
+            f"{key} {_shown(state)} is not a replica state ({', '.join(STORED_STATES)})"
+        )
+    return str(state)
+
+
 def _lifecycle(data: Any) -> Lifecycle:
     data = _object(data, "lifecycle")
     for key, spec in _LIFECYCLE_ENTRIES.items():
@@ -286,6 +300,15 @@ def _lifecycle(data: Any) -> Lifecycle:
             entry = _object(item, f"a lifecycle {key} entry")
             for name, kinds in spec.items():
                 checked(entry, name, *kinds)
+            # The same values a live row may hold, for the same reasons (explain replays
+            # the round on them).
+            if key == "statuses":
+                replica_state(entry)
+            if key == "cordons" and entry["mode"] not in (CORDONED, DRAINING):
+                raise UnreadableRow(
+                    f"lifecycle cordon mode {_shown(entry['mode'])} is neither "
+                    f"{CORDONED} nor {DRAINING}"
+                )
     backoff = _object(data.get("backoff"), "lifecycle backoff")
     checked(backoff, "base_s", int, float)
     checked(backoff, "cap_s", int, float)

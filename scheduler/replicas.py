@@ -27,6 +27,11 @@ READY = "ready"
 FAILED = "failed"
 # Shown for a replica whose node's agent does not report replica states.
 UNREPORTED = "unreported"
+# What a stored replica state may be. Anything else in the database (written by hand,
+# by a newer release, or corrupted) is unreadable: a round would otherwise decide on a
+# state it does not know (rollout.py treats each of these four its own way), and the
+# API would answer a state its OpenAPI document says it never sends.
+STORED_STATES = (PLACED, STARTING, READY, FAILED)
 
 ReportedState = Literal["starting", "ready", "failed"]
 

@@ -26,7 +26,15 @@ from scheduler.records import (
     policy_json,
     recorded_round,
 )
-from scheduler.row_net import STORED_LIMITS, Row, decode_each, json_column, raw
+from scheduler.row_net import (
+    STORED_LIMITS,
+    Row,
+    Unreadable,
+    decode_each,
+    decode_one,
+    json_column,
+    raw,
+)
 from scheduler.staleness import StalenessPolicy
 from scheduler.tables import InventoryRow, PlacementRoundRow, table
 
@@ -35,6 +43,16 @@ inventories_t = table(InventoryRow)
 
 # Rounds fetched at a time while looking back for one that can be read.
 SEARCH_BATCH = 50
+
+
+class RoundUnreadable(Exception):
+    """A recorded round that exists but cannot be read, with the reason (as
+    ``scheduler.row_skipped`` logs it)."""
+
+    def __init__(self, round_id: int, reason: str) -> None:
+        super().__init__(f"round {round_id} is recorded but cannot be read: {reason}")
+        self.round_id = round_id
+        self.reason = reason
 
 
 def record_round(
@@ -80,11 +98,29 @@ def record_round(
 def read_recorded_round(
     conn: Connection, *, round_id: int | None = None, at: datetime | None = None
 ) -> RecordedRound | None:
-    """A recorded round by id, or the last readable one planned at or before ``at``, or the last."""
+    """A recorded round by id, or the last readable one planned at or before ``at``, or the last.
+
+    None when no such round is recorded. A round asked for by id whose row cannot be
+    read raises ``RoundUnreadable``: "not recorded" would send an operator looking
+    for a round that is there (the reason is otherwise only in the server's log).
+    """
     query = raw(rounds_t)
     if round_id is not None:
-        query = query.where(rounds_t.c.id == round_id)
-    elif at is not None:
+        row = conn.execute(query.where(rounds_t.c.id == round_id)).mappings().first()
+        if row is None:
+            return None
+        found = decode_one(
+            conn,
+            row,
+            table="placement_rounds",
+            key=("id",),
+            decode=lambda r: _round(conn, r),
+            times=("planned_at",),
+        )
+        if isinstance(found, Unreadable):
+            raise RoundUnreadable(round_id, found.reason)
+        return found
+    if at is not None:
         query = query.where(rounds_t.c.planned_at <= at)
     query = query.order_by(rounds_t.c.id.desc())
     offset = 0

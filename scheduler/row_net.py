@@ -15,6 +15,7 @@ that is text) fails in its own row's decode, not in the fetch of all rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -80,19 +81,75 @@ def decode_each(
 ) -> list[T]:
     """``decode_rows`` of rows already fetched with ``raw``."""
     convert = _time_reader(conn)
-    must, may = tuple(times), tuple(nullable_times)
     out: list[T] = []
     for row in rows:
-        try:
-            values = dict(row)
-            for name in (*must, *may):
-                if values[name] is None and name in may:
-                    continue
-                values[name] = convert(values[name], name)
-            out.append(decode(values))
-        except Exception as exc:
-            skipped(table, tuple(row[k] for k in key), exc)
+        decoded = _decode(
+            row,
+            convert,
+            table=table,
+            key=key,
+            decode=decode,
+            must=tuple(times),
+            may=tuple(nullable_times),
+        )
+        if not isinstance(decoded, Unreadable):
+            out.append(decoded)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A row left out, and why: the reason ``scheduler.row_skipped`` gives."""
+
+    key: tuple[Any, ...]
+    reason: str
+
+
+def decode_one(
+    conn: Connection,
+    row: AnyRow,
+    *,
+    table: str,
+    key: Sequence[str],
+    decode: Callable[[Row], T],
+    times: Iterable[str] = (),
+    nullable_times: Iterable[str] = (),
+) -> T | Unreadable:
+    """One row fetched with ``raw``, decoded; or, named as ``decode_rows`` names it, why
+    not. For a reader that must say more than "not found" of a row it was asked for
+    (``explain --round N``), or must step past it (a follower of the placement log)."""
+    return _decode(
+        row,
+        _time_reader(conn),
+        table=table,
+        key=key,
+        decode=decode,
+        must=tuple(times),
+        may=tuple(nullable_times),
+    )
+
+
+def _decode(
+    row: AnyRow,
+    convert: Callable[[Any, str], datetime],
+    *,
+    table: str,
+    key: Sequence[str],
+    decode: Callable[[Row], T],
+    must: tuple[str, ...],
+    may: tuple[str, ...],
+) -> T | Unreadable:
+    try:
+        values = dict(row)
+        for name in (*must, *may):
+            if values[name] is None and name in may:
+                continue
+            values[name] = convert(values[name], name)
+        return decode(values)
+    except Exception as exc:
+        shown = tuple(row[k] for k in key)
+        skipped(table, shown, exc)
+        return Unreadable(shown, reason_of(exc))
 
 
 def skipped(table: str, key: Any, exc: BaseException) -> None:

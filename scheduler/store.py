@@ -27,7 +27,7 @@ from scheduler.lifecycle import Cordon
 from scheduler.placements import Placement, Plan
 from scheduler.records import PlacementEvent, RecordedRound
 from scheduler.replicas import ReplicaStatus
-from scheduler.round_record import read_recorded_round
+from scheduler.round_record import RoundUnreadable, read_recorded_round
 from scheduler.round_store import PlacementState, RoundConflict, RoundStore
 from scheduler.staleness import StalenessPolicy
 from scheduler.trail import PLACED, REMOVED, UPDATED, events_head, read_events
@@ -122,7 +122,8 @@ class SchedulerStore:
     def recorded_round(
         self, *, round_id: int | None = None, at: datetime | None = None
     ) -> RecordedRound | None:
-        """A recorded round by id, or the last one planned at or before ``at``, or the last."""
+        """A recorded round by id, or the last one planned at or before ``at``, or the last;
+        a round asked for by id that cannot be read raises ``RoundUnreadable``."""
         with self.engine.connect() as conn:
             return read_recorded_round(conn, round_id=round_id, at=at)
 
@@ -135,5 +136,6 @@ __all__ = [
     "PlacementState",
     "RecordedRound",
     "RoundConflict",
+    "RoundUnreadable",
     "SchedulerStore",
 ]

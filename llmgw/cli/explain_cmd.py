@@ -10,7 +10,7 @@ from events.replay import replay
 from llmgw.cli.context import App, Refused, parse_when, print_json
 from llmgw.views import iso
 from scheduler.replica_stories import explain
-from scheduler.store import PLACED, REMOVED, SchedulerStore
+from scheduler.store import PLACED, REMOVED, RoundUnreadable, SchedulerStore
 
 
 def cmd_explain(app: App, args: argparse.Namespace) -> int:
@@ -27,9 +27,18 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
         header = f"now ({iso(now)}), catalog position {position}, {len(nodes)} nodes"
         recorded = None
     else:
-        recorded = store.recorded_round(
-            round_id=args.round, at=parse_when(args.at) if args.at else None
-        )
+        try:
+            recorded = store.recorded_round(
+                round_id=args.round, at=parse_when(args.at) if args.at else None
+            )
+        except RoundUnreadable as exc:
+            # The reason is the one `scheduler.row_skipped` logs: damaged, or written by a
+            # newer release. The round did happen; what it wrote is still in the trail.
+            raise Refused(
+                f"cannot explain {args.model!r} in round {exc.round_id}: the round is "
+                f"recorded but its row cannot be read ({exc.reason}). `llmgw history "
+                "--placements` still lists what it did; explain a round before or after it"
+            ) from None
         if recorded is None:
             if args.round is not None:
                 raise Refused(

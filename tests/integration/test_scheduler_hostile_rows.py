@@ -20,7 +20,7 @@ from events.backends import open_log
 from events.catalog_service import CatalogService
 from scheduler import parse_node_report
 from scheduler.placer import Placer
-from scheduler.store import SchedulerStore
+from scheduler.store import RoundUnreadable, SchedulerStore
 from scheduler.tables import (
     CordonRow,
     FailureRow,
@@ -34,7 +34,7 @@ from scheduler.tables import (
 from tests.api.server import ApiServer, Tokens, running
 from tests.e2e.cli import Cli
 from tests.hostile.documents import deep_json_array
-from tests.support import model
+from tests.support import definition, model
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 TABLES = {
@@ -226,7 +226,10 @@ def test_a_recorded_round_that_cannot_be_read_is_skipped_and_the_one_before_is_f
 
     assert store.recorded_round() == good
     assert store.recorded_round(at=T0 + timedelta(seconds=4)) == good
-    assert store.recorded_round(round_id=5) is None
+    # Asked for by id, an unreadable round says so, with the reason (not "not recorded").
+    with pytest.raises(RoundUnreadable, match="newer than this code reads"):
+        store.recorded_round(round_id=5)
+    assert store.recorded_round(round_id=99) is None
     reasons = {e["key"]: e["reason"] for e in _skipped(logs, "placement_rounds")}
     assert "newer than this code reads" in reasons["(5,)"]
     assert "no report time for node" in reasons["(4,)"]
@@ -344,3 +347,102 @@ def test_no_value_in_a_json_column_or_any_sqlite_column_stops_a_reader_or_a_roun
     assert outcome.round_id is not None
     assert store.recorded_round() is not None
     assert len([p for p in store.state().placements if p.model == "llama"]) >= 2
+
+
+@pytest.mark.parametrize("state", ["paused", "", "READY", "unreported", "ready\n"])
+def test_a_placement_whose_state_is_not_a_known_state_is_skipped_named_and_its_slot_reused(
+    engine: Engine, placer: Placer, logs: list[MutableMapping[str, Any]], state: str
+) -> None:
+    """A state this code does not know (hand-written, from a newer release, corrupted)
+    is unreadable like any other bad value: a round must not decide on it (rollouts treat
+    placed, starting, ready and failed each their own way) and an agent or the dashboard
+    must not be handed a state the API's document says it never sends. Shown as
+    "unreadable" instead, the replica would still count as placed with no state to
+    decide by; skipped, its slot is planned again, as for any unreadable placement."""
+    store = placer.store
+    store.report(_reports("n1", "n2"), T0)
+    insert_raw(engine, "placements", _placement_row("llama", 0, state=state))
+
+    assert store.state().placements == ()
+    assert store.replicas() == []
+    named = _skipped(logs, "placements")  # once per read
+    assert {e["key"] for e in named} == {"('llama', 0)"}
+    assert "is not a replica state (placed, starting, ready, failed)" in named[0]["reason"]
+    outcome = placer.run(now=T0)
+    assert outcome.round_id == 1
+    assert {s.state for s in store.state().lifecycle.statuses.values()} == {"placed"}
+    removed = [e for e in store.events() if e.type == "placement.removed"]
+    assert [(e.model, e.replica) for e in removed] == [("llama", 0)]
+
+
+def test_a_recorded_round_whose_lifecycle_holds_an_unknown_state_or_mode_is_unreadable(
+    engine: Engine, placer: Placer, logs: list[MutableMapping[str, Any]]
+) -> None:
+    store = placer.store
+    store.report(_reports("n1", "n2"), T0)
+    first = placer.run(now=T0)
+    good = store.recorded_round(round_id=first.round_id)
+    assert good is not None and good.lifecycle.statuses == {}
+    with engine.begin() as conn:
+        row = dict(conn.execute(TABLES["placement_rounds"].select()).mappings().one())
+    status = {
+        "model": "llama",
+        "replica": 0,
+        "state": "hibernating",
+        "since": T0.isoformat(),
+        "placed_at": T0.isoformat(),
+        "message": "",
+        "endpoint": None,
+        "reported": True,
+    }
+    cordon = {"node": "n1", "mode": "frozen", "actor": "", "reason": "", "since": T0.isoformat()}
+    backoff = {"base_s": 30, "cap_s": 600}
+    for round_id, lifecycle in [
+        (2, {"statuses": [status], "cordons": [], "failures": [], "backoff": backoff}),
+        (3, {"statuses": [], "cordons": [cordon], "failures": [], "backoff": backoff}),
+    ]:
+        insert_raw(
+            engine,
+            "placement_rounds",
+            {
+                **row,
+                "id": round_id,
+                "planned_at": T0 + timedelta(seconds=round_id),
+                "lifecycle": json.dumps(lifecycle),
+            },
+        )
+
+    assert store.recorded_round() == good
+    with pytest.raises(RoundUnreadable, match="'hibernating' is not a replica state"):
+        store.recorded_round(round_id=2)
+    with pytest.raises(RoundUnreadable, match="mode 'frozen' is neither"):
+        store.recorded_round(round_id=3)
+
+
+def test_explain_round_on_an_unreadable_round_says_it_exists_and_why_not_not_recorded(
+    tmp_path: Path, db_url: str, engine: Engine
+) -> None:
+    cli = Cli(tmp_path, db_url)
+    cli.write("catalog.yaml", {"models": [definition("llama", tp=4, scaling={"min": 1})]})
+    node = {"name": "n1", "gpu_class": "A100", "gpus": 8}
+    assert cli("nodes", "report", cli.write("n.yaml", node)).returncode == 0
+    assert cli.json("place")["round"] == 1
+    with engine.begin() as conn:
+        row = dict(conn.execute(TABLES["placement_rounds"].select()).mappings().one())
+    insert_raw(
+        engine,
+        "placement_rounds",
+        {**row, "id": 2, "policy": json.dumps({"schema_version": 99})},
+    )
+
+    done = cli("explain", "llama", "--round", "2")
+    assert done.returncode == 1
+    assert "not recorded" not in done.stderr
+    assert (
+        "cannot explain 'llama' in round 2: the round is recorded but its row cannot be read"
+        in (done.stderr)
+    )
+    assert "newer than this code reads" in done.stderr  # the reason row_skipped logs
+    # A round that was never recorded still says so, and a readable one still explains.
+    assert "round 3 is not recorded" in cli("explain", "llama", "--round", "3").stderr
+    assert cli.json("explain", "llama", "--round", "1")["replicas"][0]["outcome"] == "placed"
