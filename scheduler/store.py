@@ -29,8 +29,9 @@ from scheduler.records import PlacementEvent, RecordedRound
 from scheduler.replicas import ReplicaStatus
 from scheduler.round_record import RoundUnreadable, read_recorded_round
 from scheduler.round_store import PlacementState, RoundConflict, RoundStore
+from scheduler.row_net import Unreadable
 from scheduler.staleness import StalenessPolicy
-from scheduler.trail import PLACED, REMOVED, UPDATED, events_head, read_events
+from scheduler.trail import PLACED, REMOVED, UPDATED, events_head, follow_page, read_events
 
 
 class SchedulerStore:
@@ -113,6 +114,12 @@ class SchedulerStore:
                 limit=limit,
             )
         yield from found
+
+    def follow_page(self, *, after: int, limit: int) -> list[PlacementEvent | Unreadable]:
+        """The next rows of the placement log past ``after``: events, or unreadable rows
+        with the reason, in position order (``trail.follow_page``)."""
+        with self.engine.connect() as conn:
+            return follow_page(conn, after=after, limit=limit)
 
     def events_head(self) -> int:
         """The last placement event's position (0 for none)."""

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, func, insert, select
 
 from scheduler.backend import backend
 from scheduler.records import PlacementEvent, checked, names
-from scheduler.row_net import Row, decode_rows, json_column, raw
+from scheduler.row_net import Row, Unreadable, decode_one, decode_rows, json_column, raw
 from scheduler.tables import PlacementEventRow, PlacementRoundRow, table
 
 pevents_t = table(PlacementEventRow)
@@ -131,6 +131,37 @@ def read_events(
         decode=_event,
         times=("recorded_at",),
     )
+
+
+def follow_page(conn: Connection, *, after: int, limit: int) -> list[PlacementEvent | Unreadable]:
+    """The next ``limit`` rows past ``after``, in order: each an event, or, when it cannot
+    be read, why not (named as ``read_events`` names it).
+
+    For a follower: a page of unreadable rows must still move it on. ``read_events``
+    leaves them out, so a page made only of them looked like "nothing new" and the
+    follower read the same page again at every poll, never reaching the rows after it.
+    """
+    rows = (
+        conn.execute(
+            raw(pevents_t)
+            .where(pevents_t.c.position > after)
+            .order_by(pevents_t.c.position)
+            .limit(limit)
+        )
+        .mappings()
+        .all()
+    )
+    return [
+        decode_one(
+            conn,
+            row,
+            table="placement_events",
+            key=("position",),
+            decode=_event,
+            times=("recorded_at",),
+        )
+        for row in rows
+    ]
 
 
 def events_head(conn: Connection) -> int:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from llmgw.api.routes.events import STREAM_BATCH
 from tests.api.server import ApiServer, Tokens, definition, running, sse_events, sse_messages
 
 pytestmark = pytest.mark.slow
@@ -104,3 +106,57 @@ def _lines_until(lines: Iterator[str], model: str) -> Iterator[str]:
         if line.startswith("data:") and f'"model":"{model}"' in line.replace(" ", ""):
             yield ""
             return
+
+
+def test_a_page_made_only_of_unreadable_placement_rows_is_named_and_passed_not_stalled_on(
+    tmp_path: Path, db_url: str, tokens: Tokens
+) -> None:
+    """More unreadable rows in a row than one read takes (500) used to hold the stream:
+    each poll read the same page, decoded nothing and stayed where it was, so no later
+    placement event ever came. Each is now a named message with an id, and the stream
+    goes on past them."""
+    from sqlalchemy import insert
+
+    from events.db import make_engine
+    from scheduler.tables import PlacementEventRow, table
+
+    bad = STREAM_BATCH + 1
+    row = {
+        "round_id": 1,
+        "type": "placement.placed",
+        "model": "llama",
+        "replica": 0,
+        "profile": "default",
+        "reason": "",
+        "catalog_position": 0,
+        "recorded_at": datetime.now(UTC),
+        "actor": "",
+    }
+    rows = [{**row, "position": i, "nodes": "{not json"} for i in range(1, bad + 1)]
+    rows.append({**row, "position": bad + 1, "nodes": '["node-0"]'})
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(insert(table(PlacementEventRow)), rows)
+    engine.dispose()
+
+    args = ["--stream-poll", "0.05"]
+    server = ApiServer(tmp_path, db_url, tokens=tokens, args=args, declared=None)
+    with running(server), server.client(tokens.reader, timeout=httpx.Timeout(30, read=30)) as c:
+        params = {"placements": "true"}
+        with c.stream("GET", "/v1/events/stream", params=params) as response:
+            seen = _until_placed(response.iter_lines())
+        unreadable = [m for m in seen if m[0] == "placement-unreadable"]
+        assert [m[2]["position"] for m in unreadable] == list(range(1, bad + 1))
+        assert [m[1] for m in unreadable] == [f"0:{i}" for i in range(1, bad + 1)]
+        assert "nodes" in unreadable[0][2]["reason"]  # the reason row_skipped gives
+        assert seen[-1][2]["position"] == bad + 1 and seen[-1][1] == f"0:{bad + 1}"
+
+        # Resuming from an unreadable row's id goes on after it, not back to it.
+        resume = {"Last-Event-ID": f"0:{bad - 1}"}
+        with c.stream("GET", "/v1/events/stream", params=params, headers=resume) as response:
+            again = _until_placed(response.iter_lines())
+        assert [(m[0], m[1]) for m in again] == [
+            ("placement-unreadable", f"0:{bad}"),
+            ("placement", f"0:{bad + 1}"),
+        ]
+    assert len(server.logs("scheduler.row_skipped")) >= bad

@@ -15,6 +15,12 @@ events apart, so on such a stream every message's ``id`` is both positions,
 ``CATALOG:PLACEMENTS`` (e.g. ``12:40``): what a reconnecting client sends back
 resumes both. A plain numeric Last-Event-ID is still accepted (the catalog's
 position; the placement log then resumes after ``placements_after``).
+
+A placement row that cannot be read comes as ``event: placement-unreadable`` (``data:``
+its position and the reason ``scheduler.row_skipped`` logs), with an id like any other
+message. Not a comment: a comment carries no id, so a client reconnecting after one would
+be sent the row again; and the stream must step past such rows, or a page made only of
+them would hold the follower in place for good.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from llmgw.api.problems import ApiJSON, Problem, errors, json_text
 from llmgw.api.services import Services
 from llmgw.views import event_json, placement_event_json
 from scheduler.records import PlacementEvent
+from scheduler.row_net import Unreadable
 
 log = structlog.get_logger("llmgw.api")
 
@@ -85,7 +92,9 @@ def list_events(
         200: {
             "description": "`text/event-stream`: one SSE message per event, `id:` its position, "
             "`data:` the event as in /v1/events; with `placements=true` also `event: placement` "
-            "messages (`data:` a placement event) and ids `CATALOG:PLACEMENTS`",
+            "messages (`data:` a placement event), `event: placement-unreadable` for a stored "
+            "placement event that cannot be read (`data:` its `position` and `reason`), and "
+            "ids `CATALOG:PLACEMENTS`",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
         **errors(401, 422, 503),
@@ -177,6 +186,12 @@ async def _follow(svc: Services, after: int, placements_after: int | None) -> As
                 last = e.position
                 messages.append(_message(e, last if placed is None else f"{last}:{placed}"))
             for p in more:
+                if isinstance(p, Unreadable):
+                    # Named, with an id, and passed: the next poll reads past it, and a
+                    # client reconnecting with this id does not read it again.
+                    placed = _position(p)
+                    messages.append(_unreadable_message(p, f"{last}:{placed}"))
+                    continue
                 placed = p.position
                 messages.append(_placement_message(p, f"{last}:{placed}"))
             yield "".join(messages)
@@ -193,8 +208,13 @@ def _read(svc: Services, after: int) -> list[StoredEvent]:
     return list(svc.store.read(after=after, until=after + STREAM_BATCH))
 
 
-def _read_placed(svc: Services, after: int) -> list[PlacementEvent]:
-    return list(svc.nodes.events(after=after, limit=STREAM_BATCH))
+def _read_placed(svc: Services, after: int) -> list[PlacementEvent | Unreadable]:
+    return svc.nodes.follow_page(after=after, limit=STREAM_BATCH)
+
+
+def _position(row: Unreadable) -> int:
+    # The position column is the table's integer primary key: it is always a number.
+    return int(row.key[0])
 
 
 def _message(event: StoredEvent, event_id: int | str) -> str:
@@ -203,3 +223,8 @@ def _message(event: StoredEvent, event_id: int | str) -> str:
 
 def _placement_message(event: PlacementEvent, event_id: str) -> str:
     return f"event: placement\nid: {event_id}\ndata: {json_text(placement_event_json(event))}\n\n"
+
+
+def _unreadable_message(row: Unreadable, event_id: str) -> str:
+    data = {"position": _position(row), "reason": row.reason}
+    return f"event: placement-unreadable\nid: {event_id}\ndata: {json_text(data)}\n\n"
