@@ -61,6 +61,16 @@ class PlacementState:
     # Replica states, cordons and failures, read with the placements.
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
 
+    def replicas(
+        self, *, node: str | None = None, model: str | None = None
+    ) -> list[tuple[Placement, ReplicaStatus]]:
+        """Each placement with its state, optionally only those on ``node`` or of ``model``."""
+        return [
+            (p, self.lifecycle.statuses.get((p.model, p.replica)) or _unknown_status())
+            for p in self.placements
+            if (node is None or node in p.nodes) and (model is None or p.model == model)
+        ]
+
 
 class RoundStore:
     def __init__(self, engine: Engine) -> None:
@@ -87,12 +97,7 @@ class RoundStore:
         self, *, node: str | None = None, model: str | None = None
     ) -> list[tuple[Placement, ReplicaStatus]]:
         """Every placement with its state, optionally only those on ``node`` or of ``model``."""
-        state = self.state()
-        return [
-            (p, state.lifecycle.statuses.get((p.model, p.replica)) or _unknown_status())
-            for p in state.placements
-            if (node is None or node in p.nodes) and (model is None or p.model == model)
-        ]
+        return self.state().replicas(node=node, model=model)
 
     def service(self) -> tuple[dict[str, Cordon], dict[str, int]]:
         """The cordons by node, and how many replicas each node hosts: what `nodes list` shows."""

@@ -147,6 +147,46 @@ class PlacementEntry(BaseModel):
     engine: EngineLaunch | None
 
 
+class FleetModel(_Open):
+    """Per model: replicas wanted (scaling.min), placed, ready (or unreported), and
+    unplaced, each with the reason the daemon's next round would give."""
+
+    name: str
+    declared: bool
+    wanted: int
+    placed: int
+    ready: int
+    unplaced: int
+    unplaced_reasons: list[dict[str, Any]]
+
+
+class FleetNode(_Open):
+    name: str
+    gpu_class: str | None
+    gpus: int
+    gpus_reserved: int
+    gpus_used: int
+    gpus_free: int
+    replicas: int
+    state: Literal["fresh", "stale", "lost"]
+    cordoned: bool
+    cordon: Literal["cordoned", "draining"] | None
+
+
+class Fleet(BaseModel):
+    """``GET /v1/fleet``: what runs and why not, in one read (the dashboard's page)."""
+
+    catalog_position: int
+    # The placement log's last position when this was read: follow the stream from
+    # here (``placements_after``) for what changed since.
+    placement_head: int
+    checked_at: str
+    policy: dict[str, float]
+    models: list[FleetModel]
+    nodes: list[FleetNode]
+    placements: list[PlacementEntry]
+
+
 class Health(BaseModel):
     status: str
 

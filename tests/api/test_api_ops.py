@@ -3,6 +3,7 @@ cluster's gauges on /metrics, /v1/fleet and /v1/diff, on a real `llmgw serve`.""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -141,3 +142,51 @@ def test_a_token_appended_by_the_cli_works_until_revoked(tmp_path: Path, sqlite_
     )
     with running(server):
         assert server.client(token).get("/v1/catalog").status_code == 401
+
+
+def test_fleet_gives_the_reasons_the_daemon_would_cordons_included_and_the_placement_head(
+    tmp_path: Path, db_url: str, tokens: Tokens
+) -> None:
+    """/v1/fleet planned its dry run without the lifecycle (cordons, drains, back-offs):
+    a replica kept off a cordoned node showed no reason at all, while the daemon left it
+    unplaced. Its reasons are now the ones `llmgw place --dry-run` (the daemon's inputs)
+    gives; and it says where the placement log stands, for the dashboard's stream."""
+    server = ApiServer(tmp_path, db_url, tokens=tokens, declared=None)
+    with running(server), server.client(tokens.operator) as ops:
+        model = definition("kept-off", scaling={"min": 1})
+        assert ops.post("/v1/catalog/models", json=model).status_code == 201
+        assert ops.put("/v1/nodes/node-0", json=NODE).status_code == 200
+        cordoned = ops.post("/v1/nodes/node-0/cordon", params={"reason": "bad fan"})
+        assert cordoned.status_code == 200, cordoned.text
+        fleet = ops.get("/v1/fleet").json()
+    (row,) = fleet["models"]
+    assert row["wanted"] == 1 and row["placed"] == 0 and row["unplaced"] == 1
+    (why,) = row["unplaced_reasons"]
+    assert "cordon" in why["reason"], why
+
+    done = subprocess.run(
+        [LLMGW, "place", "--dry-run", "--json"],
+        env={**server.env, "LLMGW_LOG_LEVEL": "ERROR"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    daemon = json.loads(done.stdout)
+    assert [(u["replica"], u["reason"]) for u in daemon["unplaced"]] == [
+        (why["replica"], why["reason"])
+    ]
+
+    done = subprocess.run(
+        [LLMGW, "history", "--placements", "--json"],
+        env={**server.env, "LLMGW_LOG_LEVEL": "ERROR"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    placement_log = [e for e in json.loads(done.stdout) if e["log"] == "placements"]
+    assert [e["type"] for e in placement_log] == ["node.cordoned"]
+    assert fleet["placement_head"] == placement_log[-1]["position"]

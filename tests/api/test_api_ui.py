@@ -185,3 +185,33 @@ def test_with_reads_open_the_page_reads_without_a_token(
         expect(page.locator("#login")).to_be_hidden()
         expect(page.locator("#models tbody tr[data-model='base-7b']")).to_have_count(1)
         page.close()
+
+
+def test_the_page_follows_the_placement_log_from_its_head_not_from_the_start(
+    browser: Browser, sqlite_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    """The first stream connection asked for every placement event since position 0,
+    which the page had already drawn from /v1/fleet: one redraw per burst of old events
+    on every page load. It now starts at the head /v1/fleet reports."""
+    server = ApiServer(tmp_path, sqlite_url, tokens=tokens)
+    with running(server):
+        with server.client(tokens.operator) as ops:
+            assert ops.put("/v1/nodes/node-0", json=NODES[0]).status_code == 200
+            for _ in range(3):
+                assert ops.post("/v1/nodes/node-0/cordon").status_code == 200
+                assert ops.post("/v1/nodes/node-0/uncordon").status_code == 200
+            head = ops.get("/v1/fleet").json()["placement_head"]
+        assert head == 6
+        page = browser.new_page()
+        streams: list[str] = []
+        page.on(
+            "request", lambda r: streams.append(r.url) if "/v1/events/stream" in r.url else None
+        )
+        page.goto(f"{server.url}/ui")
+        page.fill("#token", tokens.reader)
+        page.click("#login button")
+        expect(page.locator("#live")).to_have_text("live", timeout=30_000)
+        assert streams, "the page opened no stream"
+        assert "placements=true" in streams[0]
+        assert f"placements_after={head}" in streams[0], streams[0]
+        page.close()

@@ -3,8 +3,16 @@ replica's reason) and ``GET /v1/diff`` (the catalog between two log positions).
 
 They answer what ``llmgw models``, ``nodes list``, ``place --dry-run`` and ``diff``
 answer, in one read each, for the dashboard and for programs. The reasons come from
-planning a round now with the server's policy, without writing (as ``place
---dry-run``), so they are the reasons the next round would give.
+planning a round now without writing, with the inputs the daemon's next round reads
+(``Placer.run``): the server's policy and the placements with their lifecycle (replica
+states, cordons, drains, failure back-offs). Planned without the lifecycle, as it
+was, a replica kept off a cordoned or backing-off node showed no reason, or one the
+daemon would not give. Not the last recorded round's reasons: a round that changes
+nothing is not recorded, so they could be any age.
+
+``placement_head`` is the placement log's last position when the fleet was read: a
+client that follows the stream from there (``placements_after``) gets what changed
+since, not the whole log replayed (the dashboard redrew once per old event).
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from starlette.responses import Response
 
 from catalog.diff import diff_catalogs
 from events.timetravel import catalogs_at
-from llmgw.api import fleet
+from llmgw.api import fleet, schemas
 from llmgw.api.access import SECURED, Reader
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
@@ -32,6 +40,7 @@ MAX_POSITION = 2**62
 
 @router.get(
     "/v1/fleet",
+    response_model=schemas.Fleet,
     responses=errors(401, 503),
     openapi_extra=SECURED,
     tags=["nodes"],
@@ -42,14 +51,19 @@ async def get_fleet(call: Reader) -> Response:
 
 
 def _fleet(svc: Services) -> dict[str, Any]:
+    # The head first: an event recorded while the rest is read is then sent again by the
+    # stream (one more redraw), never missed.
+    placement_head = svc.nodes.events_head()
     view = svc.gate.view()
     inventory = svc.nodes.nodes()
-    replicas = svc.nodes.replicas()
-    placements = [p for p, _ in replicas]
-    cordons, _ = svc.nodes.service()
+    state = svc.nodes.state()
+    replicas = state.replicas()
+    placements = list(state.placements)
     now = datetime.now(UTC)
     policy = svc.settings.policy
-    plan = make_plan(demands(view.catalog), inventory, placements, now, policy)
+    plan = make_plan(
+        demands(view.catalog), inventory, placements, now, policy, lifecycle=state.lifecycle
+    )
     reasons: dict[str, list[dict[str, Any]]] = {}
     for u in plan.unplaced:
         reasons.setdefault(u.model, []).append({"replica": u.replica, "reason": u.reason})
@@ -59,13 +73,14 @@ def _fleet(svc: Services) -> dict[str, Any]:
     rows = [replica_json(p, view.catalog, status) for p, status in replicas]
     return {
         "catalog_position": view.position,
+        "placement_head": placement_head,
         "checked_at": iso(now),
         "policy": {
             "stale_after_s": policy.stale_after.total_seconds(),
             "grace_s": policy.grace.total_seconds(),
         },
         "models": models,
-        "nodes": fleet.nodes(inventory, placements, now, policy, cordons),
+        "nodes": fleet.nodes(inventory, placements, now, policy, state.lifecycle.cordons),
         "placements": rows,
     }
 

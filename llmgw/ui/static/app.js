@@ -132,7 +132,11 @@ function renderFleet(fleet) {
 
 async function refresh() {
   try {
-    renderFleet(await getJSON("/v1/fleet"));
+    const fleet = await getJSON("/v1/fleet");
+    renderFleet(fleet);
+    // What was just drawn is as of the placement log's head: follow the stream from
+    // there. From 0, the first connection replayed the whole log (a burst of redraws).
+    state.placed = Math.max(state.placed, fleet.placement_head || 0);
     const page = await getJSON(`/v1/events?after=${Math.max(state.head - 100, 0)}&limit=100`);
     state.head = page.head;
     renderEvents(page.events);
@@ -183,7 +187,7 @@ async function showDiff(event) {
 
 // Follows /v1/events/stream with fetch (EventSource cannot send a bearer token), with the
 // placement events too: a replica placed, moved or ready, a node cordoned, redraws the pages.
-// The first connection reads the placement log from its start (one refresh, debounced).
+// It starts at the placement head /v1/fleet gave, so only what changed since comes.
 async function follow() {
   const live = document.getElementById("live");
   for (;;) {
