@@ -9,11 +9,11 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from events.history import HistoryQuery, history
-from llmgw.cli.context import App, parse_when, print_json
+from llmgw.cli.context import EXIT_USAGE, App, SystemExitWith, parse_when, print_json
 from llmgw.cli.live import json_line
 from llmgw.cli.render import column_widths, table, table_row
 from llmgw.cli.times import whole_day
@@ -156,8 +156,25 @@ def follow(app: App, args: argparse.Namespace) -> int:
     seen neither misses nor repeats an event. The heads are read first and the
     entries bounded by them, so an event recorded meanwhile is printed once, by
     the next poll. With --json, one object a line, the first ones too.
+
+    With --until, it follows until that time and then exits 0 (``--until today``: to
+    the end of the day); an --until already past is refused (see below).
     """
     query = history_query(args)
+    if query.until is not None and query.until <= datetime.now(UTC):
+        # Refused, not "print and exit": --follow promises to wait for new events, and
+        # none can ever match, so printing the history and exiting 0 would look like a
+        # follow that ended by itself (a supervisor restarts it; a person thinks the log
+        # went quiet). It is also most often a slip: relative times count back, so
+        # `--until 1h` is an hour ago, not "for an hour".
+        raise SystemExitWith(
+            EXIT_USAGE,
+            f"error: history --follow --until {args.until}: that time ({iso(query.until)}) "
+            "has passed, so no new event can match and --follow would wait forever. Drop "
+            "--follow to list the events up to then, or give an --until still to come "
+            "(e.g. today, the end of today) to follow until it; relative times count back "
+            "from now (--until 1h is an hour ago)",
+        )
     keys = [*HISTORY_KEYS, "log"] if args.placements else HISTORY_KEYS
     out = sys.stdout
     try:
@@ -172,8 +189,13 @@ def follow(app: App, args: argparse.Namespace) -> int:
         out.flush()
         while True:
             time.sleep(FOLLOW_POLL_S)
+            # Read once more after --until has passed: an event recorded just before it
+            # may commit just after.
+            ended = query.until is not None and datetime.now(UTC) > query.until
             now = _heads(app, args.placements)
             if now == heads:
+                if ended:
+                    return 0
                 continue
             for entry in _entries(app, query, args.placements, heads, now):
                 data = entry.to_json()
@@ -183,6 +205,8 @@ def follow(app: App, args: argparse.Namespace) -> int:
                     out.write(table_row([str(data[h] or "") for h in keys], widths) + "\n")
             out.flush()
             heads = now
+            if ended:
+                return 0
     except KeyboardInterrupt:
         return 0
 

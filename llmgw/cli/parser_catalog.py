@@ -107,8 +107,9 @@ def register_audit(
         "--follow",
         "-f",
         action="store_true",
-        help="then keep printing new events as they are recorded, until Ctrl-C "
-        "(with --json, one object a line)",
+        help="then keep printing new events as they are recorded, until Ctrl-C or until "
+        "--until's time has passed (an --until already past is refused) (with --json, one "
+        "object a line)",
     )
     p.add_argument("--json", action="store_true", help="a list of objects, for programs")
     p.set_defaults(run="history_cmd:cmd_history")

@@ -108,3 +108,35 @@ def test_history_follow_as_a_table_keeps_the_columns(cli: Cli) -> None:
     assert line.split()[2:4] == ["model.removed", "qwen-test"]
     assert line.split()[0] == "3"  # the add between was read past, not printed
     _stopped(follow)
+
+
+@pytest.mark.parametrize("until", ["yesterday", "1h", "2026-01-01T00:00:00Z", "now"])
+def test_history_follow_with_an_until_already_past_is_refused_not_left_waiting(
+    cli: Cli, until: str
+) -> None:
+    """No new event can be recorded at or before a time that has passed: --follow would
+    poll forever and print nothing. A usage error that says so, and what to write."""
+    _ok(cli, "add", cli.write("trial.yaml", TRIAL), "--reason", "first")
+    done = cli("history", "--follow", "--until", until)
+    assert done.returncode == 2, done
+    assert done.stdout == ""
+    assert f"history --follow --until {until}: that time" in done.stderr
+    assert "has passed" in done.stderr and "Drop --follow" in done.stderr
+    assert "Traceback" not in done.stderr
+    # Without --follow the same bound lists what there is, as before.
+    assert cli("history", "--until", until).returncode == 0
+
+
+def test_history_follow_until_a_time_to_come_follows_then_exits_once_it_has_passed(
+    cli: Cli,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    _ok(cli, "add", cli.write("trial.yaml", TRIAL), "--reason", "first")
+    until = (datetime.now(UTC) + timedelta(seconds=45)).isoformat()  # room to start
+    follow = cli.spawn("history", "--follow", "--json", "--until", until)
+    first = json.loads(follow.line())
+    assert first["type"] == "model.added"
+    # It ends by itself once the time has passed (a bound on a hang, not on speed).
+    assert follow.proc.wait(timeout=120) == 0
+    assert follow.lines.get(timeout=30) is None  # nothing more was printed
