@@ -35,6 +35,7 @@ at all: ``scheduler.memo.PlanMemo`` returns the plan it got last time.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from operator import attrgetter
 
@@ -49,6 +50,7 @@ from scheduler.rejections import ClassIndex, ProfileRejections, count_rejections
 from scheduler.resilience import resilience
 from scheduler.rollout import finish, judge
 from scheduler.spread import Spread
+from scheduler.spread_repair import repair
 from scheduler.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy
 
 
@@ -118,6 +120,18 @@ def plan(
     preempted = Preempted(kept=kept.placements)
     if policy.preemption:
         preempted = preempt(judged.demands, attempt, kept.placements)
+    # Whichever way won, the new replicas are then spread by same-shape swaps and
+    # moves into free room, which never change the GPU count (``spread_repair``).
+    repaired = repair(
+        judged.demands,
+        attempt.placed,
+        attempt.spread,
+        attempt.capacity,
+        eligible=attempt.eligible_nodes,
+        avoid=judged.avoid,
+        fixed=preempted.preemptors,
+    )
+    attempt.placed = repaired.placed
     notes = {
         **{
             (m, r): n
@@ -153,7 +167,10 @@ def plan(
         # The old side of a rollout serves too, so it counts towards resilience.
         resilience=resilience(demands, keep + place + tuple(judged.held), inventory),
     )
-    return finish(result, judged, lifecycle)
+    result = finish(result, judged, lifecycle)
+    if repaired.notes:
+        result = replace(result, notes=result.notes + tuple(repaired.notes))
+    return result
 
 
 def _explain(

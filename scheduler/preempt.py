@@ -48,6 +48,9 @@ class Preempted:
 
     evicted: list[Removal] = field(default_factory=list)
     kept: list[Placement] = field(default_factory=list)
+    # (model, replica) of each replica placed by evicting others: it must stay
+    # where its evictions made room (``scheduler.spread_repair`` leaves it there).
+    preemptors: list[tuple[str, int]] = field(default_factory=list)
 
 
 def preempt(demands: Sequence[Demand], attempt: Attempt, kept: list[Placement]) -> Preempted:
@@ -140,6 +143,7 @@ class _State:
             self.attempt.spread.add(demand.model, nodes)
             placed = self.attempt.placement(demand.model, replica, profile, nodes)
             self.attempt.placed.append(placed)
+            self.outcome.preemptors.append((demand.model, replica))
             for name in nodes:
                 self.on_node.setdefault(name, []).append(placed)
             return victims

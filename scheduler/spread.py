@@ -170,6 +170,11 @@ class Spread:
             return Choice(None, self._refusal(model, label, floor, eligible))
         return Choice(None)
 
+    def floor(self, model: str, label: str | None, names: Sequence[str]) -> int:
+        """The fewest replicas of ``model`` on any of ``names`` (with ``label``: in any of
+        their values). ``names`` must be the same list object for the same profile."""
+        return self._floor(model, label, lambda: names)
+
     def _key(self, model: str, label: str | None) -> Callable[[str], tuple[int, int]]:
         nodes = self.on_node.get(model, {})
         if label is None:

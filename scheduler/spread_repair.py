@@ -1,0 +1,417 @@
+"""Spreading a round's new replicas after the quality floor has chosen how to place them.
+
+The quality floor (``scheduler.packing``) keeps plain best fit or first fit
+when either places more GPUs than the round's own way, and neither spreads:
+at 5,000 and 10,000 synthetic nodes they won, and hundreds of models had two
+replicas on one node while a fitting node without one existed. This pass
+repairs that without giving the GPUs back. For each new replica sharing a node
+(or, with ``spread_by``, a crowded label value) with others of its model:
+
+1. **Swap** it with a new replica of another model of the same shape (GPU
+   class, GPUs per node, memory per node, node count): each takes the other's
+   nodes. Every node then carries exactly what it carried, so nothing can be
+   overcommitted and the GPU count cannot change. Both profiles must admit
+   their new nodes (class, labels, the model's back-off; the nodes were fresh
+   and open, since a replica was placed there this round), and a gang's nodes
+   stay the gang's fabric.
+2. Failing that, **move** it to nodes with free room left, chosen as the round's
+   own way chooses (spread first, then best fit): the same replica on other
+   cards, so the GPU count cannot change either, and the room is checked as
+   for any placement.
+
+A change is made only when it makes the moved replica's model strictly better
+spread and the other model (of a swap) no worse, by the model's own rule: with
+``spread_by``, first no more replicas on nodes without the label, then the
+replicas per label value as even as possible (sum of squared counts), then
+per node; without it, per node only. That measure falls with every change and
+never rises, so the pass ends; it ends with no such swap or move left (the
+invariant the tests hold).
+
+Never touched: running replicas (the stability rule: a running replica moves
+only with a reason, and spread is not one), the old side of a rollout, a
+replica placed by evicting others (it goes where its evictions made room, as
+its story says), and the gangs of a model with ``spread_required`` (its rule
+is judged per value when placed; a gang's sum could hide a value crowded past
+the skew). A single replica of a ``spread_required`` model may move: moving
+one replica to a value holding fewer never widens the skew.
+
+Pure and deterministic: candidates in (model, replica) order, partners in
+(model, replica) order, the first that reaches the best possible change taken.
+Cost: nothing when nothing new was placed; otherwise O(P) to find candidates
+and, per candidate, a scan of the new replicas of its shape that stops at the
+first ideal partner (usually within a few), so a few milliseconds at 5,000
+nodes. Every change is a note on the plan (``place`` prints them with ``~``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import islice
+
+from catalog.views import PlacementProfile
+from scheduler.capacity import Capacity
+from scheduler.fit import missing_label
+from scheduler.inventory import Node
+from scheduler.placements import Demand, Placement
+from scheduler.spread import Choice, Spread
+
+# (replicas on unlabelled nodes, sum of squares per label value, sum of squares per node)
+Score = tuple[int, int, int]
+_Shape = tuple[str | None, int, int, int]
+_ZERO: Score = (0, 0, 0)
+
+
+@dataclass(slots=True)
+class Repaired:
+    """The round's new placements after the repair, and one note per change."""
+
+    placed: list[Placement]
+    notes: list[tuple[str, str]] = field(default_factory=list)
+    swaps: int = 0
+    moves: int = 0
+
+
+def repair(
+    demands: Sequence[Demand],
+    placed: Sequence[Placement],
+    spread: Spread,
+    capacity: Capacity,
+    *,
+    eligible: Callable[[PlacementProfile], Sequence[str]],
+    avoid: Mapping[str, frozenset[str]] | None = None,
+    fixed: Collection[tuple[str, int]] = (),
+) -> Repaired:
+    """Swap and move ``placed`` (this round's new replicas) to spread their models.
+
+    ``spread`` counts every replica that runs (kept and new) and ``capacity``
+    is what is left free; both are updated in place. ``eligible`` maps a
+    profile to the fresh, open nodes of its class and labels (``Attempt.eligible_nodes``);
+    ``fixed`` are (model, replica) slots not to touch (preemptors).
+    """
+    out = Repaired(list(placed))
+    if len(placed) < 1:
+        return out
+    pass_ = _Pass(demands, out, spread, capacity, eligible, avoid or {}, frozenset(fixed))
+    # Each change lowers one model's score and raises none, so this ends; in
+    # practice after two or three passes.
+    while pass_.run():
+        pass
+    return out
+
+
+class _Pass:
+    def __init__(  # noqa: PLR0917
+        self,
+        demands: Sequence[Demand],
+        out: Repaired,
+        spread: Spread,
+        capacity: Capacity,
+        eligible: Callable[[PlacementProfile], Sequence[str]],
+        avoid: Mapping[str, frozenset[str]],
+        fixed: frozenset[tuple[str, int]],
+    ) -> None:
+        self.out = out
+        self.spread = spread
+        self.capacity = capacity
+        self.eligible = eligible
+        self.avoid = avoid
+        self.fixed = fixed
+        self.rules = {d.model: d for d in demands}
+        self.profiles: dict[tuple[str, str], PlacementProfile] = {
+            (d.model, p.name): p for d in demands for p in d.profiles
+        }
+        self.inventory: Mapping[str, Node] = spread.inventory
+        # The movable new replicas by shape, then by the nodes they are on: a
+        # candidate skips a whole node (often dozens of stacked replicas) with
+        # one look-up when its model is as crowded there.
+        self.groups: dict[_Shape, _Group] = {}
+        for index, p in enumerate(out.placed):
+            if self._movable(p):
+                self.groups.setdefault(_shape(p), _Group()).add(p.nodes, index)
+        self.slot = lambda i: (out.placed[i].model, out.placed[i].replica)
+        for group in self.groups.values():
+            group.settle(self.slot)
+
+    def run(self) -> bool:
+        """Swaps for every crowded replica, then moves for those still crowded: whether
+        anything changed. Apart, because a moved replica is a node of its own to scan
+        for every later candidate, and most candidates a move serves have no swap."""
+        changed = False
+        placed = self.out.placed
+        for change in (self._swap, self._move):
+            order = sorted(
+                (i for group in self.groups.values() for i in group.members()),
+                key=self.slot,
+            )
+            for index in order:
+                if self._crowded(placed[index]) and change(index):
+                    changed = True
+        return changed
+
+    # -- candidates ---------------------------------------------------------------------
+
+    def _movable(self, p: Placement) -> bool:
+        if (p.model, p.replica) in self.fixed or (p.model, p.profile) not in self.profiles:
+            return False
+        return not (len(p.nodes) > 1 and self.rules[p.model].spread_required)
+
+    def _crowded(self, p: Placement) -> bool:
+        """Whether some change could spread ``p``'s model better (a cheap necessary test)."""
+        counts = self.spread.on_node.get(p.model, {})
+        if any(counts.get(name, 0) >= 2 for name in p.nodes):
+            return True
+        label = self.rules[p.model].spread_by
+        if label is None:
+            return False
+        values = [self._value(name, label) for name in p.nodes]
+        if any(v is None for v in values):
+            return True
+        domains = self.spread.in_domain.get(p.model, {})
+        profile = self.profiles[(p.model, p.profile)]
+        floor = self.spread.floor(p.model, label, self._eligible(profile))
+        return any(domains.get(v, 0) >= floor + 2 for v in values if v is not None)
+
+    # -- swaps ----------------------------------------------------------------------------
+
+    def _swap(self, index: int) -> bool:
+        placed = self.out.placed
+        a = placed[index]
+        shape = _shape(a)
+        group = self.groups[shape]
+        profile = self.profiles[(a.model, a.profile)]
+        avoid_a = self.avoid.get(a.model, frozenset())
+        counts = self.spread.on_node
+        on_a = counts.get(a.model, {})
+        ideal = self._ideal(a)
+        best: tuple[Score, Score, int] | None = None
+        # Nodes are visited from where the last swap of this shape left off, so
+        # that the same few are not offered (and refused) to every candidate.
+        for there in group.keys_from(group.cursor):
+            if set(there) & set(a.nodes):
+                continue
+            if len(there) == 1 and ideal[:2] == (0, 0):
+                # One node, spread per node only: the gain in two look-ups.
+                gain: Score = (0, 0, 2 * (on_a.get(there[0], 0) - on_a.get(a.nodes[0], 0) + 1))
+            else:
+                gain = self._delta(a.model, a.nodes, there)
+            if gain >= _ZERO or (best is not None and gain > best[0]):
+                continue
+            if not self._admits(profile, there, avoid_a):
+                continue
+            # Whether a partner may go to ``a``'s nodes depends on its model and profile
+            # only: judged once per node, however many replicas of it are stacked there.
+            judged: set[tuple[str, str]] = {(a.model, a.profile)}
+            for other in group.at(there):
+                b = placed[other]
+                if (b.model, b.profile) in judged or b.model == a.model:
+                    continue
+                judged.add((b.model, b.profile))
+                cost = self._delta(b.model, there, a.nodes)
+                if cost > _ZERO or (best is not None and (gain, cost) >= best[:2]):
+                    continue
+                other_profile = self.profiles[(b.model, b.profile)]
+                if self._admits(other_profile, a.nodes, self.avoid.get(b.model, frozenset())):
+                    best = (gain, cost, other)
+                    break
+            if best is not None and best[0] <= ideal:
+                break
+        if best is None:
+            return False
+        b = placed[best[2]]
+        group.cursor = b.nodes
+        self._relocate(index, b.nodes)
+        self._relocate(best[2], a.nodes)
+        self.out.swaps += 1
+        self.out.notes.append(
+            (
+                a.model,
+                f"replica {a.replica} moved from {_names(a.nodes)} to {_names(b.nodes)}, "
+                f"swapping nodes with {b.model}[{b.replica}] (same shape, so no node's use "
+                f"changed): {a.model}'s replicas are spread",
+            )
+        )
+        self.out.notes.append(
+            (
+                b.model,
+                f"replica {b.replica} moved from {_names(b.nodes)} to {_names(a.nodes)}, "
+                f"swapping nodes with {a.model}[{a.replica}] (same shape) to spread "
+                f"{a.model}'s replicas; {b.model}'s spread is no worse",
+            )
+        )
+        return True
+
+    # -- moves into free room ------------------------------------------------------------
+
+    def _move(self, index: int) -> bool:
+        a = self.out.placed[index]
+        profile = self.profiles[(a.model, a.profile)]
+        capacity, spread = self.capacity, self.spread
+        # Where the round's own way would put it with its own share given back.
+        capacity.release(a.nodes, a.gpus_per_node, a.memory_gb_per_node)
+        spread.remove(a.model, a.nodes)
+        target = None
+        if capacity.may_fit(profile):
+            target = self._choose(a.model, profile, self.avoid.get(a.model, frozenset()))
+        spread.add(a.model, a.nodes)
+        if target is None or self._delta(a.model, a.nodes, target) >= _ZERO:
+            capacity.consume(a.nodes, a.gpus_per_node, a.memory_gb_per_node)
+            return False
+        capacity.consume(target, a.gpus_per_node, a.memory_gb_per_node)
+        self._relocate(index, target)
+        self.out.moves += 1
+        self.out.notes.append(
+            (
+                a.model,
+                f"replica {a.replica} moved from {_names(a.nodes)} to {_names(target)}, "
+                f"where free room was left: {a.model}'s replicas are spread",
+            )
+        )
+        return True
+
+    def _choose(
+        self, model: str, profile: PlacementProfile, avoid: frozenset[str]
+    ) -> tuple[str, ...] | None:
+        """Where the round's own way would put the replica now (spread, then best fit)."""
+
+        def eligible() -> Sequence[str]:
+            return self._eligible(profile)
+
+        fitting = self.capacity.fitting(profile, avoid)
+        if profile.nodes > 1:
+            gang = self.spread.choose_gang(
+                model, list(fitting), profile.nodes, eligible, prefer=True
+            )
+            return None if isinstance(gang, Choice) else gang
+        choice = self.spread.choose(model, (e[2] for e in fitting), eligible, prefer=True)
+        return None if choice.node is None else (choice.node,)
+
+    # -- scores ---------------------------------------------------------------------------
+
+    def _delta(self, model: str, old: Sequence[str], new: Sequence[str]) -> Score:
+        """How ``model``'s score changes if its replica on ``old`` goes to ``new``."""
+        nodes = self.spread.on_node.get(model, {})
+        before = {name: nodes.get(name, 0) for name in (*old, *new)}
+        after = dict(before)
+        for name in old:
+            after[name] -= 1
+        for name in new:
+            after[name] += 1
+        node_delta = _squares(after) - _squares(before)
+        label = self.rules[model].spread_by
+        if label is None:
+            return 0, 0, node_delta
+        domains = self.spread.in_domain.get(model, {})
+        # A replica counts once in each value its nodes span (as ``Spread.add``).
+        old_values = {v for n in old if (v := self._value(n, label)) is not None}
+        new_values = {v for n in new if (v := self._value(n, label)) is not None}
+        was = {v: domains.get(v, 0) for v in old_values | new_values}
+        will = {v: c - (v in old_values) + (v in new_values) for v, c in was.items()}
+        unlabelled = sum(self._value(n, label) is None for n in new) - sum(
+            self._value(n, label) is None for n in old
+        )
+        return unlabelled, _squares(will) - _squares(was), node_delta
+
+    def _ideal(self, a: Placement) -> Score:
+        """The best change a swap could make for ``a``'s model: onto nodes holding none of it
+        (and, with ``spread_by``, in the least crowded value)."""
+        label = self.rules[a.model].spread_by
+        if label is not None:
+            return (-(1 << 62), -(1 << 62), -(1 << 62))  # no shortcut: scan the shape's replicas
+        nodes = self.spread.on_node.get(a.model, {})
+        return 0, 0, -sum(2 * (nodes.get(n, 0) - 1) for n in a.nodes)
+
+    # -- fit ------------------------------------------------------------------------------
+
+    def _admits(
+        self, profile: PlacementProfile, names: Sequence[str], avoid: frozenset[str]
+    ) -> bool:
+        # Same class and fresh, open nodes already (the partner was placed there this
+        # round, with the same shape); only the labels and the back-off can differ.
+        return all(
+            name not in avoid
+            and (
+                not profile.node_selector
+                or missing_label(self.inventory[name].labels, profile.node_selector) is None
+            )
+            for name in names
+        )
+
+    def _eligible(self, profile: PlacementProfile) -> Sequence[str]:
+        return self.eligible(profile)
+
+    def _value(self, name: str, label: str) -> str | None:
+        node = self.inventory.get(name)
+        return None if node is None else node.labels.get(label)
+
+    def _relocate(self, index: int, nodes: tuple[str, ...]) -> None:
+        p = self.out.placed[index]
+        self.spread.remove(p.model, p.nodes)
+        self.spread.add(p.model, nodes)
+        self.out.placed[index] = replace(p, nodes=nodes)
+        group = self.groups[_shape(p)]
+        group.remove(p.nodes, index)
+        group.add(nodes, index)
+        group.settle(self.slot, nodes)
+
+
+class _Group:
+    """New replicas of one shape by the nodes they run on, nodes in name order."""
+
+    __slots__ = ("_at", "_keys", "cursor")
+
+    def __init__(self) -> None:
+        self._at: dict[tuple[str, ...], list[int]] = {}
+        self._keys: list[tuple[str, ...]] = []
+        self.cursor: tuple[str, ...] = ()
+
+    def add(self, nodes: tuple[str, ...], index: int) -> None:
+        members = self._at.get(nodes)
+        if members is None:
+            members = self._at[nodes] = []
+            insort(self._keys, nodes)
+        members.append(index)
+
+    def remove(self, nodes: tuple[str, ...], index: int) -> None:
+        members = self._at[nodes]
+        members.remove(index)
+        if not members:
+            del self._at[nodes]
+            del self._keys[bisect_left(self._keys, nodes)]
+
+    def settle(
+        self, slot: Callable[[int], tuple[str, int]], nodes: tuple[str, ...] | None = None
+    ) -> None:
+        """Members of each node (or of ``nodes`` only) in (model, replica) order."""
+        for key in (nodes,) if nodes is not None else self._keys:
+            self._at[key].sort(key=slot)
+
+    def members(self) -> Iterator[int]:
+        for members in self._at.values():
+            yield from members
+
+    def at(self, nodes: tuple[str, ...]) -> list[int]:
+        return self._at.get(nodes, [])
+
+    def keys_from(self, cursor: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+        """Every node (tuple) holding members, from the first after ``cursor``, wrapping.
+
+        The group must not change while this is read.
+        """
+        keys = self._keys
+        start = bisect_right(keys, cursor)
+        yield from islice(keys, start, None)
+        yield from islice(keys, 0, start)
+
+
+def _shape(p: Placement) -> _Shape:
+    return p.gpu_class, p.gpus_per_node, p.memory_gb_per_node, len(p.nodes)
+
+
+def _squares(counts: Mapping[str, int]) -> int:
+    return sum(c * c for c in counts.values())
+
+
+def _names(nodes: Sequence[str]) -> str:
+    return ", ".join(nodes)
