@@ -12,7 +12,9 @@ round keeps whichever places the most GPUs, priority level by priority level
 (then the most replicas); the round's own way wins ties. So a round never
 places fewer GPUs than either baseline would have on the same inputs, and a
 required spread holds in every one of them. When a baseline wins, the plan
-says so (``Plan.strategy``) and that round's replicas are not spread.
+says so (``Plan.strategy``); its replicas are then spread by the planner's
+repair pass (``scheduler.spread_repair``: same-shape swaps and moves into free
+room, neither of which changes the GPU count).
 
 Cost: nothing when nothing is missing; one pass when everything missing fits,
 or when nothing missing fits at all (then no baseline can place anything

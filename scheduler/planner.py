@@ -17,7 +17,9 @@ A round has three parts:
    highest priority down; the first profile that fits somewhere wins, on the
    node(s) chosen for spread, then best fit (``scheduler.spread``). If that
    leaves a replica unplaced, plain best fit and first fit are tried on the
-   same free capacity and the one placing the most GPUs is kept.
+   same free capacity and the one placing the most GPUs is kept. Then the
+   new replicas are spread by same-shape swaps and moves into free room
+   (``scheduler.spread_repair``), which keep the GPU count.
 3. Preempt (``scheduler.preempt``, unless the policy turns it off): a replica
    still unplaced may evict replicas of strictly lower priority. What fits
    nowhere is explained (``scheduler.rejections``), and each model's resilience

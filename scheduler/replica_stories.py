@@ -129,6 +129,11 @@ def _why_placed(result: Plan, model: str, replica: int) -> str:
             f"placed by {result.strategy}, which placed more GPUs this round than the planner's "
             "own order (priority, largest replicas first, spread) on the same free capacity"
         )
+    # A replica the spread repair moved says so (``scheduler.spread_repair``): it is not
+    # where the way above put it.
+    moved = [n for m, n in result.notes if m == model and n.startswith(f"replica {replica} moved")]
+    if moved:
+        why += "; then " + "; then ".join(n.removeprefix(f"replica {replica} ") for n in moved)
     mark = f"preempted by {model}[{replica}]"
     victims = sorted(
         f"{r.placement.model}[{r.placement.replica}]" for r in result.remove if r.reason == mark

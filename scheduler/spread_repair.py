@@ -91,7 +91,7 @@ def repair(
     ``fixed`` are (model, replica) slots not to touch (preemptors).
     """
     out = Repaired(list(placed))
-    if len(placed) < 1:
+    if not placed:
         return out
     pass_ = _Pass(demands, out, spread, capacity, eligible, avoid or {}, frozenset(fixed))
     # Each change lowers one model's score and raises none, so this ends; in

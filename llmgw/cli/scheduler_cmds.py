@@ -197,7 +197,8 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
     if plan.strategy != "policy":
         print(
             f"  placed by {plan.strategy}: it placed more GPUs than the planner's own order "
-            "on the same free capacity, so this round's new replicas are not spread"
+            "on the same free capacity; its replicas were then spread by same-shape swaps "
+            "and moves into free room (the ~ lines), which keep the GPU count"
         )
     print_resilience_changes(outcome.before, plan, outcome.nodes)
     return 0

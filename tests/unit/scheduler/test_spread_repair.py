@@ -1,0 +1,234 @@
+"""The spread repair (scheduler.spread_repair): after the quality floor picks a plan, the
+round's new replicas are spread by same-shape swaps and moves into free room.
+
+The invariant held here, checked by an independent brute-force checker
+(``bench.spreadcheck``): after the repair, no new replica shares a node with
+another replica of its model while
+
+- a new replica of another model with the same shape could trade nodes with it
+  (both profiles admit the other's nodes, the other model is not on its nodes,
+  neither model's spread over its ``spread_by`` label gets less even), or
+- free room is left on nodes holding none of its model that its profile fits
+  (for models without ``spread_required``, and with ``spread_by`` only for
+  one-node replicas: there the value comes before the node).
+
+And the repair never overcommits, never changes the GPU count or which
+replicas run with which profile, and never touches a running replica.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import timedelta
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from bench import firstfit, spreadcheck
+from catalog.views import PlacementProfile
+from scheduler import Demand, Node, Placement, StalenessPolicy
+from scheduler.capacity import Capacity
+from scheduler.fit import selector_key
+from scheduler.spread import Spread
+from scheduler.spread_repair import Repaired, repair
+from tests.unit.scheduler.placement_builders import NOW, node, overcommitted, profile, run
+from tests.unit.scheduler.test_placement_policy import POLICY_CATALOGS
+from tests.unit.scheduler.test_placement_properties import INVENTORIES
+
+moderate = settings(max_examples=80, deadline=None)
+NO_PREEMPTION = StalenessPolicy(preemption=False)
+
+
+def _fresh(nodes: Sequence[Node]) -> set[str]:
+    return {n.name for n in nodes if NOW - n.reported_at <= timedelta(seconds=90)}
+
+
+def _repair(
+    demands: Sequence[Demand],
+    nodes: Sequence[Node],
+    kept: Sequence[Placement],
+    new: Sequence[Placement],
+) -> Repaired:
+    """The repair on its own, as the planner calls it, over ``kept`` and ``new``."""
+    capacity = Capacity(nodes, _fresh(nodes))
+    for p in (*kept, *new):
+        capacity.consume(p.nodes, p.gpus_per_node, p.memory_gb_per_node)
+    spread = Spread.of(demands, {n.name: n for n in nodes}, (*kept, *new))
+    eligible: dict[object, list[str]] = {}
+
+    def eligible_nodes(p: PlacementProfile) -> list[str]:
+        key = (p.gpu_class, selector_key(p.node_selector))
+        if key not in eligible:
+            eligible[key] = capacity.eligible(p)
+        return eligible[key]
+
+    return repair(demands, new, spread, capacity, eligible=eligible_nodes)
+
+
+def _usage(placements: Sequence[Placement]) -> Counter[tuple[str, str]]:
+    used: Counter[tuple[str, str]] = Counter()
+    for p in placements:
+        for name in p.nodes:
+            used[(name, "gpus")] += p.gpus_per_node
+            used[(name, "memory")] += p.memory_gb_per_node
+    return used
+
+
+def _room_faults(check: spreadcheck.SpreadCheck, demands: Sequence[Demand]) -> set[str]:
+    """Free-room faults of the models the repair promises them for."""
+    rules = {d.model: d for d in demands}
+    return {
+        m
+        for m in check.by_room
+        if not rules[m].spread_required
+        and (rules[m].spread_by is None or all(p.nodes == 1 for p in rules[m].profiles))
+    }
+
+
+def _invariant_holds(
+    demands: Sequence[Demand],
+    nodes: Sequence[Node],
+    placements: Sequence[Placement],
+    new: Sequence[Placement],
+) -> spreadcheck.SpreadCheck:
+    found = spreadcheck.check(demands, nodes, placements, new, _fresh(nodes))
+    assert found.swaps == (), f"a swap would still separate co-located replicas: {found.swaps}"
+    assert _room_faults(found, demands) == set(), "free room left that would separate them"
+    return found
+
+
+# -- the repair on its own, over what the unspread baselines place ---------------------
+
+
+# Best fit stacks both replicas of each model on one node: a swap and free room.
+STACKED_NODES = [node("n1", "L4", 2), node("n2", "L4", 2), node("n3", "L4", 1)]
+STACKED = [
+    Demand("m0", 2, (profile("l4", "L4", 1),)),
+    Demand("m1", 2, (profile("l4", "L4", 1),)),
+]
+
+
+@moderate
+@given(POLICY_CATALOGS, INVENTORIES, st.integers(0, 6), st.booleans())
+@example(STACKED, STACKED_NODES, 0, False)
+@example(STACKED, STACKED_NODES[:2], 0, True)
+def test_the_repair_spreads_a_baseline_without_overcommitting_or_losing_a_gpu(
+    demands: list[Demand], nodes: list[Node], running: int, first: bool
+) -> None:
+    baseline = (firstfit.place if first else firstfit.best_fit)(demands, nodes, NOW)
+    kept, new = baseline[:running], baseline[running:]
+
+    out = _repair(demands, nodes, kept, new)
+
+    after = [*kept, *out.placed]
+    assert overcommitted(after, nodes) == []
+    # The same replicas, with the same profiles and sizes: the GPU count cannot drop.
+    assert sorted((p.model, p.replica, p.profile, p.gpus_per_node) for p in out.placed) == sorted(
+        (p.model, p.replica, p.profile, p.gpus_per_node) for p in new
+    )
+    assert sum(p.gpus_per_node * len(p.nodes) for p in after) == sum(
+        p.gpus_per_node * len(p.nodes) for p in baseline
+    )
+    if out.moves == 0:
+        # Swaps alone: every node carries exactly what it carried.
+        assert _usage(after) == _usage(baseline)
+    _invariant_holds(demands, nodes, after, out.placed)
+
+
+def test_two_models_stacked_by_best_fit_end_up_one_replica_of_each_per_node() -> None:
+    nodes = [node("n1", "L4", 2), node("n2", "L4", 2)]
+    embed = Demand("embed", 2, (profile("l4", "L4", 1),))
+    rerank = Demand("rerank", 2, (profile("l4", "L4", 1),))
+    stacked = firstfit.best_fit([embed, rerank], nodes, NOW)
+    assert sorted(p.nodes for p in stacked if p.model == "embed") == [("n1",), ("n1",)]
+
+    out = _repair([embed, rerank], nodes, [], stacked)
+
+    assert out.swaps == 1 and out.moves == 0
+    assert sorted(p.nodes for p in out.placed if p.model == "embed") == [("n1",), ("n2",)]
+    assert sorted(p.nodes for p in out.placed if p.model == "rerank") == [("n1",), ("n2",)]
+    assert "swapping nodes with" in out.notes[0][1]
+
+
+def test_a_swap_is_refused_when_the_partner_s_labels_do_not_fit_the_other_node() -> None:
+    nodes = [
+        node("n1", "L4", 2, labels={"zone": "a"}),
+        node("n2", "L4", 2, labels={"zone": "b"}),
+    ]
+    embed = Demand("embed", 2, (profile("l4", "L4", 1),))
+    pinned = Demand("pinned", 2, (profile("l4", "L4", 1, selector={"zone": "b"}),))
+    stacked = [
+        Placement("embed", 0, "l4", ("n1",), 1, "L4"),
+        Placement("embed", 1, "l4", ("n1",), 1, "L4"),
+        Placement("pinned", 0, "l4", ("n2",), 1, "L4"),
+        Placement("pinned", 1, "l4", ("n2",), 1, "L4"),
+    ]
+
+    out = _repair([embed, pinned], nodes, [], stacked)
+
+    assert out.placed == stacked  # pinned may not go to zone a; nothing else is free
+    assert out.notes == []
+
+
+def test_a_running_replica_is_never_moved_to_spread() -> None:
+    nodes = [node("n1", "L4", 2), node("n2", "L4", 2)]
+    embed = Demand("embed", 2, (profile("l4", "L4", 1),))
+    rerank = Demand("rerank", 2, (profile("l4", "L4", 1),))
+    running = [
+        Placement("embed", 0, "l4", ("n1",), 1, "L4"),
+        Placement("embed", 1, "l4", ("n1",), 1, "L4"),
+    ]
+
+    result = run([embed, rerank], nodes, running)
+
+    assert sorted(p.nodes for p in result.keep) == [("n1",), ("n1",)]
+    assert not result.remove
+
+
+# -- whole rounds ----------------------------------------------------------------------
+
+
+@moderate
+@given(POLICY_CATALOGS, POLICY_CATALOGS, INVENTORIES)
+def test_after_a_round_no_swap_or_free_node_would_separate_co_located_replicas(
+    before: list[Demand], demands: list[Demand], nodes: list[Node]
+) -> None:
+    current = run(before, nodes, policy=NO_PREEMPTION).placements
+
+    result = run(demands, nodes, current, policy=NO_PREEMPTION)
+
+    _invariant_holds(demands, nodes, result.placements, result.place)
+    # Running replicas stay where they ran.
+    was = {(p.model, p.replica): p.nodes for p in current}
+    assert all(was[(p.model, p.replica)] == p.nodes for p in result.keep)
+
+
+def test_the_checker_finds_what_the_repair_repairs() -> None:
+    """The checker can fail: on best fit's stacked plan it reports the swap."""
+    nodes = [node("n1", "L4", 2), node("n2", "L4", 2)]
+    demands = [
+        Demand("embed", 2, (profile("l4", "L4", 1),)),
+        Demand("rerank", 2, (profile("l4", "L4", 1),)),
+    ]
+    stacked = firstfit.best_fit(demands, nodes, NOW)
+
+    found = spreadcheck.check(demands, nodes, stacked, stacked, _fresh(nodes))
+
+    assert found.faults == {"embed", "rerank"}
+    assert found.by_room == frozenset()
+
+
+def test_swapped_replicas_explain_themselves() -> None:
+    nodes = [node("n1", "L4", 2), node("n2", "L4", 2)]
+    demands = [
+        Demand("embed", 2, (profile("l4", "L4", 1),)),
+        Demand("rerank", 2, (profile("l4", "L4", 1),)),
+    ]
+    stacked = firstfit.best_fit(demands, nodes, NOW)
+    out = _repair(demands, nodes, [], stacked)
+
+    moved = {m for m, _ in out.notes}
+
+    assert moved == {"embed", "rerank"}
+    assert all(note.startswith("replica ") and " moved from " in note for _, note in out.notes)
