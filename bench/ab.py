@@ -10,7 +10,8 @@ the best of each is compared. The measurements: a full replay from SQLite
 and validated adds through ``CatalogService.add`` on a copy of the 5,000-model
 catalog, and a placement round with nothing changed on a synthetic fleet
 (``--nodes``, CPU time: ``plan()`` itself, without the memo, so the figure is
-the planner's). ``--only KIND`` picks measurements.
+the planner's), and a full round from nothing placed on that fleet (``round``).
+``--only KIND`` picks measurements.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ open_log = gen.log_opener()
 from events.replay import replay
 from events.read_model import CatalogReadModel
 from events.db import make_engine
-if kind == "placement":
+if kind in ("placement", "round"):
     import scheduler
     assert scheduler.__file__.startswith(tree), scheduler.__file__
     from bench import placement
@@ -45,8 +46,10 @@ if kind == "placement":
     nodes = placement.synthetic_nodes(size)
     demands = placement.synthetic_demands(2 * size)
     current = plan(demands, nodes, (), placement.NOW).placements
+    if kind == "round":
+        current = ()
     best = float("inf")
-    for _ in range(7):
+    for _ in range(7 if kind == "placement" else 3):
         gc.collect()
         start = time.process_time()
         plan(demands, nodes, current, placement.NOW)
@@ -101,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=("replay", "append", "placement"),
+        choices=("replay", "append", "placement", "round"),
         action="append",
-        help="measure only these (repeatable); all three by default",
+        help="measure only these (repeatable); all four by default",
     )
     args = parser.parse_args(argv)
     base = str(args.base.resolve())
@@ -123,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
             args.nodes,
             f"placement round with nothing changed, synthetic {args.nodes:,} nodes "
             "(rounds/s of CPU time, best of 7)",
+        ),
+        (
+            "round",
+            args.nodes,
+            f"placement round from nothing placed, synthetic {args.nodes:,} nodes, "
+            f"{2 * args.nodes:,} replicas asked (rounds/s of CPU time, best of 3)",
         ),
     )
     for kind, size, label in measurements:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from bench import common, firstfit
+from bench import common, firstfit, spreadcheck
 from bench.openb import load_openb_csv, load_openb_pods_csv
 from catalog.views import PlacementProfile
 from scheduler import Demand, Node, Placement, Plan, plan
@@ -334,6 +334,14 @@ class _Flow:
             total += push
 
 
+def _unspread(result: Plan, demands: Sequence[Demand], nodes: Sequence[Node]) -> frozenset[str]:
+    fresh = {n.name for n in nodes if NOW - n.reported_at <= timedelta(seconds=90)}
+    waiting = {u.model for u in result.unplaced}
+    return spreadcheck.check(
+        demands, nodes, result.placements, result.place, fresh, unplaced=waiting
+    ).faults
+
+
 # -- measuring -----------------------------------------------------------------------------
 
 
@@ -418,6 +426,7 @@ def run(quick: bool) -> list[common.Table]:
             "plan replicas",
             "ff replicas",
             "bf replicas",
+            "unspread models",
         ],
     )
     openb = openb_nodes()
@@ -467,6 +476,7 @@ def run(quick: bool) -> list[common.Table]:
             f"{ours.replicas:,}",
             f"{ff.replicas:,}",
             f"{bf.replicas:,}",
+            f"{len(_unspread(result, demands, nodes)):,}",
         )
     speed.note(
         "round: `plan(demands, nodes, current=(), now)`, nothing placed yet; nothing changed: "
@@ -500,6 +510,12 @@ def run(quick: bool) -> list[common.Table]:
         "first) with spread placed the most GPUs; `best fit` / `first fit` when that "
         "baseline, run by the round itself on the same free capacity, placed more "
         "(scheduler/packing.py); the run fails if the plan ever places fewer GPUs than either"
+    )
+    quality_table.note(
+        "unspread models: models with a new replica sharing a node with another of theirs "
+        "while a distinct fitting node existed (free room, or a same-shape new replica of "
+        "another model to swap with; bench/spreadcheck.py); the spread repair "
+        "(scheduler/spread_repair.py) runs whichever way won, so this is 0"
     )
     quality_table.note(
         "openb pods: the trace's 7,064 GPU pods (tests/data/openb_pod_list_gpu.csv, from "

@@ -12,7 +12,7 @@ every other model no worse, of two kinds:
   for the replica's profile, fresh and open, of its class and labels, not
   avoided by the model, holding no replica of it;
 - **swap**: a new replica of another model with the same shape (GPU class,
-  GPUs and memory per node, node count), on nodes holding no replica of the
+  GPUs and memory per node, node count) and priority, on nodes holding no replica of the
   model, whose own profile admits the first replica's nodes (labels, back-off)
   where its model has no replica, neither being a gang of a model with
   ``spread_required``, nor a preemptor (``fixed``).
@@ -23,8 +23,9 @@ higher, no more replicas on unlabelled nodes): there, sharing a node can be
 the price of an even spread over the values.
 
 The planner's repair (``scheduler.spread_repair``) guarantees that no **swap**
-is left; **room** is reported for the record (the plain baselines leave it
-when they win the quality floor, and the planner's own way never does).
+is left, and no **room** when the round leaves nothing unplaced (otherwise it
+moves a replica into free room only when that cannot make room, or a victim,
+for an unplaced one: the next round must change nothing).
 """
 
 from __future__ import annotations
@@ -62,11 +63,16 @@ def check(
     *,
     avoid: Mapping[str, Collection[str]] | None = None,
     fixed: Collection[tuple[str, int]] = (),
+    unplaced: Collection[str] = (),
 ) -> SpreadCheck:
     """``placements``: every replica that runs after the plan (``new`` among them);
-    ``open_nodes``: nodes that may take new work (fresh, not cordoned or draining)."""
+    ``open_nodes``: nodes that may take new work (fresh, not cordoned or draining);
+    ``unplaced``: models with a replica left unplaced (one with ``spread_required``
+    waits for a value its placed replicas decide, so none of them is a fault)."""
+    rules = {d.model: d for d in demands}
+    waiting = {m for m in unplaced if rules[m].spread_required}
     world = _World(demands, nodes, placements, open_nodes, avoid or {})
-    movable = [p for p in new if (p.model, p.replica) not in fixed]
+    movable = [p for p in new if (p.model, p.replica) not in fixed and p.model not in waiting]
     by_shape: dict[tuple[object, ...], list[Placement]] = {}
     for p in movable:
         by_shape.setdefault(_shape(p), []).append(p)
@@ -156,6 +162,8 @@ class _World:
         and no model's spread gets worse."""
         if (
             b.model == a.model
+            # Partners of one priority: a swap then gives no unplaced replica new victims.
+            or self.rules[b.model].priority != self.rules[a.model].priority
             or (len(b.nodes) > 1 and self.rules[b.model].spread_required)
             or set(a.nodes) & set(b.nodes)
             or any(self.on_node[a.model][name] for name in b.nodes)

@@ -132,6 +132,7 @@ def plan(
         eligible=attempt.eligible_nodes,
         avoid=judged.avoid,
         fixed=preempted.preemptors,
+        unplaced={m: [p for p, _ in tried] for m, (tried, _) in attempt.failed.items()},
     )
     attempt.placed = repaired.placed
     notes = {

@@ -52,14 +52,14 @@ from itertools import islice
 
 from catalog.views import PlacementProfile
 from scheduler.capacity import Capacity
-from scheduler.fit import missing_label
+from scheduler.fit import missing_label, selector_key
 from scheduler.inventory import Node
 from scheduler.placements import Demand, Placement
 from scheduler.spread import Choice, Spread
 
 # (replicas on unlabelled nodes, sum of squares per label value, sum of squares per node)
 Score = tuple[int, int, int]
-_Shape = tuple[str | None, int, int, int]
+_Shape = tuple[str | None, int, int, int, int]
 _ZERO: Score = (0, 0, 0)
 
 
@@ -82,18 +82,23 @@ def repair(
     eligible: Callable[[PlacementProfile], Sequence[str]],
     avoid: Mapping[str, frozenset[str]] | None = None,
     fixed: Collection[tuple[str, int]] = (),
+    unplaced: Mapping[str, Sequence[PlacementProfile]] | None = None,
 ) -> Repaired:
     """Swap and move ``placed`` (this round's new replicas) to spread their models.
 
     ``spread`` counts every replica that runs (kept and new) and ``capacity``
     is what is left free; both are updated in place. ``eligible`` maps a
     profile to the fresh, open nodes of its class and labels (``Attempt.eligible_nodes``);
-    ``fixed`` are (model, replica) slots not to touch (preemptors).
+    ``fixed`` are (model, replica) slots not to touch (preemptors);
+    ``unplaced`` the profiles tried, per model, for replicas the round leaves
+    unplaced: nothing is changed that could let one of them be placed next round.
     """
     out = Repaired(list(placed))
     if not placed:
         return out
-    pass_ = _Pass(demands, out, spread, capacity, eligible, avoid or {}, frozenset(fixed))
+    pass_ = _Pass(
+        demands, out, spread, capacity, eligible, avoid or {}, frozenset(fixed), unplaced or {}
+    )
     # Each change lowers one model's score and raises none, so this ends; in
     # practice after two or three passes.
     while pass_.run():
@@ -111,6 +116,7 @@ class _Pass:
         eligible: Callable[[PlacementProfile], Sequence[str]],
         avoid: Mapping[str, frozenset[str]],
         fixed: frozenset[tuple[str, int]],
+        unplaced: Mapping[str, Sequence[PlacementProfile]],
     ) -> None:
         self.out = out
         self.spread = spread
@@ -123,13 +129,27 @@ class _Pass:
             (d.model, p.name): p for d in demands for p in d.profiles
         }
         self.inventory: Mapping[str, Node] = spread.inventory
+        # What the unplaced replicas could use, once per distinct need: (class,
+        # selector, needs cards, needs memory, priority).
+        self.waiting = {
+            (
+                p.gpu_class,
+                selector_key(p.node_selector),
+                p.gpus_per_node > 0,
+                p.min_memory_gb > 0,
+                self.rules[m].priority,
+            )
+            for m, profiles in unplaced.items()
+            for p in profiles
+        }
+        self.unspreadable = {m for m in unplaced if self.rules[m].spread_required}
         # The movable new replicas by shape, then by the nodes they are on: a
         # candidate skips a whole node (often dozens of stacked replicas) with
         # one look-up when its model is as crowded there.
         self.groups: dict[_Shape, _Group] = {}
         for index, p in enumerate(out.placed):
             if self._movable(p):
-                self.groups.setdefault(_shape(p), _Group()).add(p.nodes, index)
+                self.groups.setdefault(self._shape(p), _Group()).add(p.nodes, index)
         self.slot = lambda i: (out.placed[i].model, out.placed[i].replica)
         for group in self.groups.values():
             group.settle(self.slot)
@@ -155,7 +175,53 @@ class _Pass:
     def _movable(self, p: Placement) -> bool:
         if (p.model, p.replica) in self.fixed or (p.model, p.profile) not in self.profiles:
             return False
+        if p.model in self.unspreadable:
+            # Its unplaced replica waits for a value its placed ones decide.
+            return False
         return not (len(p.nodes) > 1 and self.rules[p.model].spread_required)
+
+    def _shape(self, p: Placement) -> _Shape:
+        """Partners share the shape and the priority: then every node keeps not only its
+        use but which priorities hold it, so a replica left unplaced finds no new room
+        to preempt in the next round either."""
+        return (
+            p.gpu_class,
+            p.gpus_per_node,
+            p.memory_gb_per_node,
+            len(p.nodes),
+            self.rules[p.model].priority,
+        )
+
+    def _inert(self, p: Placement, target: Sequence[str]) -> bool:
+        """Whether moving ``p`` to ``target`` leaves every unplaced replica as unplaceable
+        as it is: the room freed is of no use to it, and ``p`` is no new victim for it.
+
+        Otherwise the next round, with nothing changed, would place or preempt what
+        this one did not (a round must be a fixed point of itself).
+        """
+        priority = self.rules[p.model].priority
+        for gpu_class, selector, cards, memory, waiting in self.waiting:
+            for name in p.nodes:
+                node = self.inventory[name]
+                if not self._could_use(node, gpu_class, selector):
+                    continue
+                if (cards and p.gpus_per_node > 0) or (
+                    memory and p.memory_gb_per_node > 0 and node.memory_gb is not None
+                ):
+                    return False
+            if waiting > priority and any(
+                self._could_use(self.inventory[name], gpu_class, selector) for name in target
+            ):
+                return False
+        return True
+
+    @staticmethod
+    def _could_use(
+        node: Node, gpu_class: str | None, selector: tuple[tuple[str, str], ...]
+    ) -> bool:
+        return (gpu_class is None or node.gpu_class == gpu_class) and all(
+            node.labels.get(k) == v for k, v in selector
+        )
 
     def _crowded(self, p: Placement) -> bool:
         """Whether some change could spread ``p``'s model better (a cheap necessary test)."""
@@ -178,7 +244,7 @@ class _Pass:
     def _swap(self, index: int) -> bool:
         placed = self.out.placed
         a = placed[index]
-        shape = _shape(a)
+        shape = self._shape(a)
         group = self.groups[shape]
         profile = self.profiles[(a.model, a.profile)]
         avoid_a = self.avoid.get(a.model, frozenset())
@@ -255,7 +321,11 @@ class _Pass:
         if capacity.may_fit(profile):
             target = self._choose(a.model, profile, self.avoid.get(a.model, frozenset()))
         spread.add(a.model, a.nodes)
-        if target is None or self._delta(a.model, a.nodes, target) >= _ZERO:
+        if (
+            target is None
+            or self._delta(a.model, a.nodes, target) >= _ZERO
+            or not self._inert(a, target)
+        ):
             capacity.consume(a.nodes, a.gpus_per_node, a.memory_gb_per_node)
             return False
         capacity.consume(target, a.gpus_per_node, a.memory_gb_per_node)
@@ -350,7 +420,7 @@ class _Pass:
         self.spread.remove(p.model, p.nodes)
         self.spread.add(p.model, nodes)
         self.out.placed[index] = replace(p, nodes=nodes)
-        group = self.groups[_shape(p)]
+        group = self.groups[self._shape(p)]
         group.remove(p.nodes, index)
         group.add(nodes, index)
         group.settle(self.slot, nodes)
@@ -403,10 +473,6 @@ class _Group:
         start = bisect_right(keys, cursor)
         yield from islice(keys, start, None)
         yield from islice(keys, 0, start)
-
-
-def _shape(p: Placement) -> _Shape:
-    return p.gpu_class, p.gpus_per_node, p.memory_gb_per_node, len(p.nodes)
 
 
 def _squares(counts: Mapping[str, int]) -> int:
