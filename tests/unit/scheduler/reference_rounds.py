@@ -9,9 +9,13 @@ states, cordons, drains, back-offs, rollouts; priorities, spread and preemption)
 ``digest`` is the SHA-256 of the plan's every field, explanations included, in
 order.
 
-The digests in ``tests/data/plan_reference.json`` were written by the planner
-before the optimisations of issue 13 (commit 9dd53c3, the planner of ba12827
-with its explanation modules renamed)::
+The digests in ``tests/data/plan_reference.json`` were first written by the
+planner before the optimisations of issue 13 (commit 9dd53c3, the planner of
+ba12827 with its explanation modules renamed), and re-pinned once, on purpose,
+when the spread repair of issue 15 (``scheduler/spread_repair.py``) began
+spreading the new replicas of every round: 43 of the 52 plans changed, each with
+the same replicas, profiles and GPUs where the inputs are the same, their new
+replicas on other nodes (see the branch's report)::
 
     python -m tests.unit.scheduler.reference_rounds > tests/data/plan_reference.json
 

@@ -1,4 +1,5 @@
-"""The planner gives exactly the pinned plans (``reference_rounds``): faster, not different."""
+"""The planner gives exactly the pinned plans (``reference_rounds``): a change that makes it
+faster must not make it different."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def test_every_pinned_round_is_planned() -> None:
 @pytest.mark.parametrize("label", sorted(EXPECTED))
 def test_plan_is_the_pinned_one(label: str) -> None:
     assert digest(rounds()[label].plan()) == EXPECTED[label], (
-        f"{label}: the plan differs from the one the planner made before issue 13; "
-        "see tests/unit/scheduler/reference_rounds.py"
+        f"{label}: the plan differs from the pinned one (the planner before issue 13, "
+        "re-pinned with the spread repair of issue 15); see "
+        "tests/unit/scheduler/reference_rounds.py"
     )
