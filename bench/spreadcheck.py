@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from catalog.views import PlacementProfile
 from scheduler import Demand, Node, Placement
@@ -207,3 +208,41 @@ class _World:
 
 def _shape(p: Placement) -> tuple[object, ...]:
     return p.gpu_class, p.gpus_per_node, p.memory_gb_per_node, len(p.nodes)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bench.spreadcheck [NODES ...]``: the spread of ``plan()`` from nothing on
+    the synthetic fleets of ``bench.placement``, for the ``scheduler`` first on the path
+    (run it from another tree's directory, with this one on ``PYTHONPATH``, for a before)."""
+    import sys
+
+    import scheduler
+    from bench import placement
+    from scheduler import plan
+
+    sizes = [int(a) for a in (sys.argv[1:] if argv is None else argv)] or [5_000, 10_000]
+    print(f"scheduler: {scheduler.__file__}")
+    for size in sizes:
+        nodes = placement.synthetic_nodes(size)
+        demands = placement.synthetic_demands(2 * size)
+        result = plan(demands, nodes, (), placement.NOW)
+        fresh = {n.name for n in nodes if placement.NOW - n.reported_at <= timedelta(seconds=90)}
+        found = check(
+            demands,
+            nodes,
+            result.placements,
+            result.place,
+            fresh,
+            unplaced={u.model for u in result.unplaced},
+        )
+        gpus = sum(p.gpus_per_node * len(p.nodes) for p in result.placements)
+        print(
+            f"synthetic {size:,}: won by {result.strategy}, {gpus:,} GPUs; models co-located "
+            f"{len(found.colocated)}, while a distinct node existed {len(found.faults)} "
+            f"(room {len(found.by_room)}, swap {len(found.by_swap)})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
