@@ -35,11 +35,21 @@ is judged per value when placed; a gang's sum could hide a value crowded past
 the skew). A single replica of a ``spread_required`` model may move: moving
 one replica to a value holding fewer never widens the skew.
 
-Pure and deterministic: candidates in (model, replica) order, partners in
-(model, replica) order, the first that reaches the best possible change taken.
-Cost: nothing when nothing new was placed; otherwise O(P) to find candidates
-and, per candidate, a scan of the new replicas of its shape that stops at the
-first ideal partner (usually within a few), so a few milliseconds at 5,000
+A round must stay a fixed point of itself (the next round, with nothing
+changed, changes nothing). So partners share a priority as well as a shape
+(every node then keeps which priorities hold it, and a replica left unplaced
+finds no new victims next round), a model with ``spread_required`` and a
+replica unplaced is not touched (that replica waits for a value its placed
+ones decide), and a move is made only when the room it frees is of no use to
+any unplaced replica's profile and it adds no victim for a higher-priority one.
+
+Pure and deterministic: candidates in (model, replica) order, partners by node
+name from where the last swap of the shape left off, the first partner that
+reaches the best possible change taken. Cost: nothing when nothing new was
+placed (an idle round); otherwise O(P) to index the new replicas by shape,
+priority and node, and per crowded candidate a scan of the nodes holding its
+shape, a whole node skipped in one look-up when its model is as crowded there:
+about a tenth of a round from nothing placed at 5,000 and 10,000 synthetic
 nodes. Every change is a note on the plan (``place`` prints them with ``~``).
 """
 
