@@ -3,8 +3,8 @@
 A log of a million events takes minutes to write through the commands (each
 add validated against the whole catalog and fsynced), so the benchmark logs
 are generated: the rows are exactly what ``CatalogService`` would have written
-(the payload of an add is ``json.dumps({"model": m.to_definition()},
-sort_keys=True)`` of a normalised model, positions are gapless from 1, one
+(the payload of an add is ``events.apply.payload_text({"model":
+m.to_definition(), ...})`` of a normalised model, positions are gapless from 1, one
 ``recorded_at`` and ``command_id`` per command, keyed commands carry the key as
 event id and ``KEY#2``... for the rest of a list), and a few rows are bad in
 the ways a real log can be: torn JSON, an unknown type, a newer schema
@@ -35,6 +35,7 @@ from sqlalchemy import Engine, insert, text
 
 from bench import common
 from catalog import Catalog, parse_model
+from events.apply import payload_text
 from events.db import make_engine
 from events.migrate import upgrade
 from events.tables import EventRow
@@ -154,10 +155,10 @@ def declared_catalog() -> Catalog:
 class PayloadFormat:
     """How this release's commands write events, learnt by running them once (``probe``).
 
-    An add's payload is ``json.dumps({"model": definition, **added_extra},
-    sort_keys=True)``; the generator writes exactly that, so when the commands
-    change what they record (a new key, a new schema version) the generated
-    logs follow, and the cache stamp changes with them.
+    An add's payload is ``payload_text({"model": definition, **added_extra})``
+    (events.apply); the generator writes exactly that, so when the commands
+    change what they record (a new key, a new schema version, how the text is
+    written) the generated logs follow, and the cache stamp changes with them.
     """
 
     added_extra: dict[str, Any]
@@ -167,7 +168,13 @@ class PayloadFormat:
 
     def stamp(self) -> str:
         return json.dumps(
-            [self.added_extra, self.added_version, self.removed_version, self.hash_chain],
+            [
+                self.added_extra,
+                self.added_version,
+                self.removed_version,
+                self.hash_chain,
+                payload_text({"model": {"b": [1, "\u00e9"], "a": None}}),
+            ],
             sort_keys=True,
         )
 
@@ -195,8 +202,8 @@ def probe() -> PayloadFormat:
         definition = data.pop("model")
         if definition != probe_model.to_definition():
             raise AssertionError("an add no longer records to_definition() under 'model'")
-        if added.payload != json.dumps({"model": definition, **data}, sort_keys=True):
-            raise AssertionError("an add's payload is no longer json.dumps(..., sort_keys=True)")
+        if added.payload != payload_text({"model": definition, **data}):
+            raise AssertionError("an add's payload is no longer events.apply.payload_text")
         if removed.payload != json.dumps({"name": "probe"}):
             raise AssertionError("a removal's payload is no longer {'name': ...}")
         columns = set(EventRow.__table__.c.keys())
@@ -322,7 +329,7 @@ class _Generator:
         return body
 
     def _added(self, body: dict[str, Any]) -> tuple[str, str | None, str, int]:
-        payload = json.dumps({"model": body, **self.format.added_extra}, sort_keys=True)
+        payload = payload_text({"model": body, **self.format.added_extra})
         return ("model.added", body["name"], payload, self.format.added_version)
 
     def _removed(self, name: str) -> tuple[str, str | None, str, int]:
@@ -666,7 +673,7 @@ def sample_check(total: int = 2_000) -> None:
             except Exception:  # a deliberately bad row
                 continue
             extra = {k: v for k, v in data.items() if k != "model"}
-            expected = json.dumps({"model": written.to_definition(), **extra}, sort_keys=True)
+            expected = payload_text({"model": written.to_definition(), **extra})
             if expected != row["payload"]:
                 raise AssertionError(f"generated payload at {row['position']} is not canonical")
             checked += 1

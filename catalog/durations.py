@@ -50,8 +50,28 @@ def _parse(value: object) -> timedelta | None:
     return None
 
 
+# Every add writes its definition's durations out again (``Model.to_definition``),
+# and a catalog holds a handful of distinct ones: the rendering of each is
+# remembered (a fifth of encoding a definition otherwise). Bounded, like the parse
+# cache in catalog.model.
+_FORMATTED: dict[timedelta, str] = {}
+_FORMATTED_MAX = 4096
+
+
 def format_duration(value: timedelta) -> str:
     """Render a timedelta in the shortest form ``parse_duration`` reads back exactly."""
+    if type(value) is timedelta:
+        found = _FORMATTED.get(value)
+        if found is None:
+            found = _format_duration(value)
+            if len(_FORMATTED) >= _FORMATTED_MAX:
+                _FORMATTED.clear()
+            _FORMATTED[value] = found
+        return found
+    return _format_duration(value)
+
+
+def _format_duration(value: timedelta) -> str:
     total_us = value // timedelta(microseconds=1)
     if total_us == 0:
         return "0s"

@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
+
 from catalog import CatalogError, CatalogState, Model
 from catalog.diff import CatalogDiff, FieldChange, ModelChange, diff_models
 from events.types import (
@@ -33,15 +35,33 @@ from events.types import (
 Outcome = Literal["added", "replaced", "unchanged"]
 
 
+# Compact JSON with sorted keys. Encoding the definition was a fifth of a validated
+# add's CPU with json.dumps (sort_keys, ", " separators, ASCII escapes); msgspec
+# writes the same JSON value in an eighth of the time (BENCHMARKS.md, "Validated
+# adds"). Readers parse the text, never compare it: replay, idempotency and
+# ``same_definition`` decode it, and the hash chain covers whatever was stored.
+# Rows written before keep their spaced form; both read the same
+# (tests/unit/events/test_stored_payload.py).
+_ENCODE_SORTED = msgspec.json.Encoder(order="sorted").encode
+
+
+def payload_text(data: dict[str, Any]) -> str:
+    """A definition event's payload as stored: compact JSON, keys sorted."""
+    return _ENCODE_SORTED(data).decode()
+
+
+def definition_payload(definition: dict[str, Any], declared_digest: str | None) -> str:
+    """The stored text of a definition event: ``{"declared_digest": ..., "model": ...}``."""
+    return payload_text({"model": definition, "declared_digest": declared_digest})
+
+
 def definition_event(event_type: str, model: Model, declared_digest: str) -> NewEvent:
     """A ``model.added`` or ``model.replaced`` event: the whole definition, defaults applied,
     and the declared catalog it was judged against."""
     return NewEvent(
         type=event_type,
         model=model.name,
-        payload=json.dumps(
-            {"model": model.to_definition(), "declared_digest": declared_digest}, sort_keys=True
-        ),
+        payload=definition_payload(model.to_definition(), declared_digest),
         schema_version=CURRENT_SCHEMA[event_type],
     )
 

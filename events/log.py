@@ -25,7 +25,7 @@ the commands). Pure: nothing here touches a database.
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -170,7 +170,7 @@ def chained_rows(
     """
     if not events:
         raise ValueError("nothing to append")
-    command_id = key or uuid.uuid4().hex
+    command_id = key or _uuid4_hex()
     recorded_at = now or datetime.now(UTC)
     # Clocks of different replicas disagree a little; clamping keeps time order
     # equal to log order, so "the catalog at 12:00" is a prefix of the log.
@@ -180,7 +180,7 @@ def chained_rows(
     for i, e in enumerate(events, start=1):
         event = StoredEvent(
             head + i,
-            _event_id(key, i) if key else uuid.uuid4().hex,
+            _event_id(key, i) if key else _uuid4_hex(),
             command_id,
             e.type,
             e.schema_version,
@@ -206,6 +206,14 @@ def chained_rows(
         rows.append((event, prev_hash, value))
         prev_hash = value
     return rows
+
+
+def _uuid4_hex() -> str:
+    """``uuid.uuid4().hex``, without building a ``UUID`` (a quarter of the cost)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    return raw.hex()
 
 
 def _event_id(key: str, index: int) -> str:

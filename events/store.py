@@ -32,7 +32,7 @@ from sqlalchemy import (
     insert,
     select,
 )
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, StatementError
 
 from events import sql_reads
 from events.chain import GENESIS
@@ -53,6 +53,8 @@ from events.types import NewEvent, StoredEvent
 
 # -- the write side: statements compiled once per dialect, run on the driver's cursor --
 
+_INSERT_NAMES = tuple(c.name for c in _INSERT_COLUMNS)
+
 
 @dataclass(frozen=True, slots=True)
 class _Statement:
@@ -66,6 +68,14 @@ class _Statement:
     def params(self, values: dict[str, Any]) -> Any:
         bound = {**self.fixed, **values} if self.fixed else values
         return bound if self.order is None else tuple(bound[name] for name in self.order)
+
+    def row(self, values: tuple[Any, ...]) -> Any:
+        """``params`` of the insert given a value for each of its binds, in
+        ``_INSERT_NAMES`` order: the tuple itself when the driver's binds are positional
+        in that order (SQLite's), since every bind is given and nothing fixed is left."""
+        if self.order == _INSERT_NAMES:
+            return values
+        return self.params(dict(zip(_INSERT_NAMES, values, strict=True)))
 
 
 def _statement(dialect: Dialect, stmt: Any, **compile_kwargs: Any) -> _Statement:
@@ -252,16 +262,21 @@ class SqlLog:
             gone = dialect.is_disconnect(exc, raw.dbapi_connection, None)
             if gone:
                 raw.invalidate(exc)
-            raise DBAPIError.instance(
-                None,
-                None,
-                exc,
-                dialect.loaded_dbapi.Error,
-                connection_invalidated=gone,
-                dialect=dialect,
-            ) from exc
+            raise driver_error(dialect, exc, gone) from exc
         finally:
             raw.close()
+
+
+def driver_error(dialect: Dialect, exc: Exception, gone: bool) -> StatementError:
+    """A driver's error as SQLAlchemy raises it (``OperationalError`` and the rest)."""
+    return DBAPIError.instance(
+        None,
+        None,
+        exc,
+        dialect.loaded_dbapi.Error,
+        connection_invalidated=gone,
+        dialect=dialect,
+    )
 
 
 class SqlLockedLog:
@@ -272,8 +287,29 @@ class SqlLockedLog:
         self.conn = conn
         self.dialect = dialect
         self._writes = _writes(dialect)
+        # The log's last row (position, recorded_at as the driver gives it, hash), None
+        # when the log is empty: read once per section, since with the lock held only
+        # this section's own appends move it. A command asks for it twice (does the
+        # log hold anything it has not applied; then the head and hash to chain on),
+        # and most of the time the first answer is "nothing new": one statement, not two.
+        self._last: tuple[Any, ...] | None = None
+        self._last_read = False
+
+    def _last_row(self) -> tuple[Any, ...] | None:
+        if not self._last_read:
+            cursor = self.conn.cursor()
+            try:
+                cursor.execute(self._writes.last.sql)
+                self._last = cursor.fetchone()
+            finally:
+                cursor.close()
+            self._last_read = True
+        return self._last
 
     def read(self, after: int) -> Iterator[StoredEvent]:
+        last = self._last_row()
+        if last is None or int(last[0]) <= after:  # positions are gapless: nothing after
+            return
         while True:
             rows, convert = fetch_driver_rows(
                 self.conn, self.dialect, EVENT_COLUMNS, until=None, model=None, after=after
@@ -304,10 +340,9 @@ class SqlLockedLog:
             if previous:
                 return AppendOutcome(previous, already_recorded=True)
         w = self._writes
+        last = self._last_row()
         cursor = self.conn.cursor()
         try:
-            cursor.execute(w.last.sql)
-            last = cursor.fetchone()
             head, last_time = (int(last[0]), w.from_db(last[1])) if last else (0, None)
             if expected_head is not None and head != expected_head:
                 raise ConcurrencyConflict(expected_head, head)
@@ -326,22 +361,23 @@ class SqlLockedLog:
                 key=key,
                 now=now,
             )
+            at = w.to_db(rows[0][0].recorded_at)  # one time for the whole command
             params = [
-                w.insert.params(
-                    {
-                        "position": event.position,
-                        "event_id": event.event_id,
-                        "command_id": event.command_id,
-                        "type": event.type,
-                        "schema_version": event.schema_version,
-                        "model": event.model,
-                        "payload": event.payload,
-                        "actor": event.actor,
-                        "reason": event.reason,
-                        "recorded_at": w.to_db(event.recorded_at),
-                        "prev_hash": prev,
-                        "hash": value,
-                    }
+                w.insert.row(
+                    (
+                        event.position,
+                        event.event_id,
+                        event.command_id,
+                        event.type,
+                        event.schema_version,
+                        event.model,
+                        event.payload,
+                        event.actor,
+                        event.reason,
+                        at,
+                        prev,
+                        value,
+                    )
                 )
                 for event, prev, value in rows
             ]
@@ -351,4 +387,5 @@ class SqlLockedLog:
                 cursor.executemany(w.insert.sql, params)
         finally:
             cursor.close()
+        self._last = (rows[-1][0].position, at, rows[-1][2])
         return AppendOutcome(tuple(event for event, _, _ in rows), already_recorded=False)

@@ -6,8 +6,19 @@ import hashlib
 import json
 from datetime import UTC, datetime, timedelta, timezone
 
+from hypothesis import example, given
+from hypothesis import strategies as st
+
 from catalog import Catalog
-from events.chain import GENESIS, ChainRow, Seal, canonical_time, event_hash, verify_chain
+from events.chain import (
+    GENESIS,
+    ChainRow,
+    Seal,
+    canonical_bytes,
+    canonical_time,
+    event_hash,
+    verify_chain,
+)
 from events.replay import replay
 from events.types import CURRENT_SCHEMA, MODEL_ADDED, StoredEvent
 from events.upcast import upcast
@@ -25,6 +36,58 @@ def test_the_canonical_form_is_frozen_and_reproducible_without_llmgw() -> None:
     expected = hashlib.sha256(literal.encode("ascii")).hexdigest()
     got = event_hash(
         GENESIS, 1, "e1", "c1", "model.added", 1, "m", '{"name": "m"}', "José", "", NOON
+    )
+    assert got == expected
+
+
+# Text as an append hashes it: mostly ASCII (which takes msgspec), the characters where
+# the two encoders could differ (quotes, backslashes, control characters, DEL) drawn
+# often, and any text (non-ASCII and lone surrogates take json.dumps).
+_ASCII = st.text(st.characters(max_codepoint=0x7F), max_size=40)
+_TEXT = st.one_of(
+    _ASCII,
+    st.text(st.sampled_from('"\\\x00\x01\x08\t\n\x0c\r\x1f\x7f a'), max_size=10),
+    st.text(max_size=20),
+)
+_ITEM = st.one_of(
+    _TEXT,
+    st.none(),
+    st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1),
+    st.integers(),
+    st.booleans(),
+    st.floats(allow_nan=False),
+)
+
+
+@example(["\x7f"])
+@example([1 << 64, -(1 << 63) - 1])
+@given(st.one_of(st.lists(st.one_of(_TEXT, st.none()), max_size=12), st.lists(_ITEM, max_size=12)))
+def test_the_canonical_bytes_are_json_dumps_compact_ascii_whatever_the_values(
+    items: list[object],
+) -> None:
+    # The hash covers json.dumps's bytes; the faster encoder must never write others.
+    assert canonical_bytes(items) == json.dumps(items, separators=(",", ":")).encode("ascii")
+
+
+@given(
+    st.lists(_TEXT, min_size=8, max_size=8),
+    st.integers(min_value=1, max_value=1 << 70),
+    st.integers(min_value=-5, max_value=1 << 64),
+    st.one_of(st.none(), _TEXT),
+    st.datetimes(timezones=st.just(UTC)),
+)
+def test_an_event_hash_is_sha256_of_the_frozen_canonical_form(
+    texts: list[str], position: int, version: int, model: str | None, at: datetime
+) -> None:
+    prev, event_id, command_id, type_, payload, actor, reason, _ = texts
+    literal = json.dumps(
+        [prev, position, event_id, command_id, type_, version, model, payload, actor, reason,
+         at.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"],
+        separators=(",", ":"),
+    )  # fmt: skip
+    expected = hashlib.sha256(literal.encode("ascii")).hexdigest()
+    got = event_hash(
+        prev, position, event_id, command_id, type_, version, model, payload, actor, reason, at
     )
     assert got == expected
 
