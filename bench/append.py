@@ -18,7 +18,6 @@ power loss).
 from __future__ import annotations
 
 import gc
-import json
 import multiprocessing
 import shutil
 import time
@@ -32,6 +31,7 @@ from sqlalchemy import Engine, event
 
 from bench import common, gen
 from catalog import Model, parse_model
+from events.apply import payload_text
 from events.backends import open_log
 from events.db import make_engine
 from events.types import NewEvent
@@ -120,7 +120,7 @@ def _store_appends(url: str, synchronous: str, count: int) -> dict[str, Any]:
     try:
         store = open_log(engine)
         head = store.head()
-        payload = json.dumps({"model": gen.templates()[0]}, sort_keys=True)
+        payload = payload_text({"model": gen.templates()[0]})
         gc.collect()
         cpu = time.process_time()
         start = time.perf_counter()
@@ -142,7 +142,8 @@ def _peer_appends(path: Path, count: int) -> dict[str, Any]:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     recorder = peer_recorder(path)
-    payload = json.dumps({"model": gen.templates()[0]}, sort_keys=True).encode()
+    # The text our adds store (events.apply), so both sides write the same bytes.
+    payload = payload_text({"model": gen.templates()[0]}).encode()
     gc.collect()
     cpu = time.process_time()
     start = time.perf_counter()

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
@@ -211,8 +212,12 @@ class CatalogReadModel:
         if not self._started:  # a caller that did not ``start``: restore, at least
             self._started = True
             self._restore()
+        events = iter(locked.read(after=self._replayer.position))
+        first = next(events, None)
+        if first is None:  # most commands: nobody else wrote since
+            return
         with gc_paused():
-            self._apply(locked.read(after=self._replayer.position))
+            self._apply(chain((first,), events))
 
     def wrote(
         self, events: Sequence[StoredEvent] = (), decoded: Sequence[Model | None] = ()
@@ -228,8 +233,8 @@ class CatalogReadModel:
         read builds it once however many commands came before it.
         """
         if events:
-            with gc_paused():
-                self._apply(events, decoded)
+            # A command's own events are few: pausing the collector is for long catch-ups.
+            self._apply(events, decoded)
             self._snapshot_if_due()
         else:
             self.sync()
