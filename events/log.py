@@ -170,7 +170,10 @@ def chained_rows(
     """
     if not events:
         raise ValueError("nothing to append")
-    command_id = key or _uuid4_hex()
+    # Without a key: a random id for the command and one per event, from one read of
+    # the system's randomness (a system call each was a tenth of building the rows).
+    ids = [] if key else _uuid4_hexes(len(events) + 1)
+    command_id = key or ids[-1]
     recorded_at = now or datetime.now(UTC)
     # Clocks of different replicas disagree a little; clamping keeps time order
     # equal to log order, so "the catalog at 12:00" is a prefix of the log.
@@ -180,7 +183,7 @@ def chained_rows(
     for i, e in enumerate(events, start=1):
         event = StoredEvent(
             head + i,
-            _event_id(key, i) if key else _uuid4_hex(),
+            _event_id(key, i) if key else ids[i - 1],
             command_id,
             e.type,
             e.schema_version,
@@ -208,12 +211,15 @@ def chained_rows(
     return rows
 
 
-def _uuid4_hex() -> str:
-    """``uuid.uuid4().hex``, without building a ``UUID`` (a quarter of the cost)."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
-    return raw.hex()
+def _uuid4_hexes(count: int) -> list[str]:
+    """``count`` values of ``uuid.uuid4().hex``, without building a ``UUID`` each."""
+    raw = bytearray(os.urandom(16 * count))
+    out = []
+    for start in range(0, 16 * count, 16):
+        raw[start + 6] = (raw[start + 6] & 0x0F) | 0x40  # version 4
+        raw[start + 8] = (raw[start + 8] & 0x3F) | 0x80  # the RFC 4122 variant
+        out.append(raw[start : start + 16].hex())
+    return out
 
 
 def _event_id(key: str, index: int) -> str:
