@@ -31,7 +31,6 @@ from sqlalchemy import Engine, event
 
 from bench import common, gen
 from catalog import Model, parse_model
-from events.apply import payload_text
 from events.backends import open_log
 from events.db import make_engine
 from events.types import NewEvent
@@ -120,7 +119,7 @@ def _store_appends(url: str, synchronous: str, count: int) -> dict[str, Any]:
     try:
         store = open_log(engine)
         head = store.head()
-        payload = payload_text({"model": gen.templates()[0]})
+        payload = gen.probe().payload({"model": gen.templates()[0]})
         gc.collect()
         cpu = time.process_time()
         start = time.perf_counter()
@@ -142,8 +141,8 @@ def _peer_appends(path: Path, count: int) -> dict[str, Any]:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     recorder = peer_recorder(path)
-    # The text our adds store (events.apply), so both sides write the same bytes.
-    payload = payload_text({"model": gen.templates()[0]}).encode()
+    # Written as our adds write it (bench.gen.probe), so both sides store the same bytes.
+    payload = gen.probe().payload({"model": gen.templates()[0]}).encode()
     gc.collect()
     cpu = time.process_time()
     start = time.perf_counter()

@@ -3,8 +3,9 @@
 A log of a million events takes minutes to write through the commands (each
 add validated against the whole catalog and fsynced), so the benchmark logs
 are generated: the rows are exactly what ``CatalogService`` would have written
-(the payload of an add is ``events.apply.payload_text({"model":
-m.to_definition(), ...})`` of a normalised model, positions are gapless from 1, one
+(the payload of an add is ``{"model": m.to_definition(), ...}`` of a
+normalised model, written as the commands write it: ``PayloadFormat.text``),
+positions are gapless from 1, one
 ``recorded_at`` and ``command_id`` per command, keyed commands carry the key as
 event id and ``KEY#2``... for the rest of a list), and a few rows are bad in
 the ways a real log can be: torn JSON, an unknown type, a newer schema
@@ -24,18 +25,18 @@ import copy
 import json
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from sqlalchemy import Engine, insert, text
 
 from bench import common
 from catalog import Catalog, parse_model
-from events.apply import payload_text
 from events.db import make_engine
 from events.migrate import upgrade
 from events.tables import EventRow
@@ -151,20 +152,36 @@ def declared_catalog() -> Catalog:
     return Catalog.build([parse_model(d) for d in _DECLARED_RAW], declared=True)
 
 
+# How the commands have written a payload's text, by release: compact JSON in the
+# definition's field order (events.apply.definition_payload) since issue 13's append
+# work, ``json.dumps(..., sort_keys=True)`` before. The probe finds which one the
+# tree it runs against writes (bench.ab compares two trees), and the generator
+# writes the same bytes.
+TEXT_FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "compact": lambda data: msgspec.json.encode(data).decode(),
+    "json.dumps sort_keys": lambda data: json.dumps(data, sort_keys=True),
+}
+
+
 @dataclass(frozen=True)
 class PayloadFormat:
     """How this release's commands write events, learnt by running them once (``probe``).
 
-    An add's payload is ``payload_text({"model": definition, **added_extra})``
-    (events.apply); the generator writes exactly that, so when the commands
-    change what they record (a new key, a new schema version, how the text is
-    written) the generated logs follow, and the cache stamp changes with them.
+    An add's payload is ``{"model": definition, **added_extra}`` written as
+    ``text`` says (``TEXT_FORMATS``); the generator writes exactly that, so when
+    the commands change what they record (a new key, a new schema version, how
+    the text is written) the generated logs follow, and the cache stamp changes
+    with them.
     """
 
     added_extra: dict[str, Any]
     added_version: int
     removed_version: int
     hash_chain: bool
+    text: str
+
+    def payload(self, data: dict[str, Any]) -> str:
+        return TEXT_FORMATS[self.text](data)
 
     def stamp(self) -> str:
         return json.dumps(
@@ -173,7 +190,7 @@ class PayloadFormat:
                 self.added_version,
                 self.removed_version,
                 self.hash_chain,
-                payload_text({"model": {"b": [1, "\u00e9"], "a": None}}),
+                self.text,
             ],
             sort_keys=True,
         )
@@ -202,8 +219,13 @@ def probe() -> PayloadFormat:
         definition = data.pop("model")
         if definition != probe_model.to_definition():
             raise AssertionError("an add no longer records to_definition() under 'model'")
-        if added.payload != payload_text({"model": definition, **data}):
-            raise AssertionError("an add's payload is no longer events.apply.payload_text")
+        texts = [
+            name
+            for name, write in TEXT_FORMATS.items()
+            if added.payload == write({"model": definition, **data})
+        ]
+        if not texts:
+            raise AssertionError("an add's payload is written in a form the generator lacks")
         if removed.payload != json.dumps({"name": "probe"}):
             raise AssertionError("a removal's payload is no longer {'name': ...}")
         columns = set(EventRow.__table__.c.keys())
@@ -212,6 +234,7 @@ def probe() -> PayloadFormat:
             added_version=added.schema_version,
             removed_version=removed.schema_version,
             hash_chain={"prev_hash", "hash"} <= columns,
+            text=texts[0],
         )
     finally:
         engine.dispose()
@@ -329,7 +352,7 @@ class _Generator:
         return body
 
     def _added(self, body: dict[str, Any]) -> tuple[str, str | None, str, int]:
-        payload = payload_text({"model": body, **self.format.added_extra})
+        payload = self.format.payload({"model": body, **self.format.added_extra})
         return ("model.added", body["name"], payload, self.format.added_version)
 
     def _removed(self, name: str) -> tuple[str, str | None, str, int]:
@@ -673,7 +696,7 @@ def sample_check(total: int = 2_000) -> None:
             except Exception:  # a deliberately bad row
                 continue
             extra = {k: v for k, v in data.items() if k != "model"}
-            expected = payload_text({"model": written.to_definition(), **extra})
+            expected = probe().payload({"model": written.to_definition(), **extra})
             if expected != row["payload"]:
                 raise AssertionError(f"generated payload at {row['position']} is not canonical")
             checked += 1

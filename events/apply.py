@@ -53,14 +53,6 @@ def definition_payload(model: Model, declared_digest: str | None) -> str:
     return (b'{"model":' + body + b',"declared_digest":' + _ENCODE(declared_digest) + b"}").decode()
 
 
-def payload_text(data: dict[str, Any]) -> str:
-    """``data`` as a payload is written: compact JSON, keys in ``data``'s order. For a
-    normalised definition in field order (``to_definition()``'s) under ``"model"``,
-    then ``"declared_digest"``, it is ``definition_payload``'s text (bench/gen.py
-    writes its logs with it, and checks that against the commands)."""
-    return _ENCODE(data).decode()
-
-
 def definition_event(event_type: str, model: Model, declared_digest: str) -> NewEvent:
     """A ``model.added`` or ``model.replaced`` event: the whole definition, defaults applied,
     and the declared catalog it was judged against."""
