@@ -15,13 +15,13 @@ case: a small JSON body), which the writer thread parses with the same rules
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from catalog.documents import NotJSON
 from llmgw.api.bodies import ORIGIN, parse
 from llmgw.api.group_commit import GroupCommit
 from llmgw.api.metrics import Metrics
@@ -40,9 +40,7 @@ class Body:
     limit: int
 
 
-class NotJSON(Exception):
-    """A received body that is not plain JSON: for the general route (it reads YAML too)."""
-
+__all__ = ["Body", "NotJSON", "Recorded", "Sent", "node_report_writer", "read_report"]
 
 # An agent's report (parsed, or its body) and the name of the token it came with (the
 # actor of its events).
@@ -51,12 +49,13 @@ Sent = tuple[NodeReport | Body, str]
 Recorded = tuple[Node, Cordon | None, int]
 
 
-def read_report(name: str, body: bytes, limit: int) -> NodeReport:
+def read_report(name: str, body: bytes, limit: int, *, json_only: bool = False) -> NodeReport:
     """The report a body holds for node ``name``; a ``Problem`` (413 or 422) if none.
 
-    Blocking and as costly as the body allows: never on the event loop.
+    Blocking and as costly as the body allows: never on the event loop. With
+    ``json_only``, a body that is not JSON raises ``NotJSON`` (it may be YAML).
     """
-    data = parse(body, limit, "invalid-node-report")
+    data = parse(body, limit, "invalid-node-report", json_only=json_only)
     if not isinstance(data, dict):
         raise Problem(422, "invalid-node-report", f"{ORIGIN}: a node report is a mapping of fields")
     if "name" not in data:
@@ -87,11 +86,7 @@ def _prepare(sent: Sent) -> tuple[NodeReport, str]:
         return what, actor
     # The writer thread reads JSON only: a YAML body (whose parser costs far more per
     # byte) goes to the route's worker threads, where it delays no one else's commit.
-    try:
-        json.loads(what.raw)
-    except (ValueError, RecursionError):
-        raise NotJSON from None
-    return read_report(what.name, what.raw, what.limit), actor
+    return read_report(what.name, what.raw, what.limit, json_only=True), actor
 
 
 def node_report_writer(
