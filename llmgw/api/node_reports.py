@@ -4,8 +4,8 @@ See ``llmgw.api.group_commit``: an agent's report is answered once it is
 committed, as before, but the reports that arrive while one transaction commits
 are written together in the next, so a fleet's heartbeats cost a commit per
 batch rather than one each. The answer also needs each node's service state
-(cordoned, draining, replicas left); it is read once per batch, after the
-commit, instead of once per report.
+(cordoned, draining, replicas left); it is read once per batch, in the batch's
+transaction, instead of once per report.
 
 A report reaches the writer either parsed (the route, which parsed it in a
 worker thread) or as the body received (``llmgw.api.report_path``, the common
@@ -94,11 +94,12 @@ def node_report_writer(
 ) -> GroupCommit[Sent, Recorded]:
     def write(batch: Sequence[tuple[NodeReport, str]]) -> list[Recorded]:
         with writing:
-            recorded = nodes.report(
+            # The nodes' service state is read in the batch's own transaction: it is the
+            # same state a read after the commit would see, for one transaction less.
+            recorded, cordons, hosted = nodes.report_and_service(
                 [report for report, _ in batch], datetime.now(UTC), actor=[a for _, a in batch]
             )
         metrics.node_report_commits.inc()
-        cordons, hosted = nodes.service()
         return [(n, cordons.get(n.name), hosted.get(n.name, 0)) for n in recorded]
 
     return GroupCommit(write, key=lambda sent: sent[0].name, prepare=_prepare)
