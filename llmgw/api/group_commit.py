@@ -18,8 +18,9 @@ Every caller still returns only after its own write committed, so what an
 answer promises is as durable as before. A batch that fails is written again
 one item at a time, so one bad item is refused on its own and cannot fail the
 others that happened to share its batch. ``prepare``, if given, turns each
-item into what ``write`` takes, in the writer thread; an item it refuses is
-answered with that error and left out of the batch.
+item into the form ``write`` takes (a body into its parsed report), in the
+writer thread; an item it refuses is answered with that error and left out of
+the batch.
 
 Two items with the same ``key`` never share a batch (an upsert cannot touch
 one row twice in one statement); the later waits for the next batch, which
@@ -47,7 +48,7 @@ class _Slot(Generic[T, R]):
     key: Hashable
     # Set for a coroutine's item: where its answer is delivered.
     future: asyncio.Future[R] | None = None
-    prepared: Any = None
+    prepared: T | None = None
     done: bool = False
     settled: bool = False
     result: R | None = None
@@ -63,10 +64,10 @@ class GroupCommit(Generic[T, R]):
 
     def __init__(
         self,
-        write: Callable[[Sequence[Any]], Sequence[R]],
+        write: Callable[[Sequence[T]], Sequence[R]],
         key: Callable[[T], Hashable],
         max_batch: int = MAX_BATCH,
-        prepare: Callable[[T], Any] | None = None,
+        prepare: Callable[[T], T] | None = None,
     ) -> None:
         self._write = write
         self._key = key
@@ -158,7 +159,7 @@ class GroupCommit(Generic[T, R]):
         if not ready:
             return
         try:
-            results = self._write([s.prepared for s in ready])
+            results = self._write([s.prepared for s in ready])  # type: ignore[misc]
         except Exception as exc:
             if len(ready) == 1:
                 ready[0].error, ready[0].settled = exc, True
@@ -172,7 +173,7 @@ class GroupCommit(Generic[T, R]):
         # One item spoilt the batch: each on its own, so only that one is refused.
         for slot in ready:
             try:
-                (slot.result,) = self._write([slot.prepared])
+                (slot.result,) = self._write([slot.prepared])  # type: ignore[list-item]
                 self.batches += 1
                 self.items += 1
             except Exception as exc:

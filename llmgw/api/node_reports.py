@@ -80,7 +80,7 @@ def unstorable(exc: OverflowError) -> Problem:
     return Problem(422, "invalid-node-report", f"the database cannot store a value: {exc}")
 
 
-def _prepare(sent: Sent) -> tuple[NodeReport, str]:
+def _prepare(sent: Sent) -> Sent:
     what, actor = sent
     if isinstance(what, NodeReport):
         return what, actor
@@ -92,12 +92,16 @@ def _prepare(sent: Sent) -> tuple[NodeReport, str]:
 def node_report_writer(
     nodes: SchedulerStore, writing: AbstractContextManager[Any], metrics: Metrics
 ) -> GroupCommit[Sent, Recorded]:
-    def write(batch: Sequence[tuple[NodeReport, str]]) -> list[Recorded]:
+    def write(batch: Sequence[Sent]) -> list[Recorded]:
+        reports = [report for report, _ in batch if isinstance(report, NodeReport)]
+        assert len(reports) == len(batch)  # _prepare parsed every body
         with writing:
             # The nodes' service state is read in the batch's own transaction: it is the
             # same state a read after the commit would see, for one transaction less.
             recorded, cordons, hosted = nodes.report_and_service(
-                [report for report, _ in batch], datetime.now(UTC), actor=[a for _, a in batch]
+                reports,
+                datetime.now(UTC),
+                actor=[a for _, a in batch],
             )
         metrics.node_report_commits.inc()
         return [(n, cordons.get(n.name), hosted.get(n.name, 0)) for n in recorded]
