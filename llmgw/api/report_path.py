@@ -122,7 +122,8 @@ class ReportPath:
         authorization = length = None
         for key, value in scope["headers"]:
             if key == b"authorization":
-                authorization = value
+                if authorization is None:  # the first, as Starlette's headers.get reads it
+                    authorization = value
             elif key == b"content-length":
                 length = value
             elif key == b"transfer-encoding":

@@ -8,7 +8,6 @@ the metrics: an agent cannot tell which one answered it.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,7 +130,9 @@ def test_many_reports_through_the_lean_path_each_get_their_own_node(
     with api.client(tokens.agent) as agent:
         for k in range(20):
             node = f"node-{k % 2}"
-            answer = agent.put(f"/v1/nodes/{node}", json={"gpus": k % 5, "gpu_class": "T4"})
+            body = {"gpus": 1 + k % 5, "gpu_class": "T4"}
+            answer = agent.put(f"/v1/nodes/{node}", json=body)
             assert answer.status_code == 200, answer.text
-            assert (answer.json()["name"], answer.json()["gpus"]) == (node, k % 5)
-    assert json.loads(answer.text)["gpus"] == 4
+            assert (answer.json()["name"], answer.json()["gpus"]) == (node, 1 + k % 5)
+        listed = {n["name"]: n["gpus"] for n in agent.get("/v1/nodes").json()}
+    assert (listed["node-0"], listed["node-1"]) == (4, 5)  # k = 18 and 19, the last of each
