@@ -3,8 +3,13 @@
 A cluster of 10,000 nodes whose agents report every 10 s sends 1,000 reports a
 second, so that is the goal. The server is a real ``llmgw serve`` (one process,
 fresh database, migrated by itself); the load comes from client processes on
-the same machine, each a few threads with keep-alive connections, each thread
-an agent token for its share of the nodes, as a fleet of agents would be.
+the same machine: one process of ``AGENTS`` asyncio agents, each on its own
+keep-alive connection with an agent token for its share of the nodes, as a fleet
+of agents would be. The clients speak raw HTTP/1.1 (about as lean as a real
+agent could be): on this shared 2-core machine every bit of CPU a client spends
+is CPU the server does not get, so their cost is printed too, beside the
+server's own CPU per report, which says what one server core can take whatever
+the clients cost.
 
 Every node reports once before the clock starts (its first report inserts its
 row); timed reports then repeat each node's content, as almost all heartbeats
@@ -13,19 +18,22 @@ The reference in the same run is ``GET /healthz`` with the same clients: the
 most this HTTP stack and these clients can do on this machine, whatever the
 store. With ``LLMGW_BENCH_BASE=TREE`` (a directory holding another version of
 the packages, as for ``bench.ab``), each store is also measured with that
-version's server, alternating with this one's, for a before/after ratio.
+version's server, alternating with this one's, for a before/after ratio; a tree
+whose server predates the httptools dependency runs on h11, as it shipped.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import multiprocessing
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -36,9 +44,10 @@ from bench import common
 GOAL = 1000.0
 NODES, QUICK_NODES = 10_000, 1_000
 SECONDS, QUICK_SECONDS = 10.0, 3.0
-CLIENT_PROCESSES = 2
-THREADS_PER_PROCESS = 16
+CLIENT_PROCESSES = 1
+AGENTS = 50
 CHANGE_EVERY = 50
+ROUNDS = 2
 LLMGW = str(Path(sys.executable).parent / "llmgw")
 
 
@@ -49,6 +58,58 @@ def _body(node: int, k: int) -> dict[str, object]:
     return {"gpu_class": "A100", "gpus": 8, "memory_gb": 1024, "labels": labels}
 
 
+async def _agent(
+    address: tuple[str, int],
+    token: str,
+    nodes: list[int],
+    path: str,
+    *,
+    end: float,
+    failures: list[str],
+) -> int:
+    """One agent on one keep-alive connection: send, read the whole answer, repeat.
+
+    Raw HTTP/1.1 on asyncio streams rather than an HTTP library: the clients share
+    the machine with the server, and what a request costs the client is CPU the
+    server does not get. This is about as lean as a real agent could be.
+    """
+    host, port = address
+    reader, writer = await asyncio.open_connection(host, port)
+    head = f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+    sent = 0
+    try:
+        # "first": each node once (its row is inserted), then stop.
+        while time.time() < end if path != "first" else sent < len(nodes):
+            node = nodes[sent % len(nodes)]
+            if path != "healthz":
+                body = json.dumps(_body(node, sent)).encode()
+                request = (
+                    f"PUT /v1/nodes/n{node:05d} HTTP/1.1\r\n{head}"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                ).encode() + body
+            else:
+                request = f"GET /healthz HTTP/1.1\r\n{head}\r\n".encode()
+            writer.write(request)
+            status, answer = await _answer(reader)
+            if status != 200 and len(failures) < 5:
+                failures.append(f"{status}: {answer[:200]!r}")
+            sent += 1
+    finally:
+        writer.close()
+    return sent
+
+
+async def _answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head[9:12])
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return status, await reader.readexactly(length) if length else b""
+
+
 def _client(
     url: str,
     tokens: list[tuple[str, list[int]]],
@@ -56,41 +117,34 @@ def _client(
     window: tuple[float, float],
     out: multiprocessing.Queue,  # type: ignore[type-arg]
 ) -> None:
-    """One client process: a thread per token, each cycling through its nodes."""
+    """One client process: an agent (a connection) per token, each cycling through its nodes."""
     start_at, seconds = window
-    counts = [0] * len(tokens)
+    host, port = url.removeprefix("http://").rsplit(":", 1)
     failures: list[str] = []
 
-    def loop(i: int) -> None:
-        token, nodes = tokens[i]
-        headers = {"Authorization": f"Bearer {token}"}
-        with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
-            while time.time() < start_at:
-                time.sleep(0.001)
-            end = start_at + seconds
-            k = 0
-            while time.time() < end:
-                node = nodes[k % len(nodes)]
-                if path == "report":
-                    answer = http.put(f"/v1/nodes/n{node:05d}", json=_body(node, k))
-                else:
-                    answer = http.get("/healthz")
-                if answer.status_code != 200 and len(failures) < 5:
-                    failures.append(f"{answer.status_code}: {answer.text[:200]}")
-                counts[i] += 1
-                k += 1
+    cpu = [0.0]
 
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(len(tokens))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    out.put((sum(counts), failures))
+    async def main() -> int:
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        end = start_at + seconds
+        began = time.process_time()
+        counts = await asyncio.gather(
+            *(
+                _agent((host, int(port)), t, nodes, path, end=end, failures=failures)
+                for t, nodes in tokens
+            )
+        )
+        cpu[0] = time.process_time() - began
+        return sum(counts)
+
+    sent = asyncio.run(main())
+    out.put((sent, failures, cpu[0]))
 
 
 def _drive(
     url: str, shares: list[list[tuple[str, list[int]]]], path: str, seconds: float
-) -> tuple[float, list[str]]:
+) -> tuple[float, list[str], float]:
+    """Requests a second (or sent, for "first"), the first failures, client CPU a request."""
     out: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
     start_at = time.time() + 1.0
     procs = [
@@ -99,14 +153,15 @@ def _drive(
     ]
     for p in procs:
         p.start()
-    total, failures = 0, []
+    total, failures, cpu = 0, [], 0.0
     for _ in procs:
-        n, f = out.get()
+        n, f, c = out.get()
         total += n
         failures += f
+        cpu += c
     for p in procs:
         p.join()
-    return total / seconds, failures
+    return total / seconds if seconds else float(total), failures, cpu / max(total, 1)
 
 
 def _serve(
@@ -122,6 +177,10 @@ def _serve(
         env.pop(name, None)
     if tree is not None:
         env["PYTHONPATH"] = tree  # that tree's packages first, as bench.ab does
+        server = Path(tree, "llmgw", "api", "server.py")
+        if server.exists() and "httptools" not in server.read_text(encoding="utf-8"):
+            # A tree from before httptools was a dependency ran on h11, as it shipped.
+            env["PYTHONPATH"] += os.pathsep + str(_without_httptools())
     proc = subprocess.Popen(
         [sys.executable, "-m", "llmgw", "serve", "--host", "127.0.0.1", "--port", "0"],
         cwd=workdir,
@@ -146,12 +205,29 @@ def _serve(
     raise RuntimeError("llmgw serve never answered /healthz")
 
 
-def _measure(
-    db_url: str, nodes: int, seconds: float, tree: str | None = None
-) -> tuple[float, float, float, list[str]]:
+@dataclass(frozen=True)
+class Measured:
+    reports: float  # a second
+    health: float  # GET /healthz a second, same clients
+    server_cpu: float  # seconds of the server process's CPU a report
+    client_cpu: float  # seconds of the clients' CPU a report
+    failures: list[str]
+
+
+def _without_httptools() -> Path:
+    """A directory whose ``httptools`` cannot be imported: uvicorn's "auto" then picks h11."""
+    shim = common.CACHE / "without-httptools"
+    (shim / "httptools").mkdir(parents=True, exist_ok=True)
+    (shim / "httptools" / "__init__.py").write_text(
+        'raise ImportError("hidden by bench.reports: the base tree ran without httptools")\n'
+    )
+    return shim
+
+
+def _measure(db_url: str, nodes: int, seconds: float, tree: str | None = None) -> Measured:
     from llmgw.api.auth import issue_token
 
-    agents = CLIENT_PROCESSES * THREADS_PER_PROCESS
+    agents = AGENTS
     issued = []
     for a in range(agents):
         mine = list(range(a, nodes, agents))
@@ -165,26 +241,19 @@ def _measure(
         proc, url = _serve(Path(tmp), db_url, env, tree)
         try:
             common.progress(f"reports: first report of each of {nodes} nodes")
-            first = [(t, [m]) for t, mine in issued for m in mine]
-            with httpx.Client(base_url=url, timeout=60) as http:
-                for token, (node,) in ((t.token, m) for t, m in first):
-                    answer = http.put(
-                        f"/v1/nodes/n{node:05d}",
-                        json=_body(node, 0),
-                        headers={"Authorization": f"Bearer {token}"},
-                    )
-                    assert answer.status_code == 200, answer.text
+            _, failures, _ = _drive(url, shares, "first", 0.0)
+            assert not failures, failures
             common.progress(f"reports: {seconds:.0f}s of /healthz, then of reports")
-            health, _ = _drive(url, shares, "healthz", seconds)
+            health, _, _ = _drive(url, shares, "healthz", seconds)
             server = psutil.Process(proc.pid)
             before = server.cpu_times()
-            reports, failures = _drive(url, shares, "report", seconds)
+            reports, failures, client = _drive(url, shares, "report", seconds)
             after = server.cpu_times()
             cpu = (after.user - before.user) + (after.system - before.system)
             # The clients share the machine: the server's own CPU per report is the figure
             # that says how many one server process can take, whatever the clients cost.
             per_report = cpu / max(reports * seconds, 1)
-            return reports, health, per_report, failures
+            return Measured(reports, health, per_report, client, failures)
         finally:
             proc.terminate()
             proc.wait(30)
@@ -193,17 +262,18 @@ def _measure(
 def run(quick: bool) -> list[common.Table]:
     nodes = QUICK_NODES if quick else NODES
     seconds = QUICK_SECONDS if quick else SECONDS
+    rounds = 1 if quick else ROUNDS
     table = common.Table(
-        f"Node reports: {nodes} nodes, {CLIENT_PROCESSES * THREADS_PER_PROCESS} agents "
-        f"({CLIENT_PROCESSES} client processes), {seconds:.0f} s, one `llmgw serve`",
+        f"Node reports: {nodes} nodes, {AGENTS} agents ({CLIENT_PROCESSES} client process, "
+        f"raw HTTP/1.1 keep-alive), {seconds:.0f} s, one `llmgw serve`, best of {rounds}",
         [
             "store",
             "reports/s",
             "goal",
-            "GET /healthz/s (stack ceiling)",
-            "of ceiling",
+            "GET /healthz/s (same clients)",
             "server CPU/report",
             "reports/s per server core",
+            "client CPU/report",
             "failures",
         ],
     )
@@ -225,36 +295,43 @@ def run(quick: bool) -> list[common.Table]:
     if reason is None:
         stores.append(("PostgreSQL", pg))
     base = os.environ.get("LLMGW_BENCH_BASE")
-    runs: list[tuple[str, Callable[[], str], str | None]] = []
     for name, make in stores:
-        if base:
-            runs.append((f"{name} (base)", make, base))
-        runs.append((name, make, None))
-    ours: dict[str, float] = {}
-    cpus: dict[str, float] = {}
-    for name, make, tree in runs:
-        common.progress(f"reports: {name}")
-        reports, health, cpu, failures = _measure(make(), nodes, seconds, tree)
-        ours[name] = reports
-        cpus[name] = cpu
-        if base and tree is None:
-            base_name = name + " (base)"
-            table.note(
-                f"{name}: {reports / ours[base_name]:.2f}x the base's reports/s; "
-                f"{cpus[base_name] / cpu:.2f}x less server CPU per report"
+        # Base and ours alternate, so a moment of load elsewhere slows both; best of each.
+        best: dict[str | None, Measured] = {}
+        for _ in range(rounds):
+            for tree in (base, None) if base else (None,):
+                common.progress(f"reports: {name}{' (base)' if tree else ''}")
+                got = _measure(make(), nodes, seconds, tree)
+                if tree not in best or got.reports > best[tree].reports:
+                    best[tree] = got
+        rows = [(base, f"{name} (base)")] if base else []
+        for tree, label in [*rows, (None, name)]:
+            m = best[tree]
+            table.add(
+                label,
+                f"{m.reports:,.0f}",
+                f"{GOAL:,.0f}",
+                f"{m.health:,.0f}",
+                f"{m.server_cpu * 1000:.2f} ms",
+                f"{1 / m.server_cpu:,.0f}" if m.server_cpu else "-",
+                f"{m.client_cpu * 1000:.2f} ms",
+                len(m.failures),
             )
-        table.add(
-            name,
-            f"{reports:,.0f}",
-            f"{GOAL:,.0f}",
-            f"{health:,.0f}",
-            f"{reports / health:.2f}" if health else "-",
-            f"{cpu * 1000:.2f} ms",
-            f"{1 / cpu:,.0f}" if cpu else "-",
-            len(failures),
+            for f in m.failures[:2]:
+                table.note(f"{label}: {f}")
+        if base:
+            before, after = best[base], best[None]
+            table.note(
+                f"{name}: {after.reports / before.reports:.2f}x the base's reports/s; "
+                f"{before.server_cpu / after.server_cpu:.2f}x less server CPU per report"
+            )
+        ours = best[None]
+        verdict = "met" if ours.reports >= GOAL else "not met"
+        table.note(
+            f"{name}: goal {GOAL:,.0f} reports/s on one server process: {verdict} as measured "
+            f"({ours.reports:,.0f}/s with the clients on the same cores); the server's own CPU "
+            f"allows {1 / ours.server_cpu:,.0f}/s on one core"
         )
-        for f in failures[:2]:
-            table.note(f"{name}: {f}")
     if reason is not None:
         table.note(reason)
     return [table]

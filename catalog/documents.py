@@ -83,9 +83,17 @@ def read_file(path: Path, what: str, limits: Limits = FILE_LIMITS) -> Any:
     return read_data(text, str(path), limits)
 
 
-def read_data(text: str, origin: str, limits: Limits = FILE_LIMITS) -> Any:
+class NotJSON(ValueError):
+    """``read_data(json_only=True)`` was given text that is not JSON (it may be YAML)."""
+
+
+def read_data(
+    text: str, origin: str, limits: Limits = FILE_LIMITS, *, json_only: bool = False
+) -> Any:
     """Parse YAML or JSON text within ``limits`` (JSON is YAML, but its own parser
-    gives better errors)."""
+    gives better errors). With ``json_only``, text that JSON's parser does not take
+    raises ``NotJSON`` instead of being read as YAML, for a caller that must not pay
+    YAML's price (it reads the text with ``json_only=False`` elsewhere)."""
     if len(text) > limits.max_bytes or len(text.encode("utf-8", "surrogatepass")) > (
         limits.max_bytes
     ):
@@ -97,6 +105,8 @@ def read_data(text: str, origin: str, limits: Limits = FILE_LIMITS) -> Any:
             try:
                 data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
             except json.JSONDecodeError as json_error:
+                if json_only:
+                    raise NotJSON(origin) from None
                 # Flow-style YAML (`{name: x}`) is not JSON; if it is not YAML
                 # either, the JSON parser's complaint is the more precise one.
                 try:
@@ -105,6 +115,8 @@ def read_data(text: str, origin: str, limits: Limits = FILE_LIMITS) -> Any:
                     raise json_error from None
             _check_json_nodes(data, origin, limits)
             return data
+        if json_only:
+            raise NotJSON(origin)
         return _read_yaml(text, origin, limits)
     except (yaml.YAMLError, json.JSONDecodeError, _DuplicateKey) as exc:
         raise CatalogError(f"{origin}: not valid YAML or JSON: {_short(exc)}") from None
@@ -161,6 +173,8 @@ _JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def _check_json_depth(text: str, origin: str, limits: Limits) -> None:
+    if text.count("[") + text.count("{") <= limits.max_depth:
+        return  # too few brackets to nest that deep: the scan below could not refuse it
     depth = 0
     for match in _JSON_TOKENS.finditer(text):
         token = match.group()

@@ -37,24 +37,8 @@ class InventoryStore:
         many agents together). A node may appear once: an upsert cannot touch one
         row twice in one statement.
         """
-        actors = [actor] * len(reports) if isinstance(actor, str) else list(actor)
-        if len(actors) != len(reports):
-            raise ValueError(f"{len(reports)} reports but {len(actors)} actors")
-        nodes = [r.to_node(received_at) for r in reports]
-        if not nodes:
-            return nodes
-        rows = [
-            {
-                **node_content(n),
-                "labels": json.dumps(node_content(n)["labels"]),
-                "reported_at": n.reported_at,
-            }
-            for n in nodes
-        ]
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
-            backend(conn).upsert(conn, nodes_t, "name", rows)
-            record_replica_reports(conn, reports, received_at, actors)
-        return nodes
+            return write_reports(conn, reports, received_at, actor)
 
     def forget(self, name: str) -> bool:
         """Drop a node from the inventory (decommissioned); its replicas move next round."""
@@ -65,6 +49,32 @@ class InventoryStore:
         """Every node that can be read, by name; a row that cannot is skipped and named."""
         with self.engine.connect() as conn:
             return read_nodes(conn)
+
+
+def write_reports(
+    conn: Connection,
+    reports: Sequence[NodeReport],
+    received_at: datetime,
+    actor: str | Sequence[str] = "agent",
+) -> list[Node]:
+    """``InventoryStore.report`` in a transaction the caller holds."""
+    actors = [actor] * len(reports) if isinstance(actor, str) else list(actor)
+    if len(actors) != len(reports):
+        raise ValueError(f"{len(reports)} reports but {len(actors)} actors")
+    nodes = [r.to_node(received_at) for r in reports]
+    if not nodes:
+        return nodes
+    rows = [
+        {
+            **node_content(n),
+            "labels": json.dumps(node_content(n)["labels"]),
+            "reported_at": n.reported_at,
+        }
+        for n in nodes
+    ]
+    backend(conn).upsert(conn, nodes_t, "name", rows)
+    record_replica_reports(conn, reports, received_at, actors)
+    return nodes
 
 
 def read_nodes(conn: Connection) -> list[Node]:

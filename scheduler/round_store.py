@@ -72,6 +72,16 @@ class PlacementState:
         ]
 
 
+def read_service(conn: Connection) -> tuple[dict[str, Cordon], dict[str, int]]:
+    """``RoundStore.service`` on a connection the caller holds."""
+    hosted: dict[str, int] = {}
+    cordons = read_cordons(conn)
+    for row in read_placements(conn):
+        for name in row.placement.nodes:
+            hosted[name] = hosted.get(name, 0) + 1
+    return cordons, hosted
+
+
 class RoundStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -101,13 +111,8 @@ class RoundStore:
 
     def service(self) -> tuple[dict[str, Cordon], dict[str, int]]:
         """The cordons by node, and how many replicas each node hosts: what `nodes list` shows."""
-        hosted: dict[str, int] = {}
         with self.engine.connect() as conn:
-            cordons = read_cordons(conn)
-            for row in read_placements(conn):
-                for name in row.placement.nodes:
-                    hosted[name] = hosted.get(name, 0) + 1
-        return cordons, hosted
+            return read_service(conn)
 
     def cordon(self, node: str, mode: str | None, *, actor: str, reason: str) -> Cordon | None:
         """Cordon, drain or (``mode`` None) uncordon a node; returns how it was before."""

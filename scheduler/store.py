@@ -21,14 +21,15 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
+from events.db import WRITE
 from scheduler.inventory import Node, NodeReport
-from scheduler.inventory_store import InventoryStore
+from scheduler.inventory_store import InventoryStore, write_reports
 from scheduler.lifecycle import Cordon
 from scheduler.placements import Placement, Plan
 from scheduler.records import PlacementEvent, RecordedRound
 from scheduler.replicas import ReplicaStatus
 from scheduler.round_record import RoundUnreadable, read_recorded_round
-from scheduler.round_store import PlacementState, RoundConflict, RoundStore
+from scheduler.round_store import PlacementState, RoundConflict, RoundStore, read_service
 from scheduler.row_net import Unreadable
 from scheduler.staleness import StalenessPolicy
 from scheduler.trail import PLACED, REMOVED, UPDATED, events_head, follow_page, read_events
@@ -49,6 +50,19 @@ class SchedulerStore:
         actor: str | Sequence[str] = "agent",
     ) -> list[Node]:
         return self.inventory.report(reports, received_at, actor)
+
+    def report_and_service(
+        self,
+        reports: Sequence[NodeReport],
+        received_at: datetime,
+        actor: str | Sequence[str] = "agent",
+    ) -> tuple[list[Node], dict[str, Cordon], dict[str, int]]:
+        """``report``, then ``service`` read in the same transaction: what the API answers
+        a batch of reports with, for one transaction (and its round trips) rather than two."""
+        with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            nodes = write_reports(conn, reports, received_at, actor)
+            cordons, hosted = read_service(conn)
+        return nodes, cordons, hosted
 
     def forget(self, name: str) -> bool:
         return self.inventory.forget(name)

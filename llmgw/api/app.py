@@ -8,6 +8,7 @@ it the same way.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -16,8 +17,10 @@ from typing import Any
 
 import structlog
 from anyio import to_thread
-from fastapi import Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from starlette.types import ASGIApp
 
 from catalog import Model
 from catalog.identifiers import (
@@ -41,6 +44,7 @@ from llmgw.api.middleware import RequestLog
 from llmgw.api.openai import OPENAI_ERROR, is_openai
 from llmgw.api.problems import PROBLEM_JSON, ApiJSON, ProblemDoc
 from llmgw.api.queries import known_query
+from llmgw.api.report_path import ReportPath
 from llmgw.api.routes import catalog, events, fleet, health, nodes, service
 from llmgw.api.schemas import DURATION_PATTERN, grammar_schema
 from llmgw.api.services import Services
@@ -80,7 +84,7 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
             if scheduler is not None:
                 await to_thread.run_sync(scheduler.stop)
 
-    app = FastAPI(
+    app = _Api(
         title=TITLE,
         description=DESCRIPTION,
         version=_version(),
@@ -89,6 +93,7 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
         redoc_url=None,
         docs_url=None,
         dependencies=[Depends(known_query)],
+        **_NO_TELEMETRY,
     )
     app.state.services = services
     problems.install(app)
@@ -96,7 +101,7 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
         app.include_router(area.router)
     docs.install(app, TITLE)
     ui.install(app)
-    app.add_middleware(RequestLog, metrics=services.metrics)
+    app.report_route = _route(nodes.router, "/v1/nodes/{name}", "PUT")
     if not services.metrics.fleet:
         services.metrics.registry.register(FleetCollector(services))
         services.metrics.fleet = True
@@ -108,6 +113,45 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+# FastAPI versions with native OpenTelemetry look at the environment and the global
+# providers on every request to see whether it is wanted. This service's telemetry is
+# its own (/metrics, api.request); saying so spares a node report several percent.
+_NO_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+
+
+class _Api(FastAPI):
+    """FastAPI, with the request log outermost and the node report's common case
+    (llmgw.api.report_path) answered inside it, before FastAPI's own middleware.
+
+    Every request is logged and counted by ``RequestLog`` as before; an error that
+    reaches FastAPI's error middleware is answered there and then seen by the log
+    with its status, as when the log sat inside it.
+    """
+
+    report_route: APIRoute
+
+    def build_middleware_stack(self) -> ASGIApp:
+        services: Services = self.state.services
+        lean = ReportPath(
+            super().build_middleware_stack(),
+            services,
+            route=self.report_route,
+            handlers=self.exception_handlers,
+        )
+        return RequestLog(lean, metrics=services.metrics)
+
+
+def _route(router: APIRouter, path: str, method: str) -> APIRoute:
+    for route in router.routes:
+        if isinstance(route, APIRoute) and route.path == path and method in (route.methods or ()):
+            return route
+    raise LookupError(f"no route {method} {path}")
 
 
 def _version() -> str:

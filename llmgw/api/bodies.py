@@ -41,10 +41,12 @@ async def receive(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def parse(body: bytes, limit: int, kind: str) -> Any:
+def parse(body: bytes, limit: int, kind: str, *, json_only: bool = False) -> Any:
     """The parsed body; a ``Problem`` (413 or 422 of ``kind``) when it cannot be used.
 
-    Blocking and as costly as the body allows: call it in a worker thread.
+    Blocking and as costly as the body allows: call it in a worker thread. With
+    ``json_only``, a body that is not JSON raises ``NotJSON`` (see ``read_data``)
+    rather than being read as YAML.
     """
     try:
         text = body.decode("utf-8")
@@ -53,7 +55,7 @@ def parse(body: bytes, limit: int, kind: str) -> Any:
     if not text.strip():
         raise Problem(422, kind, f"{ORIGIN}: empty; send JSON (or YAML)")
     try:
-        data = read_data(text, ORIGIN, replace(BODY_LIMITS, max_bytes=limit))
+        data = read_data(text, ORIGIN, replace(BODY_LIMITS, max_bytes=limit), json_only=json_only)
     except DocumentRefused as exc:
         status = 413 if exc.limit == "bytes" else 422
         raise Problem(status, "too-large" if status == 413 else kind, str(exc)) from None

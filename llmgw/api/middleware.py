@@ -8,6 +8,7 @@ once, when it closes, with its whole duration.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -21,6 +22,10 @@ class RequestLog:
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
+        # Each label set's series, looked up once: prometheus_client's labels() takes a
+        # lock and checks every value on each call, a few percent of a node report.
+        self._counted: dict[tuple[str, str, str], Any] = {}
+        self._timed: dict[tuple[str, str], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -44,8 +49,17 @@ class RequestLog:
             # make a label per probe).
             route = getattr(scope.get("route"), "path", "unmatched").replace(":path", "")
             method = scope["method"]
-            self.metrics.requests.labels(method, route, str(status)).inc()
-            self.metrics.request_seconds.labels(method, route).observe(elapsed)
+            counted = (method, route, str(status))
+            series = self._counted.get(counted)
+            if series is None:
+                series = self._counted[counted] = self.metrics.requests.labels(*counted)
+            series.inc()
+            timed = self._timed.get((method, route))
+            if timed is None:
+                timed = self._timed[method, route] = self.metrics.request_seconds.labels(
+                    method, route
+                )
+            timed.observe(elapsed)
             log.info(
                 "api.request",
                 method=method,

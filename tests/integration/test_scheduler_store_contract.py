@@ -107,6 +107,29 @@ def test_placements_replicas_and_service_agree(store: SchedulerStore, placer: Pl
     assert sum(hosted.values()) == sum(len(p.nodes) for p in placements)
 
 
+def test_a_report_with_its_service_state_is_the_report_then_the_service(
+    store: SchedulerStore, placer: Placer
+) -> None:
+    """What the API answers a batch of reports with (one transaction) equals a report
+    followed by a separate read of the service state."""
+    store.report([_report("n1"), _report("n2")], T0)
+    placer.run(now=T0)
+    store.cordon("n2", "draining", actor="op", reason="move")
+    later = T0 + timedelta(seconds=10)
+
+    nodes, cordons, hosted = store.report_and_service(
+        [_report("n1", gpus=4), _report("n2")], later, actor=["agent-1", "agent-2"]
+    )
+
+    assert [(n.name, n.gpus, n.reported_at) for n in nodes] == [
+        ("n1", 4, later),
+        ("n2", 8, later),
+    ]
+    assert store.nodes() == nodes
+    assert (cordons, hosted) == store.service()
+    assert cordons["n2"].mode == "draining" and sum(hosted.values()) == 2
+
+
 def test_cordons_are_recorded_once_with_an_event_and_lifted(
     store: SchedulerStore, placer: Placer
 ) -> None:

@@ -17,12 +17,12 @@ from starlette.responses import Response
 
 from llmgw.api import schemas
 from llmgw.api.access import SECURED, Reader, Reporter
-from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
-from llmgw.api.node_reports import Recorded
+from llmgw.api.bodies import receive, text_problem
+from llmgw.api.node_reports import Recorded, read_report, unstorable
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
 from llmgw.views import node_json, replica_json
-from scheduler import NodeReport, NodeReportError, parse_node_report
+from scheduler import NodeReport
 
 router = APIRouter()
 
@@ -67,25 +67,7 @@ async def report_node(name: str, request: Request, call: Reporter) -> Response:
 
 def _parse_and_record(svc: Services, name: str, body: bytes, actor: str) -> Recorded:
     """Parse, validate and store, in a worker thread: nothing of it runs on the event loop."""
-    data = parse(body, svc.settings.max_body_bytes, "invalid-node-report")
-    if not isinstance(data, dict):
-        raise Problem(422, "invalid-node-report", f"{ORIGIN}: a node report is a mapping of fields")
-    if "name" not in data:
-        data = {**data, "name": name}
-    elif data["name"] != name:
-        raise Problem(
-            422,
-            "invalid-node-report",
-            f"{ORIGIN} reports node {data['name']!r} but the path names {name!r}; "
-            "they must match (or leave name out of the body)",
-        )
-    try:
-        report = parse_node_report(data)
-    except NodeReportError as exc:
-        raise Problem(
-            422, "invalid-node-report", "; ".join(exc.problems), problems=list(exc.problems)
-        ) from None
-    return _record(svc, report, actor)
+    return _record(svc, read_report(name, body, svc.settings.max_body_bytes), actor)
 
 
 def _record(svc: Services, report: NodeReport, actor: str) -> Recorded:
@@ -93,10 +75,8 @@ def _record(svc: Services, report: NodeReport, actor: str) -> Recorded:
     # answered only once committed, as a report sent alone would be.
     try:
         recorded = svc.reports.submit((report, actor))
-    except OverflowError as exc:  # SQLite's integers stop at 2**63; PostgreSQL's is DataError
-        raise Problem(
-            422, "invalid-node-report", f"the database cannot store a value: {exc}"
-        ) from None
+    except OverflowError as exc:
+        raise unstorable(exc) from None
     svc.metrics.node_reports.inc()
     return recorded
 

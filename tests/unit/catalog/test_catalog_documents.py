@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from catalog import CatalogError, load_declared, load_definitions
-from catalog.documents import BODY_LIMITS, DocumentRefused, Limits, read_data, read_file, read_json
+from catalog.documents import (
+    BODY_LIMITS,
+    DocumentRefused,
+    Limits,
+    NotJSON,
+    read_data,
+    read_file,
+    read_json,
+)
 from tests.hostile.documents import deep_definition, deep_json_array, model_bomb
 
 
@@ -117,3 +125,28 @@ def test_a_lone_surrogate_is_refused_naming_the_document(text: str) -> None:
     with pytest.raises(CatalogError, match="lone surrogate"):
         read_data(text, "body", Limits())
     assert read_json('{"a": "\\ud83d\\ude00"}', "body", Limits()) == {"a": "\U0001f600"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"gpus": 4, "labels": {"zone": "a"}}',
+        '[{"a": "[[[{{{"}]',
+        '{"deep": ' + "[" * 33 + "]" * 33 + "}",  # over the depth: refused the same way
+        '{"a": 1, "a": 2}',  # a key written twice: refused the same way
+    ],
+)
+def test_json_only_reads_json_exactly_as_read_data_does(text: str) -> None:
+    def outcome(**json_only: bool) -> object:
+        try:
+            return read_data(text, "body", BODY_LIMITS, **json_only)
+        except CatalogError as exc:
+            return str(exc)
+
+    assert outcome(json_only=True) == outcome()
+
+
+@pytest.mark.parametrize("text", ["gpus: 4\n", "{gpus: 4}", "- a\n", "gpus: &x 4\n"])
+def test_json_only_hands_back_yaml_without_parsing_it(text: str) -> None:
+    with pytest.raises(NotJSON):
+        read_data(text, "body", BODY_LIMITS, json_only=True)

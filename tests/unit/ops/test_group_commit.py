@@ -3,6 +3,7 @@ callers that wait share a transaction, and one bad item spoils no one else's wri
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Sequence
@@ -108,3 +109,51 @@ def test_a_write_that_fails_for_everyone_fails_each_caller() -> None:
     assert all(isinstance(r, RuntimeError) for r in results.values())
     with pytest.raises(RuntimeError, match="gone"):
         group.submit(("again", 0))
+
+
+def test_coroutines_share_transactions_with_threads_and_each_gets_its_own_result() -> None:
+    log = Log(slow=0.02)
+    group = GroupCommit(log.write, key=lambda item: item[0])
+    coroutine_items = [(f"c-{i:02d}", 0) for i in range(40)]
+
+    async def all_of_them() -> list[object]:
+        return await asyncio.gather(
+            *(group.submit_async(item) for item in coroutine_items), return_exceptions=True
+        )
+
+    thread_items = [(f"t-{i:02d}", 0) for i in range(8)]
+    threads: dict[tuple[str, int], object] = {}
+    helper = threading.Thread(target=lambda: threads.update(_submit_all(group, thread_items)))
+    helper.start()
+    answers = asyncio.run(all_of_them())
+    helper.join(60)
+
+    assert answers == [f"{name}#0 committed" for name, _ in coroutine_items]
+    assert threads == {item: f"{item[0]}#0 committed" for item in thread_items}
+    written = sorted(item for tx in log.transactions for item in tx)
+    assert written == sorted(coroutine_items + thread_items)
+    assert len(log.transactions) < len(written) // 4
+
+
+def test_an_item_prepare_refuses_is_answered_alone_and_never_written() -> None:
+    log = Log(slow=0.01)
+
+    def prepare(item: tuple[str, int]) -> tuple[str, int]:
+        if item[1] < 0:
+            raise ValueError(f"{item[0]}: negative")
+        return item
+
+    group = GroupCommit(log.write, key=lambda item: item[0], prepare=prepare)
+    items = [(f"n{i}", -1 if i == 3 else i) for i in range(12)]
+
+    async def all_of_them() -> list[object]:
+        return await asyncio.gather(
+            *(group.submit_async(item) for item in items), return_exceptions=True
+        )
+
+    answers = dict(zip(items, asyncio.run(all_of_them()), strict=True))
+    refused = {item: a for item, a in answers.items() if isinstance(a, Exception)}
+    assert list(refused) == [("n3", -1)]
+    assert str(refused["n3", -1]) == "n3: negative"
+    written = sorted(item for tx in log.transactions for item in tx)
+    assert written == sorted(i for i in items if i != ("n3", -1))
