@@ -30,8 +30,18 @@ EVENT_COLUMNS = (
 )
 
 
-# What replay reads of a row (events.replay): the lean read selects these, then a flag.
+# What replay reads of a row (events.replay): the lean read selects these.
 REPLAY_COLUMNS = ("position", "event_id", "type", "schema_version", "payload")
+# Every column, replay's first: the lean read on SQLite, which keeps values of any type
+# in any column, selects these and checks the others' types (``replay_events``).
+REPLAY_CHECKED_COLUMNS = (
+    *REPLAY_COLUMNS,
+    "command_id",
+    "model",
+    "actor",
+    "reason",
+    "recorded_at",
+)
 
 
 class ReplayEvent:
@@ -68,6 +78,46 @@ def lean(event: StoredEvent) -> ReplayEvent:
         event.payload,
         event.unreadable,
     )
+
+
+def replay_events(
+    rows: Sequence[Sequence[Any]], convert: Callable[[Any], Any]
+) -> list[ReplayEvent]:
+    """Driver rows in ``REPLAY_CHECKED_COLUMNS`` order (``recorded_at`` as stored) as
+    replay's events, judged exactly as ``decode`` judges the whole row.
+
+    A row whose columns are all of their types, with a ``recorded_at`` that
+    ``datetime.fromisoformat`` reads as a time without a zone (what the store writes
+    on SQLite), is one ``decode`` reads as typed: its converter is that parse and
+    then sets the zone to UTC, which cannot fail on a time without one. Any other
+    row is handed to ``decode`` itself, which reads it or says why not.
+    """
+    events = []
+    append = events.append
+    parse = datetime.fromisoformat
+    for row in rows:
+        position, event_id, type_, version, payload, command_id, model, actor, reason, at = row
+        if (
+            type(event_id) is str
+            and type(type_) is str
+            and type(version) is int
+            and type(payload) is str
+            and type(command_id) is str
+            and (model is None or type(model) is str)
+            and type(actor) is str
+            and type(reason) is str
+            and type(at) is str
+        ):
+            try:
+                naive = parse(at).tzinfo is None
+            except ValueError:
+                naive = False
+            if naive:
+                append(ReplayEvent(position, event_id, type_, version, payload))
+                continue
+        whole = (position, event_id, command_id, type_, version, model, payload, actor, reason, at)
+        append(lean(decode(whole, convert)))
+    return events
 
 
 def to_event(row: Sequence[Any]) -> StoredEvent:
