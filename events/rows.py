@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
 from events.types import StoredEvent
 
 # The columns of ``events`` in StoredEvent's field order: what every read selects.
@@ -44,28 +46,18 @@ REPLAY_CHECKED_COLUMNS = (
 )
 
 
-class ReplayEvent:
+class ReplayEvent(msgspec.Struct, gc=False):
     """The part of a stored event that replay judges: built from a lean row for each
-    event replayed, so it is a plain slotted object (a ``StoredEvent`` has the same
-    attributes and may be replayed instead)."""
+    event replayed, so it is built in C (a msgspec Struct: slots, no cycle tracking,
+    a third of the cost of a Python ``__init__``); a ``StoredEvent`` has the same
+    attributes and may be replayed instead."""
 
-    __slots__ = ("event_id", "payload", "position", "schema_version", "type", "unreadable")
-
-    def __init__(  # noqa: PLR0917  (a row's columns, in order)
-        self,
-        position: int,
-        event_id: str,
-        type_: str,
-        schema_version: int,
-        payload: str,
-        unreadable: str | None = None,
-    ) -> None:
-        self.position = position
-        self.event_id = event_id
-        self.type = type_
-        self.schema_version = schema_version
-        self.payload = payload
-        self.unreadable = unreadable
+    position: int
+    event_id: str
+    type: str
+    schema_version: int
+    payload: str
+    unreadable: str | None = None
 
 
 def lean(event: StoredEvent) -> ReplayEvent:
