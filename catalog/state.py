@@ -310,9 +310,20 @@ class CatalogState:
         """``check_remove(name)`` then ``remove(name)`` when nothing refuses it; False,
         changing nothing, when something would: the caller then asks ``check_remove``,
         which refuses it in its usual words."""
-        if self._index.get(name) != name or name in self._declared or self._dependents.get(name):
+        index = self._index
+        if index.get(name) != name or name in self._declared or self._dependents.get(name):
             return False
-        self.remove(name)
+        # remove(name), written out.
+        model = self._models.pop(name)
+        folded = self._folded
+        del index[name]
+        del folded[name.casefold()]  # catalog.identifiers.fold
+        for alias in model.aliases:
+            del index[alias]
+            del folded[alias.casefold()]
+        if model.fallbacks:
+            self._unlink_fallbacks(model)
+        self._dependents.pop(name, None)  # an empty set, if any
         return True
 
     def remove(self, name: str) -> None:
