@@ -267,8 +267,6 @@ def check_model_names(
     ``models[i]``.
     """
     name = model.name
-    if profiles_valid and fields_valid and _plainly_valid(model):
-        return
 
     def who() -> str:
         return f"model {_brief(name)}"
@@ -325,17 +323,18 @@ _NAME_MATCH = MODEL_NAME.pattern.fullmatch  # type: ignore[union-attr]  # it has
 assert ALIAS.pattern is MODEL_NAME.pattern and ALIAS.max_length == MODEL_NAME.max_length
 
 
-def _plainly_valid(model: Model) -> bool:
-    """Whether the names and source of a definition whose other fields passed before
-    (``check_model_names``'s two flags) pass every check below, in a few steps: the
-    checks replay asks of every stored add. Only sure answers: False runs the checks,
-    which then refuse or accept as they always do.
+def plainly_valid(model: Model) -> bool:
+    """Whether the names and source of a definition pass every check of them, in a few
+    steps (``catalog.model_rules.validate`` asks it of every stored add whose other
+    fields passed before). Only sure answers: False runs the checks, which then
+    refuse or accept as they always do.
 
     True only when each check would pass: the name, each alias and each fallback
     match the name grammar's pattern within its length (``Grammar.problem`` answers
     None at once then; aliases share it); the source is non-empty printable text
     within its length (SOURCE has no pattern: nothing else is checked); and the name
-    and aliases differ regardless of case.
+    and aliases differ regardless of case (so no alias is empty, spaced, the name
+    itself or listed twice: ``validate``'s own checks of them pass too).
     """
     name = model.name
     source = model.source

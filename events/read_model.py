@@ -260,9 +260,10 @@ class CatalogReadModel:
         apply = self._replayer.apply
         count = 0
         try:
-            for i, event in enumerate(events):
+            for event in events:
+                i = count
                 count += 1
-                skipped = apply(event, decoded[i]) if i < len(decoded) else apply(event)
+                skipped = apply(event, decoded[i]) if decoded and i < len(decoded) else apply(event)
                 if skipped is not None:
                     log.warning(
                         "catalog.event_skipped",

@@ -3,7 +3,7 @@
 ``Replayer.apply`` takes a current add through ``catalog.fast_decode`` and
 ``CatalogState.add_if_fits``, and a current removal through ``remove_if_allowed``;
 ``validate`` checks the names of a definition whose other fields passed before in a
-few steps (``identifiers._plainly_valid``). Each answers only when sure. Here the same
+few steps (``identifiers.plainly_valid``). Each answers only when sure. Here the same
 logs are replayed with every quick step switched off (the decoders answer "not sure",
 the names are always checked one by one): the catalog, its indexes, the applied
 positions and every skip with its reason must be the same, on logs full of case
@@ -131,7 +131,7 @@ def test_the_quick_steps_judge_every_event_as_the_whole_way_does(
     with (
         patch("events.replay.decode_definition", return_value=None),
         patch("events.replay.decode_removal", return_value=None),
-        patch("catalog.identifiers._plainly_valid", return_value=False),
+        patch("catalog.model_rules.plainly_valid", return_value=False),
     ):
         whole = _replay(log, lean=False)
 
