@@ -38,9 +38,10 @@ def normalize(model: Model) -> Model:
     records ``to_definition()`` of a normalised model) is returned as it is,
     rather than copied field by field into an equal one.
     """
-    placement = _normalize_placement(model.placement)
-    if placement is not model.placement:
-        model = model.model_copy(update={"placement": placement})
+    if model.placement.spread_by is not None:  # else nothing to normalise there
+        placement = _normalize_placement(model.placement)
+        if placement is not model.placement:
+            model = model.model_copy(update={"placement": placement})
     if model.scaling.min >= 0 and model.scaling.max != 0:
         profiles = model.profiles
         if _NORMAL_PROFILES.get(id(profiles)) is profiles:
