@@ -1,10 +1,10 @@
 """Stored rows as events: the column order every SQL read selects, and a tolerant decoder.
 
-Pure: tuples in, ``StoredEvent``s out. Replay's lean read (``REPLAY_COLUMNS``,
-``ReplayEvent``) selects only what replay reads, plus a flag the database
-computes saying the row's columns are all of their types; a row without the
-flag is read again whole and decoded by ``decode``, so it is skipped and named
-exactly as before.
+Pure: tuples in, ``StoredEvent``s out. Replay's lean read gives ``ReplayEvent``s,
+only what replay reads: on SQLite, which keeps any value in any column, from rows
+of every column (``REPLAY_CHECKED_COLUMNS``) whose types ``replay_events`` checks;
+a row failing the check is decoded whole by ``decode``, so it is skipped and named
+exactly as a whole read names it.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def replay_events(
     then sets the zone to UTC, which cannot fail on a time without one. Any other
     row is handed to ``decode`` itself, which reads it or says why not.
     """
-    events = []
+    events: list[ReplayEvent] = []
     append = events.append
     parse = datetime.fromisoformat
     for row in rows:

@@ -5,9 +5,10 @@ SQL is compiled once per dialect and shape of query; only ``recorded_at`` is
 converted, through its column type's own processors, so the events are exactly
 those ``conn.execute(query).all()`` would give (tests/integration/
 test_store_read_path.py). The lean read for replay selects the five columns
-replay uses and, on SQLite, a flag that every column has its proper type; a row
-without it is read again whole and decoded by ``events.rows`` (skipped and
-named if it cannot be), so a malformed row is judged as before.
+replay uses on PostgreSQL, and every column on SQLite, whose types
+``events.rows.replay_events`` checks; a row that fails the check is decoded whole
+by ``events.rows.decode`` (skipped and named if it cannot be read), so a
+malformed row is judged as before.
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ def _replay_query(kind: str) -> Select[Any]:
     if kind == "checked":
         query = select(*(t.c[name] for name in REPLAY_CHECKED_COLUMNS[:-1]), RAW_RECORDED_AT)
     else:
-        flag = literal_column(_SQLITE_ROW_TYPED if kind == "flagged" else "1 = 1")
+        flag: Any = literal_column(_SQLITE_ROW_TYPED if kind == "flagged" else "1 = 1")
         query = select(*(t.c[name] for name in REPLAY_COLUMNS), flag)
     query = query.where(t.c.position > bindparam("after"), t.c.position <= bindparam("until"))
     return query.order_by(t.c.position).limit(bindparam("batch", type_=Integer()))
@@ -182,7 +183,9 @@ _COMPILED_REPLAY: dict[
 ] = {}
 
 
-def _replay_batch(conn: Connection, kind: str, after: int, until: int) -> tuple[list[Any], Convert]:
+def _replay_batch(
+    conn: Connection, kind: str, after: int, until: int
+) -> tuple[Sequence[Any], Convert]:
     dialect = conn.dialect
     key = (dialect.name, dialect.driver, dialect.paramstyle, kind)
     found = _COMPILED_REPLAY.get(key)
