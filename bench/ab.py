@@ -59,14 +59,15 @@ elif kind == "replay":
     url, stats = gen.sqlite_log(size)
     store = open_log(make_engine(url))
     declared = gen.declared_catalog()
-    best = float("inf")
+    best = best_cpu = float("inf")
     for _ in range(2):
         gc.collect()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = CatalogReadModel(store, declared).refresh()
         best = min(best, time.perf_counter() - start)
+        best_cpu = min(best_cpu, time.process_time() - start_cpu)
     assert len(result.skipped) == stats.bad, (len(result.skipped), stats.bad)
-    print(json.dumps({"seconds": best, "count": size}))
+    print(json.dumps({"seconds": best, "cpu": best_cpu, "count": size}))
 else:
     from bench import append
     url = append._sqlite_copy(f"ab-{os.getpid()}.sqlite")
@@ -149,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         if all("cpu" in r for r in before + after):
             b = max(r["count"] / r["cpu"] for r in before)
             a = max(r["count"] / r["cpu"] for r in after)
-            cpu_label = label.replace("(adds/s)", "(adds per CPU-second)")
+            cpu_label = label.replace("(adds/s)", "(adds per CPU-second)").replace(
+                "(events/s)", "(events per CPU-second)"
+            )
             table.add(cpu_label, common.rate(b, 1), common.rate(a, 1), f"{a / b:.2f}x")
     common.emit(table)
     return 0

@@ -20,17 +20,27 @@ from pydantic import BaseModel
 from catalog.model import SLO, Profile, _parse_duration_cached
 
 _M = TypeVar("_M", bound=BaseModel)
-_set = object.__setattr__
+
+
+# BaseModel's four slots, set through their own descriptors: what ``object.__setattr__``
+# ends up calling, without looking each name up on every call (replay builds a model
+# per stored add). BaseModel has no ``__new__`` of its own (checked here).
+assert "__new__" not in BaseModel.__dict__
+_new = object.__new__
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def _construct(cls: type[_M], values: dict[str, Any], fields_set: set[str]) -> _M:
     """A pydantic model from already checked values, as ``model_construct`` builds it,
     without its per-call overhead (defaults are filled by the caller)."""
-    obj = cls.__new__(cls)
-    _set(obj, "__dict__", values)
-    _set(obj, "__pydantic_fields_set__", fields_set)
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
+    obj = _new(cls)
+    _set_dict(obj, values)
+    _set_fields_set(obj, fields_set)
+    _set_extra(obj, None)
+    _set_private(obj, None)
     return obj
 
 

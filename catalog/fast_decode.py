@@ -103,6 +103,11 @@ _SLO_GET = _SECTIONS["slo"].get
 _CAPABILITIES = _SECTIONS["capabilities"].get
 _PLACEMENT = _SECTIONS["placement"].get
 _ROLLOUT = _SECTIONS["rollout"].get
+# The dictionaries behind them (each memo keeps its one dict: clear() empties it in place).
+_PROFILE_LISTS_CACHE = _PROFILE_LISTS.cache
+_SCALING_CACHE = _SECTIONS["scaling"].cache
+_SLO_CACHE = _SECTIONS["slo"].cache
+_CAPABILITIES_CACHE = _SECTIONS["capabilities"].cache
 _MODEL_DEFAULTS = {name: default for name, _, default in _MODEL_SPEC}
 # One default of each section for every definition that leaves it out, shared as the
 # remembered sections are (frozen; catalog.model_rules.validate then knows it by identity).
@@ -144,19 +149,28 @@ def _model_complete(d: _ModelComplete) -> Model:
         rollout_value = _ROLLOUT(rollout)
     else:
         rollout_value = _SHARED_ROLLOUT
+    # The memos' own look-ups first (a hit is nearly every definition), their get() on a miss.
+    raw = d.profiles
+    profiles = _PROFILE_LISTS_CACHE.get(bytes(raw)) or _PROFILE_LISTS.get(raw)
+    raw = d.scaling
+    scaling = _SCALING_CACHE.get(bytes(raw)) or _SCALING(raw)
+    raw = d.slo
+    slo = _SLO_CACHE.get(bytes(raw)) or _SLO_GET(raw)
+    raw = d.capabilities
+    capabilities = _CAPABILITIES_CACHE.get(bytes(raw)) or _CAPABILITIES(raw)
     # In the model's field order, which model_dump follows.
     values = {
         "name": d.name,
         "aliases": d.aliases,
         "source": d.source,
-        "profiles": _PROFILE_LISTS.get(d.profiles),
-        "scaling": _SCALING(d.scaling),
+        "profiles": profiles,
+        "scaling": scaling,
         "fallbacks": d.fallbacks,
         "routing_profile": d.routing_profile,
-        "slo": _SLO_GET(d.slo),
+        "slo": slo,
         "context_length": d.context_length,
         "max_output": d.max_output,
-        "capabilities": _CAPABILITIES(d.capabilities),
+        "capabilities": capabilities,
         "placement": placement_value,
         "rollout": rollout_value,
     }

@@ -317,3 +317,48 @@ def check_model_names(
         for key, value in p.node_selector.items():
             check(LABEL_KEY, key, field="node_selector", model=name, profile=p.name, who=where)
             check(LABEL_VALUE, value, field="node_selector", model=name, profile=p.name, who=where)
+
+
+_NAME_MATCH = MODEL_NAME.pattern.fullmatch  # type: ignore[union-attr]  # it has one
+assert ALIAS.pattern is MODEL_NAME.pattern and ALIAS.max_length == MODEL_NAME.max_length
+
+
+def plainly_valid(model: Model) -> bool:
+    """Whether the names and source of a definition pass every check of them, in a few
+    steps (``catalog.model_rules.validate`` asks it of every stored add whose other
+    fields passed before). Only sure answers: False runs the checks, which then
+    refuse or accept as they always do.
+
+    True only when each check would pass: the name, each alias and each fallback
+    match the name grammar's pattern within its length (``Grammar.problem`` answers
+    None at once then; aliases share it); the source is non-empty printable text
+    within its length (SOURCE has no pattern: nothing else is checked); and the name
+    and aliases differ regardless of case (so no alias is empty, spaced, the name
+    itself or listed twice: ``validate``'s own checks of them pass too).
+    """
+    name = model.name
+    source = model.source
+    if not (
+        type(name) is str
+        and len(name) <= _NAME_MAX
+        and _NAME_MATCH(name)
+        and type(source) is str
+        and 0 < len(source) <= _SOURCE_MAX
+        and source.isprintable()
+    ):
+        return False
+    aliases = model.aliases
+    for alias in aliases:
+        if not (type(alias) is str and len(alias) <= _NAME_MAX and _NAME_MATCH(alias)):
+            return False
+    if aliases and len({fold(name), *[fold(a) for a in aliases]}) != len(aliases) + 1:
+        return False
+    for fallback in model.fallbacks:
+        if not (type(fallback) is str and len(fallback) <= _NAME_MAX and _NAME_MATCH(fallback)):
+            return False
+    return True
+
+
+_NAME_MAX = MODEL_NAME.max_length
+_SOURCE_MAX = SOURCE.max_length
+assert SOURCE.pattern is None and not SOURCE.may_be_empty and not SOURCE.trimmed

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from catalog.errors import CatalogError
-from catalog.identifiers import check_model_names
+from catalog.identifiers import check_model_names, plainly_valid
 from catalog.model import (
     _ZERO,
     DEFAULT_ENGINE,
@@ -38,9 +38,10 @@ def normalize(model: Model) -> Model:
     records ``to_definition()`` of a normalised model) is returned as it is,
     rather than copied field by field into an equal one.
     """
-    placement = _normalize_placement(model.placement)
-    if placement is not model.placement:
-        model = model.model_copy(update={"placement": placement})
+    if model.placement.spread_by is not None:  # else nothing to normalise there
+        placement = _normalize_placement(model.placement)
+        if placement is not model.placement:
+            model = model.model_copy(update={"placement": placement})
     if model.scaling.min >= 0 and model.scaling.max != 0:
         profiles = model.profiles
         if _NORMAL_PROFILES.get(id(profiles)) is profiles:
@@ -117,23 +118,6 @@ def validate(model: Model) -> None:
     would make it right.
     """
     name = model.name
-    stripped = name.strip()
-    if not stripped:
-        raise CatalogError(
-            "a model has no name: set `name` to the name clients will request", field="name"
-        )
-    if name != stripped:
-        raise CatalogError(
-            f"model {name!r}: name has leading or trailing spaces; clients would never match it",
-            model=name,
-            field="name",
-        )
-    if not model.source:
-        raise CatalogError(
-            f"model {name!r}: source is required: the weights path or a HuggingFace id",
-            model=name,
-            field="source",
-        )
     # Everything but the names and the source (which differ from model to model)
     # reads only fields that repeat across a log: sections catalog.fast_decode
     # shares between models, and a few values. What passed before passes again;
@@ -156,6 +140,27 @@ def validate(model: Model) -> None:
         and held[2] is model.rollout
         and held[3] is model.placement
     )
+    if rest_known and plainly_valid(model):
+        # Then every check below passes (the name and source are non-empty, the
+        # aliases neither empty, nor the name, nor listed twice): replay's common case.
+        return
+    stripped = name.strip()
+    if not stripped:
+        raise CatalogError(
+            "a model has no name: set `name` to the name clients will request", field="name"
+        )
+    if name != stripped:
+        raise CatalogError(
+            f"model {name!r}: name has leading or trailing spaces; clients would never match it",
+            model=name,
+            field="name",
+        )
+    if not model.source:
+        raise CatalogError(
+            f"model {name!r}: source is required: the weights path or a HuggingFace id",
+            model=name,
+            field="source",
+        )
     if not rest_known:
         if not model.profiles:
             raise CatalogError(

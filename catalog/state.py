@@ -141,6 +141,40 @@ class CatalogState:
         index = self._index
         return all(f in index or f == name or f in model.aliases for f in model.fallbacks)
 
+    def add_if_fits(self, model: Model) -> bool:
+        """``check_add([model])`` then ``add(model)`` when the model fits by look-ups
+        (``_fits``'s conditions, written out); False, changing nothing, when it does
+        not: the caller then asks ``check_add``, which refuses it in its usual words.
+        Replay applies nearly every stored add this way, so it is one call."""
+        name = model.name
+        key = name.casefold()  # catalog.identifiers.fold
+        folded = self._folded
+        if key in folded:
+            return False
+        aliases = model.aliases
+        if aliases:
+            keys = [alias.casefold() for alias in aliases]
+            if key in keys or len(set(keys)) != len(keys) or any(k in folded for k in keys):
+                return False
+        index = self._index
+        fallbacks = model.fallbacks
+        for f in fallbacks:
+            if f not in index and f != name and f not in aliases:
+                return False
+        # add(model), written out.
+        self._models[name] = model
+        index[name] = name
+        folded[key] = name
+        if aliases:
+            for alias, alias_key in zip(aliases, keys, strict=True):
+                index[alias] = name
+                folded[alias_key] = alias
+        for f in fallbacks:
+            target = index[f]
+            if target != name:
+                self._dependents.setdefault(target, set()).add(name)
+        return True
+
     def _check_batch(self, models: Sequence[Model]) -> dict[str, str]:
         """The names and fallbacks of ``models`` checked as one batch (catalog.rules):
         the batch's names and aliases (each mapped to its model) when all is well."""
@@ -271,6 +305,26 @@ class CatalogState:
                 model=name,
                 field="fallbacks",
             )
+
+    def remove_if_allowed(self, name: str) -> bool:
+        """``check_remove(name)`` then ``remove(name)`` when nothing refuses it; False,
+        changing nothing, when something would: the caller then asks ``check_remove``,
+        which refuses it in its usual words."""
+        index = self._index
+        if index.get(name) != name or name in self._declared or self._dependents.get(name):
+            return False
+        # remove(name), written out.
+        model = self._models.pop(name)
+        folded = self._folded
+        del index[name]
+        del folded[name.casefold()]  # catalog.identifiers.fold
+        for alias in model.aliases:
+            del index[alias]
+            del folded[alias.casefold()]
+        if model.fallbacks:
+            self._unlink_fallbacks(model)
+        self._dependents.pop(name, None)  # an empty set, if any
+        return True
 
     def remove(self, name: str) -> None:
         """Apply one removal that ``check_remove`` accepted."""

@@ -257,17 +257,23 @@ class CatalogReadModel:
     def _apply(
         self, events: Iterable[StoredEvent | ReplayEvent], decoded: Sequence[Model | None] = ()
     ) -> None:
-        for i, event in enumerate(events):
-            self._since_snapshot += 1
-            skipped = self._replayer.apply(event, decoded[i] if i < len(decoded) else None)
-            if skipped is not None:
-                log.warning(
-                    "catalog.event_skipped",
-                    position=skipped.position,
-                    event_id=skipped.event_id,
-                    type=skipped.type,
-                    reason=skipped.reason,
-                )
+        apply = self._replayer.apply
+        count = 0
+        try:
+            for event in events:
+                i = count
+                count += 1
+                skipped = apply(event, decoded[i]) if decoded and i < len(decoded) else apply(event)
+                if skipped is not None:
+                    log.warning(
+                        "catalog.event_skipped",
+                        position=skipped.position,
+                        event_id=skipped.event_id,
+                        type=skipped.type,
+                        reason=skipped.reason,
+                    )
+        finally:
+            self._since_snapshot += count
 
     # -- snapshots --------------------------------------------------------
 

@@ -5,9 +5,10 @@ SQL is compiled once per dialect and shape of query; only ``recorded_at`` is
 converted, through its column type's own processors, so the events are exactly
 those ``conn.execute(query).all()`` would give (tests/integration/
 test_store_read_path.py). The lean read for replay selects the five columns
-replay uses and, on SQLite, a flag that every column has its proper type; a row
-without it is read again whole and decoded by ``events.rows`` (skipped and
-named if it cannot be), so a malformed row is judged as before.
+replay uses on PostgreSQL, and every column on SQLite, whose types
+``events.rows.replay_events`` checks; a row that fails the check is decoded whole
+by ``events.rows.decode`` (skipped and named if it cannot be read), so a
+malformed row is judged as before.
 """
 
 from __future__ import annotations
@@ -29,7 +30,15 @@ from sqlalchemy import (
     type_coerce,
 )
 
-from events.rows import EVENT_COLUMNS, REPLAY_COLUMNS, ReplayEvent, decode, lean
+from events.rows import (
+    EVENT_COLUMNS,
+    REPLAY_CHECKED_COLUMNS,
+    REPLAY_COLUMNS,
+    ReplayEvent,
+    decode,
+    lean,
+    replay_events,
+)
 from events.tables import EventRow
 from events.types import StoredEvent
 
@@ -132,15 +141,18 @@ def _fetch_events(
     return [decode(r, convert) for r in rows]
 
 
-# Replay's lean read selects ``REPLAY_COLUMNS`` and this flag, true only when every
-# column of the row is of its type and ``recorded_at`` is a time ``decode`` reads:
-# a row without it is read again whole and decoded (``decode``), so it is skipped
-# and named exactly as a whole read would. SQLite keeps whatever it is given, so
-# it checks: the column types, and ``recorded_at`` as the text SQLAlchemy writes
-# (``YYYY-MM-DD HH:MM:SS.ffffff``, a real date and time: SQLite's ``datetime()``
-# gives it back unchanged only then, and year 0 is out of Python's range). The
-# flag may be false for a row ``decode`` would read (a time written another way):
-# that row only costs a second read. PostgreSQL's columns are typed and NOT NULL.
+# Replay's lean read. On PostgreSQL the columns are typed and NOT NULL, so it selects
+# ``REPLAY_COLUMNS`` alone. SQLite keeps whatever it is given, so there it selects the
+# other columns too (``REPLAY_CHECKED_COLUMNS``) and ``events.rows.replay_events`` checks
+# their types in Python, which costs a third of asking SQLite for a ``typeof()`` flag
+# (bench/replay.py's read-paths table). A row that fails the check is decoded whole by
+# ``events.rows.decode`` from the values already fetched, so it is skipped and named
+# exactly as a whole read would name it.
+#
+# Fetching every column makes the driver decode the text of all of them, and a column
+# whose bytes are not UTF-8 (only a raw ``CAST(x'ff' AS TEXT)`` can store one) stops
+# that fetch, where the flagged read of five columns read past it: a batch whose fetch
+# fails is read again that way (``_SQLITE_ROW_TYPED``), so such a row is judged as before.
 _SQLITE_ROW_TYPED = (
     "typeof(event_id) = 'text' AND typeof(command_id) = 'text' AND typeof(type) = 'text' "
     "AND typeof(schema_version) = 'integer' AND typeof(model) IN ('text', 'null') "
@@ -154,37 +166,62 @@ _SQLITE_ROW_TYPED = (
 
 
 @cache
-def _replay_query(sqlite: bool) -> Select[Any]:
-    flag: Any = literal_column(_SQLITE_ROW_TYPED if sqlite else "1 = 1")
-    query = select(*(t.c[name] for name in REPLAY_COLUMNS), flag)
+def _replay_query(kind: str) -> Select[Any]:
+    """``kind``: "typed" (PostgreSQL, the five columns), "checked" (SQLite, every column,
+    checked in Python) or "flagged" (SQLite, the five columns and SQLite's own flag)."""
+    if kind == "checked":
+        query = select(*(t.c[name] for name in REPLAY_CHECKED_COLUMNS[:-1]), RAW_RECORDED_AT)
+    else:
+        flag: Any = literal_column(_SQLITE_ROW_TYPED if kind == "flagged" else "1 = 1")
+        query = select(*(t.c[name] for name in REPLAY_COLUMNS), flag)
     query = query.where(t.c.position > bindparam("after"), t.c.position <= bindparam("until"))
     return query.order_by(t.c.position).limit(bindparam("batch", type_=Integer()))
 
 
 _COMPILED_REPLAY: dict[
-    tuple[str, str, str], tuple[str, tuple[str, ...] | None, dict[str, Any]]
+    tuple[str, str, str, str], tuple[str, tuple[str, ...] | None, dict[str, Any], Convert]
 ] = {}
 
 
-def fetch_replay_rows(conn: Connection, after: int, until: int) -> list[ReplayEvent]:
-    """One batch of replay's lean read (positions ``after < p <= until``)."""
+def _replay_batch(
+    conn: Connection, kind: str, after: int, until: int
+) -> tuple[Sequence[Any], Convert]:
     dialect = conn.dialect
-    key = (dialect.name, dialect.driver, dialect.paramstyle)
+    key = (dialect.name, dialect.driver, dialect.paramstyle, kind)
     found = _COMPILED_REPLAY.get(key)
     if found is None:
-        compiled = _replay_query(dialect.name == "sqlite").compile(dialect=dialect)
+        compiled = _replay_query(kind).compile(dialect=dialect)
         order = tuple(compiled.positiontup or ()) if dialect.positional else None
-        found = _COMPILED_REPLAY[key] = (compiled.string, order, dict(compiled.params))
-    sql, order, fixed = found
+        convert = recorded_at_from_db(dialect)
+        found = _COMPILED_REPLAY[key] = (compiled.string, order, dict(compiled.params), convert)
+    sql, order, fixed, convert = found
     bound = {**fixed, "after": after, "until": until, "batch": READ_BATCH}
     params: Any = bound if order is None else tuple(bound[name] for name in order)
     cursor = conn.connection.cursor()
     try:
         cursor.execute(sql, params)
-        rows = cursor.fetchall()
+        return cursor.fetchall(), convert
     finally:
         cursor.close()
+
+
+def fetch_replay_rows(conn: Connection, after: int, until: int) -> list[ReplayEvent]:
+    """One batch of replay's lean read (positions ``after < p <= until``)."""
+    if conn.dialect.name != "sqlite":
+        rows, _ = _replay_batch(conn, "typed", after, until)
+        return [ReplayEvent(p, e, t_, v, pl) for p, e, t_, v, pl, _ in rows]
+    try:
+        rows, convert = _replay_batch(conn, "checked", after, until)
+    except conn.dialect.loaded_dbapi.OperationalError:
+        return _flagged_rows(conn, after, until)
+    return replay_events(rows, convert)
+
+
+def _flagged_rows(conn: Connection, after: int, until: int) -> list[ReplayEvent]:
+    """The batch read as five columns and SQLite's flag, for a batch with a column the
+    driver cannot fetch as text; a row without the flag is read again whole."""
     events = []
+    rows, _ = _replay_batch(conn, "flagged", after, until)
     for position, event_id, type_, version, payload, typed in rows:
         if typed:
             events.append(ReplayEvent(position, event_id, type_, version, payload))

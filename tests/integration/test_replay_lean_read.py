@@ -8,10 +8,12 @@ from __future__ import annotations
 from unittest.mock import patch
 
 from bench import gen
+from catalog import Catalog
 from events.backends import open_log
 from events.db import make_engine
 from events.read_model import CatalogReadModel
 from events.replay import ReplayResult, replay
+from tests.support import definition, insert_raw_event
 
 
 def _outcome(result: ReplayResult) -> tuple[object, ...]:
@@ -45,3 +47,29 @@ def test_replay_through_the_fast_paths_equals_the_general_path_on_a_generated_lo
     assert stats.bad > 0
     assert len(fast.skipped) == stats.bad
     assert _outcome(fast) == _outcome(general)
+
+
+def test_a_column_the_driver_cannot_fetch_as_text_does_not_stop_start_up_replay(
+    sqlite_url: str,
+) -> None:
+    """The lean read on SQLite fetches every column to check its type; a TEXT value
+    whose bytes are not UTF-8 stops the driver's fetch of that batch. Replay never
+    reads the actor, so the batch is read again as five columns and the row is judged
+    as before (here: applied)."""
+    engine = make_engine(sqlite_url)
+    try:
+        insert_raw_event(engine, 1, payload={"model": definition("before")}, model="before")
+        insert_raw_event(engine, 2, payload={"model": definition("odd")}, model="odd")
+        insert_raw_event(engine, 3, payload={"model": definition("after")}, model="after")
+        with engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE events SET actor = CAST(x'ff' AS TEXT) WHERE position = 2")
+        log = open_log(engine)
+
+        result = replay(Catalog.build([]), log.read_for_replay())
+        served = CatalogReadModel(log, Catalog.build([])).refresh()
+    finally:
+        engine.dispose()
+
+    assert result.catalog.names() == ["after", "before", "odd"]
+    assert result.skipped == ()
+    assert served.catalog.names() == ["after", "before", "odd"]
