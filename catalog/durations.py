@@ -12,7 +12,9 @@ from datetime import timedelta
 
 # Each unit as a timedelta keyword, so a written duration is summed exactly.
 _UNITS = {"us": "microseconds", "ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(us|ms|h|m|s)")
+# ASCII digits: Python's \d also takes other scripts' digits (float() reads "٣"), which
+# the API document's pattern, read by ECMA-262 engines, does not.
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(us|ms|h|m|s)")
 
 
 def parse_duration(value: object) -> timedelta:
@@ -42,7 +44,7 @@ def _parse(value: object) -> timedelta | None:
         return timedelta(seconds=value)
     if isinstance(value, str):
         text = value.strip()
-        if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", text):
             return timedelta(seconds=float(text))
         parts = _PART.findall(text)
         if text and "".join(n + u for n, u in parts) == text:

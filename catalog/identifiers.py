@@ -6,9 +6,10 @@ one of them is printed in tables an operator reads. So each kind of name has
 a grammar, checked here and nowhere else, for every path (the declared file,
 a runtime file, an API body, a node report, a stored event on replay):
 
-- **Printable.** No control, format, bidi, zero-width or line-separator
-  characters: a name ``x\\ny`` forged a row of ``llmgw history``, and a
-  U+202E made a name read backwards.
+- **Printable** (``catalog.printable``: ``str.isprintable`` at a fixed Unicode
+  version). No control, format, bidi, zero-width, private-use, unassigned or
+  line-separator characters: a name ``x\\ny`` forged a row of ``llmgw
+  history``, and a U+202E made a name read backwards.
 - **ASCII for names that are matched.** ``llаma-3.1-70b`` with a Cyrillic
   ``а`` is a different model that looks the same in every font. Refusing
   mixed scripts would still let a whole-Cyrillic look-alike through, and a
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from catalog.errors import CatalogError
+from catalog.printable import first_unprintable
 from catalog.text import shown
 
 if TYPE_CHECKING:
@@ -78,8 +80,9 @@ class Grammar:
                 f"is {len(value)} characters long; at most {self.max_length} are allowed, "
                 "so shorten it"
             )
-        if not value.isprintable():  # in C; the loop below only runs to name the culprit
-            i, ch = next((i, ch) for i, ch in enumerate(value) if not ch.isprintable())
+        culprit = first_unprintable(value)  # catalog.printable: the one rule
+        if culprit is not None:
+            i, ch = culprit
             return (
                 f"contains {_describe(ch)} at index {i}, which cannot be printed; "
                 f"a {self.what} is {self.allowed}"

@@ -152,6 +152,8 @@ _DEFAULT_PLACEMENT = PlacementRules()
 _DEFAULT_ROLLOUT = Rollout()
 # Priorities beyond this are typos; Kubernetes caps user priorities at 1e9 too.
 MAX_PRIORITY = 1_000_000_000
+# placement.spread_by names a node label: printable, no spaces, as long as a host name.
+MAX_SPREAD_BY = 253
 
 
 class Profile(BaseModel):

@@ -22,6 +22,7 @@ from catalog.model import (
     MAX_PARALLEL,
     MAX_PRIORITY,
     MAX_REPLICAS,
+    MAX_SPREAD_BY,
     Model,
     PlacementRules,
     Profile,
@@ -29,6 +30,7 @@ from catalog.model import (
     Seq,
     cpu_capable,
 )
+from catalog.printable import printable
 
 
 def normalize(model: Model) -> Model:
@@ -275,7 +277,7 @@ def _validate_placement(model: str, rules: PlacementRules) -> None:
     # A label key as nodes report it: a typo here would spread over a label no
     # node carries, which is no spread at all, so refuse what cannot be a key.
     if spread_by is not None and (
-        len(spread_by) > 253 or any(c.isspace() or not c.isprintable() for c in spread_by)
+        len(spread_by) > MAX_SPREAD_BY or " " in spread_by or not printable(spread_by)
     ):
         raise CatalogError(
             f"model {model!r}: placement.spread_by {spread_by[:60]!r} is not a label key "

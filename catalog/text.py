@@ -9,20 +9,23 @@ backwards. Every value the command line prints goes through ``shown``.
 
 from __future__ import annotations
 
+from catalog.printable import printable
+
 
 def shown(value: object) -> str:
     """``value`` as text that prints as exactly what it is, on one line.
 
-    Text whose every character is printable (``str.isprintable``: no control,
-    format, bidi, zero-width, line or paragraph separator characters, no
-    unassigned code points; the ASCII space is printable) is returned as it
-    is, so ordinary names and reasons read unchanged. Anything else is shown
-    as a Python string literal, quotes included (``'x\\ny'``, ``'\\u202eabc'``):
+    Text whose every character is printable (``catalog.printable``, the rule
+    the identifier grammar checks: no control, format, bidi, zero-width, line
+    or paragraph separator, private-use or unassigned characters; the ASCII
+    space is printable) is returned as it is, so ordinary names and reasons
+    read unchanged. Anything else is shown as a Python string literal, quotes
+    included (``'x\\ny'``, ``'\\u202eabc'``):
     the quotes say at a glance that the value holds characters that cannot be
     printed, and the literal says exactly which.
     """
     text = value if isinstance(value, str) else str(value)
-    if text.isprintable():
+    if printable(text):
         return text
     return repr(text)
 
@@ -35,6 +38,6 @@ def guard_line(text: str) -> str:
     as a control sequence. It cannot tell a forged newline from a real one;
     that is what ``shown`` on each value is for.
     """
-    if text.isprintable():
+    if printable(text):
         return text
-    return "".join(ch if ch.isprintable() or ch == "\n" else repr(ch)[1:-1] for ch in text)
+    return "".join(ch if printable(ch) or ch == "\n" else repr(ch)[1:-1] for ch in text)

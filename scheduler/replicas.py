@@ -19,6 +19,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from catalog.printable import printable
+
 # The states an agent may report. PLACED is the control plane's own: a round
 # placed the replica and its agent has not said anything about it since.
 PLACED = "placed"
@@ -44,7 +46,7 @@ MAX_ENDPOINT = 2048
 def _printable(value: str) -> str:
     # Reports are shown in terminals (`llmgw placements`, `history`): a control
     # character in a message would be an escape sequence on an operator's screen.
-    if not value.isprintable():
+    if not printable(value):  # catalog.printable: the rule the API document states
         raise ValueError("contains control or non-printable characters; send plain text")
     return value
 

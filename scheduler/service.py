@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from catalog import Catalog
+from catalog.printable import printable
 from scheduler.lifecycle import CORDONED, DRAINING, Cordon
 from scheduler.placements import Placement
 from scheduler.replicas import ReplicaStatus
@@ -59,7 +60,7 @@ def change_service(
 ) -> ServiceChange:
     if action not in MODES:
         raise NodeServiceError(f"unknown action {action!r}; use cordon, drain or uncordon")
-    if len(reason) > MAX_REASON or not reason.isprintable():
+    if len(reason) > MAX_REASON or not printable(reason):
         raise NodeServiceError(
             f"the reason for node {node!r} must be printable text of at most {MAX_REASON} "
             "characters"
