@@ -37,6 +37,7 @@ from catalog.identifiers import (
     SOURCE,
     Grammar,
 )
+from catalog.model import MAX_MEMORY_GB, MAX_PARALLEL, MAX_PRIORITY, MAX_REPLICAS
 from llmgw.api import docs, problems, ui
 from llmgw.api.background import SchedulerThread
 from llmgw.api.fleet_metrics import FleetCollector
@@ -46,7 +47,7 @@ from llmgw.api.problems import PROBLEM_JSON, ApiJSON, ProblemDoc
 from llmgw.api.queries import known_query
 from llmgw.api.report_path import ReportPath
 from llmgw.api.routes import catalog, events, fleet, health, nodes, service
-from llmgw.api.schemas import DURATION_PATTERN, grammar_schema
+from llmgw.api.schemas import DURATION_PATTERN, grammar_schema, spread_by_schema
 from llmgw.api.services import Services
 
 log = structlog.get_logger("llmgw.api")
@@ -243,6 +244,56 @@ def _grammars(doc: dict[str, Any], components: dict[str, Any]) -> None:
     _refine(profile, "gpu_class", GPU_CLASS, empty=True)
     profile["node_selector"]["propertyNames"] = grammar_schema(LABEL_KEY)
     profile["node_selector"]["additionalProperties"] = grammar_schema(LABEL_VALUE)
+    # A node label to spread over: printable, no spaces (catalog.model_rules).
+    placement = components["PlacementRules"]["properties"]
+    placement["spread_by"]["anyOf"] = [spread_by_schema(), {"type": "null"}]
+    _bounds(components)
+    for name in ("ModelDefinition", "Profile", "PlacementRules", "Capabilities", "SLO"):
+        _storable_strings(components[name])
+
+
+def _bounds(components: dict[str, Any]) -> None:
+    """The numbers ``catalog.model_rules`` refuses as typos, where one field alone decides."""
+    model, profile = components["ModelDefinition"], components["Profile"]["properties"]
+    for name in ("tp", "pp", "nodes", "gpus_per_node"):
+        profile[name]["maximum"] = MAX_PARALLEL
+    profile["min_memory_gb"].update(minimum=0, maximum=MAX_MEMORY_GB)
+    for name in ("min", "max"):
+        components["Scaling"]["properties"][name]["maximum"] = MAX_REPLICAS
+    # A negative max is below any min (a negative min counts as 0); 0 means "min".
+    components["Scaling"]["properties"]["max"]["minimum"] = 0
+    rollout = components["Rollout"]
+    for name in ("max_surge", "max_unavailable"):
+        rollout["properties"][name].update(minimum=0, maximum=MAX_REPLICAS)
+    # Neither an extra replica nor a missing one (max_surge defaults to 1, the other to 0).
+    rollout["not"] = {
+        "required": ["max_surge"],
+        "properties": {"max_surge": {"const": 0}, "max_unavailable": {"const": 0}},
+    }
+    components["PlacementRules"]["properties"]["priority"].update(
+        minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY
+    )
+    for name in ("context_length", "max_output"):
+        model["properties"][name]["minimum"] = 0
+    model["properties"]["aliases"]["uniqueItems"] = True
+
+
+# Any other text of a definition (an argument, an environment variable) is stored as
+# it is, so it only may not hold NUL (llmgw.api.bodies.storable).
+_NO_NUL = "^[^\\u0000]*$"
+
+
+def _storable_strings(schema: Any) -> None:
+    if isinstance(schema, dict):
+        if schema.get("type") == "string" and not {"pattern", "enum", "const"} & schema.keys():
+            schema["pattern"] = _NO_NUL
+        if isinstance(schema.get("additionalProperties"), dict):
+            schema.setdefault("propertyNames", {"type": "string", "pattern": _NO_NUL})
+        for value in schema.values():
+            _storable_strings(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _storable_strings(value)
 
 
 def _parameter_grammar(path: str, parameter: dict[str, Any]) -> Grammar | None:

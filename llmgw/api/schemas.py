@@ -11,6 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from catalog.identifiers import Grammar
+from catalog.model import MAX_SPREAD_BY
+from catalog.printable import WHITESPACE_CLASS, character_class
 
 
 class _Open(BaseModel):
@@ -206,28 +208,69 @@ class Ready(BaseModel):
 # the document refuses exactly what the server does.
 
 
-# What "printable text" refuses most often, written with escapes ECMA and Python
-# regexes read alike: C0 and C1 controls, DEL, and the invisible, bidi and
-# line-separator characters that forged or reversed rows of ``llmgw history``. The
-# exact rule is ``str.isprintable`` (unassigned and private-use code points too), and
-# a class of every printable range (700 of them) made schemathesis take seconds a
-# string; the server's 422 for the rest is documented on each route.
-NOT_PRINTABLE = r"\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
+# Printable text as ``catalog.printable`` defines it for every path, written out as
+# the class of its printable ranges at a fixed Unicode version: the same set the
+# server checks, character for character (tests/unit/catalog/test_printable.py),
+# and a class Hypothesis, hence schemathesis, draws from at ordinary speed.
+PRINTABLE_TEXT = f"^{character_class()}*$"
+# The pattern is exact but no one reads 700 ranges: each such string also names its rule
+# in a ``format`` (JSON Schema: an annotation), which a generator may draw from by name
+# (tests/api/test_api_fuzz.py does, since Hypothesis builds a class code point by code
+# point, over a second per pattern); the pattern still decides.
+PRINTABLE = "printable"
+HTTP_URL = "printable-http-url"
+NODE_LABEL = "node-label"
+
+
+def printable_schema(max_length: int) -> dict[str, Any]:
+    """A string of at most ``max_length`` printable characters."""
+    return {
+        "type": "string",
+        "format": PRINTABLE,
+        "maxLength": max_length,
+        "pattern": PRINTABLE_TEXT,
+    }
+
+
+def http_url_schema(max_length: int) -> dict[str, Any]:
+    """An http:// or https:// URL of printable characters, such as http://10.0.0.7:8000."""
+    return {
+        "type": "string",
+        "format": HTTP_URL,
+        "minLength": len("http://x"),
+        "maxLength": max_length,
+        "pattern": f"^https?://{character_class()}*$",
+    }
 
 
 def grammar_schema(grammar: Grammar, *, empty: bool | None = None) -> dict[str, Any]:
     """The JSON Schema of a string in ``grammar``; ``empty`` also allows "" (a default)."""
     may_be_empty = grammar.may_be_empty if empty is None else empty
-    body = f"(?:{grammar.pattern.pattern})" if grammar.pattern is not None else None
-    if body is None:
-        pattern = f"^[^{NOT_PRINTABLE}]*$"
+    if grammar.pattern is None:
+        schema = printable_schema(grammar.max_length)
     else:
+        body = f"(?:{grammar.pattern.pattern})"
         pattern = f"^{body}?$" if may_be_empty else f"^{body}$"
-    schema: dict[str, Any] = {"type": "string", "maxLength": grammar.max_length, "pattern": pattern}
+        schema = {"type": "string", "maxLength": grammar.max_length, "pattern": pattern}
     if not may_be_empty:
         schema["minLength"] = 1
     return schema
 
 
-# A duration as ``catalog.durations`` reads it: seconds, or parts such as 1h30m.
-DURATION_PATTERN = r"^\s*(?:\d+(?:\.\d+)?|(?:\d+(?:\.\d+)?(?:us|ms|h|m|s))+)\s*$"
+# A duration as ``catalog.durations`` reads it: seconds, or parts such as 1h30m, with
+# what ``str.strip`` removes around it (not ``\s``, which ECMA-262 reads otherwise).
+DURATION_PATTERN = (
+    f"^{WHITESPACE_CLASS}*(?:[0-9]+(?:\\.[0-9]+)?|(?:[0-9]+(?:\\.[0-9]+)?(?:us|ms|h|m|s))+)"
+    f"{WHITESPACE_CLASS}*$"
+)
+
+
+def spread_by_schema() -> dict[str, Any]:
+    """``placement.spread_by`` as ``catalog.model_rules`` takes it: stripped, then a node
+    label of printable characters without spaces (the length is the stripped one's)."""
+    label = f"{character_class(space=False)}{{0,{MAX_SPREAD_BY}}}"
+    return {
+        "type": "string",
+        "format": NODE_LABEL,
+        "pattern": f"^{WHITESPACE_CLASS}*{label}{WHITESPACE_CLASS}*$",
+    }

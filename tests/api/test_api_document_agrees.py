@@ -52,7 +52,17 @@ def test_every_reference_of_the_document_resolves(document: dict[str, Any]) -> N
 
 @pytest.mark.parametrize(
     ("reason", "valid"),
-    [("\x92", False), ("a\nb", False), ("\u200e", False), ("moved to rack 4 ✓ 😀", True)],
+    [
+        ("\x92", False),
+        ("a\nb", False),
+        ("\u200e", False),
+        # Unassigned, private-use and rarer format characters: the document's class
+        # let them through and the server refused them (found by schemathesis).
+        ("\U0006bcc4", False),
+        ("\ue000", False),
+        ("\u0600", False),
+        ("moved to rack 4 ✓ 😀 \u0301", True),
+    ],
 )
 def test_a_reason_is_refused_exactly_when_the_document_refuses_it(
     api: ApiServer, tokens: Tokens, document: dict[str, Any], reason: str, valid: bool
@@ -117,3 +127,46 @@ def test_a_model_path_outside_the_name_grammar_is_documented_as_invalid(
     assert _documented(schema, "meta-llama/Llama-3.1-70B-Instruct")
     assert not _documented(schema, "0 ")
     assert not _documented(schema, "llаma")  # a Cyrillic а
+
+
+def test_a_diff_past_the_head_is_a_documented_404_not_an_invalid_request(
+    api: ApiServer, tokens: Tokens, document: dict[str, Any]
+) -> None:
+    # The document cannot know the head: any position up to its maximum is valid, and
+    # one the log has not reached is a catalog that does not exist yet.
+    operation = document["paths"]["/v1/diff"]["get"]
+    assert "404" in operation["responses"]
+    position = _parameter(document, "/v1/diff", "get", "b")
+    assert position["maximum"] >= 10**9
+    with api.client(tokens.reader) as reader:
+        head = int(reader.get("/readyz").json()["catalog_position"])
+        past = reader.get("/v1/diff", params={"a": 0, "b": head + 1})
+        at_head = reader.get("/v1/diff", params={"a": 0, "b": head})
+    assert past.status_code == 404, past.text
+    assert f"diff positions 0 to {head}" in past.json()["detail"]
+    assert at_head.status_code == 200, at_head.text
+
+
+def test_a_body_naming_another_model_or_node_than_the_path_is_a_stated_422(
+    api: ApiServer, tokens: Tokens, document: dict[str, Any]
+) -> None:
+    # The one rule of these bodies a JSON Schema cannot state (it compares the body
+    # with the path): the document says it in words, and the fuzz test keeps its valid
+    # cases within it, so positive_data_acceptance holds the server to everything else.
+    put_model = document["paths"]["/v1/catalog/models/{name}"]["put"]
+    assert "whose name is the path's" in put_model["requestBody"]["description"]
+    put_node = document["paths"]["/v1/nodes/{name}"]["put"]
+    node_body = put_node["requestBody"]["content"]["application/json"]["schema"]
+    assert "must be the path's" in node_body["description"]
+    assert "name" not in node_body["required"]
+    with api.client(tokens.operator) as ops:
+        model = ops.put("/v1/catalog/models/one-name", json=definition("another-name"))
+        node = ops.put("/v1/nodes/gpu-1", json={"name": "gpu-2", "gpus": 0})
+        implied = ops.put("/v1/nodes/gpu-3", json={"gpus": 0})
+    assert model.status_code == 422, model.text
+    assert model.json()["field"] == "name" and model.json()["model"] == "another-name"
+    assert "/v1/catalog/models/another-name" in model.json()["detail"]
+    assert node.status_code == 422, node.text
+    assert "'gpu-2' but the path names 'gpu-1'" in node.json()["detail"]
+    assert implied.status_code == 200, implied.text
+    assert implied.json()["name"] == "gpu-3"

@@ -77,7 +77,8 @@ def _definition_body(*, one_only: bool = False) -> dict[str, Any]:
             "requestBody": {
                 "required": True,
                 "description": "One model definition whose name is the path's (JSON, or "
-                "YAML); the shape of a file given to `llmgw apply`.",
+                "YAML); the shape of a file given to `llmgw apply`. A body naming another "
+                "model is refused with 422 (field `name`): PUT it to its own name's path.",
                 "content": {"application/json": {"schema": one}},
             }
         }

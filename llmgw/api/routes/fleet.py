@@ -90,7 +90,10 @@ Position = Annotated[int, Query(ge=0, le=MAX_POSITION, description="a log positi
 
 @router.get(
     "/v1/diff",
-    responses=errors(401, 422, 503),
+    responses={
+        **errors(401, 422, 503),
+        404: {"description": "a position past the log's head: nothing is recorded there yet"},
+    },
     openapi_extra=SECURED,
     tags=["catalog"],
     summary="Models added, removed and changed between two log positions (as `llmgw diff`)",
@@ -102,12 +105,15 @@ async def get_diff(call: Reader, a: Position, b: Position) -> Response:
 def _diff(svc: Services, a: int, b: int) -> dict[str, Any]:
     head = svc.store.head()
     for position in (a, b):
+        # A well-formed position the log has not reached: the catalog there does not
+        # exist (yet), which is a 404, not an invalid request (the document cannot know
+        # the head, so it calls every position up to MAX_POSITION valid).
         if position > head:
             raise Problem(
-                422,
-                "invalid-request",
+                404,
+                "not-found",
                 f"position {position} is past the log's head ({head}): nothing is recorded "
-                "there yet",
+                f"there yet; diff positions 0 to {head}",
             )
     before, after = catalogs_at(svc.store, svc.declared, [a, b], config_path=svc.config_label)
     return {"from": a, "to": b, **diff_catalogs(before, after).to_json()}

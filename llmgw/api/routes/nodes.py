@@ -15,14 +15,17 @@ from anyio import to_thread
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
+from catalog.identifiers import FABRIC, GPU_CLASS, LABEL_KEY, LABEL_VALUE, NODE_NAME
 from llmgw.api import schemas
 from llmgw.api.access import SECURED, Reader, Reporter
 from llmgw.api.bodies import receive, text_problem
 from llmgw.api.node_reports import Recorded, read_report, unstorable
 from llmgw.api.problems import ApiJSON, Problem, errors
+from llmgw.api.schemas import grammar_schema, http_url_schema, printable_schema
 from llmgw.api.services import Services
 from llmgw.views import node_json, replica_json
 from scheduler import NodeReport
+from scheduler.replicas import MAX_ENDPOINT, MAX_MESSAGE
 
 router = APIRouter()
 
@@ -30,13 +33,47 @@ router = APIRouter()
 def _report_body() -> dict[str, Any]:
     schema = NodeReport.model_json_schema(ref_template="#/components/schemas/{model}")
     schema["required"] = [r for r in schema.get("required", []) if r != "name"]
-    schema["description"] = "An agent's report of its node; `name` may be left out (the path's)."
+    schema["description"] = (
+        "An agent's report of its node; `name` may be left out, and if given must be the "
+        "path's (otherwise 422). `gpus_reserved` is at most `gpus`, and a replica is "
+        "reported once (otherwise 422)."
+    )
+    _report_grammars(schema)
     return {
         "requestBody": {
             "required": True,
             "content": {"application/json": {"schema": schema}},
         }
     }
+
+
+def _report_grammars(schema: dict[str, Any]) -> None:
+    """What ``NodeReport`` checks (the identifier grammar, printable text, a GPU class
+    exactly when there are cards), so the document calls valid what the server takes."""
+    report = schema["properties"]
+    report["name"] = {**report["name"], **grammar_schema(NODE_NAME)}
+    # "" means absent (agents written against the Go control plane send it).
+    for name, grammar in (("gpu_class", GPU_CLASS), ("fabric", FABRIC)):
+        report[name] = {
+            "title": report[name]["title"],
+            "anyOf": [grammar_schema(grammar, empty=True), {"type": "null"}],
+        }
+    report["labels"]["propertyNames"] = grammar_schema(LABEL_KEY)
+    report["labels"]["additionalProperties"] = grammar_schema(LABEL_VALUE)
+    no_class = {"anyOf": [{"type": "null"}, {"const": ""}]}
+    schema["anyOf"] = [
+        {"properties": {"gpus": {"const": 0}, "gpu_class": no_class}},
+        {
+            "required": ["gpus", "gpu_class"],
+            "properties": {"gpus": {"minimum": 1}, "gpu_class": {"type": "string", "minLength": 1}},
+        },
+    ]
+    replica = schema["$defs"]["ReplicaReport"]["properties"]
+    replica["model"] = {**replica["model"], **printable_schema(255)}
+    replica["message"] = {**replica["message"], **printable_schema(MAX_MESSAGE)}
+    # An http:// or https:// URL such as http://10.0.0.7:8000 (scheduler.replicas._url).
+    url = http_url_schema(MAX_ENDPOINT)
+    replica["endpoint"] = {"title": replica["endpoint"]["title"], "anyOf": [url, {"type": "null"}]}
 
 
 @router.put(
