@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from agent.engines import Command
+from catalog.printable import printable as is_printable
 
 # What a failed replica's message carries of its log.
 TAIL_LINES = 5
@@ -171,7 +172,10 @@ def _last_bytes(path: Path) -> str:
 
 
 def printable(text: str) -> str:
-    return "".join(c if c.isprintable() else "?" for c in text).strip()
+    # The control plane's rule (catalog.printable, a fixed Unicode version), not this
+    # Python's isprintable: a character a newer Python finds printable would otherwise
+    # reach a report the server refuses whole.
+    return "".join(c if is_printable(c) else "?" for c in text).strip()
 
 
 def describe_exit(code: int | None) -> str:
