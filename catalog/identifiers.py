@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from catalog.errors import CatalogError
-from catalog.printable import first_unprintable
+from catalog.printable import first_unprintable, printable
 from catalog.text import shown
 
 if TYPE_CHECKING:
@@ -347,7 +347,8 @@ def plainly_valid(model: Model) -> bool:
         and _NAME_MATCH(name)
         and type(source) is str
         and 0 < len(source) <= _SOURCE_MAX
-        and source.isprintable()
+        # The one rule (catalog.printable); printable ASCII, the common case, in C.
+        and ((source.isascii() and source.isprintable()) or printable(source))
     ):
         return False
     aliases = model.aliases
