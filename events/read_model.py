@@ -227,8 +227,10 @@ class CatalogReadModel:
 
         The appended events are applied as they were committed, without reading
         them back (nor decoding again the definitions ``decoded`` holds, one per
-        event or None): replay judges them as it judges every event, so the
-        catalog is the one any reader of the log gets. The cached view is dropped rather than
+        event or None), and a definition without judging it again: the command
+        judged it against this state with replay's own checks
+        (``Replayer.apply_accepted``), so the catalog is the one any reader of the
+        log gets (tests/unit/events/test_commands.py). The cached view is dropped rather than
         rebuilt: copying the catalog costs in proportion to its size, and the next
         read builds it once however many commands came before it.
         """

@@ -169,8 +169,8 @@ class Replayer:
         ``check_replace``, holding the read model's lock, with nothing applied
         since; a batch in the order ``check_add`` gave, in which each addition
         passes on its own) and those checks are the ones ``apply`` would run:
-        judging it again gives the same verdict and cost a tenth of an add's
-        Python (BENCHMARKS.md, "Validated adds", third round).
+        judging it again gives the same verdict and cost about 6 us of an add
+        (BENCHMARKS.md, "Validated adds", third round).
         tests/unit/events/test_commands.py holds the writer's catalog equal to a
         fresh replay of its log.
         """
