@@ -143,6 +143,15 @@ def _peer_appends(path: Path, count: int) -> dict[str, Any]:
     recorder = peer_recorder(path)
     # Written as our adds write it (bench.gen.probe), so both sides store the same bytes.
     payload = gen.probe().payload({"model": gen.templates()[0]}).encode()
+    # As many rows as our log holds before its adds (the 5,000-model catalog), so that
+    # both sides insert into tables of the same size (outside the figure, in bulk).
+    for first in range(0, CATALOG_MODELS, 1_000):
+        recorder.insert_events(
+            [
+                peer_event(uuid.uuid4(), 1, "model.added", payload)
+                for _ in range(min(1_000, CATALOG_MODELS - first))
+            ]
+        )
     gc.collect()
     cpu = time.process_time()
     start = time.perf_counter()

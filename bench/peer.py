@@ -33,8 +33,9 @@ QUICK_SINGLES = 60
 BULK = 1_000
 
 
-def peer_recorder(path: Path) -> Any:
-    """An ``eventsourcing`` application recorder on ``path`` with WAL and synchronous=FULL."""
+def peer_recorder(path: Path, synchronous: str = "FULL") -> Any:
+    """An ``eventsourcing`` application recorder on ``path`` with WAL and synchronous=FULL
+    (``NORMAL`` only for bench.append_phases' comparison without an fsync per commit)."""
     from eventsourcing.sqlite import (
         SQLiteApplicationRecorder,
         SQLiteConnection,
@@ -46,10 +47,10 @@ def peer_recorder(path: Path) -> Any:
         def _create_connection(self) -> SQLiteConnection:
             connection = super()._create_connection()
             cursor = connection.cursor()
-            cursor.execute("PRAGMA synchronous=FULL")
+            cursor.execute(f"PRAGMA synchronous={synchronous}")
             cursor.execute("PRAGMA synchronous")
-            if cursor.fetchone()[0] != 2:
-                raise AssertionError("synchronous is not FULL on the peer's connection")
+            if cursor.fetchone()[0] != {"FULL": 2, "NORMAL": 1}[synchronous]:
+                raise AssertionError(f"synchronous is not {synchronous} on the peer's connection")
             return connection
 
     datastore = SQLiteDatastore(str(path))

@@ -37,7 +37,7 @@ from events.log import LockedLog, Log
 from events.replay import Replayer, ReplayResult
 from events.rows import ReplayEvent
 from events.timetravel import catalog_at
-from events.types import StoredEvent
+from events.types import DEFINITION_TYPES, StoredEvent
 
 if TYPE_CHECKING:
     from events.snapshots import Restored, SnapshotInfo
@@ -227,18 +227,31 @@ class CatalogReadModel:
 
         The appended events are applied as they were committed, without reading
         them back (nor decoding again the definitions ``decoded`` holds, one per
-        event or None): replay judges them as it judges every event, so the
-        catalog is the one any reader of the log gets. The cached view is dropped rather than
+        event or None), and a definition without judging it again: the command
+        judged it against this state with replay's own checks
+        (``Replayer.apply_accepted``), so the catalog is the one any reader of the
+        log gets (tests/unit/events/test_commands.py). The cached view is dropped rather than
         rebuilt: copying the catalog costs in proportion to its size, and the next
         read builds it once however many commands came before it.
         """
         if events:
             # A command's own events are few: pausing the collector is for long catch-ups.
-            self._apply(events, decoded)
+            self._apply_own(events, decoded)
             self._snapshot_if_due()
         else:
             self.sync()
         self._view = None
+
+    def _apply_own(self, events: Sequence[StoredEvent], decoded: Sequence[Model | None]) -> None:
+        """A command's own events: a definition it judged is applied without judging it
+        again (``Replayer.apply_accepted``); anything else as replay applies it."""
+        for i, event in enumerate(events):
+            model = decoded[i] if i < len(decoded) else None
+            if model is None or event.type not in DEFINITION_TYPES:
+                self._apply((event,))
+                continue
+            self._since_snapshot += 1
+            self._replayer.apply_accepted(event, model)
 
     def _snapshot_if_due(self) -> None:
         if self.snapshot_every is not None and (

@@ -162,6 +162,29 @@ class Replayer:
         self.applied.append(event.position)
         return None
 
+    def apply_accepted(self, event: StoredEvent, model: Model) -> None:
+        """Apply a definition event its command has just judged and appended.
+
+        The command judged ``model`` against this very state (``check_add`` or
+        ``check_replace``, holding the read model's lock, with nothing applied
+        since; a batch in the order ``check_add`` gave, in which each addition
+        passes on its own) and those checks are the ones ``apply`` would run:
+        judging it again gives the same verdict and cost about 6 us of an add
+        (BENCHMARKS.md, "Validated adds", third round).
+        tests/unit/events/test_commands.py holds the writer's catalog equal to a
+        fresh replay of its log.
+        """
+        if event.position <= self.position:
+            raise ValueError(
+                f"event at position {event.position} replayed after position {self.position}"
+            )
+        self.position = event.position
+        if event.type == MODEL_REPLACED:
+            self.state.replace(model)
+        else:
+            self.state.add(model)
+        self.applied.append(event.position)
+
     def apply_all(self, events: Iterable[StoredEvent | ReplayEvent]) -> None:
         for event in events:
             self.apply(event)

@@ -11,8 +11,10 @@ in-memory log beside SQLite and PostgreSQL.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from catalog import Catalog, CatalogError
+from catalog import Catalog, CatalogError, Model
 from events.commands import CatalogCommands, KeyReused
 from events.memory_log import MemoryLog
 from events.read_model import CatalogReadModel
@@ -155,3 +157,52 @@ def test_the_writers_catalog_is_the_one_a_replay_of_its_log_gives() -> None:
     assert [m.model_dump() for m in written.models()] == [
         m.model_dump() for m in replayed.catalog.models()
     ]
+
+
+NAMES = ["a", "b", "c", "d", "decl", "d-alias"]
+
+
+@st.composite
+def _commands_to_run(draw: st.DrawFn) -> list[tuple[str, list[Model]]]:
+    out: list[tuple[str, list[Model]]] = []
+    for _ in range(draw(st.integers(min_value=1, max_value=12))):
+        kind = draw(st.sampled_from(["add", "add", "apply", "remove"]))
+        count = draw(st.integers(min_value=1, max_value=3)) if kind == "add" else 1
+        batch = []
+        for _ in range(count):
+            name = draw(st.sampled_from(NAMES))
+            aliases = draw(st.lists(st.sampled_from(NAMES), max_size=2, unique=True))
+            fallbacks = draw(st.lists(st.sampled_from(NAMES), max_size=2, unique=True))
+            batch.append(model(name, aliases=[f"{a}-x" for a in aliases], fallbacks=fallbacks))
+        out.append((kind, batch))
+    return out
+
+
+@given(_commands_to_run())
+@settings(max_examples=150, deadline=None)
+def test_any_commands_leave_the_writer_with_the_catalog_a_replay_gives(
+    commands_to_run: list[tuple[str, list[Model]]],
+) -> None:
+    """A command's own definitions are applied without judging them again
+    (``Replayer.apply_accepted``): whatever commands are accepted or refused, in
+    batches with fallbacks within the batch, the writer's catalog is the one a
+    fresh replay of its log gives, with nothing skipped."""
+    log = MemoryLog()
+    commands = _commands(log)
+    for kind, batch in commands_to_run:
+        try:
+            if kind == "add":
+                commands.add(batch, actor="a")
+            elif kind == "apply":
+                commands.apply(batch[0], actor="a")
+            else:
+                commands.remove(batch[0].name, actor="a")
+        except CatalogError:
+            pass  # refused: nothing written, as other tests hold
+    written = commands.model.catalog()
+    replayed = replay(DECLARED, log.read())
+    assert replayed.skipped == ()
+    assert [m.model_dump() for m in written.models()] == [
+        m.model_dump() for m in replayed.catalog.models()
+    ]
+    assert commands.model.position == replayed.position
