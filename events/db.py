@@ -18,6 +18,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from events.sqlite_text import TolerantConnection
+
 DEFAULT_URL = "sqlite:///llmgw.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 WRITE = "llmgw_write"  # execution option: this transaction will write
@@ -31,6 +33,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     """An engine for ``url`` with this project's per-back-end settings."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
+        # Text that is not UTF-8 is read as bytes, not a failed read (events.sqlite_text).
+        kwargs["connect_args"] = {"factory": TolerantConnection, **kwargs.get("connect_args", {})}
         engine = create_engine(url, **kwargs)
         _configure_sqlite(engine)
         return engine

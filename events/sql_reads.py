@@ -36,7 +36,6 @@ from events.rows import (
     REPLAY_COLUMNS,
     ReplayEvent,
     decode,
-    lean,
     replay_events,
 )
 from events.tables import EventRow
@@ -149,30 +148,19 @@ def _fetch_events(
 # ``events.rows.decode`` from the values already fetched, so it is skipped and named
 # exactly as a whole read would name it.
 #
-# Fetching every column makes the driver decode the text of all of them, and a column
-# whose bytes are not UTF-8 (only a raw ``CAST(x'ff' AS TEXT)`` can store one) stops
-# that fetch, where the flagged read of five columns read past it: a batch whose fetch
-# fails is read again that way (``_SQLITE_ROW_TYPED``), so such a row is judged as before.
-_SQLITE_ROW_TYPED = (
-    "typeof(event_id) = 'text' AND typeof(command_id) = 'text' AND typeof(type) = 'text' "
-    "AND typeof(schema_version) = 'integer' AND typeof(model) IN ('text', 'null') "
-    "AND typeof(payload) = 'text' AND typeof(actor) = 'text' AND typeof(reason) = 'text' "
-    "AND typeof(recorded_at) = 'text' AND recorded_at GLOB "
-    "'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]."
-    "[0-9][0-9][0-9][0-9][0-9][0-9]' "
-    "AND substr(recorded_at, 1, 4) <> '0000' "
-    "AND datetime(substr(recorded_at, 1, 19)) IS substr(recorded_at, 1, 19)"
-)
+# Fetching every column makes the driver decode the text of all of them; a column whose
+# bytes are not UTF-8 (only a raw ``CAST(x'ff' AS TEXT)`` can store one) comes back as
+# bytes (events.sqlite_text), fails the check and is named like any value of the wrong type.
 
 
 @cache
 def _replay_query(kind: str) -> Select[Any]:
-    """``kind``: "typed" (PostgreSQL, the five columns), "checked" (SQLite, every column,
-    checked in Python) or "flagged" (SQLite, the five columns and SQLite's own flag)."""
+    """``kind``: "typed" (PostgreSQL, the five columns) or "checked" (SQLite, every
+    column, checked in Python)."""
     if kind == "checked":
         query = select(*(t.c[name] for name in REPLAY_CHECKED_COLUMNS[:-1]), RAW_RECORDED_AT)
     else:
-        flag: Any = literal_column(_SQLITE_ROW_TYPED if kind == "flagged" else "1 = 1")
+        flag: Any = literal_column("1 = 1")
         query = select(*(t.c[name] for name in REPLAY_COLUMNS), flag)
     query = query.where(t.c.position > bindparam("after"), t.c.position <= bindparam("until"))
     return query.order_by(t.c.position).limit(bindparam("batch", type_=Integer()))
@@ -210,22 +198,5 @@ def fetch_replay_rows(conn: Connection, after: int, until: int) -> list[ReplayEv
     if conn.dialect.name != "sqlite":
         rows, _ = _replay_batch(conn, "typed", after, until)
         return [ReplayEvent(p, e, t_, v, pl) for p, e, t_, v, pl, _ in rows]
-    try:
-        rows, convert = _replay_batch(conn, "checked", after, until)
-    except conn.dialect.loaded_dbapi.OperationalError:
-        return _flagged_rows(conn, after, until)
+    rows, convert = _replay_batch(conn, "checked", after, until)
     return replay_events(rows, convert)
-
-
-def _flagged_rows(conn: Connection, after: int, until: int) -> list[ReplayEvent]:
-    """The batch read as five columns and SQLite's flag, for a batch with a column the
-    driver cannot fetch as text; a row without the flag is read again whole."""
-    events = []
-    rows, _ = _replay_batch(conn, "flagged", after, until)
-    for position, event_id, type_, version, payload, typed in rows:
-        if typed:
-            events.append(ReplayEvent(position, event_id, type_, version, payload))
-        else:
-            (whole,) = _fetch_events(conn, position, None, position - 1)
-            events.append(lean(whole))
-    return events

@@ -15,6 +15,21 @@ from events.chain import GENESIS, event_hash
 from events.tables import ChainSealRow, EventRow
 
 
+class NotUtf8(bytes):
+    """Bytes to store in a SQLite TEXT column as they are (``CAST(? AS TEXT)``): text
+    whose bytes are not UTF-8, which only a hand-made row can hold (events.sqlite_text)."""
+
+
+def raw_value_mark(column: str, value: Any) -> str:
+    """The placeholder for ``value`` in a raw SQLite INSERT (see ``NotUtf8``)."""
+    return f"CAST(:{column} AS TEXT)" if isinstance(value, NotUtf8) else f":{column}"
+
+
+def not_utf8(data: bytes = b"") -> NotUtf8:
+    """``data`` made undecodable: a lone continuation byte cannot start UTF-8."""
+    return NotUtf8(b"\x80" + data)
+
+
 def definition(
     name: str,
     *,

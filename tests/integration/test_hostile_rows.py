@@ -8,21 +8,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, Table, delete, insert
 from structlog.testing import capture_logs
 
 from catalog import Catalog
+from events.adoption import verify_log
 from events.backends import open_log
 from events.db import make_engine
+from events.history import HistoryQuery, history
 from events.replay import Replayer, replay
 from events.snapshots import Restored, SnapshotStore
 from events.tables import EventRow
 from tests.api.server import ApiServer, running
 from tests.e2e.cli import Cli
 from tests.hostile.documents import deep_json_array
-from tests.support import definition, insert_raw_event
+from tests.support import definition, insert_raw_event, not_utf8, raw_value_mark
 
 
 def _deep_then_valid(engine: Engine) -> None:
@@ -133,10 +136,21 @@ def _pg_text() -> st.SearchStrategy[str]:
 def _any_value() -> st.SearchStrategy[Any]:
     # What SQLite can hold: NaN is stored as NULL (which NOT NULL refuses), integers are 64-bit.
     scalars = st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
-    return st.none() | scalars | st.binary(max_size=20) | _pg_text()
+    # Bytes as a BLOB, and as TEXT that is not UTF-8 (tests.support.NotUtf8).
+    undecodable = st.binary(max_size=19).map(not_utf8)
+    return st.none() | scalars | st.binary(max_size=20) | undecodable | _pg_text()
 
 
-COLUMNS = ("event_id", "command_id", "type", "schema_version", "model", "payload", "actor")
+COLUMNS = (
+    "event_id",
+    "command_id",
+    "type",
+    "schema_version",
+    "model",
+    "payload",
+    "actor",
+    "reason",
+)
 
 
 @st.composite
@@ -191,7 +205,7 @@ def test_no_value_in_any_column_of_a_stored_row_stops_replay(
             if backend == "sqlite":
                 # Raw SQL: values go in as they are, past every type processor.
                 names = ", ".join(values)
-                marks = ", ".join(f":{k}" for k in values)
+                marks = ", ".join(raw_value_mark(k, v) for k, v in values.items())
                 conn.exec_driver_sql(
                     f"INSERT INTO events ({names}) VALUES ({marks})",
                     {
@@ -257,3 +271,73 @@ def test_a_snapshot_that_cannot_be_read_is_ignored_named_and_replay_takes_over(
     # Named either way: the checksum, taken over the bytes as stored, no longer matches
     # (or, where a checksum passes, the models cannot be decoded).
     assert "cannot be read" in ignored["reason"] or "checksum mismatch" in ignored["reason"]
+
+
+EVENT_TEXT_COLUMNS = (
+    "event_id",
+    "command_id",
+    "type",
+    "model",
+    "payload",
+    "actor",
+    "reason",
+    "recorded_at",
+    "prev_hash",
+    "hash",
+)
+
+
+@pytest.mark.parametrize("column", EVENT_TEXT_COLUMNS)
+def test_text_that_is_not_utf8_in_any_column_is_named_by_every_reader_of_the_log(
+    sqlite_url: str, column: str
+) -> None:
+    """SQLite keeps whatever bytes it is given as TEXT, and the driver's fetch of such a
+    value failed the whole read: `llmgw models`, `history`, `verify` and start-up stopped
+    on one edited row. Now the value reads as bytes and its row is named."""
+    engine = make_engine(sqlite_url)
+    insert_raw_event(engine, 1, payload={"model": definition("edited")}, model="edited")
+    insert_raw_event(engine, 2, payload={"model": definition("after")}, model="after")
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"UPDATE events SET {column} = CAST(? AS TEXT) WHERE position = 1",
+            (bytes(not_utf8(b"A")),),
+        )
+    log = open_log(engine)
+
+    whole = replay(Catalog.build([]), log.read())
+    lean = replay(Catalog.build([]), log.read_for_replay())
+    listed = list(history(engine, HistoryQuery()))
+    verified = verify_log(log)
+    engine.dispose()
+
+    assert [e.position for e in listed] == [1, 2]
+    assert (verified.ok, verified.failed_at) == (False, 1)
+    if column in ("prev_hash", "hash"):
+        # Replay does not read the chain's columns; verify names the row.
+        assert whole.catalog.names() == ["after", "edited"]
+        return
+    assert whole.catalog.names() == ["after"] == lean.catalog.names()
+    (skipped,) = whole.skipped
+    assert skipped.position == 1 and column in skipped.reason
+    assert [(s.position, s.reason) for s in lean.skipped] == [(1, skipped.reason)]
+
+
+def test_the_cli_reads_past_text_that_is_not_utf8(sqlite_url: str, tmp_path: Path) -> None:
+    engine = make_engine(sqlite_url)
+    insert_raw_event(engine, 1, payload={"model": definition("edited")}, model="edited")
+    insert_raw_event(engine, 2, payload={"model": definition("after")}, model="after")
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "UPDATE events SET payload = CAST(? AS TEXT) WHERE position = 1",
+            (bytes(not_utf8(b"{}")),),
+        )
+    engine.dispose()
+    cli = Cli(tmp_path, sqlite_url)
+
+    assert [m["name"] for m in cli.json("models")] == ["after"]
+    listed = cli("history")
+    assert listed.returncode == 0, listed.stderr
+    assert "unreadable row: columns not of their type: payload" in listed.stdout
+    verified = cli("verify")
+    assert verified.returncode == 1 and "Traceback" not in verified.stderr
+    assert "verify failed at position 1: the row cannot be read" in verified.stderr

@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 from catalog import Catalog
 from events.backends import open_log
 from events.catalog_service import CatalogService
+from events.db import make_engine
 from scheduler import parse_node_report
 from scheduler.placer import Placer
 from scheduler.store import RoundUnreadable, SchedulerStore
@@ -34,7 +35,7 @@ from scheduler.tables import (
 from tests.api.server import ApiServer, Tokens, running
 from tests.e2e.cli import Cli
 from tests.hostile.documents import deep_json_array
-from tests.support import definition, model
+from tests.support import definition, model, not_utf8, raw_value_mark
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 TABLES = {
@@ -63,7 +64,7 @@ def insert_raw(engine: Engine, name: str, values: dict[str, Any]) -> None:
     with engine.begin() as conn:
         if engine.dialect.name == "sqlite":
             columns = ", ".join(values)
-            marks = ", ".join(f":{k}" for k in values)
+            marks = ", ".join(raw_value_mark(k, v) for k, v in values.items())
             conn.exec_driver_sql(
                 f"INSERT INTO {name} ({columns}) VALUES ({marks})",
                 {k: _stored(v) for k, v in values.items()},
@@ -309,7 +310,9 @@ def _text() -> st.SearchStrategy[str]:
 
 def _any() -> st.SearchStrategy[Any]:
     scalars = st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
-    return scalars | st.binary(max_size=20) | _text()
+    # Bytes as a BLOB, and as TEXT that is not UTF-8 (tests.support.NotUtf8).
+    undecodable = st.binary(max_size=19).map(not_utf8)
+    return scalars | st.binary(max_size=20) | undecodable | _text()
 
 
 @settings(
@@ -446,3 +449,29 @@ def test_explain_round_on_an_unreadable_round_says_it_exists_and_why_not_not_rec
     # A round that was never recorded still says so, and a readable one still explains.
     assert "round 3 is not recorded" in cli("explain", "llama", "--round", "3").stderr
     assert cli.json("explain", "llama", "--round", "1")["replicas"][0]["outcome"] == "placed"
+
+
+@pytest.mark.parametrize("column", ["name", "gpu_class", "labels", "fabric", "reported_at"])
+def test_a_node_row_holding_text_that_is_not_utf8_is_skipped_and_named(
+    sqlite_url: str, logs: list[MutableMapping[str, Any]], column: str
+) -> None:
+    """Only SQLite can hold such text; its driver used to fail the whole read of the
+    table on it, so `nodes list`, `place` and the API stopped on one edited row."""
+    engine = make_engine(sqlite_url)
+    try:
+        declared = Catalog.build([model("llama", tp=4, scaling={"min": 2})])
+        placer = Placer(CatalogService(open_log(engine), declared), SchedulerStore(engine))
+        placer.store.report(_reports("n1", "n2"), T0)
+        row = _node_row("bad")
+        row[column] = not_utf8(b"x")
+        insert_raw(engine, "nodes", row)
+
+        assert [n.name for n in placer.store.nodes()] == ["n1", "n2"]
+        (named,) = _skipped(logs, "nodes")
+        if column == "name":
+            assert named["key"] == "(b'\\x80x',)"
+        else:
+            assert named["key"] == "('bad',)" and column in named["reason"]
+        assert placer.run(now=T0).round_id == 1
+    finally:
+        engine.dispose()
