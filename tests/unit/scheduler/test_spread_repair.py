@@ -193,8 +193,41 @@ def test_a_running_replica_is_never_moved_to_spread() -> None:
 # -- whole rounds ----------------------------------------------------------------------
 
 
+# Rounds a baseline wins, so that the repair has something to repair: the
+# generated fleets are small and the round's own way (which spreads) nearly always
+# wins there. With the repair off, each of these fails the invariant.
+#
+# Best fit wins: the round's way spreads ``a`` onto zone b's node, and one replica of
+# ``b`` (zone b only) is left out; best fit stacks ``a`` on n1 and ``c`` on n3 and
+# places all six. The repair swaps a replica of ``a`` with one of ``c``.
+ZONED_NODES = [
+    node("n1", "L4", 2, labels={"zone": "a"}),
+    node("n2", "L4", 2, labels={"zone": "b"}),
+    node("n3", "L4", 2, labels={"zone": "a"}),
+]
+BEST_FIT_WINS = [
+    Demand("a", 2, (profile("l4", "L4", 1),)),
+    Demand("b", 2, (profile("l4b", "L4", 1, selector={"zone": "b"}),)),
+    Demand("c", 2, (profile("l4", "L4", 1),)),
+]
+# First fit wins: best fit and the round's way put ``a`` on the one-card nodes, so
+# ``b`` (zone b only) finds n2 taken; first fit stacks ``a`` on n1 and places ``b``.
+# The repair moves a replica of ``a`` into n3's free card.
+FIRST_FIT_NODES = [
+    node("n1", "L4", 4, labels={"zone": "a"}),
+    node("n2", "L4", 1, labels={"zone": "b"}),
+    node("n3", "L4", 1, labels={"zone": "a"}),
+]
+FIRST_FIT_WINS = [
+    Demand("a", 2, (profile("l4", "L4", 1),)),
+    Demand("b", 1, (profile("l4b", "L4", 1, selector={"zone": "b"}),)),
+]
+
+
 @moderate
 @given(POLICY_CATALOGS, POLICY_CATALOGS, INVENTORIES)
+@example([], BEST_FIT_WINS, ZONED_NODES)
+@example([], FIRST_FIT_WINS, FIRST_FIT_NODES)
 def test_after_a_round_no_swap_or_free_node_would_separate_co_located_replicas(
     before: list[Demand], demands: list[Demand], nodes: list[Node]
 ) -> None:
@@ -238,3 +271,51 @@ def test_swapped_replicas_explain_themselves() -> None:
 
     assert moved == {"embed", "rerank"}
     assert all(note.startswith("replica ") and " moved from " in note for _, note in out.notes)
+
+
+def test_a_preemptor_is_never_moved_to_spread_its_model() -> None:
+    """A replica placed by evicting others stays where its evictions made room.
+
+    hi[1] fits nowhere, evicts lo on x and lands next to the running hi[0]; hi2
+    (same shape and priority) sits alone on w. Swapping hi[1] with hi2 would spread
+    hi, but then the eviction would have made room for hi2, which needed none.
+    """
+    nodes = [node("x", "L4", 2), node("w", "L4", 1)]
+    l4 = profile("l4", "L4", 1)
+    demands = [
+        Demand("hi2", 1, (l4,), priority=10),
+        Demand("hi", 2, (l4,), priority=10),
+        Demand("lo", 1, (l4,)),
+    ]
+    running = [
+        Placement("lo", 0, "l4", ("x",), 1, "L4"),
+        Placement("hi", 0, "l4", ("x",), 1, "L4"),
+    ]
+
+    result = run(demands, nodes, running)
+
+    assert [r.reason for r in result.remove] == ["preempted by hi[1]"]
+    assert [(p.model, p.replica, p.nodes) for p in result.place] == [
+        ("hi", 1, ("x",)),
+        ("hi2", 0, ("w",)),
+    ]
+    assert result.notes == ()
+
+
+@moderate
+@given(POLICY_CATALOGS, POLICY_CATALOGS, INVENTORIES)
+def test_with_preemption_every_preemptor_runs_where_it_evicted(
+    before: list[Demand], demands: list[Demand], nodes: list[Node]
+) -> None:
+    current = run(before, nodes).placements
+
+    result = run(demands, nodes, current)
+
+    at = {f"{p.model}[{p.replica}]": set(p.nodes) for p in result.placements}
+    for removal in result.remove:
+        if removal.reason.startswith("preempted by "):
+            preemptor = removal.reason.removeprefix("preempted by ")
+            assert at[preemptor] & set(removal.placement.nodes), (
+                f"{preemptor} runs on {sorted(at[preemptor])}, not where it evicted "
+                f"{removal.placement.model}[{removal.placement.replica}]"
+            )
