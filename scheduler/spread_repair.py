@@ -51,26 +51,25 @@ priority and node, and per crowded candidate a scan of the nodes holding its
 shape, a whole node skipped in one look-up when its model is as crowded there:
 about a tenth of a round from nothing placed at 5,000 and 10,000 synthetic
 nodes. Every change is a note on the plan (``place`` prints them with ``~``).
+
+The pass lives here; its parts each in their own module: the index of movable
+replicas by shape and node (``scheduler.repair_groups``), the score and what a
+change does to it (``scheduler.repair_score``), and what a change may not do to
+a round with replicas unplaced (``scheduler.repair_guard``).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import islice
 
 from catalog.views import PlacementProfile
 from scheduler.capacity import Capacity
-from scheduler.fit import missing_label, selector_key
-from scheduler.inventory import Node
 from scheduler.placements import Demand, Placement
+from scheduler.repair_groups import Group, Shape, shape_of
+from scheduler.repair_guard import Guard
+from scheduler.repair_score import ZERO, Score, Scorer
 from scheduler.spread import Choice, Spread
-
-# (replicas on unlabelled nodes, sum of squares per label value, sum of squares per node)
-Score = tuple[int, int, int]
-_Shape = tuple[str | None, int, int, int, int]
-_ZERO: Score = (0, 0, 0)
 
 
 @dataclass(slots=True)
@@ -138,28 +137,16 @@ class _Pass:
         self.profiles: dict[tuple[str, str], PlacementProfile] = {
             (d.model, p.name): p for d in demands for p in d.profiles
         }
-        self.inventory: Mapping[str, Node] = spread.inventory
-        # What the unplaced replicas could use, once per distinct need: (class,
-        # selector, needs cards, needs memory, priority).
-        self.waiting = {
-            (
-                p.gpu_class,
-                selector_key(p.node_selector),
-                p.gpus_per_node > 0,
-                p.min_memory_gb > 0,
-                self.rules[m].priority,
-            )
-            for m, profiles in unplaced.items()
-            for p in profiles
-        }
+        self.score = Scorer(spread, self.rules, self.profiles, eligible)
+        self.guard = Guard(spread.inventory, self.rules, unplaced)
         self.unspreadable = {m for m in unplaced if self.rules[m].spread_required}
         # The movable new replicas by shape, then by the nodes they are on: a
         # candidate skips a whole node (often dozens of stacked replicas) with
         # one look-up when its model is as crowded there.
-        self.groups: dict[_Shape, _Group] = {}
+        self.groups: dict[Shape, Group] = {}
         for index, p in enumerate(out.placed):
             if self._movable(p):
-                self.groups.setdefault(self._shape(p), _Group()).add(p.nodes, index)
+                self.groups.setdefault(self._shape(p), Group()).add(p.nodes, index)
         self.slot = lambda i: (out.placed[i].model, out.placed[i].replica)
         for group in self.groups.values():
             group.settle(self.slot)
@@ -176,7 +163,7 @@ class _Pass:
                 key=self.slot,
             )
             for index in order:
-                if self._crowded(placed[index]) and change(index):
+                if self.score.crowded(placed[index]) and change(index):
                     changed = True
         return changed
 
@@ -190,64 +177,8 @@ class _Pass:
             return False
         return not (len(p.nodes) > 1 and self.rules[p.model].spread_required)
 
-    def _shape(self, p: Placement) -> _Shape:
-        """Partners share the shape and the priority: then every node keeps not only its
-        use but which priorities hold it, so a replica left unplaced finds no new room
-        to preempt in the next round either."""
-        return (
-            p.gpu_class,
-            p.gpus_per_node,
-            p.memory_gb_per_node,
-            len(p.nodes),
-            self.rules[p.model].priority,
-        )
-
-    def _inert(self, p: Placement, target: Sequence[str]) -> bool:
-        """Whether moving ``p`` to ``target`` leaves every unplaced replica as unplaceable
-        as it is: the room freed is of no use to it, and ``p`` is no new victim for it.
-
-        Otherwise the next round, with nothing changed, would place or preempt what
-        this one did not (a round must be a fixed point of itself).
-        """
-        priority = self.rules[p.model].priority
-        for gpu_class, selector, cards, memory, waiting in self.waiting:
-            for name in p.nodes:
-                node = self.inventory[name]
-                if not self._could_use(node, gpu_class, selector):
-                    continue
-                if (cards and p.gpus_per_node > 0) or (
-                    memory and p.memory_gb_per_node > 0 and node.memory_gb is not None
-                ):
-                    return False
-            if waiting > priority and any(
-                self._could_use(self.inventory[name], gpu_class, selector) for name in target
-            ):
-                return False
-        return True
-
-    @staticmethod
-    def _could_use(
-        node: Node, gpu_class: str | None, selector: tuple[tuple[str, str], ...]
-    ) -> bool:
-        return (gpu_class is None or node.gpu_class == gpu_class) and all(
-            node.labels.get(k) == v for k, v in selector
-        )
-
-    def _crowded(self, p: Placement) -> bool:
-        """Whether some change could spread ``p``'s model better (a cheap necessary test)."""
-        counts = self.spread.on_node.get(p.model, {})
-        if any(counts.get(name, 0) >= 2 for name in p.nodes):
-            return True
-        label = self.rules[p.model].spread_by
-        if label is None:
-            return False
-        values = [self._value(name, label) for name in p.nodes]
-        if any(v is None for v in values):
-            return True
-        domains = self.spread.in_domain.get(p.model, {})
-        profile = self.profiles[(p.model, p.profile)]
-        floor = self.spread.floor(p.model, label, self._eligible(profile))
-        return any(domains.get(v, 0) >= floor + 2 for v in values if v is not None)
+    def _shape(self, p: Placement) -> Shape:
+        return shape_of(p, self.rules[p.model].priority)
 
     # -- swaps ----------------------------------------------------------------------------
 
@@ -260,7 +191,7 @@ class _Pass:
         avoid_a = self.avoid.get(a.model, frozenset())
         counts = self.spread.on_node
         on_a = counts.get(a.model, {})
-        ideal = self._ideal(a)
+        ideal = self.score.ideal(a)
         best: tuple[Score, Score, int] | None = None
         # Nodes are visited from where the last swap of this shape left off, so
         # that the same few are not offered (and refused) to every candidate.
@@ -271,10 +202,10 @@ class _Pass:
                 # One node, spread per node only: the gain in two look-ups.
                 gain: Score = (0, 0, 2 * (on_a.get(there[0], 0) - on_a.get(a.nodes[0], 0) + 1))
             else:
-                gain = self._delta(a.model, a.nodes, there)
-            if gain >= _ZERO or (best is not None and gain > best[0]):
+                gain = self.score.delta(a.model, a.nodes, there)
+            if gain >= ZERO or (best is not None and gain > best[0]):
                 continue
-            if not self._admits(profile, there, avoid_a):
+            if not self.guard.admits(profile, there, avoid_a):
                 continue
             # Whether a partner may go to ``a``'s nodes depends on its model and profile
             # only: judged once per node, however many replicas of it are stacked there.
@@ -284,11 +215,11 @@ class _Pass:
                 if (b.model, b.profile) in judged or b.model == a.model:
                     continue
                 judged.add((b.model, b.profile))
-                cost = self._delta(b.model, there, a.nodes)
-                if cost > _ZERO or (best is not None and (gain, cost) >= best[:2]):
+                cost = self.score.delta(b.model, there, a.nodes)
+                if cost > ZERO or (best is not None and (gain, cost) >= best[:2]):
                     continue
                 other_profile = self.profiles[(b.model, b.profile)]
-                if self._admits(other_profile, a.nodes, self.avoid.get(b.model, frozenset())):
+                if self.guard.admits(other_profile, a.nodes, self.avoid.get(b.model, frozenset())):
                     best = (gain, cost, other)
                     break
             if best is not None and best[0] <= ideal:
@@ -333,8 +264,8 @@ class _Pass:
         spread.add(a.model, a.nodes)
         if (
             target is None
-            or self._delta(a.model, a.nodes, target) >= _ZERO
-            or not self._inert(a, target)
+            or self.score.delta(a.model, a.nodes, target) >= ZERO
+            or not self.guard.inert(a, target)
         ):
             capacity.consume(a.nodes, a.gpus_per_node, a.memory_gb_per_node)
             return False
@@ -356,7 +287,7 @@ class _Pass:
         """Where the round's own way would put the replica now (spread, then best fit)."""
 
         def eligible() -> Sequence[str]:
-            return self._eligible(profile)
+            return self.eligible(profile)
 
         fitting = self.capacity.fitting(profile, avoid)
         if profile.nodes > 1:
@@ -367,63 +298,7 @@ class _Pass:
         choice = self.spread.choose(model, (e[2] for e in fitting), eligible, prefer=True)
         return None if choice.node is None else (choice.node,)
 
-    # -- scores ---------------------------------------------------------------------------
-
-    def _delta(self, model: str, old: Sequence[str], new: Sequence[str]) -> Score:
-        """How ``model``'s score changes if its replica on ``old`` goes to ``new``."""
-        nodes = self.spread.on_node.get(model, {})
-        before = {name: nodes.get(name, 0) for name in (*old, *new)}
-        after = dict(before)
-        for name in old:
-            after[name] -= 1
-        for name in new:
-            after[name] += 1
-        node_delta = _squares(after) - _squares(before)
-        label = self.rules[model].spread_by
-        if label is None:
-            return 0, 0, node_delta
-        domains = self.spread.in_domain.get(model, {})
-        # A replica counts once in each value its nodes span (as ``Spread.add``).
-        old_values = {v for n in old if (v := self._value(n, label)) is not None}
-        new_values = {v for n in new if (v := self._value(n, label)) is not None}
-        was = {v: domains.get(v, 0) for v in old_values | new_values}
-        will = {v: c - (v in old_values) + (v in new_values) for v, c in was.items()}
-        unlabelled = sum(self._value(n, label) is None for n in new) - sum(
-            self._value(n, label) is None for n in old
-        )
-        return unlabelled, _squares(will) - _squares(was), node_delta
-
-    def _ideal(self, a: Placement) -> Score:
-        """The best change a swap could make for ``a``'s model: onto nodes holding none of it
-        (and, with ``spread_by``, in the least crowded value)."""
-        label = self.rules[a.model].spread_by
-        if label is not None:
-            return (-(1 << 62), -(1 << 62), -(1 << 62))  # no shortcut: scan the shape's replicas
-        nodes = self.spread.on_node.get(a.model, {})
-        return 0, 0, -sum(2 * (nodes.get(n, 0) - 1) for n in a.nodes)
-
-    # -- fit ------------------------------------------------------------------------------
-
-    def _admits(
-        self, profile: PlacementProfile, names: Sequence[str], avoid: frozenset[str]
-    ) -> bool:
-        # Same class and fresh, open nodes already (the partner was placed there this
-        # round, with the same shape); only the labels and the back-off can differ.
-        return all(
-            name not in avoid
-            and (
-                not profile.node_selector
-                or missing_label(self.inventory[name].labels, profile.node_selector) is None
-            )
-            for name in names
-        )
-
-    def _eligible(self, profile: PlacementProfile) -> Sequence[str]:
-        return self.eligible(profile)
-
-    def _value(self, name: str, label: str) -> str | None:
-        node = self.inventory.get(name)
-        return None if node is None else node.labels.get(label)
+    # -- bookkeeping ----------------------------------------------------------------------
 
     def _relocate(self, index: int, nodes: tuple[str, ...]) -> None:
         p = self.out.placed[index]
@@ -434,59 +309,6 @@ class _Pass:
         group.remove(p.nodes, index)
         group.add(nodes, index)
         group.settle(self.slot, nodes)
-
-
-class _Group:
-    """New replicas of one shape by the nodes they run on, nodes in name order."""
-
-    __slots__ = ("_at", "_keys", "cursor")
-
-    def __init__(self) -> None:
-        self._at: dict[tuple[str, ...], list[int]] = {}
-        self._keys: list[tuple[str, ...]] = []
-        self.cursor: tuple[str, ...] = ()
-
-    def add(self, nodes: tuple[str, ...], index: int) -> None:
-        members = self._at.get(nodes)
-        if members is None:
-            members = self._at[nodes] = []
-            insort(self._keys, nodes)
-        members.append(index)
-
-    def remove(self, nodes: tuple[str, ...], index: int) -> None:
-        members = self._at[nodes]
-        members.remove(index)
-        if not members:
-            del self._at[nodes]
-            del self._keys[bisect_left(self._keys, nodes)]
-
-    def settle(
-        self, slot: Callable[[int], tuple[str, int]], nodes: tuple[str, ...] | None = None
-    ) -> None:
-        """Members of each node (or of ``nodes`` only) in (model, replica) order."""
-        for key in (nodes,) if nodes is not None else self._keys:
-            self._at[key].sort(key=slot)
-
-    def members(self) -> Iterator[int]:
-        for members in self._at.values():
-            yield from members
-
-    def at(self, nodes: tuple[str, ...]) -> list[int]:
-        return self._at.get(nodes, [])
-
-    def keys_from(self, cursor: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
-        """Every node (tuple) holding members, from the first after ``cursor``, wrapping.
-
-        The group must not change while this is read.
-        """
-        keys = self._keys
-        start = bisect_right(keys, cursor)
-        yield from islice(keys, start, None)
-        yield from islice(keys, 0, start)
-
-
-def _squares(counts: Mapping[str, int]) -> int:
-    return sum(c * c for c in counts.values())
 
 
 def _names(nodes: Sequence[str]) -> str:
