@@ -14,6 +14,11 @@ the clients cost.
 Every node reports once before the clock starts (its first report inserts its
 row); timed reports then repeat each node's content, as almost all heartbeats
 do, with one in ``CHANGE_EVERY`` changing a label, so both paths are paid for.
+Before the clock starts, placements are seeded as a cluster of that size has
+them (``_seed``): about one replica per node, one in ``WIDE_EVERY`` of them on
+two nodes, written as a round is (``SchedulerStore.apply``), since each batch's
+answer says how many replicas each of its nodes hosts. The answers are checked:
+every timed report's ``replicas`` must be what was seeded for its node.
 The reference in the same run is ``GET /healthz`` with the same clients: the
 most this HTTP stack and these clients can do on this machine, whatever the
 store. With ``LLMGW_BENCH_BASE=TREE`` (a directory holding another version of
@@ -34,12 +39,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import psutil
 
 from bench import common
+from scheduler.placements import Placement, Plan
 
 GOAL = 1000.0
 NODES, QUICK_NODES = 10_000, 1_000
@@ -48,6 +55,9 @@ CLIENT_PROCESSES = 1
 AGENTS = 50
 CHANGE_EVERY = 50
 ROUNDS = 2
+# Seeded placements: a replica per node, and one in WIDE_EVERY nodes also starts a
+# replica spanning it and the next node (tensor parallel across two nodes).
+WIDE_EVERY = 10
 LLMGW = str(Path(sys.executable).parent / "llmgw")
 
 
@@ -65,6 +75,7 @@ async def _agent(
     path: str,
     *,
     end: float,
+    total: int,
     failures: list[str],
 ) -> int:
     """One agent on one keep-alive connection: send, read the whole answer, repeat.
@@ -91,8 +102,12 @@ async def _agent(
                 request = f"GET /healthz HTTP/1.1\r\n{head}\r\n".encode()
             writer.write(request)
             status, answer = await _answer(reader)
-            if status != 200 and len(failures) < 5:
-                failures.append(f"{status}: {answer[:200]!r}")
+            # A report's answer must say how many replicas its node hosts, as seeded.
+            wrong = status != 200 or (
+                path == "report" and json.loads(answer)["replicas"] != _hosted(node, total)
+            )
+            if wrong and len(failures) < 5:
+                failures.append(f"{status} n{node:05d}: {answer[:200]!r}")
             sent += 1
     finally:
         writer.close()
@@ -113,11 +128,15 @@ async def _answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 def _client(
     url: str,
     tokens: list[tuple[str, list[int]]],
-    path: str,
+    job: tuple[str, int],
     window: tuple[float, float],
     out: multiprocessing.Queue,  # type: ignore[type-arg]
 ) -> None:
-    """One client process: an agent (a connection) per token, each cycling through its nodes."""
+    """One client process: an agent (a connection) per token, each cycling through its nodes.
+
+    ``job`` is what to send and how many nodes there are (their seeded replicas).
+    """
+    path, total = job
     start_at, seconds = window
     host, port = url.removeprefix("http://").rsplit(":", 1)
     failures: list[str] = []
@@ -130,7 +149,7 @@ def _client(
         began = time.process_time()
         counts = await asyncio.gather(
             *(
-                _agent((host, int(port)), t, nodes, path, end=end, failures=failures)
+                _agent((host, int(port)), t, nodes, path, end=end, total=total, failures=failures)
                 for t, nodes in tokens
             )
         )
@@ -142,13 +161,15 @@ def _client(
 
 
 def _drive(
-    url: str, shares: list[list[tuple[str, list[int]]]], path: str, seconds: float
+    url: str, shares: list[list[tuple[str, list[int]]]], path: str, seconds: float, total: int
 ) -> tuple[float, list[str], float]:
     """Requests a second (or sent, for "first"), the first failures, client CPU a request."""
     out: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
     start_at = time.time() + 1.0
     procs = [
-        multiprocessing.Process(target=_client, args=(url, share, path, (start_at, seconds), out))
+        multiprocessing.Process(
+            target=_client, args=(url, share, (path, total), (start_at, seconds), out)
+        )
         for share in shares
     ]
     for p in procs:
@@ -224,6 +245,47 @@ def _without_httptools() -> Path:
     return shim
 
 
+def _placements(nodes: int) -> list[Placement]:
+    """A replica on each node, and one on two nodes starting at every ``WIDE_EVERY``th."""
+    one = [
+        Placement(f"m{i % 100:02d}", i // 100, "one", (f"n{i:05d}",), 8, "A100", 80)
+        for i in range(nodes)
+    ]
+    two = [
+        Placement(
+            f"wide{i % 10}", i // 10, "two", (f"n{i:05d}", f"n{(i + 1) % nodes:05d}"), 8, "A100", 80
+        )
+        for i in range(0, nodes, WIDE_EVERY)
+    ]
+    return one + two
+
+
+def _hosted(node: int, nodes: int) -> int:
+    """How many of ``_placements(nodes)`` run on ``node``."""
+    return 1 + (node % WIDE_EVERY == 0) + ((node - 1) % nodes % WIDE_EVERY == 0)
+
+
+def _seed(db_url: str, nodes: int) -> None:
+    """Write ``_placements`` as one round would, from this process, while the server idles."""
+    from events.db import make_engine
+    from scheduler.staleness import StalenessPolicy
+    from scheduler.store import SchedulerStore
+
+    engine = make_engine(db_url)
+    try:
+        store = SchedulerStore(engine)
+        store.apply(
+            Plan(keep=(), place=tuple(_placements(nodes)), remove=(), unplaced=()),
+            based_on=store.state(),
+            catalog_position=0,
+            nodes=store.nodes(),
+            now=datetime.now(UTC),
+            policy=StalenessPolicy(),
+        )
+    finally:
+        engine.dispose()
+
+
 def _measure(db_url: str, nodes: int, seconds: float, tree: str | None = None) -> Measured:
     from llmgw.api.auth import issue_token
 
@@ -241,13 +303,15 @@ def _measure(db_url: str, nodes: int, seconds: float, tree: str | None = None) -
         proc, url = _serve(Path(tmp), db_url, env, tree)
         try:
             common.progress(f"reports: first report of each of {nodes} nodes")
-            _, failures, _ = _drive(url, shares, "first", 0.0)
+            _, failures, _ = _drive(url, shares, "first", 0.0, nodes)
             assert not failures, failures
+            common.progress(f"reports: seeding {len(_placements(nodes)):,} placements")
+            _seed(db_url, nodes)
             common.progress(f"reports: {seconds:.0f}s of /healthz, then of reports")
-            health, _, _ = _drive(url, shares, "healthz", seconds)
+            health, _, _ = _drive(url, shares, "healthz", seconds, nodes)
             server = psutil.Process(proc.pid)
             before = server.cpu_times()
-            reports, failures, client = _drive(url, shares, "report", seconds)
+            reports, failures, client = _drive(url, shares, "report", seconds, nodes)
             after = server.cpu_times()
             cpu = (after.user - before.user) + (after.system - before.system)
             # The clients share the machine: the server's own CPU per report is the figure

@@ -134,10 +134,14 @@ def read_statuses(
     return {(r.placement.model, r.placement.replica): r.status(reporting) for r in rows}
 
 
-def read_cordons(conn: Connection) -> dict[str, Cordon]:
+def read_cordons(conn: Connection, nodes: Sequence[str] | None = None) -> dict[str, Cordon]:
+    """The cordons by node (of ``nodes`` only, if given)."""
+    query = raw(cordons_t).order_by(cordons_t.c.node)
+    if nodes is not None:
+        query = query.where(cordons_t.c.node.in_(nodes))
     cordons = decode_rows(
         conn,
-        raw(cordons_t).order_by(cordons_t.c.node),
+        query,
         table="node_cordons",
         key=("node",),
         decode=_cordon,

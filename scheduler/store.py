@@ -25,11 +25,12 @@ from events.db import WRITE
 from scheduler.inventory import Node, NodeReport
 from scheduler.inventory_store import InventoryStore, write_reports
 from scheduler.lifecycle import Cordon
+from scheduler.lifecycle_store import read_cordons
 from scheduler.placements import Placement, Plan
 from scheduler.records import PlacementEvent, RecordedRound
 from scheduler.replicas import ReplicaStatus
 from scheduler.round_record import RoundUnreadable, read_recorded_round
-from scheduler.round_store import PlacementState, RoundConflict, RoundStore, read_service
+from scheduler.round_store import HostedCounts, PlacementState, RoundConflict, RoundStore
 from scheduler.row_net import Unreadable
 from scheduler.staleness import StalenessPolicy
 from scheduler.trail import PLACED, REMOVED, UPDATED, events_head, follow_page, read_events
@@ -40,6 +41,7 @@ class SchedulerStore:
         self.engine = engine
         self.inventory = InventoryStore(engine)
         self.rounds = RoundStore(engine)
+        self._hosted = HostedCounts()
 
     # -- inventory --------------------------------------------------------
 
@@ -57,11 +59,21 @@ class SchedulerStore:
         received_at: datetime,
         actor: str | Sequence[str] = "agent",
     ) -> tuple[list[Node], dict[str, Cordon], dict[str, int]]:
-        """``report``, then ``service`` read in the same transaction: what the API answers
-        a batch of reports with, for one transaction (and its round trips) rather than two."""
+        """``report``, then ``service`` of the reported nodes read in the same transaction:
+        what the API answers a batch of reports with, for one transaction (and its round
+        trips) rather than two.
+
+        Its cost follows the batch, not the cluster: the cordons are read for the
+        batch's nodes only, and the replica counts are kept between batches until a
+        round is written (``HostedCounts``).
+        """
+        names = [r.name for r in reports]
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
             nodes = write_reports(conn, reports, received_at, actor)
-            cordons, hosted = read_service(conn)
+            cordons = read_cordons(conn, names)
+            every = self._hosted.read(conn)
+        # Only nodes that host replicas, as ``service`` counts them.
+        hosted = {name: every[name] for name in names if name in every}
         return nodes, cordons, hosted
 
     def forget(self, name: str) -> bool:

@@ -15,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import Engine, insert
 
 from catalog import Catalog
@@ -22,7 +24,7 @@ from events.backends import open_log
 from events.catalog_service import CatalogService
 from scheduler import parse_node_report
 from scheduler.lifecycle import Lifecycle
-from scheduler.placements import Placement, Plan
+from scheduler.placements import Placement, Plan, Removal
 from scheduler.placer import Placer
 from scheduler.records import CURRENT_SCHEMA, ROUND
 from scheduler.staleness import StalenessPolicy
@@ -128,6 +130,106 @@ def test_a_report_with_its_service_state_is_the_report_then_the_service(
     assert store.nodes() == nodes
     assert (cordons, hosted) == store.service()
     assert cordons["n2"].mode == "draining" and sum(hosted.values()) == 2
+
+
+def _service_of(store: SchedulerStore, names: list[str]) -> tuple[dict[str, Any], dict[str, int]]:
+    """The service state of ``names`` as the API answered it before batches kept the counts:
+    every cordon and every placement read afresh."""
+    cordons, hosted = store.service()
+    return (
+        {n: cordons[n] for n in names if n in cordons},
+        {n: hosted[n] for n in names if n in hosted},
+    )
+
+
+def _round(
+    store: SchedulerStore, place: tuple[Placement, ...] = (), remove: tuple[Any, ...] = ()
+) -> int | None:
+    return store.apply(
+        Plan(keep=(), place=place, remove=remove, unplaced=()),
+        based_on=store.state(),
+        catalog_position=0,
+        nodes=store.nodes(),
+        now=T0,
+        policy=StalenessPolicy(),
+    )
+
+
+def test_a_batch_answers_the_placements_of_a_round_another_process_wrote(engine: Engine) -> None:
+    """The server keeps the replica counts between batches: a round written since by
+    another store (the daemon) must show in the next batch's answer, multi-node replicas
+    and cordons of the batch's nodes included, and nothing of the nodes not reported."""
+    server, daemon = SchedulerStore(engine), SchedulerStore(engine)
+    names = ["n1", "n2", "n3"]
+    server.report([_report(n) for n in names], T0)
+    wide = Placement("wide", 0, "tp2", ("n1", "n2"), 4, "A100")
+    _round(daemon, place=(wide, Placement("one", 0, "default", ("n2",), 1, "A100")))
+    daemon.cordon("n2", "draining", actor="op", reason="move")
+    daemon.cordon("n3", "cordoned", actor="op", reason="disk")
+
+    _, cordons, hosted = server.report_and_service([_report("n1"), _report("n2")], T0)
+    assert hosted == {"n1": 1, "n2": 2}
+    assert (cordons, hosted) == _service_of(daemon, ["n1", "n2"])
+    assert set(cordons) == {"n2"}  # n3's cordon is not this batch's
+
+    _round(daemon, remove=(Removal(wide, "test"),))
+    daemon.cordon("n2", None, actor="op", reason="back")
+    _, cordons, hosted = server.report_and_service([_report("n1"), _report("n2")], T0)
+    assert (cordons, hosted) == ({}, {"n2": 1})
+
+    _round(daemon, place=(Placement("wide", 1, "tp2", ("n3", "n1"), 4, "A100"),))
+    _, cordons, hosted = server.report_and_service([_report(n) for n in names], T0)
+    assert (cordons, hosted) == _service_of(daemon, names)
+    assert hosted == {"n1": 1, "n2": 1, "n3": 1} and set(cordons) == {"n3"}
+
+
+_NODES = [f"n{i}" for i in range(6)]
+_step = st.one_of(
+    # A round placing a replica of "m" on one to three nodes...
+    st.tuples(
+        st.just("place"), st.lists(st.sampled_from(_NODES), min_size=1, max_size=3, unique=True)
+    ),
+    # ... removing the k-th placement (modulo how many there are) ...
+    st.tuples(st.just("remove"), st.integers(0, 20)),
+    st.tuples(
+        st.just("service"), st.sampled_from(_NODES), st.sampled_from(["cordoned", "draining", None])
+    ),
+    # ... and a batch of reports, answered with its nodes' service state.
+    st.tuples(
+        st.just("report"), st.lists(st.sampled_from(_NODES), min_size=1, max_size=6, unique=True)
+    ),
+)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=st.lists(_step, min_size=1, max_size=10))
+def test_a_batch_answers_what_reading_every_placement_answers(
+    engine: Engine, steps: list[tuple[Any, ...]]
+) -> None:
+    """Whatever rounds and cordons come between batches (written by another store, as the
+    daemon and the CLI do), a batch's service state equals a fresh read of all placements
+    and cordons. Examples share the database: each starts where the last one ended."""
+    server, daemon = SchedulerStore(engine), SchedulerStore(engine)
+    daemon.report([_report(n) for n in _NODES], T0)
+    for step in steps:
+        if step[0] == "place":
+            taken = [p.replica for p in daemon.state().placements if p.model == "m"]
+            replica = max(taken, default=-1) + 1
+            _round(daemon, place=(Placement("m", replica, "d", tuple(step[1]), 1, "A100"),))
+        elif step[0] == "remove":
+            current = daemon.state().placements
+            if current:
+                _round(daemon, remove=(Removal(current[step[1] % len(current)], "test"),))
+        elif step[0] == "service":
+            daemon.cordon(step[1], step[2], actor="op", reason="test")
+        else:
+            names = list(step[1])
+            _, cordons, hosted = server.report_and_service([_report(n) for n in names], T0)
+            assert (cordons, hosted) == _service_of(daemon, names)
 
 
 def test_cordons_are_recorded_once_with_an_event_and_lifted(
