@@ -1,7 +1,7 @@
 """``python -m bench [AREA ...] [--quick]``: print one table per area.
 
-Areas: replay, append, peer, placement, writers, decode, reports (all when none is named). The
-default sizes are the ones the issue asks for; ``--quick`` uses small ones so
+Areas: replay, append, peer, placement, writers, decode, reports, batch (all when none is
+named). The default sizes are the ones the issue asks for; ``--quick`` uses small ones so
 that a change can be tried in a minute. Logs are generated once and cached
 under ``bench/.cache/`` (SQLite) and in ``llmgw_bench_*`` databases
 (PostgreSQL). Progress goes to stderr; stdout holds only markdown tables, ready
@@ -20,7 +20,7 @@ import structlog
 
 from bench import common
 
-AREAS = ("replay", "append", "peer", "placement", "writers", "decode", "reports")
+AREAS = ("replay", "append", "peer", "placement", "writers", "decode", "reports", "batch")
 
 
 def quiet_logs() -> None:
@@ -57,6 +57,10 @@ def _runner(area: str) -> Callable[[bool], list[common.Table]]:
         from bench import reports
 
         return reports.run
+    if area == "batch":
+        from bench import batch
+
+        return batch.run
     from bench import placement
 
     return placement.run
