@@ -5,7 +5,9 @@ committed, as before, but the reports that arrive while one transaction commits
 are written together in the next, so a fleet's heartbeats cost a commit per
 batch rather than one each. The answer also needs each node's service state
 (cordoned, draining, replicas left); it is read once per batch, in the batch's
-transaction, instead of once per report.
+transaction, instead of once per report, at a cost that follows the batch, not the
+cluster: the batch's nodes' cordons, and replica counts kept until a round is
+written (``scheduler.round_store.HostedCounts``).
 
 A report reaches the writer either parsed (the route, which parsed it in a
 worker thread) or as the body received (``llmgw.api.report_path``, the common
