@@ -163,8 +163,13 @@ def test_a_hostile_reason_is_shown_as_text_not_markup(
     browser: Browser, api: ApiServer, tokens: Tokens
 ) -> None:
     with api.client(tokens.operator) as ops:
+        # A model of its own: xdist may run this test on a worker where no other test of
+        # the module has added one (each worker starts its own module-scoped server).
+        added = ops.post("/v1/catalog/models", json=definition("hostile-reason-7b"))
+        assert added.status_code == 201, added.text
         removed = ops.delete(
-            "/v1/catalog/models/arrived-live", params={"reason": "<img src=x onerror=alert(1)>"}
+            "/v1/catalog/models/hostile-reason-7b",
+            params={"reason": "<img src=x onerror=alert(1)>"},
         )
         assert removed.status_code == 200, removed.text
     page = signed_in(browser, api, tokens.reader)
