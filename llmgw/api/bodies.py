@@ -28,10 +28,32 @@ from llmgw.api.problems import Problem
 ORIGIN = "request body"
 
 
+# More digits than this (leading zeros aside) is more than any body limit.
+_LENGTH_DIGITS = 18
+_TOO_LONG: int = 10**_LENGTH_DIGITS
+
+
+def declared_length(value: str | bytes) -> int | None:
+    """A ``Content-Length`` header's value, or None when it is not a plain count.
+
+    ASCII digits only: ``str.isdigit`` also takes "²", which ``int`` refuses. Leading
+    zeros are valid HTTP, and the server reads "000...046" as 46, but ``int`` of more
+    than 4,300 digits raises: they are dropped first, and a count of more digits than
+    any limit is capped rather than converted. Either mistake was a 500.
+    """
+    raw = value.encode("latin-1") if isinstance(value, str) else value
+    if not raw or not raw.isascii() or not raw.isdigit():
+        return None
+    digits = raw.lstrip(b"0")
+    if len(digits) > _LENGTH_DIGITS:
+        return _TOO_LONG
+    return int(digits or b"0")
+
+
 async def receive(request: Request, limit: int) -> bytes:
     """The raw body, refused with a 413 as soon as it is known to exceed ``limit`` bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    declared = declared_length(request.headers.get("content-length", ""))
+    if declared is not None and declared > limit:
         raise Problem(413, "too-large", f"the body is {declared} bytes; at most {limit} are read")
     body = bytearray()
     async for chunk in request.stream():

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy.exc import DataError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match
 
@@ -157,6 +158,12 @@ def install(app: FastAPI) -> None:
             {"Retry-After": "5"},
         )
 
+    async def on_gone(request: Request, exc: Exception) -> Response:
+        # The client went away before sending its whole body: nothing to answer and no
+        # fault of the server's, so no traceback at error level. 499 is nginx's word.
+        log.info("api.client_gone", method=request.method, path=request.url.path)
+        return Response(status_code=499)
+
     async def on_crash(request: Request, exc: Exception) -> Response:
         log.error(
             "api.error",
@@ -171,6 +178,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(DataError, on_data)
+    app.add_exception_handler(ClientDisconnect, on_gone)
     # Unreachable, dropped, or every pooled connection busy for the pool's whole timeout:
     # the client should come back, not report a bug.
     for unavailable in (OperationalError, InterfaceError, PoolTimeout):

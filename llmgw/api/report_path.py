@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmgw.api.auth import Principal
-from llmgw.api.bodies import text_problem
+from llmgw.api.bodies import declared_length, text_problem
 from llmgw.api.node_reports import Body, NotJSON, unstorable
 from llmgw.api.problems import json_text
 from llmgw.api.services import Services
@@ -128,9 +128,9 @@ class ReportPath:
                 length = value
             elif key == b"transfer-encoding":
                 return None
-        if authorization is None or length is None or not length.isdigit():
+        size = None if length is None else declared_length(length)
+        if authorization is None or size is None:
             return None
-        size = int(length)
         if size > min(LEAN_BODY_BYTES, self.svc.settings.max_body_bytes):
             return None
         scheme, _, token = authorization.decode("latin-1").partition(" ")
