@@ -47,7 +47,12 @@ from llmgw.api.problems import PROBLEM_JSON, ApiJSON, ProblemDoc
 from llmgw.api.queries import known_query
 from llmgw.api.report_path import ReportPath
 from llmgw.api.routes import catalog, events, fleet, health, nodes, service
-from llmgw.api.schemas import DURATION_PATTERN, grammar_schema, spread_by_schema
+from llmgw.api.schemas import (
+    DURATION_PATTERN,
+    grammar_schema,
+    share_patterns,
+    spread_by_schema,
+)
 from llmgw.api.services import Services
 
 log = structlog.get_logger("llmgw.api")
@@ -217,6 +222,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     response["content"] = error
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
+    share_patterns(doc, components)
     return doc
 
 

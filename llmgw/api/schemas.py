@@ -274,3 +274,40 @@ def spread_by_schema() -> dict[str, Any]:
         "format": NODE_LABEL,
         "pattern": f"^{WHITESPACE_CLASS}*{label}{WHITESPACE_CLASS}*$",
     }
+
+
+# The printable classes are ~5 KB each and a document names them at every printable
+# field: written out each time they made /openapi.json three times its size. Served,
+# each is one component, referenced where it applies (``share_patterns``); the
+# functions above still return the whole schema, which the unit tests check as is.
+SHARED = {
+    PRINTABLE: "PrintableText",
+    HTTP_URL: "PrintableHttpUrl",
+    NODE_LABEL: "SpreadByLabel",
+}
+
+
+def share_patterns(doc: dict[str, Any], components: dict[str, Any]) -> None:
+    """Each pattern of a format in ``SHARED`` moved to its one component, the schemas
+    that carried it referring to it (``allOf``, so their own bounds still apply)."""
+    shared: dict[str, dict[str, Any]] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            name = (
+                SHARED.get(node.get("format", "")) if isinstance(node.get("format"), str) else None
+            )
+            if name is not None and "pattern" in node:
+                pattern = node.pop("pattern")
+                first = shared.setdefault(name, {"type": "string", "pattern": pattern})
+                # One format, one pattern: a second would be silently dropped.
+                assert first["pattern"] == pattern, f"two patterns for format {node['format']}"
+                node.setdefault("allOf", []).append({"$ref": f"#/components/schemas/{name}"})
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(doc)
+    components.update(shared)

@@ -83,67 +83,126 @@ def test_a_body_over_the_size_limit_is_a_413_even_when_sent_without_a_length(
     assert response.status_code == 413, response.text
 
 
+# Only a hang waits this long: every wait below ends on an event (an answer, a line
+# from the server), which under a loaded 2-core CI arrives in well under a second. A
+# bound at all is there so that a server that hangs fails the test rather than CI.
+HANG = 120
+
+
 def _stalled_request(api: ApiServer, token: str) -> socket.socket:
-    """A request whose body never finishes arriving: in flight until the socket closes."""
+    """A request whose body never finishes arriving, in flight until the socket closes.
+
+    Returned only once the server is reading its body: ``Expect: 100-continue`` makes
+    it answer ``100 Continue`` when the route first asks for the body, so the request
+    is known to hold the route, not merely to sit in a socket buffer.
+    """
     host, port = api.url.removeprefix("http://").rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)))
+    sock = socket.create_connection((host, int(port)), timeout=HANG)
     sock.sendall(
         b"PUT /v1/nodes/node-0 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        + f"Authorization: Bearer {token}\r\nContent-Length: 500000\r\n\r\n".encode()
-        + b'{"gpus": ['
+        + f"Authorization: Bearer {token}\r\nContent-Length: 500000\r\n".encode()
+        + b"Expect: 100-continue\r\n\r\n"
     )
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = sock.recv(4096)
+        assert chunk, f"the server closed the stalled request: {answer!r}"
+        answer += chunk
+    assert answer.startswith(b"HTTP/1.1 100 Continue\r\n"), answer
+    sock.sendall(b'{"gpus": [')
     return sock
 
 
-def _bombard(api: ApiServer, tokens: Tokens, stop: threading.Event, statuses: list[int]) -> None:
-    with api.client(tokens.operator, headers=YAML) as ops:
-        while not stop.is_set():
-            try:
-                statuses.append(ops.post("/v1/catalog/models", content=model_bomb()).status_code)
-            except httpx.TransportError:
-                return  # the server stopped
+class _Bomber(threading.Thread):
+    """Sends the alias bomb, one request after another, until told to stop; counts the
+    answers so a test can wait for the next one rather than hope one came."""
+
+    def __init__(self, api: ApiServer, tokens: Tokens, *, until_stopped: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.api, self.tokens = api, tokens
+        # A connection refused or dropped is expected only when the test stops the server.
+        self.until_stopped = until_stopped
+        self.stop = threading.Event()
+        self.answered = threading.Condition()
+        self.statuses: list[int] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with self.api.client(self.tokens.operator, headers=YAML, timeout=HANG) as ops:
+                while not self.stop.is_set():
+                    status = ops.post("/v1/catalog/models", content=model_bomb()).status_code
+                    with self.answered:
+                        self.statuses.append(status)
+                        self.answered.notify_all()
+        except httpx.TransportError as exc:
+            if not self.until_stopped:
+                self.error = exc
+        except BaseException as exc:  # reported by the test, not lost
+            self.error = exc
+        finally:
+            with self.answered:
+                self.answered.notify_all()
+
+    def wait_past(self, count: int) -> int:
+        """Wait until more than ``count`` bombs were answered; the number answered."""
+        with self.answered:
+            self.answered.wait_for(
+                lambda: len(self.statuses) > count or self.error is not None or not self.is_alive(),
+                HANG,
+            )
+            assert self.error is None, f"a bomb got no answer: {self.error!r}"
+            assert len(self.statuses) > count, f"no bomb answered in {HANG} s after {count}"
+            return len(self.statuses)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(HANG)
+        assert not self.is_alive(), f"a bomb got no answer in {HANG} s"
 
 
 def test_health_and_other_clients_are_answered_while_hostile_requests_are_in_flight(
     api: ApiServer, tokens: Tokens
 ) -> None:
-    stop, statuses = threading.Event(), list[int]()
     stalled = [_stalled_request(api, tokens.agent) for _ in range(3)]
-    bombers = [threading.Thread(target=_bombard, args=(api, tokens, stop, statuses))]
-    for t in bombers:
-        t.start()
+    bomber = _Bomber(api, tokens)
+    bomber.start()
     try:
-        with api.client(tokens.reader, timeout=30) as reader:
+        bombs = bomber.wait_past(0)
+        with api.client(tokens.reader, timeout=HANG) as reader:
             for _ in range(20):
                 assert reader.get("/healthz").json() == {"status": "ok"}
                 assert reader.get("/v1/models").status_code == 200
+                # Bombs keep being answered between the reader's requests: the two
+                # interleave by construction, not by luck of the scheduler.
+                bombs = bomber.wait_past(bombs)
     finally:
-        stop.set()
-        for t in bombers:
-            t.join(60)
+        bomber.finish()
         for sock in stalled:
             sock.close()
-    assert statuses and set(statuses) == {422}
+    assert bomber.error is None, bomber.error
+    assert set(bomber.statuses) == {422}
 
 
 def test_sigterm_stops_the_server_with_hostile_requests_in_flight(
     tmp_path: Path, sqlite_url: str, tokens: Tokens
 ) -> None:
     server = ApiServer(tmp_path, sqlite_url, tokens=tokens)
-    stop, statuses = threading.Event(), list[int]()
+    bomber = _Bomber(server, tokens, until_stopped=True)
     with running(server):
         stalled = _stalled_request(server, tokens.agent)
-        bomber = threading.Thread(target=_bombard, args=(server, tokens, stop, statuses))
         bomber.start()
         try:
-            with server.client(tokens.reader) as reader:
+            bomber.wait_past(0)
+            with server.client(tokens.reader, timeout=HANG) as reader:
                 assert reader.get("/healthz").status_code == 200
-            # stop() kills (and answers None) only if SIGTERM was not enough.
-            assert server.stop() == 0
+            # stop() kills (and answers None) only if SIGTERM was not enough; the server
+            # has 5 s of graceful shutdown for the stalled request, HANG is for a loaded CI.
+            assert server.stop(timeout=HANG) == 0
         finally:
-            stop.set()
-            bomber.join(60)
+            bomber.finish()
             stalled.close()
+    assert bomber.error is None, bomber.error
     assert server.logs("api.stopped")
 
 
