@@ -24,8 +24,9 @@ def follow(server: ApiServer, token: str, until: int, seen: list[tuple[int, Any]
     """Follow until position ``until``, hanging up every few events and resuming, alternately
     with ?after= and with Last-Event-ID; returns how many connections it took."""
     connections = 0
-    deadline = time.monotonic() + 60
-    with server.client(token, timeout=httpx.Timeout(30, read=10)) as client:
+    # Bounds that only catch a hang: a busy 2-core CI machine can take seconds per event.
+    deadline = time.monotonic() + 180
+    with server.client(token, timeout=httpx.Timeout(60, read=60)) as client:
         while (seen[-1][0] if seen else 0) < until and time.monotonic() < deadline:
             last = seen[-1][0] if seen else 0
             connections += 1
