@@ -30,7 +30,8 @@ def api(module_sqlite_url: str, module_dir: Path, tokens: Tokens) -> Iterator[Ap
         yield server
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    # A bound that only catches a hang: rounds every 0.2 s, but a busy CI machine is slow.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
