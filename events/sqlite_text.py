@@ -25,6 +25,7 @@ already handed out is exact.
 from __future__ import annotations
 
 import sqlite3
+from collections import deque
 from typing import Any
 
 _READS = ("SELECT", "WITH", "PRAGMA")
@@ -46,7 +47,8 @@ class TolerantCursor(sqlite3.Cursor):
 
     _statement: tuple[str, Any] | None = None
     _delivered = 0
-    _rest: list[Any] | None = None
+    # The rows of a read run again, not yet handed out (a deque: taken from the left).
+    _rest: deque[Any] | None = None
 
     def execute(self, sql: str, parameters: Any = (), /) -> TolerantCursor:
         self._statement = (sql, parameters)
@@ -63,7 +65,8 @@ class TolerantCursor(sqlite3.Cursor):
 
     def fetchall(self) -> list[Any]:
         if self._rest is not None:
-            rows, self._rest = self._rest, []
+            rows = list(self._rest)
+            self._rest.clear()
             return rows
         try:
             rows = super().fetchall()
@@ -75,8 +78,8 @@ class TolerantCursor(sqlite3.Cursor):
     def fetchmany(self, size: int | None = None) -> list[Any]:
         count = self.arraysize if size is None else size
         if self._rest is not None:
-            rows, self._rest = self._rest[:count], self._rest[count:]
-            return rows
+            rest = self._rest
+            return [rest.popleft() for _ in range(min(count, len(rest)))]
         try:
             rows = super().fetchmany(count)
         except sqlite3.OperationalError as exc:
@@ -86,7 +89,7 @@ class TolerantCursor(sqlite3.Cursor):
 
     def fetchone(self) -> Any:
         if self._rest is not None:
-            return self._rest.pop(0) if self._rest else None
+            return self._rest.popleft() if self._rest else None
         try:
             row = super().fetchone()
         except sqlite3.OperationalError as exc:
@@ -127,9 +130,9 @@ class TolerantCursor(sqlite3.Cursor):
         finally:
             connection.text_factory = factory
         if count is None:
-            self._rest = []
+            self._rest = deque()
             return rest
-        self._rest = rest[count:]
+        self._rest = deque(rest[count:])
         return rest[:count]
 
 
