@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import (
     Dialect,
     Engine,
+    Integer,
     bindparam,
     func,
     insert,
@@ -99,6 +100,8 @@ class _Writes:
 
 
 _WRITES: dict[tuple[str, str, str], _Writes] = {}
+# The position of a keyed command's first event, whose id is the key (events.log).
+_first_event_of_key = select(t.c.position).where(t.c.event_id == bindparam("key")).scalar_subquery()
 
 
 def _writes(dialect: Dialect) -> _Writes:
@@ -119,7 +122,13 @@ def _writes(dialect: Dialect) -> _Writes:
             ),
             by_command=_statement(
                 dialect,
-                select(*_COLUMNS).where(t.c.command_id == bindparam("key")).order_by(t.c.position),
+                select(*_COLUMNS)
+                .where(
+                    t.c.position >= _first_event_of_key,
+                    t.c.position >= bindparam("start"),
+                )
+                .order_by(t.c.position)
+                .limit(bindparam("batch", type_=Integer())),
             ),
             seal=_statement(dialect, select(seal_table.c.position, seal_table.c.hash)),
             adopted=_statement(
@@ -167,16 +176,42 @@ def _from_db(dialect: Dialect, processor: Convert) -> Convert:
     return from_sqlite
 
 
+# How many rows a key's lookup reads at a time: a command is one event, or a few for a
+# list add; a longer one is read on in further batches.
+_KEY_BATCH = 16
+
+
 def _by_command(conn: Any, dialect: Dialect, key: str) -> tuple[StoredEvent, ...]:
-    """The events of command ``key`` on the driver connection ``conn``, in order."""
+    """The events of command ``key`` on the driver connection ``conn``, in order.
+
+    Found through the unique index on ``event_id``, not one on ``command_id``: the
+    first event of a keyed command carries the key itself as its id (events.log),
+    and the command's events are consecutive (one transaction under the write
+    lock), so they are the rows from that one on while ``command_id`` is the key.
+    An index on ``command_id`` would say nothing more, and every append paid for
+    keeping it (one more b-tree page in each commit, BENCHMARKS.md). A row whose
+    id is the key but whose command is another is not a command of this key:
+    nothing is found, as a lookup by ``command_id`` would not have found it either.
+    """
     w = _writes(dialect)
+    found: list[StoredEvent] = []
+    start = 0
     cursor = conn.cursor()
     try:
-        cursor.execute(w.by_command.sql, w.by_command.params({"key": key}))
-        rows = cursor.fetchall()
+        while True:
+            params = {"key": key, "start": start, "batch": _KEY_BATCH}
+            cursor.execute(w.by_command.sql, w.by_command.params(params))
+            rows = cursor.fetchall()
+            for row in rows:
+                event = decode(row, w.from_db)
+                if event.command_id != key:
+                    return tuple(found)
+                found.append(event)
+            if len(rows) < _KEY_BATCH:
+                return tuple(found)
+            start = found[-1].position + 1
     finally:
         cursor.close()
-    return tuple(decode(r, w.from_db) for r in rows)
 
 
 def _chain_hash_at(cursor: Any, w: _Writes, head: int) -> str:

@@ -57,10 +57,12 @@ class EventRow(Base):
 
     # Gapless, starting at 1, in commit order: assigned under the append lock.
     position: Mapped[int] = mapped_column(Position, primary_key=True, autoincrement=False)
-    # Unique; a retried command with the same idempotency key finds its first outcome here.
+    # Unique. A keyed command's first event carries the key as its id, so a retried
+    # command with the same idempotency key finds its first outcome through this index.
     event_id: Mapped[str] = mapped_column(String(200))
-    # Events written by one command share it (a list add is several events).
-    command_id: Mapped[str] = mapped_column(String(200), index=True)
+    # Events written by one command share it (a list add is several events). Not
+    # indexed since 0006: keys are found by event_id (events.store._by_command).
+    command_id: Mapped[str] = mapped_column(String(200))
     type: Mapped[str] = mapped_column(String(64))
     schema_version: Mapped[int] = mapped_column(Integer)
     # The model the event is about, for audits and `history --model`.

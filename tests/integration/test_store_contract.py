@@ -144,6 +144,23 @@ def test_an_unknown_key_has_no_events(log: Log) -> None:
     assert log.by_command("never-used") == ()
 
 
+@pytest.mark.parametrize("size", [1, 15, 16, 17, 40])
+def test_a_key_finds_exactly_its_commands_events_among_others(log: Log, size: int) -> None:
+    """Keys are found through the first event's id (events.store): a command of any
+    length, with other commands, keyed and not, before and after it."""
+    log.append([_event("before")], expected_head=0, key="k-before")
+    log.append([_event("unkeyed")], expected_head=1)
+    mine = log.append([_event(f"m{i}") for i in range(size)], expected_head=2, key="k-mine")
+    log.append([_event("after-1"), _event("after-2")], expected_head=2 + size, key="k-after")
+    log.append([_event("tail")], expected_head=4 + size)
+
+    assert log.by_command("k-mine") == mine.events
+    assert [e.model for e in log.by_command("k-mine")] == [f"m{i}" for i in range(size)]
+    assert [e.model for e in log.by_command("k-after")] == ["after-1", "after-2"]
+    assert [e.model for e in log.by_command("k-before")] == ["before"]
+    assert log.by_command("k-mine#2") == ()  # an event's id, not a command's key
+
+
 def test_writers_in_sections_queue_and_none_loses_a_race(log: Log) -> None:
     """Each writer validates against the head it reads inside its section: with the
     lock, every one of them appends, and positions stay gapless."""
