@@ -93,13 +93,16 @@ class ApiServer:
         self.url = ""
 
     def start(self, timeout: float = 30) -> ApiServer:
-        self.proc = subprocess.Popen(
-            [LLMGW, "serve", "--host", "127.0.0.1", "--port", "0", *self.args],
-            cwd=self.workdir,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=self.log_path.open("wb"),
-        )
+        # The child holds its own copy of the log's descriptor: ours is closed at once
+        # (left open, each server started leaked one until garbage collection).
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [LLMGW, "serve", "--host", "127.0.0.1", "--port", "0", *self.args],
+                cwd=self.workdir,
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
         assert self.proc.stdout is not None
         line = _readline(self.proc.stdout, timeout)
         if "listening on " not in line:

@@ -69,12 +69,13 @@ class AgentProc:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, env: dict[str, str] | None = None) -> AgentProc:
-        self.proc = subprocess.Popen(
-            self.argv,
-            env={**self.env, **(env or {})},
-            stdout=subprocess.PIPE,
-            stderr=self.log_path.open("wb"),
-        )
+        with self.log_path.open("wb") as stderr:  # the child keeps its own copy
+            self.proc = subprocess.Popen(
+                self.argv,
+                env={**self.env, **(env or {})},
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+            )
         assert self.proc.stdout is not None
         line = _readline(self.proc.stdout, 60)
         assert "reporting to" in line, f"the agent did not start: {line!r}\n{self.log_text()}"

@@ -64,13 +64,14 @@ class Env:
 
     def start_daemon(self, interval: float = 0.3) -> tuple[subprocess.Popen[bytes], Path]:
         log = self.workdir / f"daemon-{len(self.daemons)}.log"
-        proc = subprocess.Popen(
-            [LLMGW, "daemon", "--interval", str(interval)],
-            cwd=self.workdir,
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("wb"),
-        )
+        with log.open("wb") as stderr:  # the child keeps its own copy
+            proc = subprocess.Popen(
+                [LLMGW, "daemon", "--interval", str(interval)],
+                cwd=self.workdir,
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
         self.daemons.append((proc, log))
         return proc, log
 

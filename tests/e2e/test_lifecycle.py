@@ -46,13 +46,14 @@ class Daemon:
     def start(self) -> None:
         log = self.server.workdir / f"daemon-{self.starts}.log"
         self.starts += 1
-        self.proc = subprocess.Popen(
-            [LLMGW, "daemon", "--interval", "0.3"],
-            cwd=self.server.workdir,
-            env=self.server.env,
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("wb"),
-        )
+        with log.open("wb") as stderr:  # the child keeps its own copy
+            self.proc = subprocess.Popen(
+                [LLMGW, "daemon", "--interval", "0.3"],
+                cwd=self.server.workdir,
+                env=self.server.env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

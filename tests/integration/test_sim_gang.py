@@ -21,11 +21,12 @@ def test_a_stranger_on_the_master_port_cannot_stall_or_fill_the_gang(tmp_path: P
             probe.bind(("127.0.0.1", 0))
             ports.append(probe.getsockname()[1])
     api, master = ports
-    head = subprocess.Popen(
-        [sys.executable, "-m", "agent.sim", "--port", str(api), "--model", "m",
-         "--nnodes", "2", "--node-rank", "0", "--master-port", str(master)],
-        stdout=(tmp_path / "head.log").open("wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    with (tmp_path / "head.log").open("wb") as head_log:  # the child keeps its own copy
+        head = subprocess.Popen(
+            [sys.executable, "-m", "agent.sim", "--port", str(api), "--model", "m",
+             "--nnodes", "2", "--node-rank", "0", "--master-port", str(master)],
+            stdout=head_log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     strangers: list[socket.socket] = []
     try:
         deadline = time.monotonic() + 60
