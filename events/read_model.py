@@ -267,26 +267,26 @@ class CatalogReadModel:
         with gc_paused():
             self._apply(self.log.read_for_replay(after=self._replayer.position))
 
-    def _apply(
-        self, events: Iterable[StoredEvent | ReplayEvent], decoded: Sequence[Model | None] = ()
-    ) -> None:
-        apply = self._replayer.apply
-        count = 0
+    def _apply(self, events: Iterable[StoredEvent | ReplayEvent]) -> None:
+        """Replay ``events`` (``Replayer.apply_all``), logging each one skipped."""
+        replayer = self._replayer
+        applied, skipped = len(replayer.applied), len(replayer.skipped)
         try:
-            for event in events:
-                i = count
-                count += 1
-                skipped = apply(event, decoded[i]) if decoded and i < len(decoded) else apply(event)
-                if skipped is not None:
-                    log.warning(
-                        "catalog.event_skipped",
-                        position=skipped.position,
-                        event_id=skipped.event_id,
-                        type=skipped.type,
-                        reason=skipped.reason,
-                    )
+            replayer.apply_all(events)
         finally:
-            self._since_snapshot += count
+            # Every event taken is applied or skipped, and counts toward the next snapshot;
+            # the skipped are named even if a later one raised (a programming error).
+            self._since_snapshot += (
+                len(replayer.applied) - applied + len(replayer.skipped) - skipped
+            )
+            for event in replayer.skipped[skipped:]:
+                log.warning(
+                    "catalog.event_skipped",
+                    position=event.position,
+                    event_id=event.event_id,
+                    type=event.type,
+                    reason=event.reason,
+                )
 
     # -- snapshots --------------------------------------------------------
 
