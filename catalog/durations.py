@@ -7,8 +7,14 @@ what every YAML author reaches for first.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any, TypeVar
+
+_A = TypeVar("_A")
+_R = TypeVar("_R")
 
 # Each unit as a timedelta keyword, so a written duration is summed exactly.
 _UNITS = {"us": "microseconds", "ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours"}
@@ -16,7 +22,44 @@ _UNITS = {"us": "microseconds", "ms": "milliseconds", "s": "seconds", "m": "minu
 # the API document's pattern, read by ECMA-262 engines, does not.
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(us|ms|h|m|s)")
 
+# A catalog holds a handful of distinct durations ("20m", "2s", "80ms"), yet each is
+# parsed again for every stored event replay reads and written out again for every
+# add (``Model.to_definition``, the stored payload): formatting was a fifth of
+# encoding a definition. Both are pure, so each answer is remembered, in one bounded
+# memo per direction.
+_MEMO_MAX = 4096
 
+
+def _remembered(key_type: type) -> Callable[[Callable[[_A], _R]], Callable[[_A], _R]]:
+    """Remember ``compute``'s answers for arguments of exactly ``key_type``.
+
+    Exactly: a ``bool`` hashes and compares like an ``int``, and a subclass of
+    ``timedelta`` like its value, and neither must be given another's answer. Only
+    answers are kept (a refusal is raised every time), and the memo is emptied when
+    full, which keeps it bounded without bookkeeping on the path that finds an answer.
+    """
+
+    def wrap(compute: Callable[[_A], _R]) -> Callable[[_A], _R]:
+        memo: dict[Any, _R] = {}
+
+        @functools.wraps(compute)
+        def remembered(value: _A) -> _R:
+            if type(value) is not key_type:
+                return compute(value)
+            found = memo.get(value)
+            if found is None:
+                found = compute(value)
+                if len(memo) >= _MEMO_MAX:
+                    memo.clear()
+                memo[value] = found
+            return found
+
+        return remembered
+
+    return wrap
+
+
+@_remembered(str)
 def parse_duration(value: object) -> timedelta:
     """Turn a duration as written in YAML or JSON into a timedelta.
 
@@ -52,28 +95,9 @@ def _parse(value: object) -> timedelta | None:
     return None
 
 
-# Every add writes its definition's durations out again (``Model.to_definition``),
-# and a catalog holds a handful of distinct ones: the rendering of each is
-# remembered (a fifth of encoding a definition otherwise). Bounded, like the parse
-# cache in catalog.model.
-_FORMATTED: dict[timedelta, str] = {}
-_FORMATTED_MAX = 4096
-
-
+@_remembered(timedelta)
 def format_duration(value: timedelta) -> str:
     """Render a timedelta in the shortest form ``parse_duration`` reads back exactly."""
-    if type(value) is timedelta:
-        found = _FORMATTED.get(value)
-        if found is None:
-            found = _format_duration(value)
-            if len(_FORMATTED) >= _FORMATTED_MAX:
-                _FORMATTED.clear()
-            _FORMATTED[value] = found
-        return found
-    return _format_duration(value)
-
-
-def _format_duration(value: timedelta) -> str:
     total_us = value // timedelta(microseconds=1)
     if total_us == 0:
         return "0s"

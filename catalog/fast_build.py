@@ -17,7 +17,8 @@ import msgspec
 from msgspec import UNSET, Raw
 from pydantic import BaseModel
 
-from catalog.model import SLO, Profile, _parse_duration_cached
+from catalog.durations import parse_duration
+from catalog.model import SLO, Profile
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -49,9 +50,9 @@ def _identity(value: Any) -> Any:
 
 
 def _duration(value: Any) -> timedelta:
-    # The same parse (and cache) as the model's BeforeValidator; a refusal raises
+    # The same parse (and memo) as the model's BeforeValidator; a refusal raises
     # ValueError and the payload takes the general path.
-    return _parse_duration_cached(value)
+    return parse_duration(value)
 
 
 # How a struct's present value becomes the model's (only durations change).

@@ -23,29 +23,11 @@ from catalog.views import EngineProfile, PlacementProfile
 
 T = TypeVar("T")
 
-# A catalog holds a handful of distinct duration strings ("20m", "2s", "80ms"),
-# each parsed again for every stored event replay reads; the parse is pure, so
-# the successful ones are remembered. Only exact ``str`` inputs are cached (a
-# ``bool`` hashes like an ``int``, and a refusal must be raised every time).
-_PARSED_DURATIONS: dict[str, timedelta] = {}
-_PARSED_DURATIONS_MAX = 4096
-
-
-def _parse_duration_cached(value: object) -> timedelta:
-    if type(value) is not str:
-        return parse_duration(value)
-    parsed = _PARSED_DURATIONS.get(value)
-    if parsed is None:
-        parsed = parse_duration(value)
-        if len(_PARSED_DURATIONS) >= _PARSED_DURATIONS_MAX:
-            _PARSED_DURATIONS.clear()
-        _PARSED_DURATIONS[value] = parsed
-    return parsed
-
-
+# Written as operators write it, held as a timedelta; parse and format remember
+# their answers (catalog.durations), since replay and every add meet the same few.
 Duration = Annotated[
     timedelta,
-    BeforeValidator(_parse_duration_cached),
+    BeforeValidator(parse_duration),
     PlainSerializer(format_duration, return_type=str),
 ]
 
