@@ -371,7 +371,7 @@ def run(quick: bool) -> list[common.Table]:
         "each `CatalogService.add` takes the log's write lock, catches up on what others "
         "appended, checks the model against the whole catalog, appends (hash chain, "
         "expected head) and commits; definitions are parsed beforehand; best of 2 runs "
-        "(3 for the first two rows, interleaved), each on a fresh copy of the catalog; "
+        "(3 for the first three rows, interleaved), each on a fresh copy of the catalog; "
         "CPU is the process's own time (`time.process_time`)"
     )
     table.note(

@@ -1,6 +1,6 @@
 """Where the validated add stands against the store's own floor, in one process, interleaved.
 
-``python -m bench.append_floor [--rounds R] [--batch B]``: four ways to write one
+``python -m bench.append_floor [--rounds R] [--batch B]``: five ways to write one
 event with ``synchronous=FULL``, each on its own SQLite file holding 5,000 events
 first, measured in batches of B writes taken in a shuffled order each round
 (thread CPU time, ``time.thread_time``; the median of R batches):
@@ -13,13 +13,16 @@ first, measured in batches of B writes taken in a shuffled order each round
   with nothing around it: BEGIN IMMEDIATE, the last row's position and hash,
   the event hash (events.chain), one INSERT of our row into our table (every
   index of the migrated schema), COMMIT, on a plain ``sqlite3`` connection;
+- the same without the indexes on ``model`` and ``recorded_at`` (not done: what
+  dropping them would buy);
 - ``CatalogService.add``: the validated add (validation, encoding, the hash
   chain, idempotency's id, applying its own event, the log call).
 
 The first against the third says what our schema costs against theirs (their
-table has two b-trees, ours four since migration 0006); the third against the
-fourth is the price of our own code. The four files live on the same disk and
-their fsyncs interleave, so each batch pays its own share of the journal.
+table has two b-trees, ours four since migration 0006; the fourth row drops the
+two that serve audit queries, which is not done); the third against the last is
+the price of our own code. The files live on the same disk and their
+fsyncs interleave, so each batch pays its own share of the journal.
 """
 
 from __future__ import annotations
@@ -48,14 +51,20 @@ LAST = "SELECT position, recorded_at, hash FROM events ORDER BY position DESC LI
 
 
 class _Bare:
-    """Our table, written with the bare driver and nothing else."""
+    """Our table, written with the bare driver and nothing else; ``lookups=False`` drops
+    the indexes that serve `history --model`, `--since`/`--until` and the catalog at a
+    time (what the table would be with as many b-trees as the library's)."""
 
-    def __init__(self) -> None:
-        url = append._sqlite_copy(f"append/floor-bare-{os.getpid()}.sqlite")
+    def __init__(self, lookups: bool = True) -> None:
+        tag = "bare" if lookups else "bare-ids"
+        url = append._sqlite_copy(f"append/floor-{tag}-{os.getpid()}.sqlite")
         self.path = url.removeprefix("sqlite:///")
         self.conn = sqlite3.connect(self.path, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
+        if not lookups:
+            self.conn.execute("DROP INDEX ix_events_model")
+            self.conn.execute("DROP INDEX ix_events_recorded_at")
         self.payload = gen.probe().payload({"model": gen.templates()[0]})
         self.count = 0
 
@@ -131,6 +140,7 @@ SUBJECTS: dict[str, Callable[[], Any]] = {
     "eventsourcing insert_events (issue 13's reference)": _Insert,
     "eventsourcing Application.save (an aggregate)": _Save,
     "bare sqlite3 on our table (the floor of our schema)": _Bare,
+    "the same without the model and time indexes (2 b-trees)": lambda: _Bare(lookups=False),
     "CatalogService.add (validated)": _Service,
 }
 
@@ -145,7 +155,7 @@ def main() -> None:
     quiet_logs()
     scratch = common.CACHE / "append"
     scratch.mkdir(parents=True, exist_ok=True)
-    common.progress("append_floor: preparing the four stores")
+    common.progress("append_floor: preparing the stores")
     subjects = {name: make() for name, make in SUBJECTS.items()}
     spent: dict[str, list[float]] = {name: [] for name in subjects}
     order = list(subjects)
