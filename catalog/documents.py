@@ -246,7 +246,9 @@ def _more_nodes(origin: str, limits: Limits) -> DocumentRefused:
 
 
 def _short(exc: Exception, limit: int = 500) -> str:
-    text = str(exc)
+    # PyYAML names text it was handed as a string "<unicode string>"; the message
+    # already starts with the document's own name, so only the place is kept.
+    text = str(exc).replace('in "<unicode string>", ', "at ")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

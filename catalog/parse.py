@@ -122,7 +122,28 @@ def _describe(err: Any, profile: str | None) -> str:
         return f"{field}: unknown field{suggestion} (known: {', '.join(sorted(known))})"
     shown = repr(err.get("input"))
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return f"{field}: {err['msg']} (got {shown})"
+    return f"{field}: {err['msg']} (got {shown}){_write_as(err['type'], loc)}"
+
+
+# What to write instead, for the values a strict definition refuses by their type: the
+# type's own message says what was expected, not how to write it in YAML.
+_WRITE_AS = {
+    "int_type": "a whole number, unquoted, e.g. `{key}: 2`",
+    "int_parsing": "a whole number, unquoted, e.g. `{key}: 2`",
+    "int_from_float": "a whole number, unquoted, e.g. `{key}: 2`",
+    "bool_type": "true or false, unquoted",
+    "bool_parsing": "true or false, unquoted",
+    "float_type": "a number, unquoted, e.g. `{key}: 1.5`",
+    "float_parsing": "a number, unquoted, e.g. `{key}: 1.5`",
+    "string_type": 'text, quoted if YAML would read it as something else, e.g. `{key}: "8"`',
+}
+
+
+def _write_as(kind: str, loc: tuple[Any, ...]) -> str:
+    advice = _WRITE_AS.get(kind)
+    if advice is None or not loc or not isinstance(loc[-1], str):
+        return ""
+    return "; write " + advice.format(key=loc[-1])
 
 
 def _nested_fields(section: str) -> frozenset[str]:

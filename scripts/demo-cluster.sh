@@ -10,7 +10,9 @@ work="$here/demo/cluster"
 rm -rf "$work" && mkdir -p "$work" && cp "$here/examples/cluster/catalog.yaml" "$work/"
 cd "$work"
 export LLMGW_DATABASE_URL="sqlite:///$work/llmgw.db" LLMGW_CONFIG="$work/catalog.yaml"
-say() { printf '\n\033[1m%s\033[0m\n' "$*"; }
+# Bold only on a terminal: a log or a pager gets no escape codes.
+if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
+say() { printf '\n%s%s%s\n' "$bold" "$*" "$plain"; }
 
 say "# A cluster on loopback: tokens for an operator and three agents"
 "$bin/llmgw" token new ops --role operator > ops.token
@@ -88,7 +90,7 @@ done
 say "# After --stale-after 3 and --grace 3 seconds of silence $victim is lost; its replicas move"
 wait_ready "$victim"
 
-say '# The official openai client, against a ready replica'
+say '# The official openai client, against a ready replica (a sim engine: its words are random)'
 endpoint=$(curl -s -H "Authorization: Bearer $ops" "$url/v1/placements" |
   "$bin/python" -c 'import json, sys; print(json.load(sys.stdin)[0]["endpoint"])')
 cat > chat.py <<'PY'

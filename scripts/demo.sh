@@ -9,7 +9,12 @@ rm -rf "$work" && mkdir -p "$work" && cp "$here"/examples/*.yaml "$work"/
 cd "$work"
 export LLMGW_DATABASE_URL="sqlite:///$work/llmgw.db"
 
-step() { printf '\n\033[1m$ llmgw %s\033[0m\n' "$*"; "$llmgw" "$@"; echo "(exit $?)"; }
+# Commands are shown as a shell would read them back (quoted with %q, so a line can be
+# pasted), in bold only on a terminal (a log or a pager gets no escape codes).
+if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
+shown() { printf '%q ' "$@" | sed 's/ $//'; }
+say() { printf '\n%s$ %s%s\n' "$bold" "$1" "$plain"; }
+step() { say "llmgw $(shown "$@")"; "$llmgw" "$@"; echo "(exit $?)"; }
 
 step models
 step add qwen-coder.yaml --actor alice --reason "try before review" --key demo-1
@@ -45,14 +50,17 @@ if ! command -v curl >/dev/null; then
   echo "(curl is not installed: skipping the API part of the demo)"
   exit 0
 fi
-printf '\n\033[1m$ llmgw token new dave --role operator; llmgw token new agent-t4-01 --role agent --node t4-01\033[0m\n'
-"$llmgw" token new dave --role operator > dave.token
-"$llmgw" token new agent-t4-01 --role agent --node t4-01 > agent.token
-tail -n +2 dave.token > auth.toml && tail -n +2 agent.token >> auth.toml
+say "llmgw token new dave --role operator > dave.token; llmgw token new agent-t4-01 --role agent --node t4-01 > agent.token"
+"$llmgw" token new dave --role operator > dave.token 2>/dev/null
+"$llmgw" token new agent-t4-01 --role agent --node t4-01 > agent.token 2>/dev/null
+echo "(each token is shown once, on the first line of its file; auth.toml gets the rest)"
+# Each file: the token, then its TOML block (whose first comment speaks to whoever ran the command).
+tail -n +2 dave.token | grep -v '^# The token above' > auth.toml
+tail -n +2 agent.token | grep -v '^# The token above' >> auth.toml
 cat auth.toml
 ops=$(head -1 dave.token) agent=$(head -1 agent.token)
 
-printf '\n\033[1m$ llmgw serve --auth-file auth.toml --port 0 &\033[0m\n'
+say "llmgw serve --auth-file auth.toml --port 0 &"
 "$llmgw" serve --auth-file auth.toml --port 0 > serve.out 2> serve.log &
 server=$!
 stop_server() { kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null; }
@@ -67,7 +75,7 @@ echo "$(cat serve.out)"
 api() {
   local who=$1; shift
   local token; [ "$who" = ops ] && token=$ops || token=$agent
-  printf '\n\033[1m$ curl %s  (as %s)\033[0m\n' "$*" "$who"
+  say "curl $(shown "$@")  (as $who)"
   curl -s -w '\n(HTTP %{http_code})\n' -H "Authorization: Bearer $token" "$@"
 }
 api agent -X PUT "$url/v1/nodes/t4-01" -d '{"gpu_class": "T4", "gpus": 4, "memory_gb": 96}'
@@ -81,10 +89,13 @@ head=$(curl -s -H "Authorization: Bearer $ops" "$url/v1/events?limit=1" |
   "$here/.venv/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["head"])')
 api ops "$url/v1/events?after=$((head - 2))"
 api agent "$url/v1/placements?node=t4-01"
-printf '\n\033[1m$ kill -TERM %s  (stops the server)\033[0m\n' "$server"
+say "kill -TERM $server  (stops the server)"
 stop_server
 trap - EXIT
 grep -c '"api.request"' serve.log | sed 's/$/ api.request log lines in serve.log/'
 
 # The agents: a server and three agents with sim engines on loopback (scripts/demo-cluster.sh).
 bash "$here/scripts/demo-cluster.sh"
+echo
+echo "Done. The catalog's database is $work/llmgw.db; to run more commands against it:"
+echo "  cd $work && export LLMGW_DATABASE_URL=$LLMGW_DATABASE_URL PATH=$here/.venv/bin:\$PATH"

@@ -103,6 +103,13 @@ def cmd_diff(app: App, args: argparse.Namespace) -> int:
         return 0
     counts = f"{len(diff.added)} added, {len(diff.removed)} removed, {len(diff.changed)} changed"
     print(f"from position {a} to {b}: {counts}")
+    # A time before the first event is position 0 (the declared catalog alone): say so,
+    # rather than let a mistyped date read as a diff of the log's start.
+    for given, position in ((args.frm, a), (args.to, b)):
+        if position == 0 and not str(given).strip().isdigit():
+            print(f"({shown(given)} is before the first event: position 0, the declared catalog)")
+    if a > b:
+        print(f"(backwards: position {a} is after {b}; `added` are the models {b} has and {a} not)")
     sys.stdout.write(diff.render())
     return 0
 
@@ -160,7 +167,8 @@ def cmd_verify(app: App, args: argparse.Namespace) -> int:
             f"adopted {len(adopted)} unhashed event(s) at position(s) "
             f"{', '.join(map(str, adopted))}, recorded as adopted by {args.actor!r}"
         )
-    print(f"ok: {report.events} events, head position {report.head_position}")
+    events = f"{report.events} event{'' if report.events == 1 else 's'}"
+    print(f"ok: {events}, head position {report.head_position}")
     print(f"head {shown(report.head_hash)}")
     seal = report.seal
     if seal is not None and seal.position:
@@ -180,6 +188,9 @@ def cmd_verify(app: App, args: argparse.Namespace) -> int:
 
 
 def _snapshots_line(checks: list[SnapshotCheck], *, keyed: bool) -> str:
+    key = "; MACs checked with the snapshot key" if keyed else "; no snapshot key set"
+    if not checks:  # "0 match" would read as a mismatch
+        return f"snapshots: none stored{key}"
     checked = [c for c in checks if c.checked]
     line = f"snapshots: {len(checked)} match a replay of the log"
     if len(checked) != len(checks):
@@ -187,7 +198,7 @@ def _snapshots_line(checks: list[SnapshotCheck], *, keyed: bool) -> str:
             f"; {len(checks) - len(checked)} not checked (built under another catalog.yaml "
             "or release: never used by this one)"
         )
-    return line + ("; MACs checked with the snapshot key" if keyed else "; no snapshot key set")
+    return line + key
 
 
 # -- snapshot ---------------------------------------------------------------

@@ -108,7 +108,10 @@ def _print_result(result: CommandResult, verb: str, args: argparse.Namespace) ->
 def cmd_resolve(app: App, args: argparse.Namespace) -> int:
     canonical = app.service.catalog().canonical(args.name)
     if canonical is None:
-        raise Refused(f"model {args.name!r} is not in the catalog (neither a name nor an alias)")
+        raise Refused(
+            f"model {args.name!r} is not in the catalog (neither a name nor an alias); "
+            "`llmgw models` lists them"
+        )
     if args.json:
         print_json({"name": args.name, "canonical": canonical})
     else:

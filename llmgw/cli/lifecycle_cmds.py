@@ -37,7 +37,10 @@ def cmd_rollout_status(app: App, args: argparse.Namespace) -> int:
     catalog = app.service.catalog()
     model = catalog.canonical(args.model)
     if model is None:
-        raise Refused(f"model {args.model!r} is not in the catalog (neither a name nor an alias)")
+        raise Refused(
+            f"model {args.model!r} is not in the catalog (neither a name nor an alias); "
+            "`llmgw models` lists them"
+        )
     store = SchedulerStore(app.engine)
     statuses = store.state().lifecycle.statuses
     # What a round would do now, writing nothing: the rollout as it stands.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +41,10 @@ class Version(argparse.Action):
             found = version("llmgw-control")
         except PackageNotFoundError:
             found = "0"
-        parser.exit(message=f"llmgw {found}\n")
+        # On stdout, as `--version` is everywhere: `v=$(llmgw --version)` must read it
+        # (argparse's own version action also prints it there).
+        sys.stdout.write(f"llmgw {found}\n")
+        parser.exit()
 
 
 def common_options() -> argparse.ArgumentParser:

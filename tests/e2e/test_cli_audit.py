@@ -64,6 +64,11 @@ def test_history_filters_diff_and_explained_replay(sqlite_cli: Cli) -> None:
     assert changed["model"] == "qwen-test"
     assert {"path": "profiles[t4].tp", "before": 1, "after": 2} in changed["changes"]
     assert "profiles[t4].tp: 1 -> 2" in _ok(cli, "diff", "1", history[1]["recorded_at"])
+    # A time before the log is position 0, and a diff that runs backwards says so.
+    early = _ok(cli, "diff", "3", "2001-01-01").splitlines()
+    assert early[0] == "from position 3 to 0: 0 added, 1 removed, 0 changed", early
+    assert "(2001-01-01 is before the first event: position 0, the declared catalog)" in early
+    assert any(line.startswith("(backwards: position 3 is after 0;") for line in early)
 
     # The trial is moved into reviewed configuration: its runtime events now lose.
     cli.write("next.yaml", {"models": [*DECLARED["models"], {**TRIAL, "source": "reviewed"}]})
@@ -127,6 +132,10 @@ def test_verify_fails_naming_a_forged_snapshot(sqlite_cli: Cli) -> None:
 
     cli = sqlite_cli
     _ok(cli, "add", cli.write("trial.yaml", TRIAL))
+    before = _ok(cli, "verify").splitlines()
+    # One event is "1 event"; no snapshot is "none stored", not "0 match" (a mismatch?).
+    assert before[0] == "ok: 1 event, head position 1", before
+    assert before[-1] == "snapshots: none stored; no snapshot key set", before
     assert "snapshot 1 at position 1" in _ok(cli, "snapshot")
     assert "snapshots: 1 match a replay of the log" in _ok(cli, "verify")
     engine = make_engine(cli.url)  # type: ignore[attr-defined]

@@ -130,6 +130,8 @@ def test_invalid_yaml_is_refused_naming_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, "models:\n  - name: [unclosed\n")
     err = declared_refusal(path)
     assert str(err).startswith(f"{path}: not valid YAML or JSON")
+    # Where, by line and column; not PyYAML's name for a string it was handed.
+    assert "<unicode string>" not in str(err) and "at line 2, column" in str(err), str(err)
 
 
 def test_a_missing_declared_file_is_refused_naming_it(tmp_path: Path) -> None:

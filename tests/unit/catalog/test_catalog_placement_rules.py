@@ -37,10 +37,18 @@ def test_an_empty_spread_label_means_none() -> None:
     ("placement", "message"),
     [
         ({"priorty": 1}, "placement.priorty: unknown field; did you mean 'priority'?"),
-        ({"priority": "5"}, "placement.priority: Input should be a valid integer"),
+        (
+            {"priority": "5"},
+            "placement.priority: Input should be a valid integer (got '5'); write a whole "
+            "number, unquoted, e.g. `priority: 2`",
+        ),
         ({"priority": 10**10}, "placement.priority 10000000000 is beyond"),
         ({"spread_by": "my zone"}, "placement.spread_by 'my zone' is not a label key"),
-        ({"spread_required": "yes"}, "placement.spread_required: Input should be a valid boolean"),
+        (
+            {"spread_required": "yes"},
+            "placement.spread_required: Input should be a valid boolean (got 'yes'); write "
+            "true or false, unquoted",
+        ),
     ],
 )
 def test_a_bad_placement_is_refused_naming_model_and_field(

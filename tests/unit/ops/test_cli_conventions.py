@@ -40,10 +40,13 @@ def test_every_command_that_answers_takes_json() -> None:
         assert "--json" in options, f"`llmgw {path}` has no --json"
 
 
-def test_version_is_printed() -> None:
+def test_version_is_printed_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         build_parser().parse_args(["--version"])
     assert done.value.code == 0
+    printed = capsys.readouterr()
+    assert printed.out.startswith("llmgw ") and printed.out.endswith("\n"), printed
+    assert printed.err == ""
 
 
 @pytest.mark.parametrize(
