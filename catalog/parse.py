@@ -141,9 +141,14 @@ _WRITE_AS = {
 
 def _write_as(kind: str, loc: tuple[Any, ...]) -> str:
     advice = _WRITE_AS.get(kind)
-    if advice is None or not loc or not isinstance(loc[-1], str):
+    if advice is None or not loc:
         return ""
-    return "; write " + advice.format(key=loc[-1])
+    key = loc[-1]
+    if not (isinstance(key, str) and key.isidentifier() and len(key) <= 40):
+        # An item of a list, or a key the definition chose (an env variable, a label):
+        # the advice without an example written with it.
+        advice = advice.split(", e.g.")[0]
+    return "; write " + advice.format(key=key)
 
 
 def _nested_fields(section: str) -> frozenset[str]:

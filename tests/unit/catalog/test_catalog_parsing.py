@@ -103,6 +103,28 @@ def test_a_model_level_value_of_the_wrong_type_is_refused(
     assert where(err) == ("llama", None, field)
 
 
+_TEXT = "; write text, quoted if YAML would read it as something else"
+
+
+@pytest.mark.parametrize(
+    ("profile_fields", "advice"),
+    [
+        ({"tp": "two"}, "; write a whole number, unquoted, e.g. `tp: 2`"),
+        ({"weight": "2"}, "; write a number, unquoted, e.g. `weight: 1.5`"),
+        ({"gpu_class": 100}, _TEXT + ', e.g. `gpu_class: "8"`'),
+        # A key the definition chose is not written into an example (nor an item of a list).
+        ({"env": {"MY-VAR": 1}}, _TEXT),
+        ({"args": ["--max-model-len", 4096]}, _TEXT),
+    ],
+    ids=["int", "float", "str", "env-key", "args-item"],
+)  # fmt: skip
+def test_a_value_of_the_wrong_type_says_how_to_write_it(
+    profile_fields: dict[str, Any], advice: str
+) -> None:
+    err = refusal(definition("llama", profiles=[gpu_profile("p", **profile_fields)]))
+    assert str(err).endswith(advice), str(err)
+
+
 def test_a_name_of_the_wrong_type_is_refused_as_a_model_with_no_name() -> None:
     err = refusal(definition(3))  # type: ignore[arg-type]
     assert err.field == "name"
