@@ -9,10 +9,17 @@ rm -rf "$work" && mkdir -p "$work" && cp "$here"/examples/*.yaml "$work"/
 cd "$work"
 export LLMGW_DATABASE_URL="sqlite:///$work/llmgw.db"
 
-# Commands are shown as a shell would read them back (quoted with %q, so a line can be
-# pasted), in bold only on a terminal (a log or a pager gets no escape codes).
+# Commands are shown as a shell reads them back (an argument with anything but plain
+# characters in single quotes, so a line can be pasted), in bold only on a terminal (a log
+# or a pager gets no escape codes).
 if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
-shown() { printf '%q ' "$@" | sed 's/ $//'; }
+shown() {
+  local out='' arg
+  for arg in "$@"; do
+    if [[ $arg =~ ^[A-Za-z0-9_./:=@%+,-]+$ ]]; then out+="$arg "; else out+="'${arg//\'/\'\\\'\'}' "; fi
+  done
+  printf '%s' "${out% }"
+}
 say() { printf '\n%s$ %s%s\n' "$bold" "$1" "$plain"; }
 step() { say "llmgw $(shown "$@")"; "$llmgw" "$@"; echo "(exit $?)"; }
 
