@@ -186,38 +186,8 @@ class Replayer:
         self.applied.append(event.position)
 
     def apply_all(self, events: Iterable[StoredEvent | ReplayEvent]) -> None:
-        """``apply`` of each event in turn: how start-up replays the whole log.
-
-        ``apply``'s common cases are written out here, with what they look up held
-        in locals: one method call and a few attribute look-ups less an event
-        (1.02-1.03x under load, 0.98x quiet: within the noise of BENCHMARKS.md,
-        "Replay", third round). Anything they do not accept at once goes through
-        ``apply``, which tries them again (they are pure, so they answer the same)
-        and then decides and names the reason exactly as it always has;
-        tests/unit/events/test_replay_properties.py holds the two to the same result.
-        """
-        apply = self.apply
-        applied = self.applied.append
-        add_if_fits = self.state.add_if_fits
-        remove_if_allowed = self.state.remove_if_allowed
         for event in events:
-            position = event.position
-            if position > self.position and event.unreadable is None:
-                type_ = event.type
-                if type_ == MODEL_ADDED:
-                    if event.schema_version == _ADDED_VERSION:
-                        model = decode_definition(event.payload)
-                        if model is not None and add_if_fits(model):
-                            self.position = position
-                            applied(position)
-                            continue
-                elif type_ == MODEL_REMOVED and event.schema_version == _REMOVED_VERSION:
-                    name = decode_removal(event.payload)
-                    if name is not None and remove_if_allowed(name):
-                        self.position = position
-                        applied(position)
-                        continue
-            apply(event)
+            self.apply(event)
 
     def _apply(self, event: StoredEvent | ReplayEvent) -> None:
         if event.unreadable is not None:
