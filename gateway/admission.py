@@ -49,6 +49,7 @@ class Refusal(Exception):
     param: str | None = None
     code: str | None = None
     type: str = "invalid_request_error"
+    retry_after: int | None = None  # seconds, for a 503
 
     def body(self) -> dict[str, Any]:
         return {
