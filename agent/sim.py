@@ -5,9 +5,9 @@ agent starts it like any engine (``python -m agent.sim --port N --model M``),
 its ``/health`` tells when it is ready, and clients speak the OpenAI API to
 it (``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``, with ``stream:
 true`` as server-sent events, ``/v1/embeddings``) and llama.cpp's ``/tokenize``.
-The text is made up, deterministically from the prompt, so tests can compare answers; a model is served by sim only when every one
-of its profiles is sim (the catalog's ``simulated``), so this text is never
-passed off as a real model's.
+The text is made up, deterministically from the prompt, so tests can compare
+answers; a model is served by sim only when every one of its profiles is sim
+(the catalog's ``simulated``), so this text is never passed off as a real model's.
 
 Flags for tests, demos and load tests: ``--slots N`` (requests beyond N wait their turn,
 as llama.cpp's ``--parallel``) with ``--token-delay`` (seconds per token), so latency
