@@ -18,6 +18,7 @@ Candidates:
   (Content-Length bodies only: the floor a hand-written client could reach).
 
 Results go to stdout as a markdown table; ``--requests N`` per run, ``--repeats R``.
+First, the routing decision's cost with 64 replicas (``--routing-only``: that alone).
 """
 
 from __future__ import annotations
@@ -271,11 +272,39 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+def routing_decision(replicas: int = 64, n: int = 20000) -> None:
+    """The gateway's routing decision (eligible + choose) with ``replicas`` replicas."""
+    import timeit
+
+    from gateway.routing import Load, choose, eligible
+    from gateway.table import Replica, stable_hash
+
+    rs = [
+        Replica(f"m/{i}", "m", f"http://h:{i}", 1.0, "p", stable_hash(f"m/{i}"))
+        for i in range(replicas)
+    ]
+    loads = {r.key: Load(inflight=i % 5, picks=i) for i, r in enumerate(rs)}
+    print(f"| routing profile | decision with {replicas} replicas (us) |")
+    print("|---|---:|")
+    for profile in ("least-loaded", "round-robin", "session", "latency"):
+        t = timeit.timeit(
+            lambda profile=profile: choose(
+                profile, eligible(rs, loads, 0.0), loads, session="user-1", ttft_slo_s=0.5
+            ),
+            number=n,
+        )
+        print(f"| {profile} | {t / n * 1e6:.1f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.gateway_choice")
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--routing-only", action="store_true", help="only the routing decision")
     args = p.parse_args(argv)
+    routing_decision()
+    if args.routing_only:
+        return 0
     ctx = mp.get_context("spawn")
     up = _free_port()
     procs = [ctx.Process(target=_stub, args=(up,), daemon=True)]

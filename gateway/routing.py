@@ -55,10 +55,10 @@ _IDLE = Load()
 
 
 def _mix(x: int) -> int:
-    # splitmix64's finaliser: spreads the bits of (key ^ replica) over the word.
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK
-    return x ^ (x >> 31)
+    # One round of a multiplicative hash: spreads the bits of (key ^ replica) over the
+    # word (both are already blake2b hashes; this only breaks the xor's symmetry).
+    x = (x ^ (x >> 31)) * 0x9E3779B97F4A7C15 & _MASK
+    return x ^ (x >> 29)
 
 
 def eligible(replicas: Sequence[Replica], loads: Mapping[str, Load], now: float) -> list[Replica]:
@@ -114,14 +114,20 @@ def _round_robin(replicas: Sequence[Replica], loads: Mapping[str, Load]) -> Choi
 
 def _session(replicas: Sequence[Replica], session: str) -> Choice:
     key = stable_hash(session)
-    best = replicas[0]
-    best_score = -math.inf
-    for r in replicas:
-        # Weighted rendezvous hashing: score = -weight / ln(u), u uniform in (0, 1).
-        u = (_mix(key ^ r.hash) + 1) / (_MASK + 2)
-        score = -r.weight / math.log(u)
-        if score > best_score:
-            best, best_score = r, score
+    w0 = replicas[0].weight
+    if all(r.weight == w0 for r in replicas):
+        # Equal weights: the highest mixed hash wins (the log below would not change
+        # the order), at a third of the cost.
+        best = max(replicas, key=lambda r: _mix(key ^ r.hash))
+    else:
+        best = replicas[0]
+        best_score = -math.inf
+        for r in replicas:
+            # Weighted rendezvous hashing: score = -weight / ln(u), u uniform in (0, 1).
+            u = (_mix(key ^ r.hash) + 1) / (_MASK + 2)
+            score = -r.weight / math.log(u)
+            if score > best_score:
+                best, best_score = r, score
     return Choice(best, f"session: key hashed to it among {len(replicas)}")
 
 

@@ -106,6 +106,7 @@ def test_alias_stream_refusals_client_limits_and_hostile_bodies(
         assert e.status_code == 404 and "Did you mean 'chat'?" in e.message
         e = refused(max_tokens=1000)
         assert e.status_code == 400 and "max_output 128" in e.message
+        assert isinstance(e.body, dict)
         assert e.body["param"] == "max_tokens" and e.body["code"] == "max_tokens_exceeded"
         tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
         e = refused(tools=tools)
