@@ -42,7 +42,7 @@ if kind in ("placement", "round"):
     import scheduler
     assert scheduler.__file__.startswith(tree), scheduler.__file__
     from bench import placement
-    from scheduler import plan
+    from scheduler.planner.plan import plan
     nodes = placement.synthetic_nodes(size)
     demands = placement.synthetic_demands(2 * size)
     current = plan(demands, nodes, (), placement.NOW).placements

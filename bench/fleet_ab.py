@@ -51,8 +51,8 @@ def main() -> None:
     from llmgw.api.routes import fleet as ours
     from llmgw.api.services import Services
     from llmgw.api.settings import ApiSettings
-    from scheduler import parse_node_report
-    from scheduler.placer import Placer
+    from scheduler.daemon.round_runner import Placer
+    from scheduler.planner.inventory import parse_node_report
 
     work = Path(tempfile.mkdtemp(prefix="llmgw-fleet-ab-"))
     base = _base_module(args.base, work)

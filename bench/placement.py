@@ -1,4 +1,4 @@
-"""Placement: one round of ``scheduler.planner.plan`` on real and synthetic fleets.
+"""Placement: one round of ``scheduler.planner.plan.plan`` on real and synthetic fleets.
 
 Speed: time per round from nothing placed, replicas placed per second, and a
 round with nothing changed (the previous plan's placements as ``current``).
@@ -23,7 +23,9 @@ from datetime import UTC, datetime, timedelta
 from bench import common, firstfit, spreadcheck
 from bench.openb import load_openb_csv, load_openb_pods_csv
 from catalog.views import PlacementProfile
-from scheduler import Demand, Node, Placement, Plan, plan
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.plan import plan
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 OPENB = common.REPO / "tests" / "data" / "openb_node_list_gpu_node.csv"
@@ -365,7 +367,7 @@ def _round(
     if again.changes_anything:
         raise AssertionError("a round with nothing changed changed something")
     # Imported here: ``bench.ab`` runs this module's fleets against older trees without it.
-    from scheduler.memo import PlanMemo
+    from scheduler.planner.plan_cache import PlanMemo
 
     memo = PlanMemo()
     first_memo = memo(demands, nodes, current, NOW)
@@ -484,8 +486,9 @@ def run(quick: bool) -> list[common.Table]:
         "all and change nothing, which is checked); best of 3, interleaved"
     )
     speed.note(
-        "inputs unchanged (memo): the same round through `scheduler.memo.PlanMemo`, as the "
-        "daemon runs it, with the inputs as a store reads them a round later (new objects, "
+        "inputs unchanged (memo): the same round through "
+        "`scheduler.planner.plan_cache.PlanMemo`, as the daemon runs it, with the inputs "
+        "as a store reads them a round later (new objects, "
         "every node reported 10 s later, `now` 10 s later: the same freshness); it must "
         "return the remembered plan, which is checked; the goal of issue 13 is 'close to free'"
     )
@@ -509,13 +512,14 @@ def run(quick: bool) -> list[common.Table]:
         "plan won by: `policy` when the planner's own order (priority, largest replicas "
         "first) with spread placed the most GPUs; `best fit` / `first fit` when that "
         "baseline, run by the round itself on the same free capacity, placed more "
-        "(scheduler/packing.py); the run fails if the plan ever places fewer GPUs than either"
+        "(scheduler/planner/packing.py); the run fails if the plan ever places fewer GPUs "
+        "than either"
     )
     quality_table.note(
         "unspread models: models with a new replica sharing a node with another of theirs "
         "while a distinct fitting node existed (free room, or a same-shape new replica of "
         "another model to swap with; bench/spreadcheck.py); the spread repair "
-        "(scheduler/spread_repair.py) runs whichever way won, so this is 0"
+        "(scheduler/planner/spread_repair.py) runs whichever way won, so this is 0"
     )
     quality_table.note(
         "openb pods: the trace's 7,064 GPU pods (tests/data/openb_pod_list_gpu.csv, from "

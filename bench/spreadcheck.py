@@ -22,7 +22,7 @@ over the label no less even (sum of squared replica counts per value not
 higher, no more replicas on unlabelled nodes): there, sharing a node can be
 the price of an even spread over the values.
 
-The planner's repair (``scheduler.spread_repair``) guarantees that no **swap**
+The planner's repair (``scheduler.planner.spread_repair``) guarantees that no **swap**
 is left, and no **room** when the round leaves nothing unplaced (otherwise it
 moves a replica into free room only when that cannot make room, or a victim,
 for an unplaced one: the next round must change nothing).
@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from catalog.views import PlacementProfile
-from scheduler import Demand, Node, Placement
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import scheduler
     from bench import placement
-    from scheduler import plan
+    from scheduler.planner.plan import plan
 
     sizes = [int(a) for a in (sys.argv[1:] if argv is None else argv)] or [5_000, 10_000]
     print(f"scheduler: {scheduler.__file__}")

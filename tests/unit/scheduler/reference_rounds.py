@@ -12,7 +12,7 @@ order.
 The digests in ``tests/data/plan_reference.json`` were first written by the
 planner before the optimisations of issue 13 (commit 9dd53c3, the planner of
 ba12827 with its explanation modules renamed), and re-pinned once, on purpose,
-when the spread repair of issue 15 (``scheduler/spread_repair.py``) began
+when the spread repair of issue 15 (``scheduler/planner/spread_repair.py``) began
 spreading the new replicas of every round: 43 of the 52 plans changed, each with
 the same replicas, profiles and GPUs where the inputs are the same, their new
 replicas on other nodes (see the branch's report)::
@@ -37,9 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import placement as bench
-from scheduler import Demand, Node, Placement, Plan, StalenessPolicy, plan
-from scheduler.lifecycle import Cordon, FailureRecord, Lifecycle, ModelLifecycle
-from scheduler.replicas import ReplicaStatus
+from scheduler.lifecycle.inputs import Cordon, FailureRecord, Lifecycle, ModelLifecycle
+from scheduler.lifecycle.replica_reports import ReplicaStatus
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.plan import plan
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "plan_reference.json"
 NOW = bench.NOW
