@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
-from bench.__main__ import quiet_logs
+from bench.common import quiet_logs
 
 ROUTE = "llmgw/api/routes/fleet.py"
 

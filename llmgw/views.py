@@ -25,8 +25,7 @@ if TYPE_CHECKING:
     from scheduler.lifecycle.staleness import StalenessPolicy
     from scheduler.persistence.record_format import PlacementEvent
     from scheduler.planner.inventory import Node
-    from scheduler.planner.placements import Placement, RolloutProgress, Unplaced
-    from scheduler.planner.resilience import Resilience
+    from scheduler.planner.placements import Placement, Resilience, RolloutProgress, Unplaced
 
 
 def iso(when: datetime) -> str:

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from catalog.views import PlacementProfile
 from scheduler.lifecycle.inputs import ModelLifecycle
 from scheduler.planner.rejections import ProfileRejections
-
-if TYPE_CHECKING:
-    from scheduler.planner.resilience import Resilience
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +101,37 @@ class Unplaced:
 
 
 @dataclass(frozen=True, slots=True)
+class Resilience:
+    """How many failures a model survives (computed by ``scheduler.planner.resilience``).
+
+    ``nodes`` (and ``domains`` of ``label``) whose loss leaves the model no replica; 0 when
+    it has none placed. ``domains`` is None for a model without ``spread_by``."""
+
+    model: str
+    replicas: int
+    nodes: int
+    label: str | None = None
+    domains: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "replicas": self.replicas,
+            "nodes": self.nodes,
+            "spread_by": self.label,
+            "domains": self.domains,
+        }
+
+    def describe(self) -> str:
+        """``lost with 2 nodes, 1 zone value (2 replicas)``."""
+        if self.replicas == 0:
+            return "no replica placed"
+        text = f"lost with {_count(self.nodes, 'node')}"
+        if self.label is not None and self.domains is not None:
+            text += f", {_count(self.domains, f'{self.label} value')}"
+        return f"{text} ({_count(self.replicas, 'replica')})"
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """The outcome of one placement round.
 
@@ -143,3 +170,7 @@ class Plan:
     def changes_anything(self) -> bool:
         """Whether applying the plan would start or stop anything."""
         return bool(self.place or self.remove)
+
+
+def _count(count: int, what: str) -> str:
+    return f"{count} {what}{'' if count == 1 else 's'}"

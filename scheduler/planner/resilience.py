@@ -20,42 +20,12 @@ it, and no zone contains it). Pure: the planner computes it every round
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.placements import Demand, Placement, Resilience
 
 # Groups of replicas sharing nodes larger than this get the safe lower bound.
 _SEARCH_LIMIT = 16
-
-
-@dataclass(frozen=True, slots=True)
-class Resilience:
-    """``nodes`` (and ``domains`` of ``label``) whose loss leaves the model no replica; 0 when
-    it has none placed. ``domains`` is None for a model without ``spread_by``."""
-
-    model: str
-    replicas: int
-    nodes: int
-    label: str | None = None
-    domains: int | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "replicas": self.replicas,
-            "nodes": self.nodes,
-            "spread_by": self.label,
-            "domains": self.domains,
-        }
-
-    def describe(self) -> str:
-        """``lost with 2 nodes, 1 zone value (2 replicas)``."""
-        if self.replicas == 0:
-            return "no replica placed"
-        text = f"lost with {_count(self.nodes, 'node')}"
-        if self.label is not None and self.domains is not None:
-            text += f", {_count(self.domains, f'{self.label} value')}"
-        return f"{text} ({_count(self.replicas, 'replica')})"
 
 
 def resilience(
@@ -148,7 +118,3 @@ def _domain(name: str, label: str, inventory: Mapping[str, Node]) -> str:
     value = None if node is None else node.labels.get(label)
     # Prefixed so that a node named like a label value is not taken for it.
     return f"node:{name}" if value is None else f"value:{value}"
-
-
-def _count(count: int, what: str) -> str:
-    return f"{count} {what}{'' if count == 1 else 's'}"

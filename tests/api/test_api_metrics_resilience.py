@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from llmgw.api.metrics import Metrics
 from scheduler.daemon.round_runner import RoundOutcome
-from scheduler.planner.placements import Plan
-from scheduler.planner.resilience import Resilience
+from scheduler.planner.placements import Plan, Resilience
 
 
 def _outcome(*figures: Resilience) -> RoundOutcome:

@@ -32,7 +32,8 @@ from llmgw.api.services import Services
 from llmgw.views import command_json, event_json, model_entry, openai_entry
 from scheduler.daemon.node_service import replica_counts
 from scheduler.planner.demands import demands
-from scheduler.planner.resilience import Resilience, resilience
+from scheduler.planner.placements import Resilience
+from scheduler.planner.resilience import resilience
 
 
 class _Lookup(Convertor[str]):

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import placement as bench
+from bench import fleets
 from scheduler.lifecycle.inputs import Cordon, FailureRecord, Lifecycle, ModelLifecycle
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy
@@ -45,7 +45,7 @@ from scheduler.planner.placements import Demand, Placement, Plan
 from scheduler.planner.plan import plan
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "plan_reference.json"
-NOW = bench.NOW
+NOW = fleets.NOW
 
 
 @dataclass(frozen=True)
@@ -250,13 +250,13 @@ def _story(
 def scenarios() -> Iterator[tuple[str, Round]]:
     policy = StalenessPolicy()
     no_preemption = StalenessPolicy(preemption=False)
-    openb = bench.openb_nodes()
-    yield from _story("openb", bench.openb_demands(), openb, 1, policy=policy)
-    pods = bench.openb_pod_demands(openb)
+    openb = fleets.openb_nodes()
+    yield from _story("openb", fleets.openb_demands(), openb, 1, policy=policy)
+    pods = fleets.openb_pod_demands(openb)
     yield "openb pods: from nothing", Round(pods, openb, (), NOW, policy)
     for size, seed in ((300, 2), (1_000, 3), (2_000, 4)):
-        nodes = bench.synthetic_nodes(size, seed=seed)
-        demands = bench.synthetic_demands(2 * size, seed=seed + 10)
+        nodes = fleets.synthetic_nodes(size, seed=seed)
+        demands = fleets.synthetic_demands(2 * size, seed=seed + 10)
         yield from _story(f"synthetic {size:,}", demands, nodes, seed, policy=policy)
         ranked = _with_priorities(demands, seed)
         yield from _story(f"synthetic {size:,} ranked", ranked, nodes, seed + 20, policy=policy)
@@ -268,9 +268,9 @@ def scenarios() -> Iterator[tuple[str, Round]]:
             policy=no_preemption,
             lifecycle=False,
         )
-    big = bench.synthetic_nodes(5_000)
+    big = fleets.synthetic_nodes(5_000)
     yield from _story(
-        "synthetic 5,000", bench.synthetic_demands(10_000), big, 5, policy=policy, lifecycle=False
+        "synthetic 5,000", fleets.synthetic_demands(10_000), big, 5, policy=policy, lifecycle=False
     )
 
 
