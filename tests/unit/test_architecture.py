@@ -43,6 +43,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
         "scheduler.persistence",
     ),
     "agent": ("catalog",),
+    # The data plane: pure catalog rules; the control plane only over HTTP.
+    "gateway": ("catalog",),
     "llmgw": ANYTHING,
     # The benches measure the whole, as the tests do (bench.fleet_ab times llmgw's route).
     "bench": ANYTHING,
@@ -58,6 +60,9 @@ NEVER: tuple[tuple[str, str, str], ...] = (
     ("agent", "events", "an agent talks to the control plane over HTTP only"),
     ("agent", "scheduler", "an agent talks to the control plane over HTTP only"),
     ("agent", "llmgw", "an agent talks to the control plane over HTTP only"),
+    ("gateway", "events", "the request path never touches the database"),
+    ("gateway", "scheduler", "the request path never touches the database"),
+    ("gateway", "agent", "a gateway reaches engines over HTTP only"),
     ("*", "llmgw", "llmgw is the composition root: nothing builds on it"),
     ("scheduler.lifecycle", "scheduler.planner", "lifecycle is the floor under the planner"),
     ("scheduler.lifecycle", "events", "lifecycle is pure and imported at CLI start"),
