@@ -194,6 +194,8 @@ class Agent:
             "memory_gb": inv.memory_gb,
             "labels": dict(self.config.labels),
             "fabric": self.config.fabric,
+            # Registered with the node's first report: the one host its endpoints may name.
+            "address": self.config.advertise,
         }
         if self._send_replicas:
             body["replicas"] = self.replica_states()
