@@ -33,6 +33,7 @@ from agent.inventory import Inventory
 from agent.logfiles import LogLimits, rotate_if_large
 from agent.placements import Key, PlacementsError, Want, parse_placements
 from agent.reconcile import Backoff, Decision, Have, Start, decide
+from agent.secrets import SecretMissing, resolve_env
 from agent.state import Record, StateDir
 from agent.states import replica_states
 
@@ -53,6 +54,8 @@ class AgentConfig:
     leave_engines: bool = False
     backoff: Backoff = field(default_factory=Backoff)
     logs: LogLimits = field(default_factory=LogLimits)
+    # Where the secrets profiles name are, a file each (agent.secrets); else the environment.
+    secrets_dir: Path | None = None
 
 
 class Agent:
@@ -319,8 +322,12 @@ class Agent:
         )
         try:
             gang = _gang(want, cfg.advertise, port)
+            launch = replace(
+                want.launch,
+                env=resolve_env(want.launch.env or {}, cfg.secrets_dir),
+            )
             cmd = engines.command(
-                want.launch, host=cfg.engine_host, port=port, devices=start.devices, gang=gang
+                launch, host=cfg.engine_host, port=port, devices=start.devices, gang=gang
             )
             fd = processes.open_log(log_path)
             try:
@@ -328,7 +335,7 @@ class Agent:
             finally:
                 os.close(fd)
             proc = processes.spawn(cmd, log_path, self.state.root, record.nonce)
-        except (engines.UnknownEngine, OSError) as exc:
+        except (engines.UnknownEngine, SecretMissing, OSError) as exc:
             self._exited(record, None, f"cannot start the engine: {processes.printable(str(exc))}")
             return
         record = replace(record, argv=proc.argv, pid=proc.pid, start_time=proc.start_time)

@@ -31,6 +31,7 @@ from catalog.model import (
     cpu_capable,
 )
 from catalog.printable import printable
+from catalog.secrets import secret_name_problem
 
 
 def normalize(model: Model) -> Model:
@@ -337,6 +338,20 @@ def _check_bounds(model: str, p: Profile) -> None:
         )
 
 
+def _validate_env(model: str, p: Profile) -> None:
+    for name, value in p.env.items():
+        if isinstance(value, str):
+            continue
+        problem = secret_name_problem(value.secret)
+        if problem is not None:
+            raise CatalogError(
+                f"{_where(model, p)}: env {name}: secret {value.secret[:60]!r} {problem}",
+                model=model,
+                profile=p.name,
+                field=f"profiles.env.{name}",
+            )
+
+
 def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
     if not p.name:
         raise CatalogError(
@@ -363,6 +378,8 @@ def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
             field="gpu_class",
         )
     _check_bounds(model, p)
+    if p.env:
+        _validate_env(model, p)
     if p.min_memory_gb < 0:
         where = _where(model, p)
         raise CatalogError(

@@ -69,6 +69,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         leave_engines=s.leave_engines,
         backoff=Backoff(first_s=s.restart_backoff_s),
         logs=LogLimits(max_bytes=int(s.log_max_mb * 1024 * 1024), keep=s.log_keep),
+        secrets_dir=s.secrets_dir,
     )
     stop = _Stop(config.stop_grace)
     for signum in (signal.SIGTERM, signal.SIGINT):
