@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
@@ -112,7 +113,98 @@ def _start(mode: str, db_url: str) -> tuple[BaseProcess, str]:
     raise RuntimeError(f"the {mode} server never answered /healthz")
 
 
+class _Transport:
+    """Enough of an asyncio transport for a protocol to answer into."""
+
+    def __init__(self) -> None:
+        self.answers = 0
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.answers += data.startswith(b"HTTP/1.1 200")
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 8080) if name in ("sockname", "peername") else default
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def set_protocol(self, protocol: object) -> None: ...
+
+
+async def _app(scope: dict[str, object], receive: object, send: Callable[..., object]) -> None:
+    # The smallest answer: what is measured is the protocol, not an application.
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    )  # type: ignore[misc]
+    await send({"type": "http.response.body", "body": b"ok"})  # type: ignore[misc]
+
+
+def _protocol_cpu(mode: str, requests: int) -> float:
+    """CPU microseconds a request costs the protocol alone (no socket, a no-op app)."""
+    import uvicorn
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    from uvicorn.server import ServerState
+
+    from httpguard import HeadLimits, guarded_protocol
+
+    cls = guarded_protocol(HeadLimits()) if mode == "guarded" else HttpToolsProtocol
+    config = uvicorn.Config(_app, log_config=None, access_log=False, lifespan="off")
+    config.load()
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    protocol = cls(config, ServerState(), {}, _loop=loop)
+    transport = _Transport()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    request = b"GET /healthz HTTP/1.1\r\nHost: llmgw\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"
+
+    async def drive() -> float:
+        start = time.process_time()
+        for _ in range(requests):
+            protocol.data_received(request)
+            while not protocol.cycle.response_complete:
+                await asyncio.sleep(0)
+        return time.process_time() - start
+
+    try:
+        spent = loop.run_until_complete(drive())
+    finally:
+        protocol.connection_lost(None)
+        loop.close()
+    if transport.answers != requests:
+        raise RuntimeError(f"{mode}: {transport.answers} answers to {requests} requests")
+    return spent / requests * 1e6
+
+
 def run(quick: bool) -> list[common.Table]:
+    return [_protocol_table(quick), _http_table(quick)]
+
+
+def _protocol_table(quick: bool) -> common.Table:
+    requests = 5_000 if quick else 50_000
+    table = common.Table(
+        f"The protocol alone: CPU a request (µs), {requests:,} requests a round, no socket",
+        ["round", "plain", "guarded", "guarded - plain"],
+    )
+    spent: dict[str, list[float]] = {"plain": [], "guarded": []}
+    for round_ in range(1, ROUNDS + 1):
+        for mode in ("plain", "guarded"):
+            spent[mode].append(_protocol_cpu(mode, requests))
+        plain, guarded = spent["plain"][-1], spent["guarded"][-1]
+        table.add(round_, f"{plain:.1f}", f"{guarded:.1f}", f"{guarded - plain:+.1f}")
+    plain, guarded = statistics.median(spent["plain"]), statistics.median(spent["guarded"])
+    table.add("median", f"{plain:.1f}", f"{guarded:.1f}", f"{guarded - plain:+.1f}")
+    return table
+
+
+def _http_table(quick: bool) -> common.Table:
     seconds = QUICK_SECONDS if quick else SECONDS
     rows: list[list[str]] = []
     figures: dict[str, list[tuple[float, float, float]]] = {"plain": [], "guarded": []}
@@ -143,15 +235,13 @@ def run(quick: bool) -> list[common.Table]:
     ratio = statistics.median(x[0] for x in figures["guarded"]) / statistics.median(
         x[0] for x in figures["plain"]
     )
-    return [
-        common.Table(
-            f"GET /healthz, {CONNECTIONS} keep-alive connections, {seconds:g} s a round, "
-            f"{os.cpu_count()} cores shared with the client; guarded/plain requests/s "
-            f"{ratio:.3f}",
-            ["round", "protocol", "requests/s", "p50 ms", "p99 ms"],
-            rows,
-        )
-    ]
+    return common.Table(
+        f"GET /healthz, {CONNECTIONS} keep-alive connections, {seconds:g} s a round, "
+        f"{os.cpu_count()} cores shared with the client; guarded/plain requests/s "
+        f"{ratio:.3f}",
+        ["round", "protocol", "requests/s", "p50 ms", "p99 ms"],
+        rows,
+    )
 
 
 if __name__ == "__main__":

@@ -128,8 +128,6 @@ def guarded_protocol(limits: HeadLimits) -> type[HttpToolsProtocol]:
             self._unset_keepalive_if_required()
             if self._in_head:
                 self._head_raw += len(data)
-                if self._head_timer is None:
-                    self._arm_head_timer()
             try:
                 self.parser.feed_data(data)
             except httptools.HttpParserError as exc:
@@ -147,9 +145,14 @@ def guarded_protocol(limits: HeadLimits) -> type[HttpToolsProtocol]:
                 else:
                     self._unsupported_upgrade_warning()
                 return
-            if self._in_head and self._head_raw > max_bytes:
-                # A header still arriving: what llhttp holds grows with it.
-                self._refuse_large()
+            if self._in_head and self._head_raw:
+                if self._head_raw > max_bytes:
+                    # A header still arriving: what llhttp holds grows with it.
+                    self._refuse_large()
+                elif self._head_timer is None:
+                    # Armed only for a head that did not arrive whole (a real client's
+                    # does, in one write): the common request pays for no timer.
+                    self._arm_head_timer()
 
         def on_message_begin(self) -> None:
             self._in_head = True
