@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         gang_ready = _gather(args.host, args.master_port, args.nnodes)
     import uvicorn
 
-    from httpguard import HeadLimits, uvicorn_options
+    from httpguard.limits import HeadLimits
+    from httpguard.protocol import uvicorn_options
 
     print(f"sim engine: listening on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(

@@ -41,7 +41,8 @@ def serve(mode: str, db_url: str, sock: socket.socket) -> None:
 
     from catalog import Catalog
     from events.db import make_engine
-    from httpguard import HeadLimits, uvicorn_options
+    from httpguard.limits import HeadLimits
+    from httpguard.protocol import uvicorn_options
     from llmgw import logs
     from llmgw.api.app import create_app
     from llmgw.api.services import Services
@@ -153,7 +154,8 @@ def _protocol_cpu(mode: str, requests: int) -> float:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     from uvicorn.server import ServerState
 
-    from httpguard import HeadLimits, guarded_protocol
+    from httpguard.limits import HeadLimits
+    from httpguard.protocol import guarded_protocol
 
     cls = guarded_protocol(HeadLimits()) if mode == "guarded" else HttpToolsProtocol
     config = uvicorn.Config(_app, log_config=None, access_log=False, lifespan="off")

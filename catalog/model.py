@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 from pydantic_core import PydanticCustomError
 
 from catalog.durations import format_duration, parse_duration
+from catalog.secret_words import SECRET_NAMES_PATTERN, SECRET_PATTERN
 from catalog.views import EngineProfile, PlacementProfile
 
 T = TypeVar("T")
@@ -147,7 +148,9 @@ class SecretRef(BaseModel):
 
     model_config = _STRICT
 
-    secret: str
+    # The grammar is checked by the rules (catalog.model_rules), with a refusal that
+    # says what a name may hold; the schema states it for clients.
+    secret: str = Field(json_schema_extra={"pattern": SECRET_PATTERN, "maxLength": 128})
 
 
 def _env_value(value: object) -> object:
@@ -170,6 +173,13 @@ def _env_value(value: object) -> object:
 EnvValue = Annotated[str | SecretRef, BeforeValidator(_env_value)]
 
 
+def _secret_names_take_references(schema: dict[str, Any]) -> None:
+    # In the schema: a variable whose name looks like a secret's takes only a reference.
+    refs = [s for s in schema.get("additionalProperties", {}).get("anyOf", []) if "$ref" in s]
+    if refs:
+        schema["patternProperties"] = {SECRET_NAMES_PATTERN: refs[0]}
+
+
 class Profile(BaseModel):
     """How a model runs on one GPU class (or on CPU, for an engine that can)."""
 
@@ -185,8 +195,12 @@ class Profile(BaseModel):
     # Above 1 makes this a multi-node profile, which needs nodes sharing a fabric.
     nodes: int = 0
     args: Seq[str] = ()
-    # A secret is given by reference ({secret: name}), never as a plain value.
-    env: dict[str, EnvValue] = Field(default_factory=dict)
+    # A secret is given by reference ({secret: name}), never as a plain value: the
+    # schema says so for names that look like a secret's (catalog.secrets).
+    env: dict[str, EnvValue] = Field(
+        default_factory=dict,
+        json_schema_extra=_secret_names_take_references,
+    )
     # The host RAM this profile needs: the weights, the KV cache for the whole
     # context pool and the engine's overhead. Small for a GPU profile, the whole
     # working set for a CPU one; wrong means an OOM on a node that reported

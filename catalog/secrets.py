@@ -25,13 +25,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from catalog.errors import CatalogError
+from catalog.secret_words import SECRET_PATTERN, SECRET_WORDS
 
 # What a value shown in place of a secret reads as.
 REDACTED = "[redacted]"
-# The words that make a variable's name a secret's name (matched without case).
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-# A secret's name is also a file name in the agent's secrets_dir: no path, no dot first.
-SECRET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+SECRET_NAME = re.compile(SECRET_PATTERN)
 
 
 def looks_secret(name: str) -> bool:

@@ -17,7 +17,18 @@ of this project, so the control plane, the agent's engines and the gateway
 can all use it.
 """
 
+from typing import Any
+
 from httpguard.limits import HeadLimits
-from httpguard.protocol import guarded_protocol, uvicorn_options
 
 __all__ = ["HeadLimits", "guarded_protocol", "uvicorn_options"]
+
+
+def __getattr__(name: str) -> Any:
+    # uvicorn is loaded only by a server: commands that read the limits' settings
+    # (every `llmgw` command reads llmgw.toml) must not pay for it.
+    if name in ("guarded_protocol", "uvicorn_options"):
+        from httpguard import protocol
+
+        return getattr(protocol, name)
+    raise AttributeError(f"module 'httpguard' has no attribute {name!r}")

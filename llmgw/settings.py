@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog.durations import format_duration, parse_duration
-from httpguard import HeadLimits
+from httpguard.limits import HeadLimits
 from scheduler.endpoints import EndpointPolicy, parse_networks
 from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
 

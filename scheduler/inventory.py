@@ -79,7 +79,7 @@ class NodeReport(BaseModel):
     fabric: str | None = None
     # The host its agent advertises (``--advertise``): registered with the node's first
     # report, it is the one host its replicas' endpoints may name (scheduler.endpoints).
-    address: str | None = Field(default=None, min_length=1, max_length=253)
+    address: str | None = Field(default=None, min_length=1, max_length=253, pattern=r"^[!-~]+$")
     # The states of the replicas on this node (scheduler.replicas). Absent
     # leaves them as they were: an older agent does not send it.
     replicas: list[ReplicaReport] | None = Field(default=None, max_length=MAX_REPLICAS_PER_REPORT)
@@ -107,13 +107,6 @@ class NodeReport(BaseModel):
     @classmethod
     def _fabric_grammar(cls, value: str | None) -> str | None:
         return None if value is None else _follows(FABRIC, value)
-
-    @field_validator("address")
-    @classmethod
-    def _address_grammar(cls, value: str | None) -> str | None:
-        if value is not None and (not value.isascii() or not value.isprintable() or " " in value):
-            raise ValueError("must be a host name or an IP address in printable ASCII")
-        return value
 
     @field_validator("labels")
     @classmethod

@@ -13,7 +13,8 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from httpguard import HeadLimits, uvicorn_options
+from httpguard.limits import HeadLimits
+from httpguard.protocol import uvicorn_options
 
 
 class StoppingServer(uvicorn.Server):
