@@ -29,7 +29,8 @@ class Launch:
     gpus_per_node: int = 0
     nodes: int = 1
     args: tuple[str, ...] = ()
-    env: Mapping[str, str] | None = None
+    # Plain values, and {"secret": name} until the agent resolves them (agent.secrets).
+    env: Mapping[str, str | Mapping[str, str]] | None = None
 
 
 class UnknownEngine(ValueError):
@@ -85,7 +86,13 @@ def command(
     a CPU replica, so an engine never wanders onto a card another replica was
     given (an unset variable means *all* cards).
     """
-    env = {**(launch.env or {}), "CUDA_VISIBLE_DEVICES": ",".join(str(d) for d in devices)}
+    plain = {k: v for k, v in (launch.env or {}).items() if isinstance(v, str)}
+    if len(plain) != len(launch.env or {}):
+        raise UnknownEngine(
+            f"model {launch.served_model_name!r} profile {launch.profile!r}: a secret in env "
+            "was not resolved before the engine's command was made"
+        )
+    env = {**plain, "CUDA_VISIBLE_DEVICES": ",".join(str(d) for d in devices)}
     if launch.engine == "vllm":
         argv = _vllm(launch, host, port)
     elif launch.engine == "llamacpp":

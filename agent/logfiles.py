@@ -9,14 +9,23 @@ the file is truncated in place. Because the engine appends, its next write
 lands at the new end. What an engine writes between the copy and the
 truncation is lost: a few lines at most, once per rotation; logrotate's
 ``copytruncate`` makes the same trade for the same reason.
+
+Every file is opened without following links (``agent.safefs``): a link planted
+at an engine's log must not make a rotation truncate the link's target, nor a
+link at ``NAME.1`` receive the copy.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+import structlog
+
+from agent.safefs import UnsafeFile, copy_atomically, open_regular
+
+log = structlog.get_logger("llmgw.agent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,26 +44,32 @@ def rotate_if_large(path: Path, limits: LogLimits) -> bool:
     """Rotate ``path`` when it is larger than the limit; whether it was rotated.
 
     A log that cannot be read or written (gone, permissions) is left as it is:
-    a full disk is the operator's to fix, and the next tick tries again.
+    a full disk is the operator's to fix, and the next tick tries again. One
+    that is not a regular file (a link, a FIFO) is refused and named.
     """
     try:
-        if path.stat().st_size <= limits.max_bytes:
+        fd = open_regular(path, os.O_RDWR)
+    except UnsafeFile as exc:
+        log.warning("agent.log_refused", path=str(path), reason=str(exc))
+        return False
+    except OSError:
+        return False
+    try:
+        if os.fstat(fd).st_size <= limits.max_bytes:
             return False
         if limits.keep > 0:
-            oldest = rotated(path, limits.keep)
-            oldest.unlink(missing_ok=True)
+            rotated(path, limits.keep).unlink(missing_ok=True)
             for index in range(limits.keep - 1, 0, -1):
                 older = rotated(path, index)
-                if older.exists():
+                if os.path.lexists(older):
+                    # A rename moves a link itself, never what it points to.
                     older.replace(rotated(path, index + 1))
-            shutil.copyfile(path, rotated(path, 1))
-        # Truncate through a descriptor of our own: the engine's stays valid and,
+            copy_atomically(rotated(path, 1), fd)
+        # Truncated through this descriptor of our own: the engine's stays valid and,
         # opened with O_APPEND, writes at the new end.
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            os.ftruncate(fd, 0)
-        finally:
-            os.close(fd)
+        os.ftruncate(fd, 0)
         return True
     except OSError:
         return False
+    finally:
+        os.close(fd)

@@ -21,6 +21,13 @@ from agent.engines import Launch
 MAX_PLACEMENTS = 4096
 
 
+class _Secret(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    # Resolved on this node (agent.secrets): the control plane sends the name only.
+    secret: str = Field(min_length=1, max_length=128)
+
+
 class _Engine(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
@@ -31,7 +38,7 @@ class _Engine(BaseModel):
     gpus_per_node: int = Field(ge=0, le=1024)
     nodes: int = Field(default=1, ge=1, le=1024)
     args: list[str] = Field(default_factory=list, max_length=1024)
-    env: dict[str, str] = Field(default_factory=dict, max_length=1024)
+    env: dict[str, str | _Secret] = Field(default_factory=dict, max_length=1024)
     model_path: str = Field(max_length=4096)
     served_model_name: str = Field(min_length=1, max_length=255)
 
@@ -138,7 +145,7 @@ def _launch(e: _Engine) -> Launch:
         gpus_per_node=e.gpus_per_node,
         nodes=e.nodes,
         args=tuple(e.args),
-        env=dict(e.env),
+        env={k: v if isinstance(v, str) else {"secret": v.secret} for k, v in e.env.items()},
     )
 
 

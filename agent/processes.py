@@ -22,7 +22,12 @@ from pathlib import Path
 import psutil
 
 from agent.engines import Command
+from agent.safefs import open_regular
 from catalog.printable import printable as is_printable
+
+# The variable each engine is started with, holding its record's nonce: read back from
+# /proc/PID/environ, it is what tells an engine this agent started from any other process.
+NONCE_VAR = "LLMGW_ENGINE_NONCE"
 
 # What a failed replica's message carries of its log.
 TAIL_LINES = 5
@@ -63,9 +68,15 @@ def port_free(host: str, port: int) -> bool:
         return True
 
 
-def spawn(cmd: Command, log_path: Path, cwd: Path) -> Engine:
-    env = {**os.environ, **cmd.env}
-    with log_path.open("ab") as out:
+def open_log(log_path: Path) -> int:
+    """The engine's log, for appending; never through a link (``agent.safefs``)."""
+    return open_regular(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+
+def spawn(cmd: Command, log_path: Path, cwd: Path, nonce: str) -> Engine:
+    env = {**os.environ, **cmd.env, NONCE_VAR: nonce}
+    out = open_log(log_path)
+    try:
         popen = subprocess.Popen(
             cmd.argv,
             cwd=cwd,
@@ -75,6 +86,8 @@ def spawn(cmd: Command, log_path: Path, cwd: Path) -> Engine:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    finally:
+        os.close(out)
     try:
         start_time = psutil.Process(popen.pid).create_time()
     except psutil.Error:
@@ -93,6 +106,31 @@ def same_process(pid: int, start_time: float, argv: Iterable[str]) -> bool:
         return abs(proc.create_time() - start_time) < 0.05 and proc.cmdline() == list(argv)
     except psutil.Error:
         return False
+
+
+def not_ours(pid: int, start_time: float, argv: Iterable[str], nonce: str) -> str | None:
+    """Why the process ``pid`` is not the engine a record describes; None if it is.
+
+    The pid, start time and command line are all a record could forge from
+    ``ps``; the nonce is in the environment of the engines this agent started
+    alone, and only the process's own user (or root) can read that.
+    """
+    if not nonce:
+        return "the record carries no nonce (written by an older agent, or forged)"
+    if not same_process(pid, start_time, argv):
+        return "no process with that pid, start time and command line runs"
+    try:
+        proc = psutil.Process(pid)
+        if proc.uids().real != os.getuid():
+            return f"process {pid} belongs to uid {proc.uids().real}, not to this agent's user"
+        found = proc.environ().get(NONCE_VAR)
+    except psutil.AccessDenied:
+        return f"the environment of process {pid} cannot be read by this agent"
+    except psutil.Error:
+        return f"process {pid} exited"
+    if found != nonce:
+        return f"process {pid} does not carry the record's nonce in its environment"
+    return None
 
 
 def stop(engines: Iterable[Engine], grace: float) -> dict[int, int | None]:
@@ -163,12 +201,18 @@ def tail(log_path: Path, lines: int = TAIL_LINES) -> str:
 
 
 def _last_bytes(path: Path) -> str:
+    # A link or a FIFO at a log's path gives nothing (agent.safefs): never another file.
     try:
-        with path.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
-            return f.read(TAIL_BYTES).decode("utf-8", "replace")
+        fd = open_regular(path, os.O_RDONLY)
     except OSError:
         return ""
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES)).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def printable(text: str) -> str:

@@ -15,6 +15,8 @@ or when the agent itself is stopped (unless ``leave_engines``).
 
 from __future__ import annotations
 
+import os
+import secrets
 import threading
 import time
 import urllib.parse
@@ -31,6 +33,7 @@ from agent.inventory import Inventory
 from agent.logfiles import LogLimits, rotate_if_large
 from agent.placements import Key, PlacementsError, Want, parse_placements
 from agent.reconcile import Backoff, Decision, Have, Start, decide
+from agent.secrets import SecretMissing, resolve_env
 from agent.state import Record, StateDir
 from agent.states import replica_states
 
@@ -51,6 +54,8 @@ class AgentConfig:
     leave_engines: bool = False
     backoff: Backoff = field(default_factory=Backoff)
     logs: LogLimits = field(default_factory=LogLimits)
+    # Where the secrets profiles name are, a file each (agent.secrets); else the environment.
+    secrets_dir: Path | None = None
 
 
 class Agent:
@@ -74,13 +79,17 @@ class Agent:
         # Replicas the control plane already holds failed: a worker need not say so again.
         self.known_failed: set[Key] = set()
         self.stopping = threading.Event()
+        # Set once start-up (the lock, adoption) is over and the loop runs.
+        self.looping = False
         self._send_replicas = True
+        self._send_address = True
 
     # -- the loop -------------------------------------------------------------
 
     def run(self) -> None:
         self.state.lock()
         self.adopt()
+        self.looping = True
         while not self.stopping.is_set():
             try:
                 self.tick()
@@ -120,22 +129,39 @@ class Agent:
             if not record.alive or record.pid <= 0:
                 self.records[record.key] = record
                 continue
-            if processes.same_process(record.pid, record.start_time, record.argv):
-                self.records[record.key] = record
-                self.procs[record.key] = processes.Engine(
-                    record.pid, record.start_time, record.argv
+            if not processes.same_process(record.pid, record.start_time, record.argv):
+                message = _failure(
+                    None, self.state.log_path(record.key), "while the agent was not running"
                 )
-                log.info(
-                    "agent.engine_adopted",
+                self._exited(record, None, message)
+                continue
+            refused = processes.not_ours(record.pid, record.start_time, record.argv, record.nonce)
+            if refused is not None:
+                # A record naming a process this agent did not start (forged, or from an
+                # agent too old to leave a nonce): adopting it would make the process
+                # ours to stop. The record goes; the process is left alone.
+                log.warning(
+                    "agent.adoption_refused",
                     model=record.model,
                     replica=record.replica,
                     pid=record.pid,
-                    port=record.port,
-                    devices=list(record.devices),
+                    record=str(self.state.record_path(record.key)),
+                    reason=refused,
+                    detail="the record is dropped and the process left running; if it is "
+                    "an engine of an older agent, stop it by hand",
                 )
-            else:
-                message = _failure(None, Path(record.log_path), "while the agent was not running")
-                self._exited(record, None, message)
+                self.state.forget(record.key)
+                continue
+            self.records[record.key] = record
+            self.procs[record.key] = processes.Engine(record.pid, record.start_time, record.argv)
+            log.info(
+                "agent.engine_adopted",
+                model=record.model,
+                replica=record.replica,
+                pid=record.pid,
+                port=record.port,
+                devices=list(record.devices),
+            )
 
     # -- observing engines ------------------------------------------------------
 
@@ -144,17 +170,18 @@ class Agent:
             proc = self.procs.get(key)
             if not record.alive or proc is None:
                 continue
-            if rotate_if_large(Path(record.log_path), self.config.logs):
+            log_path = self.state.log_path(key)
+            if rotate_if_large(log_path, self.config.logs):
                 log.info(
                     "agent.log_rotated",
                     model=record.model,
                     replica=record.replica,
-                    log_path=record.log_path,
+                    log_path=str(log_path),
                     keep=self.config.logs.keep,
                 )
             exited, code = proc.exit_status()
             if exited:
-                self._exited(record, code, _failure(code, Path(record.log_path)))
+                self._exited(record, code, _failure(code, log_path))
                 continue
             if record.worker:
                 continue  # a worker serves no API: its head speaks for the replica
@@ -195,6 +222,9 @@ class Agent:
             "labels": dict(self.config.labels),
             "fabric": self.config.fabric,
         }
+        if self._send_address:
+            # Registered with the node's first report: the one host its endpoints may name.
+            body["address"] = self.config.advertise
         if self._send_replicas:
             body["replicas"] = self.replica_states()
         return body
@@ -220,6 +250,11 @@ class Agent:
                 engines_running=len(self.procs),
             )
         except Refused as exc:
+            if self._send_address and exc.status == 422 and "address" in exc.detail:
+                # A control plane older than registered addresses: report without it.
+                log.warning("agent.address_unsupported", detail=exc.detail)
+                self._send_address = False
+                return self.report()
             if self._send_replicas and exc.status == 422 and "replicas" in exc.detail:
                 # A control plane older than replica states: report the node alone.
                 log.warning("agent.replicas_unsupported", detail=exc.detail)
@@ -279,21 +314,28 @@ class Agent:
             port=port,
             endpoint=f"http://{cfg.advertise}:{port}",
             devices=start.devices,
-            log_path=str(log_path),
             started_at=self.clock(),
             restarts=start.restarts,
             rank=want.rank,
             nnodes=want.nnodes,
+            nonce=secrets.token_hex(16),
         )
         try:
             gang = _gang(want, cfg.advertise, port)
-            cmd = engines.command(
-                want.launch, host=cfg.engine_host, port=port, devices=start.devices, gang=gang
+            launch = replace(
+                want.launch,
+                env=resolve_env(want.launch.env or {}, cfg.secrets_dir),
             )
-            with log_path.open("a") as f:
-                f.write(f"llmgw agent: starting {' '.join(cmd.argv)}\n")
-            proc = processes.spawn(cmd, log_path, self.state.root)
-        except (engines.UnknownEngine, OSError) as exc:
+            cmd = engines.command(
+                launch, host=cfg.engine_host, port=port, devices=start.devices, gang=gang
+            )
+            fd = processes.open_log(log_path)
+            try:
+                os.write(fd, f"llmgw agent: starting {' '.join(cmd.argv)}\n".encode())
+            finally:
+                os.close(fd)
+            proc = processes.spawn(cmd, log_path, self.state.root, record.nonce)
+        except (engines.UnknownEngine, SecretMissing, OSError) as exc:
             self._exited(record, None, f"cannot start the engine: {processes.printable(str(exc))}")
             return
         record = replace(record, argv=proc.argv, pid=proc.pid, start_time=proc.start_time)

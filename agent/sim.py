@@ -272,6 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master-port", type=int, default=0, help="where the head gathers the gang")
     p.add_argument("--headless", action="store_true", help="a worker: no API of its own")
     p.add_argument("--join-timeout", type=float, default=120.0, metavar="SECONDS")
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="time a client has to send a request's line and headers",
+    )
     args = p.parse_args(argv)
     print(f"sim engine: serving {args.model!r}; loading for {args.startup_delay}s", flush=True)
     time.sleep(args.startup_delay)
@@ -284,12 +291,17 @@ def main(argv: list[str] | None = None) -> int:
         gang_ready = _gather(args.host, args.master_port, args.nnodes)
     import uvicorn
 
+    from httpguard.limits import HeadLimits
+    from httpguard.protocol import uvicorn_options
+
     print(f"sim engine: listening on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(
         create_app(args.model, args.token_delay, gang_ready, args.slots),
         host=args.host,
         port=args.port,
         log_level="warning",
+        # The same bounds on a request's head as the control plane's API.
+        **uvicorn_options(HeadLimits(header_timeout_s=args.header_timeout)),
     )
     return 0
 

@@ -5,11 +5,18 @@ crash of the agent must not take the node's replicas down). A restarted
 agent reads these records and adopts each engine still running rather than
 starting a duplicate on the same cards. A pid alone could have been reused
 by an unrelated process since; the record also holds the process's start
-time and command line, and an engine is adopted only if both still match.
+time, its command line and a nonce the agent put in the engine's environment
+(``LLMGW_ENGINE_NONCE``), and an engine is adopted only if all of them still
+match (``agent.adoption``): a record forged to name an unrelated process is
+refused, and that process left alone.
 
 Records are written whole to a temporary file and renamed, so a crash never
 leaves half a record; one that cannot be read is named and set aside, not
-trusted.
+trusted. Nothing planted in the directory is followed or blocked on
+(``agent.safefs``), and the directory is refused at start-up when someone
+else could change it. An engine's log path is derived from its key, never read
+from a record: a record naming ``/etc/passwd`` as its log cannot make the
+agent send that file's end to the control plane.
 """
 
 from __future__ import annotations
@@ -19,13 +26,22 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import IO
+from typing import Any
 
 import structlog
 
 from agent.placements import Key
+from agent.safefs import (
+    UnsafeDir,
+    UnsafeFile,
+    check_dir,
+    make_private_dir,
+    open_regular,
+    read_regular,
+    write_atomically,
+)
 
 log = structlog.get_logger("llmgw.agent")
 
@@ -44,7 +60,6 @@ class Record:
     port: int
     endpoint: str
     devices: tuple[int, ...]
-    log_path: str
     started_at: float  # wall clock, for the log
     restarts: int = 0
     # Set once the engine is known to have exited.
@@ -55,6 +70,9 @@ class Record:
     # This node's rank in a replica spanning ``nnodes`` nodes (0: the head, or alone).
     rank: int = 0
     nnodes: int = 1
+    # Put in the engine's environment as LLMGW_ENGINE_NONCE: what proves, at adoption,
+    # that the process is the one this agent started ("" in records of older agents).
+    nonce: str = ""
 
     @property
     def key(self) -> Key:
@@ -76,16 +94,79 @@ class StateDirBusy(Exception):
     """Another agent holds the state dir."""
 
 
+__all__ = ["Record", "StateDir", "StateDirBusy", "UnsafeDir", "UnsafeFile"]
+
+# The types of a record's fields, checked when it is read: a record is input too.
+_TYPES: dict[str, tuple[type, ...]] = {
+    "model": (str,),
+    "replica": (int,),
+    "fingerprint": (str,),
+    "engine": (str,),
+    "argv": (list,),
+    "pid": (int,),
+    "start_time": (int, float),
+    "port": (int,),
+    "endpoint": (str,),
+    "devices": (list,),
+    "started_at": (int, float),
+    "restarts": (int,),
+    "exited_at": (int, float, type(None)),
+    "exit_code": (int, type(None)),
+    "message": (str,),
+    "ready": (bool,),
+    "rank": (int,),
+    "nnodes": (int,),
+    "nonce": (str,),
+}
+_FIELDS = frozenset(f.name for f in fields(Record))
+# Written by agents before the log path was derived from the key: read, never used.
+_RETIRED = frozenset({"log_path"})
+
+
+def record_of(raw: Any) -> Record:
+    """A record from its JSON value, every field of its type (``ValueError`` otherwise)."""
+    if not isinstance(raw, dict):
+        raise ValueError("an engine record is a JSON object")
+    unknown = sorted(set(raw) - _FIELDS - _RETIRED)
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(unknown)}")
+    values = {k: v for k, v in raw.items() if k in _FIELDS}
+    for name, value in values.items():
+        kinds = _TYPES[name]
+        if isinstance(value, bool) and bool not in kinds:
+            raise ValueError(f"{name} is {value!r}, not a {kinds[0].__name__}")
+        if not isinstance(value, kinds):
+            raise ValueError(f"{name} is {type(value).__name__}, not a {kinds[0].__name__}")
+    if not all(isinstance(a, str) for a in values.get("argv", [])):
+        raise ValueError("argv holds something other than strings")
+    if not all(isinstance(d, int) and not isinstance(d, bool) for d in values.get("devices", [])):
+        raise ValueError("devices holds something other than card indices")
+    values["argv"] = tuple(values.get("argv", ()))
+    values["devices"] = tuple(values.get("devices", ()))
+    try:
+        return Record(**values)
+    except TypeError as exc:  # a field missing
+        raise ValueError(str(exc)) from None
+
+
 class StateDir:
     def __init__(self, root: Path) -> None:
-        self._lock_file: IO[str] | None = None
+        self._lock_fd: int | None = None
         self.root = root
         self.engines = root / "engines"
         self.logs = root / "logs"
 
     def create(self) -> StateDir:
-        self.engines.mkdir(parents=True, exist_ok=True)
-        self.logs.mkdir(parents=True, exist_ok=True)
+        """Create the directory (700) and its two subdirectories, and check them.
+
+        ``UnsafeDir`` when someone else could change them: the message names the
+        path and the fix.
+        """
+        make_private_dir(self.root)
+        check_dir(self.root)
+        for sub in (self.engines, self.logs):
+            make_private_dir(sub)
+            check_dir(sub)
         return self
 
     def lock(self) -> None:
@@ -95,49 +176,61 @@ class StateDir:
         and stop them against each other. The lock is an flock on a file: the
         system drops it when the process ends, however it ends.
         """
-        if self._lock_file is not None:
+        if self._lock_fd is not None:
             return
-        self._lock_file = (self.root / "agent.lock").open("a+")
+        fd = open_regular(self.root / "agent.lock", os.O_RDWR | os.O_CREAT)
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock_file.seek(0)
-            holder = self._lock_file.read(32).strip() or "unknown"
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
             raise StateDirBusy(
-                f"state dir {self.root} is used by another agent (pid {holder}); "
+                f"state dir {self.root} is used by another agent (pid {holder[:12]}); "
                 "stop it, or give this one its own --state-dir"
             ) from None
-        self._lock_file.truncate(0)
-        self._lock_file.write(str(os.getpid()))
-        self._lock_file.flush()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
 
     def log_path(self, key: Key) -> Path:
         return self.logs / f"{_slug(key)}.log"
 
-    def _path(self, key: Key) -> Path:
+    def record_path(self, key: Key) -> Path:
         return self.engines / f"{_slug(key)}.json"
 
     def save(self, record: Record) -> None:
-        path = self._path(record.key)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(record), sort_keys=True))
-        os.replace(tmp, path)
+        write_atomically(
+            self.record_path(record.key), json.dumps(asdict(record), sort_keys=True).encode()
+        )
 
     def forget(self, key: Key) -> None:
-        self._path(key).unlink(missing_ok=True)
+        self.record_path(key).unlink(missing_ok=True)
 
     def load(self) -> list[Record]:
+        """Every record that can be read; each one that cannot is named and set aside.
+
+        A record is read only from a regular file under its own name: a link, a
+        FIFO, an oversized file, a record of another key's name or of the wrong
+        shape is refused (``agent.record_refused``) and renamed ``*.unreadable``.
+        Temporary files a crash left behind are removed.
+        """
         records = []
-        for path in sorted(self.engines.glob("*.json")):
+        for entry in sorted(os.scandir(self.engines), key=lambda e: e.name):
+            path = Path(entry.path)
+            if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+                path.unlink(missing_ok=True)  # a write a crash interrupted (or a planted link)
+                continue
+            if not entry.name.endswith(".json"):
+                continue
             try:
-                if path.stat().st_size > MAX_RECORD_BYTES:
-                    raise ValueError(f"{path.stat().st_size} bytes is not an engine record")
-                raw = json.loads(path.read_text())
-                raw["argv"] = tuple(raw["argv"])
-                raw["devices"] = tuple(raw["devices"])
-                records.append(Record(**raw))
-            except (OSError, ValueError, TypeError, KeyError) as exc:
-                log.warning("agent.record_skipped", path=str(path), reason=str(exc))
+                raw = json.loads(read_regular(path, MAX_RECORD_BYTES))
+                record = record_of(raw)
+                expected = self.record_path(record.key)
+                if expected != path:
+                    raise ValueError(f"it holds {record.key}, whose record is {expected.name}")
+                records.append(record)
+            except (OSError, ValueError, RecursionError) as exc:
+                log.warning("agent.record_refused", path=str(path), reason=str(exc))
                 path.replace(path.with_suffix(".unreadable"))
         return records
 

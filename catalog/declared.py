@@ -15,6 +15,7 @@ from catalog.documents import read_data, read_file
 from catalog.errors import CatalogError
 from catalog.model import Model
 from catalog.parse import parse_model
+from catalog.secrets import check_no_plain_secrets
 
 __all__ = ["load_declared", "load_definitions", "parse_definitions", "read_data"]
 
@@ -48,6 +49,8 @@ def load_declared(path: Path) -> Catalog:
     data = read_file(path, "declared catalog")
     models = parse_definitions(data, str(path), allow_single=False)
     try:
+        for m in models:
+            check_no_plain_secrets(m.profiles, m.name)
         return Catalog.build(models, declared=True)
     except CatalogError as exc:
         raise CatalogError(

@@ -17,8 +17,10 @@ from datetime import timedelta
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, Strict
+from pydantic_core import PydanticCustomError
 
 from catalog.durations import format_duration, parse_duration
+from catalog.secret_words import SECRET_NAMES_PATTERN, SECRET_PATTERN
 from catalog.views import EngineProfile, PlacementProfile
 
 T = TypeVar("T")
@@ -138,6 +140,46 @@ MAX_PRIORITY = 1_000_000_000
 MAX_SPREAD_BY = 253
 
 
+class SecretRef(BaseModel):
+    """An env value held by the agent on its node, named here (``{secret: hf-token}``).
+
+    The catalog stores and shows only the name; see ``catalog.secrets``.
+    """
+
+    model_config = _STRICT
+
+    # The grammar is checked by the rules (catalog.model_rules), with a refusal that
+    # says what a name may hold; the schema states it for clients.
+    secret: str = Field(json_schema_extra={"pattern": SECRET_PATTERN, "maxLength": 128})
+
+
+def _env_value(value: object) -> object:
+    # One plain refusal rather than a union's two (a string, or a SecretRef).
+    if isinstance(value, str | SecretRef):
+        return value
+    if isinstance(value, dict):
+        if set(value) == {"secret"} and isinstance(value["secret"], str):
+            return value
+        raise PydanticCustomError(
+            "env_reference", "a mapping in env is a secret's name and nothing else: {secret: NAME}"
+        )
+    # The type a plain value's refusal has always had, and so its advice (catalog.parse).
+    raise PydanticCustomError(
+        "string_type", "Input should be text, or a secret the agent holds: {secret: NAME}"
+    )
+
+
+# What a profile's env maps a variable to: a plain value, or a secret's name.
+EnvValue = Annotated[str | SecretRef, BeforeValidator(_env_value)]
+
+
+def _secret_names_take_references(schema: dict[str, Any]) -> None:
+    # In the schema: a variable whose name looks like a secret's takes only a reference.
+    refs = [s for s in schema.get("additionalProperties", {}).get("anyOf", []) if "$ref" in s]
+    if refs:
+        schema["patternProperties"] = {SECRET_NAMES_PATTERN: refs[0]}
+
+
 class Profile(BaseModel):
     """How a model runs on one GPU class (or on CPU, for an engine that can)."""
 
@@ -153,7 +195,12 @@ class Profile(BaseModel):
     # Above 1 makes this a multi-node profile, which needs nodes sharing a fabric.
     nodes: int = 0
     args: Seq[str] = ()
-    env: dict[str, str] = Field(default_factory=dict)
+    # A secret is given by reference ({secret: name}), never as a plain value: the
+    # schema says so for names that look like a secret's (catalog.secrets).
+    env: dict[str, EnvValue] = Field(
+        default_factory=dict,
+        json_schema_extra=_secret_names_take_references,
+    )
     # The host RAM this profile needs: the weights, the KV cache for the whole
     # context pool and the engine's overhead. Small for a GPU profile, the whole
     # working set for a CPU one; wrong means an OOM on a node that reported
@@ -262,7 +309,7 @@ class Model(BaseModel):
             gpus_per_node=p.gpus_per_node,
             nodes=p.nodes,
             args=p.args,
-            env=dict(p.env),
+            env={k: v if isinstance(v, str) else v.model_dump() for k, v in p.env.items()},
             model_path=self.source,
             served_model_name=self.name,
         )

@@ -32,6 +32,7 @@ from catalog.model import (
 )
 from catalog.printable import printable
 from catalog.routing_profiles import check_routing_profile
+from catalog.secrets import secret_name_problem
 
 
 def normalize(model: Model) -> Model:
@@ -340,6 +341,20 @@ def _check_bounds(model: str, p: Profile) -> None:
         )
 
 
+def _validate_env(model: str, p: Profile) -> None:
+    for name, value in p.env.items():
+        if isinstance(value, str):
+            continue
+        problem = secret_name_problem(value.secret)
+        if problem is not None:
+            raise CatalogError(
+                f"{_where(model, p)}: env {name}: secret {value.secret[:60]!r} {problem}",
+                model=model,
+                profile=p.name,
+                field=f"profiles.env.{name}",
+            )
+
+
 def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
     if not p.name:
         raise CatalogError(
@@ -366,6 +381,8 @@ def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
             field="gpu_class",
         )
     _check_bounds(model, p)
+    if p.env:
+        _validate_env(model, p)
     if p.min_memory_gb < 0:
         where = _where(model, p)
         raise CatalogError(

@@ -47,6 +47,7 @@ class EngineProfile:
     gpus_per_node: int
     nodes: int
     args: tuple[str, ...]
-    env: Mapping[str, str]
+    # A plain value, or {"secret": name}: the agent resolves the name on its node.
+    env: Mapping[str, str | Mapping[str, str]]
     model_path: str
     served_model_name: str

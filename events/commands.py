@@ -32,6 +32,7 @@ from catalog.declared import require_models
 from catalog.diff import FieldChange, diff_models
 from catalog.digest import catalog_digest
 from catalog.identifiers import check_command
+from catalog.secrets import check_no_plain_secrets
 from events.apply import (
     ApplyPlan,
     ApplyResult,
@@ -97,6 +98,9 @@ class CatalogCommands:
     ) -> CommandResult:
         """Add one model or a list, all or nothing."""
         require_models(list(models), "the change")
+        for m in models:
+            # At the write only: replay reads what older releases stored as it was.
+            check_no_plain_secrets(m.profiles, m.name)
 
         def build() -> list[tuple[NewEvent, Model | None]]:
             ordered = self.model.state.check_add(models)
@@ -126,6 +130,7 @@ class CatalogCommands:
     ) -> ApplyResult:
         """Add ``model``, or replace the runtime model of its name with it in one event
         (events.apply); nothing is written when the catalog already holds it."""
+        check_no_plain_secrets(model.profiles, model.name)
         plans: list[ApplyPlan] = []
 
         def build() -> list[tuple[NewEvent, Model | None]]:

@@ -37,6 +37,7 @@ AGENT_ENV: dict[str, str] = {
     "state_dir": "LLMGW_AGENT_STATE_DIR",
     "gpus": "LLMGW_GPUS",
     "advertise": "LLMGW_ADVERTISE",
+    "secrets_dir": "LLMGW_AGENT_SECRETS_DIR",
 }
 
 
@@ -58,6 +59,7 @@ class AgentSettings:
     log_max_mb: float
     log_keep: int
     leave_engines: bool
+    secrets_dir: Path | None = None
     # Where each value came from, by key of [agent] (as ``Settings.origins``).
     origins: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -84,6 +86,7 @@ class AgentSettings:
             "log_max_mb": self.log_max_mb,
             "log_keep": self.log_keep,
             "leave_engines": self.leave_engines,
+            "secrets_dir": None if self.secrets_dir is None else str(self.secrets_dir),
         }
 
 
@@ -132,6 +135,7 @@ def resolve_agent(
         log_max_mb=value("log_max_mb", 100.0),
         log_keep=value("log_keep", 3),
         leave_engines=value("leave_engines", False),
+        secrets_dir=value("secrets_dir", None),
         origins=origins,
     )
 

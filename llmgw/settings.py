@@ -29,6 +29,13 @@ to the file, so ``--settings /etc/llmgw/llmgw.toml`` means the same from any dir
     stream_poll = "500ms"
     catalog_max_age = "100ms"
     with_scheduler = false
+    max_header_bytes = 65536   # a request's head; larger is answered 431
+    max_headers = 100          # header lines; more is answered 431
+    header_timeout = "10s"     # to send the request line and headers; then 408
+    keep_alive_timeout = "5s"  # an idle connection is closed after this
+    max_connections = 800      # open at once; a new one beyond is answered 503
+    # Where agents may say their engines answer, beside their own node's address.
+    agent_endpoint_networks = ["10.0.0.0/8"]
 
     [auth]
     file = "auth.toml"  # the tokens (`llmgw token new --append-to auth.toml`)
@@ -46,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from catalog.durations import format_duration, parse_duration
+from httpguard.limits import HeadLimits
+from scheduler.lifecycle.endpoints import EndpointPolicy, parse_networks
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 
 DEFAULT_CONFIG = Path("catalog.yaml")
@@ -71,6 +80,12 @@ KEYS: dict[str, dict[str, str]] = {
         "stream_poll": "positive",
         "catalog_max_age": "duration",
         "with_scheduler": "bool",
+        "max_header_bytes": "count",
+        "max_headers": "count",
+        "header_timeout": "positive",
+        "keep_alive_timeout": "positive",
+        "max_connections": "count",
+        "agent_endpoint_networks": "networks",
     },
     "auth": {"file": "path", "reads_open": "bool"},
     # `llmgw agent` on a node (llmgw.agent_settings resolves these for it).
@@ -91,6 +106,7 @@ KEYS: dict[str, dict[str, str]] = {
         "log_max_mb": "number",
         "log_keep": "count",
         "leave_engines": "bool",
+        "secrets_dir": "path",
     },
     # `llmgw gateway` (llmgw.gateway_settings resolves these for it).
     "gateway": {
@@ -153,6 +169,8 @@ class ServerSettings:
     stream_poll_s: float = 0.5
     catalog_max_age_s: float = 0.1
     with_scheduler: bool = False
+    limits: HeadLimits = field(default_factory=HeadLimits)
+    endpoints: EndpointPolicy = field(default_factory=EndpointPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +290,10 @@ class Settings:
                 "server", "catalog_max_age", timedelta(seconds=defaults.catalog_max_age_s)
             ).total_seconds(),
             with_scheduler=value("server", "with_scheduler", defaults.with_scheduler),
+            limits=_limits(value, defaults.limits),
+            endpoints=EndpointPolicy(
+                networks=value("server", "agent_endpoint_networks", defaults.endpoints.networks)
+            ),
         )
         return cls(
             database_url=normalise_url(url),
@@ -306,6 +328,12 @@ class Settings:
                     timedelta(seconds=self.server.catalog_max_age_s)
                 ),
                 "with_scheduler": self.server.with_scheduler,
+                "max_header_bytes": self.server.limits.max_header_bytes,
+                "max_headers": self.server.limits.max_headers,
+                "header_timeout": _seconds(self.server.limits.header_timeout_s),
+                "keep_alive_timeout": _seconds(self.server.limits.keep_alive_timeout_s),
+                "max_connections": self.server.limits.max_connections,
+                "agent_endpoint_networks": [str(n) for n in self.server.endpoints.networks],
             },
             "auth": {
                 "file": None if self.auth_file is None else str(self.auth_file),
@@ -316,6 +344,28 @@ class Settings:
 
 DEFAULT_ORIGIN = "default"
 FILE_ORIGIN = "file"
+
+
+def _seconds(value: float) -> str:
+    return format_duration(timedelta(seconds=value))
+
+
+def _limits(value: Any, defaults: HeadLimits) -> HeadLimits:
+    """The request limits of ``[server]`` (httpguard); a refusal names the key."""
+    counts = {}
+    for key in ("max_header_bytes", "max_headers", "max_connections"):
+        counts[key] = value("server", key, getattr(defaults, key))
+        if counts[key] < 1:
+            raise SettingsError(f"[server] {key} must be at least 1, not {counts[key]}")
+    return HeadLimits(
+        header_timeout_s=value(
+            "server", "header_timeout", timedelta(seconds=defaults.header_timeout_s)
+        ).total_seconds(),
+        keep_alive_timeout_s=value(
+            "server", "keep_alive_timeout", timedelta(seconds=defaults.keep_alive_timeout_s)
+        ).total_seconds(),
+        **counts,
+    )
 
 
 def origin_of(where: str) -> str:
@@ -392,6 +442,8 @@ def _convert(kind: str, raw: Any, origin: str, base: Path | None) -> Any:
             if count < 0:
                 raise ValueError(f"{count} must be 0 or more")
             return count
+        if kind == "networks":
+            return parse_networks(raw)
         if kind == "port":
             if isinstance(raw, bool) or not isinstance(raw, int | str):
                 raise ValueError(f"{raw!r} is not a port number")

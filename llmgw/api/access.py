@@ -17,13 +17,16 @@ whole route did. The bearer scheme is declared in the OpenAPI document by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar, cast
 
 from fastapi import Depends, Request
 
+from catalog.secrets import redact
 from llmgw.api.auth import Principal, Role
 from llmgw.api.problems import Problem
 from llmgw.api.services import Services
+
+T = TypeVar("T")
 
 ANONYMOUS = Principal("anonymous", Role.READER)
 # Merged into a route's OpenAPI operation: it takes a bearer token.
@@ -34,6 +37,22 @@ SECURED: dict[str, Any] = {"security": [{"bearer": []}]}
 class Caller:
     svc: Services
     who: Principal
+
+    def sees_secrets(self, node: str | None = None) -> bool:
+        """Whether plain secret-looking env values are shown to this caller unredacted.
+
+        An operator sees them; so does an agent reading the placements of a node it
+        reports (``?node=``): it runs the engines, and a value written in plain text
+        before such values were refused must still reach them. Anyone else reads
+        ``[redacted]`` (catalog.secrets).
+        """
+        if self.who.role is Role.OPERATOR:
+            return True
+        return self.who.role is Role.AGENT and node is not None and node in self.who.nodes
+
+    def shown(self, value: T, node: str | None = None) -> T:
+        """``value`` (JSON-ready) as this caller may see it."""
+        return value if self.sees_secrets(node) else cast(T, redact(value))
 
 
 def services(request: Request) -> Services:

@@ -28,6 +28,7 @@ from llmgw.api.bodies import ORIGIN, parse
 from llmgw.api.group_commit import GroupCommit
 from llmgw.api.metrics import Metrics
 from llmgw.api.problems import Problem
+from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy
 from scheduler.lifecycle.inputs import Cordon
 from scheduler.persistence.store import SchedulerStore
 from scheduler.planner.inventory import Node, NodeReport, NodeReportError, parse_node_report
@@ -92,7 +93,10 @@ def _prepare(sent: Sent) -> Sent:
 
 
 def node_report_writer(
-    nodes: SchedulerStore, writing: AbstractContextManager[Any], metrics: Metrics
+    nodes: SchedulerStore,
+    writing: AbstractContextManager[Any],
+    metrics: Metrics,
+    endpoints: EndpointPolicy = NO_NETWORKS,
 ) -> GroupCommit[Sent, Recorded]:
     def write(batch: Sequence[Sent]) -> list[Recorded]:
         reports = [report for report, _ in batch if isinstance(report, NodeReport)]
@@ -104,6 +108,7 @@ def node_report_writer(
                 reports,
                 datetime.now(UTC),
                 actor=[a for _, a in batch],
+                endpoints=endpoints,
             )
         metrics.node_report_commits.inc()
         return [(n, cordons.get(n.name), hosted.get(n.name, 0)) for n in recorded]

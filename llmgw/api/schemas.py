@@ -118,6 +118,12 @@ class NodeState(BaseModel):
     replicas: int
 
 
+class SecretReference(_Open):
+    """An env value the agent resolves on its node: only the secret's name is served."""
+
+    secret: str
+
+
 class EngineLaunch(_Open):
     name: str
     engine: str
@@ -127,7 +133,7 @@ class EngineLaunch(_Open):
     gpus_per_node: int
     nodes: int
     args: list[str]
-    env: dict[str, str]
+    env: dict[str, str | SecretReference]
     model_path: str
     served_model_name: str
 

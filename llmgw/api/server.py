@@ -13,6 +13,9 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from httpguard.limits import HeadLimits
+from httpguard.protocol import uvicorn_options
+
 
 class StoppingServer(uvicorn.Server):
     """Tells open event streams to end as soon as a stop is asked for, so the graceful
@@ -49,13 +52,20 @@ def url_of(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
-def run(app: FastAPI, sock: socket.socket, stopping: threading.Event) -> bool:
+def run(
+    app: FastAPI,
+    sock: socket.socket,
+    stopping: threading.Event,
+    limits: HeadLimits | None = None,
+) -> bool:
     """Serve until SIGTERM or SIGINT; whether the app started at all."""
     config = uvicorn.Config(
         app,
         # httptools (a C parser) rather than h11 (pure Python): h11 was a fifth of the
         # server's CPU per node report, and agents' heartbeats are most of its requests.
-        http="httptools",
+        # httptools bounds nothing in a request's head: httpguard's subclass of its
+        # protocol does (size, count, time, connections), and sets the keep-alive timeout.
+        **uvicorn_options(limits or HeadLimits()),
         log_config=None,
         access_log=False,  # api.request is the access log
         server_header=False,

@@ -155,5 +155,5 @@ class Services:
             stopping=stopping or threading.Event(),
             writing=writing,
             created=CreatedIndex(store),
-            reports=node_report_writer(nodes, writing, metrics),
+            reports=node_report_writer(nodes, writing, metrics, settings.endpoints),
         )

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from llmgw.api.auth import TokenBook, TokenConfigError, TokenEntry, parse_env_tokens
 from llmgw.settings import SettingsError
+from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 
 __all__ = ["ApiSettings", "SettingsError"]
@@ -49,6 +50,8 @@ class ApiSettings:
     # A model definition or node report is a few kilobytes; a megabyte is a mistake.
     max_body_bytes: int = 1 << 20
     policy: StalenessPolicy = field(default_factory=lambda: DEFAULT_STALENESS)
+    # The networks agents may report endpoints in beside their node's own address.
+    endpoints: EndpointPolicy = NO_NETWORKS
 
     def book(self) -> TokenBook:
         return TokenBook(self.tokens)
@@ -63,6 +66,7 @@ class ApiSettings:
         stream_poll_s: float = 0.5,
         catalog_max_age_s: float = 0.1,
         policy: StalenessPolicy = DEFAULT_STALENESS,
+        endpoints: EndpointPolicy = NO_NETWORKS,
     ) -> ApiSettings:
         """Tokens from ``auth_file`` (else ``LLMGW_AUTH_FILE``) and ``LLMGW_TOKENS``.
 
@@ -91,6 +95,7 @@ class ApiSettings:
                 stream_poll_s=stream_poll_s,
                 catalog_max_age_s=catalog_max_age_s,
                 policy=policy,
+                endpoints=endpoints,
             )
             settings.book()  # refuses two entries with one hash now, not at the first request
         except TokenConfigError as exc:

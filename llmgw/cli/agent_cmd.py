@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import threading
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import structlog
 
 from llmgw import logs
+
+if TYPE_CHECKING:
+    from agent.runtime import Agent
 from llmgw.cli.context import App, Refused
 
 log = structlog.get_logger("llmgw.agent")
@@ -23,7 +29,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     from agent.logfiles import LogLimits
     from agent.reconcile import Backoff
     from agent.runtime import Agent, AgentConfig
-    from agent.state import StateDirBusy
+    from agent.state import StateDirBusy, UnsafeDir, UnsafeFile
     from llmgw.agent_settings import resolve_agent
     from llmgw.settings import SettingsError
 
@@ -63,20 +69,18 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         leave_engines=s.leave_engines,
         backoff=Backoff(first_s=s.restart_backoff_s),
         logs=LogLimits(max_bytes=int(s.log_max_mb * 1024 * 1024), keep=s.log_keep),
+        secrets_dir=s.secrets_dir,
     )
+    stop = _Stop(config.stop_grace)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
     try:
         agent = Agent(config, inventory, ControlPlane(s.server, token))
         agent.state.lock()
-    except (OSError, StateDirBusy) as exc:
+    except (UnsafeDir, UnsafeFile, StateDirBusy, OSError) as exc:
+        log.error("agent.state_dir_refused", state_dir=str(state_dir), reason=str(exc))
         raise Refused(f"cannot use the state dir {state_dir}: {exc}") from None
-
-    def stopping(signum: int, frame: FrameType | None) -> None:
-        del frame
-        log.info("agent.stopping", signal=signal.Signals(signum).name)
-        agent.stopping.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stopping)
+    stop.agent = agent
     log.info(
         "agent.started",
         node=config.node,
@@ -94,6 +98,46 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     agent.run()
     log.info("agent.stopped", node=config.node)
     return 0
+
+
+# How long a stop may take beyond the engines' grace period (their stop, the last
+# report) before the agent exits anyway.
+STOP_MARGIN_S = 30.0
+
+
+class _Stop:
+    """SIGTERM and SIGINT: the agent stops, whatever it is blocked on.
+
+    Before its loop runs (checking and reading its state dir) nothing is started
+    yet, and the signal ends the agent at once. In the loop, the first signal asks
+    for a clean stop (engines stopped unless left, by the loop's own thread), and a
+    watchdog ends the process if that has not happened in time; a second signal
+    ends it at once.
+    """
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.agent: Agent | None = None
+        self.signals = 0
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        self.signals += 1
+        log.info("agent.stopping", signal=signal.Signals(signum).name, signals=self.signals)
+        if self.agent is None or not self.agent.looping or self.signals > 1:
+            raise SystemExit(0)
+        self.agent.stopping.set()
+        watchdog = threading.Timer(self.grace + STOP_MARGIN_S, self._overdue)
+        watchdog.daemon = True
+        watchdog.start()
+
+    def _overdue(self) -> None:
+        log.error(
+            "agent.stop_overdue",
+            waited_s=self.grace + STOP_MARGIN_S,
+            detail="the agent did not stop in time; exiting without finishing",
+        )
+        os._exit(1)
 
 
 def _labels(text: str) -> dict[str, str]:

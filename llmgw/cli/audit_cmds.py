@@ -10,6 +10,7 @@ import sys
 import structlog
 
 from catalog.diff import diff_catalogs
+from catalog.redaction import redact_diff
 from catalog.text import shown
 from events.adoption import AdoptionRefused, adopt_unhashed, verify_log
 from events.replay import replay
@@ -98,6 +99,8 @@ def cmd_diff(app: App, args: argparse.Namespace) -> int:
             snapshots=app.service.snapshots,
         )
     diff = diff_catalogs(before, after)
+    if not args.show_secrets:
+        diff = redact_diff(diff)
     if args.json:
         print_json({"from": a, "to": b, **diff.to_json()})
         return 0

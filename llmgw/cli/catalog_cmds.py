@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
+from typing import Any
 
 from catalog import load_definitions
+from catalog.secrets import redact
 from catalog.text import shown
 from events.commands import CommandResult
 from events.migrate import current_revision, head_revision, upgrade
@@ -33,6 +35,12 @@ def login_user() -> str:
         return ""
 
 
+def _shown(args: argparse.Namespace, value: Any) -> Any:
+    # Output is pasted into tickets and chats: secret-looking values stored in plain text
+    # before they were refused read [redacted] unless asked for (catalog.secrets).
+    return value if args.show_secrets else redact(value)
+
+
 def cmd_models(app: App, args: argparse.Namespace) -> int:
     catalog = app.service.catalog()
     store = SchedulerStore(app.engine)
@@ -42,7 +50,13 @@ def cmd_models(app: App, args: argparse.Namespace) -> int:
     if args.json:
         figures = {r.model: r for r in current}
         print_json(
-            [model_entry(catalog, m, counts[m.name], figures.get(m.name)) for m in catalog.models()]
+            _shown(
+                args,
+                [
+                    model_entry(catalog, m, counts[m.name], figures.get(m.name))
+                    for m in catalog.models()
+                ],
+            )
         )
         return 0
     text = catalog_table(catalog)
@@ -129,7 +143,7 @@ def cmd_show(app: App, args: argparse.Namespace) -> int:
         snapshots=app.service.snapshots,
     )
     if args.json:
-        print_json(catalog_json(catalog))
+        print_json(_shown(args, catalog_json(catalog)))
     else:
         print(f"catalog at position {position}:")
         sys.stdout.write(catalog_table(catalog) or "no models\n")

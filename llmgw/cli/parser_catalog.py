@@ -14,6 +14,12 @@ def register(
 ) -> None:
     p = sub.add_parser("models", parents=[parent], help="the current catalog")
     p.add_argument("--json", action="store_true", help="full definitions, for programs")
+    p.add_argument(
+        "--show-secrets",
+        action="store_true",
+        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) as stored; "
+        "by default they read [redacted]",
+    )
     p.set_defaults(run="catalog_cmds:cmd_models")
 
     p = sub.add_parser("add", parents=[parent], help="add one model or a list (all or nothing)")
@@ -62,6 +68,12 @@ def register(
         help="a log position, or a time (ISO-8601, or relative: 1h, yesterday)",
     )
     p.add_argument("--json", action="store_true", help="full definitions, for programs")
+    p.add_argument(
+        "--show-secrets",
+        action="store_true",
+        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) as stored; "
+        "by default they read [redacted]",
+    )
     p.set_defaults(run="catalog_cmds:cmd_show")
 
     p = sub.add_parser("db", parents=[parent], help="the database schema")
@@ -138,6 +150,12 @@ def register_audit(
     p.add_argument("frm", metavar="A", type=position_or_time, help="a log position or a time")
     p.add_argument("to", metavar="B", type=position_or_time, help="a log position or a time")
     p.add_argument("--json", action="store_true", help="as JSON, for programs")
+    p.add_argument(
+        "--show-secrets",
+        action="store_true",
+        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) as stored; "
+        "by default they read [redacted]",
+    )
     p.set_defaults(run="audit_cmds:cmd_diff")
 
     p = sub.add_parser(

@@ -192,6 +192,13 @@ def register_agent(
         "default ~/.local/state/llmgw-agent/NODE)",
     )
     p.add_argument(
+        "--secrets-dir",
+        type=Path,
+        metavar="DIR",
+        help="the secrets profiles name ({secret: NAME}), one file NAME each (env "
+        "LLMGW_AGENT_SECRETS_DIR; else env LLMGW_SECRET_NAME)",
+    )
+    p.add_argument(
         "--gpus",
         metavar="CLASS:COUNT",
         help="the cards, when detection cannot see them (A100:8; none for no cards)",

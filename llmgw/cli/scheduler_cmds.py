@@ -65,7 +65,9 @@ def load_reports(path: Path) -> list[NodeReport]:
 
 def cmd_nodes_report(app: App, args: argparse.Namespace) -> int:
     reports = load_reports(args.file)
-    nodes = SchedulerStore(app.engine).report(reports, datetime.now(UTC))
+    nodes = SchedulerStore(app.engine).report(
+        reports, datetime.now(UTC), endpoints=app.settings.server.endpoints
+    )
     if args.json:
         print_json({"recorded": [n.name for n in nodes]})
         return 0

@@ -165,6 +165,7 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             stream_poll_s=conf.server.stream_poll_s,
             catalog_max_age_s=conf.server.catalog_max_age_s,
             policy=policy,
+            endpoints=conf.server.endpoints,
         )
     except (SettingsError, ValueError) as exc:
         raise Refused(str(exc)) from None
@@ -210,7 +211,9 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     # takes it, so a stop by SIGTERM or Ctrl-C exits 0, like `llmgw daemon`.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stopped)
-    if not server.run(create_app(services, scheduler=scheduler), sock, services.stopping):
+    if not server.run(
+        create_app(services, scheduler=scheduler), sock, services.stopping, conf.server.limits
+    ):
         print("error: the API did not start (see the log above)", file=sys.stderr)
         return EXIT_REFUSED
     log.info("api.stopped")

@@ -6,9 +6,10 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, Engine, delete
+from sqlalchemy import Connection, Engine, delete, select, update
 
 from events.db import WRITE
+from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy
 from scheduler.persistence.backend import backend
 from scheduler.persistence.lifecycle_store import record_replica_reports
 from scheduler.persistence.record_format import (
@@ -34,6 +35,7 @@ class InventoryStore:
         reports: Sequence[NodeReport],
         received_at: datetime,
         actor: str | Sequence[str] = "agent",
+        endpoints: EndpointPolicy = NO_NETWORKS,
     ) -> list[Node]:
         """Record reports (each also a heartbeat) in one transaction, stamped on our clock.
 
@@ -44,7 +46,7 @@ class InventoryStore:
         row twice in one statement.
         """
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
-            return write_reports(conn, reports, received_at, actor)
+            return write_reports(conn, reports, received_at, actor, endpoints)
 
     def forget(self, name: str) -> bool:
         """Drop a node from the inventory (decommissioned); its replicas move next round."""
@@ -62,6 +64,7 @@ def write_reports(
     reports: Sequence[NodeReport],
     received_at: datetime,
     actor: str | Sequence[str] = "agent",
+    endpoints: EndpointPolicy = NO_NETWORKS,
 ) -> list[Node]:
     """``InventoryStore.report`` in a transaction the caller holds."""
     actors = [actor] * len(reports) if isinstance(actor, str) else list(actor)
@@ -79,8 +82,34 @@ def write_reports(
         for n in nodes
     ]
     backend(conn).upsert(conn, nodes_t, "name", rows)
-    record_replica_reports(conn, reports, received_at, actors)
+    addresses = register_addresses(conn, reports)
+    record_replica_reports(
+        conn, reports, received_at, actors, addresses=addresses, endpoints=endpoints
+    )
     return nodes
+
+
+def register_addresses(conn: Connection, reports: Sequence[NodeReport]) -> dict[str, str]:
+    """Register the address of each reported node that has none yet; every one's address.
+
+    Set once, never by a later report: an agent that could move its node's address
+    could move where its endpoints may point. A node that really moved is forgotten
+    (``llmgw nodes forget``) and registers again.
+    """
+    for r in reports:
+        if r.address is not None:
+            conn.execute(
+                update(nodes_t)
+                .where(nodes_t.c.name == r.name, nodes_t.c.address.is_(None))
+                .values(address=r.address)
+            )
+    if not any(r.replicas for r in reports):
+        return {}
+    names = [r.name for r in reports if r.replicas]
+    rows = conn.execute(
+        select(nodes_t.c.name, nodes_t.c.address).where(nodes_t.c.name.in_(names))
+    ).all()
+    return {name: address for name, address in rows if address is not None}
 
 
 def read_nodes(conn: Connection) -> list[Node]:

@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 from sqlalchemy import Connection, delete, insert, select, update
 
+from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy, endpoint_problem
 from scheduler.lifecycle.inputs import CORDONED, DRAINING, Cordon, FailureRecord
 from scheduler.lifecycle.replica_reports import FAILED, READY, ReplicaStatus
 from scheduler.persistence.audit_trail import (
@@ -42,14 +43,26 @@ failures_t = table(FailureRow)
 
 
 def record_replica_reports(
-    conn: Connection, reports: Sequence[NodeReport], now: datetime, actors: Sequence[str]
+    conn: Connection,
+    reports: Sequence[NodeReport],
+    now: datetime,
+    actors: Sequence[str],
+    *,
+    addresses: Mapping[str, str] | None = None,
+    endpoints: EndpointPolicy = NO_NETWORKS,
 ) -> None:
     """Apply the replica states in ``reports``; one event per state that changed.
 
     A report about a replica that is not placed on the reporting node (it was
-    moved, or removed, or never existed) is ignored and logged: a late report
-    from the old node must not mark the replica's new placement ready.
+    moved, or removed, or never existed) is ignored: a late report from the old
+    node must not mark the replica's new placement ready. An endpoint the node
+    may not claim (``scheduler.lifecycle.endpoints``; ``addresses`` are the nodes'
+    registered ones) is refused: the replica's state is recorded without it,
+    and its message says why. Either is logged once per report, with counts
+    and a few examples, however many replicas it names: a report of a thousand
+    replicas must not write a thousand lines.
     """
+    addresses = addresses or {}
     with_replicas = [r for r in reports if r.replicas is not None]
     actor_of = {id(r): a for r, a in zip(reports, actors, strict=True)}
     if not with_replicas:
@@ -70,22 +83,25 @@ def record_replica_reports(
     cleared: list[tuple[str, str]] = []
     for report in with_replicas:
         actor = actor_of[id(report)]
+        ignored: list[str] = []
+        refused: list[tuple[str, str, str]] = []
         for rep in report.replicas or ():
             row = rows.get((rep.model, rep.replica))
             nodes = row.placement.nodes if row is not None else ()
             if row is None or report.name not in nodes:
-                log.info(
-                    "placement.report_ignored",
-                    node=report.name,
-                    model=rep.model,
-                    replica=rep.replica,
-                    reason="no such replica is placed on this node",
-                )
+                ignored.append(f"{rep.model}[{rep.replica}]")
                 continue
+            endpoint, message = rep.endpoint, rep.message
+            if endpoint is not None:
+                problem = endpoint_problem(endpoint, addresses.get(report.name), endpoints)
+                if problem is not None:
+                    refused.append((f"{rep.model}[{rep.replica}]", endpoint, problem))
+                    endpoint = None
+                    message = f"endpoint {endpoint_shown(rep.endpoint)} refused: {problem}"
             changed = rep.state != row.state
-            if not changed and rep.message == row.message and rep.endpoint == row.endpoint:
+            if not changed and message == row.message and endpoint == row.endpoint:
                 continue
-            values: dict[str, Any] = {"message": rep.message, "endpoint": rep.endpoint}
+            values: dict[str, Any] = {"message": message, "endpoint": endpoint}
             if changed:
                 values |= {"state": rep.state, "state_since": now}
                 trail.append(
@@ -95,13 +111,14 @@ def record_replica_reports(
                         rep.replica,
                         row.placement.profile,
                         nodes,
-                        rep.message or f"reported {rep.state} by node {report.name}",
+                        message or f"reported {rep.state} by node {report.name}",
                         actor,
                     )
                 )
                 if rep.state == READY:
                     cleared.append((rep.model, report.name))
             writes.append((rep.model, rep.replica, row.nodes_text, values))
+        _log_report(report.name, ignored, refused)
     if not writes:
         return
     # Taken before any row is changed, in the order a round takes its locks,
@@ -123,6 +140,35 @@ def record_replica_reports(
             delete(failures_t).where(failures_t.c.model == model, failures_t.c.node == node)
         )
     append_trail(conn, trail, now=now)
+
+
+# How many replicas a report's log line names, of those it ignored or refused.
+EXAMPLES = 3
+
+
+def endpoint_shown(endpoint: str | None) -> str:
+    text = endpoint or ""
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _log_report(node: str, ignored: Sequence[str], refused: Sequence[tuple[str, str, str]]) -> None:
+    if ignored:
+        log.info(
+            "placement.report_ignored",
+            node=node,
+            ignored=len(ignored),
+            replicas=list(ignored[:EXAMPLES]),
+            reason="no such replica is placed on this node",
+        )
+    if refused:
+        log.warning(
+            "placement.endpoint_refused",
+            node=node,
+            refused=len(refused),
+            replicas=[key for key, _, _ in refused[:EXAMPLES]],
+            endpoints=[endpoint_shown(ep) for _, ep, _ in refused[:EXAMPLES]],
+            reason=refused[0][2],
+        )
 
 
 def read_statuses(

@@ -22,6 +22,7 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from events.db import WRITE
+from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy
 from scheduler.lifecycle.inputs import Cordon
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy
@@ -62,14 +63,16 @@ class SchedulerStore:
         reports: Sequence[NodeReport],
         received_at: datetime,
         actor: str | Sequence[str] = "agent",
+        endpoints: EndpointPolicy = NO_NETWORKS,
     ) -> list[Node]:
-        return self.inventory.report(reports, received_at, actor)
+        return self.inventory.report(reports, received_at, actor, endpoints)
 
     def report_and_service(
         self,
         reports: Sequence[NodeReport],
         received_at: datetime,
         actor: str | Sequence[str] = "agent",
+        endpoints: EndpointPolicy = NO_NETWORKS,
     ) -> tuple[list[Node], dict[str, Cordon], dict[str, int]]:
         """``report``, then ``service`` of the reported nodes read in the same transaction:
         what the API answers a batch of reports with, for one transaction (and its round
@@ -81,7 +84,7 @@ class SchedulerStore:
         """
         names = [r.name for r in reports]
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
-            nodes = write_reports(conn, reports, received_at, actor)
+            nodes = write_reports(conn, reports, received_at, actor, endpoints)
             cordons = read_cordons(conn, names)
             every = self._hosted.read(conn)
         # Only nodes that host replicas, as ``service`` counts them.

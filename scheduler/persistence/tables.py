@@ -31,6 +31,10 @@ class NodeRow(Base):
     # Whether its agent has ever reported replica states. An older agent never
     # does, and its replicas must not time out for want of a report it cannot send.
     reports_replicas: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    # The address its agent advertised in the node's first report that had one: the
+    # host its replicas' endpoints must name (scheduler.endpoints). Set once; cleared
+    # with the node by `llmgw nodes forget`.
+    address: Mapped[str | None] = mapped_column(String(253))
 
 
 class PlacementRow(Base):

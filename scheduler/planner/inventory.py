@@ -77,6 +77,9 @@ class NodeReport(BaseModel):
     memory_gb: float | None = Field(default=None, gt=0, le=1 << 30, allow_inf_nan=False)
     labels: dict[str, str] = Field(default_factory=dict)
     fabric: str | None = None
+    # The host its agent advertises (``--advertise``): registered with the node's first
+    # report, it is the one host its replicas' endpoints may name (scheduler.lifecycle.endpoints).
+    address: str | None = Field(default=None, min_length=1, max_length=253, pattern=r"^[!-~]+$")
     # The states of the replicas on this node (scheduler.lifecycle.replica_reports). Absent
     # leaves them as they were: an older agent does not send it.
     replicas: list[ReplicaReport] | None = Field(default=None, max_length=MAX_REPLICAS_PER_REPORT)
@@ -172,6 +175,7 @@ _FIXES = {
     "memory_gb": "report host memory in GB as a positive number, or leave it out if unknown",
     "labels": "report labels as a mapping of strings to strings",
     "fabric": "name the fabric as a string, or leave it out",
+    "address": "report the host engines are reached at (the agent's --advertise) as a string",
     "replicas": 'report a list of {"model", "replica", "state": starting|ready|failed, '
     '"message", "endpoint"}, or leave it out to keep the states as they were',
 }

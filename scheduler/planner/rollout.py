@@ -55,7 +55,10 @@ def fingerprint(model: Model, profile: Profile) -> str:
         "source": model.source,
         "engine": profile.engine,
         "args": list(profile.args),
-        "env": dict(sorted(profile.env.items())),
+        # A secret by reference counts by its name: the value is the node's, not ours.
+        "env": {
+            k: v if isinstance(v, str) else v.model_dump() for k, v in sorted(profile.env.items())
+        },
         "tp": profile.tp,
         "pp": profile.pp,
         "nodes": profile.nodes,

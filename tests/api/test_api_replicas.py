@@ -51,6 +51,7 @@ def test_an_agent_reports_replica_states_and_placements_show_and_filter_them(
 
     sent = {
         **node,
+        "address": "10.0.0.7",  # registered: the host its endpoints may name (never dialled)
         "replicas": [
             {
                 "model": "base-7b",

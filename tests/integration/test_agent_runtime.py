@@ -105,6 +105,7 @@ def test_the_report_carries_the_inventory_and_each_replica_state(make_agent: Any
         "memory_gb": 64.0,
         "labels": {},
         "fabric": None,
+        "address": "127.0.0.1",
         "replicas": [],
     }
     ready = tick_until(agent, server, "ready")
@@ -118,7 +119,17 @@ def test_an_older_control_plane_gets_the_node_without_replica_states(make_agent:
     agent.tick()
     assert (
         server.reports
-        == [{"gpu_class": "SIM", "gpus": 2, "memory_gb": 64.0, "labels": {}, "fabric": None}] * 2
+        == [
+            {
+                "gpu_class": "SIM",
+                "gpus": 2,
+                "memory_gb": 64.0,
+                "labels": {},
+                "fabric": None,
+                "address": "127.0.0.1",
+            }
+        ]
+        * 2
     )
 
 

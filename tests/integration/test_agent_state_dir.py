@@ -28,7 +28,6 @@ def record(model: str = "org/m", **kw: object) -> Record:
         "port": 8000,
         "endpoint": "http://h:8000",
         "devices": (0, 1),
-        "log_path": "/x.log",
         "started_at": 2.0,
         **kw,
     }
@@ -57,7 +56,7 @@ def test_a_pid_is_the_same_engine_only_with_its_start_time_and_command_line(
     tmp_path: Path,
 ) -> None:
     argv = (sys.executable, "-c", "import time; time.sleep(60)")
-    engine = processes.spawn(Command(argv, {}), tmp_path / "e.log", tmp_path)
+    engine = processes.spawn(Command(argv, {}), tmp_path / "e.log", tmp_path, "n0nce")
     try:
         assert processes.same_process(engine.pid, engine.start_time, argv)
         # A reused pid: another start time, or another program.
@@ -76,7 +75,7 @@ def test_an_engine_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path
         "print('up', flush=True); time.sleep(60)"
     )
     argv = (sys.executable, "-c", code)
-    engine = processes.spawn(Command(argv, {}), tmp_path / "e.log", tmp_path)
+    engine = processes.spawn(Command(argv, {}), tmp_path / "e.log", tmp_path, "n0nce")
     while "up" not in (tmp_path / "e.log").read_text():
         time.sleep(0.05)
     assert processes.stop([engine], grace=0.5)[engine.pid] == -9
@@ -90,7 +89,7 @@ def test_the_group_is_stopped_with_the_engine(tmp_path: Path) -> None:
         "print(c.pid, flush=True); time.sleep(60)"
     )
     log = tmp_path / "e.log"
-    engine = processes.spawn(Command((sys.executable, "-c", code), {}), log, tmp_path)
+    engine = processes.spawn(Command((sys.executable, "-c", code), {}), log, tmp_path, "n0nce")
     while not log.read_text().strip():
         time.sleep(0.05)
     worker = psutil.Process(int(log.read_text().split()[0]))
@@ -111,7 +110,7 @@ def test_the_end_of_a_log_is_one_printable_line(tmp_path: Path) -> None:
 def test_an_engine_environment_carries_its_cards(tmp_path: Path) -> None:
     argv = (sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
     engine = processes.spawn(
-        Command(argv, {"CUDA_VISIBLE_DEVICES": "2,3"}), tmp_path / "l", tmp_path
+        Command(argv, {"CUDA_VISIBLE_DEVICES": "2,3"}), tmp_path / "l", tmp_path, "n0nce"
     )
     assert engine.popen is not None and engine.popen.wait(10) == 0
     assert (tmp_path / "l").read_text().strip() == "2,3"

@@ -22,7 +22,8 @@ T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def report(name: str, replicas: list[dict[str, Any]] | None = None, gpus: int = 8) -> Any:
-    raw: dict[str, Any] = {"name": name, "gpu_class": "A100", "gpus": gpus}
+    # The node's advertised address: the host its replicas' endpoints name.
+    raw: dict[str, Any] = {"name": name, "gpu_class": "A100", "gpus": gpus, "address": name}
     if replicas is not None:
         raw["replicas"] = replicas
     return parse_node_report(raw)

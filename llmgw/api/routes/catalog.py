@@ -153,10 +153,12 @@ def get_catalog(call: Reader) -> Response:
     counts = replica_counts(view.catalog, call.svc.nodes.replicas())
     figures = _resilience(call, view.catalog)
     return ApiJSON(
-        [
-            model_entry(view.catalog, m, counts[m.name], figures.get(m.name))
-            for m in view.catalog.models()
-        ],
+        call.shown(
+            [
+                model_entry(view.catalog, m, counts[m.name], figures.get(m.name))
+                for m in view.catalog.models()
+            ]
+        ),
         headers={"X-Llmgw-Position": str(view.position)},
     )
 
@@ -186,7 +188,7 @@ def get_model(name: str, call: Reader) -> Response:
     counts = replica_counts(view.catalog, call.svc.nodes.replicas(model=model.name))
     figure = _resilience(call, view.catalog).get(model.name)
     return ApiJSON(
-        model_entry(view.catalog, model, counts[model.name], figure),
+        call.shown(model_entry(view.catalog, model, counts[model.name], figure)),
         headers={"X-Llmgw-Position": str(view.position)},
     )
 

@@ -36,6 +36,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import OperationalError
 from starlette.responses import Response
 
+from catalog.secrets import redact
 from events.types import StoredEvent
 from llmgw.api import schemas
 from llmgw.api.access import SECURED, Reader
@@ -78,7 +79,7 @@ def list_events(
     head = call.svc.store.head()
     return ApiJSON(
         {
-            "events": [event_json(e) for e in events],
+            "events": call.shown([event_json(e) for e in events]),
             "next_after": events[-1].position if events else after,
             "head": head,
         }
@@ -140,7 +141,12 @@ async def stream_events(
             placements_start = resumed
     await to_thread.run_sync(call.svc.store.head)  # an outage is a 503 now, not a broken stream
     return StreamingResponse(
-        _follow(call.svc, start, placements_start if placements else None),
+        _follow(
+            call.svc,
+            start,
+            placements_start if placements else None,
+            redacting=not call.sees_secrets(),
+        ),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -163,7 +169,9 @@ def _resume(text: str) -> tuple[int, int | None]:
     return int(catalog), int(placed) if colon else None
 
 
-async def _follow(svc: Services, after: int, placements_after: int | None) -> AsyncIterator[str]:
+async def _follow(
+    svc: Services, after: int, placements_after: int | None, *, redacting: bool = True
+) -> AsyncIterator[str]:
     """``placements_after`` None: the catalog's events alone, as before placements were
     on the stream (ids are positions); else both logs, ids ``CATALOG:PLACEMENTS``."""
     last, placed = after, placements_after
@@ -184,7 +192,8 @@ async def _follow(svc: Services, after: int, placements_after: int | None) -> As
             messages: list[str] = []
             for e in batch:
                 last = e.position
-                messages.append(_message(e, last if placed is None else f"{last}:{placed}"))
+                event_id = last if placed is None else f"{last}:{placed}"
+                messages.append(_message(e, event_id, redacting=redacting))
             for p in more:
                 if isinstance(p, Unreadable):
                     # Named, with an id, and passed: the next poll reads past it, and a
@@ -217,8 +226,9 @@ def _position(row: Unreadable) -> int:
     return int(row.key[0])
 
 
-def _message(event: StoredEvent, event_id: int | str) -> str:
-    return f"id: {event_id}\ndata: {json_text(event_json(event))}\n\n"
+def _message(event: StoredEvent, event_id: int | str, *, redacting: bool = True) -> str:
+    data = event_json(event)
+    return f"id: {event_id}\ndata: {json_text(redact(data) if redacting else data)}\n\n"
 
 
 def _placement_message(event: PlacementEvent, event_id: str) -> str:

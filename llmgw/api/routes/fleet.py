@@ -47,7 +47,7 @@ MAX_POSITION = 2**62
     summary="Per model wanted/placed/ready/unplaced (with reasons), per node GPU use",
 )
 async def get_fleet(call: Reader) -> Response:
-    return ApiJSON(await to_thread.run_sync(_fleet, call.svc))
+    return ApiJSON(call.shown(await to_thread.run_sync(_fleet, call.svc)))
 
 
 def _fleet(svc: Services) -> dict[str, Any]:
@@ -99,7 +99,7 @@ Position = Annotated[int, Query(ge=0, le=MAX_POSITION, description="a log positi
     summary="Models added, removed and changed between two log positions (as `llmgw diff`)",
 )
 async def get_diff(call: Reader, a: Position, b: Position) -> Response:
-    return ApiJSON(await to_thread.run_sync(_diff, call.svc, a, b))
+    return ApiJSON(call.shown(await to_thread.run_sync(_diff, call.svc, a, b)))
 
 
 def _diff(svc: Services, a: int, b: int) -> dict[str, Any]:

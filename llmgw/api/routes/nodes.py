@@ -159,4 +159,6 @@ def list_placements(
     if model is not None:
         model = catalog.canonical(model) or model
     replicas = svc.nodes.replicas(node=node, model=model)
-    return ApiJSON([replica_json(p, catalog, status) for p, status in replicas])
+    return ApiJSON(
+        call.shown([replica_json(p, catalog, status) for p, status in replicas], node=node)
+    )

@@ -13,7 +13,7 @@ def record(**kw: object) -> Record:
     fields: dict[str, object] = {
         "model": "big", "replica": 0, "fingerprint": "f", "engine": "sim", "argv": (),
         "pid": 1, "start_time": 0.0, "port": 8000, "endpoint": "http://10.0.0.1:8000",
-        "devices": (0,), "log_path": "/dev/null", "started_at": 0.0, **kw,
+        "devices": (0,), "started_at": 0.0, **kw,
     }  # fmt: skip
     return Record(**fields)  # type: ignore[arg-type]
 

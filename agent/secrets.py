@@ -1,0 +1,79 @@
+"""Secrets a profile names (``{secret: hf-token}``), resolved on this node when an engine starts.
+
+The control plane stores and serves only a secret's name (catalog.secrets). The
+agent looks the value up, first as the file ``NAME`` in its ``secrets_dir`` (one
+file per secret, as Kubernetes and systemd credentials lay them out; a final
+newline is dropped), then in its own environment as ``LLMGW_SECRET_NAME``
+(upper case, other characters as ``_``). The value goes into the engine's
+environment only: it is never written to the agent's records, its log or a
+report, and a refusal names the secret and where it was looked for, never a value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from catalog.secrets import env_var_for, secret_name_problem
+
+# A token or a password is short; a file larger than this is not one.
+MAX_SECRET_BYTES = 64 * 1024
+
+
+class SecretMissing(Exception):
+    """A secret the profile names that this node cannot supply; the message says where to put it."""
+
+
+def resolve_env(
+    env: Mapping[str, str | Mapping[str, str]],
+    secrets_dir: Path | None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """``env`` with each ``{"secret": name}`` replaced by the secret's value."""
+    environ = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        out[name] = value if isinstance(value, str) else _secret(name, value, secrets_dir, environ)
+    return out
+
+
+def _secret(
+    var: str, ref: Mapping[str, str], secrets_dir: Path | None, environ: Mapping[str, str]
+) -> str:
+    secret = ref.get("secret", "")
+    problem = secret_name_problem(secret)
+    if problem is not None:
+        raise SecretMissing(f"env {var}: the secret's name {secret[:60]!r} {problem}")
+    if secrets_dir is not None:
+        path = secrets_dir / secret
+        try:
+            with path.open("rb") as f:
+                data = f.read(MAX_SECRET_BYTES + 1)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise SecretMissing(
+                f"env {var}: secret {secret!r}: cannot read {path}: {exc.strerror}"
+            ) from None
+        else:
+            if len(data) > MAX_SECRET_BYTES:
+                raise SecretMissing(
+                    f"env {var}: secret {secret!r}: {path} is larger than {MAX_SECRET_BYTES} "
+                    "bytes; a secret file holds the value alone"
+                )
+            text = data.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+            if "\0" in text:
+                raise SecretMissing(
+                    f"env {var}: secret {secret!r}: {path} holds a NUL byte, which no "
+                    "environment variable can"
+                )
+            return text
+    variable = env_var_for(secret)
+    if variable in environ:
+        return environ[variable]
+    where = f"the file {secrets_dir / secret}" if secrets_dir is not None else "a secrets_dir"
+    raise SecretMissing(
+        f"env {var}: secret {secret!r} is on neither {where} nor this agent's environment "
+        f"({variable}); put the value in one of them ([agent] secrets_dir, --secrets-dir)"
+    )

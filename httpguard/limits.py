@@ -1,0 +1,45 @@
+"""The limits on a request's head and on a server's connections. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# What browsers and proxies send stays far below these: nginx's default head buffer
+# is 8 KiB (4 x 8 KiB for large ones), Node's 16 KiB; 64 KiB leaves room for big
+# cookies and tracing headers while bounding what one connection may make us hold.
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+DEFAULT_MAX_HEADERS = 100
+# A client has this long from its first byte (or from connecting) to finish the
+# request line and headers: a real client sends them in one write.
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+# An idle keep-alive connection is closed after this (uvicorn's own default).
+DEFAULT_KEEP_ALIVE_TIMEOUT_S = 5.0
+# Connections open at once; beyond it a new one is answered 503 and closed. Each
+# open connection costs a few KiB and a file descriptor; the default descriptor
+# limit (1024 soft) is what this keeps the server under.
+DEFAULT_MAX_CONNECTIONS = 800
+
+
+@dataclass(frozen=True, slots=True)
+class HeadLimits:
+    """How much of a request's head a server accepts, and for how long it waits for it.
+
+    ``max_header_bytes`` counts the request line and every header line as sent;
+    ``max_headers`` the header lines. Past either the answer is 431. A head not
+    complete ``header_timeout_s`` after its first byte (or after the connection
+    opened) is answered 408 and the connection closed.
+    """
+
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    max_headers: int = DEFAULT_MAX_HEADERS
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    keep_alive_timeout_s: float = DEFAULT_KEEP_ALIVE_TIMEOUT_S
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+
+    def __post_init__(self) -> None:
+        for name in ("max_header_bytes", "max_headers", "max_connections"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("header_timeout_s", "keep_alive_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be a positive number of seconds")

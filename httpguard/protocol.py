@@ -1,0 +1,232 @@
+"""uvicorn's httptools protocol with the head bounded, in size, count and time.
+
+httptools (llhttp) reports a header to Python only once it is complete, and
+until then appends each piece to the bytes it holds, so the size is checked on
+the raw bytes received while a head is incomplete: a connection never makes the
+server hold more than ``max_header_bytes`` plus one read (asyncio reads at most
+256 KiB at a time) before it is answered 431 and closed. The count and the
+exact size of a head that completes within one read are checked in the parser's
+callbacks, before the application sees the request.
+
+The refusals are logged, at most one line per kind every ``LOG_EVERY_S``
+seconds with the number since the last one: a client opening connections must
+not also get to write the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httptools
+import structlog
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from httpguard.limits import HeadLimits
+
+log = structlog.get_logger("llmgw.http")
+
+LOG_EVERY_S = 10.0
+# After a refusal, what the client still sends is read and dropped for this long (or
+# this much) before the connection closes: closing with unread data would reset it,
+# and the client would lose the answer that says what was wrong (nginx's lingering
+# close does the same).
+LINGER_S = 2.0
+LINGER_MAX_BYTES = 4 << 20
+
+
+class _HeadTooLarge(Exception):
+    """Raised in a parser callback: llhttp stops, ``feed_data`` raises, the head is refused."""
+
+
+class _Throttled:
+    """One log line per ``every`` seconds for one kind of refusal, with the count between."""
+
+    def __init__(self, event: str, every: float = LOG_EVERY_S) -> None:
+        self.event = event
+        self.every = every
+        self.last = -every
+        self.count = 0
+
+    def __call__(self, **fields: Any) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            log.warning(self.event, refused=self.count, **fields)
+            self.last, self.count = now, 0
+
+
+def _answer(status: bytes, message: str) -> bytes:
+    body = message.encode("ascii", "replace")
+    return b"".join(
+        [
+            b"HTTP/1.1 ",
+            status,
+            b"\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ",
+            str(len(body)).encode(),
+            b"\r\nconnection: close\r\n\r\n",
+            body,
+        ]
+    )
+
+
+def guarded_protocol(limits: HeadLimits) -> type[HttpToolsProtocol]:
+    """An ``HttpToolsProtocol`` subclass enforcing ``limits`` (give it as uvicorn's ``http``)."""
+    too_large = _Throttled("http.head_too_large")
+    too_slow = _Throttled("http.head_timeout")
+    too_many = _Throttled("http.connections_full")
+    max_bytes, max_headers = limits.max_header_bytes, limits.max_headers
+    large = _answer(
+        b"431 Request Header Fields Too Large",
+        f"the request's head is larger than {max_bytes} bytes or has more than "
+        f"{max_headers} header lines; send fewer or smaller headers\n",
+    )
+    slow = _answer(
+        b"408 Request Timeout",
+        f"the request line and headers did not arrive within {limits.header_timeout_s:g}s\n",
+    )
+    full = _answer(
+        b"503 Service Unavailable",
+        f"this server already holds {limits.max_connections} connections, its limit; "
+        "retry shortly, or reuse a connection\n",
+    )
+
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):
+        # Bytes received since the head began, while it is incomplete.
+        _head_raw = 0
+        # The head as the parser handed it over: its size and header lines.
+        _head_size = 0
+        _head_count = 0
+        _in_head = True
+        _head_timer: asyncio.TimerHandle | None = None
+        # Set once the connection is refused: what arrives is dropped until it closes.
+        _lingering: asyncio.TimerHandle | None = None
+        _dropped = 0
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > limits.max_connections:
+                too_many(limit=limits.max_connections)
+                self._refuse(full)
+                return
+            # Covers a client that connects and sends nothing at all.
+            self._arm_head_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm_head_timer()
+            if self._lingering is not None:
+                self._lingering.cancel()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self._lingering is not None:
+                self._dropped += len(data)
+                if self._dropped > LINGER_MAX_BYTES:
+                    self.transport.close()
+                return
+            self._unset_keepalive_if_required()
+            if self._in_head:
+                self._head_raw += len(data)
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                if isinstance(exc.__context__, _HeadTooLarge):
+                    self._refuse_large()
+                    return
+                # Not ours: uvicorn's own answer (400) to a malformed request.
+                msg = "Invalid HTTP request received."
+                self.logger.warning(msg)
+                self.send_400_response(msg)
+                return
+            except httptools.HttpParserUpgrade:
+                if self._should_upgrade():
+                    self.handle_websocket_upgrade()
+                else:
+                    self._unsupported_upgrade_warning()
+                return
+            if self._in_head and self._head_raw:
+                if self._head_raw > max_bytes:
+                    # A header still arriving: what llhttp holds grows with it.
+                    self._refuse_large()
+                elif self._head_timer is None:
+                    # Armed only for a head that did not arrive whole (a real client's
+                    # does, in one write): the common request pays for no timer.
+                    self._arm_head_timer()
+
+        def on_message_begin(self) -> None:
+            self._in_head = True
+            self._head_size = self._head_count = 0
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._head_size += len(url)
+            if self._head_size > max_bytes:
+                raise _HeadTooLarge
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._head_count += 1
+            self._head_size += len(name) + len(value) + 4  # ": " and CRLF
+            if self._head_count > max_headers or self._head_size > max_bytes:
+                raise _HeadTooLarge
+            super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            self._head_raw = 0
+            self._disarm_head_timer()
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            # Whatever arrives next on this connection is the next request's head.
+            self._in_head = True
+            self._head_raw = 0
+            super().on_message_complete()
+
+        def _arm_head_timer(self) -> None:
+            self._head_timer = self.loop.call_later(limits.header_timeout_s, self._head_timeout)
+
+        def _disarm_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            if self._in_head and not self.transport.is_closing():
+                too_slow(timeout_s=limits.header_timeout_s, client=_client(self.client))
+                # A client that sent nothing gets no answer: nothing was asked.
+                if self._head_raw:
+                    self.transport.write(slow)
+                self.transport.close()
+
+        def _refuse_large(self) -> None:
+            if not self.transport.is_closing() and self._lingering is None:
+                too_large(
+                    limit_bytes=max_bytes, limit_headers=max_headers, client=_client(self.client)
+                )
+                self._refuse(large)
+
+        def _refuse(self, answer: bytes) -> None:
+            """Answer, stop sending, and close once the client has had time to read it."""
+            self._disarm_head_timer()
+            self._unset_keepalive_if_required()
+            self.transport.write(answer)
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self._lingering = self.loop.call_later(LINGER_S, self.transport.close)
+
+    return GuardedHttpToolsProtocol
+
+
+def _client(addr: tuple[str, int] | None) -> str:
+    return "unknown" if addr is None else f"{addr[0]}:{addr[1]}"
+
+
+def uvicorn_options(limits: HeadLimits) -> dict[str, Any]:
+    """The ``uvicorn.Config`` keyword arguments that enforce ``limits``."""
+    return {
+        "http": guarded_protocol(limits),
+        "timeout_keep_alive": limits.keep_alive_timeout_s,
+    }

@@ -1,0 +1,83 @@
+"""Secrets a profile names, resolved by a real agent for a real engine (agent.secrets)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from agent import processes
+from agent.inventory import Inventory
+from agent.placements import Key
+from agent.runtime import Agent, AgentConfig
+from agent.secrets import SecretMissing, resolve_env
+from tests.integration.test_agent_runtime import StandIn, placement, tick_until
+
+VALUE = "hf_node-local-value-42"
+
+
+def _placement_with(env: dict[str, Any]) -> dict[str, Any]:
+    p = placement("chat", [])
+    p["engine"]["env"] = env
+    return p
+
+
+def _agent(tmp_path: Path, server: StandIn, secrets_dir: Path | None) -> Agent:
+    config = AgentConfig(
+        node="n1",
+        state_dir=tmp_path / "state",
+        engine_host="127.0.0.1",
+        stop_grace=5,
+        secrets_dir=secrets_dir,
+    )
+    inventory = Inventory(gpu_class="SIM", devices=(0, 1), memory_gb=64.0, cpus=2)
+    return Agent(config, inventory, server)  # type: ignore[arg-type]
+
+
+def test_a_secret_from_the_secrets_dir_reaches_the_engine_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    secrets_dir = tmp_path / "secrets"
+    secrets_dir.mkdir()
+    (secrets_dir / "hf-token").write_text(VALUE + "\n")
+    server = StandIn([_placement_with({"HF_TOKEN": {"secret": "hf-token"}, "LOG": "x"})])
+    agent = _agent(tmp_path, server, secrets_dir)
+    try:
+        tick_until(agent, server, "ready")
+        (engine,) = agent.procs.values()
+        environ = psutil.Process(engine.pid).environ()
+        assert environ["HF_TOKEN"] == VALUE and environ["LOG"] == "x"
+        assert environ[processes.NONCE_VAR] == agent.records[Key("chat", 0)].nonce
+    finally:
+        agent.shutdown()
+    for path in (tmp_path / "state").rglob("*"):
+        if path.is_file():
+            assert VALUE.encode() not in path.read_bytes(), path
+    assert VALUE not in repr(server.reports)
+
+
+def test_a_missing_secret_fails_the_replica_saying_where_to_put_it(tmp_path: Path) -> None:
+    server = StandIn([_placement_with({"HF_TOKEN": {"secret": "hf-token"}})])
+    agent = _agent(tmp_path, server, tmp_path / "secrets")
+    try:
+        failed = tick_until(agent, server, "failed")
+    finally:
+        agent.shutdown()
+    assert "secret 'hf-token'" in failed["message"]
+    assert "LLMGW_SECRET_HF_TOKEN" in failed["message"]
+    assert str(tmp_path / "secrets" / "hf-token") in failed["message"]
+
+
+def test_a_secret_is_read_from_the_environment_when_no_file_holds_it(tmp_path: Path) -> None:
+    env = {"A_KEY": {"secret": "db.pass"}, "PLAIN": "p"}
+    assert resolve_env(env, None, {"LLMGW_SECRET_DB_PASS": "v"}) == {"A_KEY": "v", "PLAIN": "p"}
+    (tmp_path / "db.pass").write_text("from-file")
+    assert resolve_env(env, tmp_path, {"LLMGW_SECRET_DB_PASS": "v"})["A_KEY"] == "from-file"
+    with pytest.raises(SecretMissing, match="1-128 letters"):
+        resolve_env({"X": {"secret": "../etc/shadow"}}, tmp_path, os.environ)
+    (tmp_path / "big").write_bytes(b"x" * (70 * 1024))
+    with pytest.raises(SecretMissing, match="larger than"):
+        resolve_env({"X": {"secret": "big"}}, tmp_path, {})

@@ -1,0 +1,145 @@
+"""The secrets rule (catalog.secrets), by property: which plain values are refused, what
+every refusal says, and that redaction leaves no secret-looking plain value behind."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from catalog import CatalogError, parse_model
+from catalog.declared import load_declared
+from catalog.secrets import (
+    REDACTED,
+    SECRET_WORDS,
+    check_no_plain_secrets,
+    env_var_for,
+    looks_secret,
+    redact,
+    secret_name_problem,
+)
+from tests.support import dump_yaml
+
+NAME_CHARS = st.sampled_from("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+words = st.sampled_from(SECRET_WORDS)
+affix = st.text(NAME_CHARS, max_size=8)
+
+
+def _case(text: str, flips: list[bool]) -> str:
+    return "".join(c.lower() if f else c for c, f in zip(text, flips, strict=True))
+
+
+@st.composite
+def secret_names(draw: st.DrawFn) -> str:
+    word = draw(words)
+    flips = draw(st.lists(st.booleans(), min_size=len(word), max_size=len(word)))
+    return draw(affix) + _case(word, flips) + draw(affix)
+
+
+plain_names = st.text(NAME_CHARS, min_size=1, max_size=20).filter(lambda n: not looks_secret(n))
+values = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=40)
+
+
+def _model(env: dict[str, Any]) -> Any:
+    return parse_model(
+        {
+            "name": "m",
+            "source": "org/m",
+            "profiles": [{"name": "p", "gpu_class": "T4", "tp": 1, "env": env}],
+        }
+    )
+
+
+@given(secret_names(), values)
+def test_a_plain_value_under_a_secrets_name_is_refused_naming_the_fix(
+    name: str, value: str
+) -> None:
+    model = _model({name: value})
+    with pytest.raises(CatalogError) as caught:
+        check_no_plain_secrets(model.profiles, model.name)
+    err = caught.value
+    assert (err.model, err.profile, err.field) == ("m", "p", f"profiles.env.{name}")
+    assert "{secret: " in err.message and "secrets_dir" in err.message
+    # The message repeats the name (and a secret's name made of it), never the value.
+    said = err.message
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    for part in (name, slug, env_var_for(slug)):
+        said = said.replace(part, "")
+    if len(value) > 3:
+        assert value not in said
+
+
+@given(plain_names, values)
+def test_a_plain_value_under_any_other_name_is_accepted(name: str, value: str) -> None:
+    model = _model({name: value})
+    check_no_plain_secrets(model.profiles, model.name)
+
+
+@given(secret_names(), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,40}", fullmatch=True))
+def test_a_secret_by_reference_is_always_accepted(name: str, secret: str) -> None:
+    model = _model({name: {"secret": secret}})
+    check_no_plain_secrets(model.profiles, model.name)
+    assert model.to_definition()["profiles"][0]["env"] == {name: {"secret": secret}}
+    assert secret_name_problem(secret) is None
+    assert env_var_for(secret).startswith("LLMGW_SECRET_")
+
+
+@pytest.mark.parametrize("secret", ["", "../x", "/etc/shadow", ".hidden", "a/b", "x" * 129])
+def test_a_reference_that_is_not_a_file_name_is_refused(secret: str) -> None:
+    with pytest.raises(CatalogError, match="secrets_dir"):
+        _model({"HF_TOKEN": {"secret": secret}})
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(["env", "a", "profiles", "path"]), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(json_values, st.dictionaries(st.one_of(secret_names(), plain_names), values, max_size=5))
+def test_redaction_leaves_no_plain_secret_value_under_any_env(
+    around: Any, env: dict[str, str]
+) -> None:
+    shown = redact({"x": around, "engine": {"env": env}, "list": [{"env": env}]})
+    for holder in (shown["engine"]["env"], shown["list"][0]["env"]):
+        for name, value in holder.items():
+            assert value == (REDACTED if looks_secret(name) else env[name])
+    assert redact(around) == redact(redact(around))  # idempotent
+
+
+def test_a_diff_entry_of_a_secret_env_variable_is_redacted() -> None:
+    change = {"path": "profiles[t4].env.HF_TOKEN", "before": "a-value", "after": "b-value"}
+    assert redact(change) == {**change, "before": REDACTED, "after": REDACTED}
+    dotted = {"path": 'profiles[t4].env["MY.API_KEY"]', "before": None, "after": "v"}
+    assert redact(dotted)["after"] == REDACTED
+    plain = {"path": "profiles[t4].env.LOG_LEVEL", "before": "a", "after": "b"}
+    assert redact(plain) == plain
+
+
+def test_the_declared_file_is_held_to_the_same_rule_and_says_where_to_edit(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "catalog.yaml"
+    model = {
+        "name": "m",
+        "source": "org/m",
+        "profiles": [{"name": "p", "gpu_class": "T4", "env": {"HF_TOKEN": "hf_abcdefgh"}}],
+    }
+    path.write_text(dump_yaml({"models": [model]}))
+    with pytest.raises(CatalogError) as caught:
+        load_declared(path)
+    assert caught.value.message.startswith(f"{path}: model 'm' profile 'p': env HF_TOKEN")
+    assert "hf_abcdefgh" not in caught.value.message
+    model["profiles"][0]["env"] = {"HF_TOKEN": {"secret": "hf-token"}}  # type: ignore[index]
+    path.write_text(dump_yaml({"models": [model]}))
+    assert load_declared(path).resolve("m") is not None
+    assert json.dumps(load_declared(path).resolve("m").to_definition())  # type: ignore[union-attr]
