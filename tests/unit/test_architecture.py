@@ -317,8 +317,8 @@ def test_the_checker_sees_an_arrow_back_up(tmp_path: Path) -> None:
         },
     )
     assert layer_violations(graph) == [
-        "agent imports llmgw: agent may import catalog (MAY_IMPORT)",
-        "agent imports llmgw.cli: agent may import catalog (MAY_IMPORT)",
+        "agent imports llmgw: agent may import catalog, httpguard (MAY_IMPORT)",
+        "agent imports llmgw.cli: agent may import catalog, httpguard (MAY_IMPORT)",
         "catalog.rules imports events.log: catalog may import nothing of ours (MAY_IMPORT)",
         "scheduler.planner.fit imports scheduler.persistence.tables: scheduler.planner may "
         "import catalog, scheduler.lifecycle (MAY_IMPORT)",
