@@ -45,6 +45,10 @@ class Role(enum.StrEnum):
     READER = "reader"
 
 
+# Who may post gateways' signal windows. "gateway" takes effect once Role has it.
+SIGNAL_ROLES = frozenset({"operator", "gateway"})
+
+
 class TokenConfigError(ValueError):
     """A token entry that cannot be used; the message names the entry and the fix."""
 
@@ -166,6 +170,11 @@ class Principal:
 
     def may_change_catalog(self) -> bool:
         return self.role is Role.OPERATOR
+
+    def may_report_signals(self) -> bool:
+        """A gateway's load windows (``POST /v1/signals``): by role name, so the gateway
+        role needs no change here when it is added to ``Role``."""
+        return self.role.value in SIGNAL_ROLES
 
     def may_report(self, node: str) -> bool:
         return self.role is Role.OPERATOR or (self.role is Role.AGENT and node in self.nodes)

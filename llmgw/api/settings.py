@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autoscale.policy import DEFAULT_POLICY, Policy
 from llmgw.api.auth import TokenBook, TokenConfigError, TokenEntry, parse_env_tokens
 from llmgw.settings import SettingsError
 from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
@@ -49,6 +50,8 @@ class ApiSettings:
     # A model definition or node report is a few kilobytes; a megabyte is a mistake.
     max_body_bytes: int = 1 << 20
     policy: StalenessPolicy = field(default_factory=lambda: DEFAULT_STALENESS)
+    # [autoscale]: what /v1/autoscale shows as the policy in force.
+    autoscale: Policy = DEFAULT_POLICY
 
     def book(self) -> TokenBook:
         return TokenBook(self.tokens)
@@ -63,6 +66,7 @@ class ApiSettings:
         stream_poll_s: float = 0.5,
         catalog_max_age_s: float = 0.1,
         policy: StalenessPolicy = DEFAULT_STALENESS,
+        autoscale: Policy = DEFAULT_POLICY,
     ) -> ApiSettings:
         """Tokens from ``auth_file`` (else ``LLMGW_AUTH_FILE``) and ``LLMGW_TOKENS``.
 
@@ -91,6 +95,7 @@ class ApiSettings:
                 stream_poll_s=stream_poll_s,
                 catalog_max_age_s=catalog_max_age_s,
                 policy=policy,
+                autoscale=autoscale,
             )
             settings.book()  # refuses two entries with one hash now, not at the first request
         except TokenConfigError as exc:

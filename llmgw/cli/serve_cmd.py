@@ -158,6 +158,7 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             stream_poll_s=conf.server.stream_poll_s,
             catalog_max_age_s=conf.server.catalog_max_age_s,
             policy=policy,
+            autoscale=conf.autoscale,
         )
     except (SettingsError, ValueError) as exc:
         raise Refused(str(exc)) from None
@@ -190,6 +191,8 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             leadership=leadership_for(app.settings.database_url),
             interval=conf.interval_s,
             metrics=services.metrics,
+            engine=engine,
+            autoscale=conf.autoscale,
         )
     host, port = conf.server.host, conf.server.port
     try:

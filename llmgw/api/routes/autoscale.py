@@ -1,0 +1,131 @@
+"""Autoscaling over HTTP: gateways' signal windows in (``POST /v1/signals``), the
+per-model view out (``GET /v1/autoscale``).
+
+A gateway posts every few seconds, and at once when a request starts waiting for a
+model with no ready replica. The body is received with the API's size cap and
+parsed and checked in a worker thread (``llmgw.api.bodies``, ``autoscale.signals``),
+never on the event loop; nothing is stored unless all of it is valid.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from anyio import to_thread
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from autoscale.signals import MAX_REPLICAS, MAX_WINDOWS, SignalsError, parse_signals
+from autoscale.store import AutoscaleStore
+from llmgw.api.access import SECURED, Reader, Reporter
+from llmgw.api.bodies import parse, receive
+from llmgw.api.problems import ApiJSON, Problem, errors
+from llmgw.api.services import Services
+from llmgw.autoscale_view import autoscale_rows
+
+router = APIRouter()
+GATEWAY_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+
+_SIGNALS_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["gateway", "windows"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "gateway": {"type": "string", "pattern": GATEWAY_PATTERN},
+                        "windows": {
+                            "type": "array",
+                            "maxItems": MAX_WINDOWS,
+                            "items": {
+                                "type": "object",
+                                "required": ["model", "start", "end"],
+                                "properties": {
+                                    "model": {"type": "string", "minLength": 1, "maxLength": 255},
+                                    "start": {"type": "string", "format": "date-time"},
+                                    "end": {"type": "string", "format": "date-time"},
+                                    "requests": {"type": "integer", "minimum": 0},
+                                    "errors": {"type": "integer", "minimum": 0},
+                                    "waiting": {"type": "integer", "minimum": 0},
+                                    "inflight_mean": {"type": "number", "minimum": 0},
+                                    "inflight_max": {"type": "integer", "minimum": 0},
+                                    "queue_wait_p99_s": {"type": ["number", "null"], "minimum": 0},
+                                    "ttft_p99_s": {"type": ["number", "null"], "minimum": 0},
+                                    "tpot_p99_s": {"type": ["number", "null"], "minimum": 0},
+                                    "replicas": {
+                                        "type": "object",
+                                        "maxProperties": MAX_REPLICAS,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "/v1/signals",
+    status_code=202,
+    responses=errors(401, 403, 413, 422, 503),
+    openapi_extra={**_SIGNALS_BODY, **SECURED},
+    tags=["autoscale"],
+    summary="A gateway's load windows per model (the autoscaler's input)",
+)
+async def post_signals(request: Request, call: Reporter) -> Response:
+    svc, who = call.svc, call.who
+    if not who.may_report_signals():
+        raise Problem(
+            403,
+            "forbidden",
+            f"token {who.name!r} has the {who.role.value} role; signal windows are posted "
+            "with a gateway token (or an operator's)",
+        )
+    body = await receive(request, svc.settings.max_body_bytes)
+    recorded = await to_thread.run_sync(_parse_and_record, svc, body)
+    return ApiJSON(recorded, status_code=202)
+
+
+def _parse_and_record(svc: Services, body: bytes) -> dict[str, Any]:
+    data = parse(body, svc.settings.max_body_bytes, "invalid-signals", json_only=True)
+    try:
+        signals = parse_signals(data)
+    except SignalsError as exc:
+        raise Problem(422, "invalid-signals", f"nothing recorded: {exc}") from None
+    now = datetime.now(UTC)
+    with svc.writing:
+        AutoscaleStore(svc.engine).record_signals(signals.gateway, signals.received(now), now)
+    return {
+        "gateway": signals.gateway,
+        "windows": len(signals.windows),
+        "received_at": now.isoformat(),
+    }
+
+
+@router.get(
+    "/v1/autoscale",
+    responses=errors(401, 503),
+    openapi_extra=SECURED,
+    tags=["autoscale"],
+    summary="Per model: replicas placed and ready vs wanted vs scaling.min/max, the last "
+    "decision, and the recent load and p99s against the SLO",
+)
+async def get_autoscale(call: Reader) -> Response:
+    return ApiJSON(await to_thread.run_sync(_autoscale, call.svc))
+
+
+def _autoscale(svc: Services) -> dict[str, Any]:
+    view = svc.gate.view()
+    policy = svc.settings.autoscale
+    now = datetime.now(UTC)
+    rows = autoscale_rows(
+        view.catalog, svc.nodes.replicas(), AutoscaleStore(svc.engine), policy, now
+    )
+    return {"checked_at": now.isoformat(), "policy": policy.to_json(), "models": rows}
