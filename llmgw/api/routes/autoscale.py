@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from autoscale.signals import MAX_REPLICAS, MAX_WINDOWS, SignalsError, parse_signals
 from autoscale.store import AutoscaleStore
-from llmgw.api.access import SECURED, Reader, Reporter
+from llmgw.api.access import SECURED, Reader, Signaller
 from llmgw.api.bodies import parse, receive
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
@@ -79,15 +79,8 @@ _SIGNALS_BODY: dict[str, Any] = {
     tags=["autoscale"],
     summary="A gateway's load windows per model (the autoscaler's input)",
 )
-async def post_signals(request: Request, call: Reporter) -> Response:
-    svc, who = call.svc, call.who
-    if not who.may_report_signals():
-        raise Problem(
-            403,
-            "forbidden",
-            f"token {who.name!r} has the {who.role.value} role; signal windows are posted "
-            "with a gateway token (or an operator's)",
-        )
+async def post_signals(request: Request, call: Signaller) -> Response:
+    svc = call.svc
     body = await receive(request, svc.settings.max_body_bytes)
     recorded = await to_thread.run_sync(_parse_and_record, svc, body)
     return ApiJSON(recorded, status_code=202)
