@@ -30,7 +30,7 @@ def register(
     )
     p.add_argument("model", nargs="?", help="only this model (a name or alias)")
     p.add_argument("--since", type=time_arg, metavar="TIME", help="e.g. 1h, today, an ISO time")
-    p.add_argument("--until", type=time_arg, metavar="TIME")
+    p.add_argument("--until", type=time_arg, metavar="TIME", help="up to this time")
     p.add_argument("--holds", action="store_true", help="also the holds worth knowing about")
     p.add_argument("--limit", type=int, default=200, help="the last N (default 200)")
     p.add_argument("--json", action="store_true", help="each decision with reason and inputs")
@@ -44,7 +44,9 @@ def register(
         parents=[parent],
         help="replay the recorded signal windows under a policy, beside what happened",
     )
-    p.add_argument("--since", type=time_arg, required=True, metavar="TIME")
+    p.add_argument(
+        "--since", type=time_arg, required=True, metavar="TIME", help="from this time (1h, ISO)"
+    )
     p.add_argument("--until", type=time_arg, metavar="TIME", help="default: now")
     p.add_argument(
         "--policy",
@@ -62,12 +64,18 @@ def register(
     )
     p.add_argument("model", help="a model name or alias (it must declare an slo)")
     p.add_argument("--gateway", required=True, metavar="URL", help="e.g. http://gw:8000")
-    p.add_argument("--token-file", required=True, type=Path, metavar="FILE")
+    p.add_argument(
+        "--token-file", required=True, type=Path, metavar="FILE", help="a client token, one line"
+    )
     p.add_argument("--profile", metavar="P", help="the profile measured (default: the first)")
-    p.add_argument("--max-concurrency", type=int, default=64, metavar="N")
-    p.add_argument("--start-concurrency", type=int, default=1, metavar="N")
+    p.add_argument(
+        "--max-concurrency", type=int, default=64, metavar="N", help="the last step (64)"
+    )
+    p.add_argument(
+        "--start-concurrency", type=int, default=1, metavar="N", help="the first step (1)"
+    )
     p.add_argument("--step-time", default="10s", metavar="DURATION", help="per step (10s)")
-    p.add_argument("--max-tokens", type=int, default=32, metavar="N")
+    p.add_argument("--max-tokens", type=int, default=32, metavar="N", help="per request (32)")
     p.add_argument(
         "--record",
         action="store_true",

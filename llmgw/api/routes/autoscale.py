@@ -9,6 +9,7 @@ never on the event loop; nothing is stored unless all of it is valid.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +26,10 @@ from llmgw.api.services import Services
 from llmgw.autoscale_view import autoscale_rows
 
 router = APIRouter()
+# Gateways poll the placements; the measured capacities behind each replica's weight
+# change only when someone records a bench, so they are read at most this often.
+CAPACITY_MAX_AGE_S = 1.0
+_capacities: dict[int, tuple[float, dict[tuple[str, str], float]]] = {}
 GATEWAY_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 
 _SIGNALS_BODY: dict[str, Any] = {
@@ -69,6 +74,16 @@ _SIGNALS_BODY: dict[str, Any] = {
         },
     }
 }
+
+
+def measured_capacities(svc: Services) -> dict[tuple[str, str], float]:
+    """The capacities ``llmgw bench --record`` measured, per (model, profile), cached briefly."""
+    now = time.monotonic()
+    found = _capacities.get(id(svc))
+    if found is None or now - found[0] > CAPACITY_MAX_AGE_S:
+        found = (now, AutoscaleStore(svc.engine).capacities())
+        _capacities[id(svc)] = found
+    return found[1]
 
 
 @router.post(

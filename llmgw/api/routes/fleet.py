@@ -29,6 +29,7 @@ from events.timetravel import catalogs_at
 from llmgw.api import fleet, schemas
 from llmgw.api.access import SECURED, Reader
 from llmgw.api.problems import ApiJSON, Problem, errors
+from llmgw.api.routes.autoscale import measured_capacities
 from llmgw.api.services import Services
 from llmgw.views import iso, replica_json
 from scheduler.demands import demands
@@ -70,7 +71,8 @@ def _fleet(svc: Services) -> dict[str, Any]:
     models = fleet.models(view.catalog, replicas)
     for row in models:
         row["unplaced_reasons"] = reasons.get(row["name"], [])
-    rows = [replica_json(p, view.catalog, status) for p, status in replicas]
+    measured = measured_capacities(svc)
+    rows = [replica_json(p, view.catalog, status, measured) for p, status in replicas]
     return {
         "catalog_position": view.position,
         "placement_head": placement_head,
