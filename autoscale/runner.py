@@ -35,7 +35,7 @@ from autoscale.policy import Policy
 from autoscale.rounds import decide_round, group
 from autoscale.store import DECISION, AutoscaleStore, digest_of
 from autoscale.store import HOLD as HOLD_EVENT
-from autoscale.windows import Summary
+from autoscale.windows import Summary, Window
 from catalog import Model
 
 log = structlog.get_logger("llmgw.autoscale")
@@ -45,6 +45,26 @@ SETTLE = timedelta(seconds=1)
 PRUNE_EVERY = timedelta(minutes=10)
 # Holds recorded as events (once per episode): each needs a person or explains a delay.
 NOTABLE_HOLDS = frozenset({"at_max", "starting", "no_signal"})
+
+
+class Recent:
+    """The windows of the last decision window, kept between rounds: each round reads only
+    those received since the last (``(last, at]``), which is exactly the set a full read
+    would add, since every window received by ``last`` had committed when it was read
+    (``SETTLE``). A round after a gap (or the first) reads the whole window again."""
+
+    def __init__(self) -> None:
+        self.upto: datetime | None = None
+        self.held: list[Window] = []
+
+    def windows(self, store: AutoscaleStore, after: datetime, at: datetime) -> list[Window]:
+        if self.upto is None or self.upto < after or self.upto > at:
+            self.held = store.windows(after, at)
+        else:
+            self.held = [w for w in self.held if w.received_at > after]
+            self.held.extend(store.windows(self.upto, at))
+        self.upto = at
+        return self.held
 
 
 def decision_body(
@@ -97,6 +117,7 @@ class Autoscaler:
         self._holds: dict[str, str] = {}
         self._limits: tuple[tuple[int, int], dict[str, Limits], tuple[str, str]] | None = None
         self._pruned: datetime | None = None
+        self._recent = Recent()
 
     def limits(self) -> tuple[dict[str, Limits], tuple[str, str]]:
         """Every model's limits and their digest, recomputed only when the catalog or a
@@ -136,7 +157,7 @@ class Autoscaler:
         started = time.perf_counter()
         policy = self.policy
         limits, digest = self.limits()
-        windows = self.store.windows(at - policy.window, at)
+        windows = self._recent.windows(self.store, at - policy.window, at)
         heard = bool(self.store.heard(at - policy.window, at))
         state = self.store.state()
         report = RoundReport(at)

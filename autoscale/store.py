@@ -126,10 +126,14 @@ def digest_of(document: Any) -> tuple[str, str]:
     return hashlib.sha256(text.encode()).hexdigest(), text
 
 
-def _window(row: Mapping[str, Any]) -> Window:
-    replicas_raw = _json(row["replicas"], "replicas")
+def _window(row: Mapping[str, Any], *, with_replicas: bool = False) -> Window:
+    """A stored window; its per-replica loads only when asked (a decision reads their count)."""
+    replicas_raw = _json(row["replicas"], "replicas") if with_replicas else {}
     if not isinstance(replicas_raw, dict):
         raise Unreadable("replicas is not a JSON object")
+    count = _int(row["replica_count"], "replica_count")
+    if count < 0:
+        raise Unreadable(f"replica_count {count} is negative")
     return Window(
         gateway=_text(row["gateway"], "gateway"),
         model=_text(row["model"], "model"),
@@ -152,6 +156,7 @@ def _window(row: Mapping[str, Any]) -> Window:
             )
             for k, v in replicas_raw.items()
         },
+        replica_count=count,
     )
 
 
@@ -207,6 +212,7 @@ class AutoscaleStore:
                             "queue_wait_p99_s": w.queue_wait_p99_s,
                             "ttft_p99_s": w.ttft_p99_s,
                             "tpot_p99_s": w.tpot_p99_s,
+                            "replica_count": len(w.replicas),
                             "replicas": json.dumps(
                                 {
                                     k: {

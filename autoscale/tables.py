@@ -50,6 +50,8 @@ class WindowRow(Base):
     ttft_p99_s: Mapped[float | None] = mapped_column(Float)
     tpot_p99_s: Mapped[float | None] = mapped_column(Float)
     replicas: Mapped[str] = mapped_column(Text)  # JSON {replica key: {requests, ...}}
+    # len(replicas): what a decision reads, without decoding the JSON of every window.
+    replica_count: Mapped[int] = mapped_column(Integer)
 
 
 class RoundRow(Base):

@@ -1,6 +1,6 @@
 """``python -m bench [AREA ...] [--quick]``: print one table per area.
 
-Areas: replay, append, peer, placement, writers, decode, reports, batch (all when none is
+Areas: replay, append, peer, placement, writers, decode, reports, batch, autoscale (all when none is
 named). The default sizes are the ones the issue asks for; ``--quick`` uses small ones so
 that a change can be tried in a minute. Logs are generated once and cached
 under ``bench/.cache/`` (SQLite) and in ``llmgw_bench_*`` databases
@@ -20,7 +20,17 @@ import structlog
 
 from bench import common
 
-AREAS = ("replay", "append", "peer", "placement", "writers", "decode", "reports", "batch")
+AREAS = (
+    "replay",
+    "append",
+    "peer",
+    "placement",
+    "writers",
+    "decode",
+    "reports",
+    "batch",
+    "autoscale",
+)
 
 
 def quiet_logs() -> None:
@@ -61,6 +71,10 @@ def _runner(area: str) -> Callable[[bool], list[common.Table]]:
         from bench import batch
 
         return batch.run
+    if area == "autoscale":
+        from bench import autoscale
+
+        return autoscale.run
     from bench import placement
 
     return placement.run

@@ -51,6 +51,7 @@ def upgrade() -> None:
         sa.Column("ttft_p99_s", sa.Float(), nullable=True),
         sa.Column("tpot_p99_s", sa.Float(), nullable=True),
         sa.Column("replicas", sa.Text(), nullable=False),
+        sa.Column("replica_count", sa.Integer(), nullable=False),
     )
     op.create_index("ix_autoscale_windows_received_at", "autoscale_windows", ["received_at"])
     op.create_table(
