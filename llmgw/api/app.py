@@ -39,6 +39,7 @@ from catalog.identifiers import (
 )
 from catalog.model import MAX_MEMORY_GB, MAX_PARALLEL, MAX_PRIORITY, MAX_REPLICAS
 from llmgw.api import docs, problems, ui
+from llmgw.api.autoscale_metrics import AutoscaleCollector
 from llmgw.api.background import SchedulerThread
 from llmgw.api.fleet_metrics import FleetCollector
 from llmgw.api.middleware import RequestLog
@@ -110,6 +111,7 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
     app.report_route = _route(nodes.router, "/v1/nodes/{name}", "PUT")
     if not services.metrics.fleet:
         services.metrics.registry.register(FleetCollector(services))
+        services.metrics.registry.register(AutoscaleCollector(services))
         services.metrics.fleet = True
 
     def openapi() -> dict[str, Any]:

@@ -54,6 +54,12 @@ def test_an_operator_token_posts_windows_and_they_are_counted(
     row = _windows(api, tokens)["models"][0]  # type: ignore[index]
     assert row["model"] == "chat" and row["min"] == 1 and row["max"] == 4 and row["wanted"] == 1
     assert row["signals"]["requests"] >= 7
+    with api.client(tokens.reader) as c:
+        metrics = c.get("/metrics").text
+    assert 'llmgw_autoscale_wanted_replicas{model="chat"} 1.0' in metrics
+    assert 'llmgw_autoscale_max_replicas{model="chat"} 4.0' in metrics
+    assert 'llmgw_autoscale_slo_ttft_p99_seconds{model="chat"} 1.0' in metrics
+    assert 'llmgw_autoscale_load{model="chat"}' in metrics
 
 
 @pytest.mark.parametrize("who", ["reader", "agent"])
