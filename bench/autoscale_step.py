@@ -50,7 +50,11 @@ models:
 
 
 def _ready(client: httpx.Client) -> tuple[int, int]:
-    rows = [p for p in client.get("/v1/placements").json() if p["model"] == "chat"]
+    try:
+        answer = client.get("/v1/placements")
+    except httpx.TransportError:  # still starting, or busy: no answer is not an answer
+        return -1, -1
+    rows = [p for p in answer.json() if p["model"] == "chat"]
     return len(rows), sum(1 for p in rows if p["state"] == "ready" and p["endpoint"])
 
 
