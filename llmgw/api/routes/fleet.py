@@ -24,6 +24,8 @@ from anyio import to_thread
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
+from autoscale.runner import wanted_counts
+from autoscale.store import AutoscaleStore
 from catalog.diff import diff_catalogs
 from events.timetravel import catalogs_at
 from llmgw.api import fleet, schemas
@@ -62,14 +64,18 @@ def _fleet(svc: Services) -> dict[str, Any]:
     placements = list(state.placements)
     now = datetime.now(UTC)
     policy = svc.settings.policy
-    plan = make_plan(
-        demands(view.catalog), inventory, placements, now, policy, lifecycle=state.lifecycle
-    )
+    counts = wanted_counts(AutoscaleStore(svc.engine), svc.settings.autoscale)
+    asked = demands(view.catalog, counts)
+    plan = make_plan(asked, inventory, placements, now, policy, lifecycle=state.lifecycle)
     reasons: dict[str, list[dict[str, Any]]] = {}
     for u in plan.unplaced:
         reasons.setdefault(u.model, []).append({"replica": u.replica, "reason": u.reason})
     models = fleet.models(view.catalog, replicas)
+    # What placement is asked for: scaling.min, or the autoscaler's count within min..max.
+    replicas_asked = {d.model: d.replicas for d in asked}
     for row in models:
+        row["wanted"] = replicas_asked.get(row["name"], row["wanted"])
+        row["unplaced"] = max(row["wanted"] - row["placed"], 0)
         row["unplaced_reasons"] = reasons.get(row["name"], [])
     measured = measured_capacities(svc)
     rows = [replica_json(p, view.catalog, status, measured) for p, status in replicas]
