@@ -82,6 +82,8 @@ def test_other_roles_are_refused_and_no_token_is_401(
         (b'{"gateway": "gw", "windows": [' + b"1," * 600_000 + b"1]}", 413, "bytes"),
         (b'{"gateway": "gw", "windows": [{"model": "chat", "requests": NaN}]}', 422, ""),
         (b"\xff\xfe", 422, "UTF-8"),
+        (b"&", 422, "not JSON"),
+        (b"gateway: gw\nwindows: []\n", 422, "not JSON"),
         (
             json.dumps({"gateway": "gw", "windows": [{**W, "model": "x\u0000"}]}).encode(),
             422,

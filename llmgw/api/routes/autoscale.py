@@ -17,11 +17,21 @@ from anyio import to_thread
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from autoscale.signals import MAX_REPLICAS, MAX_WINDOWS, SignalsError, parse_signals
+from autoscale.signals import (
+    MAX_COUNT,
+    MAX_INFLIGHT,
+    MAX_LATENCY_S,
+    MAX_REPLICAS,
+    MAX_WINDOWS,
+    SignalsError,
+    parse_signals,
+)
 from autoscale.store import AutoscaleStore
+from catalog.documents import NotJSON
 from llmgw.api.access import SECURED, Reader, Signaller
 from llmgw.api.bodies import parse, receive
 from llmgw.api.problems import ApiJSON, Problem, errors
+from llmgw.api.schemas import printable_schema
 from llmgw.api.services import Services
 from llmgw.autoscale_view import autoscale_rows
 
@@ -32,6 +42,48 @@ CAPACITY_MAX_AGE_S = 1.0
 _capacities: dict[int, tuple[float, dict[tuple[str, str], float]]] = {}
 GATEWAY_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 
+
+def _count() -> dict[str, Any]:
+    return {"type": "integer", "minimum": 0, "maximum": MAX_COUNT}
+
+
+def _latency() -> dict[str, Any]:
+    return {"anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_LATENCY_S}, {"type": "null"}]}
+
+
+_TIME = {"type": "string", "format": "date-time", "maxLength": 40}
+_INFLIGHT = {"type": "number", "minimum": 0, "maximum": MAX_INFLIGHT}
+_REPLICA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"requests": _count(), "inflight_mean": _INFLIGHT, "inflight_max": _count()},
+}
+_WINDOW = {
+    "type": "object",
+    "description": "One model's window: `end` after `start` by at most an hour, and `errors` "
+    "at most `requests` (otherwise 422 naming the field).",
+    "required": ["model", "start", "end"],
+    "additionalProperties": False,
+    "properties": {
+        "model": printable_schema(255) | {"minLength": 1},
+        "start": _TIME,
+        "end": _TIME,
+        "requests": _count(),
+        "errors": _count(),
+        "waiting": _count(),
+        "inflight_mean": _INFLIGHT,
+        "inflight_max": _count(),
+        "queue_wait_p99_s": _latency(),
+        "ttft_p99_s": _latency(),
+        "tpot_p99_s": _latency(),
+        "replicas": {
+            "type": "object",
+            "maxProperties": MAX_REPLICAS,
+            "propertyNames": printable_schema(255) | {"minLength": 1},
+            "additionalProperties": _REPLICA,
+        },
+    },
+}
 _SIGNALS_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -43,31 +95,7 @@ _SIGNALS_BODY: dict[str, Any] = {
                     "additionalProperties": False,
                     "properties": {
                         "gateway": {"type": "string", "pattern": GATEWAY_PATTERN},
-                        "windows": {
-                            "type": "array",
-                            "maxItems": MAX_WINDOWS,
-                            "items": {
-                                "type": "object",
-                                "required": ["model", "start", "end"],
-                                "properties": {
-                                    "model": {"type": "string", "minLength": 1, "maxLength": 255},
-                                    "start": {"type": "string", "format": "date-time"},
-                                    "end": {"type": "string", "format": "date-time"},
-                                    "requests": {"type": "integer", "minimum": 0},
-                                    "errors": {"type": "integer", "minimum": 0},
-                                    "waiting": {"type": "integer", "minimum": 0},
-                                    "inflight_mean": {"type": "number", "minimum": 0},
-                                    "inflight_max": {"type": "integer", "minimum": 0},
-                                    "queue_wait_p99_s": {"type": ["number", "null"], "minimum": 0},
-                                    "ttft_p99_s": {"type": ["number", "null"], "minimum": 0},
-                                    "tpot_p99_s": {"type": ["number", "null"], "minimum": 0},
-                                    "replicas": {
-                                        "type": "object",
-                                        "maxProperties": MAX_REPLICAS,
-                                    },
-                                },
-                            },
-                        },
+                        "windows": {"type": "array", "maxItems": MAX_WINDOWS, "items": _WINDOW},
                     },
                 }
             }
@@ -102,7 +130,12 @@ async def post_signals(request: Request, call: Signaller) -> Response:
 
 
 def _parse_and_record(svc: Services, body: bytes) -> dict[str, Any]:
-    data = parse(body, svc.settings.max_body_bytes, "invalid-signals", json_only=True)
+    try:
+        data = parse(body, svc.settings.max_body_bytes, "invalid-signals", json_only=True)
+    except NotJSON:
+        raise Problem(
+            422, "invalid-signals", "request body: not JSON; a gateway posts a JSON object"
+        ) from None
     try:
         signals = parse_signals(data)
     except SignalsError as exc:
