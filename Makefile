@@ -42,7 +42,7 @@ lint: $(STAMP)
 	$(BIN)/pytest -q tests/unit/test_architecture.py
 
 typecheck: $(STAMP)
-	$(BIN)/mypy catalog events scheduler llmgw agent gateway httpguard bench
+	$(BIN)/mypy catalog events scheduler llmgw agent gateway httpguard autoscale bench
 
 pytest: $(STAMP)
 	$(BIN)/pytest -n 2 -q

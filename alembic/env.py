@@ -10,6 +10,7 @@ from sqlalchemy import Connection
 
 from events.db import make_engine
 from events.tables import Base
+import autoscale.tables  # noqa: F401  (registers the autoscaler tables on Base.metadata)
 import scheduler.persistence.tables  # noqa: F401  (registers the scheduler tables on Base.metadata)
 
 config = context.config

@@ -1,8 +1,8 @@
 """``python -m bench [AREA ...] [--quick]``: print one table per area.
 
-Areas: replay, append, peer, placement, writers, decode, reports, batch, headers (all when none is
-named). The default sizes are the ones the issue asks for; ``--quick`` uses small ones so
-that a change can be tried in a minute. Logs are generated once and cached
+Areas: replay, append, peer, placement, writers, decode, reports, batch, headers, autoscale
+(all when none is named). The default sizes are the ones the issue asks for; ``--quick``
+uses small ones so that a change can be tried in a minute. Logs are generated once and cached
 under ``bench/.cache/`` (SQLite) and in ``llmgw_bench_*`` databases
 (PostgreSQL). Progress goes to stderr; stdout holds only markdown tables, ready
 to paste into BENCHMARKS.md.
@@ -27,6 +27,7 @@ AREAS = (
     "reports",
     "batch",
     "headers",
+    "autoscale",
 )
 
 
@@ -63,6 +64,10 @@ def _runner(area: str) -> Callable[[bool], list[common.Table]]:
         from bench import headers
 
         return headers.run
+    if area == "autoscale":
+        from bench import autoscale
+
+        return autoscale.run
     from bench import placement
 
     return placement.run

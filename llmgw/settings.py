@@ -40,6 +40,10 @@ to the file, so ``--settings /etc/llmgw/llmgw.toml`` means the same from any dir
     [auth]
     file = "auth.toml"  # the tokens (`llmgw token new --append-to auth.toml`)
     reads_open = false
+
+    [autoscale]         # SLO autoscaling (autoscale.policy lists every key)
+    enabled = true
+    target = 0.7
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from autoscale.policy import DEFAULT_POLICY, Policy, PolicyError, parse_policy
 from catalog.durations import format_duration, parse_duration
 from httpguard.limits import HeadLimits
 from scheduler.lifecycle.endpoints import EndpointPolicy, parse_networks
@@ -88,6 +93,8 @@ KEYS: dict[str, dict[str, str]] = {
         "agent_endpoint_networks": "networks",
     },
     "auth": {"file": "path", "reads_open": "bool"},
+    # Checked by autoscale.policy.parse_policy (it has per-model tables of its own).
+    "autoscale": {},
     # `llmgw agent` on a node (llmgw.agent_settings resolves these for it).
     "agent": {
         "server": "str",
@@ -186,6 +193,8 @@ class Settings:
     reads_open: bool | None = None
     # The settings file read, if any (shown by `llmgw settings`).
     source: Path | None = None
+    # [autoscale] (autoscale.policy), from the file only.
+    autoscale: Policy = DEFAULT_POLICY
     # LLMGW_SNAPSHOT_KEY, held outside the database: snapshots are MACed with it, and one
     # that does not match is refused at start-up (events.snapshots). From the environment
     # only, as a secret should be: never from the settings file, never shown.
@@ -295,7 +304,16 @@ class Settings:
                 networks=value("server", "agent_endpoint_networks", defaults.endpoints.networks)
             ),
         )
+        try:
+            autoscale = parse_policy(data.get("autoscale", {}), f"{source}: [autoscale]")
+        except PolicyError as exc:
+            raise SettingsError(str(exc)) from None
+        origins["autoscale"] = {
+            key: FILE_ORIGIN if key in data.get("autoscale", {}) else DEFAULT_ORIGIN
+            for key in autoscale.to_json()
+        }
         return cls(
+            autoscale=autoscale,
             database_url=normalise_url(url),
             config_path=config_path,
             policy=policy,
@@ -339,6 +357,7 @@ class Settings:
                 "file": None if self.auth_file is None else str(self.auth_file),
                 "reads_open": self.reads_open,
             },
+            "autoscale": self.autoscale.to_json(),
         }
 
 
@@ -401,7 +420,7 @@ def _read(path: Path) -> dict[str, dict[str, Any]]:
             problems.append(f"unknown section [{section}] (known: {', '.join(KEYS)})")
         elif not isinstance(table, dict):
             problems.append(f"{section} must be a [{section}] table")
-        else:
+        elif section != "autoscale":
             problems.extend(
                 f"unknown key {key!r} in [{section}] (known: {', '.join(KEYS[section])})"
                 for key in table

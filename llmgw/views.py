@@ -11,6 +11,7 @@ shape needs from the database layer or the models is imported where it is built.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -222,15 +223,26 @@ def placed_replica_json(p: Placement, status: ReplicaStatus) -> dict[str, Any]:
     return {**placement_json(p), **replica_state_json(status)}
 
 
-def replica_json(p: Placement, catalog: Catalog, status: ReplicaStatus) -> dict[str, Any]:
+def replica_json(
+    p: Placement,
+    catalog: Catalog,
+    status: ReplicaStatus,
+    measured: Mapping[tuple[str, str], float] | None = None,
+) -> dict[str, Any]:
     """A placed replica, its state, and what its agent starts: the engine view of its
     profile, when the model and profile are still in the catalog (a replica being removed
-    may not be). ``GET /v1/placements``, ``GET /v1/fleet``."""
+    may not be). ``GET /v1/placements``, ``GET /v1/fleet``.
+
+    ``weight`` is the router's capacity weight in force: the profile's declared ``weight``,
+    else the capacity ``llmgw bench --record`` measured (``measured``), else 1."""
+    from autoscale.limits import effective_weight
+
     model = catalog.resolve(p.model)
     engine = model.engine_profile(p.profile) if model is not None else None
     return {
         **placed_replica_json(p, status),
         "engine": None if engine is None else {**asdict(engine), "env": dict(engine.env)},
+        "weight": None if model is None else effective_weight(model, p.profile, measured or {}),
     }
 
 

@@ -159,6 +159,20 @@ async def reporter(request: Request) -> Caller:
     return Caller(svc, who)
 
 
+async def signaller(request: Request) -> Caller:
+    """A gateway posting its load windows (``POST /v1/signals``), or an operator's tooling."""
+    svc = services(request)
+    who = _required(_principal(request, svc), "posting signal windows")
+    if not who.may_report_signals():
+        raise Problem(
+            403,
+            "forbidden",
+            f"token {who.name!r} has the {who.role.value} role; signal windows are posted "
+            "with a gateway token (or an operator's)",
+        )
+    return Caller(svc, who)
+
+
 async def anyone(request: Request) -> Services:
     """For the routes open to all (health, readiness)."""
     return services(request)
@@ -168,4 +182,5 @@ Reader = Annotated[Caller, Depends(reader)]
 Operator = Annotated[Caller, Depends(operator)]
 Reporter = Annotated[Caller, Depends(reporter)]
 Gateway = Annotated[Caller, Depends(gateway)]
+Signaller = Annotated[Caller, Depends(signaller)]
 Anyone = Annotated[Services, Depends(anyone)]

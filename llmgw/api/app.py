@@ -39,6 +39,7 @@ from catalog.identifiers import (
 )
 from catalog.model import MAX_MEMORY_GB, MAX_PARALLEL, MAX_PRIORITY, MAX_REPLICAS
 from llmgw.api import docs, problems, ui
+from llmgw.api.autoscale_metrics import AutoscaleCollector
 from llmgw.api.background import SchedulerThread
 from llmgw.api.fleet_metrics import FleetCollector
 from llmgw.api.middleware import RequestLog
@@ -46,7 +47,7 @@ from llmgw.api.openai import OPENAI_ERROR, is_openai
 from llmgw.api.problems import PROBLEM_JSON, ApiJSON, ProblemDoc
 from llmgw.api.queries import known_query
 from llmgw.api.report_path import ReportPath
-from llmgw.api.routes import catalog, events, fleet, gateway, health, nodes, service
+from llmgw.api.routes import autoscale, catalog, events, fleet, gateway, health, nodes, service
 from llmgw.api.schemas import (
     DURATION_PATTERN,
     grammar_schema,
@@ -103,13 +104,14 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
     )
     app.state.services = services
     problems.install(app)
-    for area in (catalog, events, nodes, service, fleet, health, gateway):
+    for area in (catalog, events, nodes, service, fleet, health, gateway, autoscale):
         app.include_router(area.router)
     docs.install(app, TITLE)
     ui.install(app)
     app.report_route = _route(nodes.router, "/v1/nodes/{name}", "PUT")
     if not services.metrics.fleet:
         services.metrics.registry.register(FleetCollector(services))
+        services.metrics.registry.register(AutoscaleCollector(services))
         services.metrics.fleet = True
 
     def openapi() -> dict[str, Any]:

@@ -61,6 +61,10 @@ class Role(enum.StrEnum):
     CLIENT = "client"
 
 
+# Who may post gateways' signal windows. "gateway" takes effect once Role has it.
+SIGNAL_ROLES = frozenset({"operator", "gateway"})
+
+
 class TokenConfigError(ValueError):
     """A token entry that cannot be used; the message names the entry and the fix."""
 
@@ -221,6 +225,11 @@ class Principal:
         if self.role is Role.CLIENT:
             return False
         return self.role is not Role.GATEWAY or path.startswith(GATEWAY_READS)
+
+    def may_report_signals(self) -> bool:
+        """A gateway's load windows (``POST /v1/signals``): by role name, so the gateway
+        role needs no change here when it is added to ``Role``."""
+        return self.role.value in SIGNAL_ROLES
 
     def may_report(self, node: str) -> bool:
         return self.role is Role.OPERATOR or (self.role is Role.AGENT and node in self.nodes)

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import threading
 import traceback
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 import structlog
+from sqlalchemy import Engine
 
+from autoscale.policy import Policy
 from events.catalog_service import CatalogService
+from llmgw import autoscaling
 from llmgw.api.metrics import Metrics
 from scheduler.daemon.leader import Leadership
 from scheduler.daemon.loop import Daemon
@@ -37,8 +41,9 @@ class ObservedPlacer(Placer):
         store: SchedulerStore,
         policy: StalenessPolicy,
         metrics: Metrics,
+        wanted: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
-        super().__init__(catalog, store, policy)
+        super().__init__(catalog, store, policy, wanted)
         self.metrics = metrics
 
     def run(self, *, dry_run: bool = False, now: datetime | None = None) -> RoundOutcome:
@@ -85,10 +90,17 @@ class SchedulerThread:
         leadership: Leadership,
         interval: float,
         metrics: Metrics,
+        engine: Engine | None = None,
+        autoscale: Policy | None = None,
     ) -> SchedulerThread:
-        """``catalog`` must be a service of its own, not the API's (see the module)."""
-        placer = ObservedPlacer(catalog, store, policy, metrics)
-        return cls(Daemon(placer, ObservedLeadership(leadership, metrics), interval))
+        """``catalog`` must be a service of its own, not the API's (see the module).
+        With ``engine`` and ``autoscale``, the autoscaler ticks before each round."""
+        wanted, hook = None, None
+        if engine is not None and autoscale is not None:
+            wanted = autoscaling.wanted(engine, autoscale)
+            hook = autoscaling.hook(autoscaling.autoscaler(engine, catalog, autoscale))
+        placer = ObservedPlacer(catalog, store, policy, metrics, wanted)
+        return cls(Daemon(placer, ObservedLeadership(leadership, metrics), interval, hook))
 
     def start(self) -> None:
         log.info("placement.started", interval_s=self.daemon.interval, in_server=True)

@@ -153,6 +153,9 @@ class PlacementEntry(BaseModel):
     endpoint: str | None
     message: str
     engine: EngineLaunch | None
+    # The router's capacity weight in force: the profile's declared weight, else the
+    # capacity `llmgw bench --record` measured, else 1 (null: the model is gone).
+    weight: float | None = None
 
 
 class FleetModel(_Open):

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autoscale.policy import DEFAULT_POLICY, Policy
 from llmgw.api.auth import TokenBook, TokenConfigError, TokenEntry, parse_env_tokens
 from llmgw.settings import SettingsError
 from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy
@@ -52,6 +53,8 @@ class ApiSettings:
     policy: StalenessPolicy = field(default_factory=lambda: DEFAULT_STALENESS)
     # The networks agents may report endpoints in beside their node's own address.
     endpoints: EndpointPolicy = NO_NETWORKS
+    # [autoscale]: what /v1/autoscale shows as the policy in force.
+    autoscale: Policy = DEFAULT_POLICY
 
     def book(self) -> TokenBook:
         return TokenBook(self.tokens)
@@ -67,6 +70,7 @@ class ApiSettings:
         catalog_max_age_s: float = 0.1,
         policy: StalenessPolicy = DEFAULT_STALENESS,
         endpoints: EndpointPolicy = NO_NETWORKS,
+        autoscale: Policy = DEFAULT_POLICY,
     ) -> ApiSettings:
         """Tokens from ``auth_file`` (else ``LLMGW_AUTH_FILE``) and ``LLMGW_TOKENS``.
 
@@ -96,6 +100,7 @@ class ApiSettings:
                 catalog_max_age_s=catalog_max_age_s,
                 policy=policy,
                 endpoints=endpoints,
+                autoscale=autoscale,
             )
             settings.book()  # refuses two entries with one hash now, not at the first request
         except TokenConfigError as exc:

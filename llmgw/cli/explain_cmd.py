@@ -63,6 +63,11 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
             f"model {args.model!r} was not in the catalog at position {position}, "
             "and no replica of it was running"
         )
+    from autoscale.runner import wanted_counts
+    from autoscale.store import AutoscaleStore
+
+    # The autoscaler's counts in force at that time: the last decisions recorded by then.
+    counts = wanted_counts(AutoscaleStore(app.engine), app.settings.autoscale, now)
     result = explain(
         args.model,
         catalog=catalog,
@@ -71,6 +76,7 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
         now=now,
         policy=rules,
         lifecycle=lifecycle,
+        counts=counts,
     )
     matches = None
     if recorded is not None:

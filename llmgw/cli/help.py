@@ -9,6 +9,23 @@ from __future__ import annotations
 import argparse
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
+    "status": ("llmgw status", "llmgw status --watch", "llmgw status --json"),
+    "autoscale": ("llmgw autoscale history chat", "llmgw autoscale explain chat"),
+    "autoscale history": (
+        "llmgw autoscale history --since 1h",
+        "llmgw autoscale history chat --holds --json | jq '.[].reason'",
+    ),
+    "autoscale explain": ("llmgw autoscale explain chat", "llmgw autoscale explain chat --json"),
+    "autoscale backtest": (
+        "llmgw autoscale backtest --since 6h   # the policy that ran: the same decisions",
+        "llmgw autoscale backtest --since yesterday --policy eager.toml",
+        "llmgw autoscale backtest --since 1h --until 10m --json",
+    ),
+    "bench": (
+        "llmgw bench chat --gateway http://gw:8000 --token-file bench.token",
+        "llmgw bench chat --gateway http://gw:8000 --token-file t --profile a100 --record",
+        "llmgw bench chat --gateway http://gw:8000 --token-file t --max-concurrency 16 --json",
+    ),
     "models": ("llmgw models", "llmgw models --json | jq '.[].name'"),
     "add": (
         "llmgw add qwen-coder.yaml --reason 'trial for the IDE plugin'",

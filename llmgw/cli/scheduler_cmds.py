@@ -124,7 +124,10 @@ def cmd_nodes_forget(app: App, args: argparse.Namespace) -> int:
 
 
 def _placer(app: App, args: argparse.Namespace) -> Placer:
-    return Placer(app.service, SchedulerStore(app.engine), policy(app))
+    from llmgw import autoscaling
+
+    wanted = autoscaling.wanted(app.engine, app.settings.autoscale)
+    return Placer(app.service, SchedulerStore(app.engine), policy(app), wanted)
 
 
 def cmd_place(app: App, args: argparse.Namespace) -> int:
@@ -256,9 +259,15 @@ def _placements_table(replicas: Sequence[tuple[Placement, ReplicaStatus]]) -> st
 
 
 def cmd_daemon(app: App, args: argparse.Namespace) -> int:
+    from llmgw import autoscaling
+
     logs.configure(default_level="INFO")
+    scaler = autoscaling.autoscaler(app.engine, app.service, app.settings.autoscale)
     daemon = Daemon(
-        _placer(app, args), leadership_for(app.settings.database_url), app.settings.interval_s
+        _placer(app, args),
+        leadership_for(app.settings.database_url),
+        app.settings.interval_s,
+        autoscaling.hook(scaler),
     )
     if args.once:
         try:

@@ -166,6 +166,7 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             catalog_max_age_s=conf.server.catalog_max_age_s,
             policy=policy,
             endpoints=conf.server.endpoints,
+            autoscale=conf.autoscale,
         )
     except (SettingsError, ValueError) as exc:
         raise Refused(str(exc)) from None
@@ -198,6 +199,8 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             leadership=leadership_for(app.settings.database_url),
             interval=conf.interval_s,
             metrics=services.metrics,
+            engine=engine,
+            autoscale=conf.autoscale,
         )
     host, port = conf.server.host, conf.server.port
     try:

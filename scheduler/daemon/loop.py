@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
 
@@ -31,8 +32,17 @@ log = structlog.get_logger("llmgw.scheduler")
 
 
 class Daemon:
-    def __init__(self, placer: Placer, leadership: Leadership, interval: float) -> None:
+    def __init__(
+        self,
+        placer: Placer,
+        leadership: Leadership,
+        interval: float,
+        before_round: Callable[[datetime], object] | None = None,
+    ) -> None:
+        """``before_round(now)`` runs as leader before each round (the autoscaler's tick,
+        wired by the composition root), so the round places what it just decided."""
         self.placer = placer
+        self.before_round = before_round
         self.leadership = leadership
         self.interval = interval
         self.rounds = 0
@@ -51,6 +61,8 @@ class Daemon:
                 if not leading:
                     log.info("placement.waiting", round=self.rounds)
                     return
+                if self.before_round is not None:
+                    self.before_round(datetime.now(UTC))
                 outcome = self.placer.run()
             except RoundConflict as conflict:
                 log.warning("placement.round_conflict", round=self.rounds, reason=str(conflict))

@@ -9,7 +9,7 @@ one transaction (``SchedulerStore.apply``).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -42,10 +42,13 @@ class Placer:
         catalog: CatalogService,
         store: SchedulerStore,
         policy: StalenessPolicy = DEFAULT_STALENESS,
+        wanted: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
+        """``wanted``: the replica counts the autoscaler asks for, read every round."""
         self.catalog = catalog
         self.store = store
         self.policy = policy
+        self.wanted = wanted
 
     def run(self, *, dry_run: bool = False, now: datetime | None = None) -> RoundOutcome:
         started = time.perf_counter()
@@ -55,7 +58,12 @@ class Placer:
         nodes = self.store.nodes()
         state = self.store.state()
         plan = make_plan(
-            demands(catalog), nodes, state.placements, now, self.policy, lifecycle=state.lifecycle
+            demands(catalog, self.wanted() if self.wanted else None),
+            nodes,
+            state.placements,
+            now,
+            self.policy,
+            lifecycle=state.lifecycle,
         )
         round_id = None
         if not dry_run:

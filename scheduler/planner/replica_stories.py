@@ -10,7 +10,7 @@ was passed over, counted against the capacity left at the end of the round.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -53,11 +53,13 @@ def explain(
     now: datetime,
     policy: StalenessPolicy,
     lifecycle: Lifecycle | None = None,
+    counts: Mapping[str, int] | None = None,
 ) -> Explanation:
-    """Plan the round again and tell the story of each replica of ``model``."""
+    """Plan the round again and tell the story of each replica of ``model``; ``counts``
+    are the autoscaler's replica counts in force then (``demands``)."""
     wanted = catalog.resolve(model)
     lifecycle = lifecycle or Lifecycle()
-    result = make_plan(demands(catalog), nodes, current, now, policy, lifecycle=lifecycle)
+    result = make_plan(demands(catalog, counts), nodes, current, now, policy, lifecycle=lifecycle)
     fresh = frozenset(
         n.name for n in nodes if freshness(n.reported_at, now, policy) is Freshness.FRESH
     )

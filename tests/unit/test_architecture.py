@@ -47,6 +47,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "agent": ("catalog", "httpguard"),
     # The data plane: pure catalog rules; the control plane only over HTTP.
     "gateway": ("catalog", "httpguard"),
+    # The autoscaler: pure decisions on catalog limits; its store is of the log's kind.
+    "autoscale": ("catalog", "events"),
     "llmgw": ANYTHING,
     # The benches measure the whole, as the tests do (bench.fleet_ab times llmgw's route).
     "bench": ANYTHING,

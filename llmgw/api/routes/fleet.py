@@ -24,11 +24,14 @@ from anyio import to_thread
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
+from autoscale.runner import wanted_counts
+from autoscale.store import AutoscaleStore
 from catalog.diff import diff_catalogs
 from events.timetravel import catalogs_at
 from llmgw.api import fleet, schemas
 from llmgw.api.access import SECURED, Reader
 from llmgw.api.problems import ApiJSON, Problem, errors
+from llmgw.api.routes.autoscale import measured_capacities
 from llmgw.api.services import Services
 from llmgw.views import iso, replica_json
 from scheduler.planner.demands import demands
@@ -61,16 +64,21 @@ def _fleet(svc: Services) -> dict[str, Any]:
     placements = list(state.placements)
     now = datetime.now(UTC)
     policy = svc.settings.policy
-    plan = make_plan(
-        demands(view.catalog), inventory, placements, now, policy, lifecycle=state.lifecycle
-    )
+    counts = wanted_counts(AutoscaleStore(svc.engine), svc.settings.autoscale)
+    asked = demands(view.catalog, counts)
+    plan = make_plan(asked, inventory, placements, now, policy, lifecycle=state.lifecycle)
     reasons: dict[str, list[dict[str, Any]]] = {}
     for u in plan.unplaced:
         reasons.setdefault(u.model, []).append({"replica": u.replica, "reason": u.reason})
     models = fleet.models(view.catalog, replicas)
+    # What placement is asked for: scaling.min, or the autoscaler's count within min..max.
+    replicas_asked = {d.model: d.replicas for d in asked}
     for row in models:
+        row["wanted"] = replicas_asked.get(row["name"], row["wanted"])
+        row["unplaced"] = max(row["wanted"] - row["placed"], 0)
         row["unplaced_reasons"] = reasons.get(row["name"], [])
-    rows = [replica_json(p, view.catalog, status) for p, status in replicas]
+    measured = measured_capacities(svc)
+    rows = [replica_json(p, view.catalog, status, measured) for p, status in replicas]
     return {
         "catalog_position": view.position,
         "placement_head": placement_head,

@@ -21,6 +21,7 @@ from llmgw.api.access import SECURED, Reader, Reporter
 from llmgw.api.bodies import receive, text_problem
 from llmgw.api.node_reports import Recorded, read_report, unstorable
 from llmgw.api.problems import ApiJSON, Problem, errors
+from llmgw.api.routes.autoscale import measured_capacities
 from llmgw.api.schemas import grammar_schema, http_url_schema, printable_schema
 from llmgw.api.services import Services
 from llmgw.views import node_json, replica_json
@@ -159,6 +160,9 @@ def list_placements(
     if model is not None:
         model = catalog.canonical(model) or model
     replicas = svc.nodes.replicas(node=node, model=model)
+    measured = measured_capacities(svc)
     return ApiJSON(
-        call.shown([replica_json(p, catalog, status) for p, status in replicas], node=node)
+        call.shown(
+            [replica_json(p, catalog, status, measured) for p, status in replicas], node=node
+        )
     )

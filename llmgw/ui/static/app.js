@@ -140,6 +140,7 @@ async function refresh() {
     const page = await getJSON(`/v1/events?after=${Math.max(state.head - 100, 0)}&limit=100`);
     state.head = page.head;
     renderEvents(page.events);
+    await refreshAutoscale();
     document.getElementById("login").hidden = true;
     showError("");
     document.body.dataset.ready = "true";
@@ -147,6 +148,90 @@ async function refresh() {
   } catch (err) {
     if (err.message !== "unauthenticated") showError(`cannot read the API: ${err.message}`);
     return false;
+  }
+}
+
+// TTFT p99 per model over the last refreshes, for the chart against the SLO line.
+const HISTORY = 60;
+const ttftHistory = new Map();
+
+function chart(samples, slo) {
+  const NS = "http://www.w3.org/2000/svg";
+  const width = 160, height = 36;
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("width", String(width));
+  svg.setAttribute("height", String(height));
+  const values = samples.filter((v) => v !== null);
+  const top = Math.max(...values, slo || 0, 0.001) * 1.1;
+  const y = (v) => (height - (v / top) * height).toFixed(1);
+  const line = document.createElementNS(NS, "polyline");
+  const step = width / Math.max(HISTORY - 1, 1);
+  const points = [];
+  samples.forEach((v, i) => { if (v !== null) points.push(`${(i * step).toFixed(1)},${y(v)}`); });
+  line.setAttribute("points", points.join(" "));
+  svg.appendChild(line);
+  if (points.length) {  // the latest p99 as a dot: one sample draws no line
+    const [cx, cy] = points[points.length - 1].split(",");
+    const dot = document.createElementNS(NS, "circle");
+    dot.setAttribute("cx", cx);
+    dot.setAttribute("cy", cy);
+    dot.setAttribute("r", "2.5");
+    svg.appendChild(dot);
+  }
+  if (slo) {
+    const mark = document.createElementNS(NS, "line");
+    mark.setAttribute("class", "slo");
+    mark.setAttribute("x1", "0");
+    mark.setAttribute("x2", String(width));
+    mark.setAttribute("y1", y(slo));
+    mark.setAttribute("y2", y(slo));
+    svg.appendChild(mark);
+  }
+  const last = values.length ? values[values.length - 1] : null;
+  svg.setAttribute("class", `chart${slo && last !== null && last > slo ? " breach" : ""}`);
+  return svg;
+}
+
+function loadBar(load, capacity, replicas) {
+  const wrapEl = el("span");
+  const bar = el("span", undefined, "bar");
+  const fillEl = el("span");
+  const share = load / Math.max(capacity * Math.max(replicas, 1), 0.001);
+  fillEl.style.width = `${Math.min(share, 1) * 100}%`;
+  bar.appendChild(fillEl);
+  wrapEl.appendChild(bar);
+  wrapEl.appendChild(el("span", ` ${load.toFixed(2)} / ${capacity} per replica`));
+  return wrapEl;
+}
+
+function renderAutoscale(data) {
+  const p = data.policy;
+  document.getElementById("autoscale-policy").textContent =
+    `${p.enabled ? "on" : "off"}: every ${p.interval}, window ${p.window}, target ${p.target}`;
+  fill("autoscale", data.models.map((m) => {
+    const ttft = m.signals ? m.signals.ttft_p99_s : null;
+    const samples = (ttftHistory.get(m.model) || []).concat([ttft]).slice(-HISTORY);
+    ttftHistory.set(m.model, samples);
+    const last = m.last_decision;
+    const tr = row([
+      m.model,
+      `${m.ready} / ${m.wanted}`,
+      `${m.min}..${m.max}`,
+      m.autoscaled ? "on" : "off",
+      m.signals ? loadBar(m.signals.load, m.capacity, m.ready) : "-",
+      chart(samples, m.slo.ttft_p99_s),
+      last ? `${last.current} → ${last.wanted}: ${last.reason}` : "-",
+    ]);
+    tr.dataset.model = m.model;
+    return tr;
+  }));
+}
+
+async function refreshAutoscale() {
+  try {
+    renderAutoscale(await getJSON("/v1/autoscale"));
+  } catch (err) {
+    if (err.message !== "unauthenticated") showError(`cannot read the API: ${err.message}`);
   }
 }
 
@@ -254,6 +339,12 @@ async function start() {
   if (await refresh()) follow();
   // Node freshness changes with time alone, and placement rounds are not catalog
   // events: look again every 10 s as well.
+  // The autoscaling page follows the load more closely than the rest: every 2 s.
+  setInterval(() => {
+    if (location.hash === "#autoscale" && document.getElementById("login").hidden) {
+      refreshAutoscale();
+    }
+  }, 2000);
   setInterval(() => { if (!document.getElementById("login").hidden) return; refresh(); }, 10000);
 }
 

@@ -129,7 +129,9 @@ def test_the_resolved_settings_read_back_in_the_files_shape(tmp_path: Path) -> N
         "interval": "2s",
         "preemption": True,
     }
-    assert set(data) == {"settings_file", "database", "catalog", "policy", "server", "auth"}
+    assert set(data) == {
+        "settings_file", "database", "catalog", "policy", "server", "auth", "autoscale"
+    }  # fmt: skip
 
 
 def test_preemption_is_a_policy_setting_the_environment_overrides(tmp_path: Path) -> None:

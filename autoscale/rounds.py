@@ -1,0 +1,74 @@
+"""One decision round over every model: the part the daemon and the backtest share. Pure.
+
+The daemon calls ``decide_round`` with what it read from the database; the backtest
+calls it with what it read back from the same tables. Same code, same inputs, same
+decisions.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from autoscale.decide import Decision, Last, Limits, decide
+from autoscale.policy import Policy
+from autoscale.windows import EMPTY, Summary, Window, summarise
+
+
+@dataclass(frozen=True, slots=True)
+class ModelState:
+    """What the autoscaler asked for last, and when that count last changed."""
+
+    wanted: int
+    changed_at: datetime | None = None
+
+
+def group(windows: Iterable[Window]) -> dict[str, list[Window]]:
+    by_model: dict[str, list[Window]] = defaultdict(list)
+    for w in windows:
+        by_model[w.model].append(w)
+    return by_model
+
+
+def summary_for(model: str, by_model: Mapping[str, list[Window]], heard: bool) -> Summary | None:
+    """The model's summary; EMPTY (idle) when gateways reported but not this model, None
+    (unknown) when no gateway reported at all in the window."""
+    own = by_model.get(model)
+    if own:
+        return summarise(own)
+    return EMPTY if heard else None
+
+
+def decide_round(
+    at: datetime,
+    policy: Policy,
+    limits: Mapping[str, Limits],
+    by_model: Mapping[str, list[Window]],
+    *,
+    heard: bool,
+    state: MutableMapping[str, ModelState],
+) -> list[tuple[Decision, Summary | None]]:
+    """Decide for every model with autoscaling on; ``state`` is updated with the changes.
+
+    ``limits`` in catalog order, which is the order decisions are made and recorded.
+    """
+    out = []
+    for model, limit in limits.items():
+        own = policy.for_model(model)
+        if not own.enabled:
+            # Its state is kept: turned on again, it goes on from its last decision, as a
+            # daemon that restarts (and reads its decisions back) would.
+            continue
+        before = state.get(model)
+        current = limit.min if before is None else before.wanted
+        last = Last(None if before is None else before.changed_at)
+        summary = summary_for(model, by_model, heard)
+        decision = decide(model, summary, current, limit, own, last=last, now=at)
+        if decision.changes:
+            # Only changes are state: a model never changed follows scaling.min, whatever
+            # it becomes, and a backtest started anywhere knows that from the log alone.
+            state[model] = ModelState(decision.wanted, at)
+        out.append((decision, summary))
+    return out
