@@ -17,11 +17,13 @@ import uvicorn
 
 from gateway.follower import Follower
 from gateway.proxy import Proxy
-from gateway.server import GatewayApp, guarded
+from gateway.server import GatewayApp
 from gateway.settings import GatewaySettings
 from gateway.signals import Signals
 from gateway.state import State
 from gateway.upstream import Upstream
+from httpguard import HeadLimits
+from httpguard.protocol import uvicorn_options
 
 log = structlog.get_logger("gateway")
 # How long a stop waits for the requests in flight (a long stream may take minutes; a
@@ -68,14 +70,15 @@ async def _serve(settings: GatewaySettings, sock: socket.socket) -> int:
 
     app = GatewayApp(state, Proxy(state, upstream, settings), settings, startup, shutdown)
     config = uvicorn.Config(
-        guarded(app),
+        app,
         loop="none",
-        http="httptools",
+        # Bounded request heads (64 KiB, 100 headers -> 431; header timeout -> 408; a cap
+        # on connections -> 503), as on every server of ours: httpguard's protocol.
+        **uvicorn_options(HeadLimits(keep_alive_timeout_s=30.0)),
         lifespan="on",
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=GRACE_S,
-        timeout_keep_alive=30,
     )
     server = uvicorn.Server(config)
     host, port = sock.getsockname()[:2]

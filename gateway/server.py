@@ -52,13 +52,6 @@ class ClientGone(Exception):
     """The client went away while its body was being read."""
 
 
-def guarded(app: ASGIApp) -> ASGIApp:
-    """The seam for the servers' shared header guard (size, count, time to send them):
-    the guard wraps the app here once it exists. uvicorn already refuses a header block
-    larger than its parser's limit."""
-    return app
-
-
 class GatewayApp:
     def __init__(
         self,

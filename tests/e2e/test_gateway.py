@@ -166,6 +166,15 @@ def test_alias_stream_refusals_client_limits_and_hostile_bodies(
         assert all(400 <= a < 500 for a in answers), answers
         assert answers[-1] == 413
 
+        # Hostile heads (httpguard, as on the API and the sim): a 1 MiB header and 200
+        # headers are refused 431 before any token or body is read.
+        big = httpx.post(url, content=b"{}", headers={**auth, "x-big": "a" * (1 << 20)})
+        many = httpx.post(
+            url, content=b"{}", headers={**auth, **{f"x-h{i}": "1" for i in range(200)}}
+        )
+        assert (big.status_code, many.status_code) == (431, 431)
+        assert gw.get("/healthz").status_code == 200
+
         # Observability: the named metrics, one log line per request without the text.
         metrics = gw.get("/metrics").text
         for name in (
