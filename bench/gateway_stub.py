@@ -34,8 +34,7 @@ MAX_BODY = 1024 * 1024
 
 def _response(status: str, body: bytes, content_type: str = "application/json") -> bytes:
     return (
-        f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\n"
-        f"content-length: {len(body)}\r\n\r\n"
+        f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {len(body)}\r\n\r\n"
     ).encode() + body
 
 
@@ -190,7 +189,8 @@ class StubProtocol(asyncio.Protocol):
         elif path == b"/metrics":
             self.transport.write(answers.metrics)
         else:
-            answers.unknown[f"{method.decode(errors='replace')} {path.decode(errors='replace')}"] += 1
+            asked = b"%s %s" % (method, path)
+            answers.unknown[asked.decode(errors="replace")] += 1
             self.transport.write(answers.not_found)
 
     async def _stream(self) -> None:
