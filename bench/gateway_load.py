@@ -25,6 +25,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bench import common
+
 
 @dataclass(frozen=True)
 class Job:
@@ -250,9 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     data: dict[str, Any] = json.loads(args[0])
     job = Job(**data)
-    import uvloop
-
-    uvloop.run(run(job))
+    common.run_fast(run(job))
     return 0
 
 

@@ -27,6 +27,8 @@ import time
 from collections import Counter
 from typing import cast
 
+from bench import common
+
 MODEL = "bench-model"
 MAX_HEAD = 64 * 1024
 MAX_BODY = 1024 * 1024
@@ -245,9 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     answers = Answers(args.chunks, args.chunk_delay_ms / 1000)
-    import uvloop
-
-    uvloop.run(serve(args.host, args.port, answers))
+    common.run_fast(serve(args.host, args.port, answers))
     return 0
 
 
