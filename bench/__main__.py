@@ -2,8 +2,9 @@
 
 Areas: replay, append, peer, placement, writers, decode, reports, batch (all when none is
 named), and gateway (only when named: it needs the peers' venv, ``make bench-peers``, and
-takes about a quarter of an hour; ``python -m bench.gateway --help`` has its options). The default sizes are the ones the issue asks for; ``--quick`` uses small ones so
-that a change can be tried in a minute. Logs are generated once and cached
+takes about a quarter of an hour; ``python -m bench.gateway --help`` has its options). The
+default sizes are the ones the issue asks for; ``--quick`` uses small ones so that a change
+can be tried in a minute. Logs are generated once and cached
 under ``bench/.cache/`` (SQLite) and in ``llmgw_bench_*`` databases
 (PostgreSQL). Progress goes to stderr; stdout holds only markdown tables, ready
 to paste into BENCHMARKS.md.
