@@ -533,8 +533,32 @@ def tables(run: Run) -> list[common.Table]:
     out.append(memory)
     if "ours" in run.labels:
         out.append(goals(run, fig))
+        out[-1].note(_own_overhead(run, fig))
     _notes(run, out[0])
     return out
+
+
+def _own_overhead(run: Run, fig: Figures) -> str:
+    """What our gateway says it added (its ``x-llmgw-overhead-ms``), beside what was measured."""
+    parts = []
+    for clients in run.settings.concurrency:
+        for mode in run.settings.modes:
+            said = [
+                m.window.get("overhead", {})
+                for m in run.measured
+                if m.key == "ours" and m.clients == clients and m.mode == mode
+            ]
+            p50s = [s["p50"] for s in said if "p50" in s]
+            p99s = [s["p99"] for s in said if "p99" in s]
+            if p50s:
+                parts.append(
+                    f"{clients} clients {mode}: {_ms(statistics.median(p50s))} p50 / "
+                    f"{_ms(statistics.median(p99s))} p99 (measured added p50 "
+                    f"{_ms(fig.added('ours', clients, mode, 'latency', 'p50'))})"
+                )
+    if not parts:
+        return "Our gateway's answers carried no x-llmgw-overhead-ms header."
+    return "What our gateway says it added (x-llmgw-overhead-ms): " + "; ".join(parts) + "."
 
 
 def _share(value: float | None) -> str:

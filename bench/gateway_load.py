@@ -54,6 +54,7 @@ class Window:
     first: dict[str, float] = field(default_factory=dict)  # to the head, or the first event
     gap: dict[str, float] = field(default_factory=dict)  # between a stream's events
     events: int = 0  # server-sent events in all the window's answers
+    overhead: dict[str, float] = field(default_factory=dict)  # x-llmgw-overhead-ms, seconds
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -81,6 +82,7 @@ class Samples:
         self.latency: list[float] = []
         self.first: list[float] = []
         self.gap: list[float] = []
+        self.overhead: list[float] = []  # what the gateway says it added (its header)
         self.events = 0
         self.errors = 0
         self.error_samples: list[str] = []
@@ -129,7 +131,7 @@ class Connection:
             samples.error(f"connection lost before the answer: {exc!r}")
             return
         headed = clock()
-        status, length, chunked, keep = _framing(head)
+        status, length, chunked, keep, overhead = _framing(head)
         times: list[float] = []
         try:
             if chunked:
@@ -150,6 +152,8 @@ class Connection:
             samples.error(f"{status.decode(errors='replace')}: {body[:200]!r}")
             return
         samples.latency.append(end - start)
+        if overhead is not None:
+            samples.overhead.append(overhead)
         if times:
             samples.first.append(times[0] - start)
             samples.gap.extend(b - a for a, b in itertools.pairwise(times))
@@ -158,10 +162,15 @@ class Connection:
             samples.first.append(headed - start)
 
 
-def _framing(head: bytes) -> tuple[bytes, int, bool, bool]:
-    """Status, content length (-1 if none), chunked, keep-alive, from an answer's head."""
+OVERHEAD = b"x-llmgw-overhead-ms"
+
+
+def _framing(head: bytes) -> tuple[bytes, int, bool, bool, float | None]:
+    """Status, content length (-1 if none), chunked, keep-alive, and our gateway's own
+    ``x-llmgw-overhead-ms`` (None when absent), from an answer's head."""
     length = -1
     chunked, keep = False, True
+    overhead = None
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         name = name.strip().lower()
@@ -171,7 +180,12 @@ def _framing(head: bytes) -> tuple[bytes, int, bool, bool]:
             chunked = True
         elif name == b"connection" and b"close" in value.lower():
             keep = False
-    return head[9:12], length, chunked, keep
+        elif name == OVERHEAD:
+            try:
+                overhead = float(value) / 1000
+            except ValueError:
+                overhead = None
+    return head[9:12], length, chunked, keep, overhead
 
 
 async def _read_chunked(
@@ -227,6 +241,7 @@ async def _window(connections: list[Connection], job: Job, fixed: int) -> Window
         latency=percentiles(samples.latency),
         first=percentiles(samples.first),
         gap=percentiles(samples.gap),
+        overhead=percentiles(samples.overhead),
         events=samples.events,
     )
 
