@@ -29,7 +29,7 @@ import httpx
 import psutil
 
 from bench import common
-from bench.gateway_control import MODEL, ControlPlane, Unavailable
+from bench.gateway_control import MODEL, ControlPlane, Unavailable, stop_process
 
 LITELLM_KEY = "sk-llmgw-bench"
 LITELLM_CONFIG = """\
@@ -110,13 +110,8 @@ class Target:
         return None if self.proc is None else psutil.Process(self.proc.pid)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc)
         if self.control is not None:
             self.control.stop()
 
