@@ -3,13 +3,15 @@
 It lets a cluster without cards or weights be run and tested end to end: the
 agent starts it like any engine (``python -m agent.sim --port N --model M``),
 its ``/health`` tells when it is ready, and clients speak the OpenAI API to
-it (``/v1/models``, ``/v1/chat/completions``, with ``stream: true`` as
-server-sent events). The text is made up, deterministically from the prompt,
-so tests can compare answers; a model is served by sim only when every one
-of its profiles is sim (the catalog's ``simulated``), so this text is never
-passed off as a real model's.
+it (``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``, with ``stream:
+true`` as server-sent events, ``/v1/embeddings``) and llama.cpp's ``/tokenize``.
+The text is made up, deterministically from the prompt, so tests can compare
+answers; a model is served by sim only when every one of its profiles is sim
+(the catalog's ``simulated``), so this text is never passed off as a real model's.
 
-Flags for tests and demos: ``--startup-delay`` (seconds before it listens,
+Flags for tests, demos and load tests: ``--slots N`` (requests beyond N wait their turn,
+as llama.cpp's ``--parallel``) with ``--token-delay`` (seconds per token), so latency
+grows with load as on a real engine; ``--startup-delay`` (seconds before it listens,
 as a real engine loading weights), ``--exit-after`` and ``--exit-code`` (it
 dies on its own, to show a failure).
 
@@ -25,6 +27,7 @@ a head that loses a worker.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import os
@@ -33,7 +36,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -62,10 +65,25 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> An
     return JSONResponse({"error": {"message": message, "type": kind, "code": None}}, status)
 
 
-def create_app(
-    model: str, token_delay: float = 0.0, gang_ready: threading.Event | None = None
+def tokenize(text: str) -> list[int]:
+    """A made-up tokenizer: one token per 4 bytes of UTF-8 or part of them (ids from the
+    bytes), so a count is stable and grows with the text as a real one's does."""
+    raw = text.encode("utf-8", "replace")
+    return [
+        int.from_bytes(raw[i : i + 4].ljust(4, b"\0"), "big") % 32000 for i in range(0, len(raw), 4)
+    ]
+
+
+def create_app(  # noqa: PLR0915 (the routes are closures over the model and its slots)
+    model: str,
+    token_delay: float = 0.0,
+    gang_ready: threading.Event | None = None,
+    slots: int = 0,
 ) -> FastAPI:
+    """``slots``: requests answered at once (0: no limit); the rest wait their turn, as
+    on llama.cpp's ``--parallel`` or vLLM's batch limit, so latency grows with load."""
     app = FastAPI(title=f"sim engine: {model}", docs_url=None, redoc_url=None)
+    gate = asyncio.Semaphore(slots) if slots > 0 else None
 
     @app.get("/health", response_model=None)
     def health() -> dict[str, str] | JSONResponse:
@@ -78,67 +96,148 @@ def create_app(
         entry = {"id": model, "object": "model", "created": 0, "owned_by": "llmgw-sim"}
         return {"object": "list", "data": [entry]}
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Any:
+    async def read(request: Request) -> tuple[dict[str, Any] | None, Any]:
         raw = await request.body()
         if len(raw) > MAX_BODY:
-            return _error(413, f"the request is longer than {MAX_BODY} bytes")
+            return None, _error(413, f"the request is longer than {MAX_BODY} bytes")
         try:
             body = json.loads(raw)
-            messages = body["messages"]
-            prompt = " ".join(str(m.get("content", "")) for m in messages)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return _error(400, "the body must be JSON with a list of messages")
+        except ValueError:
+            return None, _error(400, "the body must be JSON")
+        if not isinstance(body, dict):
+            return None, _error(400, "the body must be a JSON object")
         if body.get("model") != model:
-            return _error(
+            return None, _error(
                 404, f"this engine serves {model!r}, not {body.get('model')!r}", "not_found_error"
             )
+        return body, None
+
+    @app.post("/tokenize")
+    async def tokenize_route(request: Request) -> Any:
+        # llama.cpp's shape ({"content"} -> {"tokens"}); vLLM's "prompt" is read too.
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+            text = body.get("content", body.get("prompt"))
+        except (ValueError, AttributeError):
+            return _error(400, "the body must be JSON with `content`")
+        if not isinstance(text, str):
+            return _error(400, "`content` must be text")
+        return {"tokens": tokenize(text)}
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Any:
+        body, refused = await read(request)
+        if body is None:
+            return refused
+        items = body.get("input")
+        items = items if isinstance(items, list) else [items]
+        data = []
+        for i, item in enumerate(items):
+            digest = hashlib.sha256(str(item).encode()).digest()
+            data.append(
+                {"object": "embedding", "index": i, "embedding": [b / 255 for b in digest[:8]]}
+            )
+        used = sum(len(tokenize(str(x))) for x in items)
+        return {
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": used, "total_tokens": used},
+        }
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        body, refused = await read(request)
+        if body is None:
+            return refused
+        try:
+            prompt = " ".join(str(m.get("content", "")) for m in body["messages"])
+        except (KeyError, TypeError, AttributeError):
+            return _error(400, "the body must be JSON with a list of messages")
+        return await answer(body, prompt, chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        body, refused = await read(request)
+        if body is None:
+            return refused
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return _error(400, "`prompt` must be text")
+        return await answer(body, prompt, chat=False)
+
+    async def answer(body: dict[str, Any], prompt: str, *, chat: bool) -> Any:
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         limit = DEFAULT_MAX_TOKENS if limit is None else limit
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             return _error(400, "max_tokens must be a positive integer")
         words = synthetic(prompt, min(limit, MAX_TOKENS))
-        ident, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        prefix = "chatcmpl" if chat else "cmpl"
+        ident, created = f"{prefix}-{uuid.uuid4().hex[:24]}", int(time.time())
+        kind = "chat.completion" if chat else "text_completion"
         usage = {
             "prompt_tokens": len(prompt.split()),
             "completion_tokens": len(words),
             "total_tokens": len(prompt.split()) + len(words),
         }
+        if gate is not None:
+            await gate.acquire()
         if not body.get("stream"):
+            try:
+                if token_delay:
+                    await asyncio.sleep(token_delay * len(words))
+            finally:
+                if gate is not None:
+                    gate.release()
+            text = " ".join(words)
+            choice: dict[str, Any] = (
+                {"index": 0, "message": {"role": "assistant", "content": text}}
+                if chat
+                else {"index": 0, "text": text}
+            )
+            choice["finish_reason"] = "length"
             return JSONResponse(
                 {
                     "id": ident,
-                    "object": "chat.completion",
+                    "object": kind,
                     "created": created,
                     "model": model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": " ".join(words)},
-                            "finish_reason": "length",
-                        }
-                    ],
+                    "choices": [choice],
                     "usage": usage,
                 }
             )
 
-        def chunk(delta: dict[str, str], finish: str | None) -> str:
+        def chunk(content: str | None, finish: str | None, role: bool = False) -> str:
+            if chat:
+                delta: dict[str, str] = {"role": "assistant", "content": ""} if role else {}
+                if content is not None:
+                    delta["content"] = content
+                part: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            else:
+                part = {"index": 0, "text": content or "", "finish_reason": finish}
             data = {
                 "id": ident,
-                "object": "chat.completion.chunk",
+                "object": f"{kind}.chunk" if chat else kind,
                 "created": created,
                 "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                "choices": [part],
             }
             return f"data: {json.dumps(data)}\n\n"
 
-        def events() -> Iterator[str]:
-            yield chunk({"role": "assistant", "content": ""}, None)
-            for i, word in enumerate(words):
-                time.sleep(token_delay)
-                yield chunk({"content": word if i == 0 else " " + word}, None)
-            yield chunk({}, "length")
-            yield "data: [DONE]\n\n"
+        async def events() -> AsyncIterator[str]:
+            try:
+                if chat:
+                    yield chunk(None, None, role=True)
+                for i, word in enumerate(words):
+                    if token_delay:
+                        await asyncio.sleep(token_delay)
+                    yield chunk(word if i == 0 else " " + word, None)
+                yield chunk(None, "length")
+                yield "data: [DONE]\n\n"
+            finally:
+                if gate is not None:
+                    gate.release()
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
@@ -151,7 +250,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--model", required=True, help="the model name it serves")
     p.add_argument("--startup-delay", type=float, default=0.0, metavar="SECONDS")
-    p.add_argument("--token-delay", type=float, default=0.0, metavar="SECONDS")
+    p.add_argument(
+        "--token-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="time per generated token (streamed or not), so latency grows with the answer",
+    )
+    p.add_argument(
+        "--slots",
+        type=int,
+        default=0,
+        metavar="N",
+        help="requests answered at once (as llama.cpp's --parallel); the rest wait; 0: no limit",
+    )
     p.add_argument("--exit-after", type=float, default=None, metavar="SECONDS")
     p.add_argument("--exit-code", type=int, default=1)
     p.add_argument("--nnodes", type=int, default=1, help="nodes the replica spans")
@@ -174,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"sim engine: listening on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(
-        create_app(args.model, args.token_delay, gang_ready),
+        create_app(args.model, args.token_delay, gang_ready, args.slots),
         host=args.host,
         port=args.port,
         log_level="warning",

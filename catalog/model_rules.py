@@ -31,6 +31,7 @@ from catalog.model import (
     cpu_capable,
 )
 from catalog.printable import printable
+from catalog.routing_profiles import check_routing_profile
 
 
 def normalize(model: Model) -> Model:
@@ -226,6 +227,8 @@ def validate(model: Model) -> None:
         profiles_known = True
     # Last, so that the plainer refusals above (no name, no profile name) read as before.
     check_model_names(model, profiles_valid=profiles_known, fields_valid=rest_known)
+    if not rest_known:  # after the grammar, so a malformed name is refused as one
+        check_routing_profile(name, model.routing_profile)
     # Remembered only now that every check has passed, check_model_names's too.
     if not profiles_known and type(profiles) is tuple:
         if len(_VALID_PROFILES) >= _VALID_PROFILES_LIMIT:

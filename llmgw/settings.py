@@ -92,6 +92,22 @@ KEYS: dict[str, dict[str, str]] = {
         "log_keep": "count",
         "leave_engines": "bool",
     },
+    # `llmgw gateway` (llmgw.gateway_settings resolves these for it).
+    "gateway": {
+        "server": "str",
+        "token_file": "path",
+        "host": "str",
+        "port": "port",
+        "gateway_id": "str",
+        "max_body_mb": "number",
+        "attempts": "count",
+        "connect_timeout": "positive",
+        "read_timeout": "positive",
+        "max_wait": "duration",
+        "signals_interval": "positive",
+        "resync": "positive",
+        "tokenize_cache": "duration",
+    },
 }
 # The environment variable for each setting (flags are named after the key).
 ENV = {

@@ -81,7 +81,36 @@ async def reader(request: Request) -> Caller:
     principal = _principal(request, svc)
     if principal is None and svc.settings.reads_open:
         return Caller(svc, ANONYMOUS)
-    return Caller(svc, _required(principal, "reading"))
+    who = _required(principal, "reading")
+    if not who.may_read(request.url.path):
+        raise Problem(403, "forbidden", _read_refusal(who))
+    return Caller(svc, who)
+
+
+def _read_refusal(who: Principal) -> str:
+    if who.role is Role.CLIENT:
+        return (
+            f"token {who.name!r} is a client token: it calls a gateway (`llmgw gateway`, "
+            "/v1/chat/completions), not the control plane; use a reader token here"
+        )
+    return (
+        f"token {who.name!r} has the gateway role: it reads the catalog, the placements and "
+        "the client tokens only; use a reader token for the rest"
+    )
+
+
+async def gateway(request: Request) -> Caller:
+    """A gateway (or an operator, for tooling): the client tokens' hashes."""
+    svc = services(request)
+    who = _required(_principal(request, svc), "reading the client tokens")
+    if who.role not in (Role.GATEWAY, Role.OPERATOR):
+        raise Problem(
+            403,
+            "forbidden",
+            f"token {who.name!r} has the {who.role.value} role; the client tokens are read "
+            "by a gateway token (`llmgw token new NAME --role gateway`)",
+        )
+    return Caller(svc, who)
 
 
 async def operator(request: Request) -> Caller:
@@ -101,11 +130,12 @@ async def reporter(request: Request) -> Caller:
     """Any token that may report some node; which node is checked by the route."""
     svc = services(request)
     who = _required(_principal(request, svc), "reporting a node")
-    if who.role is Role.READER:
+    if who.role not in (Role.AGENT, Role.OPERATOR):
         raise Problem(
             403,
             "forbidden",
-            f"token {who.name!r} has the reader role; reporting a node needs its agent token",
+            f"token {who.name!r} has the {who.role.value} role; reporting a node needs its "
+            "agent token",
         )
     return Caller(svc, who)
 
@@ -118,4 +148,5 @@ async def anyone(request: Request) -> Services:
 Reader = Annotated[Caller, Depends(reader)]
 Operator = Annotated[Caller, Depends(operator)]
 Reporter = Annotated[Caller, Depends(reporter)]
+Gateway = Annotated[Caller, Depends(gateway)]
 Anyone = Annotated[Services, Depends(anyone)]

@@ -46,7 +46,7 @@ from llmgw.api.openai import OPENAI_ERROR, is_openai
 from llmgw.api.problems import PROBLEM_JSON, ApiJSON, ProblemDoc
 from llmgw.api.queries import known_query
 from llmgw.api.report_path import ReportPath
-from llmgw.api.routes import catalog, events, fleet, health, nodes, service
+from llmgw.api.routes import catalog, events, fleet, gateway, health, nodes, service
 from llmgw.api.schemas import (
     DURATION_PATTERN,
     grammar_schema,
@@ -103,7 +103,7 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
     )
     app.state.services = services
     problems.install(app)
-    for area in (catalog, events, nodes, service, fleet, health):
+    for area in (catalog, events, nodes, service, fleet, health, gateway):
         app.include_router(area.router)
     docs.install(app, TITLE)
     ui.install(app)

@@ -16,6 +16,11 @@ Roles:
 - ``operator``: changes the catalog; may also report any node (tooling).
 - ``agent``: reports only the nodes it was issued for; reads.
 - ``reader``: reads.
+- ``gateway``: an ``llmgw gateway``: reads the catalog, the placements and the client
+  tokens' hashes (``GET /v1/gateway/client-tokens``), posts signal windows; nothing else.
+- ``client``: an application calling a gateway (``/v1/chat/completions``...), optionally
+  limited to some models (``models``). The control plane answers it nothing: the gateway
+  verifies it, from the hashes it reads.
 
 The token's name is recorded as the ``actor`` of every event it causes.
 """
@@ -30,9 +35,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.identifiers import NODE_NAME
+from catalog.identifiers import MODEL_NAME, NODE_NAME
 
 TOKEN_PREFIX = "llmgw_"
+# What a gateway token may read (path prefixes): the catalog, the placements, the event
+# stream that announces changes to both, and the client tokens' hashes.
+GATEWAY_READS = (
+    "/v1/catalog",
+    "/v1/models",
+    "/v1/placements",
+    "/v1/events",
+    "/v1/gateway/",
+)
 # A token name is an event's actor and a key in the settings file: keep it to
 # characters that need no quoting anywhere (and no ':' ';' ',' used by LLMGW_TOKENS).
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
@@ -43,6 +57,8 @@ class Role(enum.StrEnum):
     OPERATOR = "operator"
     AGENT = "agent"
     READER = "reader"
+    GATEWAY = "gateway"
+    CLIENT = "client"
 
 
 class TokenConfigError(ValueError):
@@ -57,11 +73,13 @@ class TokenEntry:
     role: Role
     sha256: str
     nodes: tuple[str, ...] = ()
+    # A client token's models (names or aliases); empty: every model.
+    models: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, data: dict[str, Any], where: str) -> TokenEntry:
         """An entry from the settings file (a TOML table), checked; ``where`` names it."""
-        known = {"name", "role", "sha256", "nodes"}
+        known = {"name", "role", "sha256", "nodes", "models"}
         extra = sorted(set(data) - known)
         if extra:
             raise TokenConfigError(
@@ -73,11 +91,25 @@ class TokenEntry:
             isinstance(n, str) for n in nodes or ()
         ):
             raise TokenConfigError(f"{where}: nodes must be a list of node names")
-        return cls.checked(name, role, digest, tuple(nodes or ()), where)
+        models = data.get("models")
+        if not isinstance(models, list | tuple | type(None)) or not all(
+            isinstance(m, str) for m in models or ()
+        ):
+            raise TokenConfigError(f"{where}: models must be a list of model names")
+        return cls.checked(
+            name, role, digest, tuple(nodes or ()), where, models=tuple(models or ())
+        )
 
     @classmethod
     def checked(
-        cls, name: object, role: object, digest: object, nodes: tuple[str, ...], where: str
+        cls,
+        name: object,
+        role: object,
+        digest: object,
+        nodes: tuple[str, ...],
+        where: str,
+        *,
+        models: tuple[str, ...] = (),
     ) -> TokenEntry:
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
             raise TokenConfigError(
@@ -111,20 +143,32 @@ class TokenEntry:
             problem = NODE_NAME.problem(node)
             if problem is not None:
                 raise TokenConfigError(f"{where}: token {name!r}: node {node!r} {problem}")
-        return cls(name, parsed_role, digest, nodes)
+        if models and parsed_role is not Role.CLIENT:
+            raise TokenConfigError(
+                f"{where}: token {name!r} has the {parsed_role.value} role and cannot be "
+                "limited to models; only client tokens are"
+            )
+        for model in models:
+            problem = MODEL_NAME.problem(model)
+            if problem is not None:
+                raise TokenConfigError(f"{where}: token {name!r}: model {model!r} {problem}")
+        return cls(name, parsed_role, digest, nodes, models)
 
     def to_toml(self) -> str:
         lines = ["[[tokens]]", f'name = "{self.name}"', f'role = "{self.role.value}"']
         if self.nodes:
             lines.append("nodes = [" + ", ".join(_toml_string(n) for n in self.nodes) + "]")
+        if self.models:
+            lines.append("models = [" + ", ".join(_toml_string(m) for m in self.models) + "]")
         lines.append(f'sha256 = "{self.sha256}"')
         return "\n".join(lines)
 
     def to_env(self) -> str:
-        """The entry in ``LLMGW_TOKENS`` form: ``name:role:sha256[:node,node]``."""
+        """The entry in ``LLMGW_TOKENS`` form: ``name:role:sha256[:node,node]`` (for a
+        client token the fourth part lists its models)."""
         parts = [self.name, self.role.value, self.sha256]
-        if self.nodes:
-            parts.append(",".join(self.nodes))
+        if self.nodes or self.models:
+            parts.append(",".join(self.nodes or self.models))
         return ":".join(parts)
 
 
@@ -145,9 +189,14 @@ def parse_env_tokens(value: str, where: str = "LLMGW_TOKENS") -> list[TokenEntry
             raise TokenConfigError(
                 f"{where} entry {i + 1}: expected name:role:sha256 or name:role:sha256:node,node"
             )
-        nodes = tuple(n.strip() for n in parts[3].split(",")) if len(parts) == 4 else ()
+        listed = tuple(n.strip() for n in parts[3].split(",")) if len(parts) == 4 else ()
+        # The fourth part is an agent's nodes, or a client's models.
+        client = parts[1] == Role.CLIENT.value
+        nodes, models = ((), listed) if client else (listed, ())
         entries.append(
-            TokenEntry.checked(parts[0], parts[1], parts[2], nodes, f"{where} entry {i + 1}")
+            TokenEntry.checked(
+                parts[0], parts[1], parts[2], nodes, f"{where} entry {i + 1}", models=models
+            )
         )
     return entries
 
@@ -166,6 +215,12 @@ class Principal:
 
     def may_change_catalog(self) -> bool:
         return self.role is Role.OPERATOR
+
+    def may_read(self, path: str) -> bool:
+        """A gateway reads only what it routes by; a client token reads nothing here."""
+        if self.role is Role.CLIENT:
+            return False
+        return self.role is not Role.GATEWAY or path.startswith(GATEWAY_READS)
 
     def may_report(self, node: str) -> bool:
         return self.role is Role.OPERATOR or (self.role is Role.AGENT and node in self.nodes)
@@ -192,6 +247,10 @@ class TokenBook:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def clients(self) -> list[TokenEntry]:
+        """The client tokens (their hashes), for the gateways to verify them by."""
+        return [e for e in self._entries if e.role is Role.CLIENT]
+
     def verify(self, token: str) -> Principal | None:
         # Looked up by the presented token's SHA-256, not compared with every entry: a
         # request costs the same with 10,000 agent tokens as with one. The lookup's
@@ -207,8 +266,12 @@ class IssuedToken:
     entry: TokenEntry
 
 
-def issue_token(name: str, role: str, nodes: Iterable[str] = ()) -> IssuedToken:
+def issue_token(
+    name: str, role: str, nodes: Iterable[str] = (), models: Iterable[str] = ()
+) -> IssuedToken:
     """A fresh random token and the entry (holding only its hash) to configure."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    entry = TokenEntry.checked(name, role, digest(token), tuple(nodes), "llmgw token new")
+    entry = TokenEntry.checked(
+        name, role, digest(token), tuple(nodes), "llmgw token new", models=tuple(models)
+    )
     return IssuedToken(token, entry)

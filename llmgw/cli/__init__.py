@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from llmgw.cli import parser_catalog, parser_scheduler, parser_serve
+from llmgw.cli import parser_catalog, parser_gateway, parser_scheduler, parser_serve
 from llmgw.cli.help import add_examples
 from llmgw.cli.parser import Version, command, common_options
 
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser_scheduler.register_rollout(sub, common)
     parser_serve.register(sub, common)
     parser_serve.register_agent(sub, common)
+    parser_gateway.register(sub, common)
     parser_serve.register_ops(sub, common)
     add_examples(parser)
     return parser

@@ -33,6 +33,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "llmgw agent --server http://cp:8080 --token-file /etc/llmgw/agent.token",
         "llmgw agent --server http://cp:8080 --token-file t --gpus none --labels zone=eu-1",
     ),
+    "gateway": (
+        "llmgw gateway --server http://cp:8080 --token-file /etc/llmgw/gateway.token",
+        "llmgw gateway --server http://cp:8080 --token-file t --host 0.0.0.0 --port 8090",
+    ),
     "resolve": ("llmgw resolve coder", "llmgw resolve coder --json"),
     "show": ("llmgw show --at 12", "llmgw show --at yesterday --json"),
     "db": ("llmgw db current", "llmgw db upgrade"),
@@ -72,6 +76,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "token new": (
         "llmgw token new alice --role operator --append-to auth.toml",
         "llmgw token new agent-gpu-7 --role agent --node gpu-7",
+        "llmgw token new app-1 --role client --models chat,coder --append-to auth.toml",
     ),
     "token list": ("llmgw token list --auth-file auth.toml",),
     "token revoke": ("llmgw token revoke alice --auth-file auth.toml",),

@@ -10,7 +10,7 @@ from llmgw.cli.parser import staleness_flags
 
 # llmgw.api.auth.Role's values, spelled here so that `--help` need not import the API
 # (a test holds the two equal).
-ROLES = ["operator", "agent", "reader"]
+ROLES = ["operator", "agent", "reader", "gateway", "client"]
 
 
 def register(
@@ -92,7 +92,8 @@ def register(
         "--role",
         required=True,
         choices=ROLES,
-        help="reader: GET routes; operator: also change the catalog; agent: report its nodes",
+        help="reader: GET routes; operator: also change the catalog; agent: report its nodes; "
+        "gateway: an `llmgw gateway`; client: an application calling a gateway",
     )
     n.add_argument(
         "--node",
@@ -100,6 +101,12 @@ def register(
         default=[],
         metavar="NODE",
         help="a node an agent token may report (repeat for several; agents only)",
+    )
+    n.add_argument(
+        "--models",
+        default="",
+        metavar="A,B",
+        help="the models a client token may use, names or aliases (clients only; default all)",
     )
     n.add_argument(
         "--append-to",

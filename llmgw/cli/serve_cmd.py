@@ -47,6 +47,7 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
             "name": e.name,
             "role": e.role.value,
             "nodes": list(e.nodes),
+            "models": list(e.models),
             "sha256": e.sha256[:12],
             "source": str(path),
         }
@@ -63,6 +64,7 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
                 "name": e.name,
                 "role": e.role.value,
                 "nodes": list(e.nodes),
+                "models": list(e.models),
                 "sha256": e.sha256[:12],
                 "source": "LLMGW_TOKENS",
             }
@@ -71,12 +73,15 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
-    headers = ["name", "role", "nodes", "sha256", "source"]
+    headers = ["name", "role", "nodes", "models", "sha256", "source"]
     sys.stdout.write(
         table(
             headers,
             [
-                [str(r[h]) if h != "nodes" else ",".join(r["nodes"]) or "-" for h in headers]
+                [
+                    str(r[h]) if h not in ("nodes", "models") else ",".join(r[h]) or "-"
+                    for h in headers
+                ]
                 for r in rows
             ],
         )
@@ -104,7 +109,8 @@ def cmd_token_revoke(app: App, args: argparse.Namespace) -> int:
 
 def cmd_token_new(app: App, args: argparse.Namespace) -> int:
     try:
-        issued = issue_token(args.name, args.role, args.node)
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        issued = issue_token(args.name, args.role, args.node, models)
     except TokenConfigError as exc:
         raise Refused(str(exc)) from None
     entry = issued.entry
@@ -119,6 +125,7 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
                 "name": entry.name,
                 "role": entry.role.value,
                 "nodes": list(entry.nodes),
+                "models": list(entry.models),
                 "token": issued.token,
                 "sha256": entry.sha256,
                 "toml": entry.to_toml(),

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from catalog import Catalog, CatalogError, CatalogState, Model, parse_model
 from catalog.durations import format_duration, parse_duration
 from catalog.model_rules import normalize
+from catalog.routing_profiles import KNOWN as KNOWN_ROUTING
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -35,6 +36,8 @@ def tokens(extra: str, max_size: int = 12) -> st.SearchStrategy[str]:
 
 names = tokens("-._/:")
 profile_names = tokens("-._")
+# The routing profiles the catalog knows (any other name is refused at load).
+ROUTING_PROFILES = sorted(KNOWN_ROUTING)
 # Text an operator might type, quotes, spaces and unicode included.
 any_text = st.text(max_size=12)
 # The same, printable (catalog.text): what a source or a reason may hold.
@@ -137,7 +140,7 @@ def valid_definitions(draw: st.DrawFn) -> dict[str, Any]:
         raw["context_length"] = draw(st.integers(0, 10**6))
         raw["max_output"] = draw(st.integers(0, raw["context_length"]))
     if draw(st.booleans()):
-        raw["routing_profile"] = draw(st.just("") | profile_names)
+        raw["routing_profile"] = draw(st.sampled_from(["", *ROUTING_PROFILES]))
     return raw
 
 

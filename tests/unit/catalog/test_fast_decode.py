@@ -183,7 +183,7 @@ def valid_bodies(draw: st.DrawFn) -> dict[str, Any]:
             optional={"tools": st.booleans(), "vision": st.booleans(), "embeddings": st.booleans()},
         ),
         "context_length": st.integers(0, 2**70),
-        "routing_profile": st.sampled_from(["", "latency", "throughput"]),
+        "routing_profile": st.sampled_from(["", "latency", "round-robin"]),
         "placement": st.fixed_dictionaries(
             {},
             optional={

@@ -17,7 +17,7 @@ from llmgw.cli.help import EXAMPLES, subcommands
 from llmgw.cli.times import BadTime, parse_when, whole_day
 
 # Commands that run until stopped, group commands, or print a script: no JSON to give.
-NO_JSON = {"serve", "daemon", "completion", "db", "nodes", "token", "rollout", "agent"}
+NO_JSON = {"serve", "daemon", "completion", "db", "nodes", "token", "rollout", "agent", "gateway"}
 NOW = datetime(2026, 12, 3, 15, 30, tzinfo=UTC)
 
 

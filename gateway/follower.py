@@ -1,0 +1,211 @@
+"""Following the control plane: the catalog, the placements and the client tokens, live.
+
+A full read (``GET /v1/catalog``, ``GET /v1/placements``, ``GET
+/v1/gateway/client-tokens``) builds a routing table and installs it; between two full
+reads (every ``resync``), the event stream (``/v1/events/stream?placements=true``) says
+when something changed: a catalog event re-reads the catalog and the placements, a
+placement event (``replica.ready``, ``placement.removed``, ...) the placements. A
+replica that becomes ready thus takes traffic within the stream's poll (half a second
+by default) and one read.
+
+When the control plane cannot be reached, the last table stays in force: the request
+path never waits on the control plane. ``/healthz`` and
+``llmgw_gateway_control_plane_up`` say so, and the follower retries with a growing pause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import structlog
+
+from catalog.errors import CatalogError
+from catalog.model import Model
+from catalog.parse import parse_model
+from gateway.state import Client, State
+from gateway.table import build
+
+log = structlog.get_logger("gateway")
+
+# Keys of a /v1/catalog entry that are not part of the definition.
+_NOT_DEFINITION = frozenset({"declared", "replicas", "resilience"})
+# A feed larger than this is not one.
+MAX_FEED_BYTES = 64 << 20
+MAX_PAUSE_S = 5.0
+# Events closer together than this are one change.
+BATCH_S = 0.03
+
+
+class FeedError(Exception):
+    pass
+
+
+class Follower:
+    def __init__(self, state: State, server: str, token: str, resync_s: float) -> None:
+        self.state = state
+        self.server = server.rstrip("/")
+        self.resync_s = resync_s
+        self.session = aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=aiohttp.ClientTimeout(total=None, connect=3, sock_read=30),
+        )
+        self.models: list[Model] = []
+        self.placements: list[Mapping[str, Any]] = []
+        self.position = 0
+        self.placement_position = 0
+        self._skipped: set[str] = set()
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def _get(self, path: str) -> tuple[Any, Mapping[str, str]]:
+        async with self.session.get(
+            self.server + path, timeout=aiohttp.ClientTimeout(total=10)
+        ) as resp:
+            if resp.status != 200:
+                text = (await resp.content.read(300)).decode("utf-8", "replace")
+                raise FeedError(f"GET {path} answered {resp.status}: {text}")
+            raw = await resp.content.read(MAX_FEED_BYTES + 1)
+            if len(raw) > MAX_FEED_BYTES:
+                raise FeedError(f"GET {path}: larger than {MAX_FEED_BYTES} bytes")
+            return json.loads(raw), resp.headers
+
+    async def read_catalog(self) -> None:
+        data, headers = await self._get("/v1/catalog")
+        models = []
+        for entry in data if isinstance(data, list) else ():
+            if not isinstance(entry, dict):
+                continue
+            definition = {k: v for k, v in entry.items() if k not in _NOT_DEFINITION}
+            try:
+                models.append(parse_model(definition))
+            except CatalogError as exc:
+                # A definition this gateway cannot read (a newer release's field): named
+                # once, and the model is not served here rather than served wrongly.
+                name = str(entry.get("name"))[:100]
+                if name not in self._skipped:
+                    self._skipped.add(name)
+                    log.warning("gateway.model_skipped", model=name, reason=str(exc)[:300])
+        self.models = models
+        position = headers.get("X-Llmgw-Position", "")
+        if position.isdigit():
+            self.position = int(position)
+
+    async def read_placements(self) -> None:
+        data, _ = await self._get("/v1/placements")
+        self.placements = [p for p in data if isinstance(p, dict)] if isinstance(data, list) else []
+
+    async def read_clients(self) -> None:
+        data, _ = await self._get("/v1/gateway/client-tokens")
+        clients: dict[str, Client] = {}
+        for entry in data if isinstance(data, list) else ():
+            if not isinstance(entry, dict):
+                continue
+            digest, name, models = entry.get("sha256"), entry.get("name"), entry.get("models")
+            if not isinstance(digest, str) or not isinstance(name, str):
+                continue
+            listed = (
+                tuple(m for m in models if isinstance(m, str)) if isinstance(models, list) else ()
+            )
+            clients[digest] = Client(name, listed or None)
+        self.state.clients = clients
+
+    def install(self) -> None:
+        self.state.install(build(self.models, self.placements, self.position))
+        self._confirmed()
+
+    def _confirmed(self) -> None:
+        state = self.state
+        if not state.reachable and state.synced:
+            log.info("gateway.control_plane_back", server=self.server)
+        state.synced = state.reachable = True
+        state.last_sync = time.monotonic()
+        state.last_error = ""
+
+    def _lost(self, exc: BaseException) -> None:
+        state = self.state
+        reason = f"{type(exc).__name__}: {exc}"[:300]
+        if state.reachable or not state.last_error:
+            log.warning(
+                "gateway.control_plane_unreachable",
+                server=self.server,
+                error=reason,
+                serving="the last known table" if state.synced else "nothing yet",
+            )
+        state.reachable = False
+        state.last_error = reason
+
+    async def sync(self) -> None:
+        await asyncio.gather(self.read_catalog(), self.read_placements(), self.read_clients())
+        self.install()
+
+    async def run(self) -> None:
+        pause = 0.2
+        while True:
+            try:
+                await self.sync()
+                pause = 0.2
+                await self._follow(time.monotonic() + self.resync_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # every failure means the same: keep the last table
+                self._lost(exc)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, MAX_PAUSE_S)
+
+    async def _follow(self, until: float) -> None:
+        """Read the event stream until ``until``; re-read what its events say changed.
+
+        Events that come together (a round places many replicas) are taken as one
+        change: the re-read waits until the stream is quiet for ``BATCH_S``.
+        """
+        params = {"placements": "true", "after": str(self.position)}
+        async with self.session.get(
+            self.server + "/v1/events/stream",
+            params=params,
+            timeout=aiohttp.ClientTimeout(total=None, connect=3, sock_read=None),
+        ) as resp:
+            if resp.status != 200:
+                raise FeedError(f"the event stream answered {resp.status}")
+            name: bytes | None = None
+            data = False
+            catalog = placements = False
+            while True:
+                left = until - time.monotonic()
+                if left <= 0:
+                    return
+                pending = catalog or placements
+                try:
+                    line = await asyncio.wait_for(
+                        resp.content.readline(), min(left, BATCH_S) if pending else left
+                    )
+                except TimeoutError:
+                    line = None
+                if line is None or not line:
+                    if pending:
+                        if catalog:
+                            await asyncio.gather(self.read_catalog(), self.read_placements())
+                        else:
+                            await self.read_placements()
+                        self.install()
+                        catalog = placements = False
+                    if line is not None:
+                        return  # the server ended the stream: resync, then follow again
+                    continue
+                text = line.rstrip(b"\r\n")
+                if text.startswith(b"event:"):
+                    name = text[6:].strip()
+                elif text.startswith(b"data:"):
+                    data = True
+                elif not text:  # the end of a message
+                    if data:
+                        if name is not None and name.startswith(b"placement"):
+                            placements = True
+                        else:
+                            catalog = True
+                    name, data = None, False

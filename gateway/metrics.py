@@ -1,0 +1,101 @@
+"""The gateway's Prometheus metrics, in a registry of its own (``GET /metrics``).
+
+Per model: ``llmgw_gateway_requests_total{model,outcome}``, ``llmgw_gateway_inflight{model}``,
+the ``llmgw_gateway_ttft_seconds`` and ``llmgw_gateway_tpot_seconds`` histograms,
+``llmgw_gateway_fallbacks_total{model,to}`` and
+``llmgw_gateway_refusals_total{model,reason}``; and the control plane's reachability
+(``llmgw_gateway_control_plane_up``, ``llmgw_gateway_table_age_seconds``).
+Label children are looked up once per model and kept: a labelled look-up costs more
+than the increment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# TTFT from 10 ms to a minute; TPOT from 1 ms to 2 s.
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2)
+
+
+@dataclass(slots=True)
+class _PerModel:
+    inflight: Gauge
+    ttft: Histogram
+    tpot: Histogram
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "llmgw_gateway_requests",
+            "Requests by the model asked for and outcome (ok, refused, failed, "
+            "unavailable, cancelled)",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.inflight = Gauge(
+            "llmgw_gateway_inflight", "Requests in flight by model", ["model"], registry=r
+        )
+        self.ttft = Histogram(
+            "llmgw_gateway_ttft_seconds",
+            "Time to first token (streams) or to the whole answer, by the model that served",
+            ["model"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "llmgw_gateway_tpot_seconds",
+            "Time per output token after the first (streams), by the model that served",
+            ["model"],
+            buckets=TPOT_BUCKETS,
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "llmgw_gateway_fallbacks",
+            "Requests served by a fallback, by the model asked for and the one that served",
+            ["model", "to"],
+            registry=r,
+        )
+        self.refusals = Counter(
+            "llmgw_gateway_refusals",
+            "Requests refused by admission, by model and reason",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "llmgw_gateway_retries",
+            "Attempts that failed before the first byte and were retried elsewhere",
+            ["model"],
+            registry=r,
+        )
+        self.control_plane_up = Gauge(
+            "llmgw_gateway_control_plane_up",
+            "1 when the last sync with the control plane succeeded; 0 while serving from "
+            "the last known routing table",
+            registry=r,
+        )
+        self.table_age = Gauge(
+            "llmgw_gateway_table_age_seconds",
+            "Seconds since the routing table was last confirmed by the control plane",
+            registry=r,
+        )
+        self.ready_replicas = Gauge(
+            "llmgw_gateway_ready_replicas",
+            "Ready replicas in the routing table, by model",
+            ["model"],
+            registry=r,
+        )
+        self._models: dict[str, _PerModel] = {}
+
+    def model(self, name: str) -> _PerModel:
+        found = self._models.get(name)
+        if found is None:
+            found = self._models[name] = _PerModel(
+                self.inflight.labels(name), self.ttft.labels(name), self.tpot.labels(name)
+            )
+        return found

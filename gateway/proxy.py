@@ -1,0 +1,456 @@
+"""One admitted request, from the model asked for to an answer: route, send, retry, fall back.
+
+The order, as the issue and ``docs/operator/gateway.md`` state it:
+
+1. The model asked for, then its ``fallbacks`` in order, each admitted on its own limits
+   (a fallback that refuses the request is passed over and named in the 503).
+2. Within a model, a replica chosen by its routing profile among the ready ones not set
+   aside; a failure before the first byte reached the client (refused, reset, timed out,
+   5xx) sets that replica aside and tries another, up to ``attempts``; then the next model.
+   A model with no ready replica goes to the next at once. With the ``latency`` profile,
+   a model whose best replica is predicted above its ``slo.ttft_p99`` is passed over for
+   a fallback predicted within its own, and used only if none is.
+3. Nothing served and the model asked for has replicas starting (or none at all, which an
+   autoscaler may start: the scale-from-zero path): wait for the routing table to change,
+   up to the profile's ``startup_timeout`` (capped by ``max_wait``), then 503 with
+   ``Retry-After``.
+
+A stream's headers are held until its first content token, so a failure before it is
+still invisible to the client and can be retried; after it, the stream ends with one
+terminal error event (``data: {"error": ...}``), never a retry. Bytes sent are never
+sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import structlog
+
+from gateway import admission
+from gateway.admission import Refusal, Request
+from gateway.routing import Choice, choose, eligible, observe_ttft
+from gateway.settings import GatewaySettings
+from gateway.state import State
+from gateway.table import ModelEntry, Replica
+from gateway.upstream import Unreachable, Upstream
+
+log = structlog.get_logger("gateway")
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+# A body larger than this is re-encoded (alias -> name) in a worker thread.
+INLINE_JSON = 256 * 1024
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,9})')
+_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,9})')
+ROUTES = {
+    admission.CHAT: "/v1/chat/completions",
+    admission.COMPLETIONS: "/v1/completions",
+    admission.EMBEDDINGS: "/v1/embeddings",
+}
+
+
+@dataclass(slots=True)
+class Trace:
+    """What happened to one request, for its log line and its headers."""
+
+    request_id: str
+    client: str
+    started: float
+    served: str | None = None
+    replica: str | None = None
+    status: int = 0
+    outcome: str = "ok"
+    tried: list[str] = field(default_factory=list)
+    attempts: int = 0
+    upstream_s: float = 0.0
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    waited_s: float = 0.0
+    bytes_sent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request as the proxy handles it: its facts, its body, where to answer."""
+
+    req: Request
+    body: dict[str, Any]
+    raw: bytes
+    allowed: frozenset[str] | None
+    send: Send
+    trace: Trace
+
+
+class _OverSlo(Exception):
+    def __init__(self, choice: Choice) -> None:
+        self.choice = choice
+
+
+class Proxy:
+    def __init__(self, state: State, upstream: Upstream, settings: GatewaySettings) -> None:
+        self.state = state
+        self.upstream = upstream
+        self.settings = settings
+
+    def chain(self, entry: ModelEntry, allowed: frozenset[str] | None) -> list[ModelEntry]:
+        """The model and its fallbacks the client may use, in order, each once."""
+        out, seen = [entry], {entry.name}
+        for name in entry.fallbacks:
+            m = self.state.table.resolve(name)
+            if m is None or m.name in seen or (allowed is not None and m.name not in allowed):
+                continue
+            seen.add(m.name)
+            out.append(m)
+        return out
+
+    async def serve(self, call: Call, entry: ModelEntry) -> None:
+        """Answer the request on ``send``; a ``Refusal`` when nothing is sent."""
+        trace = call.trace
+        deadline: float | None = None
+        while True:
+            if await self._try_chain(call, entry):
+                return
+            # Nothing served. Wait only for a model with nothing ready to try: one whose
+            # ready replicas all failed is an outage, not a start.
+            now = time.monotonic()
+            if self.state.table.ready.get(entry.name):
+                break
+            if deadline is None:
+                deadline = now + min(entry.startup_timeout_s, self.settings.max_wait_s)
+                self.state.windows.waited(entry.name, now)
+                self.state.wake_signals.set()
+                log.info(
+                    "gateway.waiting",
+                    request_id=trace.request_id,
+                    model=entry.name,
+                    starting=self.state.table.coming.get(entry.name, 0),
+                    up_to_s=round(deadline - now, 1),
+                )
+            if now >= deadline:
+                break
+            changed = self.state.changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), deadline - now)
+            trace.waited_s = time.monotonic() - trace.started
+        trace.outcome = "unavailable"
+        tried = "; ".join(trace.tried) or "no replica of it is ready"
+        retry = 5 if self.state.table.coming.get(entry.name) else 30
+        raise Refusal(
+            503,
+            f"model {entry.name!r} could not be served: {tried}. Retry later (ready "
+            f"replicas: {len(self.state.table.ready.get(entry.name, ()))}, starting: "
+            f"{self.state.table.coming.get(entry.name, 0)}).",
+            param="model",
+            code="no_replica_available",
+            type="service_unavailable",
+            retry_after=retry,
+        )
+
+    async def _try_chain(self, call: Call, entry: ModelEntry) -> bool:
+        req, trace = call.req, call.trace
+        chain = self.chain(entry, call.allowed)
+        over_slo: tuple[ModelEntry, Choice] | None = None
+        for i, m in enumerate(chain):
+            try:
+                admission.admit(req, m)
+                if admission.needs_count(req, m):
+                    await self._count(req, m, trace)
+            except Refusal as refusal:
+                if m is entry:
+                    raise
+                trace.tried.append(f"fallback {m.name!r} refused it ({refusal.reason})")
+                continue
+            last = i == len(chain) - 1
+            try:
+                if await self._attempts(call, m, slo_binding=not last):
+                    return True
+            except _OverSlo as over:
+                trace.tried.append(
+                    f"{m.name!r} predicted above its slo.ttft_p99 ({over.choice.reason})"
+                )
+                if over_slo is None:
+                    over_slo = (m, over.choice)
+        if over_slo is not None:  # none predicted within its SLO: the best there was
+            m, choice = over_slo
+            return await self._attempts(call, m, slo_binding=False, first=choice)
+        return False
+
+    async def _count(self, req: Request, m: ModelEntry, trace: Trace) -> None:
+        ready = self.state.table.ready.get(m.name)
+        if ready:
+            tokens, how = await self.upstream.count(ready[0].endpoint, m.name, req)
+        else:
+            tokens, how = admission.estimate(req), "an estimate: no replica to count with"
+        trace.prompt_tokens = tokens
+        admission.fits(req, m, tokens, how)
+
+    async def _attempts(
+        self, call: Call, m: ModelEntry, *, slo_binding: bool, first: Choice | None = None
+    ) -> bool:
+        state, req, trace = self.state, call.req, call.trace
+        tried: set[str] = set()
+        session = req.session
+        for _ in range(self.settings.attempts):
+            now = time.monotonic()
+            if first is not None and first.replica.key in {
+                r.key for r in state.table.ready.get(m.name, ())
+            }:
+                choice, first = first, None
+            else:
+                first = None
+                ready = [r for r in state.table.ready.get(m.name, ()) if r.key not in tried]
+                candidates = eligible(ready, state.loads, now)
+                picked = choose(
+                    m.routing_profile,
+                    candidates,
+                    state.loads,
+                    session=session,
+                    ttft_slo_s=m.ttft_slo_s,
+                )
+                if picked is None:
+                    if ready:
+                        trace.tried.append(f"{m.name!r}: every ready replica is set aside")
+                    elif not tried:
+                        trace.tried.append(f"{m.name!r}: no ready replica")
+                    return False
+                choice = picked
+                if slo_binding and not choice.meets_slo:
+                    raise _OverSlo(choice)
+            replica = choice.replica
+            tried.add(replica.key)
+            state.remember(
+                m.name,
+                {"at": round(time.time(), 3), "replica": replica.key, "reason": choice.reason},
+            )
+            try:
+                await self._send(call, m, replica)
+                return True
+            except Unreachable as exc:
+                trace.tried.append(f"{replica.key}: {exc.reason}")
+                until = state.aside.failed(replica.key, state.load(replica.key), time.monotonic())
+                state.metrics.retries.labels(m.name).inc()
+                log.warning(
+                    "gateway.replica_set_aside",
+                    request_id=trace.request_id,
+                    replica=replica.key,
+                    reason=exc.reason,
+                    for_s=round(until - time.monotonic(), 2),
+                )
+        return False
+
+    async def _body(self, body: dict[str, Any], raw: bytes, name: str) -> bytes:
+        """The body with ``model`` set to the catalog name the engine serves it by."""
+        if body.get("model") == name:
+            return raw
+        rewritten = {**body, "model": name}
+        if len(raw) > INLINE_JSON:
+            return await asyncio.to_thread(_dumps, rewritten)
+        return _dumps(rewritten)
+
+    async def _send(self, call: Call, m: ModelEntry, replica: Replica) -> None:
+        state, req, trace = self.state, call.req, call.trace
+        data = await self._body(call.body, call.raw, m.name)
+        load = state.load(replica.key)
+        before = load.inflight
+        load.inflight += 1
+        load.picks += 1
+        trace.attempts += 1
+        sent_at = time.monotonic()
+        state.windows.sent(m.name, replica.key, sent_at, sent_at - trace.started)
+        resp: aiohttp.ClientResponse | None = None
+        try:
+            resp = await self.upstream.open(replica.endpoint + ROUTES[req.kind], data)
+            if req.stream and resp.status == 200:
+                await self._stream(call, resp, m, replica, sent_at=sent_at, before=before)
+            else:
+                await self._whole(call, resp, m, replica, sent_at=sent_at, before=before)
+            state.aside.answered(replica.key, load)
+        finally:
+            load.inflight -= 1
+            state.windows.replied(m.name, replica.key, time.monotonic())
+            if resp is not None and not resp.closed:
+                # A complete answer's connection goes back to the pool; an interrupted
+                # one (a client gone, an error) is closed, which stops the engine's work.
+                if resp.content.at_eof():
+                    resp.release()
+                else:
+                    resp.close()
+
+    def _headers(
+        self, m: ModelEntry, replica: Replica, trace: Trace, content_type: str
+    ) -> list[tuple[bytes, bytes]]:
+        overhead = (time.monotonic() - trace.started - trace.upstream_s - trace.waited_s) * 1e3
+        return [
+            (b"content-type", content_type.encode("latin-1")),
+            (b"x-llmgw-model", m.name.encode()),
+            (b"x-llmgw-replica", replica.key.encode()),
+            (b"x-llmgw-overhead-ms", f"{max(overhead, 0.0):.3f}".encode()),
+            (b"x-request-id", trace.request_id.encode()),
+        ]
+
+    async def _whole(
+        self,
+        call: Call,
+        resp: aiohttp.ClientResponse,
+        m: ModelEntry,
+        replica: Replica,
+        *,
+        sent_at: float,
+        before: int,
+    ) -> None:
+        send, trace = call.send, call.trace
+        try:
+            payload = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise Unreachable(f"the answer broke off ({type(exc).__name__})") from None
+        done = time.monotonic()
+        trace.upstream_s = done - sent_at
+        if resp.status < 400:
+            trace.ttft_s = trace.upstream_s
+            observe_ttft(self.state.load(replica.key), trace.ttft_s, before)
+            found = _COMPLETION_TOKENS.search(payload)
+            trace.completion_tokens = int(found.group(1)) if found else None
+            found = _PROMPT_TOKENS.search(payload)
+            if found:
+                trace.prompt_tokens = int(found.group(1))
+        headers = self._headers(
+            m, replica, trace, resp.headers.get("content-type", "application/json")
+        )
+        headers.append((b"content-length", str(len(payload)).encode()))
+        trace.served, trace.replica, trace.status = m.name, replica.key, resp.status
+        trace.bytes_sent = True
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    async def _stream(
+        self,
+        call: Call,
+        resp: aiohttp.ClientResponse,
+        m: ModelEntry,
+        replica: Replica,
+        *,
+        sent_at: float,
+        before: int,
+    ) -> None:
+        send, trace = call.send, call.trace
+        held = bytearray()
+        scanner = _FirstContent()
+        chunks = resp.content.iter_any()
+        try:
+            async for chunk in chunks:
+                held += chunk
+                if scanner.seen(held):
+                    break
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise Unreachable(
+                f"the stream broke off before its first token ({exc!r:.80})"
+            ) from None
+        first = time.monotonic()
+        trace.upstream_s = first - sent_at
+        trace.ttft_s = trace.upstream_s
+        observe_ttft(self.state.load(replica.key), trace.ttft_s, before)
+        headers = self._headers(m, replica, trace, "text/event-stream")
+        headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+        trace.served, trace.replica, trace.status = m.name, replica.key, 200
+        trace.bytes_sent = True
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": bytes(held), "more_body": True})
+        events = 1
+        last = first
+        try:
+            async for chunk in chunks:
+                events += chunk.count(b"data:")
+                last = time.monotonic()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            trace.outcome = "failed"
+            log.warning(
+                "gateway.stream_broken",
+                request_id=trace.request_id,
+                replica=replica.key,
+                error=f"{exc!r:.120}",
+            )
+            error = {
+                "error": {
+                    "message": f"the replica {replica.key} stopped in the middle of the "
+                    "answer; the text so far is incomplete. Retry the request.",
+                    "type": "upstream_error",
+                    "param": None,
+                    "code": "stream_interrupted",
+                }
+            }
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + _dumps(error) + b"\n\n",
+                    "more_body": True,
+                }
+            )
+        await send({"type": "http.response.body", "body": b""})
+        # Events after the first content one, less the [DONE] and the final chunk.
+        tokens = max(events - 2, 0)
+        trace.completion_tokens = tokens + 1
+        if tokens > 0:
+            trace.tpot_s = (last - first) / tokens
+
+
+class _FirstContent:
+    """Finds the first server-sent event that carries content (or the end)."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+
+    def seen(self, buf: bytearray) -> bool:
+        while True:
+            end = buf.find(b"\n\n", self.offset)
+            if end < 0:
+                # An engine may end events with \r\n\r\n.
+                end = buf.find(b"\r\n\r\n", self.offset)
+                if end < 0:
+                    return False
+            event = bytes(buf[self.offset : end])
+            self.offset = end + 2
+            for line in event.splitlines():
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]" or _has_content(payload):
+                    return True
+
+
+def _has_content(payload: bytes) -> bool:
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return True  # not ours to judge: pass it on
+    if not isinstance(data, dict):
+        return True
+    if "error" in data:
+        return True
+    for choice in data.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        if choice.get("text") or choice.get("finish_reason"):
+            return True
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and (
+            delta.get("content") or delta.get("tool_calls") or delta.get("function_call")
+        ):
+            return True
+    return False
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8", "surrogatepass"
+    )

@@ -1,0 +1,34 @@
+"""What ``llmgw gateway`` runs with (resolved by ``llmgw.gateway_settings``: flags, then
+the environment, then ``[gateway]`` in ``llmgw.toml``, then these defaults)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    server: str  # the control plane's URL
+    token: str = field(repr=False)  # the gateway token (read from its file)
+    host: str = "127.0.0.1"
+    port: int = 8090
+    # Named in signal windows and logs; several gateways run side by side.
+    gateway_id: str = field(default_factory=socket.gethostname)
+    # A chat body with a long context is a few hundred KB; images in base64 a few MB.
+    max_body_bytes: int = 8 << 20
+    # Replicas tried per model before its fallbacks (each failure sets one aside).
+    attempts: int = 3
+    connect_timeout_s: float = 2.0
+    # Between two reads from an engine (a long answer's first byte included).
+    read_timeout_s: float = 300.0
+    # The longest a request waits for a starting replica (and its profile's
+    # startup_timeout, if shorter); then 503 with Retry-After.
+    max_wait_s: float = 300.0
+    # Between two signal windows posted to the control plane.
+    signals_interval_s: float = 5.0
+    # Between two full reads of the catalog, placements and client tokens (changes in
+    # between come on the event stream).
+    resync_s: float = 5.0
+    # How long a prompt's token count from an engine's /tokenize is reused.
+    tokenize_cache_s: float = 60.0

@@ -1,0 +1,121 @@
+"""The gateway's live state: the routing table in force, the load view, the set-aside
+replicas, the recent choices (for ``GET /routing``), the client tokens and the signal
+windows. One per process, touched only on its event loop (no locks)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.metrics import Metrics
+from gateway.routing import Load, predicted_ttft
+from gateway.setaside import SetAside
+from gateway.table import Table
+from gateway.windows import Windows
+
+RECENT = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """A client token: its name (logged) and the models it may use (None: all)."""
+
+    name: str
+    models: tuple[str, ...] | None
+
+
+class State:
+    def __init__(self, gateway_id: str, metrics: Metrics | None = None) -> None:
+        self.gateway_id = gateway_id
+        self.metrics = metrics or Metrics()
+        self.table = Table()
+        self.loads: dict[str, Load] = {}
+        self.aside = SetAside()
+        self.recent: dict[str, deque[dict[str, Any]]] = {}
+        self.windows = Windows(time.monotonic(), time.time())
+        # sha256 -> client; replaced whole by the follower.
+        self.clients: dict[str, Client] = {}
+        self.synced = False  # a table was read at least once
+        self.reachable = False
+        self.last_sync = 0.0  # monotonic
+        self.last_error = ""
+        self.changed = asyncio.Event()  # set (and replaced) on each new table
+        self.wake_signals = asyncio.Event()  # a request started waiting: post now
+
+    def install(self, table: Table) -> None:
+        """A new table: requests from now on route by it; waiters are woken."""
+        self.table = table
+        live = {r.key for rs in table.ready.values() for r in rs}
+        for key in list(self.loads):
+            if key not in live and self.loads[key].inflight == 0:
+                del self.loads[key]
+        for model in table.models:
+            self.metrics.ready_replicas.labels(model).set(len(table.ready.get(model, ())))
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
+
+    def load(self, key: str) -> Load:
+        found = self.loads.get(key)
+        if found is None:
+            found = self.loads[key] = Load()
+        return found
+
+    def remember(self, model: str, choice: dict[str, Any]) -> None:
+        q = self.recent.get(model)
+        if q is None:
+            q = self.recent[model] = deque(maxlen=RECENT)
+        q.append(choice)
+
+    def allowed(self, client: Client) -> frozenset[str] | None:
+        """The canonical names a client may use, under the table in force."""
+        if client.models is None:
+            return None
+        index = self.table.index
+        return frozenset(index[m] for m in client.models if m in index)
+
+    def routing(self, now: float) -> dict[str, Any]:
+        """``GET /routing``: per model, its replicas' state and the recent choices."""
+        models: dict[str, Any] = {}
+        for name, entry in self.table.models.items():
+            replicas = []
+            for r in self.table.ready.get(name, ()):
+                load = self.loads.get(r.key, Load())
+                aside = load.set_aside_until > now
+                replicas.append(
+                    {
+                        "replica": r.key,
+                        "endpoint": r.endpoint,
+                        "health": "set-aside" if aside else "ready",
+                        "set_aside_for_s": round(load.set_aside_until - now, 3) if aside else None,
+                        "failures": self.aside.count(r.key),
+                        "inflight": load.inflight,
+                        "weight": r.weight,
+                        "picks": load.picks,
+                        "predicted_ttft_s": round(predicted_ttft(load), 4)
+                        if load.measured
+                        else None,
+                    }
+                )
+            models[name] = {
+                "routing_profile": entry.routing_profile,
+                "fallbacks": list(entry.fallbacks),
+                "starting": self.table.coming.get(name, 0),
+                "replicas": replicas,
+                "recent": list(self.recent.get(name, ())),
+            }
+        return {
+            "gateway": self.gateway_id,
+            "control_plane": self.health(now),
+            "models": models,
+        }
+
+    def health(self, now: float) -> dict[str, Any]:
+        age = round(now - self.last_sync, 3) if self.synced else None
+        return {
+            "reachable": self.reachable,
+            "table_age_s": age,
+            "last_error": self.last_error or None,
+        }

@@ -1,0 +1,165 @@
+"""The routing table: the catalog's models and their ready replicas, as one immutable value.
+
+Built from the control plane's feeds (``GET /v1/catalog`` and ``GET /v1/placements``)
+and swapped whole when either changes, so a request reads one consistent table without
+locks. Only a ``ready`` replica with an endpoint takes requests; one that is starting is
+counted (a request may wait for it), and draining, removed or failed ones are not in the
+table at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from catalog.model import DEFAULT_STARTUP_TIMEOUT, Model
+from catalog.routing_profiles import effective
+
+
+def stable_hash(text: str) -> int:
+    """A 64-bit hash every gateway computes alike (Python's ``hash`` is per process)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+READY = "ready"
+# States from which a replica may still become ready: worth waiting for.
+COMING = frozenset({"pending", "starting"})
+# A model definition of this size or more in a feed is not one (a hostile feed).
+MAX_NAME = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """One ready replica of a model: where to send, and its capacity weight."""
+
+    key: str  # "model/replica", stable across tables
+    model: str
+    endpoint: str  # "http://host:port", no trailing slash
+    weight: float
+    profile: str
+    # A stable 64-bit hash of ``key`` (routing.stable_hash), made once per table for the
+    # session profile's rendezvous hashing.
+    hash: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    """What the gateway needs of a catalog model, read once per table."""
+
+    name: str
+    aliases: tuple[str, ...]
+    fallbacks: tuple[str, ...]
+    routing_profile: str
+    context_length: int
+    max_output: int
+    tools: bool
+    vision: bool
+    embeddings: bool
+    ttft_slo_s: float  # 0: none
+    tpot_slo_s: float
+    startup_timeout_s: float  # the longest of its profiles': how long a request may wait
+
+    @classmethod
+    def of(cls, m: Model) -> ModelEntry:
+        timeouts = [p.startup_timeout.total_seconds() for p in m.profiles]
+        return cls(
+            name=m.name,
+            aliases=tuple(m.aliases),
+            fallbacks=tuple(m.fallbacks),
+            routing_profile=effective(m.routing_profile),
+            context_length=m.context_length,
+            max_output=m.max_output,
+            tools=m.capabilities.tools,
+            vision=m.capabilities.vision,
+            embeddings=m.capabilities.embeddings,
+            ttft_slo_s=m.slo.ttft_p99.total_seconds(),
+            tpot_slo_s=m.slo.tpot_p99.total_seconds(),
+            startup_timeout_s=max(timeouts, default=DEFAULT_STARTUP_TIMEOUT.total_seconds()),
+        )
+
+    def openai(self) -> dict[str, Any]:
+        """The entry of ``GET /v1/models``: what a client sizes its prompts by."""
+        return {
+            "id": self.name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "llmgw",
+            "aliases": list(self.aliases),
+            "context_length": self.context_length,
+            "max_output": self.max_output,
+            "capabilities": {
+                "tools": self.tools,
+                "vision": self.vision,
+                "embeddings": self.embeddings,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    models: Mapping[str, ModelEntry] = field(default_factory=dict)
+    # name or alias -> name (aliases share the names' namespace: the catalog's rule)
+    index: Mapping[str, str] = field(default_factory=dict)
+    # name -> its ready replicas, in a stable order (by key)
+    ready: Mapping[str, tuple[Replica, ...]] = field(default_factory=dict)
+    # name -> how many replicas are placed and on their way to ready
+    coming: Mapping[str, int] = field(default_factory=dict)
+    # The catalog's log position the table was built at.
+    position: int = 0
+
+    def resolve(self, name: str) -> ModelEntry | None:
+        canonical = self.index.get(name)
+        return None if canonical is None else self.models[canonical]
+
+    def names(self) -> list[str]:
+        return sorted(self.index)
+
+
+def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], position: int) -> Table:
+    """A table from parsed catalog models and ``/v1/placements`` entries.
+
+    A replica's weight is the feed's ``weight`` when it carries one (a weight derived
+    from measured capacity), else its profile's ``weight`` in the catalog.
+    """
+    entries: dict[str, ModelEntry] = {}
+    index: dict[str, str] = {}
+    weights: dict[tuple[str, str], float] = {}
+    for m in models:
+        entries[m.name] = ModelEntry.of(m)
+        index[m.name] = m.name
+        for alias in m.aliases:
+            index[alias] = m.name
+        for prof in m.profiles:
+            weights[(m.name, prof.name)] = prof.weight if prof.weight > 0 else 1.0
+    ready: dict[str, list[Replica]] = {}
+    coming: dict[str, int] = {}
+    for p in placements:
+        model, state = p.get("model"), p.get("state")
+        if not isinstance(model, str) or model not in entries:
+            continue
+        if state in COMING:
+            coming[model] = coming.get(model, 0) + 1
+            continue
+        endpoint = p.get("endpoint")
+        if state != READY or not isinstance(endpoint, str) or not endpoint:
+            continue
+        profile = str(p.get("profile", ""))
+        fed = p.get("weight")
+        weight = (
+            float(fed)
+            if isinstance(fed, int | float) and not isinstance(fed, bool) and 0 < fed < float("inf")
+            else weights.get((model, profile), 1.0)
+        )
+        key = f"{model}/{p.get('replica')}"
+        ready.setdefault(model, []).append(
+            Replica(key, model, endpoint.rstrip("/"), weight, profile, stable_hash(key))
+        )
+    return Table(
+        models=entries,
+        index=index,
+        ready={m: tuple(sorted(rs, key=lambda r: r.key)) for m, rs in ready.items()},
+        coming=coming,
+        position=position,
+    )

@@ -1,0 +1,95 @@
+"""What ``llmgw gateway`` runs with: flags, then the environment, then ``[gateway]`` in the
+settings file, then the defaults, the same order as every other command's settings::
+
+    [gateway]
+    server = "http://cp.internal:8080"
+    token_file = "gateway.token"        # relative to this file
+    host = "0.0.0.0"
+    port = 8090
+    attempts = 3                        # replicas tried per model before its fallbacks
+    connect_timeout = "2s"
+    read_timeout = "5m"
+    max_wait = "5m"                     # for a starting replica, at most
+    signals_interval = "5s"
+    resync = "5s"
+    max_body_mb = 8
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from gateway.settings import GatewaySettings
+from llmgw.settings import KEYS, SettingsError, _convert, _read
+
+GATEWAY_ENV: dict[str, str] = {
+    "server": "LLMGW_SERVER",
+    "token_file": "LLMGW_GATEWAY_TOKEN_FILE",
+    "host": "LLMGW_GATEWAY_HOST",
+    "port": "LLMGW_GATEWAY_PORT",
+    "gateway_id": "LLMGW_GATEWAY_ID",
+}
+
+
+def resolve_gateway(
+    flags: Mapping[str, Any], source: Path | None, env: Mapping[str, str] | None = None
+) -> GatewaySettings:
+    """The gateway's settings; ``flags`` by argparse dest (None: not given), ``source`` the
+    settings file in force. A bad value names where it came from."""
+    env = os.environ if env is None else env
+    table = _read(source).get("gateway", {}) if source is not None else {}
+    base = source.parent if source is not None else None
+
+    def value(key: str, default: Any) -> Any:
+        kind = KEYS["gateway"][key]
+        given = flags.get(key)
+        if given is not None:
+            return _plain(_convert(kind, given, f"--{key.replace('_', '-')}", None))
+        var = GATEWAY_ENV.get(key)
+        if var is not None and env.get(var, "") != "":
+            return _plain(_convert(kind, env[var], var, None))
+        if key in table:
+            return _plain(_convert(kind, table[key], f"{source}: [gateway] {key}", base))
+        return default
+
+    server = value("server", None)
+    if not server:
+        raise SettingsError(
+            "--server is required (or env LLMGW_SERVER, or server in [gateway] of "
+            "llmgw.toml): the control plane's URL"
+        )
+    token_file = value("token_file", None)
+    if token_file is None:
+        raise SettingsError(
+            "--token-file is required (or env LLMGW_GATEWAY_TOKEN_FILE, or token_file in "
+            "[gateway] of llmgw.toml): a gateway token (`llmgw token new NAME --role gateway`)"
+        )
+    try:
+        token = Path(token_file).read_text(errors="replace").split()[0]
+    except (OSError, IndexError):
+        raise SettingsError(f"cannot read a token from {token_file}") from None
+    defaults = GatewaySettings(server="", token="")
+    gateway_id = value("gateway_id", None)
+    return GatewaySettings(
+        server=server,
+        token=token,
+        host=value("host", defaults.host),
+        port=value("port", defaults.port),
+        gateway_id=gateway_id or defaults.gateway_id,
+        max_body_bytes=int(value("max_body_mb", defaults.max_body_bytes / (1 << 20)) * (1 << 20)),
+        attempts=max(value("attempts", defaults.attempts), 1),
+        connect_timeout_s=value("connect_timeout", defaults.connect_timeout_s),
+        read_timeout_s=value("read_timeout", defaults.read_timeout_s),
+        max_wait_s=value("max_wait", defaults.max_wait_s),
+        signals_interval_s=value("signals_interval", defaults.signals_interval_s),
+        resync_s=value("resync", defaults.resync_s),
+        tokenize_cache_s=value("tokenize_cache", defaults.tokenize_cache_s),
+    )
+
+
+def _plain(value: Any) -> Any:
+    return value.total_seconds() if isinstance(value, timedelta) else value

@@ -1,0 +1,132 @@
+"""A real `llmgw gateway` process beside a real cluster (tests.e2e.agents): tokens of the
+gateway and client roles, and the official OpenAI client pointed at it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from openai import OpenAI
+
+from llmgw.api.auth import issue_token
+from tests.api.server import LLMGW, ApiServer, Tokens, _readline
+from tests.e2e.agents import Cluster
+
+
+@dataclass
+class GatewayTokens:
+    gateway: str
+    client: str  # every model
+    limited: str  # only "backup"
+    env: str
+
+    @classmethod
+    def issue(cls) -> GatewayTokens:
+        gw = issue_token("gw-1", "gateway")
+        app = issue_token("app-1", "client")
+        limited = issue_token("app-b", "client", models=["backup"])
+        return cls(
+            gw.token,
+            app.token,
+            limited.token,
+            ";".join(t.entry.to_env() for t in (gw, app, limited)),
+        )
+
+
+class GatewayProc:
+    def __init__(self, workdir: Path, server_url: str, token: str, *args: str) -> None:
+        self.token_file = workdir / "gateway.token"
+        self.token_file.write_text(token + "\n")
+        self.log_path = workdir / f"gateway-{time.monotonic_ns()}.log"
+        self.argv = [
+            LLMGW, "gateway", "--server", server_url, "--token-file", str(self.token_file),
+            "--port", "0", "--gateway-id", "gw-test", *args,
+        ]  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def start(self) -> GatewayProc:
+        with self.log_path.open("wb") as stderr:
+            self.proc = subprocess.Popen(
+                self.argv,
+                env={**os.environ, "LLMGW_LOG_LEVEL": "INFO"},
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+            )
+        assert self.proc.stdout is not None
+        line = _readline(self.proc.stdout, 60)
+        assert "listening on " in line, f"the gateway did not start: {line!r}\n{self.log_text()}"
+        self.url = line.split("listening on ", 1)[1].strip()
+        return self
+
+    def stop(self) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return None
+        finally:
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+
+    def openai(self, token: str) -> OpenAI:
+        return OpenAI(base_url=self.url + "/v1", api_key=token, timeout=60, max_retries=0)
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        return httpx.get(self.url + path, timeout=30, **kwargs)
+
+    def routing(self) -> dict[str, Any]:
+        data: dict[str, Any] = self.get("/routing").json()
+        return data
+
+    def ready(self, model: str, count: int) -> bool:
+        found = self.routing()["models"].get(model)
+        return found is not None and len(found["replicas"]) == count
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def logs(self, event: str | None = None) -> list[dict[str, Any]]:
+        lines = [json.loads(x) for x in self.log_text().splitlines() if x.startswith("{")]
+        return [x for x in lines if event is None or x.get("event") == event]
+
+
+@contextmanager
+def gateway_cluster(
+    workdir: Path,
+    sqlite_url: str,
+    nodes: list[str],
+    models: list[dict[str, Any]],
+    server_args: list[str],
+) -> Iterator[tuple[Cluster, GatewayProc, GatewayTokens]]:
+    tokens = Tokens.issue(agent_nodes=nodes)
+    extra = GatewayTokens.issue()
+    server = ApiServer(
+        workdir,
+        sqlite_url,
+        tokens=tokens,
+        args=server_args,
+        declared={"models": models},
+        env={"LLMGW_TOKENS": tokens.env + ";" + extra.env},
+    )
+    server.start()
+    c = Cluster(workdir, server, tokens)
+    gw = GatewayProc(workdir, server.url, extra.gateway)
+    try:
+        gw.start()
+        yield c, gw, extra
+    finally:
+        gw.stop()
+        c.close()
