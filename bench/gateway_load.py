@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bench import common
+import uvloop
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     data: dict[str, Any] = json.loads(args[0])
     job = Job(**data)
-    common.run_fast(run(job))
+    uvloop.run(run(job))
     return 0
 
 

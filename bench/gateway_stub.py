@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from typing import cast
 
-from bench import common
+import uvloop
 
 MODEL = "bench-model"
 MAX_HEAD = 64 * 1024
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     answers = Answers(args.chunks, args.chunk_delay_ms / 1000)
-    common.run_fast(serve(args.host, args.port, answers))
+    uvloop.run(serve(args.host, args.port, answers))
     return 0
 
 
