@@ -831,9 +831,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = unknown or set(settings.candidates) - set(KINDS)
     if unknown:
         parser.error(f"unknown: {', '.join(sorted(unknown))}")
-    from bench.__main__ import quiet_logs
-
-    quiet_logs()
+    common.quiet_logs()
     print("## Gateway: added latency, side by side\n")
     print(f"Machine: {common.machine()}\n")
     print(
