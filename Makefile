@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench postgres chromium clean
+.PHONY: demo test lint typecheck pytest bench bench-peers bench-gateway postgres chromium clean
 
 # Each step says what it does: the install takes about a minute, and a silent minute
 # looks like a hang.
@@ -52,9 +52,19 @@ bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench
 
+## bench-peers: LiteLLM's proxy and vllm-router, in their own venv (.venv-peers), for
+## the gateway benchmark; never in .venv, so `make test` stays lean
+bench-peers:
+	bash scripts/bench-peers.sh
+
+## bench-gateway: the gateway's added latency beside LiteLLM and vllm-router (BENCHMARKS.md)
+bench-gateway: $(STAMP) bench-peers
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m bench.gateway $(GATEWAY_BENCH_ARGS)
+
 ## postgres: start the local PostgreSQL server if it is down
 postgres:
 	bash scripts/start-postgres.sh
 
 clean:
-	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
+	rm -rf $(VENV) .venv-peers demo .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
