@@ -89,6 +89,10 @@ def run(work: float, sizes: Sequence[int], pods: bool) -> common.Table:
             mine = ours.gpus if gpus else ours.replicas
             best = _found(answer, gpus)
             bound = answer.gpus_bound if gpus else answer.replicas_bound
+            common.progress(
+                f"exact: {label} {'GPUs' if gpus else 'replicas'}: planner {mine:,}, "
+                f"CP-SAT {best} ({answer.status}), bound {bound}"
+            )
             table.add(
                 label,
                 f"{len(nodes):,}",
