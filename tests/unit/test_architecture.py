@@ -35,6 +35,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "scheduler.lifecycle": ("catalog",),
     "scheduler.planner": ("catalog", "scheduler.lifecycle"),
     "scheduler.persistence": ("catalog", "events", "scheduler.lifecycle", "scheduler.planner"),
+    # The exact reference (OR-Tools CP-SAT) the planner is measured against: pure.
+    "scheduler.exact": ("catalog", "scheduler.planner"),
     "scheduler.daemon": (
         "catalog",
         "events",
@@ -73,6 +75,9 @@ NEVER: tuple[tuple[str, str, str], ...] = (
     ("scheduler.planner", "events", "the planner is pure: no I/O"),
     ("scheduler.planner", "scheduler.persistence", "the planner is pure: no I/O"),
     ("scheduler.planner", "scheduler.daemon", "the planner is pure: no I/O"),
+    ("scheduler.planner", "scheduler.exact", "ortools is optional: the planner never needs it"),
+    ("scheduler.daemon", "scheduler.exact", "ortools is optional: the daemon never needs it"),
+    ("scheduler.exact", "events", "the exact reference is pure: no I/O"),
     ("scheduler.persistence", "scheduler.daemon", "storage is a floor under the daemon"),
 )
 NEVER_EXCEPT = {"*": ("llmgw", "bench")}
