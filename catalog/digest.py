@@ -13,6 +13,18 @@ import hashlib
 import json
 
 from catalog.catalog import Catalog
+from catalog.model import Model
+
+
+def model_version(model: Model) -> str:
+    """A model's version: sha256 (hex, first 32) of its normalised definition.
+
+    A placement records the version it was placed with (``scheduler``), and its
+    agent is sent that version's definition until the replica is replaced, so a
+    change to the catalog never changes what a running replica runs in place.
+    """
+    text = json.dumps(model.to_definition(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 def catalog_digest(catalog: Catalog) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from catalog import Catalog, Model
+    from catalog.views import EngineProfile
     from events.commands import CommandResult
     from events.types import StoredEvent
     from scheduler import Node, Placement, StalenessPolicy
@@ -203,6 +204,7 @@ def placement_json(p: Placement) -> dict[str, Any]:
         "gpus_per_node": p.gpus_per_node,
         "gpu_class": p.gpu_class,
         "fingerprint": p.fingerprint,
+        "version": p.version,
     }
 
 
@@ -222,12 +224,13 @@ def placed_replica_json(p: Placement, status: ReplicaStatus) -> dict[str, Any]:
     return {**placement_json(p), **replica_state_json(status)}
 
 
-def replica_json(p: Placement, catalog: Catalog, status: ReplicaStatus) -> dict[str, Any]:
+def replica_json(
+    p: Placement, status: ReplicaStatus, engine: EngineProfile | None
+) -> dict[str, Any]:
     """A placed replica, its state, and what its agent starts: the engine view of its
-    profile, when the model and profile are still in the catalog (a replica being removed
-    may not be). ``GET /v1/placements``, ``GET /v1/fleet``."""
-    model = catalog.resolve(p.model)
-    engine = model.engine_profile(p.profile) if model is not None else None
+    profile in the model version it was placed with (``scheduler.versions``; None when
+    that definition cannot be had, e.g. a replica being removed with its model).
+    ``GET /v1/placements``, ``GET /v1/fleet``."""
     return {
         **placed_replica_json(p, status),
         "engine": None if engine is None else {**asdict(engine), "env": dict(engine.env)},

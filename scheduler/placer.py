@@ -20,6 +20,7 @@ from scheduler.memo import memoised_plan as make_plan
 from scheduler.placements import Placement, Plan
 from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.store import SchedulerStore
+from scheduler.versions import definitions_to_record
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,12 @@ class RoundOutcome:
     duration_ms: float
     # The placements the round started from.
     before: tuple[Placement, ...] = ()
+
+
+def _pinned_now(plan: Plan, before: Sequence[Placement]) -> list[Placement]:
+    """The placements this round places or pins to a version they did not have."""
+    had = {(p.model, p.replica): p.version for p in before}
+    return [*plan.place, *(p for p in plan.keep if had.get((p.model, p.replica)) != p.version)]
 
 
 class Placer:
@@ -66,6 +73,9 @@ class Placer:
                 nodes=nodes,
                 now=now,
                 policy=self.policy,
+                # Every placement pinned to the current version, placed now or pinned
+                # now: its definition is recorded with the round (scheduler.versions).
+                definitions=definitions_to_record(catalog, _pinned_now(plan, state.placements)),
             )
         return RoundOutcome(
             plan=plan,

@@ -16,7 +16,7 @@ API and the daemon use, and the one the contract suite
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import Engine
@@ -33,6 +33,7 @@ from scheduler.round_record import RoundUnreadable, read_recorded_round
 from scheduler.round_store import HostedCounts, PlacementState, RoundConflict, RoundStore
 from scheduler.row_net import Unreadable
 from scheduler.staleness import StalenessPolicy
+from scheduler.versions import VersionBook
 from scheduler.trail import PLACED, REMOVED, UPDATED, events_head, follow_page, read_events
 
 
@@ -42,6 +43,8 @@ class SchedulerStore:
         self.inventory = InventoryStore(engine)
         self.rounds = RoundStore(engine)
         self._hosted = HostedCounts()
+        # The definitions of pinned model versions (scheduler.versions), cached.
+        self.versions = VersionBook(engine)
 
     # -- inventory --------------------------------------------------------
 
@@ -107,6 +110,7 @@ class SchedulerStore:
         nodes: Sequence[Node],
         now: datetime,
         policy: StalenessPolicy,
+        definitions: Mapping[tuple[str, str], str] | None = None,
     ) -> int | None:
         return self.rounds.apply(
             plan,
@@ -115,6 +119,7 @@ class SchedulerStore:
             nodes=nodes,
             now=now,
             policy=policy,
+            definitions=definitions,
         )
 
     # -- audit ------------------------------------------------------------

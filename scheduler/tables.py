@@ -54,6 +54,9 @@ class PlacementRow(Base):
     endpoint: Mapped[str | None] = mapped_column(String(2048))
     # What the replica runs (scheduler.rollout.fingerprint); "" if placed before it existed.
     fingerprint: Mapped[str] = mapped_column(String(64), server_default="")
+    # The model version it was placed with (catalog.digest.model_version); "" before
+    # versions. Its agent is sent that version's definition (ModelVersionRow).
+    version: Mapped[str] = mapped_column(String(64), server_default="")
 
 
 class PlacementRoundRow(Base):
@@ -119,6 +122,43 @@ class CordonRow(Base):
     actor: Mapped[str] = mapped_column(String(255))
     reason: Mapped[str] = mapped_column(Text)
     since: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class ModelVersionRow(Base):
+    """A model's definition as of one version (catalog.digest.model_version).
+
+    Written when a replica is first placed with that version, kept while any
+    may still run it: a replica's agent is sent its version's definition, not
+    the current one, so a catalog change never restarts an engine in place.
+    """
+
+    __tablename__ = "model_versions"
+
+    model: Mapped[str] = mapped_column(String(255), primary_key=True)
+    version: Mapped[str] = mapped_column(String(64), primary_key=True)
+    definition: Mapped[str] = mapped_column(Text)  # JSON: Model.to_definition()
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class DeclaredCatalogRow(Base):
+    """What the processes watching a declared catalog file last made of it.
+
+    One row per file: the digest in force (catalog.digest) and, when the file
+    was last refused, why. ``llmgw status`` reads it, so an operator sees a
+    refused edit from any terminal, not only in the server's log.
+    """
+
+    __tablename__ = "declared_catalogs"
+
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    models: Mapped[int] = mapped_column(Integer)
+    loaded_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # "" when the file as it is now was taken; else the refusal, for the operator.
+    refusal: Mapped[str] = mapped_column(Text, server_default="")
+    refused_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The process that wrote this row last (host:pid and its role).
+    by: Mapped[str] = mapped_column(String(255), server_default="")
 
 
 class FailureRow(Base):

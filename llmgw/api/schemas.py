@@ -140,6 +140,9 @@ class PlacementEntry(BaseModel):
     gpus_per_node: int
     gpu_class: str | None
     fingerprint: str
+    # The model version (definition digest) the replica was placed with; ``engine``
+    # is that version's, so a catalog change never changes it ("" before versions).
+    version: str
     # placed (nothing reported yet), starting, ready, failed; unreported when the
     # node's agent does not report replica states (it then counts as ready).
     state: Literal["placed", "starting", "ready", "failed", "unreported"]

@@ -70,7 +70,10 @@ def _fleet(svc: Services) -> dict[str, Any]:
     models = fleet.models(view.catalog, replicas)
     for row in models:
         row["unplaced_reasons"] = reasons.get(row["name"], [])
-    rows = [replica_json(p, view.catalog, status) for p, status in replicas]
+    book = svc.nodes.versions
+    rows = [
+        replica_json(p, status, book.engine_view(p, view.catalog)) for p, status in replicas
+    ]
     return {
         "catalog_position": view.position,
         "placement_head": placement_head,

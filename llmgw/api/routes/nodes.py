@@ -158,4 +158,7 @@ def list_placements(
     if model is not None:
         model = catalog.canonical(model) or model
     replicas = svc.nodes.replicas(node=node, model=model)
-    return ApiJSON([replica_json(p, catalog, status) for p, status in replicas])
+    book = svc.nodes.versions
+    return ApiJSON(
+        [replica_json(p, status, book.engine_view(p, catalog)) for p, status in replicas]
+    )
