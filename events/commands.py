@@ -31,6 +31,7 @@ from catalog import CatalogError, Model, RefusalKind
 from catalog.declared import require_models
 from catalog.diff import FieldChange, diff_models
 from catalog.digest import catalog_digest
+from catalog.engines import check_engines
 from catalog.identifiers import check_command
 from events.apply import (
     ApplyPlan,
@@ -43,7 +44,8 @@ from events.apply import (
 from events.idempotency import change_digest, recorded_change
 from events.log import Log, UnvouchedRow
 from events.read_model import CatalogReadModel
-from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
+from events.declared_change import DeclaredChange, event_for
+from events.types import DECLARED_CHANGED, MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
 
 Same = Callable[[tuple[StoredEvent, ...]], bool]
 # A command's events, each with the definition it encodes (None: not a definition).
@@ -97,6 +99,8 @@ class CatalogCommands:
     ) -> CommandResult:
         """Add one model or a list, all or nothing."""
         require_models(list(models), "the change")
+        for m in models:
+            check_engines(m)
 
         def build() -> list[tuple[NewEvent, Model | None]]:
             ordered = self.model.state.check_add(models)
@@ -126,6 +130,7 @@ class CatalogCommands:
     ) -> ApplyResult:
         """Add ``model``, or replace the runtime model of its name with it in one event
         (events.apply); nothing is written when the catalog already holds it."""
+        check_engines(model)
         plans: list[ApplyPlan] = []
 
         def build() -> list[tuple[NewEvent, Model | None]]:
@@ -154,6 +159,36 @@ class CatalogCommands:
         if plan.outcome == "unchanged":
             log.info("catalog.apply_unchanged", model=model.name, actor=actor)
         return ApplyResult(plan.outcome, model.name, plan.changes, result.events, False)
+
+    def declared_changed(self) -> None:
+        """The read model took a new declared catalog: later adds are stamped with it."""
+        self.declared_digest = catalog_digest(self.model.declared)
+
+    def record_declared(self, change: DeclaredChange, *, actor: str, key: str) -> CommandResult:
+        """Record that a running process took a changed declared catalog file.
+
+        ``key`` makes it once per change: the server and a daemon watching the same
+        file both notice an edit, and the second finds the first's event.
+        """
+
+        def build() -> list[tuple[NewEvent, Model | None]]:
+            return [(event_for(change), None)]
+
+        def changed() -> str:
+            return change_digest(DECLARED_CHANGED, [change.payload()])
+
+        return self._run(
+            DECLARED_CHANGED,
+            [],
+            changed,
+            build,
+            actor=actor,
+            reason=change.describe()[:2000],
+            key=key,
+            # The key names the transition (file, old and new digest, the file's
+            # modification time): the same key is the same change, noticed twice.
+            same=lambda previous: all(e.type == DECLARED_CHANGED for e in previous),
+        )
 
     def _first_apply(self, model: Model, events: tuple[StoredEvent, ...]) -> ApplyResult:
         """A repeated key's first outcome, its changes read from the log as they were."""

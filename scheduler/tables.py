@@ -140,27 +140,6 @@ class ModelVersionRow(Base):
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
-class DeclaredCatalogRow(Base):
-    """What the processes watching a declared catalog file last made of it.
-
-    One row per file: the digest in force (catalog.digest) and, when the file
-    was last refused, why. ``llmgw status`` reads it, so an operator sees a
-    refused edit from any terminal, not only in the server's log.
-    """
-
-    __tablename__ = "declared_catalogs"
-
-    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
-    digest: Mapped[str] = mapped_column(String(64))
-    models: Mapped[int] = mapped_column(Integer)
-    loaded_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    # "" when the file as it is now was taken; else the refusal, for the operator.
-    refusal: Mapped[str] = mapped_column(Text, server_default="")
-    refused_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    # The process that wrote this row last (host:pid and its role).
-    by: Mapped[str] = mapped_column(String(255), server_default="")
-
-
 class FailureRow(Base):
     """How often a model's replicas failed on a node, for the back-off that avoids it."""
 

@@ -45,6 +45,7 @@ def upgrade() -> None:
         sa.Column("path", sa.String(1024), primary_key=True),
         sa.Column("digest", sa.String(64), nullable=False),
         sa.Column("models", sa.Integer(), nullable=False),
+        sa.Column("definitions", sa.Text(), nullable=False),
         sa.Column("loaded_at", UTCDateTime(), nullable=False),
         sa.Column("refusal", sa.Text(), nullable=False, server_default=""),
         sa.Column("refused_at", UTCDateTime(), nullable=True),

@@ -20,6 +20,7 @@ from catalog import Catalog, Model
 from catalog.digest import catalog_digest
 from catalog.state import CatalogState
 from catalog.text import shown
+from catalog.engines import check_engines
 from events.apply import ApplyResult, plan_apply
 from llmgw.cli.context import App, print_json
 from llmgw.views import placement_json, rollout_json, unplaced_json
@@ -95,6 +96,8 @@ def _replica(p: Placement) -> str:
 
 def show_add(app: App, models: Sequence[Model], *, as_json: bool) -> int:
     state, position = _current(app)
+    for m in models:
+        check_engines(m)  # the refusal a real add would give
     ordered = state.check_add(models)  # raises the refusal a real add would
     for model in ordered:
         state.add(model)
@@ -128,6 +131,7 @@ def show_apply(app: App, model: Model, *, as_json: bool) -> int:
     what the next round would then do for the model: place, replace (a rollout), remove."""
     state, position = _current(app)
     # The same judgement as a real apply, refusals included (a declared model, a collision).
+    check_engines(model)
     planned = plan_apply(state, model, catalog_digest(app.declared))
     if planned.outcome == "added":
         state.add(model)
