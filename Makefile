@@ -40,7 +40,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy catalog events scheduler llmgw agent bench
+	$(BIN)/mypy catalog events scheduler declared llmgw agent bench
 
 pytest: $(STAMP)
 	$(BIN)/pytest -n 2 -q

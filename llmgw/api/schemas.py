@@ -200,6 +200,9 @@ class Ready(BaseModel):
     status: str
     schema_revision: str | None
     catalog_position: int
+    # The declared catalog file as this server last read it: "loaded", or "refused" with
+    # where and why (the previous catalog keeps running). None when no file is given.
+    declared: dict[str, Any] | None = None
 
 
 # -- the identifier grammar, as the document states it ----------------------------------

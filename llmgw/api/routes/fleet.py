@@ -118,5 +118,5 @@ def _diff(svc: Services, a: int, b: int) -> dict[str, Any]:
                 f"position {position} is past the log's head ({head}): nothing is recorded "
                 f"there yet; diff positions 0 to {head}",
             )
-    before, after = catalogs_at(svc.store, svc.declared, [a, b], config_path=svc.config_label)
+    before, after = catalogs_at(svc.store, svc.gate.declared, [a, b], config_path=svc.config_label)
     return {"from": a, "to": b, **diff_catalogs(before, after).to_json()}
