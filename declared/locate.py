@@ -67,8 +67,8 @@ def _model_node(models: yaml.SequenceNode, message: str, name: str | None) -> ya
 def _field(node: yaml.Node, field: str) -> yaml.Node | None:
     """The key node of ``field`` (dotted for nested mappings: ``scaling.max``)."""
     key: yaml.Node | None = None
-    for part in field.split("."):
-        part = re.sub(r"\[\d+\]$", "", part)
+    for dotted in field.split("."):
+        part = re.sub(r"\[\d+\]$", "", dotted)
         if not isinstance(node, yaml.MappingNode):
             return key
         for k, v in node.value:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -107,7 +108,7 @@ class DeclaredReloader:
         ran (the row kept says another digest), record that change as well."""
         if self.engine is None:
             return
-        from sqlalchemy import Engine  # noqa: PLC0415
+        from sqlalchemy import Engine
 
         assert isinstance(self.engine, Engine)
         now = datetime.now(UTC)
@@ -154,7 +155,7 @@ class DeclaredReloader:
             )
             outcome = Outcome(APPLIED, new_digest, change=change, at=now)
         if self.engine is not None:
-            from sqlalchemy import Engine  # noqa: PLC0415
+            from sqlalchemy import Engine
 
             assert isinstance(self.engine, Engine)
             write_loaded(self.engine, str(self.path), self.current, by=self.by, now=now)
@@ -172,10 +173,8 @@ class DeclaredReloader:
 
     def _refused(self, exc: CatalogError, now: datetime) -> Outcome:
         text = ""
-        try:
+        with suppress(OSError):
             text = self.path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            pass
         message = exc.message
         prefix = f"{self.path}: "
         if message.startswith(prefix):
@@ -183,9 +182,7 @@ class DeclaredReloader:
         refusal = Refusal(
             file=str(self.path),
             message=message,
-            line=line_of(
-                text, exc.message, model=exc.model, profile=exc.profile, field=exc.field
-            )
+            line=line_of(text, exc.message, model=exc.model, profile=exc.profile, field=exc.field)
             if text and len(text) <= (16 << 20)
             else None,
             model=exc.model,
@@ -204,7 +201,7 @@ class DeclaredReloader:
             digest_in_force=catalog_digest(self.current),
         )
         if self.engine is not None:
-            from sqlalchemy import Engine  # noqa: PLC0415
+            from sqlalchemy import Engine
 
             assert isinstance(self.engine, Engine)
             write_refused(self.engine, refusal.file, refusal, self.current, by=self.by, now=now)

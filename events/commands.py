@@ -41,10 +41,10 @@ from events.apply import (
     plan_apply,
     same_definition,
 )
+from events.declared_change import DeclaredChange, event_for
 from events.idempotency import change_digest, recorded_change
 from events.log import Log, UnvouchedRow
 from events.read_model import CatalogReadModel
-from events.declared_change import DeclaredChange, event_for
 from events.types import DECLARED_CHANGED, MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
 
 Same = Callable[[tuple[StoredEvent, ...]], bool]

@@ -33,8 +33,8 @@ from scheduler.round_record import RoundUnreadable, read_recorded_round
 from scheduler.round_store import HostedCounts, PlacementState, RoundConflict, RoundStore
 from scheduler.row_net import Unreadable
 from scheduler.staleness import StalenessPolicy
-from scheduler.versions import VersionBook
 from scheduler.trail import PLACED, REMOVED, UPDATED, events_head, follow_page, read_events
+from scheduler.versions import VersionBook
 
 
 class SchedulerStore:

@@ -15,8 +15,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from scheduler.placements import Plan
 from declared.reload import Outcome
+from scheduler.placements import Plan
 from scheduler.placer import RoundOutcome
 
 # Every name here is a classic one, so the page is the 0.0.4 text format that every

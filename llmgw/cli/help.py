@@ -76,6 +76,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "token list": ("llmgw token list --auth-file auth.toml",),
     "token revoke": ("llmgw token revoke alice --auth-file auth.toml",),
     "settings": ("llmgw settings", "llmgw --settings /etc/llmgw/llmgw.toml settings --json"),
+    "status": ("llmgw status", "llmgw status --json"),
     "completion": (
         'eval "$(llmgw completion bash)"',
         "llmgw completion zsh > ~/.zfunc/_llmgw",

@@ -256,6 +256,18 @@ def register_ops(
     p.set_defaults(run="ops_cmds:cmd_settings")
 
     p = sub.add_parser(
+        "status",
+        parents=[parent],
+        help="the control plane at a glance: the declared file in force or refused, "
+        "nodes, replicas, rollouts",
+        description="Read from the database, so it says what `llmgw serve` and the daemon "
+        "made of the declared catalog file (an edit that was refused: where and why; the "
+        "previous catalog keeps running), not what this command makes of it alone.",
+    )
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
+    p.set_defaults(run="status_cmd:cmd_status")
+
+    p = sub.add_parser(
         "completion",
         help="print the shell completion script (bash or zsh)",
         description="Completes commands, subcommands and options; file names elsewhere.",

@@ -18,9 +18,9 @@ from typing import Any
 
 from catalog import Catalog, Model
 from catalog.digest import catalog_digest
+from catalog.engines import check_engines
 from catalog.state import CatalogState
 from catalog.text import shown
-from catalog.engines import check_engines
 from events.apply import ApplyResult, plan_apply
 from llmgw.cli.context import App, print_json
 from llmgw.views import placement_json, rollout_json, unplaced_json

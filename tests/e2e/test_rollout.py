@@ -10,6 +10,7 @@ runs the new arguments and every old engine has exited.
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -123,19 +124,48 @@ def roll_and_watch(c: Cluster, model: str, change: Any) -> tuple[Sampler, list[d
         time.sleep(1)
     # Every old engine has exited (its agent stopped it once a new one was ready).
     eventually(
-        lambda: not any(same_process(r["pid"], r["start_time"], r["argv"]) for r in old_pids.values()),
+        lambda: (
+            not any(same_process(r["pid"], r["start_time"], r["argv"]) for r in old_pids.values())
+        ),
         "every old engine stopped",
     )
     return sampler, after
 
 
-def test_apply_and_a_declared_edit_roll_out_surge_first_without_a_hole(
+def apply_file(c: Cluster, name: str, definition: dict[str, Any]) -> Any:
+    path = c.cli.write(name, definition)
+
+    def apply() -> None:
+        done = c.cli("apply", path, "--reason", "trial")
+        assert done.returncode == 0, done.stderr
+
+    return apply
+
+
+def rounds_since(c: Cluster, position: int) -> int:
+    """Placement rounds the server's scheduler ran at catalog ``position`` or later."""
+    lines = [json.loads(x) for x in c.server.log_text().splitlines() if x.startswith("{")]
+    return sum(
+        1
+        for x in lines
+        if x.get("event") == "placement.round" and x.get("catalog_position", -1) >= position
+    )
+
+
+def no_restart_in_place(c: Cluster) -> None:
+    """No agent restarted an engine in place: each engine was started for a new slot."""
+    for agent in c.agents.values():
+        restarted = [
+            x for x in agent.logs("agent.engine_stopped") if "restart" in x.get("reason", "")
+        ]
+        assert not restarted, restarted
+
+
+def test_apply_priority_rollback_and_a_declared_edit_roll_out_surge_first_without_a_hole(
     tmp_path: Path, sqlite_url: str
 ) -> None:
     declared = sim_model("chat", "0")
-    with cluster(
-        tmp_path, sqlite_url, ["n1", "n2"], models=[declared], server_args=ROUNDS
-    ) as c:
+    with cluster(tmp_path, sqlite_url, ["n1", "n2"], models=[declared], server_args=ROUNDS) as c:
         c.agent("n1", gpus="SIM:4")
         c.agent("n2", gpus="SIM:4")
         c.add(sim_model("trial", "0"))
@@ -143,32 +173,48 @@ def test_apply_and_a_declared_edit_roll_out_surge_first_without_a_hole(
         eventually(lambda: c.ready("chat", 2), "2 chat replicas ready", 120)
 
         # 1. `llmgw apply` of the runtime model with one argument changed.
-        path = c.cli.write("trial.yaml", sim_model("trial", "0.01"))
-
-        def apply() -> None:
-            done = c.cli("apply", path, "--reason", "token delay")
-            assert done.returncode == 0, done.stderr
-
-        sampler, after = roll_and_watch(c, "trial", apply)
+        changed = sim_model("trial", "0.01")
+        sampler, _ = roll_and_watch(c, "trial", apply_file(c, "trial.yaml", changed))
         assert len(sampler.samples) > 10, sampler.samples
         assert min(sampler.samples) >= 2, sampler.samples  # min 2 - max_unavailable 0
         assert {tuple(r["argv"][-2:]) for r in engines(c, "trial")} == {("--token-delay", "0.01")}
         assert len(engines(c, "trial")) == 2
-        # No agent restarted an engine in place: each engine was started for a new slot.
-        for agent in c.agents.values():
-            assert not [
-                x for x in agent.logs("agent.engine_stopped") if "restarting" in x.get("reason", "")
-            ]
+        no_restart_in_place(c)
 
-        # 2. The declared file edited in place: the running server notices it.
+        # 2. A profile priority change: a new version, but nothing it runs changed. The
+        # engines keep running (same processes), and the replicas are not replaced.
+        pids = {r["pid"] for r in engines(c, "trial")}
+        versions = {p["version"] for p in c.placements() if p["model"] == "trial"}
+        prioritised = {**changed, "profiles": [{**changed["profiles"][0], "priority": 5}]}
+        apply_file(c, "trial-priority.yaml", prioritised)()
+        position = c.cli.json("history")[-1]["position"]
+        # Three rounds planned on the new definition; agents tick every 0.2 s meanwhile.
+        eventually(lambda: rounds_since(c, position) >= 3, "3 rounds on the new definition")
+        assert {r["pid"] for r in engines(c, "trial")} == pids
+        assert {p["version"] for p in c.placements() if p["model"] == "trial"} == versions
+        no_restart_in_place(c)
+
+        # 3. A rollback: the first definition again, surge-first like any change.
+        sampler, _ = roll_and_watch(
+            c, "trial", apply_file(c, "trial-back.yaml", sim_model("trial", "0"))
+        )
+        assert min(sampler.samples) >= 2, sampler.samples
+        assert {tuple(r["argv"][-2:]) for r in engines(c, "trial")} == {("--token-delay", "0")}
+        no_restart_in_place(c)
+
+        # 4. The declared file edited in place: the running server notices it.
         config = tmp_path / "catalog.yaml"
 
         def edit() -> None:
             config.write_text(dump_yaml({"models": [sim_model("chat", "0.01")]}))
 
-        sampler, after = roll_and_watch(c, "chat", edit)
+        sampler, _ = roll_and_watch(c, "chat", edit)
         assert min(sampler.samples) >= 2, sampler.samples
         assert {tuple(r["argv"][-2:]) for r in engines(c, "chat")} == {("--token-delay", "0.01")}
         assert len(engines(c, "chat")) == 2
+        no_restart_in_place(c)
         # The untouched model's replicas kept running through the reload.
         assert len(engines(c, "trial")) == 2
+        # `llmgw rollout status` says no rollout is in progress once it is done.
+        status = c.cli.json("rollout", "status", "chat")
+        assert status["in_progress"] is False, status

@@ -71,9 +71,7 @@ def _fleet(svc: Services) -> dict[str, Any]:
     for row in models:
         row["unplaced_reasons"] = reasons.get(row["name"], [])
     book = svc.nodes.versions
-    rows = [
-        replica_json(p, status, book.engine_view(p, view.catalog)) for p, status in replicas
-    ]
+    rows = [replica_json(p, status, book.engine_view(p, view.catalog)) for p, status in replicas]
     return {
         "catalog_position": view.position,
         "placement_head": placement_head,
@@ -85,6 +83,8 @@ def _fleet(svc: Services) -> dict[str, Any]:
         "models": models,
         "nodes": fleet.nodes(inventory, placements, now, policy, state.lifecycle.cordons),
         "placements": rows,
+        # The declared file as this server last read it (a refused edit: where and why).
+        "declared": svc.declared_watch.to_json(),
     }
 
 
