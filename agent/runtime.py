@@ -36,6 +36,16 @@ from agent.states import replica_states
 
 log = structlog.get_logger("llmgw.agent")
 
+FORBIDDEN = 403
+
+
+class ReportsForbidden(Exception):
+    """The control plane answered 403 to this node's report: the token may not report
+    this node (or is a reader's). That cannot heal by retrying, because a token's nodes
+    are fixed when it is issued; the fix is a token issued for this node. (A 401, a
+    token the server does not know, can heal: the server takes it once it is added
+    to its auth file and restarted, so the agent keeps trying then.)"""
+
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
@@ -81,15 +91,22 @@ class Agent:
     def run(self) -> None:
         self.state.lock()
         self.adopt()
+        try:
+            self._loop()
+        finally:
+            self.shutdown()
+
+    def _loop(self) -> None:
         while not self.stopping.is_set():
             try:
                 self.tick()
+            except ReportsForbidden:
+                raise  # cannot heal: the agent ends (llmgw agent exits 1 with the message)
             except Exception:
                 # A bug or a full disk must not end the agent (its engines would
                 # then go unwatched); it is logged and the next tick tries again.
                 log.exception("agent.tick_failed")
             self.stopping.wait(self.config.interval)
-        self.shutdown()
 
     def tick(self) -> None:
         self.observe()
@@ -226,6 +243,8 @@ class Agent:
                 self._send_replicas = False
                 return self.report()
             log.error("agent.report_refused", status=exc.status, detail=exc.detail)
+            if exc.status == FORBIDDEN:
+                raise ReportsForbidden(exc.detail) from None
         return False
 
     def placements(self) -> list[Want] | None:

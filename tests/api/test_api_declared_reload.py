@@ -119,6 +119,11 @@ def test_a_refused_edit_changes_nothing_is_reported_everywhere_and_the_fix_appli
     shown = cli.json("status")
     (row,) = shown["declared"]
     assert row["state"] == "refused" and row["refusal"]["field"] == "engine"
+    # `llmgw rollout status` says what runs (the catalog in force), not what this
+    # command would make of the file: no rollout, and why the file is not what runs.
+    rollout = cli.json("rollout", "status", "base")
+    assert rollout["in_progress"] is False
+    assert "refused" in rollout["declared_note"] and "catalog in force" in rollout["declared_note"]
 
     # Fixed: taken whole, recorded as an event that `history` shows.
     config.write_text(dump_yaml(FIXED))
