@@ -54,9 +54,7 @@ def test_a_node_whose_labels_do_not_match_is_named_for_them_even_when_it_is_full
 
     (unplaced,) = run([demand("m", 1, eu)], nodes).unplaced
 
-    assert unplaced.reason == (
-        "profile p: 0/3 nodes fit: 2 lack label zone=eu, 1 has no free GPU"
-    )
+    assert unplaced.reason == ("profile p: 0/3 nodes fit: 2 lack label zone=eu, 1 has no free GPU")
 
 
 def test_the_counts_are_there_as_data_for_an_api() -> None:
