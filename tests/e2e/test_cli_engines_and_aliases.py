@@ -46,12 +46,12 @@ def test_a_declared_file_with_an_unknown_engine_is_refused_at_load(
 
 def test_the_api_refuses_an_unknown_engine_too(tmp_path: Path, sqlite_url: str) -> None:
     tokens = Tokens.issue()
-    with running(ApiServer(tmp_path, sqlite_url, tokens=tokens)) as server:
-        with server.client(tokens.operator) as http:
-            added = http.post("/v1/catalog/models", json={**TYPO, "name": "coder2", "aliases": []})
-            assert added.status_code == 422, added.text
-            assert "did you mean 'vllm'?" in added.json()["detail"]
-            assert "coder2" not in {m["name"] for m in http.get("/v1/catalog").json()}
+    server = ApiServer(tmp_path, sqlite_url, tokens=tokens)
+    with running(server), server.client(tokens.operator) as http:
+        added = http.post("/v1/catalog/models", json={**TYPO, "name": "coder2", "aliases": []})
+        assert added.status_code == 422, added.text
+        assert "did you mean 'vllm'?" in added.json()["detail"]
+        assert "coder2" not in {m["name"] for m in http.get("/v1/catalog").json()}
 
 
 def test_removing_by_an_alias_is_refused_with_the_command_that_removes_the_model(
