@@ -176,9 +176,10 @@ class DeclaredReloader:
         with suppress(OSError):
             text = self.path.read_text(encoding="utf-8", errors="replace")
         message = exc.message
-        prefix = f"{self.path}: "
-        if message.startswith(prefix):
-            message = message[len(prefix) :]
+        # The refusal names the file itself (load_declared's prefix); ``text()`` adds
+        # the file and the line in front, once.
+        if message.startswith(str(self.path)):
+            message = message[len(str(self.path)) :].lstrip(": ")
         refusal = Refusal(
             file=str(self.path),
             message=message,

@@ -39,7 +39,7 @@ def cmd_service(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-def _service_in_force(app: App) -> tuple[CatalogService, str]:
+def service_in_force(app: App) -> tuple[CatalogService, str]:
     """The catalog the control plane runs, and a note when that is not the file as it is.
 
     ``llmgw serve`` and the daemon record the declared catalog they run
@@ -81,7 +81,7 @@ def _service_in_force(app: App) -> tuple[CatalogService, str]:
 
 
 def cmd_rollout_status(app: App, args: argparse.Namespace) -> int:
-    service, note = _service_in_force(app)
+    service, note = service_in_force(app)
     catalog = service.catalog()
     model = catalog.canonical(args.model)
     if model is None:

@@ -16,7 +16,8 @@ from typing import Any
 
 from catalog import CatalogError
 from catalog.text import shown
-from llmgw.cli.context import App, print_json
+from llmgw.cli.context import App, Refused, print_json
+from llmgw.cli.lifecycle_cmds import service_in_force
 from llmgw.views import iso
 
 
@@ -41,9 +42,11 @@ def cmd_status(app: App, args: argparse.Namespace) -> int:
     models: dict[str, int] | None = None
     wanted = None
     try:
-        catalog = app.service.catalog()
-    except CatalogError as exc:
-        # This command's own read of the file is refused; what runs is in ``declared``.
+        # The catalog the control plane runs (the declared one a watcher recorded when
+        # this command's reading of the file differs, e.g. an edit it refused).
+        service, _ = service_in_force(app)
+        catalog = service.catalog()
+    except (CatalogError, Refused) as exc:
         own_refusal = str(exc)
     else:
         declared_count = sum(catalog.is_declared(m.name) for m in catalog.models())
