@@ -87,3 +87,26 @@ def test_a_change_made_while_nothing_ran_is_recorded_at_start(
     _, again = watcher(engine, path, "serve")
     (event,) = [e for e in again.store.read() if e.type == DECLARED_CHANGED]
     assert event.model == "chat"
+
+
+def test_a_hostile_status_row_is_skipped_and_named(engine: Engine, tmp_path: Path) -> None:
+    from sqlalchemy import update
+
+    from declared.status import declared_t
+
+    path = tmp_path / "catalog.yaml"
+    write(path, "--a")
+    watcher(engine, path, "serve")
+    hostile = [
+        ("definitions", "[" * 100_000),
+        ("definitions", '[{"name": "x"}]'),
+        ("refusal", '{"file": 1}'),
+    ]
+    if engine.dialect.name == "sqlite":  # SQLite stores whatever it is given
+        hostile.append(("models", "many"))
+    for column, value in hostile:
+        with engine.begin() as conn:
+            conn.execute(update(declared_t).values({column: value}))
+        assert read_status(engine) == []  # skipped (and named in the log), not a crash
+        watcher(engine, path, "serve")  # a watcher's start writes a good row again
+        assert len(read_status(engine)) == 1
