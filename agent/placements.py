@@ -48,6 +48,8 @@ class _Placement(BaseModel):
     state: str | None = None
     # Where the replica's head answers, as its agent reported it (None until then).
     endpoint: str | None = Field(default=None, max_length=2048)
+    # The model version the replica was placed with ("" from a server before versions).
+    version: str = Field(default="", max_length=64)
 
 
 class PlacementsError(ValueError):
@@ -86,6 +88,9 @@ class Want:
     nnodes: int = 1
     head: str = ""
     head_endpoint: str | None = None
+    # The model version the control plane placed this replica with; its ``launch`` is
+    # that version's, and does not change while the replica stays placed.
+    version: str = ""
 
     @property
     def worker(self) -> bool:
@@ -123,6 +128,7 @@ def parse_placements(data: Any, node: str) -> list[Want]:
             nnodes=len(p.nodes),
             head=p.nodes[0],
             head_endpoint=head_endpoint,
+            version=p.version,
         )
     return sorted(wants.values(), key=lambda w: w.key)
 

@@ -267,7 +267,7 @@ class Agent:
 
     def haves(self) -> list[Have]:
         return [
-            Have(r.key, r.fingerprint, r.devices, r.alive, r.exited_at, r.restarts)
+            Have(r.key, r.fingerprint, r.devices, r.alive, r.exited_at, r.restarts, r.version)
             for r in self.records.values()
         ]
 
@@ -291,6 +291,7 @@ class Agent:
             model=key.model,
             replica=key.replica,
             fingerprint=want.fingerprint,
+            version=want.version,
             engine=want.launch.engine,
             argv=(),
             pid=0,

@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import IO
 
@@ -55,6 +55,8 @@ class Record:
     # This node's rank in a replica spanning ``nnodes`` nodes (0: the head, or alone).
     rank: int = 0
     nnodes: int = 1
+    # The model version the engine was started for ("" in a record from before versions).
+    version: str = ""
 
     @property
     def key(self) -> Key:
@@ -135,7 +137,10 @@ class StateDir:
                 raw = json.loads(path.read_text())
                 raw["argv"] = tuple(raw["argv"])
                 raw["devices"] = tuple(raw["devices"])
-                records.append(Record(**raw))
+                # Keys this release does not know are left out, so that a newer agent's
+                # record still adopts its engine after a downgrade from here on.
+                known = {f.name for f in fields(Record)}
+                records.append(Record(**{k: v for k, v in raw.items() if k in known}))
             except (OSError, ValueError, TypeError, KeyError) as exc:
                 log.warning("agent.record_skipped", path=str(path), reason=str(exc))
                 path.replace(path.with_suffix(".unreadable"))
