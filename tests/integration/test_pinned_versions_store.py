@@ -88,3 +88,34 @@ def test_a_hostile_version_row_is_skipped_and_named_not_served(
         # None: the agent neither starts nor restarts anything for it.
         assert VersionBook(engine).engine_view(p, service.catalog()) is None
         assert "model_versions" in capsys.readouterr().out
+
+
+def test_a_report_of_another_version_than_the_slot_holds_is_ignored(
+    setup: tuple[CatalogService, SchedulerStore],
+) -> None:
+    """A slot given to a new replica on the same node: the old engine's last report (of the
+    old version) must not mark the new replica ready, as it would let a rollout stop the
+    next old replica while the new one still loads."""
+    from scheduler.inventory import parse_node_report
+
+    service, store = setup
+    service.add([parse_model(trial(["--v", "1"]))])
+    Placer(service, store).run()
+    ((p, status),) = store.replicas(model="trial")
+    assert status.state == "placed"
+
+    def report(version: str) -> str:
+        body = {
+            "name": "n1",
+            "gpu_class": "A100",
+            "gpus": 4,
+            "replicas": [
+                {"model": "trial", "replica": p.replica, "state": "ready", "version": version}
+            ],
+        }
+        store.report([parse_node_report(body)], datetime.now(UTC))
+        ((_, now),) = store.replicas(model="trial")
+        return now.state
+
+    assert report("0123456789abcdef0123456789abcdef") == "placed"  # another version
+    assert report(p.version) == "ready"
