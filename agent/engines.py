@@ -12,6 +12,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from catalog.engines import KNOWN_ENGINES
+
 # Checked on every tick; each engine answers it once its model is loaded.
 HEALTH_PATH = "/health"
 
@@ -68,7 +70,9 @@ class Command:
     env: dict[str, str]
 
 
-ENGINES = ("vllm", "llamacpp", "sim")
+# The engines this agent has adapters for; the catalog refuses any other name
+# when a definition is loaded or added (catalog.engines), with a did-you-mean.
+ENGINES = KNOWN_ENGINES
 
 
 def command(

@@ -39,6 +39,16 @@ from agent.states import replica_states
 
 log = structlog.get_logger("llmgw.agent")
 
+FORBIDDEN = 403
+
+
+class ReportsForbidden(Exception):
+    """The control plane answered 403 to this node's report: the token may not report
+    this node (or is a reader's). That cannot heal by retrying, because a token's nodes
+    are fixed when it is issued; the fix is a token issued for this node. (A 401, a
+    token the server does not know, can heal: the server takes it once it is added
+    to its auth file and restarted, so the agent keeps trying then.)"""
+
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
@@ -90,15 +100,22 @@ class Agent:
         self.state.lock()
         self.adopt()
         self.looping = True
+        try:
+            self._loop()
+        finally:
+            self.shutdown()
+
+    def _loop(self) -> None:
         while not self.stopping.is_set():
             try:
                 self.tick()
+            except ReportsForbidden:
+                raise  # cannot heal: the agent ends (llmgw agent exits 1 with the message)
             except Exception:
                 # A bug or a full disk must not end the agent (its engines would
                 # then go unwatched); it is logged and the next tick tries again.
                 log.exception("agent.tick_failed")
             self.stopping.wait(self.config.interval)
-        self.shutdown()
 
     def tick(self) -> None:
         self.observe()
@@ -261,6 +278,8 @@ class Agent:
                 self._send_replicas = False
                 return self.report()
             log.error("agent.report_refused", status=exc.status, detail=exc.detail)
+            if exc.status == FORBIDDEN:
+                raise ReportsForbidden(exc.detail) from None
         return False
 
     def placements(self) -> list[Want] | None:
@@ -283,7 +302,7 @@ class Agent:
 
     def haves(self) -> list[Have]:
         return [
-            Have(r.key, r.fingerprint, r.devices, r.alive, r.exited_at, r.restarts)
+            Have(r.key, r.fingerprint, r.devices, r.alive, r.exited_at, r.restarts, r.version)
             for r in self.records.values()
         ]
 
@@ -307,6 +326,7 @@ class Agent:
             model=key.model,
             replica=key.replica,
             fingerprint=want.fingerprint,
+            version=want.version,
             engine=want.launch.engine,
             argv=(),
             pid=0,

@@ -73,6 +73,8 @@ class Record:
     # Put in the engine's environment as LLMGW_ENGINE_NONCE: what proves, at adoption,
     # that the process is the one this agent started ("" in records of older agents).
     nonce: str = ""
+    # The model version the engine was started for ("" in a record from before versions).
+    version: str = ""
 
     @property
     def key(self) -> Key:
@@ -117,6 +119,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "rank": (int,),
     "nnodes": (int,),
     "nonce": (str,),
+    "version": (str,),
 }
 _FIELDS = frozenset(f.name for f in fields(Record))
 # Written by agents before the log path was derived from the key: read, never used.

@@ -55,5 +55,8 @@ def replica_states(
         else:
             entry = {"state": "starting", "message": f"{record.engine} on port {record.port}"}
         entry["message"] = printable(str(entry["message"]))[:MAX_REPORTED_MESSAGE]
+        if record is not None and record.version:
+            # Only to a control plane that pins versions (it sent this one).
+            entry["version"] = record.version
         states.append({"model": key.model, "replica": key.replica, **entry})
     return states

@@ -146,6 +146,9 @@ class PlacementEntry(BaseModel):
     gpus_per_node: int
     gpu_class: str | None
     fingerprint: str
+    # The model version (definition digest) the replica was placed with; ``engine``
+    # is that version's, so a catalog change never changes it ("" before versions).
+    version: str
     # placed (nothing reported yet), starting, ready, failed; unreported when the
     # node's agent does not report replica states (it then counts as ready).
     state: Literal["placed", "starting", "ready", "failed", "unreported"]
@@ -206,6 +209,9 @@ class Ready(BaseModel):
     status: str
     schema_revision: str | None
     catalog_position: int
+    # The declared catalog file as this server last read it: "loaded", or "refused" with
+    # where and why (the previous catalog keeps running). None when no file is given.
+    declared: dict[str, Any] | None = None
 
 
 # -- the identifier grammar, as the document states it ----------------------------------

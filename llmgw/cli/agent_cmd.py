@@ -28,7 +28,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     from agent.inventory import InventoryError, detect
     from agent.logfiles import LogLimits
     from agent.reconcile import Backoff
-    from agent.runtime import Agent, AgentConfig
+    from agent.runtime import Agent, AgentConfig, ReportsForbidden
     from agent.state import StateDirBusy, UnsafeDir, UnsafeFile
     from llmgw.agent_settings import resolve_agent
     from llmgw.settings import SettingsError
@@ -95,7 +95,15 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         state_dir=str(state_dir),
     )
     print(f"llmgw agent: node {config.node} reporting to {s.server}", flush=True)
-    agent.run()
+    try:
+        agent.run()
+    except ReportsForbidden as exc:
+        log.error("agent.refused_for_good", node=config.node, detail=str(exc))
+        raise Refused(
+            f"the control plane at {s.server} refuses this agent's reports of node "
+            f"{config.node!r}: {exc}. Issue a token for this node (`llmgw token new NAME "
+            f"--role agent --node {config.node}`) and give it with --token-file"
+        ) from None
     log.info("agent.stopped", node=config.node)
     return 0
 

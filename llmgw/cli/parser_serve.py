@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from llmgw.cli.parser import staleness_flags
+from llmgw.cli.parser import staleness_flags, watch_flag
 
 # llmgw.api.auth.Role's values, spelled here so that `--help` need not import the API
 # (a test holds the two equal).
@@ -268,6 +268,19 @@ def register_ops(
     )
     p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run="ops_cmds:cmd_settings")
+
+    p = sub.add_parser(
+        "status",
+        parents=[parent],
+        help="the control plane at a glance: the declared file in force or refused, "
+        "nodes, replicas, rollouts, and per model ready vs wanted vs scaling.min/max",
+        description="Read from the database, so it says what `llmgw serve` and the daemon "
+        "made of the declared catalog file (an edit that was refused: where and why; the "
+        "previous catalog keeps running), not what this command makes of it alone.",
+    )
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
+    watch_flag(p)
+    p.set_defaults(run="status_cmd:cmd_status")
 
     p = sub.add_parser(
         "completion",

@@ -275,5 +275,19 @@ def cmd_daemon(app: App, args: argparse.Namespace) -> int:
         finally:
             daemon.leadership.release()
         return 0
-    daemon.run_forever()
+    from llmgw.declared_watch import watch_declared
+
+    watcher = watch_declared(
+        app.settings.config_path,
+        app.declared,
+        [app.service],
+        app.service,
+        engine=app.engine,
+        role="daemon",
+    )
+    try:
+        daemon.run_forever()
+    finally:
+        if watcher is not None:
+            watcher.stop()
     return 0

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from events.catalog_service import CatalogService
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.persistence.store import SchedulerStore
+from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
 from scheduler.planner.inventory import Node
 from scheduler.planner.placements import Placement, Plan
@@ -32,6 +33,12 @@ class RoundOutcome:
     duration_ms: float
     # The placements the round started from.
     before: tuple[Placement, ...] = ()
+
+
+def _pinned_now(plan: Plan, before: Sequence[Placement]) -> list[Placement]:
+    """The placements this round places or pins to a version they did not have."""
+    had = {(p.model, p.replica): p.version for p in before}
+    return [*plan.place, *(p for p in plan.keep if had.get((p.model, p.replica)) != p.version)]
 
 
 class Placer:
@@ -74,6 +81,9 @@ class Placer:
                 nodes=nodes,
                 now=now,
                 policy=self.policy,
+                # Every placement pinned to the current version, placed now or pinned
+                # now: its definition is recorded with the round (scheduler.persistence.versions).
+                definitions=definitions_to_record(catalog, _pinned_now(plan, state.placements)),
             )
         return RoundOutcome(
             plan=plan,

@@ -34,6 +34,9 @@ class ModelLifecycle:
     startup_timeouts: Mapping[str, timedelta] = field(default_factory=dict)
     max_surge: int = 1
     max_unavailable: int = 0
+    # The model's version (``catalog.digest.model_version``): what a new replica is
+    # pinned to. "" plans as before versions (nothing pinned).
+    version: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,10 @@ class ReplicaReport(BaseModel):
     endpoint: Annotated[str | None, AfterValidator(_url)] = Field(
         default=None, max_length=MAX_ENDPOINT
     )
+    # The model version the reporting engine was started for (sent only by an agent
+    # of a control plane that pins versions). A report of another version than the
+    # placement now in the slot is about the replica that was there before: ignored.
+    version: str = Field(default="", max_length=64, pattern=r"^[0-9a-f]*$")
 
 
 @dataclass(frozen=True, slots=True)

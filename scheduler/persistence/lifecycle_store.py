@@ -79,7 +79,7 @@ def record_replica_reports(
         (row.placement.model, row.placement.replica): row for row in read_placements(conn, models)
     }
     trail: list[TrailEntry] = []
-    writes: list[tuple[str, int, str, dict[str, Any]]] = []
+    writes: list[tuple[str, int, str, str | None, dict[str, Any]]] = []
     cleared: list[tuple[str, str]] = []
     for report in with_replicas:
         actor = actor_of[id(report)]
@@ -90,6 +90,15 @@ def record_replica_reports(
             nodes = row.placement.nodes if row is not None else ()
             if row is None or report.name not in nodes:
                 ignored.append(f"{rep.model}[{rep.replica}]")
+                continue
+            if rep.version and row.placement.version and rep.version != row.placement.version:
+                # The slot was given to a new replica on the same node since the agent
+                # looked: its engine of the old version must not mark the new one ready.
+                # Counted in the report's one log line, like every ignored replica.
+                ignored.append(
+                    f"{rep.model}[{rep.replica}] of version {rep.version[:12]}, "
+                    f"placed as {row.placement.version[:12]}"
+                )
                 continue
             endpoint, message = rep.endpoint, rep.message
             if endpoint is not None:
@@ -117,21 +126,23 @@ def record_replica_reports(
                 )
                 if rep.state == READY:
                     cleared.append((rep.model, report.name))
-            writes.append((rep.model, rep.replica, row.nodes_text, values))
+            writes.append((rep.model, rep.replica, row.nodes_text, row.placement.version, values))
         _log_report(report.name, ignored, refused)
     if not writes:
         return
     # Taken before any row is changed, in the order a round takes its locks,
     # so that a report and a round never wait for each other in a cycle.
     lock_trail(conn)
-    for model, replica, nodes_text, values in writes:
+    for model, replica, nodes_text, version, values in writes:
         conn.execute(
             update(placements_t)
             .where(
                 placements_t.c.model == model,
                 placements_t.c.replica == replica,
-                # Only the placement the agent reported on: not one placed since in its slot.
+                # Only the placement the agent reported on: not one placed since in its
+                # slot (on other nodes, or of another version on the same ones).
                 placements_t.c.nodes == nodes_text,
+                placements_t.c.version == version,
             )
             .values(**values)
         )

@@ -59,6 +59,7 @@ def placement_row(p: Placement, round_id: int, now: datetime) -> dict[str, Any]:
         "round_id": round_id,
         "placed_at": now,
         "fingerprint": p.fingerprint,
+        "version": p.version,
         "state": "placed",
         "state_since": now,
     }
@@ -101,6 +102,7 @@ def _placement(r: Row) -> StoredPlacement:
         gpu_class=checked(r, "gpu_class", str, None),
         memory_gb_per_node=checked(r, "memory_gb_per_node", int),
         fingerprint=checked(r, "fingerprint", str),
+        version=checked(r, "version", str),
     )
     return StoredPlacement(
         placement=placement,

@@ -42,6 +42,7 @@ from scheduler.persistence.lifecycle_store import (
 from scheduler.persistence.placement_rows import placement_row, read_placements
 from scheduler.persistence.recorded_rounds import record_round
 from scheduler.persistence.tables import PlacementRoundRow, PlacementRow, table
+from scheduler.persistence.versions import record_definitions
 from scheduler.planner.inventory import Node
 from scheduler.planner.placements import Placement, Plan
 
@@ -169,8 +170,13 @@ class RoundStore:
         nodes: Sequence[Node],
         now: datetime,
         policy: StalenessPolicy,
+        definitions: Mapping[tuple[str, str], str] | None = None,
     ) -> int | None:
         """Write a plan's changes and its audit trail in one transaction.
+
+        ``definitions``: (model, version) -> definition JSON of the versions the
+        plan's placements are pinned to (``scheduler.persistence.versions``), recorded in the
+        same transaction, so that no agent is ever sent a version it cannot read.
 
         Returns the new round's id, or None when the plan changes nothing (such
         a round is not recorded). Raises ``RoundConflict`` if another round was
@@ -206,6 +212,7 @@ class RoundStore:
                         placements_t.c.model == p.model, placements_t.c.replica == p.replica
                     )
                 )
+            record_definitions(conn, definitions or {}, now)
             unreadable = _clear_unreadable(conn, plan.place, before)
             if plan.place:
                 conn.execute(
@@ -216,7 +223,11 @@ class RoundStore:
                 conn.execute(
                     update(placements_t)
                     .where(placements_t.c.model == p.model, placements_t.c.replica == p.replica)
-                    .values(memory_gb_per_node=p.memory_gb_per_node, fingerprint=p.fingerprint)
+                    .values(
+                        memory_gb_per_node=p.memory_gb_per_node,
+                        fingerprint=p.fingerprint,
+                        version=p.version,
+                    )
                 )
             record_failures(
                 conn,
@@ -279,8 +290,8 @@ def _clear_unreadable(
 
 
 def _update_reason(before: Placement, after: Placement) -> str:
-    if before.fingerprint != after.fingerprint:
-        return "recorded what the replica runs (its fingerprint), for later rollouts"
+    if before.fingerprint != after.fingerprint or before.version != after.version:
+        return "recorded what the replica runs (its fingerprint and version), for later rollouts"
     return "the profile's memory need changed"
 
 

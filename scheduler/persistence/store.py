@@ -16,7 +16,7 @@ API and the daemon use, and the one the contract suite
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import Engine
@@ -45,6 +45,7 @@ from scheduler.persistence.round_store import (
     RoundStore,
 )
 from scheduler.persistence.row_decoding import Unreadable
+from scheduler.persistence.versions import VersionBook
 from scheduler.planner.inventory import Node, NodeReport
 from scheduler.planner.placements import Placement, Plan
 
@@ -55,6 +56,8 @@ class SchedulerStore:
         self.inventory = InventoryStore(engine)
         self.rounds = RoundStore(engine)
         self._hosted = HostedCounts()
+        # The definitions of pinned model versions (scheduler.persistence.versions), cached.
+        self.versions = VersionBook(engine)
 
     # -- inventory --------------------------------------------------------
 
@@ -122,6 +125,7 @@ class SchedulerStore:
         nodes: Sequence[Node],
         now: datetime,
         policy: StalenessPolicy,
+        definitions: Mapping[tuple[str, str], str] | None = None,
     ) -> int | None:
         return self.rounds.apply(
             plan,
@@ -130,6 +134,7 @@ class SchedulerStore:
             nodes=nodes,
             now=now,
             policy=policy,
+            definitions=definitions,
         )
 
     # -- audit ------------------------------------------------------------

@@ -58,6 +58,9 @@ class PlacementRow(Base):
     endpoint: Mapped[str | None] = mapped_column(String(2048))
     # What the replica runs (scheduler.planner.rollout.fingerprint); "" if placed before it existed.
     fingerprint: Mapped[str] = mapped_column(String(64), server_default="")
+    # The model version it was placed with (catalog.digest.model_version); "" before
+    # versions. Its agent is sent that version's definition (ModelVersionRow).
+    version: Mapped[str] = mapped_column(String(64), server_default="")
 
 
 class PlacementRoundRow(Base):
@@ -123,6 +126,22 @@ class CordonRow(Base):
     actor: Mapped[str] = mapped_column(String(255))
     reason: Mapped[str] = mapped_column(Text)
     since: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class ModelVersionRow(Base):
+    """A model's definition as of one version (catalog.digest.model_version).
+
+    Written when a replica is first placed with that version, kept while any
+    may still run it: a replica's agent is sent its version's definition, not
+    the current one, so a catalog change never restarts an engine in place.
+    """
+
+    __tablename__ = "model_versions"
+
+    model: Mapped[str] = mapped_column(String(255), primary_key=True)
+    version: Mapped[str] = mapped_column(String(64), primary_key=True)
+    definition: Mapped[str] = mapped_column(Text)  # JSON: Model.to_definition()
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class FailureRow(Base):

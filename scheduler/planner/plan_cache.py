@@ -55,6 +55,7 @@ PLACEMENT_FIELDS = (
     "gpu_class",
     "memory_gb_per_node",
     "fingerprint",
+    "version",
 )
 STATUS_FIELDS = ("state", "since", "placed_at", "message", "endpoint", "reported")
 _node_fields = attrgetter(*NODE_FIELDS)

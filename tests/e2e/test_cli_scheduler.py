@@ -72,6 +72,7 @@ def test_place_puts_each_replica_where_it_fits_and_explains_the_rest(cli: Cli) -
         "gpus_per_node",
         "gpu_class",
         "fingerprint",
+        "version",
     }
     # The CPU model needs 8 GB and the CPU node has 4: it lands on a GPU node with the
     # memory (or unknown memory), without taking a card.

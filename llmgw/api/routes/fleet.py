@@ -78,7 +78,11 @@ def _fleet(svc: Services) -> dict[str, Any]:
         row["unplaced"] = max(row["wanted"] - row["placed"], 0)
         row["unplaced_reasons"] = reasons.get(row["name"], [])
     measured = measured_capacities(svc)
-    rows = [replica_json(p, view.catalog, status, measured) for p, status in replicas]
+    book = svc.nodes.versions
+    rows = [
+        replica_json(p, view.catalog, status, book.engine_view(p, view.catalog), measured)
+        for p, status in replicas
+    ]
     return {
         "catalog_position": view.position,
         "placement_head": placement_head,
@@ -90,6 +94,8 @@ def _fleet(svc: Services) -> dict[str, Any]:
         "models": models,
         "nodes": fleet.nodes(inventory, placements, now, policy, state.lifecycle.cordons),
         "placements": rows,
+        # The declared file as this server last read it (a refused edit: where and why).
+        "declared": svc.declared_watch.to_json(),
     }
 
 
@@ -123,5 +129,5 @@ def _diff(svc: Services, a: int, b: int) -> dict[str, Any]:
                 f"position {position} is past the log's head ({head}): nothing is recorded "
                 f"there yet; diff positions 0 to {head}",
             )
-    before, after = catalogs_at(svc.store, svc.declared, [a, b], config_path=svc.config_label)
+    before, after = catalogs_at(svc.store, svc.gate.declared, [a, b], config_path=svc.config_label)
     return {"from": a, "to": b, **diff_catalogs(before, after).to_json()}

@@ -161,8 +161,13 @@ def list_placements(
         model = catalog.canonical(model) or model
     replicas = svc.nodes.replicas(node=node, model=model)
     measured = measured_capacities(svc)
+    book = svc.nodes.versions
     return ApiJSON(
         call.shown(
-            [replica_json(p, catalog, status, measured) for p, status in replicas], node=node
+            [
+                replica_json(p, catalog, status, book.engine_view(p, catalog), measured)
+                for p, status in replicas
+            ],
+            node=node,
         )
     )

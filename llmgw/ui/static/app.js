@@ -8,7 +8,7 @@ const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || "",
   head: 0,
   placed: 0, // the placement log's last position seen (ids are CATALOG:PLACEMENTS)
-  stream: null,
+  following: false,
 };
 
 function el(tag, text, cls) {
@@ -71,7 +71,17 @@ function stateCell(value) {
   return el("span", value, `state-${value}`);
 }
 
+function renderDeclared(declared) {
+  // A refused edit of the declared file: the previous catalog keeps running; say where
+  // and why, as the server's log and /readyz do.
+  const p = document.getElementById("declared");
+  const refused = declared && declared.state === "refused" && declared.refusal;
+  p.textContent = refused ? `Declared catalog refused: ${declared.refusal.detail}` : "";
+  p.hidden = !refused;
+}
+
 function renderFleet(fleet) {
+  renderDeclared(fleet.declared);
   document.getElementById("position").textContent = `at log position ${fleet.catalog_position}`;
   const hasResilience = fleet.models.some((m) => m.resilience !== undefined);
   document.querySelectorAll(".resilience").forEach((n) => { n.hidden = !hasResilience; });
@@ -274,6 +284,8 @@ async function showDiff(event) {
 // placement events too: a replica placed, moved or ready, a node cordoned, redraws the pages.
 // It starts at the placement head /v1/fleet gave, so only what changed since comes.
 async function follow() {
+  if (state.following) return; // one stream per page
+  state.following = true;
   const live = document.getElementById("live");
   for (;;) {
     try {
@@ -302,7 +314,10 @@ async function follow() {
         }
       }
     } catch (err) {
-      if (err.message === "unauthenticated") return;
+      if (err.message === "unauthenticated") {
+        state.following = false;
+        return;
+      }
     }
     live.textContent = "reconnecting";
     live.className = "status";
@@ -316,6 +331,20 @@ function scheduleRefresh() {
   pending = setTimeout(() => { pending = null; refresh(); }, 200);
 }
 
+// A link may carry the token in its fragment (`/ui/#token=...`, or `#nodes&token=...`):
+// a browser never sends the fragment to a server, so the token stays out of request
+// lines and access logs. It is taken into this tab's session and wiped from the
+// address bar and its history entry at once.
+function takeTokenFromFragment() {
+  const parts = (location.hash || "").replace(/^#/, "").split("&");
+  const token = parts.find((p) => p.startsWith("token="));
+  if (token === undefined) return;
+  state.token = decodeURIComponent(token.slice("token=".length)).trim();
+  sessionStorage.setItem(TOKEN_KEY, state.token);
+  const page = parts.filter((p) => p && !p.startsWith("token=")).join("&") || "catalog";
+  history.replaceState(null, "", `${location.pathname}${location.search}#${page}`);
+}
+
 function route() {
   const page = (location.hash || "#catalog").slice(1);
   for (const section of document.querySelectorAll("main > section")) {
@@ -327,7 +356,14 @@ function route() {
 }
 
 async function start() {
-  window.addEventListener("hashchange", route);
+  takeTokenFromFragment();
+  window.addEventListener("hashchange", () => {
+    if (location.hash.includes("token=")) {
+      takeTokenFromFragment();
+      refresh().then((ok) => { if (ok) follow(); });
+    }
+    route();
+  });
   route();
   document.getElementById("diff-form").addEventListener("submit", showDiff);
   document.getElementById("login").addEventListener("submit", async (event) => {
