@@ -2,7 +2,7 @@
 
 Every method of ``SchedulerStore`` (what the CLI, the API and the daemon use)
 is held to the same behaviour on each back end; the back-end differences live
-in ``scheduler.persistence.backend_sqlite`` and ``scheduler.persistence.backend_postgresql`` only.
+in ``scheduler.persistence.backend`` only (its ``SQLITE`` and ``POSTGRESQL``).
 There is no in-memory implementation: the store's behaviour is its SQL
 (fencing, numbering under a lock, upserts), and the planner it serves is
 already pure and tested without a database.
