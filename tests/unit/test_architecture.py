@@ -32,21 +32,16 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "events": ("catalog",),
     # The package itself is a docstring: it re-exports nothing (import cost at CLI start).
     "scheduler": (),
-    "scheduler.lifecycle.inputs": ("catalog",),
-    "scheduler.planner.plan": ("catalog", "scheduler.lifecycle.inputs"),
-    "scheduler.persistence": (
-        "catalog",
-        "events",
-        "scheduler.lifecycle.inputs",
-        "scheduler.planner.plan",
-    ),
+    "scheduler.lifecycle": ("catalog",),
+    "scheduler.planner": ("catalog", "scheduler.lifecycle"),
+    "scheduler.persistence": ("catalog", "events", "scheduler.lifecycle", "scheduler.planner"),
     # The exact reference (OR-Tools CP-SAT) the planner is measured against: pure.
-    "scheduler.exact": ("catalog", "scheduler.planner.plan"),
-    "scheduler.daemon.loop": (
+    "scheduler.exact": ("catalog", "scheduler.planner"),
+    "scheduler.daemon": (
         "catalog",
         "events",
-        "scheduler.lifecycle.inputs",
-        "scheduler.planner.plan",
+        "scheduler.lifecycle",
+        "scheduler.planner",
         "scheduler.persistence",
     ),
     # The bounded request head every server of ours runs (API, sim, gateway): uvicorn only.
@@ -77,23 +72,15 @@ NEVER: tuple[tuple[str, str, str], ...] = (
     ("gateway", "scheduler", "the request path never touches the database"),
     ("gateway", "agent", "a gateway reaches engines over HTTP only"),
     ("*", "llmgw", "llmgw is the composition root: nothing builds on it"),
-    (
-        "scheduler.lifecycle.inputs",
-        "scheduler.planner.plan",
-        "lifecycle is the floor under the planner",
-    ),
-    ("scheduler.lifecycle.inputs", "events", "lifecycle is pure and imported at CLI start"),
-    ("scheduler.planner.plan", "events", "the planner is pure: no I/O"),
-    ("scheduler.planner.plan", "scheduler.persistence", "the planner is pure: no I/O"),
-    ("scheduler.planner.plan", "scheduler.daemon.loop", "the planner is pure: no I/O"),
-    (
-        "scheduler.planner.plan",
-        "scheduler.exact",
-        "ortools is optional: the planner never needs it",
-    ),
-    ("scheduler.daemon.loop", "scheduler.exact", "ortools is optional: the daemon never needs it"),
+    ("scheduler.lifecycle", "scheduler.planner", "lifecycle is the floor under the planner"),
+    ("scheduler.lifecycle", "events", "lifecycle is pure and imported at CLI start"),
+    ("scheduler.planner", "events", "the planner is pure: no I/O"),
+    ("scheduler.planner", "scheduler.persistence", "the planner is pure: no I/O"),
+    ("scheduler.planner", "scheduler.daemon", "the planner is pure: no I/O"),
+    ("scheduler.planner", "scheduler.exact", "ortools is optional: the planner never needs it"),
+    ("scheduler.daemon", "scheduler.exact", "ortools is optional: the daemon never needs it"),
     ("scheduler.exact", "events", "the exact reference is pure: no I/O"),
-    ("scheduler.persistence", "scheduler.daemon.loop", "storage is a floor under the daemon"),
+    ("scheduler.persistence", "scheduler.daemon", "storage is a floor under the daemon"),
 )
 NEVER_EXCEPT = {"*": ("llmgw", "bench")}
 
@@ -342,8 +329,8 @@ def test_the_checker_sees_an_arrow_back_up(tmp_path: Path) -> None:
         "agent imports llmgw: agent may import catalog, httpguard (MAY_IMPORT)",
         "agent imports llmgw.cli: agent may import catalog, httpguard (MAY_IMPORT)",
         "catalog.rules imports events.log: catalog may import nothing of ours (MAY_IMPORT)",
-        "scheduler.planner.fit imports scheduler.persistence.tables: scheduler.planner.plan may "
-        "import catalog, scheduler.lifecycle.inputs (MAY_IMPORT)",
+        "scheduler.planner.fit imports scheduler.persistence.tables: scheduler.planner may "
+        "import catalog, scheduler.lifecycle (MAY_IMPORT)",
     ]
     assert forbidden_imports(graph) == [
         "agent imports llmgw.cli: an agent talks to the control plane over HTTP only",
