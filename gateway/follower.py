@@ -1,12 +1,12 @@
 """Following the control plane: the catalog, the placements and the client tokens, live.
 
 A full read (``GET /v1/catalog``, ``GET /v1/placements``, ``GET
-/v1/gateway/client-tokens``) builds a routing table and installs it; between two full
-reads (every ``resync``), the event stream (``/v1/events/stream?placements=true``) says
-when something changed: a catalog event re-reads the catalog and the placements, a
-placement event (``replica.ready``, ``placement.removed``, ...) the placements. A
-replica that becomes ready thus takes traffic within the stream's poll (half a second
-by default) and one read.
+/v1/gateway/client-tokens``, ``GET /v1/gateway/reader-tokens``) builds a routing table
+and installs it; between two full reads (every ``resync``), the event stream
+(``/v1/events/stream?placements=true``) says when something changed: a catalog event
+re-reads the catalog and the placements, a placement event (``replica.ready``,
+``placement.removed``, ...) the placements. A replica that becomes ready thus takes
+traffic within the stream's poll (half a second by default) and one read.
 
 When the control plane cannot be reached, the last table stays in force: the request
 path never waits on the control plane. ``/healthz`` and
@@ -59,6 +59,7 @@ class Follower:
         self.position = 0
         self.placement_position = 0
         self._skipped: set[str] = set()
+        self._readers_absent = False
 
     async def close(self) -> None:
         await self.session.close()
@@ -115,6 +116,33 @@ class Follower:
             clients[digest] = Client(name, listed or None)
         self.state.clients = clients
 
+    async def read_readers(self) -> None:
+        """The operator and reader tokens' hashes, for ``/metrics`` and ``/routing``.
+
+        A control plane without the route (older) answers 404: those routes then take
+        no token at all but answer 401 naming why, rather than open up."""
+        try:
+            data, _ = await self._get("/v1/gateway/reader-tokens")
+        except FeedError as exc:
+            if " answered 404" not in str(exc):
+                raise
+            if not self._readers_absent:
+                self._readers_absent = True
+                log.warning(
+                    "gateway.reader_tokens_absent",
+                    server=self.server,
+                    detail="the control plane does not list reader tokens (an older "
+                    "release): /metrics and /routing need [gateway] admin_open = true",
+                )
+            data = []
+        readers: dict[str, str] = {}
+        for entry in data if isinstance(data, list) else ():
+            if isinstance(entry, dict):
+                digest, name = entry.get("sha256"), entry.get("name")
+                if isinstance(digest, str) and isinstance(name, str):
+                    readers[digest] = name
+        self.state.readers = readers
+
     def install(self) -> None:
         self.state.install(build(self.models, self.placements, self.position))
         self._confirmed()
@@ -141,7 +169,9 @@ class Follower:
         state.last_error = reason
 
     async def sync(self) -> None:
-        await asyncio.gather(self.read_catalog(), self.read_placements(), self.read_clients())
+        await asyncio.gather(
+            self.read_catalog(), self.read_placements(), self.read_clients(), self.read_readers()
+        )
         self.install()
 
     async def run(self) -> None:

@@ -225,6 +225,15 @@ class Proxy:
                     return False
                 choice = picked
                 if slo_binding and not choice.meets_slo:
+                    # Shown in GET /routing too: a choice not made is a choice.
+                    state.remember(
+                        m.name,
+                        {
+                            "at": round(time.time(), 3),
+                            "replica": None,
+                            "reason": f"{choice.reason}: not sent, its fallbacks first",
+                        },
+                    )
                     raise _OverSlo(choice)
             replica = choice.replica
             tried.add(replica.key)
@@ -365,11 +374,20 @@ class Proxy:
         trace.bytes_sent = True
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": bytes(held), "more_body": True})
-        events = 1
+        # Events after the first content one (a fast engine's may have come with it).
+        rest = bytes(held[scanner.offset :])
+        after = rest.count(b"data:")
+        found = _COMPLETION_TOKENS.search(rest) if b"completion_tokens" in rest else None
+        counted = int(found.group(1)) if found else None  # the engine's own count (usage)
+        ended = b"[DONE]" in rest
         last = first
         try:
             async for chunk in chunks:
-                events += chunk.count(b"data:")
+                after += chunk.count(b"data:")
+                if b"completion_tokens" in chunk:
+                    found = _COMPLETION_TOKENS.search(chunk)
+                    counted = int(found.group(1)) if found else counted
+                ended = ended or b"[DONE]" in chunk
                 last = time.monotonic()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -397,9 +415,11 @@ class Proxy:
                 }
             )
         await send({"type": "http.response.body", "body": b""})
-        # Events after the first content one, less the [DONE] and the final chunk.
-        tokens = max(events - 2, 0)
-        trace.completion_tokens = tokens + 1
+        # Tokens after the first: the events after it, less the final chunk (its
+        # finish_reason) and [DONE] when the answer ended. An estimate (an engine may
+        # put two tokens in one event) unless the engine counted them (usage).
+        tokens = max(after - 2, 0) if ended else after
+        trace.completion_tokens = counted if counted is not None else tokens + 1
         if tokens > 0:
             trace.tpot_s = (last - first) / tokens
 

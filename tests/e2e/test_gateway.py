@@ -182,6 +182,15 @@ def test_alias_stream_refusals_client_limits_and_hostile_bodies(
         assert {"request_id", "client", "model_asked", "model_served", "replica"} <= set(lines[0])
         routing = gw.routing()["models"]["chat"]
         assert routing["routing_profile"] == "least-loaded" and routing["recent"]
+        # /metrics and /routing show replica endpoints and choices: a reader or operator
+        # token of the cluster reads them; a client token is refused, and so is no token.
+        for path in ("/metrics", "/routing"):
+            assert gw.get(path, headers={}).status_code == 401
+            denied = gw.get(path, headers={"Authorization": f"Bearer {t.client}"})
+            assert denied.status_code == 403 and "client token" in denied.json()["error"]["message"]
+            ops = gw.get(path, headers={"Authorization": f"Bearer {c.tokens.operator}"})
+            assert ops.status_code == 200
+        assert gw.get("/healthz", headers={}).status_code == 200
 
 
 def test_a_killed_replica_under_load_fails_no_request_and_fallbacks_serve_an_outage(
