@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -36,7 +37,11 @@ log = structlog.get_logger("gateway")
 _NOT_DEFINITION = frozenset({"declared", "replicas", "resilience"})
 # A feed larger than this is not one.
 MAX_FEED_BYTES = 64 << 20
-MAX_PAUSE_S = 5.0
+# The longest pause between two attempts to reach the control plane. Short, because the
+# first full read after a restart of `llmgw serve` is also when a revoked client token
+# stops working here (tokens change only with a restart); a failed attempt costs one
+# refused connection. Jittered, so a fleet of gateways does not come back in step.
+MAX_PAUSE_S = 1.0
 # Events closer together than this are one change.
 BATCH_S = 0.03
 
@@ -185,7 +190,7 @@ class Follower:
                 raise
             except Exception as exc:  # every failure means the same: keep the last table
                 self._lost(exc)
-                await asyncio.sleep(pause)
+                await asyncio.sleep(pause * random.uniform(0.8, 1.2))
                 pause = min(pause * 2, MAX_PAUSE_S)
 
     async def _follow(self, until: float) -> None:

@@ -257,9 +257,10 @@ def test_a_request_for_a_starting_model_waits_and_past_its_deadline_gets_503(
 def test_a_stopping_gateway_finishes_the_requests_in_flight(setup: Setup) -> None:
     """SIGTERM while a streamed answer runs: the answer completes, then the gateway
     exits 0."""
-    gw = GatewayProc(setup.work, setup.c.server.url, setup.tokens.gateway)
-    gw.admin = setup.c.tokens.reader
+    # (This one also shows --admin-open: /routing and /metrics without a token.)
+    gw = GatewayProc(setup.work, setup.c.server.url, setup.tokens.gateway, "--admin-open")
     gw.start()
+    assert gw.get("/metrics", headers={}).status_code == 200
     # slow's one slot at 50 ms a token: 60 tokens take 3 s.
     eventually(lambda: gw.ready("slow", 1), "slow at the stopping gateway")
     stream = gw.openai(setup.tokens.client).chat.completions.create(
