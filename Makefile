@@ -38,6 +38,8 @@ chromium:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@# The import graph's floors and circles (seconds; the suite runs it again).
+	$(BIN)/pytest -q tests/unit/test_architecture.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy catalog events scheduler llmgw agent gateway bench

@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from events.db import make_engine
 from events.tables import Base
-import scheduler.tables  # noqa: F401  (registers the scheduler tables on Base.metadata)
+import scheduler.persistence.tables  # noqa: F401  (registers the scheduler tables on Base.metadata)
 
 config = context.config
 target_metadata = Base.metadata

@@ -11,25 +11,13 @@ to paste into BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 from collections.abc import Callable
 
-import structlog
-
 from bench import common
 
 AREAS = ("replay", "append", "peer", "placement", "writers", "decode", "reports", "batch")
-
-
-def quiet_logs() -> None:
-    """The catalog logs every skipped event and every append; a benchmark must not pay
-    for printing them (nor drown its tables in them)."""
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
-        cache_logger_on_first_use=True,
-    )
 
 
 def _runner(area: str) -> Callable[[bool], list[common.Table]]:
@@ -75,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown area(s) {', '.join(unknown)}; choose from {', '.join(AREAS)}")
     areas = [a for a in AREAS if a in args.areas] if args.areas else list(AREAS)
-    quiet_logs()
+    common.quiet_logs()
     print(f"## llmgw-control benchmarks{' (quick)' if args.quick else ''}\n")
     print(f"Machine: {common.machine()}\n")
     print(f"Command: `python -m bench {' '.join(sys.argv[1:])}`\n", flush=True)

@@ -31,7 +31,7 @@ tree, kind, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sys.path.insert(0, tree)
 import catalog, events
 assert catalog.__file__.startswith(tree), catalog.__file__
-from bench.__main__ import quiet_logs
+from bench.common import quiet_logs
 quiet_logs()
 from bench import gen
 open_log = gen.log_opener()
@@ -41,18 +41,18 @@ from events.db import make_engine
 if kind in ("placement", "round"):
     import scheduler
     assert scheduler.__file__.startswith(tree), scheduler.__file__
-    from bench import placement
-    from scheduler import plan
-    nodes = placement.synthetic_nodes(size)
-    demands = placement.synthetic_demands(2 * size)
-    current = plan(demands, nodes, (), placement.NOW).placements
+    from bench import fleets
+    from scheduler.planner.plan import plan
+    nodes = fleets.synthetic_nodes(size)
+    demands = fleets.synthetic_demands(2 * size)
+    current = plan(demands, nodes, (), fleets.NOW).placements
     if kind == "round":
         current = ()
     best = float("inf")
     for _ in range(7 if kind == "placement" else 3):
         gc.collect()
         start = time.process_time()
-        plan(demands, nodes, current, placement.NOW)
+        plan(demands, nodes, current, fleets.NOW)
         best = min(best, time.process_time() - start)
     print(json.dumps({"seconds": best, "count": 1}))
 elif kind == "replay":
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Before ({base}) and after (this tree), alternating, best of {args.rounds}",
         ["measurement", "before /s", "after /s", "after / before"],
     )
-    from bench.__main__ import quiet_logs
+    from bench.common import quiet_logs
 
     quiet_logs()
     measurements = (

@@ -191,7 +191,7 @@ def _peer_app_saves(path: Path, count: int) -> dict[str, Any]:
 def _writer(  # noqa: PLR0917 - a process target takes positional arguments
     url: str, synchronous: str, index: int, count: int, start_at: float, queue: Any
 ) -> None:
-    from bench.__main__ import quiet_logs
+    from bench.common import quiet_logs
 
     quiet_logs()
     engine = _engine(url, synchronous)

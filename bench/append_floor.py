@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--batch", type=int, default=50)
     args = parser.parse_args()
-    from bench.__main__ import quiet_logs
+    from bench.common import quiet_logs
 
     quiet_logs()
     scratch = common.CACHE / "append"

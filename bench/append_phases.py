@@ -72,7 +72,7 @@ def _timer() -> tuple[dict[str, float], Callable[..., Any]]:
 
 def _ours(adds: int, synchronous: str) -> dict[str, float]:
     from bench import append, gen
-    from bench.__main__ import quiet_logs
+    from bench.common import quiet_logs
     from catalog import state
     from events import commands, read_model, sqlite_log, store
     from events.backends import open_log

@@ -17,7 +17,7 @@ from bench import common
 from bench.reports import _seed
 from events.db import make_engine
 from events.migrate import upgrade
-from scheduler.round_store import HostedCounts, read_service
+from scheduler.persistence.round_store import HostedCounts, read_service
 
 NODES, QUICK_NODES = 10_000, 1_000
 ROUNDS = 5

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import platform
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import structlog
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -206,4 +208,13 @@ def machine() -> str:
         f"{cpu}, {os.cpu_count()} cores, {mem}; Python {platform.python_version()}, "
         f"SQLite {sqlite3.sqlite_version}, PostgreSQL {pg}, SQLAlchemy {sqlalchemy.__version__}, "
         f"pydantic {pydantic.__version__}; commit {commit}"
+    )
+
+
+def quiet_logs() -> None:
+    """The catalog logs every skipped event and every append; a benchmark must not pay
+    for printing them (nor drown its tables in them)."""
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
+        cache_logger_on_first_use=True,
     )

@@ -166,7 +166,7 @@ def run(quick: bool) -> list[common.Table]:  # noqa: PLR0915 - one job per way, 
 
 
 if __name__ == "__main__":
-    from bench.__main__ import quiet_logs
+    from bench.common import quiet_logs
 
     quiet_logs()
     for t in run("--quick" in sys.argv[1:]):

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
-from bench.__main__ import quiet_logs
+from bench.common import quiet_logs
 
 ROUTE = "llmgw/api/routes/fleet.py"
 
@@ -51,8 +51,8 @@ def main() -> None:
     from llmgw.api.routes import fleet as ours
     from llmgw.api.services import Services
     from llmgw.api.settings import ApiSettings
-    from scheduler import parse_node_report
-    from scheduler.placer import Placer
+    from scheduler.daemon.round_runner import Placer
+    from scheduler.planner.inventory import parse_node_report
 
     work = Path(tempfile.mkdtemp(prefix="llmgw-fleet-ab-"))
     base = _base_module(args.base, work)

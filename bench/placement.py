@@ -1,4 +1,4 @@
-"""Placement: one round of ``scheduler.planner.plan`` on real and synthetic fleets.
+"""Placement: one round of ``scheduler.planner.plan.plan`` on real and synthetic fleets.
 
 Speed: time per round from nothing placed, replicas placed per second, and a
 round with nothing changed (the previous plan's placements as ``current``).
@@ -15,193 +15,22 @@ multi-node replicas, CPU nodes and a few stale nodes.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from bench import common, firstfit, spreadcheck
-from bench.openb import load_openb_csv, load_openb_pods_csv
-from catalog.views import PlacementProfile
-from scheduler import Demand, Node, Placement, Plan, plan
-
-NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-OPENB = common.REPO / "tests" / "data" / "openb_node_list_gpu_node.csv"
-OPENB_PODS = common.REPO / "tests" / "data" / "openb_pod_list_gpu.csv"
-
-
-def _gpu(
-    name: str,
-    cls: str,
-    gpus: int,
-    *,
-    priority: int = 0,
-    nodes: int = 1,
-    memory: int = 0,
-    selector: dict[str, str] | None = None,
-) -> PlacementProfile:
-    return PlacementProfile(
-        name=name,
-        engine="vllm",
-        gpu_class=cls,
-        gpus_per_node=gpus,
-        nodes=nodes,
-        priority=priority,
-        node_selector=dict(selector or {}),
-        min_memory_gb=memory,
-    )
-
-
-def _cpu(name: str, *, memory: int, selector: dict[str, str] | None = None) -> PlacementProfile:
-    return PlacementProfile(
-        name=name,
-        engine="llamacpp",
-        gpu_class=None,
-        gpus_per_node=0,
-        nodes=1,
-        priority=0,
-        node_selector=dict(selector or {}),
-        min_memory_gb=memory,
-    )
-
-
-# -- the real inventory ---------------------------------------------------------------
-
-
-def openb_nodes() -> list[Node]:
-    return load_openb_csv(OPENB, reported_at=NOW)
-
-
-def openb_pod_demands(nodes: Sequence[Node]) -> list[Demand]:
-    """The trace's own 7,064 GPU pods (``openb_pod_list_default``), each a one-replica model
-    that may run on any GPU class of the inventory: 7,433 GPUs asked of 6,212."""
-    return load_openb_pods_csv(OPENB_PODS, sorted({n.gpu_class for n in nodes if n.gpu_class}))
-
-
-def openb_demands() -> list[Demand]:
-    """About 6,500 GPUs asked of a fleet of 6,212, in sizes of 1, 2, 4 and 8 cards."""
-    return [
-        Demand(
-            "llama-3.1-70b",
-            60,
-            (_gpu("g2-tp8", "G2", 8, priority=10), _gpu("v100-tp8", "V100M32", 8, priority=5)),
-        ),
-        Demand(
-            "qwen2.5-7b",
-            400,
-            (
-                _gpu("t4-tp2", "T4", 2, priority=10),
-                _gpu("p100-tp2", "P100", 2, priority=5),
-                _gpu("g2-tp1", "G2", 1),
-            ),
-        ),
-        Demand(
-            "mixtral-8x7b",
-            100,
-            (
-                _gpu("g2-tp4", "G2", 4, priority=10),
-                _gpu("v100-tp4", "V100M16", 4, priority=5),
-                _gpu("g3-tp4", "G3", 4),
-            ),
-        ),
-        Demand(
-            "bge-m3",
-            900,
-            (
-                _gpu("t4", "T4", 1, priority=10),
-                _gpu("p100", "P100", 1),
-                _gpu("v100", "V100M16", 1),
-                _gpu("a10", "A10", 1),
-            ),
-        ),
-        Demand(
-            "deepseek-v2-lite",
-            200,
-            (_gpu("g2-tp8", "G2", 8, priority=10), _gpu("g3-tp8", "G3", 8, priority=5)),
-        ),
-        Demand("phi-3-mini", 1500, (_gpu("g2-tp1", "G2", 1, priority=10), _gpu("t4-tp1", "T4", 1))),
-        Demand(
-            "llama-3.1-8b",
-            400,
-            (_gpu("g2-tp2", "G2", 2, priority=10), _gpu("v100-tp2", "V100M32", 2)),
-        ),
-    ]
-
-
-# -- synthetic fleets -------------------------------------------------------------------
-
-_CLASSES = (  # class, cards per node, share of GPU nodes
-    ("H100", 8, 0.15),
-    ("A100", 8, 0.25),
-    ("L40S", 4, 0.2),
-    ("L4", 2, 0.2),
-    ("T4", 1, 0.2),
+from bench.fleets import (
+    NOW,
+    openb_demands,
+    openb_nodes,
+    openb_pod_demands,
+    synthetic_demands,
+    synthetic_nodes,
 )
-
-
-def synthetic_nodes(count: int, seed: int = 7) -> list[Node]:
-    """GPU nodes of five classes (10% CPU-only), zones, pools, memory (5% unknown), fabrics
-    of 16 nodes for the 8-card classes, a few cards reserved and 1% of nodes stale."""
-    rng = random.Random(seed)
-    nodes = []
-    for i in range(count):
-        name = f"node-{i:05d}"
-        labels = {"zone": rng.choice(["eu", "us", "ap"]), "pool": rng.choice(["prod", "batch"])}
-        memory = None if rng.random() < 0.05 else float(rng.choice([128, 256, 512, 1024]))
-        silent = timedelta(seconds=200) if rng.random() < 0.01 else timedelta(0)
-        if rng.random() < 0.1:
-            labels["pool"] = "cpu"
-            nodes.append(Node(name, None, 0, memory, NOW - silent, labels))
-            continue
-        roll, acc = rng.random(), 0.0
-        cls, cards = _CLASSES[-1][:2]
-        for c, n, share in _CLASSES:
-            acc += share
-            if roll < acc:
-                cls, cards = c, n
-                break
-        fabric = f"{cls}-fab-{i // 16}" if cards == 8 else None
-        reserved = 1 if rng.random() < 0.03 and cards > 1 else 0
-        nodes.append(Node(name, cls, cards, memory, NOW - silent, labels, fabric, reserved))
-    return nodes
-
-
-def synthetic_demands(replicas: int, seed: int = 11) -> list[Demand]:
-    """Models of every shape summing to ``replicas`` replicas: 1-8 cards, two-node gangs,
-    selectors, memory needs, CPU profiles, two or three profiles each."""
-    rng = random.Random(seed)
-    shapes: list[tuple[PlacementProfile, ...]] = [
-        (_gpu("h100-tp8", "H100", 8, priority=10), _gpu("a100-tp8", "A100", 8, priority=5)),
-        (_gpu("h100-2x8", "H100", 8, nodes=2, priority=10), _gpu("a100-2x8", "A100", 8, nodes=2)),
-        (_gpu("a100-tp4", "A100", 4, priority=10), _gpu("l40s-tp4", "L40S", 4, priority=5)),
-        (
-            _gpu("l40s-tp2", "L40S", 2, priority=10, selector={"zone": "eu"}),
-            _gpu("l4-tp2", "L4", 2, priority=5, selector={"zone": "eu"}),
-        ),
-        (_gpu("l4-tp1", "L4", 1, priority=10, memory=64), _gpu("t4", "T4", 1, memory=32)),
-        (
-            _gpu("t4", "T4", 1, priority=10),
-            _gpu("l4", "L4", 1, priority=5),
-            _cpu("cpu", memory=16, selector={"pool": "cpu"}),
-        ),
-        (
-            _gpu("a100-tp2", "A100", 2, priority=10, selector={"pool": "prod"}),
-            _gpu("h100-tp2", "H100", 2, priority=5, selector={"pool": "prod"}),
-        ),
-        (_cpu("cpu-small", memory=8),),
-    ]
-    weights = [3, 1, 4, 6, 10, 12, 5, 4]
-    demands = []
-    left = replicas
-    i = 0
-    while left > 0:
-        shape = rng.choices(shapes, weights)[0]
-        count = min(left, rng.randint(5, 60))
-        demands.append(Demand(f"model-{i:04d}", count, shape))
-        left -= count
-        i += 1
-    return demands
-
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.plan import plan
 
 # -- quality ------------------------------------------------------------------------------
 
@@ -365,7 +194,7 @@ def _round(
     if again.changes_anything:
         raise AssertionError("a round with nothing changed changed something")
     # Imported here: ``bench.ab`` runs this module's fleets against older trees without it.
-    from scheduler.memo import PlanMemo
+    from scheduler.planner.plan_cache import PlanMemo
 
     memo = PlanMemo()
     first_memo = memo(demands, nodes, current, NOW)
@@ -484,8 +313,9 @@ def run(quick: bool) -> list[common.Table]:
         "all and change nothing, which is checked); best of 3, interleaved"
     )
     speed.note(
-        "inputs unchanged (memo): the same round through `scheduler.memo.PlanMemo`, as the "
-        "daemon runs it, with the inputs as a store reads them a round later (new objects, "
+        "inputs unchanged (memo): the same round through "
+        "`scheduler.planner.plan_cache.PlanMemo`, as the daemon runs it, with the inputs "
+        "as a store reads them a round later (new objects, "
         "every node reported 10 s later, `now` 10 s later: the same freshness); it must "
         "return the remembered plan, which is checked; the goal of issue 13 is 'close to free'"
     )
@@ -509,13 +339,14 @@ def run(quick: bool) -> list[common.Table]:
         "plan won by: `policy` when the planner's own order (priority, largest replicas "
         "first) with spread placed the most GPUs; `best fit` / `first fit` when that "
         "baseline, run by the round itself on the same free capacity, placed more "
-        "(scheduler/packing.py); the run fails if the plan ever places fewer GPUs than either"
+        "(scheduler/planner/packing.py); the run fails if the plan ever places fewer GPUs "
+        "than either"
     )
     quality_table.note(
         "unspread models: models with a new replica sharing a node with another of theirs "
         "while a distinct fitting node existed (free room, or a same-shape new replica of "
         "another model to swap with; bench/spreadcheck.py); the spread repair "
-        "(scheduler/spread_repair.py) runs whichever way won, so this is 0"
+        "(scheduler/planner/spread_repair.py) runs whichever way won, so this is 0"
     )
     quality_table.note(
         "openb pods: the trace's 7,064 GPU pods (tests/data/openb_pod_list_gpu.csv, from "

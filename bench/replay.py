@@ -361,7 +361,7 @@ def snapshot_startup(url: str, declared_check: int) -> tuple[str, list[str]]:
     code = f"""
 import time, json, sys
 t0 = time.perf_counter()
-from bench.__main__ import quiet_logs
+from bench.common import quiet_logs
 quiet_logs()
 from bench import gen
 from events.backends import open_log
@@ -550,7 +550,7 @@ def paths_only(size: int = LEAN_SIZE) -> list[common.Table]:
 
 if __name__ == "__main__":
     # ``python -m bench.replay [N]``: the read-paths table alone (N events, 100,000 by default).
-    from bench.__main__ import quiet_logs
+    from bench.common import quiet_logs
 
     quiet_logs()
     for t in paths_only(int(sys.argv[1]) if len(sys.argv) > 1 else LEAN_SIZE):

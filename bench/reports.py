@@ -46,7 +46,7 @@ import httpx
 import psutil
 
 from bench import common
-from scheduler.placements import Placement, Plan
+from scheduler.planner.placements import Placement, Plan
 
 GOAL = 1000.0
 NODES, QUICK_NODES = 10_000, 1_000
@@ -268,8 +268,8 @@ def _hosted(node: int, nodes: int) -> int:
 def _seed(db_url: str, nodes: int) -> None:
     """Write ``_placements`` as one round would, from this process, while the server idles."""
     from events.db import make_engine
-    from scheduler.staleness import StalenessPolicy
-    from scheduler.store import SchedulerStore
+    from scheduler.lifecycle.staleness import StalenessPolicy
+    from scheduler.persistence.store import SchedulerStore
 
     engine = make_engine(db_url)
     try:

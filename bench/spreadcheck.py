@@ -22,7 +22,7 @@ over the label no less even (sum of squared replica counts per value not
 higher, no more replicas on unlabelled nodes): there, sharing a node can be
 the price of an even spread over the values.
 
-The planner's repair (``scheduler.spread_repair``) guarantees that no **swap**
+The planner's repair (``scheduler.planner.spread_repair``) guarantees that no **swap**
 is left, and no **room** when the round leaves nothing unplaced (otherwise it
 moves a replica into free room only when that cannot make room, or a victim,
 for an unplaced one: the next round must change nothing).
@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from catalog.views import PlacementProfile
-from scheduler import Demand, Node, Placement
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement
 
 
 @dataclass(frozen=True)
@@ -212,21 +213,21 @@ def _shape(p: Placement) -> tuple[object, ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m bench.spreadcheck [NODES ...]``: the spread of ``plan()`` from nothing on
-    the synthetic fleets of ``bench.placement``, for the ``scheduler`` first on the path
+    the synthetic fleets of ``bench.fleets``, for the ``scheduler`` first on the path
     (run it from another tree's directory, with this one on ``PYTHONPATH``, for a before)."""
     import sys
 
     import scheduler
-    from bench import placement
-    from scheduler import plan
+    from bench import fleets
+    from scheduler.planner.plan import plan
 
     sizes = [int(a) for a in (sys.argv[1:] if argv is None else argv)] or [5_000, 10_000]
     print(f"scheduler: {scheduler.__file__}")
     for size in sizes:
-        nodes = placement.synthetic_nodes(size)
-        demands = placement.synthetic_demands(2 * size)
-        result = plan(demands, nodes, (), placement.NOW)
-        fresh = {n.name for n in nodes if placement.NOW - n.reported_at <= timedelta(seconds=90)}
+        nodes = fleets.synthetic_nodes(size)
+        demands = fleets.synthetic_demands(2 * size)
+        result = plan(demands, nodes, (), fleets.NOW)
+        fresh = {n.name for n in nodes if fleets.NOW - n.reported_at <= timedelta(seconds=90)}
         found = check(
             demands,
             nodes,

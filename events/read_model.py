@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -40,7 +40,7 @@ from events.timetravel import catalog_at
 from events.types import DEFINITION_TYPES, StoredEvent
 
 if TYPE_CHECKING:
-    from events.snapshots import Restored, SnapshotInfo
+    from events.snapshots import Snapshots
 
 log = structlog.get_logger("llmgw.catalog")
 
@@ -48,18 +48,6 @@ log = structlog.get_logger("llmgw.catalog")
 # measures replay's rate; at any rate it has measured, a start-up replays a
 # small fraction of a second past a snapshot), and whenever one was ignored.
 SNAPSHOT_EVERY = 2_000
-
-
-class Snapshots(Protocol):
-    """Where the read model saves and restores replay state (events.snapshots)."""
-
-    def load(
-        self, declared: Catalog, config_path: str = "catalog.yaml", *, at_most: int | None = None
-    ) -> Restored: ...
-
-    def try_load(self, declared: Catalog, config_path: str = "catalog.yaml") -> Restored: ...
-
-    def try_save(self, replayer: Replayer, declared: Catalog) -> SnapshotInfo | None: ...
 
 
 @contextmanager

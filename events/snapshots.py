@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from importlib import metadata
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from pydantic import TypeAdapter, ValidationError
@@ -162,6 +162,20 @@ def authenticity_problem(key: bytes | None, row: Mapping[Any, Any]) -> str | Non
             "someone without the key, or under another key"
         )
     return None
+
+
+class Snapshots(Protocol):
+    """Where the read model saves and restores replay state: ``SnapshotStore`` below, or
+    any object with these methods (``events.read_model`` and ``events.timetravel`` take one).
+    """
+
+    def load(
+        self, declared: Catalog, config_path: str = "catalog.yaml", *, at_most: int | None = None
+    ) -> Restored: ...
+
+    def try_load(self, declared: Catalog, config_path: str = "catalog.yaml") -> Restored: ...
+
+    def try_save(self, replayer: Replayer, declared: Catalog) -> SnapshotInfo | None: ...
 
 
 class SnapshotStore:

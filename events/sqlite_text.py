@@ -11,7 +11,7 @@ Its cursors fetch as the driver does (same C code, same speed) until a value
 fails to decode. The cursor then runs its read again with a text factory that
 gives such a value as ``bytes``, the value a BLOB in that column would give,
 skips the rows it already handed out, and goes on from there. Every decoder
-(events.rows for the log, scheduler.row_net for the scheduler's tables) already
+(events.rows for the log, scheduler.persistence.row_decoding for the scheduler's tables) already
 names a ``bytes`` value in a text column as the wrong type, so the row is skipped
 and named at its position like any other unreadable row.
 

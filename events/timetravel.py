@@ -16,7 +16,7 @@ from events.log import Log
 from events.replay import Replayer
 
 if TYPE_CHECKING:
-    from events.read_model import Snapshots
+    from events.snapshots import Snapshots
 
 
 def _replayer(

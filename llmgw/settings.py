@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog.durations import format_duration, parse_duration
-from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
+from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 
 DEFAULT_CONFIG = Path("catalog.yaml")
 DEFAULT_SETTINGS = Path("llmgw.toml")

@@ -2,7 +2,7 @@
 
 One function per shape, used by both the CLI and the API, so that the two cannot
 drift apart (tests/unit/ops/test_views.py holds the shapes). Storage formats are
-not here: ``scheduler.store`` keeps its own (a recorded round must read back the
+not here: ``scheduler.persistence.store`` keeps its own (a recorded round must read back the
 same whatever this module shows).
 
 Importing this module is cheap (the command line imports it for ``iso``): what a
@@ -19,13 +19,13 @@ if TYPE_CHECKING:
     from catalog import Catalog, Model
     from events.commands import CommandResult
     from events.types import StoredEvent
-    from scheduler import Node, Placement, StalenessPolicy
-    from scheduler.lifecycle import Cordon
-    from scheduler.placements import RolloutProgress, Unplaced
-    from scheduler.records import PlacementEvent
-    from scheduler.replicas import ReplicaStatus
-    from scheduler.resilience import Resilience
-    from scheduler.service import ReplicaCounts, ServiceChange
+    from scheduler.daemon.node_service import ReplicaCounts, ServiceChange
+    from scheduler.lifecycle.inputs import Cordon
+    from scheduler.lifecycle.replica_reports import ReplicaStatus
+    from scheduler.lifecycle.staleness import StalenessPolicy
+    from scheduler.persistence.record_format import PlacementEvent
+    from scheduler.planner.inventory import Node
+    from scheduler.planner.placements import Placement, Resilience, RolloutProgress, Unplaced
 
 
 def iso(when: datetime) -> str:
@@ -143,8 +143,8 @@ def node_json(
     replicas: int = 0,
 ) -> dict[str, Any]:
     """A node as reported, with its freshness and its service (cordoned, draining)."""
-    from scheduler.service import service_label
-    from scheduler.staleness import Freshness, freshness
+    from scheduler.daemon.node_service import service_label
+    from scheduler.lifecycle.staleness import Freshness, freshness
 
     state = freshness(node.reported_at, now, policy)
     return {

@@ -1,72 +1,20 @@
-"""Placement: the node inventory, the pure planner, and its explanations.
+"""Placement: where each model's replicas run, and keeping that true over time.
 
-The planner is a function of its inputs only (``plan``); reading reports,
-persisting plans and running rounds on a timer live elsewhere.
+Four floors, each a subpackage; a floor imports only the floors below it
+(``tests/unit/test_architecture.py`` fails on an arrow back up):
 
-The names below are loaded on first use (PEP 562): importing one small module
-(``scheduler.staleness``) must not load the planner and pydantic's node reports,
-since the command line's settings import it for every command.
+- ``scheduler.lifecycle``: what agents say about replicas, how long a node may
+  stay silent, and the lifecycle inputs a round records (cordons, failures).
+- ``scheduler.planner``: the pure planner, ``plan(demands, nodes, current, now)``,
+  and its policies (fit, packing, spread, repair, preemption, rollouts) and
+  explanations (rejections, resilience, replica stories).
+- ``scheduler.persistence``: the scheduler's tables on SQLite and PostgreSQL,
+  the recorded rounds, the placements' audit trail, and reading rows so that a
+  bad one is skipped and named.
+- ``scheduler.daemon``: the scheduler at work: one round with its I/O, the
+  timer loop, leader election, and the node service the CLI and API call.
+
+Nothing is re-exported here: the command line imports
+``scheduler.lifecycle.staleness`` for every command and must not pay for the
+planner or pydantic's node reports. Import from the module that owns a name.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from scheduler.inventory import Node, NodeReport, NodeReportError, parse_node_report
-    from scheduler.placements import Demand, Placement, Plan, Removal, Unplaced
-    from scheduler.planner import plan
-    from scheduler.rejections import ProfileRejections, count_rejections, render, render_profile
-    from scheduler.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy, freshness
-
-_WHERE = {
-    "ProfileRejections": "scheduler.rejections",
-    "count_rejections": "scheduler.rejections",
-    "render": "scheduler.rejections",
-    "render_profile": "scheduler.rejections",
-    "Node": "scheduler.inventory",
-    "NodeReport": "scheduler.inventory",
-    "NodeReportError": "scheduler.inventory",
-    "parse_node_report": "scheduler.inventory",
-    "Demand": "scheduler.placements",
-    "Placement": "scheduler.placements",
-    "Plan": "scheduler.placements",
-    "Removal": "scheduler.placements",
-    "Unplaced": "scheduler.placements",
-    "plan": "scheduler.planner",
-    "DEFAULT_STALENESS": "scheduler.staleness",
-    "Freshness": "scheduler.staleness",
-    "StalenessPolicy": "scheduler.staleness",
-    "freshness": "scheduler.staleness",
-}
-
-__all__ = [
-    "DEFAULT_STALENESS",
-    "Demand",
-    "Freshness",
-    "Node",
-    "NodeReport",
-    "NodeReportError",
-    "Placement",
-    "Plan",
-    "ProfileRejections",
-    "Removal",
-    "StalenessPolicy",
-    "Unplaced",
-    "count_rejections",
-    "freshness",
-    "parse_node_report",
-    "plan",
-    "render",
-    "render_profile",
-]
-
-
-def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'scheduler' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where), name)
-    globals()[name] = value  # once: the next lookup is a plain module attribute
-    return value

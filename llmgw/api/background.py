@@ -1,7 +1,7 @@
 """The placement scheduler inside ``llmgw serve --with-scheduler``.
 
 The same ``Daemon`` as ``llmgw daemon``, with the same leadership
-(``scheduler.leader``: an advisory lock on PostgreSQL, a lock file on SQLite),
+(``scheduler.daemon.leader``: an advisory lock on PostgreSQL, a lock file on SQLite),
 so a server with a scheduler, a separate daemon and other servers can run
 against one database and exactly one of them places. It runs in a thread of
 its own (APScheduler's blocking loop and signal handling belong to a process's
@@ -19,11 +19,11 @@ import structlog
 
 from events.catalog_service import CatalogService
 from llmgw.api.metrics import Metrics
-from scheduler.daemon import Daemon
-from scheduler.leader import Leadership
-from scheduler.placer import Placer, RoundOutcome
-from scheduler.staleness import StalenessPolicy
-from scheduler.store import SchedulerStore
+from scheduler.daemon.leader import Leadership
+from scheduler.daemon.loop import Daemon
+from scheduler.daemon.round_runner import Placer, RoundOutcome
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.persistence.store import SchedulerStore
 
 log = structlog.get_logger("llmgw.scheduler")
 

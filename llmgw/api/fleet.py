@@ -15,11 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from catalog import Catalog
-from scheduler import Node, Placement, StalenessPolicy
-from scheduler.lifecycle import Cordon
-from scheduler.replicas import ReplicaStatus
-from scheduler.service import replica_counts
-from scheduler.staleness import freshness
+from scheduler.daemon.node_service import replica_counts
+from scheduler.lifecycle.inputs import Cordon
+from scheduler.lifecycle.replica_reports import ReplicaStatus
+from scheduler.lifecycle.staleness import StalenessPolicy, freshness
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Placement
 
 
 def models(

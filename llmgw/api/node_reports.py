@@ -7,7 +7,7 @@ batch rather than one each. The answer also needs each node's service state
 (cordoned, draining, replicas left); it is read once per batch, in the batch's
 transaction, instead of once per report, at a cost that follows the batch, not the
 cluster: the batch's nodes' cordons, and replica counts kept until a round is
-written (``scheduler.round_store.HostedCounts``).
+written (``scheduler.persistence.round_store.HostedCounts``).
 
 A report reaches the writer either parsed (the route, which parsed it in a
 worker thread) or as the body received (``llmgw.api.report_path``, the common
@@ -28,9 +28,9 @@ from llmgw.api.bodies import ORIGIN, parse
 from llmgw.api.group_commit import GroupCommit
 from llmgw.api.metrics import Metrics
 from llmgw.api.problems import Problem
-from scheduler import Node, NodeReport, NodeReportError, parse_node_report
-from scheduler.lifecycle import Cordon
-from scheduler.store import SchedulerStore
+from scheduler.lifecycle.inputs import Cordon
+from scheduler.persistence.store import SchedulerStore
+from scheduler.planner.inventory import Node, NodeReport, NodeReportError, parse_node_report
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from llmgw.api.metrics import Metrics
 from llmgw.api.node_reports import Recorded, Sent, node_report_writer
 from llmgw.api.openai import CreatedIndex
 from llmgw.api.settings import ApiSettings
-from scheduler.store import SchedulerStore
+from scheduler.persistence.store import SchedulerStore
 
 
 class CatalogGate:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from llmgw.api.auth import TokenBook, TokenConfigError, TokenEntry, parse_env_tokens
 from llmgw.settings import SettingsError
-from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
+from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 
 __all__ = ["ApiSettings", "SettingsError"]
 

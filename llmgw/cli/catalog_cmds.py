@@ -19,10 +19,10 @@ from llmgw.cli import preview
 from llmgw.cli.context import App, Refused, print_json, resolve_position
 from llmgw.cli.render import catalog_table, table
 from llmgw.views import catalog_json, command_json, model_entry
-from scheduler.demands import demands
-from scheduler.resilience import resilience
-from scheduler.service import replica_counts
-from scheduler.store import SchedulerStore
+from scheduler.daemon.node_service import replica_counts
+from scheduler.persistence.store import SchedulerStore
+from scheduler.planner.demands import demands
+from scheduler.planner.resilience import resilience
 
 
 def login_user() -> str:

@@ -9,8 +9,8 @@ from catalog.text import shown
 from events.replay import replay
 from llmgw.cli.context import App, Refused, parse_when, print_json
 from llmgw.views import iso
-from scheduler.replica_stories import explain
-from scheduler.store import PLACED, REMOVED, RoundUnreadable, SchedulerStore
+from scheduler.persistence.store import PLACED, REMOVED, RoundUnreadable, SchedulerStore
+from scheduler.planner.replica_stories import explain
 
 
 def cmd_explain(app: App, args: argparse.Namespace) -> int:

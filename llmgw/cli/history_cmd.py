@@ -21,7 +21,7 @@ from llmgw.views import iso
 
 if TYPE_CHECKING:
     from events.types import StoredEvent
-    from scheduler.records import PlacementEvent
+    from scheduler.persistence.record_format import PlacementEvent
 
 HISTORY_KEYS = ["position", "recorded_at", "type", "model", "actor", "reason"]
 
@@ -116,7 +116,7 @@ def history_sources(
         for e in history(app.store.engine, query, after=after[0])
     )
     sources: list[Iterable[HistoryEntry]] = [catalog]
-    from scheduler.store import SchedulerStore  # only with --placements: a second store
+    from scheduler.persistence.store import SchedulerStore  # only with --placements: a second store
 
     events = SchedulerStore(app.engine).events(
         model=query.model, since=query.since, until=query.until, after=after[1]
@@ -214,7 +214,7 @@ def follow(app: App, args: argparse.Namespace) -> int:
 def _heads(app: App, placements: bool) -> tuple[int, int]:
     if not placements:
         return app.store.head(), 0
-    from scheduler.store import SchedulerStore
+    from scheduler.persistence.store import SchedulerStore
 
     return app.store.head(), SchedulerStore(app.engine).events_head()
 

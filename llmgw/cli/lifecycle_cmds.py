@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from llmgw.cli.catalog_cmds import login_user
 from llmgw.cli.context import App, Refused, print_json
 from llmgw.views import iso, replica_state_json, service_change_json
-from scheduler.placements import Placement
-from scheduler.placer import Placer
-from scheduler.replicas import ReplicaStatus
-from scheduler.service import NodeServiceError, change_service
-from scheduler.store import SchedulerStore
+from scheduler.daemon.node_service import NodeServiceError, change_service
+from scheduler.daemon.round_runner import Placer
+from scheduler.lifecycle.replica_reports import ReplicaStatus
+from scheduler.persistence.store import SchedulerStore
+from scheduler.planner.placements import Placement
 
 
 def cmd_service(app: App, args: argparse.Namespace) -> int:

@@ -23,10 +23,10 @@ from catalog.text import shown
 from events.apply import ApplyResult, plan_apply
 from llmgw.cli.context import App, print_json
 from llmgw.views import placement_json, rollout_json, unplaced_json
-from scheduler import Placement, Plan
-from scheduler.demands import demands
-from scheduler.planner import plan as make_plan
-from scheduler.store import SchedulerStore
+from scheduler.persistence.store import SchedulerStore
+from scheduler.planner.demands import demands
+from scheduler.planner.placements import Placement, Plan
+from scheduler.planner.plan import plan as make_plan
 
 
 def _current(app: App) -> tuple[CatalogState, int]:

@@ -22,22 +22,15 @@ from llmgw.views import (
     rollout_json,
     unplaced_json,
 )
-from scheduler import (
-    Demand,
-    Node,
-    NodeReport,
-    NodeReportError,
-    Placement,
-    Plan,
-    StalenessPolicy,
-    parse_node_report,
-)
-from scheduler.daemon import Daemon
-from scheduler.leader import leadership_for
-from scheduler.placer import Placer
-from scheduler.replicas import ReplicaStatus
-from scheduler.resilience import resilience
-from scheduler.store import SchedulerStore
+from scheduler.daemon.leader import leadership_for
+from scheduler.daemon.loop import Daemon
+from scheduler.daemon.round_runner import Placer
+from scheduler.lifecycle.replica_reports import ReplicaStatus
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.persistence.store import SchedulerStore
+from scheduler.planner.inventory import Node, NodeReport, NodeReportError, parse_node_report
+from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.resilience import resilience
 
 
 def policy(app: App) -> StalenessPolicy:

@@ -174,8 +174,8 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     from llmgw.api.app import create_app
     from llmgw.api.background import SchedulerThread
     from llmgw.api.services import Services
-    from scheduler.leader import leadership_for
-    from scheduler.store import SchedulerStore
+    from scheduler.daemon.leader import leadership_for
+    from scheduler.persistence.store import SchedulerStore
 
     engine = app.engine  # migrates an empty database, as every command does
     services = Services.build(

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from llmgw.api.metrics import Metrics
-from scheduler import Plan
-from scheduler.placer import RoundOutcome
-from scheduler.resilience import Resilience
+from scheduler.daemon.round_runner import RoundOutcome
+from scheduler.planner.placements import Plan, Resilience
 
 
 def _outcome(*figures: Resilience) -> RoundOutcome:

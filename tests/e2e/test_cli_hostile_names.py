@@ -14,7 +14,7 @@ from sqlalchemy import Engine, insert
 
 from events.db import make_engine
 from events.tables import EventRow
-from scheduler.tables import NodeRow, PlacementRow, table
+from scheduler.persistence.tables import NodeRow, PlacementRow, table
 from tests.e2e.cli import Cli
 from tests.support import definition, insert_raw_event
 

@@ -10,10 +10,11 @@ from catalog import Catalog
 from events.backends import open_log
 from events.catalog_service import CatalogService
 from events.replay import replay
-from scheduler import StalenessPolicy, parse_node_report
-from scheduler.placer import Placer
-from scheduler.replica_stories import explain
-from scheduler.store import PLACED, REMOVED, SchedulerStore
+from scheduler.daemon.round_runner import Placer
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.persistence.store import PLACED, REMOVED, SchedulerStore
+from scheduler.planner.inventory import parse_node_report
+from scheduler.planner.replica_stories import explain
 from tests.support import model
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

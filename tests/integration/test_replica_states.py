@@ -11,10 +11,11 @@ from sqlalchemy import Engine
 from catalog import Catalog
 from events.backends import open_log
 from events.catalog_service import CatalogService
-from scheduler import parse_node_report, plan
-from scheduler.demands import demands
-from scheduler.placer import Placer
-from scheduler.store import SchedulerStore
+from scheduler.daemon.round_runner import Placer
+from scheduler.persistence.store import SchedulerStore
+from scheduler.planner.demands import demands
+from scheduler.planner.inventory import parse_node_report
+from scheduler.planner.plan import plan
 from tests.support import model
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -19,10 +19,9 @@ from catalog import Catalog
 from events.backends import open_log
 from events.catalog_service import CatalogService
 from events.db import make_engine
-from scheduler import parse_node_report
-from scheduler.placer import Placer
-from scheduler.store import RoundUnreadable, SchedulerStore
-from scheduler.tables import (
+from scheduler.daemon.round_runner import Placer
+from scheduler.persistence.store import RoundUnreadable, SchedulerStore
+from scheduler.persistence.tables import (
     CordonRow,
     FailureRow,
     InventoryRow,
@@ -32,6 +31,7 @@ from scheduler.tables import (
     PlacementRow,
     table,
 )
+from scheduler.planner.inventory import parse_node_report
 from tests.api.server import ApiServer, Tokens, running
 from tests.e2e.cli import Cli
 from tests.hostile.documents import deep_json_array

@@ -2,7 +2,7 @@
 
 Every method of ``SchedulerStore`` (what the CLI, the API and the daemon use)
 is held to the same behaviour on each back end; the back-end differences live
-in ``scheduler.backend_sqlite`` and ``scheduler.backend_postgresql`` only.
+in ``scheduler.persistence.backend_sqlite`` and ``scheduler.persistence.backend_postgresql`` only.
 There is no in-memory implementation: the store's behaviour is its SQL
 (fencing, numbering under a lock, upserts), and the planner it serves is
 already pure and tested without a database.
@@ -22,14 +22,14 @@ from sqlalchemy import Engine, insert
 from catalog import Catalog
 from events.backends import open_log
 from events.catalog_service import CatalogService
-from scheduler import parse_node_report
-from scheduler.lifecycle import Lifecycle
-from scheduler.placements import Placement, Plan, Removal
-from scheduler.placer import Placer
-from scheduler.records import CURRENT_SCHEMA, ROUND
-from scheduler.staleness import StalenessPolicy
-from scheduler.store import PLACED, RoundConflict, SchedulerStore
-from scheduler.tables import InventoryRow, PlacementRoundRow, table
+from scheduler.daemon.round_runner import Placer
+from scheduler.lifecycle.inputs import Lifecycle
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.persistence.record_format import CURRENT_SCHEMA, ROUND
+from scheduler.persistence.store import PLACED, RoundConflict, SchedulerStore
+from scheduler.persistence.tables import InventoryRow, PlacementRoundRow, table
+from scheduler.planner.inventory import parse_node_report
+from scheduler.planner.placements import Placement, Plan, Removal
 from tests.support import model
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -30,9 +30,10 @@ from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
 from llmgw.api.problems import ApiJSON, Problem, errors, refused
 from llmgw.api.services import Services
 from llmgw.views import command_json, event_json, model_entry, openai_entry
-from scheduler.demands import demands
-from scheduler.resilience import Resilience, resilience
-from scheduler.service import replica_counts
+from scheduler.daemon.node_service import replica_counts
+from scheduler.planner.demands import demands
+from scheduler.planner.placements import Resilience
+from scheduler.planner.resilience import resilience
 
 
 class _Lookup(Convertor[str]):

@@ -42,8 +42,8 @@ from llmgw.api.access import SECURED, Reader
 from llmgw.api.problems import ApiJSON, Problem, errors, json_text
 from llmgw.api.services import Services
 from llmgw.views import event_json, placement_event_json
-from scheduler.records import PlacementEvent
-from scheduler.row_net import Unreadable
+from scheduler.persistence.record_format import PlacementEvent
+from scheduler.persistence.row_decoding import Unreadable
 
 log = structlog.get_logger("llmgw.api")
 

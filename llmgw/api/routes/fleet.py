@@ -31,8 +31,8 @@ from llmgw.api.access import SECURED, Reader
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
 from llmgw.views import iso, replica_json
-from scheduler.demands import demands
-from scheduler.planner import plan as make_plan
+from scheduler.planner.demands import demands
+from scheduler.planner.plan import plan as make_plan
 
 router = APIRouter()
 MAX_POSITION = 2**62

@@ -24,8 +24,8 @@ from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.schemas import grammar_schema, http_url_schema, printable_schema
 from llmgw.api.services import Services
 from llmgw.views import node_json, replica_json
-from scheduler import NodeReport
-from scheduler.replicas import MAX_ENDPOINT, MAX_MESSAGE
+from scheduler.lifecycle.replica_reports import MAX_ENDPOINT, MAX_MESSAGE
+from scheduler.planner.inventory import NodeReport
 
 router = APIRouter()
 
@@ -71,7 +71,8 @@ def _report_grammars(schema: dict[str, Any]) -> None:
     replica = schema["$defs"]["ReplicaReport"]["properties"]
     replica["model"] = {**replica["model"], **printable_schema(255)}
     replica["message"] = {**replica["message"], **printable_schema(MAX_MESSAGE)}
-    # An http:// or https:// URL such as http://10.0.0.7:8000 (scheduler.replicas._url).
+    # An http:// or https:// URL such as http://10.0.0.7:8000
+    # (scheduler.lifecycle.replica_reports._url).
     url = http_url_schema(MAX_ENDPOINT)
     replica["endpoint"] = {"title": replica["endpoint"]["title"], "anyOf": [url, {"type": "null"}]}
 

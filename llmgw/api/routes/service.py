@@ -1,6 +1,6 @@
 """Taking a node out of service: cordon, drain, uncordon (operator role).
 
-The same ``scheduler.service.change_service`` as ``llmgw nodes cordon|drain|
+The same ``scheduler.daemon.node_service.change_service`` as ``llmgw nodes cordon|drain|
 uncordon``, with the token's name as the actor of the event.
 """
 
@@ -17,7 +17,7 @@ from llmgw.api.access import SECURED, Operator
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
 from llmgw.views import service_change_json
-from scheduler.service import (
+from scheduler.daemon.node_service import (
     MAX_REASON,
     NodeNotInInventory,
     NodeServiceError,

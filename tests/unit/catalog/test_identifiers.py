@@ -18,7 +18,7 @@ from catalog import Catalog, CatalogError, CatalogState, load_declared, parse_mo
 from catalog.identifiers import IdentifierError, check_command
 from events.replay import replay
 from events.types import StoredEvent
-from scheduler import NodeReportError, parse_node_report
+from scheduler.planner.inventory import NodeReportError, parse_node_report
 from tests.support import definition, model
 
 

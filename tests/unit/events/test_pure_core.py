@@ -21,7 +21,7 @@ PURE = (
     "events.rows",
     "events.log",
     "events.memory_log",
-    "scheduler.planner",
+    "scheduler.planner.plan",
 )
 
 

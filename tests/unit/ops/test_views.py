@@ -20,11 +20,12 @@ from llmgw.views import (
     service_change_json,
     unplaced_json,
 )
-from scheduler import Node, Placement, StalenessPolicy
-from scheduler.lifecycle import Cordon
-from scheduler.placements import Unplaced
-from scheduler.replicas import ReplicaStatus
-from scheduler.service import ServiceChange
+from scheduler.daemon.node_service import ServiceChange
+from scheduler.lifecycle.inputs import Cordon
+from scheduler.lifecycle.replica_reports import ReplicaStatus
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Placement, Unplaced
 from tests.unit.catalog.catalog_builders import cpu_profile, gpu_profile, model
 
 NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)

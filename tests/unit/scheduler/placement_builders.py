@@ -12,7 +12,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from catalog.views import PlacementProfile
-from scheduler import Demand, Node, Placement, Plan, StalenessPolicy, plan
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.plan import plan
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

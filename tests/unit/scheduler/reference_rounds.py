@@ -12,7 +12,7 @@ order.
 The digests in ``tests/data/plan_reference.json`` were first written by the
 planner before the optimisations of issue 13 (commit 9dd53c3, the planner of
 ba12827 with its explanation modules renamed), and re-pinned once, on purpose,
-when the spread repair of issue 15 (``scheduler/spread_repair.py``) began
+when the spread repair of issue 15 (``scheduler/planner/spread_repair.py``) began
 spreading the new replicas of every round: 43 of the 52 plans changed, each with
 the same replicas, profiles and GPUs where the inputs are the same, their new
 replicas on other nodes (see the branch's report)::
@@ -36,13 +36,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import placement as bench
-from scheduler import Demand, Node, Placement, Plan, StalenessPolicy, plan
-from scheduler.lifecycle import Cordon, FailureRecord, Lifecycle, ModelLifecycle
-from scheduler.replicas import ReplicaStatus
+from bench import fleets
+from scheduler.lifecycle.inputs import Cordon, FailureRecord, Lifecycle, ModelLifecycle
+from scheduler.lifecycle.replica_reports import ReplicaStatus
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.plan import plan
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "plan_reference.json"
-NOW = bench.NOW
+NOW = fleets.NOW
 
 
 @dataclass(frozen=True)
@@ -247,13 +250,13 @@ def _story(
 def scenarios() -> Iterator[tuple[str, Round]]:
     policy = StalenessPolicy()
     no_preemption = StalenessPolicy(preemption=False)
-    openb = bench.openb_nodes()
-    yield from _story("openb", bench.openb_demands(), openb, 1, policy=policy)
-    pods = bench.openb_pod_demands(openb)
+    openb = fleets.openb_nodes()
+    yield from _story("openb", fleets.openb_demands(), openb, 1, policy=policy)
+    pods = fleets.openb_pod_demands(openb)
     yield "openb pods: from nothing", Round(pods, openb, (), NOW, policy)
     for size, seed in ((300, 2), (1_000, 3), (2_000, 4)):
-        nodes = bench.synthetic_nodes(size, seed=seed)
-        demands = bench.synthetic_demands(2 * size, seed=seed + 10)
+        nodes = fleets.synthetic_nodes(size, seed=seed)
+        demands = fleets.synthetic_demands(2 * size, seed=seed + 10)
         yield from _story(f"synthetic {size:,}", demands, nodes, seed, policy=policy)
         ranked = _with_priorities(demands, seed)
         yield from _story(f"synthetic {size:,} ranked", ranked, nodes, seed + 20, policy=policy)
@@ -265,9 +268,9 @@ def scenarios() -> Iterator[tuple[str, Round]]:
             policy=no_preemption,
             lifecycle=False,
         )
-    big = bench.synthetic_nodes(5_000)
+    big = fleets.synthetic_nodes(5_000)
     yield from _story(
-        "synthetic 5,000", bench.synthetic_demands(10_000), big, 5, policy=policy, lifecycle=False
+        "synthetic 5,000", fleets.synthetic_demands(10_000), big, 5, policy=policy, lifecycle=False
     )
 
 

@@ -13,15 +13,17 @@ from datetime import datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import Demand, Node, Placement, Plan, plan
-from scheduler.lifecycle import (
+from scheduler.lifecycle.inputs import (
     BackoffPolicy,
     Cordon,
     FailureRecord,
     Lifecycle,
     ModelLifecycle,
 )
-from scheduler.replicas import FAILED, PLACED, READY, ReplicaStatus
+from scheduler.lifecycle.replica_reports import FAILED, PLACED, READY, ReplicaStatus
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.plan import plan
 from tests.unit.scheduler.placement_builders import NOW, node, overcommitted, profile
 
 A100x2 = profile("a100x2", gpus=2)

@@ -6,11 +6,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from catalog.views import PlacementProfile
-from scheduler import Demand, Placement
-from scheduler.capacity import Capacity
-from scheduler.lifecycle import ModelLifecycle
-from scheduler.packing import Attempt, Strategy, options, place_missing
-from scheduler.spread import Spread
+from scheduler.lifecycle.inputs import ModelLifecycle
+from scheduler.planner.capacity import Capacity
+from scheduler.planner.packing import Attempt, Strategy, options, place_missing
+from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.spread import Spread
 from tests.unit.scheduler.placement_builders import node, profile
 
 A100x2 = profile("a100x2", gpus=2)

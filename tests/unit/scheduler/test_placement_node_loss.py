@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from scheduler import Placement, StalenessPolicy
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.planner.placements import Placement
 from tests.unit.scheduler.placement_builders import demand, hosts, node, run
 
 MINUTE = timedelta(minutes=1)

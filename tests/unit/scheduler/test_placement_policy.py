@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench import firstfit
-from scheduler import Demand, Node, Placement, StalenessPolicy
-from scheduler.resilience import min_hitting_set, resilience
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.resilience import min_hitting_set, resilience
 from tests.unit.scheduler.placement_builders import (
     NOW,
     demand,

@@ -15,8 +15,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from catalog.views import PlacementProfile
-from scheduler import Demand, Node, Placement
-from scheduler.fit import gpu_class_matches, missing_label
+from scheduler.planner.fit import gpu_class_matches, missing_label
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement
 from tests.unit.scheduler.placement_builders import (
     NOW,
     cpu_profile,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduler import Placement
+from scheduler.planner.placements import Placement
 from tests.unit.scheduler.placement_builders import (
     cpu_node,
     cpu_profile,

@@ -8,10 +8,19 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import Demand, Node, Placement, StalenessPolicy, plan
-from scheduler.lifecycle import Cordon, FailureRecord, Lifecycle
-from scheduler.memo import NODE_FIELDS, PLACEMENT_FIELDS, STATUS_FIELDS, PlanMemo, round_key
-from scheduler.replicas import ReplicaStatus
+from scheduler.lifecycle.inputs import Cordon, FailureRecord, Lifecycle
+from scheduler.lifecycle.replica_reports import ReplicaStatus
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.plan import plan
+from scheduler.planner.plan_cache import (
+    NODE_FIELDS,
+    PLACEMENT_FIELDS,
+    STATUS_FIELDS,
+    PlanMemo,
+    round_key,
+)
 from tests.unit.scheduler.placement_builders import NOW, cpu_profile, node, profile
 from tests.unit.scheduler.reference_rounds import digest
 

@@ -10,10 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.inventory import Node
-from scheduler.lifecycle import Lifecycle
-from scheduler.placements import Placement
-from scheduler.records import (
+from scheduler.lifecycle.inputs import Lifecycle
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.persistence.record_format import (
     CURRENT_SCHEMA,
     NODE,
     ROUND,
@@ -28,7 +27,8 @@ from scheduler.records import (
     recorded_round,
     upcast,
 )
-from scheduler.staleness import StalenessPolicy
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Placement
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

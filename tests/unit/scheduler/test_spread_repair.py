@@ -1,4 +1,4 @@
-"""The spread repair (scheduler.spread_repair): after the quality floor picks a plan, the
+"""The spread repair (scheduler.planner.spread_repair): after the quality floor picks a plan, the
 round's new replicas are spread by same-shape swaps and moves into free room.
 
 The invariant held here, checked by an independent brute-force checker
@@ -27,11 +27,13 @@ from hypothesis import strategies as st
 
 from bench import firstfit, spreadcheck
 from catalog.views import PlacementProfile
-from scheduler import Demand, Node, Placement, StalenessPolicy
-from scheduler.capacity import Capacity
-from scheduler.fit import selector_key
-from scheduler.spread import Spread
-from scheduler.spread_repair import Repaired, repair
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.planner.capacity import Capacity
+from scheduler.planner.fit import selector_key
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.spread import Spread
+from scheduler.planner.spread_repair import Repaired, repair
 from tests.unit.scheduler.placement_builders import NOW, node, overcommitted, profile, run
 from tests.unit.scheduler.test_placement_policy import POLICY_CATALOGS
 from tests.unit.scheduler.test_placement_properties import INVENTORIES

@@ -1,0 +1,151 @@
+"""The placement daemon: rounds on a timer (APScheduler), as leader only, surviving outages.
+
+- One structured log line per round (``placement.round``) with stable fields:
+  round, catalog_position, nodes, placed, removed, unplaced, duration_ms; and
+  ``replica.failed`` per failure, ``placement.rollout`` per rollout in progress.
+- SIGTERM or SIGINT lets the running round finish, then the process exits 0.
+- A database that cannot be reached is logged (``placement.round_failed``)
+  and tried again next round; nothing is duplicated when it comes back,
+  because a round's writes are one fenced transaction.
+- Only the leader places (see ``scheduler.daemon.leader``); the others log
+  ``placement.waiting`` and try again every round.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from datetime import UTC, datetime
+from types import FrameType
+
+import structlog
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.blocking import BlockingScheduler
+from sqlalchemy.exc import DBAPIError
+
+from scheduler.daemon.leader import Leadership
+from scheduler.daemon.round_runner import Placer
+from scheduler.persistence.round_store import RoundConflict
+
+log = structlog.get_logger("llmgw.scheduler")
+
+
+class Daemon:
+    def __init__(self, placer: Placer, leadership: Leadership, interval: float) -> None:
+        self.placer = placer
+        self.leadership = leadership
+        self.interval = interval
+        self.rounds = 0
+        self._leading = False
+        self._lock = threading.Lock()
+
+    def round(self) -> None:
+        """One tick: lead or wait, then plan and write. Never raises."""
+        with self._lock:
+            self.rounds += 1
+            try:
+                leading = self.leadership.ensure()
+                if leading != self._leading:
+                    log.info("placement.leadership", leading=leading, round=self.rounds)
+                    self._leading = leading
+                if not leading:
+                    log.info("placement.waiting", round=self.rounds)
+                    return
+                outcome = self.placer.run()
+            except RoundConflict as conflict:
+                log.warning("placement.round_conflict", round=self.rounds, reason=str(conflict))
+                return
+            except DBAPIError as exc:
+                self._leading = False
+                log.error(
+                    "placement.round_failed",
+                    round=self.rounds,
+                    error=str(exc.orig or exc).strip().splitlines()[0],
+                )
+                return
+            plan = outcome.plan
+            log.info(
+                "placement.round",
+                round=self.rounds,
+                recorded_round=outcome.round_id,
+                catalog_position=outcome.catalog_position,
+                nodes=len(outcome.nodes),
+                placed=len(plan.place),
+                removed=len(plan.remove),
+                unplaced=len(plan.unplaced),
+                kept=len(plan.keep),
+                mass_loss=plan.mass_loss,
+                duration_ms=round(outcome.duration_ms, 2),
+            )
+            if plan.mass_loss:
+                # Kept, not moved: so many nodes look lost at once that a clock jump or a
+                # partition on our side is likelier. An operator must look.
+                lost = set(plan.lost_nodes)
+                log.warning(
+                    "placement.mass_loss_held",
+                    round=self.rounds,
+                    lost_nodes=sorted(lost),
+                    held=sum(1 for p in plan.keep if lost.intersection(p.nodes)),
+                    detail="replicas on nodes that look lost are kept; if the nodes are "
+                    "really gone, `llmgw nodes forget` them",
+                )
+            for removal in plan.remove:
+                p = removal.placement
+                log.info(
+                    "placement.removed", model=p.model, replica=p.replica, reason=removal.reason
+                )
+            for p in plan.place:
+                log.info(
+                    "placement.placed",
+                    model=p.model,
+                    replica=p.replica,
+                    profile=p.profile,
+                    nodes=list(p.nodes),
+                )
+            for failure in plan.failures:
+                p = failure.placement
+                log.warning(
+                    "replica.failed",
+                    model=p.model,
+                    replica=p.replica,
+                    nodes=list(p.nodes),
+                    reason=failure.reason,
+                )
+            for rollout in plan.rollouts:
+                log.info(
+                    "placement.rollout",
+                    model=rollout.model,
+                    cause=rollout.cause,
+                    old=len(rollout.old),
+                    new=len(rollout.new),
+                    waiting=rollout.waiting,
+                )
+
+    def run_forever(self) -> None:
+        scheduler = BlockingScheduler(
+            executors={"default": ThreadPoolExecutor(max_workers=1)}, timezone="UTC"
+        )
+        scheduler.add_job(
+            self.round,
+            "interval",
+            seconds=self.interval,
+            id="placement-round",
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+            next_run_time=datetime.now(UTC),
+        )
+
+        def stop(signum: int, _frame: FrameType | None) -> None:
+            log.info("placement.stopping", signal=signal.Signals(signum).name)
+            # Waits for a round in progress to finish; start() then returns.
+            scheduler.shutdown(wait=True)
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        log.info("placement.started", interval_s=self.interval)
+        try:
+            scheduler.start()
+        finally:
+            self.leadership.release()
+            log.info("placement.stopped", rounds=self.rounds)

@@ -1,0 +1,109 @@
+"""The node inventory: what each agent last reported, stamped on the control plane's clock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import Connection, Engine, delete
+
+from events.db import WRITE
+from scheduler.persistence.backend import backend
+from scheduler.persistence.lifecycle_store import record_replica_reports
+from scheduler.persistence.record_format import (
+    CURRENT_SCHEMA,
+    NODE,
+    VERSION,
+    node_content,
+    node_from_content,
+)
+from scheduler.persistence.row_decoding import Row, decode_rows, json_column, raw
+from scheduler.persistence.tables import NodeRow, table
+from scheduler.planner.inventory import Node, NodeReport
+
+nodes_t = table(NodeRow)
+
+
+class InventoryStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def report(
+        self,
+        reports: Sequence[NodeReport],
+        received_at: datetime,
+        actor: str | Sequence[str] = "agent",
+    ) -> list[Node]:
+        """Record reports (each also a heartbeat) in one transaction, stamped on our clock.
+
+        A report's replica states, if it has any, are recorded in the same
+        transaction (``scheduler.persistence.lifecycle_store``), each change an event by its
+        ``actor``: one for all, or one per report (the API commits the reports of
+        many agents together). A node may appear once: an upsert cannot touch one
+        row twice in one statement.
+        """
+        with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            return write_reports(conn, reports, received_at, actor)
+
+    def forget(self, name: str) -> bool:
+        """Drop a node from the inventory (decommissioned); its replicas move next round."""
+        with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            return conn.execute(delete(nodes_t).where(nodes_t.c.name == name)).rowcount > 0
+
+    def nodes(self) -> list[Node]:
+        """Every node that can be read, by name; a row that cannot is skipped and named."""
+        with self.engine.connect() as conn:
+            return read_nodes(conn)
+
+
+def write_reports(
+    conn: Connection,
+    reports: Sequence[NodeReport],
+    received_at: datetime,
+    actor: str | Sequence[str] = "agent",
+) -> list[Node]:
+    """``InventoryStore.report`` in a transaction the caller holds."""
+    actors = [actor] * len(reports) if isinstance(actor, str) else list(actor)
+    if len(actors) != len(reports):
+        raise ValueError(f"{len(reports)} reports but {len(actors)} actors")
+    nodes = [r.to_node(received_at) for r in reports]
+    if not nodes:
+        return nodes
+    rows = [
+        {
+            **node_content(n),
+            "labels": json.dumps(node_content(n)["labels"]),
+            "reported_at": n.reported_at,
+        }
+        for n in nodes
+    ]
+    backend(conn).upsert(conn, nodes_t, "name", rows)
+    record_replica_reports(conn, reports, received_at, actors)
+    return nodes
+
+
+def read_nodes(conn: Connection) -> list[Node]:
+    return decode_rows(
+        conn,
+        raw(nodes_t).order_by(nodes_t.c.name),
+        table="nodes",
+        key=("name",),
+        decode=_node,
+        times=("reported_at",),
+    )
+
+
+def _node(r: Row) -> Node:
+    # The row's columns are the current node content; "labels" is its one JSON column.
+    content = {
+        "name": r["name"],
+        "gpu_class": r["gpu_class"],
+        "gpus": r["gpus"],
+        "gpus_reserved": r["gpus_reserved"],
+        "memory_gb": r["memory_gb"],
+        "labels": json_column(r["labels"], "labels"),
+        "fabric": r["fabric"],
+        VERSION: CURRENT_SCHEMA[NODE],
+    }
+    return node_from_content(content, r["reported_at"])

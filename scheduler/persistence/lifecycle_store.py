@@ -1,0 +1,267 @@
+"""Storage of the replica lifecycle: states reported by agents, cordons, failures.
+
+Each state change, cordon and drain is also a placement event (with who caused
+it, ``scheduler.persistence.audit_trail``), numbered in the same gapless sequence as a round's
+events and under the same lock, so ``history --placements`` tells one story in
+one order. Rows that cannot be read are skipped and named (``scheduler.persistence.row_decoding``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import structlog
+from sqlalchemy import Connection, delete, insert, select, update
+
+from scheduler.lifecycle.inputs import CORDONED, DRAINING, Cordon, FailureRecord
+from scheduler.lifecycle.replica_reports import FAILED, READY, ReplicaStatus
+from scheduler.persistence.audit_trail import (
+    NODE_CORDONED,
+    NODE_DRAINING,
+    NODE_UNCORDONED,
+    REPLICA_EVENT,
+    REPLICA_FAILED,
+    TrailEntry,
+    append_trail,
+    lock_trail,
+)
+from scheduler.persistence.placement_rows import StoredPlacement, read_placements, reporting_nodes
+from scheduler.persistence.record_format import UnreadableRow, checked
+from scheduler.persistence.row_decoding import Row, decode_rows, raw
+from scheduler.persistence.tables import CordonRow, FailureRow, NodeRow, PlacementRow, table
+from scheduler.planner.inventory import NodeReport
+
+log = structlog.get_logger("llmgw.scheduler")
+
+nodes_t = table(NodeRow)
+placements_t = table(PlacementRow)
+cordons_t = table(CordonRow)
+failures_t = table(FailureRow)
+
+
+def record_replica_reports(
+    conn: Connection, reports: Sequence[NodeReport], now: datetime, actors: Sequence[str]
+) -> None:
+    """Apply the replica states in ``reports``; one event per state that changed.
+
+    A report about a replica that is not placed on the reporting node (it was
+    moved, or removed, or never existed) is ignored and logged: a late report
+    from the old node must not mark the replica's new placement ready.
+    """
+    with_replicas = [r for r in reports if r.replicas is not None]
+    actor_of = {id(r): a for r, a in zip(reports, actors, strict=True)}
+    if not with_replicas:
+        return
+    conn.execute(
+        update(nodes_t)
+        .where(nodes_t.c.name.in_([r.name for r in with_replicas]))
+        .values(reports_replicas=True)
+    )
+    models = sorted({rep.model for r in with_replicas for rep in r.replicas or ()})
+    if not models:
+        return
+    rows: dict[tuple[str, int], StoredPlacement] = {
+        (row.placement.model, row.placement.replica): row for row in read_placements(conn, models)
+    }
+    trail: list[TrailEntry] = []
+    writes: list[tuple[str, int, str, dict[str, Any]]] = []
+    cleared: list[tuple[str, str]] = []
+    for report in with_replicas:
+        actor = actor_of[id(report)]
+        for rep in report.replicas or ():
+            row = rows.get((rep.model, rep.replica))
+            nodes = row.placement.nodes if row is not None else ()
+            if row is None or report.name not in nodes:
+                log.info(
+                    "placement.report_ignored",
+                    node=report.name,
+                    model=rep.model,
+                    replica=rep.replica,
+                    reason="no such replica is placed on this node",
+                )
+                continue
+            changed = rep.state != row.state
+            if not changed and rep.message == row.message and rep.endpoint == row.endpoint:
+                continue
+            values: dict[str, Any] = {"message": rep.message, "endpoint": rep.endpoint}
+            if changed:
+                values |= {"state": rep.state, "state_since": now}
+                trail.append(
+                    TrailEntry(
+                        REPLICA_EVENT.format(state=rep.state),
+                        rep.model,
+                        rep.replica,
+                        row.placement.profile,
+                        nodes,
+                        rep.message or f"reported {rep.state} by node {report.name}",
+                        actor,
+                    )
+                )
+                if rep.state == READY:
+                    cleared.append((rep.model, report.name))
+            writes.append((rep.model, rep.replica, row.nodes_text, values))
+    if not writes:
+        return
+    # Taken before any row is changed, in the order a round takes its locks,
+    # so that a report and a round never wait for each other in a cycle.
+    lock_trail(conn)
+    for model, replica, nodes_text, values in writes:
+        conn.execute(
+            update(placements_t)
+            .where(
+                placements_t.c.model == model,
+                placements_t.c.replica == replica,
+                # Only the placement the agent reported on: not one placed since in its slot.
+                placements_t.c.nodes == nodes_text,
+            )
+            .values(**values)
+        )
+    for model, node in cleared:
+        conn.execute(
+            delete(failures_t).where(failures_t.c.model == model, failures_t.c.node == node)
+        )
+    append_trail(conn, trail, now=now)
+
+
+def read_statuses(
+    conn: Connection, placements: Sequence[StoredPlacement] | None = None
+) -> dict[tuple[str, int], ReplicaStatus]:
+    """Every placement's state; a node whose agent never reported replicas counts as unreported."""
+    reporting = reporting_nodes(conn)
+    rows = read_placements(conn) if placements is None else placements
+    return {(r.placement.model, r.placement.replica): r.status(reporting) for r in rows}
+
+
+def read_cordons(conn: Connection, nodes: Sequence[str] | None = None) -> dict[str, Cordon]:
+    """The cordons by node (of ``nodes`` only, if given)."""
+    query = raw(cordons_t).order_by(cordons_t.c.node)
+    if nodes is not None:
+        query = query.where(cordons_t.c.node.in_(nodes))
+    cordons = decode_rows(
+        conn,
+        query,
+        table="node_cordons",
+        key=("node",),
+        decode=_cordon,
+        times=("since",),
+    )
+    return {c.node: c for c in cordons}
+
+
+def read_failures(conn: Connection) -> tuple[FailureRecord, ...]:
+    return tuple(
+        decode_rows(
+            conn,
+            raw(failures_t).order_by(failures_t.c.model, failures_t.c.node),
+            table="replica_failures",
+            key=("model", "node"),
+            decode=_failure,
+            times=("last_failed_at",),
+        )
+    )
+
+
+def _cordon(r: Row) -> Cordon:
+    mode = checked(r, "mode", str)
+    if mode not in (CORDONED, DRAINING):
+        raise UnreadableRow(f"mode {mode!r} is neither {CORDONED} nor {DRAINING}")
+    return Cordon(
+        checked(r, "node", str),
+        mode,
+        checked(r, "actor", str),
+        checked(r, "reason", str),
+        r["since"],
+    )
+
+
+def _failure(r: Row) -> FailureRecord:
+    return FailureRecord(
+        checked(r, "model", str),
+        checked(r, "node", str),
+        checked(r, "failures", int),
+        r["last_failed_at"],
+        checked(r, "last_reason", str),
+    )
+
+
+def record_failures(conn: Connection, failed: Mapping[tuple[str, str], str], now: datetime) -> None:
+    """Count one more failure of each (model, node), with its reason."""
+    for (model, node), reason in sorted(failed.items()):
+        row = conn.execute(
+            select(failures_t.c.failures).where(
+                failures_t.c.model == model, failures_t.c.node == node
+            )
+        ).first()
+        if row is None:
+            conn.execute(
+                insert(failures_t),
+                {
+                    "model": model,
+                    "node": node,
+                    "failures": 1,
+                    "last_failed_at": now,
+                    "last_reason": reason,
+                },
+            )
+        else:
+            conn.execute(
+                update(failures_t)
+                .where(failures_t.c.model == model, failures_t.c.node == node)
+                # A count that is not a count (a damaged row) starts again.
+                .values(
+                    failures=(row[0] if type(row[0]) is int else 0) + 1,
+                    last_failed_at=now,
+                    last_reason=reason,
+                )
+            )
+
+
+def set_cordon(
+    conn: Connection, node: str, mode: str | None, *, actor: str, reason: str, now: datetime
+) -> Cordon | None:
+    """Cordon, drain (``mode``) or uncordon (None) a node; the event says who and why.
+
+    Returns the cordon as it was before. Setting the mode a node already has
+    records nothing. A stored cordon that cannot be read (skipped, so None
+    here) is replaced by this change, whatever it is.
+    """
+    lock_trail(conn)
+    before = read_cordons(conn).get(node)
+    stored = (
+        conn.execute(select(cordons_t.c.node).where(cordons_t.c.node == node)).first() is not None
+    )
+    unreadable = stored and before is None
+    if not unreadable and (before.mode if before else None) == mode:
+        return before
+    if mode is None:
+        conn.execute(delete(cordons_t).where(cordons_t.c.node == node))
+        kind = NODE_UNCORDONED
+    else:
+        values = {"mode": mode, "actor": actor, "reason": reason, "since": now}
+        if not stored:
+            conn.execute(insert(cordons_t), {"node": node, **values})
+        else:
+            conn.execute(update(cordons_t).where(cordons_t.c.node == node).values(**values))
+        kind = NODE_DRAINING if mode == "draining" else NODE_CORDONED
+    append_trail(conn, [TrailEntry(kind, "", -1, "", [node], reason, actor)], now=now)
+    return before
+
+
+__all__ = [
+    "FAILED",
+    "NODE_CORDONED",
+    "NODE_DRAINING",
+    "NODE_UNCORDONED",
+    "REPLICA_FAILED",
+    "TrailEntry",
+    "append_trail",
+    "lock_trail",
+    "read_cordons",
+    "read_failures",
+    "read_statuses",
+    "record_failures",
+    "record_replica_reports",
+    "set_cordon",
+]

@@ -1,0 +1,113 @@
+"""The ``placements`` table as read: each row a placement and what its agent last said.
+
+One reader for every use (a round's state, replica reports, `nodes list`'s
+counts), so that a row that cannot be read is skipped and named the same way
+everywhere (``scheduler.persistence.row_decoding``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from scheduler.lifecycle.replica_reports import ReplicaStatus
+from scheduler.persistence.record_format import checked, names, replica_state
+from scheduler.persistence.row_decoding import Row, decode_rows, json_column, raw
+from scheduler.persistence.tables import NodeRow, PlacementRow, table
+from scheduler.planner.placements import Placement
+
+nodes_t = table(NodeRow)
+placements_t = table(PlacementRow)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPlacement:
+    placement: Placement
+    state: str
+    since: datetime
+    placed_at: datetime
+    message: str
+    endpoint: str | None
+    # The nodes column exactly as stored: a report updates only the placement it was about.
+    nodes_text: str
+
+    def status(self, reporting: frozenset[str]) -> ReplicaStatus:
+        return ReplicaStatus(
+            state=self.state,
+            since=self.since,
+            placed_at=self.placed_at,
+            message=self.message,
+            endpoint=self.endpoint,
+            reported=any(n in reporting for n in self.placement.nodes),
+        )
+
+
+def placement_row(p: Placement, round_id: int, now: datetime) -> dict[str, Any]:
+    return {
+        "model": p.model,
+        "replica": p.replica,
+        "profile": p.profile,
+        "nodes": json.dumps(list(p.nodes)),
+        "gpus_per_node": p.gpus_per_node,
+        "gpu_class": p.gpu_class,
+        "memory_gb_per_node": p.memory_gb_per_node,
+        "round_id": round_id,
+        "placed_at": now,
+        "fingerprint": p.fingerprint,
+        "state": "placed",
+        "state_since": now,
+    }
+
+
+def read_placements(conn: Connection, models: Sequence[str] | None = None) -> list[StoredPlacement]:
+    """Every readable placement (of ``models`` if given), by model and replica."""
+    query = raw(placements_t).order_by(placements_t.c.model, placements_t.c.replica)
+    if models is not None:
+        query = query.where(placements_t.c.model.in_(models))
+    return decode_rows(
+        conn,
+        query,
+        table="placements",
+        key=("model", "replica"),
+        decode=_placement,
+        times=("placed_at",),
+        nullable_times=("state_since",),
+    )
+
+
+def reporting_nodes(conn: Connection) -> frozenset[str]:
+    """Nodes whose agent reports replica states; the others' replicas count as unreported."""
+    return frozenset(
+        name
+        for (name,) in conn.execute(
+            select(nodes_t.c.name).where(nodes_t.c.reports_replicas.is_(True))
+        )
+    )
+
+
+def _placement(r: Row) -> StoredPlacement:
+    nodes_text = checked(r, "nodes", str)
+    placement = Placement(
+        model=checked(r, "model", str),
+        replica=checked(r, "replica", int),
+        profile=checked(r, "profile", str),
+        nodes=names(json_column(nodes_text, "nodes")),
+        gpus_per_node=checked(r, "gpus_per_node", int),
+        gpu_class=checked(r, "gpu_class", str, None),
+        memory_gb_per_node=checked(r, "memory_gb_per_node", int),
+        fingerprint=checked(r, "fingerprint", str),
+    )
+    return StoredPlacement(
+        placement=placement,
+        state=replica_state(r),
+        since=r["state_since"] or r["placed_at"],
+        placed_at=r["placed_at"],
+        message=checked(r, "message", str),
+        endpoint=checked(r, "endpoint", str, None),
+        nodes_text=nodes_text,
+    )

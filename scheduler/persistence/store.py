@@ -1,0 +1,186 @@
+"""The scheduler's storage, as one object: node reports in, placements and their audit out.
+
+The work is done by one module per job; this is the interface the CLI, the
+API and the daemon use, and the one the contract suite
+(``tests/integration/test_scheduler_store_contract.py``) runs on each back end:
+
+- ``scheduler.persistence.inventory_store``: node reports, forgetting nodes, the inventory;
+- ``scheduler.persistence.round_store``: placements, fenced rounds, cordons;
+- ``scheduler.persistence.audit_trail``: the placements' audit trail (placement events);
+- ``scheduler.persistence.recorded_rounds``: recording a round's inputs and rebuilding them;
+- ``scheduler.persistence.lifecycle_store``: replica states, cordons, failures;
+- ``scheduler.persistence.record_format``: the versioned JSON of recorded rounds (pure);
+- ``scheduler.persistence.row_decoding``: every row read is decoded there, or skipped and named;
+- ``scheduler.persistence.backend``: what differs between SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+
+from sqlalchemy import Engine
+
+from events.db import WRITE
+from scheduler.lifecycle.inputs import Cordon
+from scheduler.lifecycle.replica_reports import ReplicaStatus
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.persistence.audit_trail import (
+    PLACED,
+    REMOVED,
+    UPDATED,
+    events_head,
+    follow_page,
+    read_events,
+)
+from scheduler.persistence.inventory_store import InventoryStore, write_reports
+from scheduler.persistence.lifecycle_store import read_cordons
+from scheduler.persistence.record_format import PlacementEvent, RecordedRound
+from scheduler.persistence.recorded_rounds import RoundUnreadable, read_recorded_round
+from scheduler.persistence.round_store import (
+    HostedCounts,
+    PlacementState,
+    RoundConflict,
+    RoundStore,
+)
+from scheduler.persistence.row_decoding import Unreadable
+from scheduler.planner.inventory import Node, NodeReport
+from scheduler.planner.placements import Placement, Plan
+
+
+class SchedulerStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.inventory = InventoryStore(engine)
+        self.rounds = RoundStore(engine)
+        self._hosted = HostedCounts()
+
+    # -- inventory --------------------------------------------------------
+
+    def report(
+        self,
+        reports: Sequence[NodeReport],
+        received_at: datetime,
+        actor: str | Sequence[str] = "agent",
+    ) -> list[Node]:
+        return self.inventory.report(reports, received_at, actor)
+
+    def report_and_service(
+        self,
+        reports: Sequence[NodeReport],
+        received_at: datetime,
+        actor: str | Sequence[str] = "agent",
+    ) -> tuple[list[Node], dict[str, Cordon], dict[str, int]]:
+        """``report``, then ``service`` of the reported nodes read in the same transaction:
+        what the API answers a batch of reports with, for one transaction (and its round
+        trips) rather than two.
+
+        Its cost follows the batch, not the cluster: the cordons are read for the
+        batch's nodes only, and the replica counts are kept between batches until a
+        round is written (``HostedCounts``).
+        """
+        names = [r.name for r in reports]
+        with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            nodes = write_reports(conn, reports, received_at, actor)
+            cordons = read_cordons(conn, names)
+            every = self._hosted.read(conn)
+        # Only nodes that host replicas, as ``service`` counts them.
+        hosted = {name: every[name] for name in names if name in every}
+        return nodes, cordons, hosted
+
+    def forget(self, name: str) -> bool:
+        return self.inventory.forget(name)
+
+    def nodes(self) -> list[Node]:
+        return self.inventory.nodes()
+
+    # -- placements and rounds --------------------------------------------
+
+    def state(self) -> PlacementState:
+        return self.rounds.state()
+
+    def replicas(
+        self, *, node: str | None = None, model: str | None = None
+    ) -> list[tuple[Placement, ReplicaStatus]]:
+        return self.rounds.replicas(node=node, model=model)
+
+    def service(self) -> tuple[dict[str, Cordon], dict[str, int]]:
+        return self.rounds.service()
+
+    def cordon(self, node: str, mode: str | None, *, actor: str, reason: str) -> Cordon | None:
+        return self.rounds.cordon(node, mode, actor=actor, reason=reason)
+
+    def apply(
+        self,
+        plan: Plan,
+        *,
+        based_on: PlacementState,
+        catalog_position: int,
+        nodes: Sequence[Node],
+        now: datetime,
+        policy: StalenessPolicy,
+    ) -> int | None:
+        return self.rounds.apply(
+            plan,
+            based_on=based_on,
+            catalog_position=catalog_position,
+            nodes=nodes,
+            now=now,
+            policy=policy,
+        )
+
+    # -- audit ------------------------------------------------------------
+
+    def events(
+        self,
+        *,
+        model: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        round_id: int | None = None,
+        after: int = 0,
+        limit: int | None = None,
+    ) -> Iterator[PlacementEvent]:
+        with self.engine.connect() as conn:
+            found = read_events(
+                conn,
+                model=model,
+                since=since,
+                until=until,
+                round_id=round_id,
+                after=after,
+                limit=limit,
+            )
+        yield from found
+
+    def follow_page(self, *, after: int, limit: int) -> list[PlacementEvent | Unreadable]:
+        """The next rows of the placement log past ``after``: events, or unreadable rows
+        with the reason, in position order (``trail.follow_page``)."""
+        with self.engine.connect() as conn:
+            return follow_page(conn, after=after, limit=limit)
+
+    def events_head(self) -> int:
+        """The last placement event's position (0 for none)."""
+        with self.engine.connect() as conn:
+            return events_head(conn)
+
+    def recorded_round(
+        self, *, round_id: int | None = None, at: datetime | None = None
+    ) -> RecordedRound | None:
+        """A recorded round by id, or the last one planned at or before ``at``, or the last;
+        a round asked for by id that cannot be read raises ``RoundUnreadable``."""
+        with self.engine.connect() as conn:
+            return read_recorded_round(conn, round_id=round_id, at=at)
+
+
+__all__ = [
+    "PLACED",
+    "REMOVED",
+    "UPDATED",
+    "PlacementEvent",
+    "PlacementState",
+    "RecordedRound",
+    "RoundConflict",
+    "RoundUnreadable",
+    "SchedulerStore",
+]

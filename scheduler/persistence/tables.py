@@ -1,0 +1,140 @@
+"""The scheduler's SQL tables: the inventory, current placements, and their audit trail.
+
+Created and changed only by Alembic migrations (alembic/versions), like the
+catalog's log. They share the catalog tables' metadata so that `alembic check`
+sees every table.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Boolean, Float, Integer, String, Table, Text, false
+from sqlalchemy.orm import Mapped, mapped_column
+
+from events.tables import Base, Position, UTCDateTime
+
+
+class NodeRow(Base):
+    """A node as its agent last reported it; ``reported_at`` is the control plane's clock."""
+
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    gpu_class: Mapped[str | None] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer)
+    gpus_reserved: Mapped[int] = mapped_column(Integer)
+    memory_gb: Mapped[float | None] = mapped_column(Float)
+    labels: Mapped[str] = mapped_column(Text)  # JSON object
+    fabric: Mapped[str | None] = mapped_column(String(255))
+    reported_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # Whether its agent has ever reported replica states. An older agent never
+    # does, and its replicas must not time out for want of a report it cannot send.
+    reports_replicas: Mapped[bool] = mapped_column(Boolean, server_default=false())
+
+
+class PlacementRow(Base):
+    """Where one replica of a model runs now."""
+
+    __tablename__ = "placements"
+
+    model: Mapped[str] = mapped_column(String(255), primary_key=True)
+    replica: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    profile: Mapped[str] = mapped_column(String(255))
+    nodes: Mapped[str] = mapped_column(Text)  # JSON list of node names
+    gpus_per_node: Mapped[int] = mapped_column(Integer)
+    gpu_class: Mapped[str | None] = mapped_column(String(64))
+    memory_gb_per_node: Mapped[int] = mapped_column(Integer)
+    round_id: Mapped[int] = mapped_column(Position)
+    placed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # What its agent last said: placed (nothing yet), starting, ready, failed.
+    state: Mapped[str] = mapped_column(String(16), server_default="placed")
+    state_since: Mapped[datetime | None] = mapped_column(UTCDateTime())  # None: placed_at
+    message: Mapped[str] = mapped_column(Text, server_default="")
+    endpoint: Mapped[str | None] = mapped_column(String(2048))
+    # What the replica runs (scheduler.planner.rollout.fingerprint); "" if placed before it existed.
+    fingerprint: Mapped[str] = mapped_column(String(64), server_default="")
+
+
+class PlacementRoundRow(Base):
+    """A round that changed placements, with what it was planned from.
+
+    Enough to run the planner again on exactly the same inputs: the catalog
+    position, the inventory (by digest, see ``InventoryRow``), when each node
+    last reported, the time and the staleness policy. Rounds that change
+    nothing are not recorded: there is nothing to explain.
+    """
+
+    __tablename__ = "placement_rounds"
+
+    id: Mapped[int] = mapped_column(Position, primary_key=True, autoincrement=False)
+    planned_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    catalog_position: Mapped[int] = mapped_column(Position)
+    inventory_digest: Mapped[str] = mapped_column(String(64))
+    reported_at: Mapped[str] = mapped_column(Text)  # JSON {node: ISO time}
+    current: Mapped[str] = mapped_column(Text)  # JSON list: the placements before the round
+    policy: Mapped[str] = mapped_column(Text)  # JSON staleness policy
+    placed: Mapped[int] = mapped_column(Integer)
+    removed: Mapped[int] = mapped_column(Integer)
+    unplaced: Mapped[int] = mapped_column(Integer)
+    # JSON: replica states, cordons, back-offs and their policy (None before 0005).
+    lifecycle: Mapped[str | None] = mapped_column(Text)
+
+
+class InventoryRow(Base):
+    """An inventory's content (everything but report times), stored once per distinct digest."""
+
+    __tablename__ = "inventories"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    nodes: Mapped[str] = mapped_column(Text)  # JSON list of node reports
+
+
+class PlacementEventRow(Base):
+    """The audit trail of placements: every replica placed, removed or updated, and why."""
+
+    __tablename__ = "placement_events"
+
+    position: Mapped[int] = mapped_column(Position, primary_key=True, autoincrement=False)
+    round_id: Mapped[int] = mapped_column(Position, index=True)
+    type: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(255), index=True)
+    replica: Mapped[int] = mapped_column(Integer)
+    profile: Mapped[str] = mapped_column(String(255))
+    nodes: Mapped[str] = mapped_column(Text)  # JSON list of node names
+    reason: Mapped[str] = mapped_column(Text)
+    catalog_position: Mapped[int] = mapped_column(Position)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    # Who caused it: "" for the scheduler's own decisions, else an operator or agent.
+    actor: Mapped[str] = mapped_column(String(255), server_default="")
+
+
+class CordonRow(Base):
+    """A node an operator took out of service: ``mode`` is cordoned or draining."""
+
+    __tablename__ = "node_cordons"
+
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    mode: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(255))
+    reason: Mapped[str] = mapped_column(Text)
+    since: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class FailureRow(Base):
+    """How often a model's replicas failed on a node, for the back-off that avoids it."""
+
+    __tablename__ = "replica_failures"
+
+    model: Mapped[str] = mapped_column(String(255), primary_key=True)
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer)
+    last_failed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_reason: Mapped[str] = mapped_column(Text)
+
+
+def table(row: type[Base]) -> Table:
+    """The Core table of a mapped class (typed: declarative tables are Tables)."""
+    result = row.__table__
+    assert isinstance(result, Table)
+    return result

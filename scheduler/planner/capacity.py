@@ -1,0 +1,414 @@
+"""What is left free on each node during a round, and where a profile fits best.
+
+Finding a node must not cost a scan of the inventory per replica: a round may
+place ten thousand replicas on five thousand nodes. So the fresh nodes that
+could ever suit a profile (right card type, right labels) are gathered once
+into a *pool*, bucketed by free GPUs and sorted by free memory then name
+inside each bucket. Best fit is then the first entry at or past
+``(gpus needed, memory needed)``: O(L log N) for L distinct free-GPU counts
+(a handful), instead of O(N). Consuming capacity moves a node between buckets
+of the few pools it belongs to, O(P log N) plus a list shift.
+
+Capacity only ever shrinks while replicas are being placed, which is what
+lets the planner remember that a profile found no room and not ask again;
+it grows only by an eviction (``release``), after which placing starts over
+with an empty memory. A second set of pools, in name order, serves first fit
+(``first_node``), the baseline a round compares itself with; it is built only
+when a round needs it.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from collections.abc import Collection, Iterator, Sequence
+
+from catalog.views import PlacementProfile
+from scheduler.planner.fit import (
+    gpu_class_matches,
+    gpus_fit,
+    memory_fits,
+    missing_label,
+    selector_key,
+)
+from scheduler.planner.inventory import Node
+
+_PoolKey = tuple[str | None, tuple[tuple[str, str], ...]]
+
+
+class Capacity:
+    """Free GPUs and memory per node as placements consume them, with best-fit search."""
+
+    def __init__(self, nodes: Sequence[Node], fresh: Collection[str]) -> None:
+        """``nodes`` is the whole inventory (names unique); only ``fresh`` ones get new work."""
+        # Sorted by name so that pools, and therefore every tie, are independent
+        # of the order the inventory arrived in.
+        self._nodes = {node.name: node for node in sorted(nodes, key=lambda n: n.name)}
+        self._fresh = fresh
+        self._free_gpus = {node.name: node.gpus - node.gpus_reserved for node in nodes}
+        self._free_memory = {node.name: node.memory_gb for node in nodes}
+        self._pools: dict[_PoolKey, _Pool] = {}
+        self._pools_of_node: dict[str, list[_Pool]] = {}
+        self._classes: dict[str | None, list[Node]] | None = None
+        # Pools in name order, for first fit; built only when a round asks for it.
+        self._name_pools: dict[_PoolKey, _NamePool] = {}
+        self._name_pools_of_node: dict[str, list[_NamePool]] = {}
+        # (pool, GPUs, memory) no fresh node has room for (``may_fit``).
+        self._no_fit: set[tuple[_PoolKey, int, int]] = set()
+
+    def copy(self) -> Capacity:
+        """The same free capacity, to try another way of placing on: O(N), pools rebuilt lazily."""
+        other = Capacity.__new__(Capacity)
+        other._nodes = self._nodes
+        other._fresh = self._fresh
+        other._free_gpus = dict(self._free_gpus)
+        other._free_memory = dict(self._free_memory)
+        other._pools = {}
+        other._pools_of_node = {}
+        other._classes = self._classes
+        other._name_pools = {}
+        other._name_pools_of_node = {}
+        other._no_fit = set()
+        return other
+
+    def node(self, name: str) -> Node:
+        return self._nodes[name]
+
+    def knows(self, name: str) -> bool:
+        return name in self._nodes
+
+    def free_gpus(self, name: str) -> int:
+        return self._free_gpus[name]
+
+    def free_memory(self, name: str) -> float | None:
+        return self._free_memory[name]
+
+    def has_room(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> bool:
+        """Whether each of ``nodes`` still has this much free; unknown nodes are not judged."""
+        return all(
+            name not in self._nodes
+            or (
+                gpus_fit(self._free_gpus[name], gpus_per_node)
+                and memory_fits(self._free_memory[name], memory_gb_per_node)
+            )
+            for name in nodes
+        )
+
+    def take(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> bool:
+        """``consume`` if ``has_room``, in one pass: whether it did.
+
+        Keeping every running replica is most of a round in which nothing
+        changed, and happens before any pool is built, when consuming is only
+        two dictionary updates per node.
+        """
+        known, free_gpus, free_memory = self._nodes, self._free_gpus, self._free_memory
+        for name in nodes:
+            if name in known:
+                memory = free_memory[name]
+                if not (
+                    (gpus_per_node == 0 or free_gpus[name] >= gpus_per_node)
+                    and (memory_gb_per_node <= 0 or memory is None or memory >= memory_gb_per_node)
+                ):
+                    return False
+        if self._pools_of_node or self._name_pools_of_node:
+            self.consume(nodes, gpus_per_node, memory_gb_per_node)
+            return True
+        for name in nodes:
+            if name in known:
+                free_gpus[name] -= gpus_per_node
+                memory = free_memory[name]
+                if memory is not None:
+                    free_memory[name] = memory - memory_gb_per_node
+        return True
+
+    def consume(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> None:
+        """Take a replica's share from each of its nodes; nodes not in the inventory are skipped."""
+        for name in nodes:
+            if name not in self._nodes:
+                continue
+            pools = self._pools_of_node.get(name, ())
+            name_pools = self._name_pools_of_node.get(name, ())
+            for pool in pools:
+                pool.remove(self._entry(name))
+            for name_pool in name_pools:
+                name_pool.remove(self._entry(name))
+            self._free_gpus[name] -= gpus_per_node
+            memory = self._free_memory[name]
+            if memory is not None:
+                self._free_memory[name] = memory - memory_gb_per_node
+            for pool in pools:
+                pool.add(self._entry(name))
+            for name_pool in name_pools:
+                name_pool.add(self._entry(name))
+
+    def release(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> None:
+        """Give a replica's share back (an eviction): the inverse of ``consume``."""
+        self._no_fit.clear()
+        self.consume(nodes, -gpus_per_node, -memory_gb_per_node)
+
+    def fitting(
+        self, profile: PlacementProfile, avoid: Collection[str] = ()
+    ) -> Iterator[tuple[int, float, str]]:
+        """Every fresh node that fits ``profile`` now, best fit first (see ``best_node``).
+
+        ``avoid``: nodes not to use (a model backing off from where it failed).
+        """
+        wanted = self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb)
+        if not avoid:
+            return wanted
+        return (e for e in wanted if e[2] not in avoid)
+
+    def may_fit(self, profile: PlacementProfile) -> bool:
+        """False only if no fresh node has the cards and memory ``profile`` needs, whatever
+        its labels: then ``fitting`` and every search would find nothing.
+
+        Costs a scan of the profile's class before its pool exists, instead of
+        building the pool (a sort and a bucket per node) only to find it full,
+        which is what a round with replicas that fit nowhere did every time.
+        """
+        key = (profile.gpu_class, selector_key(profile.node_selector))
+        if key in self._pools:
+            return True
+        need = (key, profile.gpus_per_node, profile.min_memory_gb)
+        if need in self._no_fit:
+            return False
+        candidates = (
+            self._nodes.values()
+            if profile.gpu_class is None
+            else self._by_class().get(profile.gpu_class, ())
+        )
+        gpus, memory_gb = profile.gpus_per_node, profile.min_memory_gb
+        fresh, free_gpus, free_memory = self._fresh, self._free_gpus, self._free_memory
+        for node in candidates:
+            name = node.name
+            if (
+                name in fresh
+                and (gpus == 0 or free_gpus[name] >= gpus)
+                and memory_fits(free_memory[name], memory_gb)
+            ):
+                return True
+        # Capacity only shrinks until something is released, which forgets this.
+        self._no_fit.add(need)
+        return False
+
+    def eligible(self, profile: PlacementProfile) -> list[str]:
+        """The fresh nodes of the profile's class and labels, room or not, by name."""
+        return sorted(self._pool(profile).names())
+
+    def first_node(self, profile: PlacementProfile, avoid: Collection[str] = ()) -> str | None:
+        """The fitting node first by name: first fit, the baseline a round must not fall below.
+
+        ``avoid``: nodes not to use, as for ``best_node``.
+        """
+        return self._name_pool(profile).first(
+            profile.gpus_per_node, profile.min_memory_gb, self._free_memory, avoid
+        )
+
+    def first_gang(
+        self, profile: PlacementProfile, avoid: Collection[str] = ()
+    ) -> tuple[str, ...] | None:
+        """The first fabric, in name order of its nodes, to have ``profile.nodes`` that fit."""
+        by_fabric: dict[str, list[str]] = {}
+        for _, _, name in sorted(self.fitting(profile, avoid), key=lambda e: e[2]):
+            fabric = self._nodes[name].fabric
+            if fabric is None:
+                continue
+            group = by_fabric.setdefault(fabric, [])
+            group.append(name)
+            if len(group) == profile.nodes:
+                return tuple(group)
+        return None
+
+    def best_node(self, profile: PlacementProfile, avoid: Collection[str] = ()) -> str | None:
+        """The fitting node with the fewest free GPUs, then least free memory, then name.
+
+        ``avoid``: nodes not to use (a model backing off from where it failed).
+        """
+        wanted = self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb)
+        entry = next((e for e in wanted if e[2] not in avoid), None)
+        return None if entry is None else entry[2]
+
+    def best_gang(
+        self, profile: PlacementProfile, avoid: Collection[str] = ()
+    ) -> tuple[str, ...] | None:
+        """``profile.nodes`` distinct fitting nodes on one fabric, chosen by best fit.
+
+        Within each fabric the best-fitting nodes are taken; among fabrics that
+        have enough, the one leaving the fewest GPUs (then memory) idle on the
+        chosen nodes wins, ties broken by fabric name. O(F) for F fitting nodes.
+        """
+        size = profile.nodes
+        by_fabric: dict[str, list[tuple[int, float, str]]] = {}
+        for entry in self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb):
+            fabric = self._nodes[entry[2]].fabric
+            if fabric is None or entry[2] in avoid:
+                continue
+            group = by_fabric.setdefault(fabric, [])
+            if len(group) < size:
+                group.append(entry)
+        candidates = [
+            (sum(e[0] for e in group), sum(e[1] for e in group), fabric, group)
+            for fabric, group in by_fabric.items()
+            if len(group) == size
+        ]
+        if not candidates:
+            return None
+        best = min(candidates, key=lambda c: c[:3])
+        return tuple(sorted(entry[2] for entry in best[3]))
+
+    def _by_class(self) -> dict[str | None, list[Node]]:
+        """The nodes grouped by GPU class, in name order; built on first use."""
+        if self._classes is None:
+            self._classes = {}
+            for node in self._nodes.values():
+                self._classes.setdefault(node.gpu_class, []).append(node)
+        return self._classes
+
+    def _entry(self, name: str) -> tuple[int, float, str]:
+        # Free GPUs below zero (over-reserved outside our control) still allow a
+        # CPU replica, which needs none; clamping keeps such nodes in bucket 0.
+        memory = self._free_memory[name]
+        return (
+            max(self._free_gpus[name], 0),
+            math.inf if memory is None else memory,
+            name,
+        )
+
+    def _name_pool(self, profile: PlacementProfile) -> _NamePool:
+        key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
+        pool = self._name_pools.get(key)
+        if pool is None:
+            pool = self._name_pools[key] = _NamePool()
+            for name in self._pool(profile).names():
+                pool.add(self._entry(name))
+                self._name_pools_of_node.setdefault(name, []).append(pool)
+        return pool
+
+    def _pool(self, profile: PlacementProfile) -> _Pool:
+        """The fresh nodes of the right class and labels, built on first use: O(N log N)."""
+        key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = _Pool()
+            # A GPU profile can only use nodes of its class: look at those alone.
+            candidates = (
+                self._nodes.values()
+                if profile.gpu_class is None
+                else self._by_class().get(profile.gpu_class, ())
+            )
+            fresh, selector = self._fresh, profile.node_selector
+            entries = [
+                self._entry(node.name)
+                for node in candidates
+                if node.name in fresh
+                and gpu_class_matches(node.gpu_class, profile)
+                and (not selector or missing_label(node.labels, selector) is None)
+            ]
+            # Sorted once and bucketed in order: the same pool as adding them one
+            # by one, without an insertion into a sorted list per node.
+            pool.fill(sorted(entries))
+            pools_of_node = self._pools_of_node
+            for entry in entries:
+                pools_of_node.setdefault(entry[2], []).append(pool)
+            self._pools[key] = pool
+        return pool
+
+
+class _Pool:
+    """Nodes bucketed by free GPUs; each bucket sorted by (free memory, name)."""
+
+    __slots__ = ("_buckets", "_levels")
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, list[tuple[float, str]]] = {}
+        self._levels: list[int] = []  # sorted free-GPU counts with a non-empty bucket
+
+    def add(self, entry: tuple[int, float, str]) -> None:
+        level, memory, name = entry
+        bucket = self._buckets.get(level)
+        if bucket is None:
+            bucket = self._buckets[level] = []
+            insort(self._levels, level)
+        insort(bucket, (memory, name))
+
+    def fill(self, entries: list[tuple[int, float, str]]) -> None:
+        """Add ``entries``, sorted, to an empty pool."""
+        for level, memory, name in entries:
+            bucket = self._buckets.get(level)
+            if bucket is None:
+                bucket = self._buckets[level] = []
+                self._levels.append(level)
+            bucket.append((memory, name))
+
+    def remove(self, entry: tuple[int, float, str]) -> None:
+        level, memory, name = entry
+        bucket = self._buckets[level]
+        del bucket[bisect_left(bucket, (memory, name))]
+        if not bucket:
+            del self._buckets[level]
+            self._levels.remove(level)
+
+    def names(self) -> Iterator[str]:
+        for bucket in self._buckets.values():
+            for _, name in bucket:
+                yield name
+
+    def fitting(self, gpus: int, memory_gb: int) -> Iterator[tuple[int, float, str]]:
+        """Nodes with at least ``gpus`` free GPUs and ``memory_gb`` free memory, best fit first.
+
+        Must not be consumed across a change to the pool.
+        """
+        floor = (float(max(memory_gb, 0)), "")
+        for level in self._levels[bisect_left(self._levels, gpus) :]:
+            bucket = self._buckets[level]
+            for index in range(bisect_left(bucket, floor), len(bucket)):
+                memory, name = bucket[index]
+                yield level, memory, name
+
+
+class _NamePool:
+    """Nodes bucketed by free GPUs; each bucket sorted by name (first fit)."""
+
+    __slots__ = ("_buckets", "_levels")
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, list[str]] = {}
+        self._levels: list[int] = []
+
+    def add(self, entry: tuple[int, float, str]) -> None:
+        level, _, name = entry
+        bucket = self._buckets.get(level)
+        if bucket is None:
+            bucket = self._buckets[level] = []
+            insort(self._levels, level)
+        insort(bucket, name)
+
+    def remove(self, entry: tuple[int, float, str]) -> None:
+        level, _, name = entry
+        bucket = self._buckets[level]
+        del bucket[bisect_left(bucket, name)]
+        if not bucket:
+            del self._buckets[level]
+            self._levels.remove(level)
+
+    def first(
+        self,
+        gpus: int,
+        memory_gb: int,
+        free_memory: dict[str, float | None],
+        avoid: Collection[str] = (),
+    ) -> str | None:
+        """The first node by name with the GPUs and memory: the first per level, then the least.
+
+        A node short of memory is passed over within its level, so this costs a
+        few steps per level unless memory is the scarce resource.
+        """
+        best: str | None = None
+        for level in self._levels[bisect_left(self._levels, gpus) :]:
+            for name in self._buckets[level]:
+                if best is not None and name >= best:
+                    break
+                if name not in avoid and memory_fits(free_memory[name], memory_gb):
+                    best = name
+                    break
+        return best

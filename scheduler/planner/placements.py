@@ -1,0 +1,176 @@
+"""What the planner is asked for and what it answers: demands, placements, plans."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from catalog.views import PlacementProfile
+from scheduler.lifecycle.inputs import ModelLifecycle
+from scheduler.planner.rejections import ProfileRejections
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """How many replicas of a model the cluster should run, and how each may run.
+
+    ``profiles`` keep the catalog's declaration order, which breaks ties between
+    profiles of equal priority. ``priority``, ``spread_by`` and
+    ``spread_required`` are the model's ``placement:`` rules (see
+    ``catalog.model.PlacementRules``).
+    """
+
+    model: str
+    replicas: int
+    profiles: tuple[PlacementProfile, ...]
+    # Fingerprints, startup timeouts and rollout bounds; None plans as before lifecycles.
+    lifecycle: ModelLifecycle | None = None
+    priority: int = 0
+    spread_by: str | None = None
+    spread_required: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One replica slot of a model, bound to a profile and the nodes that run it.
+
+    ``replica`` is the slot's stable identity (0-based): a replica keeps its
+    index for as long as it runs, so a plan can say which one it removes.
+    ``memory_gb_per_node`` is what the replica consumes on each of its nodes.
+    """
+
+    model: str
+    replica: int
+    profile: str
+    nodes: tuple[str, ...]
+    gpus_per_node: int
+    gpu_class: str | None
+    memory_gb_per_node: int = 0
+    # What the replica runs, as placed (``scheduler.planner.rollout.fingerprint``); a
+    # change to it is what a rollout replaces. "" for one placed before fingerprints.
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    """A current placement the plan gives up, and why."""
+
+    placement: Placement
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A replica the round counts as failed: its agent said so, or its startup timed out.
+
+    It is also among the plan's removals; its nodes are avoided for its model
+    with a growing back-off (``scheduler.lifecycle.inputs.BackoffPolicy``).
+    """
+
+    placement: Placement
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutProgress:
+    """Where a model's replacement of its replicas stands after a round.
+
+    ``old`` are replicas running what the model no longer runs (or on a
+    draining node), kept until enough new ones are ready; ``new`` the others.
+    ``waiting`` says what the rollout waits for ("" once it is done).
+    """
+
+    model: str
+    cause: str
+    old: tuple[Placement, ...]
+    new: tuple[Placement, ...]
+    waiting: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A replica the cluster should run but that fits nowhere.
+
+    ``reason`` is for people; ``rejections`` holds the same counts, per profile
+    tried, for an API to return as data.
+    """
+
+    model: str
+    replica: int
+    reason: str
+    rejections: tuple[ProfileRejections, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Resilience:
+    """How many failures a model survives (computed by ``scheduler.planner.resilience``).
+
+    ``nodes`` (and ``domains`` of ``label``) whose loss leaves the model no replica; 0 when
+    it has none placed. ``domains`` is None for a model without ``spread_by``."""
+
+    model: str
+    replicas: int
+    nodes: int
+    label: str | None = None
+    domains: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "replicas": self.replicas,
+            "nodes": self.nodes,
+            "spread_by": self.label,
+            "domains": self.domains,
+        }
+
+    def describe(self) -> str:
+        """``lost with 2 nodes, 1 zone value (2 replicas)``."""
+        if self.replicas == 0:
+            return "no replica placed"
+        text = f"lost with {_count(self.nodes, 'node')}"
+        if self.label is not None and self.domains is not None:
+            text += f", {_count(self.domains, f'{self.label} value')}"
+        return f"{text} ({_count(self.replicas, 'replica')})"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The outcome of one placement round.
+
+    ``keep`` holds current placements as they should be recorded now: one whose
+    profile's memory need changed carries the new ``memory_gb_per_node``, which
+    is the only field a kept placement can change. ``mass_loss`` says that so
+    many nodes looked lost at once that their replicas were kept anyway;
+    ``lost_nodes`` are the nodes hosting current placements that looked lost,
+    whether or not that led to removals. ``strategy`` says how the new replicas
+    were placed: ``policy`` (the planner's own way), or ``best fit`` / ``first
+    fit`` when that baseline placed more GPUs (see ``scheduler.planner.packing``).
+    Evictions are in ``remove``, with the reason ``preempted by MODEL[replica]``.
+    ``resilience`` is each demanded model's under ``placements``.
+    """
+
+    keep: tuple[Placement, ...]
+    place: tuple[Placement, ...]
+    remove: tuple[Removal, ...]
+    unplaced: tuple[Unplaced, ...]
+    mass_loss: bool = False
+    lost_nodes: tuple[str, ...] = ()
+    strategy: str = "policy"
+    resilience: tuple[Resilience, ...] = ()
+    # The replica lifecycle (scheduler.lifecycle.inputs): replicas failed this round,
+    # rollouts in progress, and (model, note) lines such as a node backing off.
+    failures: tuple[Failure, ...] = ()
+    rollouts: tuple[RolloutProgress, ...] = ()
+    notes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def placements(self) -> tuple[Placement, ...]:
+        """Every placement once the plan is applied, sorted by (model, replica)."""
+        return tuple(sorted(self.keep + self.place, key=lambda p: (p.model, p.replica)))
+
+    @property
+    def changes_anything(self) -> bool:
+        """Whether applying the plan would start or stop anything."""
+        return bool(self.place or self.remove)
+
+
+def _count(count: int, what: str) -> str:
+    return f"{count} {what}{'' if count == 1 else 's'}"

@@ -1,0 +1,255 @@
+"""The placement planner: (demands, inventory, current placements, now) -> plan.
+
+Pure: no I/O, no clock (``now`` is given), no randomness, and no dependence on
+the order of ``nodes`` or ``current``. The same inputs give the same plan
+(ARCHITECTURE invariant 5), which is what makes a round replayable when
+someone asks later why a replica went where it went. ``demands`` order only
+breaks ties: models claim hardware by priority, then largest replicas first
+(``scheduler.planner.order``).
+
+A round has three parts:
+
+1. Keep what is valid (``scheduler.planner.survivors``): current placements go only with a
+   reason, so a second round over the result with nothing changed keeps
+   everything and does nothing.
+2. Place what is missing (``scheduler.planner.packing``): per model in placement
+   order, replica slots ascending, each trying the model's profiles from
+   highest priority down; the first profile that fits somewhere wins, on the
+   node(s) chosen for spread, then best fit (``scheduler.planner.spread``). If that
+   leaves a replica unplaced, plain best fit and first fit are tried on the
+   same free capacity and the one placing the most GPUs is kept. Then the
+   new replicas are spread by same-shape swaps and moves into free room
+   (``scheduler.planner.spread_repair``), which keep the GPU count.
+3. Preempt (``scheduler.planner.preemption``, unless the policy turns it off): a replica
+   still unplaced may evict replicas of strictly lower priority. What fits
+   nowhere is explained (``scheduler.planner.rejections``), and each model's resilience
+   is computed (``scheduler.planner.resilience``).
+
+Cost: O(C log C + N log N) for C current placements and N nodes when nothing
+changed (resilience adds about O(C)); plus O(L log N) per new single-node
+replica (L: distinct free-GPU counts, a handful), O(F) per new multi-node one
+(F: nodes that fit), and O(N) per distinct profile that fits nowhere, paid
+once for its explanation; three times the placing when a baseline is tried.
+A round whose inputs did not change (report times aside) need not be planned
+at all: ``scheduler.planner.plan_cache.PlanMemo`` returns the plan it got last time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from operator import attrgetter
+
+from scheduler.lifecycle.inputs import Lifecycle
+from scheduler.lifecycle.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy
+from scheduler.planner.capacity import Capacity
+from scheduler.planner.inventory import Node
+from scheduler.planner.packing import Option, Requirement, place_missing
+from scheduler.planner.placements import Demand, Placement, Plan, Removal, Unplaced
+from scheduler.planner.preemption import Preempted, preempt
+from scheduler.planner.rejections import ClassIndex, ProfileRejections, count_rejections, render
+from scheduler.planner.resilience import resilience
+from scheduler.planner.rollout import finish, judge
+from scheduler.planner.spread import Spread
+from scheduler.planner.spread_repair import repair
+from scheduler.planner.survivors import keep_current
+
+
+def plan(
+    demands: Sequence[Demand],
+    nodes: Sequence[Node],
+    current: Sequence[Placement],
+    now: datetime,
+    policy: StalenessPolicy = DEFAULT_STALENESS,
+    *,
+    lifecycle: Lifecycle | None = None,
+) -> Plan:
+    """Decide which replicas to keep, start and stop, and explain what cannot run.
+
+    ``lifecycle`` adds replica states, cordons and failure back-offs
+    (``scheduler.planner.rollout`` says what they change).
+
+    Raises ValueError for inputs no round can make sense of: a naive ``now``,
+    two nodes with one name, or one model demanded twice.
+    """
+    if now.tzinfo is None:
+        raise ValueError(f"now {now} has no time zone; pass the current time in UTC")
+    _refuse_twice_demanded(demands)
+    inventory = _index_nodes(nodes)
+    # ``freshness`` for every node, as two comparisons: age <= limit is
+    # reported_at >= now - limit, exactly (datetimes count whole microseconds).
+    fresh_from = now - policy.stale_after
+    stale_from = fresh_from - policy.grace
+    state = {
+        name: Freshness.FRESH
+        if n.reported_at >= fresh_from
+        else Freshness.STALE
+        if n.reported_at >= stale_from
+        else Freshness.LOST
+        for name, n in inventory.items()
+    }
+    fresh = frozenset(name for name, f in state.items() if f is Freshness.FRESH)
+    lifecycle = lifecycle or Lifecycle()
+    judged = judge(demands, current, lifecycle, inventory=inventory, state=state, now=now)
+    closed = lifecycle.closed_nodes & fresh
+    # Cordoned and draining nodes take nothing new; what runs there stays (or drains).
+    capacity = Capacity(nodes, fresh - closed)
+    for held in judged.held:
+        capacity.consume(held.nodes, held.gpus_per_node, held.memory_gb_per_node)
+
+    kept = keep_current(
+        judged.current,
+        demands=judged.demands,
+        inventory=inventory,
+        state=state,
+        capacity=capacity,
+        now=now,
+        policy=policy,
+    )
+    spread = Spread.of(judged.demands, inventory, kept.placements)
+    attempt = place_missing(
+        judged.demands,
+        kept.placements,
+        capacity,
+        spread,
+        held=judged.held,
+        reserved=judged.reserved,
+        avoid=judged.avoid,
+    )
+    # Held replicas (the old side of a rollout) are not candidates: they are not
+    # among kept.placements, only their capacity is consumed.
+    preempted = Preempted(kept=kept.placements)
+    if policy.preemption:
+        preempted = preempt(judged.demands, attempt, kept.placements)
+    # Whichever way won, the new replicas are then spread by same-shape swaps and
+    # moves into free room, which never change the GPU count (``spread_repair``).
+    repaired = repair(
+        judged.demands,
+        attempt.placed,
+        attempt.spread,
+        attempt.capacity,
+        eligible=attempt.eligible_nodes,
+        avoid=judged.avoid,
+        fixed=preempted.preemptors,
+        unplaced={m: [p for p, _ in tried] for m, (tried, _) in attempt.failed.items()},
+    )
+    attempt.placed = repaired.placed
+    notes = {
+        **{
+            (m, r): n
+            for m, (_, rs) in attempt.failed.items()
+            if (n := attempt.notes.get(m))
+            for r in rs
+        },
+        **attempt.replica_notes,
+    }
+    unplaced = _explain(
+        attempt.failed,
+        inventory,
+        fresh,
+        attempt.capacity,
+        notes,
+        closed=closed,
+        avoid=judged.avoid,
+    )
+    keep = tuple(sorted(preempted.kept, key=_slot_order))
+    place = tuple(sorted(attempt.placed, key=_slot_order))
+
+    result = Plan(
+        keep=keep,
+        place=place,
+        # Within a model, highest replica first: the order surplus replicas go in.
+        remove=tuple(
+            sorted(judged.removals + kept.removals + preempted.evicted, key=_removal_order)
+        ),
+        unplaced=unplaced,
+        mass_loss=kept.mass_loss,
+        lost_nodes=tuple(sorted(kept.lost_nodes)),
+        strategy=attempt.strategy.value,
+        # The old side of a rollout serves too, so it counts towards resilience.
+        resilience=resilience(demands, keep + place + tuple(judged.held), inventory),
+    )
+    result = finish(result, judged, lifecycle)
+    if repaired.notes:
+        result = replace(result, notes=result.notes + tuple(repaired.notes))
+    return result
+
+
+def _explain(
+    failed: dict[str, tuple[list[Option], list[int]]],
+    inventory: Mapping[str, Node],
+    fresh: frozenset[str],
+    capacity: Capacity,
+    notes: Mapping[tuple[str, int], str],
+    *,
+    closed: frozenset[str] = frozenset(),
+    avoid: Mapping[str, frozenset[str]] | None = None,
+) -> tuple[Unplaced, ...]:
+    """One explanation per model, shared by its unplaced replicas.
+
+    Explained against the capacity left at the end of the round: a profile
+    that found no room earlier finds none now either, and "why not now" is the
+    question an operator asks.
+    """
+    nodes = list(inventory.values())
+    index = ClassIndex.of(nodes, fresh, closed)
+    counted: dict[tuple[str, Requirement, frozenset[str]], ProfileRejections] = {}
+    unplaced: list[Unplaced] = []
+    for model, (options, replicas) in failed.items():
+        rejections = []
+        avoided = (avoid or {}).get(model, frozenset())
+        for profile, requirement in options:
+            key = (profile.name, requirement, avoided)
+            if key not in counted:
+                counted[key] = count_rejections(
+                    profile,
+                    nodes,
+                    fresh=fresh,
+                    capacity=capacity,
+                    index=index,
+                    closed=closed,
+                    avoid=avoided,
+                )
+            rejections.append(counted[key])
+        reason = render(rejections) or "the model has no profiles to place it with"
+        # A required spread or an eviction is why, not only the counts.
+        unplaced.extend(
+            Unplaced(
+                model,
+                r,
+                f"{notes[(model, r)]}; {reason}" if (model, r) in notes else reason,
+                tuple(rejections),
+            )
+            for r in replicas
+        )
+    return tuple(sorted(unplaced, key=_slot_order))
+
+
+def _index_nodes(nodes: Sequence[Node]) -> dict[str, Node]:
+    inventory: dict[str, Node] = {}
+    for node in nodes:
+        if node.name in inventory:
+            raise ValueError(
+                f'node "{node.name}" appears twice in the inventory; each node reports once'
+            )
+        inventory[node.name] = node
+    return inventory
+
+
+def _refuse_twice_demanded(demands: Sequence[Demand]) -> None:
+    seen: set[str] = set()
+    for demand in demands:
+        if demand.model in seen:
+            raise ValueError(
+                f'model "{demand.model}" is demanded twice; merge its demands into one'
+            )
+        seen.add(demand.model)
+
+
+def _removal_order(removal: Removal) -> tuple[str, int, str]:
+    return removal.placement.model, -removal.placement.replica, removal.reason
+
+
+# (model, replica), read in C: sorting thousands of kept placements is part of every round.
+_slot_order = attrgetter("model", "replica")

@@ -1,0 +1,120 @@
+"""How many failures each model survives, as a number anyone can check.
+
+A model's resilience is the fewest nodes whose loss leaves it no replica
+(and, for a model with ``spread_by: LABEL``, the fewest values of that label,
+such as zones, whose loss does). Two replicas on one node: 1. Two replicas on
+two nodes of one zone: 2 nodes, 1 zone. A gang replica is lost with any one of
+its nodes. It is the size of the smallest set of nodes that hits every
+replica (a minimum hitting set), which is computed exactly: replicas that share
+no node are independent, so the problem splits into small groups, and only
+replicas that share nodes (gangs overlapping on a node) need a search. A group
+too large to search is given the number of its replicas that share no node
+with each other, which is never more than the true figure: the report may
+understate resilience, never overstate it.
+
+A node without the label is a domain of its own (losing it loses what is on
+it, and no zone contains it). Pure: the planner computes it every round
+(``Plan.resilience``) and the CLI for the placements as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import Demand, Placement, Resilience
+
+# Groups of replicas sharing nodes larger than this get the safe lower bound.
+_SEARCH_LIMIT = 16
+
+
+def resilience(
+    demands: Sequence[Demand], placements: Iterable[Placement], inventory: Mapping[str, Node]
+) -> tuple[Resilience, ...]:
+    """Each demanded model's resilience under ``placements``, in demand order."""
+    by_model: dict[str, list[Placement]] = {}
+    for p in placements:
+        by_model.setdefault(p.model, []).append(p)
+    out = []
+    for d in demands:
+        mine = by_model.get(d.model, [])
+        nodes = min_hitting_set([frozenset(p.nodes) for p in mine])
+        domains = None
+        if d.spread_by is not None:
+            domains = min_hitting_set(
+                [frozenset(_domain(n, d.spread_by, inventory) for n in p.nodes) for p in mine]
+            )
+        out.append(Resilience(d.model, len(mine), nodes, d.spread_by, domains))
+    return tuple(out)
+
+
+def min_hitting_set(sets: Sequence[frozenset[str]]) -> int:
+    """The fewest elements that meet every set (0 for no sets)."""
+    unique = set(sets)
+    # The usual case, replicas that share no node: one loss each. O(size).
+    if sum(map(len, unique)) == len(frozenset().union(*unique)):
+        return len(unique)
+    distinct = sorted(unique, key=lambda s: (len(s), sorted(s)))
+    # A set containing another is hit whenever the smaller one is.
+    minimal: list[frozenset[str]] = []
+    for s in distinct:
+        if not any(m <= s for m in minimal):
+            minimal.append(s)
+    return sum(_solve(group) for group in _groups(minimal))
+
+
+def _groups(sets: list[frozenset[str]]) -> list[list[frozenset[str]]]:
+    """Sets that share elements, transitively: each group is solved on its own."""
+    parent = list(range(len(sets)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[str, int] = {}
+    for i, s in enumerate(sets):
+        for element in s:
+            if element in owner:
+                parent[root(i)] = root(owner[element])
+            else:
+                owner[element] = i
+    groups: dict[int, list[frozenset[str]]] = {}
+    for i, s in enumerate(sets):
+        groups.setdefault(root(i), []).append(s)
+    return list(groups.values())
+
+
+def _solve(sets: list[frozenset[str]]) -> int:
+    if len(sets) == 1:
+        return 1
+    if len(sets) > _SEARCH_LIMIT:
+        # Replicas pairwise without a common node each need their own loss.
+        chosen: list[frozenset[str]] = []
+        for s in sets:
+            if all(not (s & c) for c in chosen):
+                chosen.append(s)
+        return len(chosen)
+    best = len(sets)
+
+    def search(left: list[frozenset[str]], used: int) -> None:
+        nonlocal best
+        if not left:
+            best = min(best, used)
+            return
+        if used + 1 >= best:
+            return
+        smallest = min(left, key=len)
+        for element in sorted(smallest):
+            search([s for s in left if element not in s], used + 1)
+
+    search(sets, 0)
+    return best
+
+
+def _domain(name: str, label: str, inventory: Mapping[str, Node]) -> str:
+    node = inventory.get(name)
+    value = None if node is None else node.labels.get(label)
+    # Prefixed so that a node named like a label value is not taken for it.
+    return f"node:{name}" if value is None else f"value:{value}"

@@ -1,0 +1,303 @@
+"""The replica lifecycle inside a round: failures, startup timeouts, back-offs, rollouts.
+
+Pure, like the planner it serves: the states, cordons and failure records are
+inputs (``scheduler.lifecycle.inputs.Lifecycle``), recorded with the round.
+
+Before the planner keeps and places, ``judge`` goes through the current
+placements:
+
+- A replica its agent reported failed, or not ready within its profile's
+  ``startup_timeout`` after it was placed, is removed and counted as a failure
+  of its model on its nodes; those nodes are then avoided for that model with
+  a growing back-off, starting this round.
+- A replica whose recorded fingerprint differs from its profile's (the
+  definition changed what it runs), or on a draining node, is *old*. Old
+  replicas are held (they keep running and keep their capacity) while new
+  ones are placed beside them, at most ``max_surge`` beyond the wanted count;
+  an old replica is removed only while the model keeps ``scaling.min -
+  max_unavailable`` ready replicas without it. A not-ready old replica serves
+  nobody and goes first.
+
+After the planner, ``finish`` turns an unplaced surge replica into what the
+rollout waits for (the model is not short of anything: its old replicas run)
+and tells each rollout's progress.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from catalog import Model
+from catalog.model import Profile
+from scheduler.lifecycle.inputs import DEFAULT_STARTUP_TIMEOUT, Lifecycle, ModelLifecycle
+from scheduler.lifecycle.replica_reports import FAILED, PLACED, READY, STARTING, ReplicaStatus
+from scheduler.lifecycle.staleness import Freshness, format_age
+from scheduler.planner.inventory import Node
+from scheduler.planner.placements import (
+    Demand,
+    Failure,
+    Placement,
+    Plan,
+    Removal,
+    RolloutProgress,
+    Unplaced,
+)
+
+
+def fingerprint(model: Model, profile: Profile) -> str:
+    """What a replica of ``profile`` runs: weights, engine, its arguments and environment,
+    parallelism and hardware shape. Equal fingerprints, nothing to roll out."""
+    content = {
+        "source": model.source,
+        "engine": profile.engine,
+        "args": list(profile.args),
+        "env": dict(sorted(profile.env.items())),
+        "tp": profile.tp,
+        "pp": profile.pp,
+        "nodes": profile.nodes,
+        "gpus_per_node": profile.gpus_per_node,
+        "gpu_class": profile.gpu_class,
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def model_lifecycle(model: Model) -> ModelLifecycle:
+    return ModelLifecycle(
+        fingerprints={p.name: fingerprint(model, p) for p in model.profiles},
+        startup_timeouts={p.name: p.startup_timeout for p in model.profiles},
+        max_surge=model.rollout.max_surge,
+        max_unavailable=model.rollout.max_unavailable,
+    )
+
+
+@dataclass(slots=True)
+class _Rolling:
+    wanted: int
+    causes: list[str]
+    held: list[Placement]
+    max_unavailable: int
+
+
+@dataclass(slots=True)
+class Judged:
+    """What ``judge`` decided, for the planner to continue from."""
+
+    current: list[Placement] = field(default_factory=list)  # for keep_current
+    held: list[Placement] = field(default_factory=list)
+    removals: list[Removal] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    demands: list[Demand] = field(default_factory=list)
+    avoid: dict[str, frozenset[str]] = field(default_factory=dict)
+    notes: list[tuple[str, str]] = field(default_factory=list)
+    rolling: dict[str, _Rolling] = field(default_factory=dict)
+    # Slots of old replicas removed this round, not to be refilled this round: an
+    # agent's report written against the old placement would otherwise land on
+    # the new one in the same slot (and, on the same node, be taken for its state).
+    reserved: dict[str, set[int]] = field(default_factory=dict)
+
+
+def _status(lifecycle: Lifecycle, p: Placement) -> ReplicaStatus | None:
+    return lifecycle.statuses.get((p.model, p.replica))
+
+
+def _ready(lifecycle: Lifecycle, p: Placement) -> bool:
+    status = _status(lifecycle, p)
+    # No status at all: a placement from before replica states; it counts as ready.
+    return status is None or status.counts_as_ready
+
+
+def judge(
+    demands: Sequence[Demand],
+    current: Sequence[Placement],
+    lifecycle: Lifecycle,
+    *,
+    inventory: Mapping[str, Node],
+    state: Mapping[str, Freshness],
+    now: datetime,
+) -> Judged:
+    out = Judged()
+    by_model = {d.model: d for d in demands}
+    draining = lifecycle.draining_nodes
+    old: dict[str, list[tuple[Placement, str]]] = {}
+    for stored in sorted(current, key=lambda p: (p.model, p.replica, p.nodes)):
+        p = stored
+        demand = by_model.get(p.model)
+        spec = demand.lifecycle if demand is not None else None
+        status = _status(lifecycle, p)
+        if demand is not None and status is not None and status.reported:
+            failure = _failure(p, status, spec, now)
+            if failure is not None:
+                reason, removal = failure
+                out.failures.append(Failure(p, reason))
+                out.removals.append(Removal(p, removal))
+                continue
+        if spec is not None and not p.fingerprint and p.profile in spec.fingerprints:
+            # Placed before fingerprints were recorded: take what its profile runs
+            # now as what it runs, so that the next change rolls it like any other.
+            p = replace(p, fingerprint=spec.fingerprints[p.profile])
+        cause = _old_because(p, spec, draining)
+        if demand is not None and cause is not None and _alive(p, inventory, state):
+            old.setdefault(p.model, []).append((p, cause))
+        else:
+            out.current.append(p)
+    _avoid(out, lifecycle, now)
+    out.demands = [_roll(d, old[d.model], out, lifecycle) if d.model in old else d for d in demands]
+    return out
+
+
+def _failure(
+    p: Placement, status: ReplicaStatus, spec: ModelLifecycle | None, now: datetime
+) -> tuple[str, str] | None:
+    """(failure reason, removal reason) if the replica failed or its start timed out."""
+    where = ", ".join(p.nodes)
+    if status.state == FAILED:
+        said = status.message or "no message"
+        return said, f"replica failed on {where} ({said}); placed again elsewhere"
+    if status.state in (PLACED, STARTING):
+        timeout = DEFAULT_STARTUP_TIMEOUT
+        if spec is not None:
+            timeout = spec.startup_timeouts.get(p.profile, timeout)
+        if now - status.placed_at > timeout:
+            return "startup timeout", (
+                f"startup timeout: not ready {format_age(timeout)} after it was placed on "
+                f"{where} (state {status.state}); placed again elsewhere"
+            )
+    return None
+
+
+def _old_because(p: Placement, spec: ModelLifecycle | None, draining: frozenset[str]) -> str | None:
+    if draining and (drained := sorted(n for n in p.nodes if n in draining)):
+        return f"node {drained[0]} is draining"
+    if spec is not None and p.fingerprint and p.fingerprint != spec.fingerprints.get(p.profile):
+        if p.profile not in spec.fingerprints:
+            return f"profile {p.profile} was removed from the model"
+        return f"the definition of profile {p.profile} changed what it runs"
+    return None
+
+
+def _alive(p: Placement, inventory: Mapping[str, Node], state: Mapping[str, Freshness]) -> bool:
+    # An old replica on a lost node is not running anything worth holding on to:
+    # the usual rules for lost nodes remove it.
+    return all(n in inventory and state.get(n) is not Freshness.LOST for n in p.nodes)
+
+
+def _avoid(out: Judged, lifecycle: Lifecycle, now: datetime) -> None:
+    """Nodes each model backs off from: recent failures, and this round's."""
+    # model -> node -> (failures in a row, avoided until, last reason)
+    avoided: dict[str, dict[str, tuple[int, datetime, str]]] = {}
+    for model, records in lifecycle.avoided(now).items():
+        avoided[model] = {
+            node: (r.failures, lifecycle.backoff.until(r), r.last_reason)
+            for node, r in records.items()
+        }
+    counts = {(f.model, f.node): f.failures for f in lifecycle.failures}
+    for failure in out.failures:
+        model = failure.placement.model
+        for node in failure.placement.nodes:
+            failures = counts.get((model, node), 0) + 1
+            until = now + lifecycle.backoff.wait(failures)
+            avoided.setdefault(model, {})[node] = (failures, until, failure.reason)
+    for model, nodes in sorted(avoided.items()):
+        out.avoid[model] = frozenset(nodes)
+        for node, (failures, until, why) in sorted(nodes.items()):
+            out.notes.append(
+                (
+                    model,
+                    f"avoiding node {node} until {until.isoformat(timespec='seconds')} "
+                    f"({failures} failure{'s' if failures != 1 else ''} there, last: {why})",
+                )
+            )
+
+
+def _roll(
+    demand: Demand, old: list[tuple[Placement, str]], out: Judged, lifecycle: Lifecycle
+) -> Demand:
+    """Remove the old replicas the model can spare; the new count the planner should reach."""
+    spec = demand.lifecycle or ModelLifecycle()
+    wanted = max(demand.replicas, 0)
+    new = [p for p in out.current if p.model == demand.model]
+    ready = sum(_ready(lifecycle, p) for p in new) + sum(_ready(lifecycle, p) for p, _ in old)
+    floor = max(wanted - spec.max_unavailable, 0)
+    held: list[Placement] = []
+    # Not-ready old replicas first (they serve nobody), then the highest slots.
+    for p, cause in sorted(old, key=lambda pc: (_ready(lifecycle, pc[0]), -pc[0].replica)):
+        if not _ready(lifecycle, p):
+            out.removals.append(Removal(p, f"{cause}: replaced (it was not ready)"))
+            out.reserved.setdefault(demand.model, set()).add(p.replica)
+        elif ready - 1 >= floor:
+            ready -= 1
+            out.reserved.setdefault(demand.model, set()).add(p.replica)
+            out.removals.append(
+                Removal(
+                    p, f"{cause}: replaced, {ready} of {wanted} wanted replicas ready without it"
+                )
+            )
+        else:
+            held.append(p)
+    out.held.extend(held)
+    out.rolling[demand.model] = _Rolling(
+        wanted, sorted({c for _, c in old}), held, spec.max_unavailable
+    )
+    target = min(wanted, wanted + spec.max_surge - len(held))
+    return replace(demand, replicas=max(target, min(len(new), wanted), 0))
+
+
+def finish(plan: Plan, judged: Judged, lifecycle: Lifecycle) -> Plan:
+    """Fold the lifecycle's decisions into the plan the planner made."""
+    unplaced: list[Unplaced] = []
+    waits: dict[str, str] = {}
+    running: dict[str, int] = {}
+    for p in plan.keep + plan.place:
+        running[p.model] = running.get(p.model, 0) + 1
+    for u in plan.unplaced:
+        rolling = judged.rolling.get(u.model)
+        held = len(rolling.held) if rolling else 0
+        if rolling is not None and running.get(u.model, 0) + held >= rolling.wanted:
+            waits.setdefault(u.model, f"room for a surge replica: {u.reason}")
+        else:
+            unplaced.append(u)
+    progress = []
+    placed = {(p.model, p.replica) for p in plan.place}
+    for model, rolling in sorted(judged.rolling.items()):
+        new = tuple(p for p in plan.keep + plan.place if p.model == model and p not in rolling.held)
+        waiting = ""
+        if model in waits:
+            waiting = f"waiting for {waits[model]}"
+            if rolling.max_unavailable == 0:
+                waiting += "; max_unavailable is 0, so no old replica is stopped first"
+        elif rolling.held:
+            starting = sorted(
+                p.replica for p in new if (p.model, p.replica) in placed or not _ready(lifecycle, p)
+            )
+            waiting = (
+                f"waiting for replica(s) {', '.join(map(str, starting))} to report ready"
+                if starting
+                else "waiting for the next round to stop an old replica"
+            )
+        progress.append(
+            RolloutProgress(
+                model=model,
+                cause="; ".join(rolling.causes),
+                old=tuple(sorted(rolling.held, key=lambda p: p.replica)),
+                new=tuple(sorted(new, key=lambda p: p.replica)),
+                waiting=waiting,
+            )
+        )
+    return replace(
+        plan,
+        # ``plan.keep`` is in slot order already; only held replicas need merging in.
+        keep=tuple(sorted(plan.keep + tuple(judged.held), key=lambda p: (p.model, p.replica)))
+        if judged.held
+        else plan.keep,
+        unplaced=tuple(unplaced),
+        failures=tuple(judged.failures),
+        rollouts=tuple(progress),
+        notes=tuple(judged.notes),
+    )
+
+
+__all__ = ["READY", "Judged", "fingerprint", "finish", "judge", "model_lifecycle"]

@@ -1,0 +1,332 @@
+"""The import graph keeps the architecture's shape: floors, no arrow back up, no circle.
+
+ARCHITECTURE.md draws the packages as floors: ``catalog`` at the bottom, ``events`` and
+``scheduler`` on it, ``llmgw`` (the command line and the API) composing them on top,
+and ``agent`` beside them, talking to the control plane over HTTP only. Inside
+``scheduler`` the same again: ``lifecycle``, ``planner``, ``persistence``, ``daemon``.
+The rules are data (``MAY_IMPORT``, ``NEVER``): a new package is one line in
+``MAY_IMPORT``, and the test fails until it has one.
+
+The graph is read from the source as text (``ast``), file to file: an import inside a
+function or under ``TYPE_CHECKING`` counts, because a circle is a circle wherever the
+import stands.
+Reading it takes well under a second and runs nothing of the project.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Everything of ours may import itself; besides, each package (or subpackage) may import
+# the packages listed here and nothing else of ours. A module is governed by the longest
+# name here that it starts with. ANYTHING is for the composition root and the benches.
+ANYTHING = ("*",)
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "catalog": (),
+    "events": ("catalog",),
+    # The package itself is a docstring: it re-exports nothing (import cost at CLI start).
+    "scheduler": (),
+    "scheduler.lifecycle": ("catalog",),
+    "scheduler.planner": ("catalog", "scheduler.lifecycle"),
+    "scheduler.persistence": ("catalog", "events", "scheduler.lifecycle", "scheduler.planner"),
+    "scheduler.daemon": (
+        "catalog",
+        "events",
+        "scheduler.lifecycle",
+        "scheduler.planner",
+        "scheduler.persistence",
+    ),
+    "agent": ("catalog",),
+    # The data plane: pure catalog rules; the control plane only over HTTP.
+    "gateway": ("catalog",),
+    "llmgw": ANYTHING,
+    # The benches measure the whole, as the tests do (bench.fleet_ab times llmgw's route).
+    "bench": ANYTHING,
+}
+
+# What ARCHITECTURE.md forbids, whatever MAY_IMPORT says: (importer, imported, why).
+# "*" as the importer is every package but the ones in NEVER_EXCEPT.
+NEVER: tuple[tuple[str, str, str], ...] = (
+    ("catalog", "events", "catalog holds pure rules that every other package builds on"),
+    ("catalog", "scheduler", "catalog holds pure rules that every other package builds on"),
+    ("catalog", "llmgw", "catalog holds pure rules that every other package builds on"),
+    ("catalog", "agent", "catalog holds pure rules that every other package builds on"),
+    ("agent", "events", "an agent talks to the control plane over HTTP only"),
+    ("agent", "scheduler", "an agent talks to the control plane over HTTP only"),
+    ("agent", "llmgw", "an agent talks to the control plane over HTTP only"),
+    ("gateway", "events", "the request path never touches the database"),
+    ("gateway", "scheduler", "the request path never touches the database"),
+    ("gateway", "agent", "a gateway reaches engines over HTTP only"),
+    ("*", "llmgw", "llmgw is the composition root: nothing builds on it"),
+    ("scheduler.lifecycle", "scheduler.planner", "lifecycle is the floor under the planner"),
+    ("scheduler.lifecycle", "events", "lifecycle is pure and imported at CLI start"),
+    ("scheduler.planner", "events", "the planner is pure: no I/O"),
+    ("scheduler.planner", "scheduler.persistence", "the planner is pure: no I/O"),
+    ("scheduler.planner", "scheduler.daemon", "the planner is pure: no I/O"),
+    ("scheduler.persistence", "scheduler.daemon", "storage is a floor under the daemon"),
+)
+NEVER_EXCEPT = {"*": ("llmgw", "bench")}
+
+SKIP = {"tests", "alembic", "build", "dist", "node_modules"}
+
+
+def our_modules(root: Path) -> dict[str, Path]:
+    """Every module of ours by dotted name: the top-level packages and what is in them."""
+    found: dict[str, Path] = {}
+    for init in sorted(root.glob("*/__init__.py")):
+        top = init.parent
+        if top.name in SKIP or top.name.startswith("."):
+            continue
+        for path in top.rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if any(p.startswith(".") or p == "__pycache__" for p in parts):
+                continue
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports, wherever in the file the import stands."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [base, *(f"{base}.{a.name}" if base else a.name for a in node.names)]
+            else:
+                continue
+            for imported in targets:
+                target = imported
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    out.add(target)
+        if path.name == "__init__.py":
+            # A package's __init__ composing its own modules is not counted: each of
+            # them runs that __init__ first anyway, so every
+            # package that builds its front door from its modules would be a circle.
+            out = {t for t in out if not t.startswith(name + ".")}
+        graph[name] = out
+    return graph
+
+
+def circles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, edges = work[-1]
+            w = next(edges, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def floor_of(module: str, rules: Mapping[str, object] = MAY_IMPORT) -> str | None:
+    """The longest name in ``rules`` that ``module`` is, or is inside of."""
+    matches = [key for key in rules if _within(module, key)]
+    return max(matches, key=len) if matches else None
+
+
+def layer_violations(
+    graph: Mapping[str, Iterable[str]], rules: Mapping[str, tuple[str, ...]] = MAY_IMPORT
+) -> list[str]:
+    """Each import that its importer's floor does not allow, as a sentence."""
+    found = []
+    for importer, targets in sorted(graph.items()):
+        floor = floor_of(importer, rules)
+        if floor is None:
+            continue  # reported by test_every_package_has_a_line
+        allowed = rules[floor]
+        for target in sorted(targets):
+            if allowed == ANYTHING or floor_of(target, rules) == floor:
+                continue
+            if not any(_within(target, a) for a in allowed):
+                found.append(
+                    f"{importer} imports {target}: {floor} may import "
+                    f"{', '.join(allowed) or 'nothing of ours'} (MAY_IMPORT)"
+                )
+    return found
+
+
+def forbidden_imports(
+    graph: Mapping[str, Iterable[str]],
+    never: Iterable[tuple[str, str, str]] = NEVER,
+) -> list[str]:
+    """Each import that ARCHITECTURE forbids, with why."""
+    found = []
+    for importer, targets in sorted(graph.items()):
+        for who, whom, why in never:
+            if who == "*":
+                if any(_within(importer, e) for e in NEVER_EXCEPT["*"]):
+                    continue
+            elif not _within(importer, who):
+                continue
+            for target in sorted(targets):
+                if _within(target, whom) and not _within(importer, whom):
+                    found.append(f"{importer} imports {target}: {why}")
+    return sorted(found)
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph(our_modules(REPO))
+
+
+def test_there_is_no_import_circle(graph: dict[str, set[str]]) -> None:
+    found = [" <-> ".join(c) for c in circles(graph)]
+    assert not found, (
+        "import circles (move the shared piece down a floor; a function-local import "
+        "is still a circle):\n" + "\n".join(found)
+    )
+
+
+def test_every_package_has_a_line_in_may_import(graph: dict[str, set[str]]) -> None:
+    homeless = sorted({m.split(".")[0] for m in graph if floor_of(m) is None})
+    assert homeless == [], f"add one line per package to MAY_IMPORT in {__file__}"
+
+
+def test_imports_follow_the_floors(graph: dict[str, set[str]]) -> None:
+    found = layer_violations(graph)
+    assert not found, "\n".join(found)
+
+
+def test_nothing_imports_what_the_architecture_forbids(graph: dict[str, set[str]]) -> None:
+    found = forbidden_imports(graph)
+    assert not found, "\n".join(found)
+
+
+def test_may_import_grants_nothing_the_architecture_forbids() -> None:
+    granted = {
+        (floor, target): f"{floor} -> {target}"
+        for floor, allowed in MAY_IMPORT.items()
+        if allowed != ANYTHING
+        for target in allowed
+    }
+    # Each granted pair, as a one-edge graph, must pass NEVER.
+    clashes = [
+        text
+        for (floor, target), text in granted.items()
+        if forbidden_imports({floor + ".x": {target + ".y"}})
+    ]
+    assert clashes == []
+
+
+def test_every_package_says_what_it_owns() -> None:
+    silent = [
+        str(path.relative_to(REPO))
+        for name, path in our_modules(REPO).items()
+        if path.name == "__init__.py"
+        and ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) is None
+    ]
+    assert silent == [], "each package's __init__ says what it owns and what it may import"
+
+
+# -- the checker itself: a tree with each fault must be caught ------------------------------
+
+
+def _tree(root: Path, files: Mapping[str, str]) -> dict[str, set[str]]:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return import_graph(our_modules(root))
+
+
+def test_the_checker_sees_a_circle_through_a_function_local_import(tmp_path: Path) -> None:
+    graph = _tree(
+        tmp_path,
+        {
+            "events/__init__.py": '"""x"""',
+            "events/a.py": "from events.b import thing\n",
+            "events/b.py": "def f():\n    from events import a\n",
+        },
+    )
+    assert circles(graph) == [["events.a", "events.b"]]
+
+
+def test_the_checker_sees_an_arrow_back_up(tmp_path: Path) -> None:
+    graph = _tree(
+        tmp_path,
+        {
+            "catalog/__init__.py": '"""x"""',
+            "catalog/rules.py": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from events.log import Log\n",
+            "events/__init__.py": '"""x"""',
+            "events/log.py": "from .. import catalog\n",
+            "scheduler/__init__.py": '"""x"""',
+            "scheduler/planner/__init__.py": '"""x"""',
+            "scheduler/planner/fit.py": "import scheduler.persistence.tables\n",
+            "scheduler/persistence/__init__.py": '"""x"""',
+            "scheduler/persistence/tables.py": "",
+            "agent/__init__.py": "from llmgw import cli\n",
+            "llmgw/__init__.py": "",
+            "llmgw/cli.py": "",
+        },
+    )
+    assert layer_violations(graph) == [
+        "agent imports llmgw: agent may import catalog (MAY_IMPORT)",
+        "agent imports llmgw.cli: agent may import catalog (MAY_IMPORT)",
+        "catalog.rules imports events.log: catalog may import nothing of ours (MAY_IMPORT)",
+        "scheduler.planner.fit imports scheduler.persistence.tables: scheduler.planner may "
+        "import catalog, scheduler.lifecycle (MAY_IMPORT)",
+    ]
+    assert forbidden_imports(graph) == [
+        "agent imports llmgw.cli: an agent talks to the control plane over HTTP only",
+        "agent imports llmgw.cli: llmgw is the composition root: nothing builds on it",
+        "agent imports llmgw: an agent talks to the control plane over HTTP only",
+        "agent imports llmgw: llmgw is the composition root: nothing builds on it",
+        "catalog.rules imports events.log: catalog holds pure rules that every other "
+        "package builds on",
+        "scheduler.planner.fit imports scheduler.persistence.tables: the planner is pure: no I/O",
+    ]
