@@ -77,6 +77,9 @@ class Trace:
     prompt_tokens: int | None = None
     waited_s: float = 0.0
     bytes_sent: bool = False
+    # The client has every byte of the answer ([DONE] sent): a hang-up after it is no
+    # cancellation.
+    complete: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,7 +382,7 @@ class Proxy:
         after = rest.count(b"data:")
         found = _COMPLETION_TOKENS.search(rest) if b"completion_tokens" in rest else None
         counted = int(found.group(1)) if found else None  # the engine's own count (usage)
-        ended = b"[DONE]" in rest
+        ended = trace.complete = b"[DONE]" in rest
         last = first
         try:
             async for chunk in chunks:
@@ -390,6 +393,9 @@ class Proxy:
                 ended = ended or b"[DONE]" in chunk
                 last = time.monotonic()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                # The client has the whole answer: one that hangs up now (the SDKs stop
+                # at [DONE]) did not cancel anything.
+                trace.complete = ended
         except (aiohttp.ClientError, TimeoutError) as exc:
             trace.outcome = "failed"
             log.warning(
@@ -414,14 +420,16 @@ class Proxy:
                     "more_body": True,
                 }
             )
+        finally:
+            # Counted however the stream ended (a client gone included).
+            # Tokens after the first: the events after it, less the final chunk (its
+            # finish_reason) and [DONE] when the answer ended. An estimate (an engine
+            # may put two tokens in one event) unless the engine counted them (usage).
+            tokens = max(after - 2, 0) if ended else after
+            trace.completion_tokens = counted if counted is not None else tokens + 1
+            if tokens > 0:
+                trace.tpot_s = (last - first) / tokens
         await send({"type": "http.response.body", "body": b""})
-        # Tokens after the first: the events after it, less the final chunk (its
-        # finish_reason) and [DONE] when the answer ended. An estimate (an engine may
-        # put two tokens in one event) unless the engine counted them (usage).
-        tokens = max(after - 2, 0) if ended else after
-        trace.completion_tokens = counted if counted is not None else tokens + 1
-        if tokens > 0:
-            trace.tpot_s = (last - first) / tokens
 
 
 class _FirstContent:

@@ -277,7 +277,7 @@ class GatewayApp:
         except asyncio.CancelledError:
             if not gone.is_set():
                 raise
-            trace.outcome = "cancelled"
+            trace.outcome = "ok" if trace.complete else "cancelled"
         except ClientGone:
             trace.outcome = "cancelled"
         except Exception:

@@ -89,8 +89,10 @@ class GatewayProc:
         return OpenAI(base_url=self.url + "/v1", api_key=token, timeout=60, max_retries=0)
 
     def get(self, path: str, **kwargs: Any) -> httpx.Response:
-        """GET with the reader token unless ``headers`` say otherwise."""
-        kwargs.setdefault("headers", {"Authorization": f"Bearer {self.admin}"})
+        """GET with the reader token (if any) unless ``headers`` say otherwise."""
+        kwargs.setdefault(
+            "headers", {"Authorization": f"Bearer {self.admin}"} if self.admin else {}
+        )
         return httpx.get(self.url + path, timeout=30, **kwargs)
 
     def routing(self) -> dict[str, Any]:
