@@ -260,19 +260,24 @@ def test_a_stopping_gateway_finishes_the_requests_in_flight(setup: Setup) -> Non
     # (This one also shows --admin-open: /routing and /metrics without a token.)
     gw = GatewayProc(setup.work, setup.c.server.url, setup.tokens.gateway, "--admin-open")
     gw.start()
-    assert gw.get("/metrics", headers={}).status_code == 200
-    # slow's one slot at 50 ms a token: 60 tokens take 3 s.
-    eventually(lambda: gw.ready("slow", 1), "slow at the stopping gateway")
-    stream = gw.openai(setup.tokens.client).chat.completions.create(
-        model="slow", messages=HI, max_tokens=60, stream=True
-    )
-    chunks = iter(stream)
-    first = next(chunks)
-    assert first.choices
-    assert gw.proc is not None
-    gw.proc.send_signal(signal.SIGTERM)
-    rest = list(chunks)
-    words = "".join(c.choices[0].delta.content or "" for c in [first, *rest] if c.choices).split()
-    assert len(words) == 60
-    assert rest[-1].choices[0].finish_reason == "length"
-    assert gw.proc.wait(60) == 0
+    try:
+        assert gw.get("/metrics", headers={}).status_code == 200
+        # slow's one slot at 50 ms a token: 60 tokens take 3 s.
+        eventually(lambda: gw.ready("slow", 1), "slow at the stopping gateway")
+        stream = gw.openai(setup.tokens.client).chat.completions.create(
+            model="slow", messages=HI, max_tokens=60, stream=True
+        )
+        chunks = iter(stream)
+        first = next(chunks)
+        assert first.choices
+        assert gw.proc is not None
+        gw.proc.send_signal(signal.SIGTERM)
+        rest = list(chunks)
+        words = "".join(
+            c.choices[0].delta.content or "" for c in [first, *rest] if c.choices
+        ).split()
+        assert len(words) == 60
+        assert rest[-1].choices[0].finish_reason == "length"
+        assert gw.proc.wait(60) == 0
+    finally:
+        gw.stop()
