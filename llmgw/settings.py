@@ -130,6 +130,7 @@ KEYS: dict[str, dict[str, str]] = {
         "signals_interval": "positive",
         "resync": "positive",
         "tokenize_cache": "duration",
+        "admin_open": "bool",
     },
 }
 # The environment variable for each setting (flags are named after the key).
