@@ -121,7 +121,9 @@ def test_a_replica_is_its_placement_its_state_and_what_its_agent_starts() -> Non
     assert row["engine"]["engine"] == "vllm" and row["engine"]["served_model_name"] == "coder"
     assert isinstance(row["engine"]["env"], dict)
     # A replica whose model has left the catalog is still listed (it is being removed).
-    gone = replica_json(p, ReplicaStatus("placed", NOW, NOW, reported=False), None)
+    gone = replica_json(
+        p, Catalog.build([]), ReplicaStatus("placed", NOW, NOW, reported=False), None
+    )
     assert (gone["engine"], gone["state"]) == (None, "unreported")
 
 

@@ -15,11 +15,12 @@ from hypothesis import strategies as st
 
 from catalog import Catalog, parse_model
 from catalog.digest import model_version
-from scheduler import Placement, plan
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.replica_reports import READY, ReplicaStatus
 from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
+from scheduler.planner.placements import Placement
+from scheduler.planner.plan import plan
 from tests.unit.scheduler.placement_builders import NOW, node
 
 
