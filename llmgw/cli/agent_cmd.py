@@ -8,7 +8,6 @@ from types import FrameType
 
 import structlog
 
-from llmgw import logs
 from llmgw.cli.context import App, Refused
 
 log = structlog.get_logger("llmgw.agent")
@@ -17,7 +16,6 @@ log = structlog.get_logger("llmgw.agent")
 def cmd_agent(app: App, args: argparse.Namespace) -> int:
     # The agent has no database: it talks to the control plane over HTTP. Of the
     # settings it takes only the file in force, for its [agent] table.
-    logs.configure(default_level="INFO")
     from agent.client import ControlPlane
     from agent.inventory import InventoryError, detect
     from agent.logfiles import LogLimits

@@ -10,7 +10,6 @@ from typing import Any
 
 from catalog.documents import read_file
 from catalog.text import shown
-from llmgw import logs
 from llmgw.cli import live
 from llmgw.cli.context import App, Refused, print_json
 from llmgw.cli.render import table
@@ -261,7 +260,6 @@ def _placements_table(replicas: Sequence[tuple[Placement, ReplicaStatus]]) -> st
 
 
 def cmd_daemon(app: App, args: argparse.Namespace) -> int:
-    logs.configure(default_level="INFO")
     daemon = Daemon(
         _placer(app, args), leadership_for(app.settings.database_url), app.settings.interval_s
     )
