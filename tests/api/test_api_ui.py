@@ -225,3 +225,28 @@ def test_the_page_follows_the_placement_log_from_its_head_not_from_the_start(
         assert "placements=true" in streams[0]
         assert f"placements_after={head}" in streams[0], streams[0]
         page.close()
+
+
+def test_the_history_shows_the_newest_events_on_the_first_load_not_the_oldest(
+    browser: Browser, sqlite_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    """The first page load read the catalog's log from position 0: the history showed its
+    oldest 100 events until the next refresh. It now counts back from the head."""
+    server = ApiServer(tmp_path, sqlite_url, tokens=tokens, declared=None)
+    with running(server):
+        with server.client(tokens.operator) as ops:
+            models = {"models": [definition(f"hist-{i:03d}") for i in range(130)]}
+            assert ops.post("/v1/catalog/models", json=models).status_code == 201
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        pages: list[str] = []
+        page.on("request", lambda r: pages.append(r.url) if "/v1/events?" in r.url else None)
+        page.goto(f"{server.url}/ui#history")
+        page.fill("#token", tokens.reader)
+        page.click("#login button")
+        page.wait_for_selector("body[data-ready=true]")
+        assert pages and "after=30" in pages[0], pages
+        rows = page.locator("#events tbody tr")
+        expect(rows).to_have_count(100)
+        expect(rows.first.locator("td").first).to_have_text("130")
+        expect(rows.last.locator("td").first).to_have_text("31")
+        page.close()

@@ -137,7 +137,15 @@ async function refresh() {
     // What was just drawn is as of the placement log's head: follow the stream from
     // there. From 0, the first connection replayed the whole log (a burst of redraws).
     state.placed = Math.max(state.placed, fleet.placement_head || 0);
-    const page = await getJSON(`/v1/events?after=${Math.max(state.head - 100, 0)}&limit=100`);
+    // The history shows the last 100 catalog events, counted back from the head: the
+    // catalog position /v1/fleet read, or the head seen before. From 0, the first load
+    // showed the log's oldest 100 events.
+    const known = Math.max(state.head, fleet.catalog_position || 0);
+    let page = await getJSON(`/v1/events?after=${Math.max(known - 100, 0)}&limit=100`);
+    if (page.head > known + 100) {
+      // The log moved on by more than a page since: read the last page again.
+      page = await getJSON(`/v1/events?after=${page.head - 100}&limit=100`);
+    }
     state.head = page.head;
     renderEvents(page.events);
     document.getElementById("login").hidden = true;
