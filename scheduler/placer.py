@@ -3,7 +3,9 @@
 The planner is pure; this is the I/O around it. A round reads only the catalog
 events appended since the previous round (the catalog service keeps its replay
 state), the inventory and the current placements, and writes its changes in
-one transaction (``SchedulerStore.apply``).
+one transaction (``SchedulerStore.apply``); then, when they differ from the last it
+wrote, the replicas it left unplaced and why (``SchedulerStore.record_outcome``, read
+by ``GET /v1/fleet``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from events.catalog_service import CatalogService
 from scheduler.demands import demands
 from scheduler.inventory import Node
 from scheduler.memo import memoised_plan as make_plan
+from scheduler.outcome_store import UnplacedReason, reasons_of
 from scheduler.placements import Placement, Plan
 from scheduler.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.store import SchedulerStore
@@ -46,6 +49,9 @@ class Placer:
         self.catalog = catalog
         self.store = store
         self.policy = policy
+        # What this placer last wrote as the unplaced replicas and their reasons: written
+        # again only when a round's differ (None: not yet, so the first round writes).
+        self._outcome: tuple[UnplacedReason, ...] | None = None
 
     def run(self, *, dry_run: bool = False, now: datetime | None = None) -> RoundOutcome:
         started = time.perf_counter()
@@ -67,6 +73,10 @@ class Placer:
                 now=now,
                 policy=self.policy,
             )
+            unplaced = reasons_of(plan.unplaced)
+            if unplaced != self._outcome:
+                self.store.record_outcome(unplaced, planned_at=now, catalog_position=position)
+                self._outcome = unplaced
         return RoundOutcome(
             plan=plan,
             catalog_position=position,

@@ -9,6 +9,7 @@ API and the daemon use, and the one the contract suite
 - ``scheduler.trail``: the placements' audit trail (placement events);
 - ``scheduler.round_record``: recording a round's inputs and rebuilding them;
 - ``scheduler.lifecycle_store``: replica states, cordons, failures;
+- ``scheduler.outcome_store``: what the last round left unplaced, and why;
 - ``scheduler.records``: the versioned JSON of recorded rounds (pure);
 - ``scheduler.row_net``: every row read is decoded there, or skipped and named;
 - ``scheduler.backend``: what differs between SQLite and PostgreSQL.
@@ -26,6 +27,7 @@ from scheduler.inventory import Node, NodeReport
 from scheduler.inventory_store import InventoryStore, write_reports
 from scheduler.lifecycle import Cordon
 from scheduler.lifecycle_store import read_cordons
+from scheduler.outcome_store import Outcome, UnplacedReason, read_outcome, write_outcome
 from scheduler.placements import Placement, Plan
 from scheduler.records import PlacementEvent, RecordedRound
 from scheduler.replicas import ReplicaStatus
@@ -116,6 +118,22 @@ class SchedulerStore:
             now=now,
             policy=policy,
         )
+
+    def record_outcome(
+        self,
+        unplaced: Sequence[UnplacedReason],
+        *,
+        planned_at: datetime,
+        catalog_position: int,
+    ) -> None:
+        """Replace what the last round left unplaced (``scheduler.outcome_store``)."""
+        with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            write_outcome(conn, unplaced, planned_at=planned_at, catalog_position=catalog_position)
+
+    def outcome(self) -> Outcome | Unreadable | None:
+        """What the last round left unplaced; None before any round wrote it."""
+        with self.engine.connect() as conn:
+            return read_outcome(conn)
 
     # -- audit ------------------------------------------------------------
 

@@ -1,14 +1,15 @@
 """What runs and why not: ``GET /v1/fleet`` (per model and node, with each unplaced
 replica's reason) and ``GET /v1/diff`` (the catalog between two log positions).
 
-They answer what ``llmgw models``, ``nodes list``, ``place --dry-run`` and ``diff``
-answer, in one read each, for the dashboard and for programs. The reasons come from
-planning a round now without writing, with the inputs the daemon's next round reads
-(``Placer.run``): the server's policy and the placements with their lifecycle (replica
-states, cordons, drains, failure back-offs). Planned without the lifecycle, as it
-was, a replica kept off a cordoned or backing-off node showed no reason, or one the
-daemon would not give. Not the last recorded round's reasons: a round that changes
-nothing is not recorded, so they could be any age.
+They answer what ``llmgw models``, ``nodes list`` and ``diff`` answer, in one read
+each, for the dashboard and for programs. The unplaced replicas' reasons are the
+scheduler's own: what its last round left unplaced, and why, as the daemon wrote it
+(``scheduler.outcome_store``), with the round's time in ``reasons_from``. They used to
+come from planning a round per request, which cost a plan each time the dashboard
+redrew, on every API replica. Recorded rounds (``placement_rounds``) could not serve:
+only rounds that change placements are recorded, and a round that leaves a new model
+unplaced changes none. Before the scheduler's first round there are no reasons
+(``reasons_from`` is null); ``llmgw place --dry-run`` plans one on demand.
 
 ``placement_head`` is the placement log's last position when the fleet was read: a
 client that follows the stream from there (``placements_after``) gets what changed
@@ -31,8 +32,8 @@ from llmgw.api.access import SECURED, Reader
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
 from llmgw.views import iso, replica_json
-from scheduler.demands import demands
-from scheduler.planner import plan as make_plan
+from scheduler.outcome_store import Outcome
+from scheduler.row_net import Unreadable
 
 router = APIRouter()
 MAX_POSITION = 2**62
@@ -61,15 +62,14 @@ def _fleet(svc: Services) -> dict[str, Any]:
     placements = list(state.placements)
     now = datetime.now(UTC)
     policy = svc.settings.policy
-    plan = make_plan(
-        demands(view.catalog), inventory, placements, now, policy, lifecycle=state.lifecycle
-    )
+    outcome = svc.nodes.outcome()
     reasons: dict[str, list[dict[str, Any]]] = {}
-    for u in plan.unplaced:
-        reasons.setdefault(u.model, []).append({"replica": u.replica, "reason": u.reason})
+    if isinstance(outcome, Outcome):
+        for u in outcome.unplaced:
+            reasons.setdefault(u.model, []).append({"replica": u.replica, "reason": u.reason})
     models = fleet.models(view.catalog, replicas)
     for row in models:
-        row["unplaced_reasons"] = reasons.get(row["name"], [])
+        row["unplaced_reasons"] = reasons.get(row["name"], []) if row["unplaced"] else []
     rows = [replica_json(p, view.catalog, status) for p, status in replicas]
     return {
         "catalog_position": view.position,
@@ -79,9 +79,27 @@ def _fleet(svc: Services) -> dict[str, Any]:
             "stale_after_s": policy.stale_after.total_seconds(),
             "grace_s": policy.grace.total_seconds(),
         },
+        "reasons_from": _reasons_from(outcome),
         "models": models,
         "nodes": fleet.nodes(inventory, placements, now, policy, state.lifecycle.cordons),
         "placements": rows,
+    }
+
+
+def _reasons_from(outcome: Outcome | Unreadable | None) -> dict[str, Any] | None:
+    if outcome is None:
+        return None
+    if isinstance(outcome, Unreadable):
+        return {
+            "planned_at": None,
+            "catalog_position": None,
+            "recorded_round": None,
+            "unreadable": outcome.reason,
+        }
+    return {
+        "planned_at": iso(outcome.planned_at),
+        "catalog_position": outcome.catalog_position,
+        "recorded_round": outcome.round_id,
     }
 
 

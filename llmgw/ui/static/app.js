@@ -96,7 +96,16 @@ function renderFleet(fleet) {
       reasons.push(li);
     }
   }
-  if (!reasons.length) reasons.push(el("li", "none: every wanted replica is placed"));
+  // The reasons are the scheduler's last round's (/v1/fleet's reasons_from).
+  const waiting = fleet.models.some((m) => m.unplaced > 0);
+  const from = fleet.reasons_from;
+  if (!reasons.length) {
+    reasons.push(el("li", !waiting ? "none: every wanted replica is placed"
+      : from && from.unreadable ? `the last round's reasons cannot be read: ${from.unreadable}`
+        : "no reasons yet: the scheduler has not planned since (llmgw place --dry-run explains now)"));
+  } else if (from && from.planned_at) {
+    reasons.push(el("li", `as the scheduler's round at ${from.planned_at} gave them`, "muted"));
+  }
   document.getElementById("unplaced").replaceChildren(...reasons);
 
   const p = fleet.policy;
