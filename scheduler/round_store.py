@@ -30,6 +30,7 @@ from scheduler.lifecycle_store import (
 )
 from scheduler.placement_rows import placement_row, read_placements
 from scheduler.placements import Placement, Plan
+from scheduler.records import PlacementEvent
 from scheduler.replicas import PLACED as PLACED_STATE
 from scheduler.replicas import ReplicaStatus
 from scheduler.round_record import record_round
@@ -43,6 +44,7 @@ from scheduler.trail import (
     TrailEntry,
     append_trail,
     lock_trail,
+    moves_between,
 )
 
 placements_t = table(PlacementRow)
@@ -86,8 +88,30 @@ def _count_hosted(conn: Connection) -> dict[str, int]:
     return hosted
 
 
+# Past this many rounds since the counts were kept, reading every placement is no dearer.
+CATCH_UP_ROUNDS = 20
+
+
+def _moved(counts: Mapping[str, int], moves: list[PlacementEvent] | None) -> dict[str, int] | None:
+    """``counts`` after ``moves`` (None when the moves could not all be read)."""
+    if moves is None:
+        return None
+    hosted = dict(counts)
+    for move in moves:
+        step = 1 if move.type == PLACED else -1
+        for name in move.nodes:
+            left = hosted.get(name, 0) + step
+            if left < 0:
+                return None  # not what the counts said: read them whole
+            if left:
+                hosted[name] = left
+            else:
+                hosted.pop(name, None)
+    return hosted
+
+
 class HostedCounts:
-    """How many replicas each node hosts, read in full again only once a round was written.
+    """How many replicas each node hosts, kept between batches and moved by each round's trail.
 
     Each batch of node reports is answered with its nodes' replica counts; read
     from every placement, that cost grew with the cluster (10,000 placements
@@ -101,7 +125,13 @@ class HostedCounts:
     a write, serialised with rounds); on PostgreSQL (read committed) a round
     that commits after that lookup is not seen, as it was not seen when every
     batch read all placements. Rows changed by hand outside a round (an
-    operator's SQL) are not seen until the next round.
+    operator's SQL) are not seen until the counts are next read whole.
+
+    After a round, the counts are moved by the rounds' placed and removed events
+    (``trail.moves_between``): each insert or delete of a placement by a round is one,
+    in the same transaction. They are read whole again by a process's first batch,
+    after more than ``CATCH_UP_ROUNDS`` rounds, or when one of those events cannot be
+    read or would take a count below zero.
     """
 
     def __init__(self) -> None:
@@ -114,7 +144,15 @@ class HostedCounts:
         known = self._known
         if known is not None and known[0] == head:
             return known[1]
-        hosted = _count_hosted(conn)
+        hosted = None
+        if known is not None and head - known[0] <= CATCH_UP_ROUNDS:
+            # The rounds since moved only what their trail says (every placement a round
+            # inserts or deletes is a placed or removed event of that round, in its
+            # transaction): apply those to the counts rather than reading every
+            # placement, which cost the first batch after each round ~190 ms at 11,000.
+            hosted = _moved(known[1], moves_between(conn, after_round=known[0], through_round=head))
+        if hosted is None:
+            hosted = _count_hosted(conn)
         # On PostgreSQL each statement sees what was committed when it began: a
         # round committed between the two lookups may or may not be in ``hosted``,
         # so such counts answer this batch but are not kept under either id.
