@@ -151,7 +151,7 @@ class PlacementEntry(BaseModel):
 
 class FleetModel(_Open):
     """Per model: replicas wanted (scaling.min), placed, ready (or unreported), and
-    unplaced, each with the reason the daemon's next round would give."""
+    unplaced, each with the reason the scheduler's last round gave; and resilience."""
 
     name: str
     declared: bool
@@ -160,6 +160,9 @@ class FleetModel(_Open):
     ready: int
     unplaced: int
     unplaced_reasons: list[dict[str, Any]]
+    # Under the placements now, as /v1/catalog and `llmgw models` give it; null when no
+    # replica of the model is wanted.
+    resilience: dict[str, Any] | None = None
 
 
 class FleetNode(_Open):

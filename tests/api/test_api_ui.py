@@ -97,6 +97,10 @@ def test_the_catalog_page_shows_wanted_placed_and_why_a_replica_is_unplaced(
     )
     expect(page.locator("#unplaced")).to_contain_text("too-big-70b[0]")
     expect(page.locator("#unplaced")).to_contain_text("free GPUs")
+    # Resilience, as `llmgw models` words it (the column read nothing from /v1/fleet).
+    expect(page.locator("#models tbody tr[data-model='fits-7b'] td.resilience")).to_have_text(
+        "lost with 1 node (1 replica)"
+    )
     expect(page.locator("#live")).to_have_text("live")
     shoot(page, "catalog")
     page.close()

@@ -32,7 +32,9 @@ from llmgw.api.access import SECURED, Reader
 from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.services import Services
 from llmgw.views import iso, replica_json
+from scheduler.demands import demands
 from scheduler.outcome_store import Outcome
+from scheduler.resilience import resilience
 from scheduler.row_net import Unreadable
 
 router = APIRouter()
@@ -68,8 +70,12 @@ def _fleet(svc: Services) -> dict[str, Any]:
         for u in outcome.unplaced:
             reasons.setdefault(u.model, []).append({"replica": u.replica, "reason": u.reason})
     models = fleet.models(view.catalog, replicas)
+    by_name = {n.name: n for n in inventory}
+    figures = {r.model: r for r in resilience(demands(view.catalog), placements, by_name)}
     for row in models:
         row["unplaced_reasons"] = reasons.get(row["name"], []) if row["unplaced"] else []
+        figure = figures.get(row["name"])
+        row["resilience"] = None if figure is None else figure.to_json()
     rows = [replica_json(p, view.catalog, status) for p, status in replicas]
     return {
         "catalog_position": view.position,

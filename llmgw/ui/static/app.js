@@ -37,6 +37,17 @@ function fill(tableId, rows) {
   body.replaceChildren(...rows);
 }
 
+// As `llmgw models` words it (scheduler.resilience.Resilience.describe).
+function lostWith(r) {
+  const count = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  if (!r.replicas) return "no replica placed";
+  let text = `lost with ${count(r.nodes, "node")}`;
+  if (r.spread_by !== null && r.domains !== null) {
+    text += `, ${count(r.domains, `${r.spread_by} value`)}`;
+  }
+  return `${text} (${count(r.replicas, "replica")})`;
+}
+
 function showError(message) {
   const p = document.getElementById("error");
   p.textContent = message || "";
@@ -73,7 +84,7 @@ function stateCell(value) {
 
 function renderFleet(fleet) {
   document.getElementById("position").textContent = `at log position ${fleet.catalog_position}`;
-  const hasResilience = fleet.models.some((m) => m.resilience !== undefined);
+  const hasResilience = fleet.models.some((m) => m.resilience);
   document.querySelectorAll(".resilience").forEach((n) => { n.hidden = !hasResilience; });
   fill("models", fleet.models.map((m) => {
     const tr = row([
@@ -81,7 +92,7 @@ function renderFleet(fleet) {
       el("span", m.declared ? "declared" : "runtime", "tag"),
       m.wanted, m.placed, m.ready === null ? "-" : m.ready, m.unplaced,
     ]);
-    const res = el("td", m.resilience || "-", "resilience");
+    const res = el("td", m.resilience ? lostWith(m.resilience) : "-", "resilience");
     res.hidden = !hasResilience;
     tr.appendChild(res);
     tr.dataset.model = m.name;
