@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench postgres chromium clean
+.PHONY: demo test lint typecheck docs pytest bench postgres chromium clean
 
 # Each step says what it does: the install takes about a minute, and a silent minute
 # looks like a hang.
@@ -16,7 +16,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	@echo "==> installing llmgw-control and its development tools (about a minute)"
-	$(BIN)/pip install --progress-bar off -e '.[dev]'
+	$(BIN)/pip install --progress-bar off -e '.[dev,docs]'
 	@echo "==> installed: $$($(BIN)/llmgw --version)"
 	touch $(STAMP)
 
@@ -24,8 +24,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	bash scripts/demo.sh
 
-## test: lint, type-check and run the whole test suite
-test: $(STAMP) chromium lint typecheck pytest
+## test: lint, type-check, build the docs site strictly and run the whole test suite
+test: $(STAMP) chromium lint typecheck docs pytest
 
 ## chromium: Debian's headless browser for the dashboard's tests (Playwright drives it;
 ## its own browser download is not used)
@@ -40,12 +40,17 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy catalog events scheduler llmgw agent bench
+	$(BIN)/mypy catalog events scheduler llmgw agent bench docsite
+
+## docs: build the documentation site into site/ (a broken link or anchor fails the build);
+## `llmgw serve` serves it at /manual
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 pytest: $(STAMP)
 	$(BIN)/pytest -n 2 -q
 
-## bench: print the benchmark tables (see BENCHMARKS.md)
+## bench: print the benchmark tables (see docs/benchmarks/)
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench
@@ -55,4 +60,4 @@ postgres:
 	bash scripts/start-postgres.sh
 
 clean:
-	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
+	rm -rf $(VENV) demo site .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench import append, append_floor
 
-BENCHMARKS = Path(__file__).resolve().parents[3] / "BENCHMARKS.md"
+BENCHMARKS = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "index.md"
 
 
 def test_the_floor_bench_divides_by_application_save_and_keeps_the_insert_as_context() -> None:
