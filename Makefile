@@ -16,7 +16,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	@echo "==> installing llmgw-control and its development tools (about a minute)"
-	$(BIN)/pip install --progress-bar off -e '.[dev,docs]'
+	$(BIN)/pip install --progress-bar off -e '.[dev]'
 	@echo "==> installed: $$($(BIN)/llmgw --version)"
 	touch $(STAMP)
 

@@ -21,7 +21,7 @@ MKDOCS = str(Path(sys.executable).parent / "mkdocs")
 @pytest.fixture(scope="module")
 def site(module_dir: Path) -> Iterator[Path]:
     if not Path(MKDOCS).exists():
-        pytest.fail("mkdocs is missing: the docs extra is installed by `make test` (.[dev,docs])")
+        pytest.fail("mkdocs is missing: it comes with the dev extra (.[dev], through .[docs])")
     target = module_dir / "site"
     done = subprocess.run(
         [MKDOCS, "build", "--strict", "--site-dir", str(target)],
