@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck pytest bench bench-peers bench-gateway postgres chromium clean
+.PHONY: demo test lint typecheck docs pytest bench bench-peers bench-gateway postgres chromium clean
 
 # Each step says what it does: the install takes about a minute, and a silent minute
 # looks like a hang.
@@ -33,8 +33,8 @@ $(DEV_STAMP): pyproject.toml $(STAMP)
 demo: $(STAMP)
 	bash scripts/demo.sh
 
-## test: lint, type-check and run the whole test suite
-test: $(DEV_STAMP) chromium lint typecheck pytest
+## test: lint, type-check, build the docs site strictly and run the whole test suite
+test: $(DEV_STAMP) chromium lint typecheck docs pytest
 
 ## chromium: Debian's headless browser for the dashboard's tests (Playwright drives it;
 ## its own browser download is not used)
@@ -51,12 +51,17 @@ lint: $(DEV_STAMP)
 	$(BIN)/pytest -q tests/unit/test_architecture.py
 
 typecheck: $(DEV_STAMP)
-	$(BIN)/mypy catalog events scheduler declared llmgw agent gateway httpguard autoscale bench
+	$(BIN)/mypy catalog events scheduler declared llmgw agent gateway httpguard autoscale bench docsite
+
+## docs: build the documentation site into site/ (a broken link or anchor fails the build);
+## `llmgw serve` serves it at /manual
+docs: $(DEV_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 pytest: $(DEV_STAMP)
 	$(BIN)/pytest -n 2 -q
 
-## bench: print the benchmark tables (see BENCHMARKS.md)
+## bench: print the benchmark tables (see docs/benchmarks/)
 bench: $(DEV_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench
@@ -76,4 +81,4 @@ postgres:
 	bash scripts/start-postgres.sh
 
 clean:
-	rm -rf $(VENV) .venv-peers demo .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
+	rm -rf $(VENV) .venv-peers demo site .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts

@@ -163,7 +163,7 @@ class PlacementEntry(BaseModel):
 
 class FleetModel(_Open):
     """Per model: replicas wanted (scaling.min), placed, ready (or unreported), and
-    unplaced, each with the reason the daemon's next round would give."""
+    unplaced, each with the reason the scheduler's last round gave; and resilience."""
 
     name: str
     declared: bool
@@ -172,6 +172,9 @@ class FleetModel(_Open):
     ready: int
     unplaced: int
     unplaced_reasons: list[dict[str, Any]]
+    # Under the placements now, as /v1/catalog and `llmgw models` give it; null when no
+    # replica of the model is wanted.
+    resilience: dict[str, Any] | None = None
 
 
 class FleetNode(_Open):
@@ -187,6 +190,16 @@ class FleetNode(_Open):
     cordon: Literal["cordoned", "draining"] | None
 
 
+class FleetReasons(BaseModel):
+    """The scheduler round whose unplaced replicas and reasons ``/v1/fleet`` shows."""
+
+    planned_at: str | None
+    catalog_position: int | None
+    # The last recorded round (placement_rounds) when they were written; 0 if none.
+    recorded_round: int | None
+    unreadable: str | None = None
+
+
 class Fleet(BaseModel):
     """``GET /v1/fleet``: what runs and why not, in one read (the dashboard's page)."""
 
@@ -196,6 +209,10 @@ class Fleet(BaseModel):
     placement_head: int
     checked_at: str
     policy: dict[str, float]
+    # Where each model's ``unplaced_reasons`` come from: the scheduler's round that
+    # gave them (they held in every round since); null before its first round, or
+    # when the stored row cannot be read (``unreadable`` then says why).
+    reasons_from: FleetReasons | None
     models: list[FleetModel]
     nodes: list[FleetNode]
     placements: list[PlacementEntry]

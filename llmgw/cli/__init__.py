@@ -50,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that run until stopped, whose info lines (rounds, requests, reconciles) are
+# their record.
+LOGS_AT_INFO = frozenset(
+    {"serve_cmd:cmd_serve", "scheduler_cmds:cmd_daemon", "agent_cmd:cmd_agent"}
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Imported after parsing: --help, --version and usage errors never pay for them.
@@ -65,7 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from llmgw.settings import Settings
 
     with guarded_output():
-        logs.configure()
+        # Once per process (loggers are cached on first use): the long-running
+        # commands log what they do at info, the others only warnings.
+        logs.configure(default_level="INFO" if args.run in LOGS_AT_INFO else "WARNING")
         try:
             with refusals():
                 settings = Settings.resolve(

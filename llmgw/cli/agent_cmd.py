@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from llmgw import logs
-
 if TYPE_CHECKING:
     from agent.runtime import Agent
 from llmgw.cli.context import App, Refused
@@ -23,7 +21,6 @@ log = structlog.get_logger("llmgw.agent")
 def cmd_agent(app: App, args: argparse.Namespace) -> int:
     # The agent has no database: it talks to the control plane over HTTP. Of the
     # settings it takes only the file in force, for its [agent] table.
-    logs.configure(default_level="INFO")
     from agent.client import ControlPlane
     from agent.inventory import InventoryError, detect
     from agent.logfiles import LogLimits

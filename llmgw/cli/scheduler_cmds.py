@@ -10,7 +10,6 @@ from typing import Any
 
 from catalog.documents import read_file
 from catalog.text import shown
-from llmgw import logs
 from llmgw.cli import live
 from llmgw.cli.context import App, Refused, print_json
 from llmgw.cli.render import table
@@ -261,7 +260,6 @@ def _placements_table(replicas: Sequence[tuple[Placement, ReplicaStatus]]) -> st
 def cmd_daemon(app: App, args: argparse.Namespace) -> int:
     from llmgw import autoscaling
 
-    logs.configure(default_level="INFO")
     scaler = autoscaling.autoscaler(app.engine, app.service, app.settings.autoscale)
     daemon = Daemon(
         _placer(app, args),

@@ -15,7 +15,6 @@ from types import FrameType
 
 import structlog
 
-from llmgw import logs
 from llmgw.api.auth import TokenConfigError, issue_token, parse_env_tokens
 from llmgw.api.settings import ApiSettings
 from llmgw.cli import token_file
@@ -155,7 +154,6 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_serve(app: App, args: argparse.Namespace) -> int:
-    logs.configure(default_level="INFO")
     conf = app.settings
     policy = conf.policy
     try:

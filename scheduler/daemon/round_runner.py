@@ -3,7 +3,9 @@
 The planner is pure; this is the I/O around it. A round reads only the catalog
 events appended since the previous round (the catalog service keeps its replay
 state), the inventory and the current placements, and writes its changes in
-one transaction (``SchedulerStore.apply``).
+one transaction (``SchedulerStore.apply``); then, when they differ from the last it
+wrote, the replicas it left unplaced and why (``SchedulerStore.record_outcome``, read
+by ``GET /v1/fleet``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from datetime import UTC, datetime
 
 from events.catalog_service import CatalogService
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
+from scheduler.persistence.outcome_store import UnplacedReason, reasons_of
 from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
@@ -56,6 +59,9 @@ class Placer:
         self.store = store
         self.policy = policy
         self.wanted = wanted
+        # What this placer last wrote as the unplaced replicas and their reasons: written
+        # again only when a round's differ (None: not yet, so the first round writes).
+        self._outcome: tuple[UnplacedReason, ...] | None = None
 
     def run(self, *, dry_run: bool = False, now: datetime | None = None) -> RoundOutcome:
         started = time.perf_counter()
@@ -85,6 +91,10 @@ class Placer:
                 # now: its definition is recorded with the round (scheduler.persistence.versions).
                 definitions=definitions_to_record(catalog, _pinned_now(plan, state.placements)),
             )
+            unplaced = reasons_of(plan.unplaced)
+            if unplaced != self._outcome:
+                self.store.record_outcome(unplaced, planned_at=now, catalog_position=position)
+                self._outcome = unplaced
         return RoundOutcome(
             plan=plan,
             catalog_position=position,

@@ -35,6 +35,9 @@ from scheduler.persistence.tables import CordonRow, FailureRow, NodeRow, Placeme
 from scheduler.planner.inventory import NodeReport
 
 log = structlog.get_logger("llmgw.scheduler")
+# (model, replica) pairs per read: two bound values each, well inside every driver's limit
+# on parameters (SQLite 32,766).
+KEYS_PER_READ = 500
 
 nodes_t = table(NodeRow)
 placements_t = table(PlacementRow)
@@ -72,12 +75,15 @@ def record_replica_reports(
         .where(nodes_t.c.name.in_([r.name for r in with_replicas]))
         .values(reports_replicas=True)
     )
-    models = sorted({rep.model for r in with_replicas for rep in r.replicas or ()})
-    if not models:
+    # Only the replicas the batch reports on: by model, a model with thousands of
+    # replicas (or a batch naming many models) read nearly every placement.
+    keys = sorted({(rep.model, rep.replica) for r in with_replicas for rep in r.replicas or ()})
+    if not keys:
         return
-    rows: dict[tuple[str, int], StoredPlacement] = {
-        (row.placement.model, row.placement.replica): row for row in read_placements(conn, models)
-    }
+    rows: dict[tuple[str, int], StoredPlacement] = {}
+    for start in range(0, len(keys), KEYS_PER_READ):
+        for stored in read_placements(conn, keys=keys[start : start + KEYS_PER_READ]):
+            rows[(stored.placement.model, stored.placement.replica)] = stored
     trail: list[TrailEntry] = []
     writes: list[tuple[str, int, str, str | None, dict[str, Any]]] = []
     cleared: list[tuple[str, str]] = []

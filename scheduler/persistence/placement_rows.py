@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, tuple_
 
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.persistence.record_format import checked, names, replica_state
@@ -65,11 +65,19 @@ def placement_row(p: Placement, round_id: int, now: datetime) -> dict[str, Any]:
     }
 
 
-def read_placements(conn: Connection, models: Sequence[str] | None = None) -> list[StoredPlacement]:
-    """Every readable placement (of ``models`` if given), by model and replica."""
+def read_placements(
+    conn: Connection,
+    models: Sequence[str] | None = None,
+    *,
+    keys: Sequence[tuple[str, int]] | None = None,
+) -> list[StoredPlacement]:
+    """Every readable placement (of ``models``, or with the (model, replica) ``keys``, if
+    given), by model and replica."""
     query = raw(placements_t).order_by(placements_t.c.model, placements_t.c.replica)
     if models is not None:
         query = query.where(placements_t.c.model.in_(models))
+    if keys is not None:
+        query = query.where(tuple_(placements_t.c.model, placements_t.c.replica).in_(keys))
     return decode_rows(
         conn,
         query,

@@ -31,6 +31,7 @@ from scheduler.persistence.audit_trail import (
     TrailEntry,
     append_trail,
     lock_trail,
+    moves_between,
 )
 from scheduler.persistence.lifecycle_store import (
     read_cordons,
@@ -40,6 +41,7 @@ from scheduler.persistence.lifecycle_store import (
     set_cordon,
 )
 from scheduler.persistence.placement_rows import placement_row, read_placements
+from scheduler.persistence.record_format import PlacementEvent
 from scheduler.persistence.recorded_rounds import record_round
 from scheduler.persistence.tables import PlacementRoundRow, PlacementRow, table
 from scheduler.persistence.versions import record_definitions
@@ -87,8 +89,30 @@ def _count_hosted(conn: Connection) -> dict[str, int]:
     return hosted
 
 
+# Past this many rounds since the counts were kept, reading every placement is no dearer.
+CATCH_UP_ROUNDS = 20
+
+
+def _moved(counts: Mapping[str, int], moves: list[PlacementEvent] | None) -> dict[str, int] | None:
+    """``counts`` after ``moves`` (None when the moves could not all be read)."""
+    if moves is None:
+        return None
+    hosted = dict(counts)
+    for move in moves:
+        step = 1 if move.type == PLACED else -1
+        for name in move.nodes:
+            left = hosted.get(name, 0) + step
+            if left < 0:
+                return None  # not what the counts said: read them whole
+            if left:
+                hosted[name] = left
+            else:
+                hosted.pop(name, None)
+    return hosted
+
+
 class HostedCounts:
-    """How many replicas each node hosts, read in full again only once a round was written.
+    """How many replicas each node hosts, kept between batches and moved by each round's trail.
 
     Each batch of node reports is answered with its nodes' replica counts; read
     from every placement, that cost grew with the cluster (10,000 placements
@@ -102,7 +126,13 @@ class HostedCounts:
     a write, serialised with rounds); on PostgreSQL (read committed) a round
     that commits after that lookup is not seen, as it was not seen when every
     batch read all placements. Rows changed by hand outside a round (an
-    operator's SQL) are not seen until the next round.
+    operator's SQL) are not seen until the counts are next read whole.
+
+    After a round, the counts are moved by the rounds' placed and removed events
+    (``trail.moves_between``): each insert or delete of a placement by a round is one,
+    in the same transaction. They are read whole again by a process's first batch,
+    after more than ``CATCH_UP_ROUNDS`` rounds, or when one of those events cannot be
+    read or would take a count below zero.
     """
 
     def __init__(self) -> None:
@@ -115,7 +145,15 @@ class HostedCounts:
         known = self._known
         if known is not None and known[0] == head:
             return known[1]
-        hosted = _count_hosted(conn)
+        hosted = None
+        if known is not None and head - known[0] <= CATCH_UP_ROUNDS:
+            # The rounds since moved only what their trail says (every placement a round
+            # inserts or deletes is a placed or removed event of that round, in its
+            # transaction): apply those to the counts rather than reading every
+            # placement, which cost the first batch after each round ~190 ms at 11,000.
+            hosted = _moved(known[1], moves_between(conn, after_round=known[0], through_round=head))
+        if hosted is None:
+            hosted = _count_hosted(conn)
         # On PostgreSQL each statement sees what was committed when it began: a
         # round committed between the two lookups may or may not be in ``hosted``,
         # so such counts answer this batch but are not kept under either id.

@@ -88,6 +88,27 @@ class PlacementRoundRow(Base):
     lifecycle: Mapped[str | None] = mapped_column(Text)
 
 
+class PlacementOutcomeRow(Base):
+    """What the scheduler's last round left unplaced, and why: one row, replaced whole.
+
+    Recorded rounds hold a round's inputs, and only rounds that change placements are
+    recorded; a round that leaves a new model unplaced changes nothing and is not. So
+    the daemon writes the unplaced replicas with their reasons here whenever they
+    differ from the last it wrote (``scheduler.outcome_store``): ``GET /v1/fleet``
+    reads them rather than planning a round per request.
+    """
+
+    __tablename__ = "placement_outcome"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    # The round that gave these reasons (they held, unchanged, in every round since).
+    planned_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    catalog_position: Mapped[int] = mapped_column(Position)
+    # The last recorded round (placement_rounds.id) when it was written; 0 if none.
+    round_id: Mapped[int] = mapped_column(Position)
+    unplaced: Mapped[str] = mapped_column(Text)  # JSON [{model, replica, reason}]
+
+
 class InventoryRow(Base):
     """An inventory's content (everything but report times), stored once per distinct digest."""
 

@@ -113,6 +113,7 @@ OPERATIONS = [
     ("GET", "/v1/diff"),
     ("GET", "/v1/catalog"),
     ("GET", "/v1/catalog/{name}"),
+    ("GET", "/v1/catalog/models/{name}"),
     ("POST", "/v1/catalog/models"),
     ("PUT", "/v1/catalog/models/{name}"),
     ("DELETE", "/v1/catalog/models/{name}"),

@@ -53,6 +53,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "autoscale": ("catalog", "events"),
     # The declared catalog file, watched and reloaded: records its changes in the log.
     "declared": ("catalog", "events", "scheduler.persistence"),
+    # Builds the reference pages of the docs site from the CLI parser and the API document.
+    "docsite": ANYTHING,
     "llmgw": ANYTHING,
     # The benches measure the whole, as the tests do (bench.fleet_ab times llmgw's route).
     "bench": ANYTHING,

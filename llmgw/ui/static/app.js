@@ -37,6 +37,17 @@ function fill(tableId, rows) {
   body.replaceChildren(...rows);
 }
 
+// As `llmgw models` words it (scheduler.resilience.Resilience.describe).
+function lostWith(r) {
+  const count = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  if (!r.replicas) return "no replica placed";
+  let text = `lost with ${count(r.nodes, "node")}`;
+  if (r.spread_by !== null && r.domains !== null) {
+    text += `, ${count(r.domains, `${r.spread_by} value`)}`;
+  }
+  return `${text} (${count(r.replicas, "replica")})`;
+}
+
 function showError(message) {
   const p = document.getElementById("error");
   p.textContent = message || "";
@@ -83,7 +94,7 @@ function renderDeclared(declared) {
 function renderFleet(fleet) {
   renderDeclared(fleet.declared);
   document.getElementById("position").textContent = `at log position ${fleet.catalog_position}`;
-  const hasResilience = fleet.models.some((m) => m.resilience !== undefined);
+  const hasResilience = fleet.models.some((m) => m.resilience);
   document.querySelectorAll(".resilience").forEach((n) => { n.hidden = !hasResilience; });
   fill("models", fleet.models.map((m) => {
     const tr = row([
@@ -91,7 +102,7 @@ function renderFleet(fleet) {
       el("span", m.declared ? "declared" : "runtime", "tag"),
       m.wanted, m.placed, m.ready === null ? "-" : m.ready, m.unplaced,
     ]);
-    const res = el("td", m.resilience || "-", "resilience");
+    const res = el("td", m.resilience ? lostWith(m.resilience) : "-", "resilience");
     res.hidden = !hasResilience;
     tr.appendChild(res);
     tr.dataset.model = m.name;
@@ -106,7 +117,16 @@ function renderFleet(fleet) {
       reasons.push(li);
     }
   }
-  if (!reasons.length) reasons.push(el("li", "none: every wanted replica is placed"));
+  // The reasons are the scheduler's last round's (/v1/fleet's reasons_from).
+  const waiting = fleet.models.some((m) => m.unplaced > 0);
+  const from = fleet.reasons_from;
+  if (!reasons.length) {
+    reasons.push(el("li", !waiting ? "none: every wanted replica is placed"
+      : from && from.unreadable ? `the last round's reasons cannot be read: ${from.unreadable}`
+        : "no reasons yet: the scheduler has not planned since (llmgw place --dry-run explains now)"));
+  } else if (from && from.planned_at) {
+    reasons.push(el("li", `as the scheduler's round at ${from.planned_at} gave them`, "muted"));
+  }
   document.getElementById("unplaced").replaceChildren(...reasons);
 
   const p = fleet.policy;
@@ -147,7 +167,15 @@ async function refresh() {
     // What was just drawn is as of the placement log's head: follow the stream from
     // there. From 0, the first connection replayed the whole log (a burst of redraws).
     state.placed = Math.max(state.placed, fleet.placement_head || 0);
-    const page = await getJSON(`/v1/events?after=${Math.max(state.head - 100, 0)}&limit=100`);
+    // The history shows the last 100 catalog events, counted back from the head: the
+    // catalog position /v1/fleet read, or the head seen before. From 0, the first load
+    // showed the log's oldest 100 events.
+    const known = Math.max(state.head, fleet.catalog_position || 0);
+    let page = await getJSON(`/v1/events?after=${Math.max(known - 100, 0)}&limit=100`);
+    if (page.head > known + 100) {
+      // The log moved on by more than a page since: read the last page again.
+      page = await getJSON(`/v1/events?after=${page.head - 100}&limit=100`);
+    }
     state.head = page.head;
     renderEvents(page.events);
     await refreshAutoscale();
