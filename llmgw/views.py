@@ -226,26 +226,34 @@ def replica_json(p: Placement, catalog: Catalog, status: ReplicaStatus) -> dict[
     """A placed replica, its state, and what its agent starts: the engine view of its
     profile, when the model and profile are still in the catalog (a replica being removed
     may not be). ``GET /v1/placements``, ``GET /v1/fleet``."""
+    model = catalog.resolve(p.model)
+    engine = model.engine_profile(p.profile) if model is not None else None
+    return {
+        **placed_replica_json(p, status),
+        "engine": None if engine is None else {**asdict(engine), "env": dict(engine.env)},
+        **replica_context_json(p, catalog, status),
+    }
+
+
+def replica_context_json(p: Placement, catalog: Catalog, status: ReplicaStatus) -> dict[str, Any]:
+    """What one request may really use on the replica, as its engine said once ready
+    (None: not known), and a warning when the catalog's context_length promises more.
+    A gateway admits by the smaller of ``effective_context_length`` and the catalog's."""
     from scheduler.context_check import context_warning
 
     model = catalog.resolve(p.model)
-    engine = model.engine_profile(p.profile) if model is not None else None
+    profile = model.profile(p.profile) if model is not None else None
     warning = None
-    if model is not None and engine is not None:
+    if model is not None and profile is not None:
         warning = context_warning(
             model=model.name,
             profile=p.profile,
-            engine=engine.engine,
+            engine=profile.engine,
             context_length=model.context_length,
             effective=status.effective_context_length,
             detail=status.context_detail,
         )
     return {
-        **placed_replica_json(p, status),
-        "engine": None if engine is None else {**asdict(engine), "env": dict(engine.env)},
-        # What one request may really use on this replica, as its engine said once
-        # ready (None: not known); a gateway admits by the smaller of this and the
-        # catalog's context_length.
         "effective_context_length": status.effective_context_length,
         "context_detail": status.context_detail,
         "context_warning": warning,

@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser_scheduler.register_rollout(sub, common)
     parser_serve.register(sub, common)
     parser_serve.register_agent(sub, common)
+    parser_serve.register_engine_check(sub, common)
     parser_serve.register_ops(sub, common)
     add_examples(parser)
     return parser

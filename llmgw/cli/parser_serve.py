@@ -247,6 +247,28 @@ def register_agent(
     p.set_defaults(run="agent_cmd:cmd_agent")
 
 
+def register_engine_check(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser(
+        "engine-check",
+        parents=[parent],
+        help="verify a model's claimed capabilities and context_length against a ready replica",
+    )
+    p.add_argument("model", help="a model name or alias")
+    p.add_argument(
+        "--replica", type=int, metavar="N", help="check replica N (default: the first ready one)"
+    )
+    p.add_argument(
+        "--gateway",
+        metavar="URL",
+        help="send the requests through this gateway instead of straight to the replica",
+    )
+    p.add_argument("--token-file", type=Path, metavar="FILE", help="a client token for --gateway")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
+    p.set_defaults(run="engine_check_cmd:cmd_engine_check")
+
+
 def register_ops(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
 ) -> None:
