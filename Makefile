@@ -54,7 +54,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy catalog events scheduler llmgw agent bench engine_check
 
 pytest: $(STAMP)
-	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -n 2 --dist loadgroup -q
 
 ## bench: print the benchmark tables (see BENCHMARKS.md)
 bench: $(STAMP)
