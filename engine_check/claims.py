@@ -24,11 +24,12 @@ MAX_QUOTE = 300
 # The probes' requests. The tool is one a model cannot answer without: a plain
 # reply is a model that did not call it.
 TOOL_NAME = "get_weather"
+CITY = "Paris"
 TOOLS_REQUEST: dict[str, Any] = {
     "messages": [
         {
             "role": "user",
-            "content": "What is the weather in Paris right now? Use the get_weather tool.",
+            "content": f"What is the weather in {CITY} right now? Use the {TOOL_NAME} tool.",
         }
     ],
     "tools": [
@@ -116,8 +117,18 @@ def judge_tools(answer: Answer) -> Verdict:
         if TOOL_NAME in names:
             call = next(c for c in calls if c.get("function", {}).get("name") == TOOL_NAME)
             arguments = call["function"].get("arguments")
+            # An engine that constrains its output with a grammar makes even random
+            # weights emit a well-formed call; a model that can use tools also fills in
+            # the city the prompt names.
+            if CITY.lower() in _city(arguments).lower():
+                return Verdict(
+                    "tools", CONFIRMED, f"called {TOOL_NAME} with {_short(arguments)} as asked"
+                )
             return Verdict(
-                "tools", CONFIRMED, f"called {TOOL_NAME} with {_short(arguments)} as asked"
+                "tools",
+                REFUSED,
+                f"called {TOOL_NAME} with {_short(arguments)}, not with the city the prompt "
+                f"names ({CITY})",
             )
         return Verdict(
             "tools", REFUSED, f"called {_short(names)}, not the {TOOL_NAME} it was given"
@@ -129,6 +140,17 @@ def judge_tools(answer: Answer) -> Verdict:
         f"answered without tool_calls to a prompt that needs {TOOL_NAME}: "
         f"content {_short(content)}",
     )
+
+
+def _city(arguments: Any) -> str:
+    """The ``city`` argument of a call (arguments are a JSON string in the OpenAI API)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return ""
+    city = arguments.get("city") if isinstance(arguments, dict) else None
+    return city if isinstance(city, str) else ""
 
 
 def judge_embeddings(answer: Answer) -> Verdict:

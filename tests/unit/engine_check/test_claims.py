@@ -53,6 +53,16 @@ def test_prose_a_wrong_tool_or_an_error_refuses_tools_quoting_the_engine() -> No
     assert judge_tools(chat({"tool_calls": [other]})).detail == (
         'called ["rm_rf"], not the get_weather it was given'
     )
+    # A grammar makes random weights call the right tool with nonsense: not confirmed.
+    nonsense = {
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city":"xq"}'},
+    }
+    assert judge_tools(chat({"tool_calls": [nonsense]})).detail == (
+        """called get_weather with '{"city":"xq"}', not with the city the prompt names (Paris)"""
+    )
+    broken = {"type": "function", "function": {"name": "get_weather", "arguments": "{"}}
+    assert judge_tools(chat({"tool_calls": [broken]})).outcome == REFUSED
     error = '{"error":{"code":500,"message":"tools param requires --jinja flag"}}'
     refused = judge_tools(Answer(500, json.loads(error), error))
     assert refused.outcome == REFUSED
