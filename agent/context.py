@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +44,13 @@ def probe_path(engine: str) -> str | None:
     return None
 
 
-def parse(engine: str, body: Any, served_model_name: str) -> EngineContext | None:
-    """The context in an engine's answer (parsed JSON); None when it does not say."""
+def parse(
+    engine: str, body: Any, served_model_name: str, argv: Sequence[str] = ()
+) -> EngineContext | None:
+    """The context in an engine's answer (parsed JSON); None when it does not say.
+    ``argv`` is the command line the engine runs with (how it was asked)."""
     if engine == "llamacpp":
-        return from_llamacpp_props(body)
+        return from_llamacpp_props(body, argv)
     if engine in ("vllm", "sim"):
         return from_models_list(body, served_model_name)
     return None
@@ -58,10 +62,25 @@ def _count(value: Any) -> int | None:
     return value
 
 
-def from_llamacpp_props(props: Any) -> EngineContext | None:
+def _flag(argv: Sequence[str], *names: str) -> int | None:
+    """The last value given to any of ``names`` in ``argv`` (llama-server takes the last)."""
+    value = None
+    for i, word in enumerate(argv[:-1]):
+        if word in names:
+            value = argv[i + 1]
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def from_llamacpp_props(props: Any, argv: Sequence[str] = ()) -> EngineContext | None:
     """llama-server's ``/props``: ``default_generation_settings.n_ctx`` is a slot's context.
 
-    >>> from_llamacpp_props({"default_generation_settings": {"n_ctx": 512}, "total_slots": 4})
+    The arithmetic is written the operator's way when the command line it ran with
+    (``argv``) agrees with it; with a unified KV cache (``--kv-unified``, llama-server's
+    default when ``--parallel`` is not given) every slot may use the whole pool, and
+    the detail says what /props said instead.
+
+    >>> from_llamacpp_props({"default_generation_settings": {"n_ctx": 512}, "total_slots": 4},
+    ...     ["llama-server", "--ctx-size", "2048", "--parallel", "4"])
     EngineContext(tokens=512, detail='--ctx-size 2048 / --parallel 4 = 512')
     """
     if not isinstance(props, dict):
@@ -71,11 +90,11 @@ def from_llamacpp_props(props: Any) -> EngineContext | None:
     if per_slot is None:
         return None
     slots = _count(props.get("total_slots")) or 1
-    if slots == 1:
-        return EngineContext(per_slot, f"--ctx-size {per_slot} / --parallel 1 = {per_slot}")
-    return EngineContext(
-        per_slot, f"--ctx-size {per_slot * slots} / --parallel {slots} = {per_slot}"
-    )
+    if _flag(argv, "-c", "--ctx-size") == per_slot * slots:
+        return EngineContext(
+            per_slot, f"--ctx-size {per_slot * slots} / --parallel {slots} = {per_slot}"
+        )
+    return EngineContext(per_slot, f"n_ctx {per_slot} a slot, {slots} slot(s) (/props)")
 
 
 def from_models_list(models: Any, served_model_name: str) -> EngineContext | None:
@@ -99,7 +118,11 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def read(
-    engine: str, base_url: str, served_model_name: str, timeout: float = 2.0
+    engine: str,
+    base_url: str,
+    served_model_name: str,
+    timeout: float = 2.0,
+    argv: Sequence[str] = (),
 ) -> EngineContext | None:
     """Ask a ready engine; None when it has no such answer, or none that can be read."""
     path = probe_path(engine)
@@ -118,4 +141,4 @@ def read(
         body = json.loads(raw)
     except (ValueError, RecursionError):
         return None
-    return parse(engine, body, served_model_name)
+    return parse(engine, body, served_model_name, argv)

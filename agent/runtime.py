@@ -176,7 +176,7 @@ class Agent:
     def _read_context(self, record: Record) -> None:
         """Ask the ready engine what one request may really use (agent.context)."""
         base = self._health_url(record).removesuffix(engines.HEALTH_PATH)
-        found = context.read(record.engine, base, record.model)
+        found = context.read(record.engine, base, record.model, argv=record.argv)
         asks = 3 if context.probe_path(record.engine) is None else record.context_asks + 1
         if found is None:
             self._save(replace(record, context_asks=asks))

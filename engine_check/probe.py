@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -78,11 +79,13 @@ def check(
     *,
     engine: str,
     reported: tuple[int | None, str] = (None, ""),
+    args: Sequence[str] = (),
 ) -> list[Verdict]:
     """Each claim of ``model``, asked of ``target``: tools, embeddings, vision (no probe
     yet: unchecked), context_length. ``engine`` is the replica's engine (how to ask it
     for its context); ``reported`` what its agent reported, used through a gateway,
-    where the engine's own /props or /v1/models cannot be reached."""
+    where the engine's own /props or /v1/models cannot be reached; ``args`` the
+    profile's args (how the engine was asked, for the arithmetic)."""
     verdicts: list[Verdict] = []
     caps = model.capabilities
     if caps.tools:
@@ -94,12 +97,16 @@ def check(
     if caps.vision:
         verdicts.append(Verdict("vision", UNCHECKED, "engine-check has no vision probe yet"))
     if model.context_length > 0:
-        verdicts.append(_context(model.context_length, target, engine, reported))
+        verdicts.append(_context(model.context_length, target, engine, reported, args))
     return verdicts
 
 
 def _context(
-    declared: int, target: Target, engine: str, reported: tuple[int | None, str]
+    declared: int,
+    target: Target,
+    engine: str,
+    reported: tuple[int | None, str],
+    args: Sequence[str],
 ) -> Verdict:
     from agent import context
 
@@ -108,7 +115,7 @@ def _context(
     path = context.probe_path(engine)
     if path is None:
         return judge_context(declared, None, "", f"a {engine} engine")
-    found = context.read(engine, target.base_url, target.model, timeout=10.0)
+    found = context.read(engine, target.base_url, target.model, timeout=10.0, argv=args)
     if found is None:
         return judge_context(declared, None, "", f"{target.base_url}{path}")
     return judge_context(declared, found.tokens, found.detail, f"{path} of the engine")

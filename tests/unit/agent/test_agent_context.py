@@ -25,11 +25,23 @@ PROPS: dict[str, Any] = {
 }
 
 
+ARGV = ("llama-server", "-m", "/m.gguf", "--ctx-size", "4096", "--ctx-size", "2048", "-np", "4")
+
+
 def test_llamacpp_divides_its_context_across_slots_and_says_so() -> None:
-    found = context.from_llamacpp_props(PROPS)
+    found = context.from_llamacpp_props(PROPS, ARGV)
     assert found == context.EngineContext(512, "--ctx-size 2048 / --parallel 4 = 512")
-    one = context.from_llamacpp_props({**PROPS, "total_slots": 1})
+    one = context.from_llamacpp_props({**PROPS, "total_slots": 1}, ["-c", "512"])
     assert one == context.EngineContext(512, "--ctx-size 512 / --parallel 1 = 512")
+
+
+def test_a_unified_cache_or_an_unknown_command_line_is_said_as_props_says_it() -> None:
+    # --parallel not given: llama-server unifies the KV cache, each slot may use it all.
+    unified = {**PROPS, "default_generation_settings": {"n_ctx": 4096}}
+    assert context.from_llamacpp_props(unified, ["llama-server", "-c", "4096"]) == (
+        context.EngineContext(4096, "n_ctx 4096 a slot, 4 slot(s) (/props)")
+    )
+    assert context.from_llamacpp_props(PROPS).detail == "n_ctx 512 a slot, 4 slot(s) (/props)"
 
 
 def test_vllm_lists_max_model_len_with_the_served_model() -> None:
@@ -111,7 +123,7 @@ def test_a_ready_engine_is_asked_over_http(tmp_path: Path) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         base = f"http://127.0.0.1:{server.server_address[1]}"
-        assert context.read("llamacpp", base, "m") == context.EngineContext(
+        assert context.read("llamacpp", base, "m", argv=ARGV) == context.EngineContext(
             512, "--ctx-size 2048 / --parallel 4 = 512"
         )
         assert context.read("vllm", base, "m") is None  # too large to be an answer
