@@ -46,13 +46,13 @@ def cmd_engine_check(app: App, args: argparse.Namespace) -> int:
             "with --gateway URL --token-file FILE"
         )
     engine = "sim"
-    args: tuple[str, ...] = ()
+    engine_args: tuple[str, ...] = ()
     reported: tuple[int | None, str] = (None, "")
     if ready:
         placement, status = ready[0]
         profile = model.profile(placement.profile)
         if profile is not None:
-            engine, args = profile.engine, tuple(profile.args)
+            engine, engine_args = profile.engine, tuple(profile.args)
         reported = (status.effective_context_length, status.context_detail)
     if args.gateway is not None:
         if args.token_file is None:
@@ -72,7 +72,7 @@ def cmd_engine_check(app: App, args: argparse.Namespace) -> int:
             model=model.name,
             via=f"replica {model.name}[{placement.replica}] at {status.endpoint}",
         )
-    verdicts = check(model, target, engine=engine, reported=reported, args=args)
+    verdicts = check(model, target, engine=engine, reported=reported, args=engine_args)
     code = exit_status(verdicts)
     if args.json:
         print_json(
