@@ -274,4 +274,4 @@ def test_draining_the_node_moves_the_replica_and_stops_its_engine_cleanly(
     )
     # Stopped by SIGTERM within the grace period: llama-server's own goodbye is in its log.
     text = Path(record["log_path"]).read_text(errors="replace")
-    assert "SIGKILL" not in text
+    assert "cleaning up before exit" in text
