@@ -5,7 +5,8 @@ One tick, every ``interval`` seconds:
 1. look at each engine: exited (failed, with its exit code and the end of
    its log), answering its health check (ready), or neither yet (starting);
 2. report the node (the heartbeat) with those replica states;
-3. read the node's placements and apply ``reconcile.decide``.
+3. read the node's placements and apply ``reconcile.decide``; engines just started
+   are reported ``starting`` at once.
 
 When the control plane cannot be reached, steps 2 and 3 are skipped and
 nothing is stopped: a network partition must not take down replicas that
@@ -106,6 +107,10 @@ class Agent:
         now = self.clock()
         decision = decide(wants, self.haves(), self.inventory.devices, now, self.config.backoff)
         self.apply(decision)
+        if decision.starts:
+            # Said at once, not at the next tick: an engine that loads within a tick
+            # would otherwise go from placed to ready with its start never reported.
+            self.report()
         log.debug(
             "agent.reconciled",
             placed=len(wants),

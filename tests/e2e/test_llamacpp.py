@@ -4,7 +4,8 @@
 One cluster for the module (the tests run in order on one worker: ``xdist_group``):
 a CPU profile whose args set ``--ctx-size 2048 --parallel 4`` (512 tokens a slot,
 under the catalog's context_length 1024: the seed's arithmetic, warned), a model
-whose file is missing, then a crash, engine-check, and a drain last.
+whose file is missing, engine-check, a drain, and a crash last (a crash may move the
+replica, and the node it failed on is then avoided for a minute).
 
 The OpenAI calls go straight to the replica's endpoint: the gateway is not part
 of this tree yet (when it is, the same calls go through it).
@@ -156,36 +157,6 @@ def test_an_engine_that_cannot_start_fails_with_its_own_error(llama: Cluster) ->
     assert "exiting due to model loading error" in message
 
 
-def test_a_killed_engine_is_reported_failed_with_its_last_log_lines_and_restarted(
-    llama: Cluster,
-) -> None:
-    c = llama
-    eventually(lambda: ready(c, "tiny"), "tiny[0] ready", timeout=180)
-    _, record = engine_of(c, "tiny")
-    os.killpg(record["pid"], signal.SIGKILL)
-
-    def failed() -> str | None:
-        for event in history(c, "tiny"):
-            if event["type"] == "replica.failed":
-                return str(event["reason"])
-        return None
-
-    message = eventually(failed, "tiny[0] reported failed", timeout=60)
-    said = ": the engine was killed by SIGKILL; last log lines: "
-    assert said in message
-    assert " I srv " in message.split(said)[1] or " I slot " in message.split(said)[1]
-
-    def restarted() -> dict[str, Any] | None:
-        placed = ready(c, "tiny")
-        if placed is None:
-            return None
-        _, now = engine_of(c, "tiny")
-        return placed if now["pid"] != record["pid"] else None
-
-    again = eventually(restarted, "tiny[0] ready again on a new engine", timeout=180)
-    assert again["effective_context_length"] == 512
-
-
 def test_engine_check_refuses_what_the_random_model_cannot_do(llama: Cluster) -> None:
     c = llama
     eventually(lambda: ready(c, "tiny"), "tiny[0] ready", timeout=180)
@@ -277,3 +248,36 @@ def test_draining_the_node_moves_the_replica_and_stops_its_engine_cleanly(
     # Stopped by SIGTERM within the grace period: llama-server's own goodbye is in its log.
     text = Path(record["log_path"]).read_text(errors="replace")
     assert "cleaning up before exit" in text
+    # Back in service for what follows.
+    done = c.cli("nodes", "uncordon", node)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_killed_engine_is_reported_failed_with_its_last_log_lines_and_restarted(
+    llama: Cluster,
+) -> None:
+    c = llama
+    eventually(lambda: ready(c, "tiny"), "tiny[0] ready", timeout=180)
+    _, record = engine_of(c, "tiny")
+    os.killpg(record["pid"], signal.SIGKILL)
+
+    def failed() -> str | None:
+        for event in history(c, "tiny"):
+            if event["type"] == "replica.failed":
+                return str(event["reason"])
+        return None
+
+    message = eventually(failed, "tiny[0] reported failed", timeout=60)
+    said = ": the engine was killed by SIGKILL; last log lines: "
+    assert said in message
+    assert " I srv " in message.split(said)[1] or " I slot " in message.split(said)[1]
+
+    def restarted() -> dict[str, Any] | None:
+        placed = ready(c, "tiny")
+        if placed is None:
+            return None
+        _, now = engine_of(c, "tiny")
+        return placed if now["pid"] != record["pid"] else None
+
+    again = eventually(restarted, "tiny[0] ready again on a new engine", timeout=180)
+    assert again["effective_context_length"] == 512
