@@ -177,6 +177,22 @@ def test_engine_check_refuses_what_the_random_model_cannot_do(llama: Cluster) ->
         ("tools", "refused"),
         ("context_length", "refused"),
     ]
+    # --gateway: the gateway is not in this tree yet, so the replica's endpoint stands
+    # in for one (llama-server ignores the token); the context then comes from what the
+    # agent reported, as a gateway cannot reach the engine's /props.
+    endpoint = ready(c, "tiny")["endpoint"]  # type: ignore[index]
+    token = c.workdir / "client.token"
+    token.write_text("")
+    empty = c.cli("engine-check", "tiny", "--gateway", endpoint, "--token-file", str(token))
+    assert empty.returncode == 1 and "holds no token" in empty.stderr
+    token.write_text("llmgw_client_secret\n")
+    via = c.cli("engine-check", "tiny", "--gateway", endpoint, "--token-file", str(token), "--json")
+    assert via.returncode == 1, via.stderr
+    verdicts = {v["claim"]: v for v in json.loads(via.stdout)["verdicts"]}
+    assert verdicts["tools"]["outcome"] == "refused"
+    assert verdicts["context_length"]["detail"].endswith(
+        "(as the replica's agent reported it): a request may use 512 tokens"
+    )
 
 
 def test_health_answers_503_while_the_model_loads_and_the_agent_reads_it_as_not_ready(
