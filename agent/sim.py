@@ -13,7 +13,8 @@ Flags for tests, demos and load tests: ``--slots N`` (requests beyond N wait the
 as llama.cpp's ``--parallel``) with ``--token-delay`` (seconds per token), so latency
 grows with load as on a real engine; ``--startup-delay`` (seconds before it listens,
 as a real engine loading weights), ``--exit-after`` and ``--exit-code`` (it
-dies on its own, to show a failure).
+dies on its own, to show a failure), ``--max-model-len`` (listed in ``/v1/models``
+as vLLM lists it, so the agent's reading of an engine's context can be tested).
 
 As vLLM does, a request whose client goes away is abandoned (streamed or not, waiting
 for a slot or generating): its slot is freed. ``GET /metrics`` shows it, with vLLM's
@@ -161,6 +162,7 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
     token_delay: float = 0.0,
     gang_ready: threading.Event | None = None,
     slots: int = 0,
+    max_model_len: int | None = None,
 ) -> FastAPI:
     """``slots``: requests answered at once (0: no limit); the rest wait their turn, as
     on llama.cpp's ``--parallel`` or vLLM's batch limit, so latency grows with load."""
@@ -200,7 +202,14 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        entry = {"id": model, "object": "model", "created": 0, "owned_by": "llmgw-sim"}
+        entry: dict[str, Any] = {
+            "id": model,
+            "object": "model",
+            "created": 0,
+            "owned_by": "llmgw-sim",
+        }
+        if max_model_len is not None:
+            entry["max_model_len"] = max_model_len  # as vLLM lists it
         return {"object": "list", "data": [entry]}
 
     async def read(request: Request) -> tuple[dict[str, Any] | None, Any]:
@@ -366,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--exit-after", type=float, default=None, metavar="SECONDS")
     p.add_argument("--exit-code", type=int, default=1)
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="the context one request may use, listed in /v1/models as vLLM lists it",
+    )
     p.add_argument("--nnodes", type=int, default=1, help="nodes the replica spans")
     p.add_argument("--node-rank", type=int, default=0, help="this node's rank; 0 is the head")
     p.add_argument("--master-addr", default="127.0.0.1", help="the head's address")
@@ -394,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     from httpguard.limits import HeadLimits
     from httpguard.protocol import uvicorn_options
 
-    app = create_app(args.model, args.token_delay, gang_ready, args.slots)
+    app = create_app(args.model, args.token_delay, gang_ready, args.slots, args.max_model_len)
     counts: Counts = app.state.counts
 
     class Server(uvicorn.Server):

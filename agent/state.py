@@ -75,6 +75,11 @@ class Record:
     nonce: str = ""
     # The model version the engine was started for ("" in a record from before versions).
     version: str = ""
+    # What one request may use on the ready engine, as it said (agent.context), and
+    # how many times it was asked (an engine that never says is not asked forever).
+    context_tokens: int | None = None
+    context_detail: str = ""
+    context_asks: int = 0
 
     @property
     def key(self) -> Key:

@@ -114,6 +114,7 @@ KEYS: dict[str, dict[str, str]] = {
         "log_keep": "count",
         "leave_engines": "bool",
         "secrets_dir": "path",
+        "llamacpp_server": "str",
     },
     # `llmgw gateway` (llmgw.gateway_settings resolves these for it).
     "gateway": {

@@ -247,6 +247,32 @@ def replica_json(
         **placed_replica_json(p, status),
         "engine": None if engine is None else {**asdict(engine), "env": dict(engine.env)},
         "weight": None if model is None else effective_weight(model, p.profile, measured or {}),
+        **replica_context_json(p, catalog, status),
+    }
+
+
+def replica_context_json(p: Placement, catalog: Catalog, status: ReplicaStatus) -> dict[str, Any]:
+    """What one request may really use on the replica, as its engine said once ready
+    (None: not known), and a warning when the catalog's context_length promises more.
+    A gateway admits by the smaller of ``effective_context_length`` and the catalog's."""
+    from scheduler.lifecycle.context_check import context_warning
+
+    model = catalog.resolve(p.model)
+    profile = model.profile(p.profile) if model is not None else None
+    warning = None
+    if model is not None and profile is not None:
+        warning = context_warning(
+            model=model.name,
+            profile=p.profile,
+            engine=profile.engine,
+            context_length=model.context_length,
+            effective=status.effective_context_length,
+            detail=status.context_detail,
+        )
+    return {
+        "effective_context_length": status.effective_context_length,
+        "context_detail": status.context_detail,
+        "context_warning": warning,
     }
 
 

@@ -159,6 +159,13 @@ class PlacementEntry(BaseModel):
     # The router's capacity weight in force: the profile's declared weight, else the
     # capacity `llmgw bench --record` measured, else 1 (null: the model is gone).
     weight: float | None = None
+    # What one request may really use on the replica's engine (llama.cpp's context per
+    # slot, vLLM's max_model_len), read by its agent once ready; None: not known.
+    effective_context_length: int | None
+    # How the engine came to it: "--ctx-size 8192 / --parallel 4 = 2048".
+    context_detail: str
+    # Set when the catalog's context_length exceeds effective_context_length.
+    context_warning: str | None
 
 
 class FleetModel(_Open):

@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser_serve.register(sub, common)
     parser_serve.register_agent(sub, common)
     parser_gateway.register(sub, common)
+    parser_serve.register_engine_check(sub, common)
     parser_serve.register_ops(sub, common)
     parser_autoscale.register(sub, common)
     add_examples(parser)

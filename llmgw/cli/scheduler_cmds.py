@@ -18,6 +18,7 @@ from llmgw.views import (
     node_json,
     placed_replica_json,
     placement_json,
+    replica_context_json,
     rollout_json,
     unplaced_json,
 )
@@ -230,7 +231,18 @@ def cmd_placements(app: App, args: argparse.Namespace) -> int:
         if model is not None:  # resolved each refresh: an alias can move to another model
             model = app.service.catalog().canonical(model) or model
         replicas = store.replicas(node=args.node, model=model)
-        return [placed_replica_json(p, s) for p, s in replicas], _placements_table(replicas)
+        catalog = app.service.catalog()
+        shown_rows = [
+            {**placed_replica_json(p, s), **replica_context_json(p, catalog, s)}
+            for p, s in replicas
+        ]
+        warnings = [
+            f"warning: {shown(r['model'])}[{r['replica']}]: {shown(r['context_warning'])}"
+            for r in shown_rows
+            if r["context_warning"]
+        ]
+        text = _placements_table(replicas) + "".join(w + "\n" for w in warnings)
+        return shown_rows, text
 
     return live.show(view, watch=args.watch, as_json=args.json, title="llmgw placements")
 

@@ -137,6 +137,8 @@ class Lifecycle:
                     "message": s.message,
                     "endpoint": s.endpoint,
                     "reported": s.reported,
+                    "effective_context_length": s.effective_context_length,
+                    "context_detail": s.context_detail,
                 }
                 for (model, replica), s in sorted(self.statuses.items())
             ],
@@ -181,6 +183,9 @@ class Lifecycle:
                     message=s["message"],
                     endpoint=s["endpoint"],
                     reported=s["reported"],
+                    # Absent from rounds recorded before the engines' context was read.
+                    effective_context_length=s.get("effective_context_length"),
+                    context_detail=s.get("context_detail", ""),
                 )
                 for s in data["statuses"]
             },

@@ -114,9 +114,20 @@ def record_replica_reports(
                     endpoint = None
                     message = f"endpoint {endpoint_shown(rep.endpoint)} refused: {problem}"
             changed = rep.state != row.state
-            if not changed and message == row.message and endpoint == row.endpoint:
+            context = (rep.effective_context_length, rep.context_detail)
+            if (
+                not changed
+                and message == row.message
+                and endpoint == row.endpoint
+                and context == (row.effective_context_length, row.context_detail)
+            ):
                 continue
-            values: dict[str, Any] = {"message": message, "endpoint": endpoint}
+            values: dict[str, Any] = {
+                "message": message,
+                "endpoint": endpoint,
+                "effective_context_length": rep.effective_context_length,
+                "context_detail": rep.context_detail,
+            }
             if changed:
                 values |= {"state": rep.state, "state_since": now}
                 trail.append(

@@ -35,6 +35,8 @@ class StoredPlacement:
     endpoint: str | None
     # The nodes column exactly as stored: a report updates only the placement it was about.
     nodes_text: str
+    effective_context_length: int | None = None
+    context_detail: str = ""
 
     def status(self, reporting: frozenset[str]) -> ReplicaStatus:
         return ReplicaStatus(
@@ -44,6 +46,8 @@ class StoredPlacement:
             message=self.message,
             endpoint=self.endpoint,
             reported=any(n in reporting for n in self.placement.nodes),
+            effective_context_length=self.effective_context_length,
+            context_detail=self.context_detail,
         )
 
 
@@ -120,4 +124,6 @@ def _placement(r: Row) -> StoredPlacement:
         message=checked(r, "message", str),
         endpoint=checked(r, "endpoint", str, None),
         nodes_text=nodes_text,
+        effective_context_length=checked(r, "effective_context_length", int, None),
+        context_detail=checked(r, "context_detail", str),
     )

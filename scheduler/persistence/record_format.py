@@ -307,6 +307,11 @@ def _lifecycle(data: Any) -> Lifecycle:
             # the round on them).
             if key == "statuses":
                 replica_state(entry)
+                # Optional: rounds recorded before engines' context was read lack them.
+                if "effective_context_length" in entry:
+                    checked(entry, "effective_context_length", int, None)
+                if "context_detail" in entry:
+                    checked(entry, "context_detail", str)
             if key == "cordons" and entry["mode"] not in (CORDONED, DRAINING):
                 raise UnreadableRow(
                     f"lifecycle cordon mode {_shown(entry['mode'])} is neither "

@@ -61,6 +61,10 @@ class PlacementRow(Base):
     # The model version it was placed with (catalog.digest.model_version); "" before
     # versions. Its agent is sent that version's definition (ModelVersionRow).
     version: Mapped[str] = mapped_column(String(64), server_default="")
+    # What one request may really use on its engine, as the agent read it once ready
+    # (None: not yet, or the engine does not say), and how the engine came to it.
+    effective_context_length: Mapped[int | None] = mapped_column(Integer)
+    context_detail: Mapped[str] = mapped_column(Text, server_default="")
 
 
 class PlacementRoundRow(Base):

@@ -55,6 +55,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "declared": ("catalog", "events", "scheduler.persistence"),
     # Builds the reference pages of the docs site from the CLI parser and the API document.
     "docsite": ANYTHING,
+    # `llmgw engine-check`: verifies an engine's claims over HTTP; the tiny test model.
+    "engine_check": ("catalog", "agent"),
     "llmgw": ANYTHING,
     # The benches measure the whole, as the tests do (bench.fleet_ab times llmgw's route).
     "bench": ANYTHING,
@@ -73,6 +75,8 @@ NEVER: tuple[tuple[str, str, str], ...] = (
     ("gateway", "events", "the request path never touches the database"),
     ("gateway", "scheduler", "the request path never touches the database"),
     ("gateway", "agent", "a gateway reaches engines over HTTP only"),
+    ("engine_check", "events", "engine-check reaches engines over HTTP only"),
+    ("engine_check", "scheduler", "engine-check reaches engines over HTTP only"),
     ("*", "llmgw", "llmgw is the composition root: nothing builds on it"),
     ("scheduler.lifecycle", "scheduler.planner", "lifecycle is the floor under the planner"),
     ("scheduler.lifecycle", "events", "lifecycle is pure and imported at CLI start"),
@@ -84,7 +88,9 @@ NEVER: tuple[tuple[str, str, str], ...] = (
     ("scheduler.exact", "events", "the exact reference is pure: no I/O"),
     ("scheduler.persistence", "scheduler.daemon", "storage is a floor under the daemon"),
 )
-NEVER_EXCEPT = {"*": ("llmgw", "bench")}
+# The benches and the docs site (its reference pages read the CLI parser and the API
+# document) stand above the composition root, as the tests do.
+NEVER_EXCEPT = {"*": ("llmgw", "bench", "docsite")}
 
 SKIP = {"tests", "alembic", "build", "dist", "node_modules"}
 

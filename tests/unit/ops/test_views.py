@@ -116,8 +116,16 @@ def test_a_replica_is_its_placement_its_state_and_what_its_agent_starts() -> Non
     coder = catalog.resolve("coder")
     assert coder is not None
     row = replica_json(p, catalog, status, coder.engine_profile("t4"))
-    # The routing weight in force: the profile declares none and nothing was measured.
-    assert row == {**placed_replica_json(p, status), "engine": row["engine"], "weight": 1.0}
+    # The routing weight in force: the profile declares none and nothing was measured;
+    # what one request may use on the engine: not known yet.
+    assert row == {
+        **placed_replica_json(p, status),
+        "engine": row["engine"],
+        "weight": 1.0,
+        "effective_context_length": None,
+        "context_detail": "",
+        "context_warning": None,
+    }
     assert row["engine"]["engine"] == "vllm" and row["engine"]["served_model_name"] == "coder"
     assert isinstance(row["engine"]["env"], dict)
     # A replica whose model has left the catalog is still listed (it is being removed).
