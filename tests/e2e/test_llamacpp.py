@@ -222,7 +222,6 @@ def test_health_answers_503_while_the_model_loads_and_the_agent_reads_it_as_not_
                     break
             except urllib.error.HTTPError as exc:
                 seen.append((exc.code, exc.read().decode()))
-                assert not healthy(url) or exc.code == 200
             except OSError:
                 seen.append((None, "not listening"))
     finally:
@@ -262,7 +261,9 @@ def test_draining_the_node_moves_the_replica_and_stops_its_engine_cleanly(
         psutil.STATUS_ZOMBIE
     )
     # Stopped by SIGTERM within the grace period: llama-server's own goodbye is in its log.
-    text = Path(record["log_path"]).read_text(errors="replace")
+    # The engine's log is the agent's to name (derived from its key, never from a record).
+    (log_path,) = (agent.state_dir / "logs").glob(f"tiny-*-{record['replica']}.log")
+    text = log_path.read_text(errors="replace")
     assert "cleaning up before exit" in text
     # Back in service for what follows.
     done = c.cli("nodes", "uncordon", node)
