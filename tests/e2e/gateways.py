@@ -110,6 +110,8 @@ def gateway_cluster(
     nodes: list[str],
     models: list[dict[str, Any]],
     server_args: list[str],
+    *,
+    gateway_args: tuple[str, ...] = (),
 ) -> Iterator[tuple[Cluster, GatewayProc, GatewayTokens]]:
     tokens = Tokens.issue(agent_nodes=nodes)
     extra = GatewayTokens.issue()
@@ -123,7 +125,7 @@ def gateway_cluster(
     )
     server.start()
     c = Cluster(workdir, server, tokens)
-    gw = GatewayProc(workdir, server.url, extra.gateway)
+    gw = GatewayProc(workdir, server.url, extra.gateway, *gateway_args)
     try:
         gw.start()
         yield c, gw, extra
