@@ -6,7 +6,7 @@ place from the catalog, the placements and the autoscaler's store.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +15,7 @@ from autoscale.policy import Policy
 from autoscale.rounds import group, summary_for
 from autoscale.runner import wanted_counts
 from autoscale.store import DECISION, AutoscaleStore
+from autoscale.windows import Summary, Window
 from catalog import Catalog
 from scheduler.daemon.node_service import replica_counts
 from scheduler.lifecycle.replica_reports import ReplicaStatus
@@ -33,7 +34,9 @@ def autoscale_rows(
     last = store.latest(DECISION)
     limits = model_limits(catalog.models(), store.capacities())
     windows = group(store.windows(now - policy.window, now))
-    heard = bool(store.heard(now - policy.window, now))
+    heard_at = store.heard(now - policy.window, now)
+    heard = bool(heard_at)
+    seconds = _covered(windows, heard_at, policy, now)
     rows = []
     for m in catalog.models():
         c, lim, own = counts[m.name], limits[m.name], policy.for_model(m.name)
@@ -53,6 +56,7 @@ def autoscale_rows(
                 "capacity_source": lim.capacity_source,
                 "slo": {"ttft_p99_s": lim.ttft_p99_s, "tpot_p99_s": lim.tpot_p99_s},
                 "signals": None if summary is None else summary.to_json(),
+                "traffic": None if summary is None else _traffic(summary, seconds),
                 "last_decision": None
                 if decision is None
                 else {
@@ -65,3 +69,31 @@ def autoscale_rows(
             }
         )
     return rows
+
+
+def _covered(
+    windows: Mapping[str, Sequence[Window]],
+    heard_at: Sequence[datetime],
+    policy: Policy,
+    now: datetime,
+) -> float:
+    """The seconds the stored signals cover, at most the policy's window: a gateway that
+    started 10 s ago has reported 10 s of traffic, not a minute of it."""
+    starts = [w.start for ws in windows.values() for w in ws] + list(heard_at)
+    span = min(policy.window, now - min(starts)) if starts else policy.window
+    return max(span.total_seconds(), 1.0)
+
+
+def _traffic(summary: Summary, seconds: float) -> dict[str, Any]:
+    """What the gateways measured of a model, as people read it beside its replicas."""
+    return {
+        "seconds": round(seconds, 1),
+        "requests_per_s": round(summary.requests / seconds, 3),
+        "errors": summary.errors,
+        "inflight": summary.load,
+        "inflight_max": summary.inflight_max,
+        "waiting": summary.waiting,
+        "ttft_p99_s": summary.ttft_p99_s,
+        "tpot_p99_s": summary.tpot_p99_s,
+        "gateways": summary.gateways,
+    }
