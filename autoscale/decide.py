@@ -37,7 +37,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoscale.policy import ModelPolicy
 from autoscale.windows import Summary
@@ -86,15 +86,16 @@ class Limits:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Last:
+class Last(NamedTuple):
     """The autoscaler's previous decisions for a model: when it last changed the count."""
 
     changed_at: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
+    """One model's decision. A named tuple, as ``Summary``: a round makes one per model,
+    and a frozen dataclass costs several times as much to make."""
+
     model: str
     at: datetime
     current: int
@@ -181,7 +182,10 @@ def decide(
         )
     needed = needed_replicas(summary, capacity, policy.target)
     why = breaches(summary, limits)
-    per = f"load {summary.load:.2f} over {max(base, 1)} replica(s) at capacity {capacity:g}"
+
+    def per() -> str:  # said only where a reason needs it: formatting is a round's cost
+        return f"load {summary.load:.2f} over {max(base, 1)} replica(s) at capacity {capacity:g}"
+
     since = _since(last, now)
     up_target = needed
     starting = base > 0 and summary.replicas < base
@@ -191,7 +195,7 @@ def decide(
         cause = "slo" if why and needed <= base else "load"
         if base >= hi:
             return out(
-                base, "at_max", f"wants {up_target} ({per}) but scaling.max is {hi}", needed, why
+                base, "at_max", f"wants {up_target} ({per()}) but scaling.max is {hi}", needed, why
             )
         if since is not None and since < policy.up_cooldown:
             left = (policy.up_cooldown - since).total_seconds()
@@ -204,7 +208,7 @@ def decide(
                 why,
             )
         wanted = min(up_target, base + policy.up_step, hi)
-        said = "; ".join(why) if cause == "slo" else f"{per} > target {policy.target:g}"
+        said = "; ".join(why) if cause == "slo" else f"{per()} > target {policy.target:g}"
         return out(wanted, cause, f"up {base} -> {wanted}: {said}", needed, why)
     if why and starting:
         return out(
@@ -233,7 +237,7 @@ def decide(
         return out(
             floor,
             "load",
-            f"down {base} -> {floor}: {per}; {needed} carry it at target {policy.target:g}",
+            f"down {base} -> {floor}: {per()}; {needed} carry it at target {policy.target:g}",
             needed,
         )
-    return out(base, "steady", f"holding {base}: {per}", needed)
+    return out(base, "steady", f"holding {base}: {per()}", needed)

@@ -6,13 +6,14 @@ place from the catalog, the placements and the autoscaler's store.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from autoscale.limits import model_limits
 from autoscale.policy import Policy
-from autoscale.rounds import group, summary_for
+from autoscale.rolling import Rolling
+from autoscale.rounds import summary_for
 from autoscale.runner import wanted_counts
 from autoscale.store import DECISION, AutoscaleStore
 from autoscale.windows import Summary, Window
@@ -33,10 +34,11 @@ def autoscale_rows(
     wanted = wanted_counts(store, policy)
     last = store.latest(DECISION)
     limits = model_limits(catalog.models(), store.capacities())
-    windows = group(store.windows(now - policy.window, now))
+    received = store.windows(now - policy.window, now)
+    windows = Rolling.of(received)
     heard_at = store.heard(now - policy.window, now)
     heard = bool(heard_at)
-    seconds = _covered(windows, heard_at, policy, now)
+    seconds = _covered(received, heard_at, policy, now)
     rows = []
     for m in catalog.models():
         c, lim, own = counts[m.name], limits[m.name], policy.for_model(m.name)
@@ -72,14 +74,14 @@ def autoscale_rows(
 
 
 def _covered(
-    windows: Mapping[str, Sequence[Window]],
+    windows: Sequence[Window],
     heard_at: Sequence[datetime],
     policy: Policy,
     now: datetime,
 ) -> float:
     """The seconds the stored signals cover, at most the policy's window: a gateway that
     started 10 s ago has reported 10 s of traffic, not a minute of it."""
-    starts = [w.start for ws in windows.values() for w in ws] + list(heard_at)
+    starts = [w.start for w in windows] + list(heard_at)
     span = min(policy.window, now - min(starts)) if starts else policy.window
     return max(span.total_seconds(), 1.0)
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscale.signals import parse_signals
-from autoscale.windows import summarise
+from autoscale.rolling import summarise
 from gateway.windows import Windows
 
 MODELS = ["chat", "zero"]
