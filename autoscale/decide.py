@@ -116,19 +116,17 @@ class Decision(NamedTuple):
 
 def breaches(summary: Summary, limits: Limits) -> tuple[str, ...]:
     """Each SLO target the window's p99 exceeded, said with both numbers."""
+    ttft, tpot = summary.ttft_p99_s, summary.tpot_p99_s
+    ttft_slo, tpot_slo = limits.ttft_p99_s, limits.tpot_p99_s
+    ttft_over = bool(ttft_slo) and ttft is not None and ttft > ttft_slo
+    tpot_over = bool(tpot_slo) and tpot is not None and tpot > tpot_slo
+    if not (ttft_over or tpot_over):
+        return ()
     out = []
-    if (
-        limits.ttft_p99_s
-        and summary.ttft_p99_s is not None
-        and summary.ttft_p99_s > limits.ttft_p99_s
-    ):
-        out.append(f"ttft p99 {summary.ttft_p99_s:.3f}s > {limits.ttft_p99_s:g}s")
-    if (
-        limits.tpot_p99_s
-        and summary.tpot_p99_s is not None
-        and summary.tpot_p99_s > limits.tpot_p99_s
-    ):
-        out.append(f"tpot p99 {summary.tpot_p99_s:.3f}s > {limits.tpot_p99_s:g}s")
+    if ttft_over:
+        out.append(f"ttft p99 {ttft:.3f}s > {ttft_slo:g}s")
+    if tpot_over:
+        out.append(f"tpot p99 {tpot:.3f}s > {tpot_slo:g}s")
     return tuple(out)
 
 
@@ -139,6 +137,11 @@ def needed_replicas(summary: Summary, capacity: float, target: float) -> int:
     if summary.requests > 0 or summary.waiting > 0:
         needed = max(needed, 1)
     return needed
+
+
+def _per(summary: Summary, base: int, capacity: float) -> str:
+    # Said only where a reason needs it: formatting is much of a round's cost.
+    return f"load {summary.load:.2f} over {max(base, 1)} replica(s) at capacity {capacity:g}"
 
 
 def _since(last: Last, now: datetime) -> timedelta | None:
@@ -183,9 +186,6 @@ def decide(
     needed = needed_replicas(summary, capacity, policy.target)
     why = breaches(summary, limits)
 
-    def per() -> str:  # said only where a reason needs it: formatting is a round's cost
-        return f"load {summary.load:.2f} over {max(base, 1)} replica(s) at capacity {capacity:g}"
-
     since = _since(last, now)
     up_target = needed
     starting = base > 0 and summary.replicas < base
@@ -195,7 +195,11 @@ def decide(
         cause = "slo" if why and needed <= base else "load"
         if base >= hi:
             return out(
-                base, "at_max", f"wants {up_target} ({per()}) but scaling.max is {hi}", needed, why
+                base,
+                "at_max",
+                f"wants {up_target} ({_per(summary, base, capacity)}) but scaling.max is {hi}",
+                needed,
+                why,
             )
         if since is not None and since < policy.up_cooldown:
             left = (policy.up_cooldown - since).total_seconds()
@@ -208,7 +212,11 @@ def decide(
                 why,
             )
         wanted = min(up_target, base + policy.up_step, hi)
-        said = "; ".join(why) if cause == "slo" else f"{per()} > target {policy.target:g}"
+        said = (
+            "; ".join(why)
+            if cause == "slo"
+            else f"{_per(summary, base, capacity)} > target {policy.target:g}"
+        )
         return out(wanted, cause, f"up {base} -> {wanted}: {said}", needed, why)
     if why and starting:
         return out(
@@ -237,7 +245,8 @@ def decide(
         return out(
             floor,
             "load",
-            f"down {base} -> {floor}: {per()}; {needed} carry it at target {policy.target:g}",
+            f"down {base} -> {floor}: {_per(summary, base, capacity)}; {needed} carry it "
+            f"at target {policy.target:g}",
             needed,
         )
-    return out(base, "steady", f"holding {base}: {per()}", needed)
+    return out(base, "steady", f"holding {base}: {_per(summary, base, capacity)}", needed)
