@@ -118,8 +118,8 @@ def breaches(summary: Summary, limits: Limits) -> tuple[str, ...]:
     """Each SLO target the window's p99 exceeded, said with both numbers."""
     ttft, tpot = summary.ttft_p99_s, summary.tpot_p99_s
     ttft_slo, tpot_slo = limits.ttft_p99_s, limits.tpot_p99_s
-    ttft_over = bool(ttft_slo) and ttft is not None and ttft > ttft_slo
-    tpot_over = bool(tpot_slo) and tpot is not None and tpot > tpot_slo
+    ttft_over = bool(ttft_slo and ttft is not None and ttft > ttft_slo)
+    tpot_over = bool(tpot_slo and tpot is not None and tpot > tpot_slo)
     if not (ttft_over or tpot_over):
         return ()
     out = []
