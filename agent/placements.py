@@ -55,6 +55,8 @@ class _Placement(BaseModel):
     state: str | None = None
     # Where the replica's head answers, as its agent reported it (None until then).
     endpoint: str | None = Field(default=None, max_length=2048)
+    # The model version the replica was placed with ("" from a server before versions).
+    version: str = Field(default="", max_length=64)
 
 
 class PlacementsError(ValueError):
@@ -93,6 +95,9 @@ class Want:
     nnodes: int = 1
     head: str = ""
     head_endpoint: str | None = None
+    # The model version the control plane placed this replica with; its ``launch`` is
+    # that version's, and does not change while the replica stays placed.
+    version: str = ""
 
     @property
     def worker(self) -> bool:
@@ -130,6 +135,7 @@ def parse_placements(data: Any, node: str) -> list[Want]:
             nnodes=len(p.nodes),
             head=p.nodes[0],
             head_endpoint=head_endpoint,
+            version=p.version,
         )
     return sorted(wants.values(), key=lambda w: w.key)
 

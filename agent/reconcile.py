@@ -36,6 +36,8 @@ class Have:
     # Wall-clock time the engine was seen to have exited (None while alive).
     exited_at: float | None = None
     restarts: int = 0
+    # The model version it was started for ("" if not known).
+    version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,24 @@ class Decision:
     waits: tuple[Wait, ...] = ()
 
 
+def _changed(placed: Want, held: Have) -> str:
+    """Why an engine whose slot now holds something else is stopped.
+
+    A control plane that pins versions never changes what a placement runs: the
+    slot was given to a new replica (its old one was removed, and this agent saw
+    both at once), or a worker's head moved. Only a server from before versions
+    changes the definition under a running replica.
+    """
+    if placed.version and held.version and placed.version != held.version:
+        return (
+            f"its slot now holds a new replica (version {placed.version[:12]}, was "
+            f"{held.version[:12]}): stopped for it"
+        )
+    if placed.worker and placed.version and placed.version == held.version:
+        return "its head moved: started again against the new head"
+    return "its profile changed (a control plane without pinned versions): restarting"
+
+
 def decide(
     wants: Iterable[Want],
     haves: Iterable[Have],
@@ -90,7 +110,7 @@ def decide(
         if placed is None:
             stops.append(Stop(key, "no longer placed on this node"))
         elif placed.launch is not None and placed.fingerprint != held[key].fingerprint:
-            stops.append(Stop(key, "its profile changed: restarting with the new one"))
+            stops.append(Stop(key, _changed(placed, held[key])))
     stopped = {s.key for s in stops}
     in_use = {d for h in held.values() if h.alive and h.key not in stopped for d in h.devices}
     starts: list[Start] = []

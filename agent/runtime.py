@@ -5,7 +5,8 @@ One tick, every ``interval`` seconds:
 1. look at each engine: exited (failed, with its exit code and the end of
    its log), answering its health check (ready), or neither yet (starting);
 2. report the node (the heartbeat) with those replica states;
-3. read the node's placements and apply ``reconcile.decide``.
+3. read the node's placements and apply ``reconcile.decide``; engines just started
+   are reported ``starting`` at once.
 
 When the control plane cannot be reached, steps 2 and 3 are skipped and
 nothing is stopped: a network partition must not take down replicas that
@@ -27,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from agent import engines, processes
+from agent import context, engines, processes
 from agent.client import ControlPlane, Refused, Unreachable
 from agent.inventory import Inventory
 from agent.logfiles import LogLimits, rotate_if_large
@@ -38,6 +39,16 @@ from agent.state import Record, StateDir
 from agent.states import replica_states
 
 log = structlog.get_logger("llmgw.agent")
+
+FORBIDDEN = 403
+
+
+class ReportsForbidden(Exception):
+    """The control plane answered 403 to this node's report: the token may not report
+    this node (or is a reader's). That cannot heal by retrying, because a token's nodes
+    are fixed when it is issued; the fix is a token issued for this node. (A 401, a
+    token the server does not know, can heal: the server takes it once it is added
+    to its auth file and restarted, so the agent keeps trying then.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +67,9 @@ class AgentConfig:
     logs: LogLimits = field(default_factory=LogLimits)
     # Where the secrets profiles name are, a file each (agent.secrets); else the environment.
     secrets_dir: Path | None = None
+    # llama.cpp's server, as found at start (agent.binaries); None: not found, and a
+    # llamacpp replica then fails saying where it was looked for.
+    llamacpp_server: str | None = "llama-server"
 
 
 class Agent:
@@ -90,15 +104,22 @@ class Agent:
         self.state.lock()
         self.adopt()
         self.looping = True
+        try:
+            self._loop()
+        finally:
+            self.shutdown()
+
+    def _loop(self) -> None:
         while not self.stopping.is_set():
             try:
                 self.tick()
+            except ReportsForbidden:
+                raise  # cannot heal: the agent ends (llmgw agent exits 1 with the message)
             except Exception:
                 # A bug or a full disk must not end the agent (its engines would
                 # then go unwatched); it is logged and the next tick tries again.
                 log.exception("agent.tick_failed")
             self.stopping.wait(self.config.interval)
-        self.shutdown()
 
     def tick(self) -> None:
         self.observe()
@@ -112,6 +133,10 @@ class Agent:
         now = self.clock()
         decision = decide(wants, self.haves(), self.inventory.devices, now, self.config.backoff)
         self.apply(decision)
+        if decision.starts:
+            # Said at once, not at the next tick: an engine that loads within a tick
+            # would otherwise go from placed to ready with its start never reported.
+            self.report()
         log.debug(
             "agent.reconciled",
             placed=len(wants),
@@ -193,6 +218,38 @@ class Agent:
                     replica=record.replica,
                     endpoint=record.endpoint,
                 )
+            now = self.records[key]
+            if now.ready and now.context_tokens is None and now.context_asks < 3:
+                self._read_context(now)
+
+    def _read_context(self, record: Record) -> None:
+        """Ask the ready engine what one request may really use (agent.context)."""
+        base = self._health_url(record).removesuffix(engines.HEALTH_PATH)
+        found = context.read(record.engine, base, record.model, argv=record.argv)
+        asks = 3 if context.probe_path(record.engine) is None else record.context_asks + 1
+        if found is None:
+            self._save(replace(record, context_asks=asks))
+            if asks == 3 and record.engine != "sim":
+                log.warning(
+                    "agent.context_unknown",
+                    model=record.model,
+                    replica=record.replica,
+                    engine=record.engine,
+                    detail="the engine did not say what one request may use",
+                )
+            return
+        self._save(
+            replace(
+                record, context_tokens=found.tokens, context_detail=found.detail, context_asks=asks
+            )
+        )
+        log.info(
+            "agent.engine_context",
+            model=record.model,
+            replica=record.replica,
+            effective_context_length=found.tokens,
+            context_detail=found.detail,
+        )
 
     def _exited(self, record: Record, code: int | None, message: str) -> None:
         record = record.exited(self.clock(), code, message)
@@ -261,6 +318,8 @@ class Agent:
                 self._send_replicas = False
                 return self.report()
             log.error("agent.report_refused", status=exc.status, detail=exc.detail)
+            if exc.status == FORBIDDEN:
+                raise ReportsForbidden(exc.detail) from None
         return False
 
     def placements(self) -> list[Want] | None:
@@ -283,7 +342,7 @@ class Agent:
 
     def haves(self) -> list[Have]:
         return [
-            Have(r.key, r.fingerprint, r.devices, r.alive, r.exited_at, r.restarts)
+            Have(r.key, r.fingerprint, r.devices, r.alive, r.exited_at, r.restarts, r.version)
             for r in self.records.values()
         ]
 
@@ -307,6 +366,7 @@ class Agent:
             model=key.model,
             replica=key.replica,
             fingerprint=want.fingerprint,
+            version=want.version,
             engine=want.launch.engine,
             argv=(),
             pid=0,
@@ -327,7 +387,12 @@ class Agent:
                 env=resolve_env(want.launch.env or {}, cfg.secrets_dir),
             )
             cmd = engines.command(
-                launch, host=cfg.engine_host, port=port, devices=start.devices, gang=gang
+                launch,
+                host=cfg.engine_host,
+                port=port,
+                devices=start.devices,
+                gang=gang,
+                llamacpp_server=cfg.llamacpp_server,
             )
             fd = processes.open_log(log_path)
             try:

@@ -13,7 +13,14 @@ Flags for tests, demos and load tests: ``--slots N`` (requests beyond N wait the
 as llama.cpp's ``--parallel``) with ``--token-delay`` (seconds per token), so latency
 grows with load as on a real engine; ``--startup-delay`` (seconds before it listens,
 as a real engine loading weights), ``--exit-after`` and ``--exit-code`` (it
-dies on its own, to show a failure).
+dies on its own, to show a failure), ``--max-model-len`` (listed in ``/v1/models``
+as vLLM lists it, so the agent's reading of an engine's context can be tested).
+
+As vLLM does, a request whose client goes away is abandoned (streamed or not, waiting
+for a slot or generating): its slot is freed. ``GET /metrics`` shows it, with vLLM's
+names where vLLM has one: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+and ``sim_requests_cancelled_total``. On SIGTERM it stops accepting and lets the
+requests in flight finish (uvicorn's graceful stop), and says how many there are.
 
 A replica spanning nodes runs one sim process per node, with vLLM's flags
 (``--nnodes``, ``--node-rank``, ``--master-addr``, ``--master-port``,
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -36,11 +44,12 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 # The synthetic vocabulary; answers are drawn from it.
 _TEXT = (
@@ -52,6 +61,80 @@ WORDS = tuple(_TEXT.split(" "))
 MAX_BODY = 1 << 20
 DEFAULT_MAX_TOKENS = 16
 MAX_TOKENS = 4096
+
+
+@dataclass(slots=True)
+class Counts:
+    """Requests in each state, for ``GET /metrics`` (touched on the event loop only)."""
+
+    running: int = 0
+    waiting: int = 0
+    cancelled: int = 0
+
+
+_GONE = object()
+
+
+async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
+    """``work``'s result, or ``_GONE`` (``work`` cancelled) when the client disconnects
+    first. The body was read already, so the next ASGI message is the disconnect."""
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return _GONE
+
+
+async def _events(
+    counts: Counts,
+    gate: asyncio.Semaphore | None,
+    token_delay: float,
+    words: list[str],
+    chunk: Callable[..., str],
+    *,
+    chat: bool,
+) -> AsyncIterator[str]:
+    """A streamed answer. The slot is taken here, after the headers, as vLLM sends them
+    before the request is scheduled; Starlette cancels this generator when the client
+    goes away (waiting or mid-stream), and the slot is given back."""
+    stage = "waiting"
+    counts.waiting += 1
+    try:
+        if gate is not None:
+            await gate.acquire()
+        counts.waiting -= 1
+        counts.running += 1
+        stage = "running"
+        if chat:
+            yield chunk(None, None, role=True)
+        for i, word in enumerate(words):
+            if token_delay:
+                await asyncio.sleep(token_delay)
+            yield chunk(word if i == 0 else " " + word, None)
+        yield chunk(None, "length")
+        yield "data: [DONE]\n\n"
+        stage = "finished"
+    finally:
+        if stage == "waiting":
+            counts.waiting -= 1
+        else:
+            counts.running -= 1
+            if gate is not None:
+                gate.release()
+        if stage != "finished":
+            counts.cancelled += 1
 
 
 def synthetic(prompt: str, n: int) -> list[str]:
@@ -79,11 +162,37 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
     token_delay: float = 0.0,
     gang_ready: threading.Event | None = None,
     slots: int = 0,
+    max_model_len: int | None = None,
 ) -> FastAPI:
     """``slots``: requests answered at once (0: no limit); the rest wait their turn, as
     on llama.cpp's ``--parallel`` or vLLM's batch limit, so latency grows with load."""
     app = FastAPI(title=f"sim engine: {model}", docs_url=None, redoc_url=None)
     gate = asyncio.Semaphore(slots) if slots > 0 else None
+    counts = app.state.counts = Counts()
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        label = json.dumps(model)
+        lines = [
+            f"vllm:num_requests_running{{model_name={label}}} {counts.running}",
+            f"vllm:num_requests_waiting{{model_name={label}}} {counts.waiting}",
+            f"sim_requests_cancelled_total{{model_name={label}}} {counts.cancelled}",
+        ]
+        return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+    async def slot(request: Request) -> bool:
+        """Wait for a slot; False when the client went away first (nothing held)."""
+        counts.waiting += 1
+        try:
+            if gate is None:
+                return True
+            return await _unless_gone(request, gate.acquire()) is not _GONE
+        finally:
+            counts.waiting -= 1
+
+    def release() -> None:
+        if gate is not None:
+            gate.release()
 
     @app.get("/health", response_model=None)
     def health() -> dict[str, str] | JSONResponse:
@@ -93,7 +202,14 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        entry = {"id": model, "object": "model", "created": 0, "owned_by": "llmgw-sim"}
+        entry: dict[str, Any] = {
+            "id": model,
+            "object": "model",
+            "created": 0,
+            "owned_by": "llmgw-sim",
+        }
+        if max_model_len is not None:
+            entry["max_model_len"] = max_model_len  # as vLLM lists it
         return {"object": "list", "data": [entry]}
 
     async def read(request: Request) -> tuple[dict[str, Any] | None, Any]:
@@ -155,7 +271,7 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
             prompt = " ".join(str(m.get("content", "")) for m in body["messages"])
         except (KeyError, TypeError, AttributeError):
             return _error(400, "the body must be JSON with a list of messages")
-        return await answer(body, prompt, chat=True)
+        return await answer(request, body, prompt, chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
@@ -165,9 +281,9 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             return _error(400, "`prompt` must be text")
-        return await answer(body, prompt, chat=False)
+        return await answer(request, body, prompt, chat=False)
 
-    async def answer(body: dict[str, Any], prompt: str, *, chat: bool) -> Any:
+    async def answer(request: Request, body: dict[str, Any], prompt: str, *, chat: bool) -> Any:
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         limit = DEFAULT_MAX_TOKENS if limit is None else limit
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -181,15 +297,21 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
             "completion_tokens": len(words),
             "total_tokens": len(prompt.split()) + len(words),
         }
-        if gate is not None:
-            await gate.acquire()
         if not body.get("stream"):
+            if not await slot(request):
+                counts.cancelled += 1
+                return Response(status_code=499)
+            counts.running += 1
             try:
                 if token_delay:
-                    await asyncio.sleep(token_delay * len(words))
+                    # As vLLM's ``with_cancellation``: a client gone stops the work.
+                    done = await _unless_gone(request, asyncio.sleep(token_delay * len(words)))
+                    if done is _GONE:
+                        counts.cancelled += 1
+                        return Response(status_code=499)
             finally:
-                if gate is not None:
-                    gate.release()
+                counts.running -= 1
+                release()
             text = " ".join(words)
             choice: dict[str, Any] = (
                 {"index": 0, "message": {"role": "assistant", "content": text}}
@@ -225,21 +347,8 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
             }
             return f"data: {json.dumps(data)}\n\n"
 
-        async def events() -> AsyncIterator[str]:
-            try:
-                if chat:
-                    yield chunk(None, None, role=True)
-                for i, word in enumerate(words):
-                    if token_delay:
-                        await asyncio.sleep(token_delay)
-                    yield chunk(word if i == 0 else " " + word, None)
-                yield chunk(None, "length")
-                yield "data: [DONE]\n\n"
-            finally:
-                if gate is not None:
-                    gate.release()
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+        events = _events(counts, gate, token_delay, words, chunk, chat=chat)
+        return StreamingResponse(events, media_type="text/event-stream")
 
     return app
 
@@ -266,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--exit-after", type=float, default=None, metavar="SECONDS")
     p.add_argument("--exit-code", type=int, default=1)
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="the context one request may use, listed in /v1/models as vLLM lists it",
+    )
     p.add_argument("--nnodes", type=int, default=1, help="nodes the replica spans")
     p.add_argument("--node-rank", type=int, default=0, help="this node's rank; 0 is the head")
     p.add_argument("--master-addr", default="127.0.0.1", help="the head's address")
@@ -294,15 +409,31 @@ def main(argv: list[str] | None = None) -> int:
     from httpguard.limits import HeadLimits
     from httpguard.protocol import uvicorn_options
 
+    app = create_app(args.model, args.token_delay, gang_ready, args.slots, args.max_model_len)
+    counts: Counts = app.state.counts
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # Said once, so an operator (and a test) can see that a stop found requests
+            # in flight and let them finish.
+            if not self.should_exit:
+                print(
+                    f"sim engine: stopping (signal {sig}); {counts.running + counts.waiting} "
+                    "request(s) in flight finish first",
+                    flush=True,
+                )
+            super().handle_exit(sig, frame)
+
     print(f"sim engine: listening on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(
-        create_app(args.model, args.token_delay, gang_ready, args.slots),
+    config = uvicorn.Config(
+        app,
         host=args.host,
         port=args.port,
         log_level="warning",
         # The same bounds on a request's head as the control plane's API.
         **uvicorn_options(HeadLimits(header_timeout_s=args.header_timeout)),
     )
+    Server(config).run()
     return 0
 
 

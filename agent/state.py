@@ -73,6 +73,13 @@ class Record:
     # Put in the engine's environment as LLMGW_ENGINE_NONCE: what proves, at adoption,
     # that the process is the one this agent started ("" in records of older agents).
     nonce: str = ""
+    # The model version the engine was started for ("" in a record from before versions).
+    version: str = ""
+    # What one request may use on the ready engine, as it said (agent.context), and
+    # how many times it was asked (an engine that never says is not asked forever).
+    context_tokens: int | None = None
+    context_detail: str = ""
+    context_asks: int = 0
 
     @property
     def key(self) -> Key:
@@ -117,6 +124,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "rank": (int,),
     "nnodes": (int,),
     "nonce": (str,),
+    "version": (str,),
 }
 _FIELDS = frozenset(f.name for f in fields(Record))
 # Written by agents before the log path was derived from the key: read, never used.

@@ -18,6 +18,7 @@ from agent.state import Record
 
 # The control plane takes a message of up to 1000 printable characters.
 MAX_REPORTED_MESSAGE = 1000
+MAX_CONTEXT_DETAIL = 200
 
 
 def replica_states(
@@ -45,6 +46,9 @@ def replica_states(
             entry = {"state": "failed", "message": message}
         elif record.ready:
             entry = {"state": "ready", "message": "", "endpoint": record.endpoint}
+            if record.context_tokens is not None:
+                entry["effective_context_length"] = record.context_tokens
+                entry["context_detail"] = printable(record.context_detail)[:MAX_CONTEXT_DETAIL]
         elif record.nnodes > 1:
             entry = {
                 "state": "starting",
@@ -55,5 +59,8 @@ def replica_states(
         else:
             entry = {"state": "starting", "message": f"{record.engine} on port {record.port}"}
         entry["message"] = printable(str(entry["message"]))[:MAX_REPORTED_MESSAGE]
+        if record is not None and record.version:
+            # Only to a control plane that pins versions (it sent this one).
+            entry["version"] = record.version
         states.append({"model": key.model, "replica": key.replica, **entry})
     return states

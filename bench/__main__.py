@@ -1,8 +1,10 @@
 """``python -m bench [AREA ...] [--quick]``: print one table per area.
 
 Areas: replay, append, peer, placement, writers, decode, reports, batch, headers, autoscale
-(all when none is named). The default sizes are the ones the issue asks for; ``--quick``
-uses small ones so that a change can be tried in a minute. Logs are generated once and cached
+(all when none is named), and gateway (only when named: it needs the peers' venv, ``make
+bench-peers``, and takes about a quarter of an hour; ``python -m bench.gateway --help`` has its
+options). The default sizes are the ones the issue asks for; ``--quick`` uses small ones so
+that a change can be tried in a minute. Logs are generated once and cached
 under ``bench/.cache/`` (SQLite) and in ``llmgw_bench_*`` databases
 (PostgreSQL). Progress goes to stderr; stdout holds only markdown tables, ready
 to paste into BENCHMARKS.md.
@@ -29,6 +31,7 @@ AREAS = (
     "headers",
     "autoscale",
 )
+NAMED_ONLY = ("gateway",)
 
 
 def _runner(area: str) -> Callable[[bool], list[common.Table]]:
@@ -68,6 +71,10 @@ def _runner(area: str) -> Callable[[bool], list[common.Table]]:
         from bench import autoscale
 
         return autoscale.run
+    if area == "gateway":
+        from bench import gateway
+
+        return gateway.run
     from bench import placement
 
     return placement.run
@@ -75,13 +82,14 @@ def _runner(area: str) -> Callable[[bool], list[common.Table]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("areas", nargs="*", metavar="AREA", help=f"any of {', '.join(AREAS)}")
+    known = AREAS + NAMED_ONLY
+    parser.add_argument("areas", nargs="*", metavar="AREA", help=f"any of {', '.join(known)}")
     parser.add_argument("--quick", action="store_true", help="small sizes, to iterate")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.areas) - set(AREAS))
+    unknown = sorted(set(args.areas) - set(known))
     if unknown:
-        parser.error(f"unknown area(s) {', '.join(unknown)}; choose from {', '.join(AREAS)}")
-    areas = [a for a in AREAS if a in args.areas] if args.areas else list(AREAS)
+        parser.error(f"unknown area(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    areas = [a for a in known if a in args.areas] if args.areas else list(AREAS)
     common.quiet_logs()
     print(f"## llmgw-control benchmarks{' (quick)' if args.quick else ''}\n")
     print(f"Machine: {common.machine()}\n")

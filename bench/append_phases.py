@@ -10,8 +10,8 @@ holding as many rows, with ``FULL`` and with ``NORMAL``. Each phase is the threa
 measurement; the wrappers cost about a microsecond each, which lands in the
 phases and in ``the rest``. The median of the rounds is printed per phase.
 
-The phases are nested as they run: ``SqlLockedLog.append`` holds
-``chained_rows`` (ids, time, hash chain) and the insert statement, so the
+The phases are nested as they run: ``SqlLockedLog.append`` (``events.log.WriteSection``)
+holds ``chained_rows`` (ids, time, hash chain) and the insert statement, so the
 insert's row is the difference; ``wrote`` holds the replay of the command's own
 event. ``the rest`` is the add's thread time less the listed phases: the
 command's own code around them (locks, context managers, result objects).
@@ -75,6 +75,7 @@ def _ours(adds: int, synchronous: str) -> dict[str, float]:
     from bench.common import quiet_logs
     from catalog import state
     from events import commands, read_model, sqlite_log, store
+    from events import log as event_log
     from events.backends import open_log
 
     quiet_logs()
@@ -83,7 +84,7 @@ def _ours(adds: int, synchronous: str) -> dict[str, float]:
     wrap(read_model.CatalogReadModel, "catch_up_locked", "last row")
     wrap(state.CatalogState, "check_add", "check_add")
     wrap(commands, "definition_event", "encode")
-    wrap(store, "chained_rows", "chain")
+    wrap(event_log, "chained_rows", "chain")
     wrap(store.SqlLockedLog, "append", "append")
     wrap(read_model.CatalogReadModel, "wrote", "replay")
 

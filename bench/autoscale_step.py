@@ -124,9 +124,11 @@ def _placements(client: httpx.Client) -> tuple[int, int]:
     return len(rows), sum(1 for p in rows if p["state"] == "ready" and p["endpoint"])
 
 
-def _routed(gateway: str) -> int:
+def _routed(gateway: str, token: str) -> int:
     try:
-        found = httpx.get(f"{gateway}/routing", timeout=10).json()["models"].get("chat")
+        auth = {"Authorization": f"Bearer {token}"}
+        found = httpx.get(f"{gateway}/routing", headers=auth, timeout=10).json()["models"]
+        found = found.get("chat")
     except (httpx.TransportError, ValueError, KeyError):
         return -1
     return -1 if found is None else len(found["replicas"])
@@ -182,7 +184,7 @@ def _one_step(delay: float) -> dict[str, float]:
                 base_url=url, headers={"Authorization": f"Bearer {ops.token}"}, timeout=30
             )
             deadline = time.monotonic() + 120
-            while _routed(gw_url) != 1:
+            while _routed(gw_url, ops.token) != 1:
                 assert time.monotonic() < deadline, "chat never had its first replica"
                 time.sleep(0.1)
             clients = Clients(Target(gw_url, app.token, "chat", max_tokens=16))
@@ -196,7 +198,7 @@ def _one_step(delay: float) -> dict[str, float]:
                 now = time.monotonic()
                 if placed >= 4 and placed_at is None:
                     placed_at = now - stepped
-                if _routed(gw_url) >= 4:
+                if _routed(gw_url, ops.token) >= 4:
                     ready_at = now - stepped
                 assert now - stepped < 180, "4 replicas never served"
                 time.sleep(0.05)

@@ -9,6 +9,7 @@ choice for throughput on a shared machine (noise only ever adds time).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -17,10 +18,10 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import structlog
@@ -30,6 +31,7 @@ REPO = BENCH_DIR.parent
 CACHE = BENCH_DIR / ".cache"
 PG_HOST = os.environ.get("LLMGW_BENCH_PG", "postgres@127.0.0.1:5432")
 PG_ADMIN = f"postgresql://{PG_HOST}/postgres"
+T = TypeVar("T")
 
 
 def pg_url(database: str) -> str:
@@ -69,6 +71,17 @@ def pg_comment(database: str) -> str | None:
 def pg_set_comment(database: str, comment: str) -> None:
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f"COMMENT ON DATABASE \"{database}\" IS '{comment}'")
+
+
+def run_fast(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on uvloop where it is installed (``pip install -e '.[bench]'``), else on
+    asyncio's own loop: the gateway benchmark's figures are uvloop's, and the tests of its
+    parts run in the lean ``.[dev]`` environment all the same."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def clock() -> float:

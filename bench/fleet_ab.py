@@ -1,7 +1,9 @@
 """``python -m bench.fleet_ab BASE_COMMIT [--rounds N]``: ``GET /v1/fleet``'s body
 (``llmgw.api.routes.fleet._fleet``) at BASE_COMMIT and here, interleaved in one process
-on one SQLite database (300 nodes, 150 models of two replicas placed, 10 nodes
-cordoned); prints the best of each and their ratio. The base module is read with
+on one SQLite database (by default 300 nodes, 150 models of two replicas placed, 10 nodes
+cordoned; ``--nodes``, ``--models`` and ``--too-big`` for larger fleets with replicas
+that fit nowhere, whose explanations are what planning per request paid for); prints
+the best of each and their ratio. The base module is read with
 ``git show BASE_COMMIT:llmgw/api/routes/fleet.py`` and runs against this tree's
 packages, so only the route's own reads and planning differ.
 """
@@ -40,6 +42,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("base", help="the commit to compare with, e.g. main")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--nodes", type=int, default=300)
+    parser.add_argument("--models", type=int, default=150, help="of two replicas, which fit")
+    parser.add_argument(
+        "--too-big", type=int, default=0, help="models of one replica that fit nowhere (tp=16)"
+    )
     args = parser.parse_args()
     quiet_logs()
     from catalog import Catalog
@@ -69,13 +76,24 @@ def main() -> None:
                     "scaling": {"min": 2},
                 }
             )
-            for i in range(150)
+            for i in range(args.models)
+        ]
+        + [
+            parse_model(
+                {
+                    "name": f"big{i}",
+                    "source": f"org/big{i}",
+                    "profiles": [{**profile, "name": "x16", "tp": 16}],
+                    "scaling": {"min": 1},
+                }
+            )
+            for i in range(args.too_big)
         ]
     )
     svc = Services.build(engine, declared, "catalog.yaml", ApiSettings())
     reports = [
         parse_node_report({"name": f"n{i}", "gpu_class": "A100", "gpus": 8, "memory_gb": 512})
-        for i in range(300)
+        for i in range(args.nodes)
     ]
     svc.nodes.report(reports, datetime.now(UTC))
     Placer(CatalogService(open_log(engine), declared), svc.nodes).run()

@@ -3,6 +3,11 @@
 The trace (``cluster-trace-gpu-v2023``) is a real, heterogeneous production
 cluster, which makes it a better test of placement and of its explanations
 than anything made up. Kept apart from the planner because it reads files.
+
+Source and terms: ``cluster-trace-gpu-v2023/csv`` of github.com/alibaba/clusterdata
+(Weng et al., USENIX ATC '23). No licence is stated: the repository has no licence
+file and allows use "for research or study purpose"; the files in tests/data are used
+here for study only and are not part of the package. See tests/data/README.md.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any
 
 from catalog.catalog import Catalog
 from catalog.documents import read_data, read_file
+from catalog.engines import check_engines
 from catalog.errors import CatalogError
 from catalog.model import Model
 from catalog.parse import parse_model
@@ -48,6 +49,8 @@ def load_declared(path: Path) -> Catalog:
     """Load and check the declared configuration; any refusal names the file to edit."""
     data = read_file(path, "declared catalog")
     models = parse_definitions(data, str(path), allow_single=False)
+    for i, m in enumerate(models):
+        check_engines(m, f"{path} models[{i}]")
     try:
         for m in models:
             check_no_plain_secrets(m.profiles, m.name)

@@ -13,6 +13,33 @@ import hashlib
 import json
 
 from catalog.catalog import Catalog
+from catalog.model import Model
+
+
+def model_version(model: Model) -> str:
+    """A model's version: sha256 (hex, first 32) of its normalised definition.
+
+    A placement records the version it was placed with (``scheduler``), and its
+    agent is sent that version's definition until the replica is replaced, so a
+    change to the catalog never changes what a running replica runs in place.
+    """
+    # Every round asks for every model's version, and a catalog's models are the same
+    # (immutable) objects from round to round: remembered by identity, holding the
+    # model so that its id cannot be reused while remembered.
+    hit = _VERSIONS.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    text = json.dumps(model.to_definition(), sort_keys=True, separators=(",", ":"))
+    version = hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    if len(_VERSIONS) >= _REMEMBERED:
+        _VERSIONS.clear()
+    _VERSIONS[id(model)] = (model, version)
+    return version
+
+
+# id(model) -> (model, version); cleared whole past _REMEMBERED entries.
+_VERSIONS: dict[int, tuple[Model, str]] = {}
+_REMEMBERED = 100_000
 
 
 def catalog_digest(catalog: Catalog) -> str:

@@ -282,8 +282,14 @@ class CatalogState:
                 f"model {name!r} is not in the catalog; nothing to remove", model=name
             )
         if canonical != name:
+            # Refused, not followed: a removal takes the model and every alias it has,
+            # and an alias is often a role name that `apply` may have moved to another
+            # model since the operator last looked. Naming the model itself says which
+            # one goes; the refusal gives the exact command.
             raise RuleConflict(
-                f"{name!r} is an alias of model {canonical!r}; remove the model by its name",
+                f"{name!r} is an alias of model {canonical!r}; remove the model by its name "
+                f"(`llmgw remove {canonical}`, which also removes its aliases), or move the "
+                f"alias with `llmgw apply` if only the alias should go",
                 model=canonical,
                 field="name",
             )
@@ -291,7 +297,8 @@ class CatalogState:
             raise RuleConflict(
                 f"model {name!r} is declared in {self._config_path} and cannot be removed at "
                 f"runtime: it would return on the next restart. Remove it from "
-                f"{self._config_path} instead",
+                f"{self._config_path} instead (a running `llmgw serve` or daemon takes the "
+                "edit within a second, or at once on SIGHUP)",
                 model=name,
             )
         dependents = sorted(self._dependents.get(name, ()))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from catalog import Catalog, Model
 from events.apply import ApplyResult
 from events.commands import CatalogCommands, CommandResult
+from events.declared_change import DeclaredChange
 from events.read_model import SNAPSHOT_EVERY, CatalogReadModel
 from events.replay import Replayer, ReplayResult
 from events.snapshots import SnapshotStore
@@ -65,6 +66,17 @@ class CatalogService:
     def snapshot(self) -> int | None:
         """Catch up and snapshot the replay state (events.read_model)."""
         return self.read_model.snapshot()
+
+    def reload_declared(self, declared: Catalog) -> None:
+        """Run with a new declared catalog from now on (a reloaded catalog.yaml)."""
+        with self.read_model.lock:
+            self.read_model.replace_declared(declared)
+            self.commands.declared_changed()
+            self.declared = declared
+
+    def record_declared(self, change: DeclaredChange, *, actor: str, key: str) -> CommandResult:
+        """Append ``catalog.declared_changed`` (once per ``key``)."""
+        return self.commands.record_declared(change, actor=actor, key=key)
 
     # -- commands ---------------------------------------------------------
 

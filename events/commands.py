@@ -31,6 +31,7 @@ from catalog import CatalogError, Model, RefusalKind
 from catalog.declared import require_models
 from catalog.diff import FieldChange, diff_models
 from catalog.digest import catalog_digest
+from catalog.engines import check_engines
 from catalog.identifiers import check_command
 from catalog.secrets import check_no_plain_secrets
 from events.apply import (
@@ -41,10 +42,11 @@ from events.apply import (
     plan_apply,
     same_definition,
 )
+from events.declared_change import DeclaredChange, event_for
 from events.idempotency import change_digest, recorded_change
 from events.log import Log, UnvouchedRow
 from events.read_model import CatalogReadModel
-from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
+from events.types import DECLARED_CHANGED, MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
 
 Same = Callable[[tuple[StoredEvent, ...]], bool]
 # A command's events, each with the definition it encodes (None: not a definition).
@@ -101,6 +103,7 @@ class CatalogCommands:
         for m in models:
             # At the write only: replay reads what older releases stored as it was.
             check_no_plain_secrets(m.profiles, m.name)
+            check_engines(m)
 
         def build() -> list[tuple[NewEvent, Model | None]]:
             ordered = self.model.state.check_add(models)
@@ -131,6 +134,7 @@ class CatalogCommands:
         """Add ``model``, or replace the runtime model of its name with it in one event
         (events.apply); nothing is written when the catalog already holds it."""
         check_no_plain_secrets(model.profiles, model.name)
+        check_engines(model)
         plans: list[ApplyPlan] = []
 
         def build() -> list[tuple[NewEvent, Model | None]]:
@@ -159,6 +163,36 @@ class CatalogCommands:
         if plan.outcome == "unchanged":
             log.info("catalog.apply_unchanged", model=model.name, actor=actor)
         return ApplyResult(plan.outcome, model.name, plan.changes, result.events, False)
+
+    def declared_changed(self) -> None:
+        """The read model took a new declared catalog: later adds are stamped with it."""
+        self.declared_digest = catalog_digest(self.model.declared)
+
+    def record_declared(self, change: DeclaredChange, *, actor: str, key: str) -> CommandResult:
+        """Record that a running process took a changed declared catalog file.
+
+        ``key`` makes it once per change: the server and a daemon watching the same
+        file both notice an edit, and the second finds the first's event.
+        """
+
+        def build() -> list[tuple[NewEvent, Model | None]]:
+            return [(event_for(change), None)]
+
+        def changed() -> str:
+            return change_digest(DECLARED_CHANGED, [change.payload()])
+
+        return self._run(
+            DECLARED_CHANGED,
+            [],
+            changed,
+            build,
+            actor=actor,
+            reason=change.describe()[:2000],
+            key=key,
+            # The key names the transition (file, old and new digest, the file's
+            # modification time): the same key is the same change, noticed twice.
+            same=lambda previous: all(e.type == DECLARED_CHANGED for e in previous),
+        )
 
     def _first_apply(self, model: Model, events: tuple[StoredEvent, ...]) -> ApplyResult:
         """A repeated key's first outcome, its changes read from the log as they were."""

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, Required, TypedDict, Unpack
 
 from events.chain import event_hash
 from events.rows import ReplayEvent
@@ -71,6 +71,16 @@ class AppendOutcome:
     already_recorded: bool
 
 
+class AppendOptions(TypedDict, total=False):
+    """``Log.append``'s keyword arguments, for the code that passes them on as they are."""
+
+    expected_head: Required[int | None]
+    actor: str
+    reason: str
+    key: str | None
+    now: datetime | None
+
+
 class LockedLog(Protocol):
     """The log inside a write transaction that holds its lock (``Log.writing``)."""
 
@@ -80,16 +90,7 @@ class LockedLog(Protocol):
 
     def by_command(self, key: str) -> tuple[StoredEvent, ...]: ...
 
-    def append(
-        self,
-        events: Sequence[NewEvent],
-        *,
-        expected_head: int | None,
-        actor: str = "",
-        reason: str = "",
-        key: str | None = None,
-        now: datetime | None = None,
-    ) -> AppendOutcome:
+    def append(self, events: Sequence[NewEvent], **options: Unpack[AppendOptions]) -> AppendOutcome:
         """As ``Log.append``, inside this transaction."""
         ...
 
@@ -150,6 +151,63 @@ class Log(Protocol):
         turn instead of validating against a head that moves under it.
         """
         ...
+
+
+class SectionedLog:
+    """What every back end's ``Log`` shares: a bare ``append`` is a write section of its own."""
+
+    def writing(self) -> AbstractContextManager[LockedLog]:
+        raise NotImplementedError
+
+    def append(self, events: Sequence[NewEvent], **options: Unpack[AppendOptions]) -> AppendOutcome:
+        with self.writing() as section:
+            return section.append(events, **options)
+
+
+class WriteSection:
+    """What every back end's write section (a ``LockedLog``) shares: an append's checks,
+    its idempotency by command key, its fencing against ``expected_head`` and its rows
+    (``chained_rows``). A back end says where the log ends and writes the rows."""
+
+    def by_command(self, key: str) -> tuple[StoredEvent, ...]:
+        raise NotImplementedError
+
+    def tail(self) -> tuple[int, datetime | None]:
+        """The log's head as this section sees it, and the head row's recorded time."""
+        raise NotImplementedError
+
+    def head_hash(self, head: int) -> str:
+        """The hash the next row chains on (the head row's, or the chain's start)."""
+        raise NotImplementedError
+
+    def write(self, rows: list[ChainedRow]) -> None:
+        """Write the rows in this section: visible to others when it commits."""
+        raise NotImplementedError
+
+    def append(self, events: Sequence[NewEvent], **options: Unpack[AppendOptions]) -> AppendOutcome:
+        if not events:
+            raise ValueError("nothing to append")
+        key = options.get("key")
+        if key is not None:
+            previous = self.by_command(key)
+            if previous:
+                return AppendOutcome(previous, already_recorded=True)
+        head, last_time = self.tail()
+        expected = options["expected_head"]
+        if expected is not None and head != expected:
+            raise ConcurrencyConflict(expected, head)
+        rows = chained_rows(
+            events,
+            head=head,
+            prev_hash=self.head_hash(head),
+            last_time=last_time,
+            actor=options.get("actor", ""),
+            reason=options.get("reason", ""),
+            key=key,
+            now=options.get("now"),
+        )
+        self.write(rows)
+        return AppendOutcome(tuple(event for event, _, _ in rows), already_recorded=False)
 
 
 def chained_rows(

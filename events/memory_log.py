@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
 from events.chain import GENESIS
-from events.log import AppendOutcome, ConcurrencyConflict, chained_rows
+from events.log import ChainedRow, SectionedLog, WriteSection
 from events.rows import ReplayEvent
-from events.types import NewEvent, StoredEvent
+from events.types import StoredEvent
 
 
-class MemoryLog:
+class MemoryLog(SectionedLog):
     """A ``Log`` held in a list; thread-safe."""
 
     def __init__(self) -> None:
@@ -57,21 +57,6 @@ class MemoryLog:
     def last(self) -> StoredEvent | None:
         return self._events[-1] if self._events else None
 
-    def append(
-        self,
-        events: Sequence[NewEvent],
-        *,
-        expected_head: int | None,
-        actor: str = "",
-        reason: str = "",
-        key: str | None = None,
-        now: datetime | None = None,
-    ) -> AppendOutcome:
-        with self.writing() as log:
-            return log.append(
-                events, expected_head=expected_head, actor=actor, reason=reason, key=key, now=now
-            )
-
     @contextmanager
     def writing(self) -> Iterator[MemoryLockedLog]:
         with self._lock:
@@ -80,7 +65,7 @@ class MemoryLog:
             section.commit()
 
 
-class MemoryLockedLog:
+class MemoryLockedLog(WriteSection):
     """A ``writing`` section of a ``MemoryLog``: appends become visible when it ends."""
 
     def __init__(self, log: MemoryLog) -> None:
@@ -94,41 +79,17 @@ class MemoryLockedLog:
     def by_command(self, key: str) -> tuple[StoredEvent, ...]:
         return self._keys.get(key) or self._log.by_command(key)
 
-    def append(
-        self,
-        events: Sequence[NewEvent],
-        *,
-        expected_head: int | None,
-        actor: str = "",
-        reason: str = "",
-        key: str | None = None,
-        now: datetime | None = None,
-    ) -> AppendOutcome:
-        if not events:
-            raise ValueError("nothing to append")
-        if key is not None:
-            previous = self.by_command(key)
-            if previous:
-                return AppendOutcome(previous, already_recorded=True)
-        written = [e for e, _ in self._pending]
-        last = written[-1] if written else self._log.last()
-        head = 0 if last is None else last.position
-        if expected_head is not None and head != expected_head:
-            raise ConcurrencyConflict(expected_head, head)
-        rows = chained_rows(
-            events,
-            head=head,
-            prev_hash=self._pending[-1][1] if self._pending else self._log._hash,
-            last_time=None if last is None else last.recorded_at,
-            actor=actor,
-            reason=reason,
-            key=key,
-            now=now,
-        )
+    def tail(self) -> tuple[int, datetime | None]:
+        last = self._pending[-1][0] if self._pending else self._log.last()
+        return (0, None) if last is None else (last.position, last.recorded_at)
+
+    def head_hash(self, head: int) -> str:
+        return self._pending[-1][1] if self._pending else self._log._hash
+
+    def write(self, rows: list[ChainedRow]) -> None:
         self._pending.extend((event, value) for event, _, value in rows)
         appended = tuple(event for event, _, _ in rows)
         self._keys[appended[0].command_id] = appended
-        return AppendOutcome(appended, already_recorded=False)
 
     def commit(self) -> None:
         log = self._log

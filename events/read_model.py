@@ -180,6 +180,22 @@ class CatalogReadModel:
             self._catalog_of = of
         return self._catalog
 
+    def replace_declared(self, declared: Catalog) -> None:
+        """Take a new declared catalog (a reloaded catalog.yaml): replay starts over
+        against it, since which runtime events apply depends on what is declared
+        (configuration wins every conflict). The next read replays the log; a snapshot
+        taken with the old declared catalog is not used (events.snapshots)."""
+        with self.lock:
+            self.declared = declared
+            self._replayer = Replayer.start(declared, self.config_path)
+            self._started = False
+            self._since_snapshot = 0
+            self._replace_snapshot = False
+            self._catalog = None
+            self._catalog_of = (0, -1)
+            self._view = None
+            self._checked = 0.0
+
     # -- catching up ------------------------------------------------------
 
     def sync(self) -> None:

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from catalog import Catalog, CatalogError, CatalogState, Model, parse_model
 from catalog.documents import Limits, read_json
 from catalog.fast_decode import decode_definition, decode_removal, fast_path_applies
+from events.declared_change import check_declared_change
 from events.rows import ReplayEvent
 from events.types import (
     CURRENT_SCHEMA,
+    DECLARED_CHANGED,
     DEFINITION_TYPES,
     MODEL_ADDED,
     MODEL_REMOVED,
@@ -223,6 +225,8 @@ class Replayer:
         payload = upcast(event.type, event.schema_version, payload)
         if event.type in DEFINITION_TYPES:
             self._apply_definition(event.type, parse_model(payload.get("model")))
+        elif event.type == DECLARED_CHANGED:
+            check_declared_change(payload)
         elif event.type == MODEL_REMOVED:
             name = payload.get("name")
             if not isinstance(name, str):

@@ -18,7 +18,7 @@ statements of a section (``SqlLockedLog``) are here, compiled once per dialect
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,7 +38,7 @@ from sqlalchemy.exc import DBAPIError, StatementError
 from events import sql_reads
 from events.chain import GENESIS
 from events.chain_rows import adoption_table, seal_table
-from events.log import AppendOutcome, ConcurrencyConflict, UnvouchedRow, chained_rows
+from events.log import ChainedRow, SectionedLog, UnvouchedRow, WriteSection
 from events.rows import EVENT_COLUMNS, ReplayEvent, decode
 from events.sql_reads import (
     _COLUMNS,
@@ -50,7 +50,7 @@ from events.sql_reads import (
     recorded_at_from_db,
     t,
 )
-from events.types import NewEvent, StoredEvent
+from events.types import StoredEvent
 
 # -- the write side: statements compiled once per dialect, run on the driver's cursor --
 
@@ -234,7 +234,7 @@ def _chain_hash_at(cursor: Any, w: _Writes, head: int) -> str:
     raise UnvouchedRow(head, anchor)
 
 
-class SqlLog:
+class SqlLog(SectionedLog):
     """The log over one database (a ``Log``). Thread-safe as far as its engine's pool is.
 
     Open one with ``open_log`` (events.open), which picks the back end's subclass;
@@ -291,21 +291,6 @@ class SqlLog:
 
     # -- writing ----------------------------------------------------------
 
-    def append(
-        self,
-        events: Sequence[NewEvent],
-        *,
-        expected_head: int | None,
-        actor: str = "",
-        reason: str = "",
-        key: str | None = None,
-        now: datetime | None = None,
-    ) -> AppendOutcome:
-        with self.writing() as log:
-            return log.append(
-                events, expected_head=expected_head, actor=actor, reason=reason, key=key, now=now
-            )
-
     def writing(self) -> AbstractContextManager[SqlLockedLog]:
         """The log with its write lock held, for one transaction (``Log.writing``): how
         the lock is taken is the back end's (events.sqlite_log, events.postgres_log)."""
@@ -347,7 +332,7 @@ def driver_error(dialect: Dialect, exc: Exception, gone: bool) -> StatementError
     )
 
 
-class SqlLockedLog:
+class SqlLockedLog(WriteSection):
     """The log inside a write transaction that holds its lock (``SqlLog.writing``),
     on the driver connection ``conn`` of that transaction."""
 
@@ -391,64 +376,44 @@ class SqlLockedLog:
     def by_command(self, key: str) -> tuple[StoredEvent, ...]:
         return _by_command(self.conn, self.dialect, key)
 
-    def append(
-        self,
-        events: Sequence[NewEvent],
-        *,
-        expected_head: int | None,
-        actor: str = "",
-        reason: str = "",
-        key: str | None = None,
-        now: datetime | None = None,
-    ) -> AppendOutcome:
-        if not events:
-            raise ValueError("nothing to append")
-        if key is not None:
-            previous = self.by_command(key)
-            if previous:
-                return AppendOutcome(previous, already_recorded=True)
-        w = self._writes
+    def tail(self) -> tuple[int, datetime | None]:
         last = self._last_row()
+        return (int(last[0]), self._writes.from_db(last[1])) if last else (0, None)
+
+    def head_hash(self, head: int) -> str:
+        last = self._last_row()
+        if last is not None and last[2] is not None:
+            return str(last[2])
         cursor = self.conn.cursor()
         try:
-            head, last_time = (int(last[0]), w.from_db(last[1])) if last else (0, None)
-            if expected_head is not None and head != expected_head:
-                raise ConcurrencyConflict(expected_head, head)
-            prev_hash: str = (
-                last[2]
-                if last is not None and last[2] is not None
-                else _chain_hash_at(cursor, w, head)
-            )
-            rows = chained_rows(
-                events,
-                head=head,
-                prev_hash=prev_hash,
-                last_time=last_time,
-                actor=actor,
-                reason=reason,
-                key=key,
-                now=now,
-            )
-            at = w.to_db(rows[0][0].recorded_at)  # one time for the whole command
-            params = [
-                w.insert.row(
-                    (
-                        event.position,
-                        event.event_id,
-                        event.command_id,
-                        event.type,
-                        event.schema_version,
-                        event.model,
-                        event.payload,
-                        event.actor,
-                        event.reason,
-                        at,
-                        prev,
-                        value,
-                    )
+            return _chain_hash_at(cursor, self._writes, head)
+        finally:
+            cursor.close()
+
+    def write(self, rows: list[ChainedRow]) -> None:
+        w = self._writes
+        at = w.to_db(rows[0][0].recorded_at)  # one time for the whole command
+        params = [
+            w.insert.row(
+                (
+                    event.position,
+                    event.event_id,
+                    event.command_id,
+                    event.type,
+                    event.schema_version,
+                    event.model,
+                    event.payload,
+                    event.actor,
+                    event.reason,
+                    at,
+                    prev,
+                    value,
                 )
-                for event, prev, value in rows
-            ]
+            )
+            for event, prev, value in rows
+        ]
+        cursor = self.conn.cursor()
+        try:
             if len(params) == 1:
                 cursor.execute(w.insert.sql, params[0])
             else:
@@ -456,4 +421,3 @@ class SqlLockedLog:
         finally:
             cursor.close()
         self._last = (rows[-1][0].position, at, rows[-1][2])
-        return AppendOutcome(tuple(event for event, _, _ in rows), already_recorded=False)

@@ -139,3 +139,27 @@ class SnapshotRow(Base):
     # database: the checksum only catches accidents, anyone who can write the
     # table can recompute it. NULL when taken without a key.
     mac: Mapped[str | None] = mapped_column(String(64))
+
+
+class DeclaredCatalogRow(Base):
+    """What the processes watching a declared catalog file last made of it.
+
+    One row per file: the digest in force (catalog.digest) and its definitions,
+    and, when the file as it is now was refused, why. ``llmgw status`` and
+    ``llmgw rollout status`` read it, so an operator sees from any terminal which
+    catalog the control plane runs, and a refused edit, not only in a server's log.
+    """
+
+    __tablename__ = "declared_catalogs"
+
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    models: Mapped[int] = mapped_column(Integer)
+    # JSON list of the declared definitions in force (Model.to_definition()).
+    definitions: Mapped[str] = mapped_column(Text)
+    loaded_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # "" when the file as it is now is the one in force; else the refusal (JSON).
+    refusal: Mapped[str] = mapped_column(Text, server_default="")
+    refused_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The process that wrote this row last (its role, host and pid).
+    by: Mapped[str] = mapped_column(String(255), server_default="")

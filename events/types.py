@@ -8,6 +8,10 @@ from datetime import datetime
 MODEL_ADDED = "model.added"
 MODEL_REMOVED = "model.removed"
 MODEL_REPLACED = "model.replaced"
+# The declared catalog file changed and a running process took the new one. No
+# change to the catalog's state on replay (the file is the declared catalog's
+# source); recorded so that `history` shows when configuration changed.
+DECLARED_CHANGED = "catalog.declared_changed"
 
 # The version of each event type's payload this code writes. Older versions
 # are upcast on read (events.upcast); stored rows are never rewritten.
@@ -20,7 +24,15 @@ MODEL_REPLACED = "model.replaced"
 #   model.replaced 1: {"model": definition, "declared_digest": hex}: a runtime
 #     model's whole new definition (defaults applied), as model.added 2 holds
 #     it, so that replay needs nothing but the event to apply it.
-CURRENT_SCHEMA: dict[str, int] = {MODEL_ADDED: 2, MODEL_REMOVED: 1, MODEL_REPLACED: 1}
+#   catalog.declared_changed 1: {"path": file, "old_digest": hex, "new_digest": hex,
+#     "added": [names], "removed": [names], "changed": [names]}: the declared
+#     catalog's digests (catalog.digest) before and after, and its models that changed.
+CURRENT_SCHEMA: dict[str, int] = {
+    MODEL_ADDED: 2,
+    MODEL_REMOVED: 1,
+    MODEL_REPLACED: 1,
+    DECLARED_CHANGED: 1,
+}
 # The types whose payload is a whole definition under "model".
 DEFINITION_TYPES = frozenset({MODEL_ADDED, MODEL_REPLACED})
 

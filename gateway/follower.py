@@ -1,12 +1,12 @@
 """Following the control plane: the catalog, the placements and the client tokens, live.
 
 A full read (``GET /v1/catalog``, ``GET /v1/placements``, ``GET
-/v1/gateway/client-tokens``) builds a routing table and installs it; between two full
-reads (every ``resync``), the event stream (``/v1/events/stream?placements=true``) says
-when something changed: a catalog event re-reads the catalog and the placements, a
-placement event (``replica.ready``, ``placement.removed``, ...) the placements. A
-replica that becomes ready thus takes traffic within the stream's poll (half a second
-by default) and one read.
+/v1/gateway/client-tokens``, ``GET /v1/gateway/reader-tokens``) builds a routing table
+and installs it; between two full reads (every ``resync``), the event stream
+(``/v1/events/stream?placements=true``) says when something changed: a catalog event
+re-reads the catalog and the placements, a placement event (``replica.ready``,
+``placement.removed``, ...) the placements. A replica that becomes ready thus takes
+traffic within the stream's poll (half a second by default) and one read.
 
 When the control plane cannot be reached, the last table stays in force: the request
 path never waits on the control plane. ``/healthz`` and
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -36,7 +37,11 @@ log = structlog.get_logger("gateway")
 _NOT_DEFINITION = frozenset({"declared", "replicas", "resilience"})
 # A feed larger than this is not one.
 MAX_FEED_BYTES = 64 << 20
-MAX_PAUSE_S = 5.0
+# The longest pause between two attempts to reach the control plane. Short, because the
+# first full read after a restart of `llmgw serve` is also when a revoked client token
+# stops working here (tokens change only with a restart); a failed attempt costs one
+# refused connection. Jittered, so a fleet of gateways does not come back in step.
+MAX_PAUSE_S = 1.0
 # Events closer together than this are one change.
 BATCH_S = 0.03
 
@@ -59,6 +64,7 @@ class Follower:
         self.position = 0
         self.placement_position = 0
         self._skipped: set[str] = set()
+        self._readers_absent = False
 
     async def close(self) -> None:
         await self.session.close()
@@ -115,6 +121,33 @@ class Follower:
             clients[digest] = Client(name, listed or None)
         self.state.clients = clients
 
+    async def read_readers(self) -> None:
+        """The operator and reader tokens' hashes, for ``/metrics`` and ``/routing``.
+
+        A control plane without the route (older) answers 404: those routes then take
+        no token at all but answer 401 naming why, rather than open up."""
+        try:
+            data, _ = await self._get("/v1/gateway/reader-tokens")
+        except FeedError as exc:
+            if " answered 404" not in str(exc):
+                raise
+            if not self._readers_absent:
+                self._readers_absent = True
+                log.warning(
+                    "gateway.reader_tokens_absent",
+                    server=self.server,
+                    detail="the control plane does not list reader tokens (an older "
+                    "release): /metrics and /routing need [gateway] admin_open = true",
+                )
+            data = []
+        readers: dict[str, str] = {}
+        for entry in data if isinstance(data, list) else ():
+            if isinstance(entry, dict):
+                digest, name = entry.get("sha256"), entry.get("name")
+                if isinstance(digest, str) and isinstance(name, str):
+                    readers[digest] = name
+        self.state.readers = readers
+
     def install(self) -> None:
         self.state.install(build(self.models, self.placements, self.position))
         self._confirmed()
@@ -141,7 +174,9 @@ class Follower:
         state.last_error = reason
 
     async def sync(self) -> None:
-        await asyncio.gather(self.read_catalog(), self.read_placements(), self.read_clients())
+        await asyncio.gather(
+            self.read_catalog(), self.read_placements(), self.read_clients(), self.read_readers()
+        )
         self.install()
 
     async def run(self) -> None:
@@ -155,7 +190,7 @@ class Follower:
                 raise
             except Exception as exc:  # every failure means the same: keep the last table
                 self._lost(exc)
-                await asyncio.sleep(pause)
+                await asyncio.sleep(pause * random.uniform(0.8, 1.2))
                 pause = min(pause * 2, MAX_PAUSE_S)
 
     async def _follow(self, until: float) -> None:

@@ -77,6 +77,9 @@ class Trace:
     prompt_tokens: int | None = None
     waited_s: float = 0.0
     bytes_sent: bool = False
+    # The client has every byte of the answer ([DONE] sent): a hang-up after it is no
+    # cancellation.
+    complete: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +228,15 @@ class Proxy:
                     return False
                 choice = picked
                 if slo_binding and not choice.meets_slo:
+                    # Shown in GET /routing too: a choice not made is a choice.
+                    state.remember(
+                        m.name,
+                        {
+                            "at": round(time.time(), 3),
+                            "replica": None,
+                            "reason": f"{choice.reason}: not sent, its fallbacks first",
+                        },
+                    )
                     raise _OverSlo(choice)
             replica = choice.replica
             tried.add(replica.key)
@@ -365,15 +377,25 @@ class Proxy:
         trace.bytes_sent = True
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": bytes(held), "more_body": True})
-        # The first content event, and any that arrived in the same reads (a busy
-        # machine delivers several at once): each is a token the client got.
-        events = 1 + bytes(held[scanner.offset :]).count(b"data:")
+        # Events after the first content one (a fast engine's may have come with it).
+        rest = bytes(held[scanner.offset :])
+        after = rest.count(b"data:")
+        found = _COMPLETION_TOKENS.search(rest) if b"completion_tokens" in rest else None
+        counted = int(found.group(1)) if found else None  # the engine's own count (usage)
+        ended = trace.complete = b"[DONE]" in rest
         last = first
         try:
             async for chunk in chunks:
-                events += chunk.count(b"data:")
+                after += chunk.count(b"data:")
+                if b"completion_tokens" in chunk:
+                    found = _COMPLETION_TOKENS.search(chunk)
+                    counted = int(found.group(1)) if found else counted
+                ended = ended or b"[DONE]" in chunk
                 last = time.monotonic()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                # The client has the whole answer: one that hangs up now (the SDKs stop
+                # at [DONE]) did not cancel anything.
+                trace.complete = ended
         except (aiohttp.ClientError, TimeoutError) as exc:
             trace.outcome = "failed"
             log.warning(
@@ -398,12 +420,16 @@ class Proxy:
                     "more_body": True,
                 }
             )
+        finally:
+            # Counted however the stream ended (a client gone included).
+            # Tokens after the first: the events after it, less the final chunk (its
+            # finish_reason) and [DONE] when the answer ended. An estimate (an engine
+            # may put two tokens in one event) unless the engine counted them (usage).
+            tokens = max(after - 2, 0) if ended else after
+            trace.completion_tokens = counted if counted is not None else tokens + 1
+            if tokens > 0:
+                trace.tpot_s = (last - first) / tokens
         await send({"type": "http.response.body", "body": b""})
-        # Events after the first content one, less the [DONE] and the final chunk.
-        tokens = max(events - 2, 0)
-        trace.completion_tokens = tokens + 1
-        if tokens > 0:
-            trace.tpot_s = (last - first) / tokens
 
 
 class _FirstContent:

@@ -43,6 +43,9 @@ INFERENCE = {
     "/v1/completions": admission.COMPLETIONS,
     "/v1/embeddings": admission.EMBEDDINGS,
 }
+# The routes that show the gateway's internals (replica endpoints, choices): not a
+# client's to read.
+ADMIN = frozenset({"/metrics", "/routing"})
 # The model label of a request whose model did not resolve: a name a client made up
 # must not become a metric series.
 UNRESOLVED = "-"
@@ -117,6 +120,8 @@ class GatewayApp:
                 "ready_replicas": sum(len(r) for r in self.state.table.ready.values()),
             }
             await _json(send, 200 if ready else 503, body)
+        elif path in ADMIN and not self.settings.admin_open and (denied := self._reader(scope)):
+            await _error(send, denied)
         elif path == "/metrics":
             m = self.state.metrics
             m.control_plane_up.set(1 if self.state.reachable else 0)
@@ -138,6 +143,43 @@ class GatewayApp:
                     code="not_found",
                 ),
             )
+
+    def _reader(self, scope: Scope) -> Refusal | None:
+        """Why this request may not read ``/metrics`` or ``/routing``; None if it may.
+
+        They show every replica's endpoint, the set-aside ones and why choices were
+        made: a cluster's operator or reader token reads them, as the control plane's
+        own ``/metrics``; a client token does not."""
+        header = _header(scope, b"authorization")
+        scheme, _, token = (header or b"").decode("latin-1").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return Refusal(
+                401,
+                "/metrics and /routing take an operator or reader token of the cluster "
+                "(`Authorization: Bearer ...`; `llmgw token new NAME --role reader`), or "
+                "[gateway] admin_open = true where only a private network reaches the port",
+                code="invalid_api_key",
+                type="authentication_error",
+            )
+        digest = hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
+        if digest in self.state.readers:
+            return None
+        if digest in self.state.clients:
+            return Refusal(
+                403,
+                "a client token may not read /metrics or /routing; use an operator or "
+                "reader token of the cluster",
+                code="forbidden",
+                type="permission_error",
+            )
+        return Refusal(
+            401,
+            "the token is not an operator or reader token of this cluster (revoked, "
+            "mistyped, or of another role)",
+            code="invalid_api_key",
+            type="authentication_error",
+        )
 
     def _client(self, scope: Scope) -> Client:
         header = None
@@ -228,7 +270,7 @@ class GatewayApp:
         except asyncio.CancelledError:
             if not gone.is_set():
                 raise
-            trace.outcome = "cancelled"
+            trace.outcome = "ok" if trace.complete else "cancelled"
         except ClientGone:
             trace.outcome = "cancelled"
         except Exception:

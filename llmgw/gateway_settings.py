@@ -13,6 +13,7 @@ settings file, then the defaults, the same order as every other command's settin
     signals_interval = "5s"
     resync = "5s"
     max_body_mb = 8
+    admin_open = false                  # true: /metrics and /routing take no token
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ GATEWAY_ENV: dict[str, str] = {
     "host": "LLMGW_GATEWAY_HOST",
     "port": "LLMGW_GATEWAY_PORT",
     "gateway_id": "LLMGW_GATEWAY_ID",
+    "admin_open": "LLMGW_GATEWAY_ADMIN_OPEN",
 }
 
 
@@ -88,6 +90,7 @@ def resolve_gateway(
         signals_interval_s=value("signals_interval", defaults.signals_interval_s),
         resync_s=value("resync", defaults.resync_s),
         tokenize_cache_s=value("tokenize_cache", defaults.tokenize_cache_s),
+        admin_open=value("admin_open", defaults.admin_open),
     )
 
 

@@ -2,6 +2,14 @@
 
 JSON lines when stderr is not a terminal (for collectors and grep), readable
 key=value lines when a person is watching.
+
+Configured once per process, by the command that runs (``llmgw.cli``). Each module's
+``structlog.get_logger`` proxy assembles its bound logger on first use and keeps it
+(``cache_logger_on_first_use``): without that, every call built a new logger, printer
+and wrapper before filtering (``python -m bench.logcall``). The price is that a second
+``configure`` in the same process does not reach loggers already used; tests do not
+configure (they read logs with ``structlog.testing.capture_logs``, or from a process's
+stderr), and ``cache=False`` is there for one that must.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import sys
 import structlog
 
 
-def configure(default_level: str = "WARNING") -> None:
+def configure(default_level: str = "WARNING", *, cache: bool = True) -> None:
     level_name = os.environ.get("LLMGW_LOG_LEVEL", default_level).upper()
     level = logging.getLevelNamesMapping().get(level_name, logging.WARNING)
     renderer: structlog.typing.Processor = (
@@ -29,5 +37,5 @@ def configure(default_level: str = "WARNING") -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=False,
+        cache_logger_on_first_use=cache,
     )

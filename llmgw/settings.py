@@ -114,6 +114,7 @@ KEYS: dict[str, dict[str, str]] = {
         "log_keep": "count",
         "leave_engines": "bool",
         "secrets_dir": "path",
+        "llamacpp_server": "str",
     },
     # `llmgw gateway` (llmgw.gateway_settings resolves these for it).
     "gateway": {
@@ -130,6 +131,7 @@ KEYS: dict[str, dict[str, str]] = {
         "signals_interval": "positive",
         "resync": "positive",
         "tokenize_cache": "duration",
+        "admin_open": "bool",
     },
 }
 # The environment variable for each setting (flags are named after the key).

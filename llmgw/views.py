@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from catalog import Catalog, Model
+    from catalog.views import EngineProfile
     from events.commands import CommandResult
     from events.types import StoredEvent
     from scheduler.daemon.node_service import ReplicaCounts, ServiceChange
@@ -204,6 +205,7 @@ def placement_json(p: Placement) -> dict[str, Any]:
         "gpus_per_node": p.gpus_per_node,
         "gpu_class": p.gpu_class,
         "fingerprint": p.fingerprint,
+        "version": p.version,
     }
 
 
@@ -227,22 +229,50 @@ def replica_json(
     p: Placement,
     catalog: Catalog,
     status: ReplicaStatus,
+    engine: EngineProfile | None,
     measured: Mapping[tuple[str, str], float] | None = None,
 ) -> dict[str, Any]:
     """A placed replica, its state, and what its agent starts: the engine view of its
-    profile, when the model and profile are still in the catalog (a replica being removed
-    may not be). ``GET /v1/placements``, ``GET /v1/fleet``.
+    profile in the model version it was placed with (``scheduler.persistence.versions``;
+    None when that definition cannot be had, e.g. a replica being removed with its model).
+    ``GET /v1/placements``, ``GET /v1/fleet``.
 
-    ``weight`` is the router's capacity weight in force: the profile's declared ``weight``,
-    else the capacity ``llmgw bench --record`` measured (``measured``), else 1."""
+    ``weight`` is the router's capacity weight in force, read from the catalog as it is
+    now (a weight steers routing only, so it needs no new version): the profile's declared
+    ``weight``, else the capacity ``llmgw bench --record`` measured (``measured``), else 1."""
     from autoscale.limits import effective_weight
 
     model = catalog.resolve(p.model)
-    engine = model.engine_profile(p.profile) if model is not None else None
     return {
         **placed_replica_json(p, status),
         "engine": None if engine is None else {**asdict(engine), "env": dict(engine.env)},
         "weight": None if model is None else effective_weight(model, p.profile, measured or {}),
+        **replica_context_json(p, catalog, status),
+    }
+
+
+def replica_context_json(p: Placement, catalog: Catalog, status: ReplicaStatus) -> dict[str, Any]:
+    """What one request may really use on the replica, as its engine said once ready
+    (None: not known), and a warning when the catalog's context_length promises more.
+    A gateway admits by the smaller of ``effective_context_length`` and the catalog's."""
+    from scheduler.lifecycle.context_check import context_warning
+
+    model = catalog.resolve(p.model)
+    profile = model.profile(p.profile) if model is not None else None
+    warning = None
+    if model is not None and profile is not None:
+        warning = context_warning(
+            model=model.name,
+            profile=p.profile,
+            engine=profile.engine,
+            context_length=model.context_length,
+            effective=status.effective_context_length,
+            detail=status.context_detail,
+        )
+    return {
+        "effective_context_length": status.effective_context_length,
+        "context_detail": status.context_detail,
+        "context_warning": warning,
     }
 
 

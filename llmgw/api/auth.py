@@ -16,8 +16,10 @@ Roles:
 - ``operator``: changes the catalog; may also report any node (tooling).
 - ``agent``: reports only the nodes it was issued for; reads.
 - ``reader``: reads.
-- ``gateway``: an ``llmgw gateway``: reads the catalog, the placements and the client
-  tokens' hashes (``GET /v1/gateway/client-tokens``), posts signal windows; nothing else.
+- ``gateway``: an ``llmgw gateway``: reads the catalog, the placements, the client
+  tokens' hashes (``GET /v1/gateway/client-tokens``) and the operator and reader tokens'
+  (``GET /v1/gateway/reader-tokens``, for its own ``/metrics`` and ``/routing``), posts
+  signal windows; nothing else.
 - ``client``: an application calling a gateway (``/v1/chat/completions``...), optionally
   limited to some models (``models``). The control plane answers it nothing: the gateway
   verifies it, from the hashes it reads.
@@ -259,6 +261,11 @@ class TokenBook:
     def clients(self) -> list[TokenEntry]:
         """The client tokens (their hashes), for the gateways to verify them by."""
         return [e for e in self._entries if e.role is Role.CLIENT]
+
+    def readers(self) -> list[TokenEntry]:
+        """The operator and reader tokens (their hashes): what a gateway lets read its
+        ``/metrics`` and ``/routing``, as this server lets them read its own."""
+        return [e for e in self._entries if e.role in (Role.OPERATOR, Role.READER)]
 
     def verify(self, token: str) -> Principal | None:
         # Looked up by the presented token's SHA-256, not compared with every entry: a

@@ -15,6 +15,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from declared.reload import Outcome
 from scheduler.daemon.round_runner import RoundOutcome
 from scheduler.planner.placements import Plan
 
@@ -119,6 +120,19 @@ class Metrics:
             registry=r,
         )
         self.leader.set(0)
+        self.declared_refused = Gauge(
+            "llmgw_declared_catalog_refused",
+            "1 while the declared catalog file as it is now was refused (the previous "
+            "catalog keeps running; /readyz says where and why), else 0.",
+            registry=r,
+        )
+        self.declared_reloads = Counter(
+            "llmgw_declared_catalog_reloads",
+            "Changes of the declared catalog file this server looked at, by outcome "
+            "(applied, refused, unchanged).",
+            ["outcome"],
+            registry=r,
+        )
         # Set once an app has registered the cluster gauges (fleet_metrics) here.
         self.fleet = False
 
@@ -135,6 +149,10 @@ class Metrics:
             self.resilience_nodes.labels(model=r.model).set(r.nodes)
             if r.label is not None and r.domains is not None:
                 self.resilience_domains.labels(model=r.model, label=r.label).set(r.domains)
+
+    def observe_declared(self, outcome: Outcome) -> None:
+        self.declared_reloads.labels(outcome.result).inc()
+        self.declared_refused.set(1 if outcome.refusal is not None else 0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

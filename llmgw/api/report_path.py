@@ -20,8 +20,10 @@ the event loop, bounded; it is parsed in the group commit's writer thread
 other body is handed to FastAPI with the bytes already received, and the route
 reads it in a worker thread as before. A refusal found while parsing or writing
 is answered by the app's own exception handlers, so its problem document is
-the one the route would have sent. The OpenAPI document still describes this
-route: it is FastAPI's, whose handler serves everything this path declines.
+the one the route would have sent; so is any unexpected failure of this path
+(a 500 problem document, logged as ``api.error``), never the server's plain 500.
+The OpenAPI document still describes this route: it is FastAPI's, whose handler
+serves everything this path declines.
 """
 
 from __future__ import annotations
@@ -65,21 +67,31 @@ class ReportPath:
         ):
             await self.app(scope, receive, send)
             return
-        taken = self._take(scope)
+        # FastAPI's error middleware is not around this path: an unexpected failure here
+        # would reach the server, which answers a plain-text 500. Answered as the app does.
+        try:
+            taken = self._take(scope)
+        except Exception as exc:
+            await self._refuse(scope, receive, send, exc)
+            return
         if taken is None:
             await self.app(scope, receive, send)
             return
         name, who, length = taken
         received: list[Message] = []
         body = bytearray()
-        while True:
-            message = await receive()
-            received.append(message)
-            if message["type"] != "http.request":
-                break
-            body += message.get("body", b"")
-            if not message.get("more_body", False) or len(body) > length:
-                break
+        try:
+            while True:
+                message = await receive()
+                received.append(message)
+                if message["type"] != "http.request":
+                    break
+                body += message.get("body", b"")
+                if not message.get("more_body", False) or len(body) > length:
+                    break
+        except Exception as exc:
+            await self._refuse(scope, _replay(received, receive), send, exc)
+            return
         if received[-1]["type"] != "http.request" or len(body) != length:
             # A client that went away or sent other than it declared: the route says what.
             await self.app(scope, _replay(received, receive), send)
@@ -101,7 +113,7 @@ class ReportPath:
         except OverflowError as exc:
             await self._refuse(scope, receive, send, unstorable(exc))
             return
-        except Exception as exc:  # FastAPI's error middleware is not around this path
+        except Exception as exc:  # as above: the app's answer, not the server's
             await self._refuse(scope, receive, send, exc)
             return
         svc.metrics.node_reports.inc()

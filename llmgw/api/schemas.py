@@ -146,6 +146,9 @@ class PlacementEntry(BaseModel):
     gpus_per_node: int
     gpu_class: str | None
     fingerprint: str
+    # The model version (definition digest) the replica was placed with; ``engine``
+    # is that version's, so a catalog change never changes it ("" before versions).
+    version: str
     # placed (nothing reported yet), starting, ready, failed; unreported when the
     # node's agent does not report replica states (it then counts as ready).
     state: Literal["placed", "starting", "ready", "failed", "unreported"]
@@ -156,11 +159,18 @@ class PlacementEntry(BaseModel):
     # The router's capacity weight in force: the profile's declared weight, else the
     # capacity `llmgw bench --record` measured, else 1 (null: the model is gone).
     weight: float | None = None
+    # What one request may really use on the replica's engine (llama.cpp's context per
+    # slot, vLLM's max_model_len), read by its agent once ready; None: not known.
+    effective_context_length: int | None
+    # How the engine came to it: "--ctx-size 8192 / --parallel 4 = 2048".
+    context_detail: str
+    # Set when the catalog's context_length exceeds effective_context_length.
+    context_warning: str | None
 
 
 class FleetModel(_Open):
     """Per model: replicas wanted (scaling.min), placed, ready (or unreported), and
-    unplaced, each with the reason the daemon's next round would give."""
+    unplaced, each with the reason the scheduler's last round gave; and resilience."""
 
     name: str
     declared: bool
@@ -169,6 +179,9 @@ class FleetModel(_Open):
     ready: int
     unplaced: int
     unplaced_reasons: list[dict[str, Any]]
+    # Under the placements now, as /v1/catalog and `llmgw models` give it; null when no
+    # replica of the model is wanted.
+    resilience: dict[str, Any] | None = None
 
 
 class FleetNode(_Open):
@@ -184,6 +197,16 @@ class FleetNode(_Open):
     cordon: Literal["cordoned", "draining"] | None
 
 
+class FleetReasons(BaseModel):
+    """The scheduler round whose unplaced replicas and reasons ``/v1/fleet`` shows."""
+
+    planned_at: str | None
+    catalog_position: int | None
+    # The last recorded round (placement_rounds) when they were written; 0 if none.
+    recorded_round: int | None
+    unreadable: str | None = None
+
+
 class Fleet(BaseModel):
     """``GET /v1/fleet``: what runs and why not, in one read (the dashboard's page)."""
 
@@ -193,6 +216,10 @@ class Fleet(BaseModel):
     placement_head: int
     checked_at: str
     policy: dict[str, float]
+    # Where each model's ``unplaced_reasons`` come from: the scheduler's round that
+    # gave them (they held in every round since); null before its first round, or
+    # when the stored row cannot be read (``unreadable`` then says why).
+    reasons_from: FleetReasons | None
     models: list[FleetModel]
     nodes: list[FleetNode]
     placements: list[PlacementEntry]
@@ -206,6 +233,9 @@ class Ready(BaseModel):
     status: str
     schema_revision: str | None
     catalog_position: int
+    # The declared catalog file as this server last read it: "loaded", or "refused" with
+    # where and why (the previous catalog keeps running). None when no file is given.
+    declared: dict[str, Any] | None = None
 
 
 # -- the identifier grammar, as the document states it ----------------------------------

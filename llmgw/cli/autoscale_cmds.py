@@ -14,9 +14,9 @@ from autoscale.policy import Policy, PolicyError, parse_policy
 from autoscale.rolling import Rolling
 from autoscale.rounds import summary_for
 from autoscale.store import DECISION, HOLD, AutoscaleStore, StoredEvent
+from catalog import Catalog
 from catalog.text import shown
 from llmgw.autoscale_view import autoscale_rows
-from llmgw.cli import live
 from llmgw.cli.context import App, Refused, parse_when, print_json
 from llmgw.cli.render import table
 from scheduler.persistence.store import SchedulerStore
@@ -35,21 +35,12 @@ def _model(app: App, name: str) -> str:
     return found
 
 
-def cmd_status(app: App, args: argparse.Namespace) -> int:
-    store, scheduler = AutoscaleStore(app.engine), SchedulerStore(app.engine)
-    policy = app.settings.autoscale
-
-    def view() -> tuple[Any, str]:
-        rows = autoscale_rows(
-            app.service.catalog(),
-            scheduler.replicas(),
-            store,
-            policy,
-            datetime.now(UTC),
-        )
-        return {"policy": policy.to_json(), "models": rows}, _status_table(rows)
-
-    return live.show(view, watch=args.watch, as_json=args.json, title="llmgw status")
+def model_rows(app: App, catalog: Catalog, replicas: Any, now: datetime) -> list[dict[str, Any]]:
+    """Per model: ready, placed, wanted, scaling.min..max and the autoscaler's view
+    (``llmgw status``)."""
+    return autoscale_rows(
+        catalog, replicas, AutoscaleStore(app.engine), app.settings.autoscale, now
+    )
 
 
 def _p99(value: Any, slo: Any) -> str:
@@ -59,7 +50,7 @@ def _p99(value: Any, slo: Any) -> str:
     return f"{value:.3f}s{mark}"
 
 
-def _status_table(rows: list[dict[str, Any]]) -> str:
+def status_table(rows: list[dict[str, Any]]) -> str:
     headers = ["model", "ready", "placed", "wanted", "min..max", "autoscale", "load"]
     headers += ["ttft_p99", "tpot_p99", "last decision"]
     body = []

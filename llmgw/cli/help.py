@@ -55,6 +55,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "llmgw gateway --server http://cp:8080 --token-file t --host 0.0.0.0 --port 8090",
     ),
     "resolve": ("llmgw resolve coder", "llmgw resolve coder --json"),
+    "engine-check": (
+        "llmgw engine-check qwen-coder   # straight to its first ready replica",
+        "llmgw engine-check qwen-coder --gateway http://gw:8000 --token-file client.token",
+        "llmgw engine-check qwen-coder --json",
+    ),
     "show": ("llmgw show --at 12", "llmgw show --at yesterday --json"),
     "db": ("llmgw db current", "llmgw db upgrade"),
     "db upgrade": ("llmgw db upgrade", "llmgw --db postgresql://llmgw@db/llmgw db upgrade"),

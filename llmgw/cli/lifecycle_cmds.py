@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
+from catalog.text import shown as shown_text
 from llmgw.cli.catalog_cmds import login_user
 from llmgw.cli.context import App, Refused, print_json
 from llmgw.views import iso, replica_state_json, service_change_json
@@ -13,6 +15,10 @@ from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.persistence.store import SchedulerStore
 from scheduler.planner.placements import Placement
+
+if TYPE_CHECKING:
+    from catalog import Catalog
+    from events.catalog_service import CatalogService
 
 
 def cmd_service(app: App, args: argparse.Namespace) -> int:
@@ -33,8 +39,50 @@ def cmd_service(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
+def service_in_force(app: App) -> tuple[CatalogService, str]:
+    """The catalog the control plane runs, and a note when that is not the file as it is.
+
+    ``llmgw serve`` and the daemon record the declared catalog they run
+    (``declared.status``). When this command's own reading of the file differs (an
+    edit they refused, or one they have not taken yet) the rollout is the one their
+    catalog makes, not one this command would imagine from the file.
+    """
+    from catalog import CatalogError
+    from catalog.digest import catalog_digest
+    from declared.status import read_status
+    from events.catalog_service import CatalogService
+
+    path = app.settings.config_path
+    rows = read_status(app.engine, str(path.resolve())) if path is not None else []
+    own: Catalog | None = None
+    own_error = ""
+    try:
+        own = app.declared
+    except CatalogError as exc:
+        own_error = str(exc)
+    if rows and (own is None or catalog_digest(own) != rows[0].digest):
+        row = rows[0]
+        why = (
+            f"refused ({row.refusal.text()})"
+            if row.refusal is not None
+            else "not taken yet by the running control plane (it looks every second)"
+        )
+        note = (
+            f"the declared file {row.path} as it is now is {why}; shown: the catalog in "
+            f"force (digest {row.digest[:12]}, since {iso(row.loaded_at)})"
+        )
+        service = CatalogService(
+            app.store, row.catalog(), app.config_label, snapshot_key=app.snapshot_key
+        )
+        return service, note
+    if own is None:
+        raise Refused(own_error)
+    return app.service, ""
+
+
 def cmd_rollout_status(app: App, args: argparse.Namespace) -> int:
-    catalog = app.service.catalog()
+    service, note = service_in_force(app)
+    catalog = service.catalog()
     model = catalog.canonical(args.model)
     if model is None:
         raise Refused(
@@ -44,13 +92,13 @@ def cmd_rollout_status(app: App, args: argparse.Namespace) -> int:
     store = SchedulerStore(app.engine)
     statuses = store.state().lifecycle.statuses
     # What a round would do now, writing nothing: the rollout as it stands.
-    plan = Placer(app.service, store).run(dry_run=True, now=datetime.now(UTC)).plan
+    plan = Placer(service, store).run(dry_run=True, now=datetime.now(UTC)).plan
     progress = next((r for r in plan.rollouts if r.model == model), None)
     running = [p for p in plan.keep if p.model == model]
 
     def row(p: Placement) -> dict[str, object]:
         status = statuses.get((p.model, p.replica))
-        shown = replica_state_json(status) if status else {"state": "to be placed"}
+        shown = replica_state_json(status) if status else {"state": "not placed yet"}
         return {"replica": p.replica, "nodes": list(p.nodes), "profile": p.profile, **shown}
 
     if progress is None:
@@ -71,9 +119,12 @@ def cmd_rollout_status(app: App, args: argparse.Namespace) -> int:
             "new": [row(p) for p in progress.new],
             "waiting": progress.waiting,
         }
+    out["declared_note"] = note or None
     if args.json:
         print_json(out)
         return 0
+    if note:
+        print(f"note: {shown_text(note)}")
     if progress is None:
         print(f"{model}: no rollout in progress; {len(running)} replica(s) run what it defines")
         return 0
@@ -88,5 +139,6 @@ def cmd_rollout_status(app: App, args: argparse.Namespace) -> int:
 
 def _state(status: ReplicaStatus | None) -> str:
     if status is None:
-        return "to be placed this round"
+        # In the plan a round would make now, not placed yet: the next round places it.
+        return "not placed yet (the next placement round places it)"
     return f"{status.shown_state} since {iso(status.since)}"

@@ -6,21 +6,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from llmgw.cli.parser import time_arg, watch_flag
+from llmgw.cli.parser import time_arg
 
 
 def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
 ) -> None:
-    p = sub.add_parser(
-        "status",
-        parents=[parent],
-        help="per model: replicas ready and placed vs wanted vs scaling.min/max, and why",
-    )
-    p.add_argument("--json", action="store_true", help="as JSON, for programs")
-    watch_flag(p)
-    p.set_defaults(run="autoscale_cmds:cmd_status")
-
     scale = sub.add_parser(
         "autoscale", parents=[parent], help="the autoscaler's decisions: history, explain, backtest"
     )

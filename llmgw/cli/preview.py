@@ -18,6 +18,7 @@ from typing import Any
 
 from catalog import Catalog, Model
 from catalog.digest import catalog_digest
+from catalog.engines import check_engines
 from catalog.state import CatalogState
 from catalog.text import shown
 from events.apply import ApplyResult, plan_apply
@@ -95,6 +96,8 @@ def _replica(p: Placement) -> str:
 
 def show_add(app: App, models: Sequence[Model], *, as_json: bool) -> int:
     state, position = _current(app)
+    for m in models:
+        check_engines(m)  # the refusal a real add would give
     ordered = state.check_add(models)  # raises the refusal a real add would
     for model in ordered:
         state.add(model)
@@ -128,6 +131,7 @@ def show_apply(app: App, model: Model, *, as_json: bool) -> int:
     what the next round would then do for the model: place, replace (a rollout), remove."""
     state, position = _current(app)
     # The same judgement as a real apply, refusals included (a declared model, a collision).
+    check_engines(model)
     planned = plan_apply(state, model, catalog_digest(app.declared))
     if planned.outcome == "added":
         state.add(model)

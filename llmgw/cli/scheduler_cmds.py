@@ -10,7 +10,6 @@ from typing import Any
 
 from catalog.documents import read_file
 from catalog.text import shown
-from llmgw import logs
 from llmgw.cli import live
 from llmgw.cli.context import App, Refused, print_json
 from llmgw.cli.render import table
@@ -19,6 +18,7 @@ from llmgw.views import (
     node_json,
     placed_replica_json,
     placement_json,
+    replica_context_json,
     rollout_json,
     unplaced_json,
 )
@@ -231,7 +231,18 @@ def cmd_placements(app: App, args: argparse.Namespace) -> int:
         if model is not None:  # resolved each refresh: an alias can move to another model
             model = app.service.catalog().canonical(model) or model
         replicas = store.replicas(node=args.node, model=model)
-        return [placed_replica_json(p, s) for p, s in replicas], _placements_table(replicas)
+        catalog = app.service.catalog()
+        shown_rows = [
+            {**placed_replica_json(p, s), **replica_context_json(p, catalog, s)}
+            for p, s in replicas
+        ]
+        warnings = [
+            f"warning: {shown(r['model'])}[{r['replica']}]: {shown(r['context_warning'])}"
+            for r in shown_rows
+            if r["context_warning"]
+        ]
+        text = _placements_table(replicas) + "".join(w + "\n" for w in warnings)
+        return shown_rows, text
 
     return live.show(view, watch=args.watch, as_json=args.json, title="llmgw placements")
 
@@ -261,7 +272,6 @@ def _placements_table(replicas: Sequence[tuple[Placement, ReplicaStatus]]) -> st
 def cmd_daemon(app: App, args: argparse.Namespace) -> int:
     from llmgw import autoscaling
 
-    logs.configure(default_level="INFO")
     scaler = autoscaling.autoscaler(app.engine, app.service, app.settings.autoscale)
     daemon = Daemon(
         _placer(app, args),
@@ -275,5 +285,19 @@ def cmd_daemon(app: App, args: argparse.Namespace) -> int:
         finally:
             daemon.leadership.release()
         return 0
-    daemon.run_forever()
+    from llmgw.declared_watch import watch_declared
+
+    watcher = watch_declared(
+        app.settings.config_path,
+        app.declared,
+        [app.service],
+        app.service,
+        engine=app.engine,
+        role="daemon",
+    )
+    try:
+        daemon.run_forever()
+    finally:
+        if watcher is not None:
+            watcher.stop()
     return 0

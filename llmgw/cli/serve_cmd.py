@@ -15,7 +15,6 @@ from types import FrameType
 
 import structlog
 
-from llmgw import logs
 from llmgw.api.auth import TokenConfigError, issue_token, parse_env_tokens
 from llmgw.api.settings import ApiSettings
 from llmgw.cli import token_file
@@ -155,7 +154,6 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_serve(app: App, args: argparse.Namespace) -> int:
-    logs.configure(default_level="INFO")
     conf = app.settings
     policy = conf.policy
     try:
@@ -202,6 +200,24 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             engine=engine,
             autoscale=conf.autoscale,
         )
+    # The declared file is watched (and SIGHUP looks now): an edit is taken whole or
+    # refused whole, by the API's catalog and the scheduler's alike (declared.reload).
+    from llmgw.declared_watch import watch_declared
+
+    reloaded = [services.gate.service]
+    if scheduler is not None:
+        reloaded.append(scheduler.daemon.placer.catalog)
+    watcher = watch_declared(
+        conf.config_path,
+        app.declared,
+        reloaded,
+        services.gate.service,
+        engine=engine,
+        role="serve",
+        on_outcome=services.metrics.observe_declared,
+    )
+    if watcher is not None:
+        services.declared_watch.reloader = watcher.reloader
     host, port = conf.server.host, conf.server.port
     try:
         sock = server.listen(host, port)
@@ -219,6 +235,8 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     ):
         print("error: the API did not start (see the log above)", file=sys.stderr)
         return EXIT_REFUSED
+    if watcher is not None:
+        watcher.stop()
     log.info("api.stopped")
     return 0
 

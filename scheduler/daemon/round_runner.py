@@ -3,7 +3,9 @@
 The planner is pure; this is the I/O around it. A round reads only the catalog
 events appended since the previous round (the catalog service keeps its replay
 state), the inventory and the current placements, and writes its changes in
-one transaction (``SchedulerStore.apply``).
+one transaction (``SchedulerStore.apply``); then, when they differ from the last it
+wrote, the replicas it left unplaced and why (``SchedulerStore.record_outcome``, read
+by ``GET /v1/fleet``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from datetime import UTC, datetime
 
 from events.catalog_service import CatalogService
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
+from scheduler.persistence.outcome_store import UnplacedReason, reasons_of
 from scheduler.persistence.store import SchedulerStore
+from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
 from scheduler.planner.inventory import Node
 from scheduler.planner.placements import Placement, Plan
@@ -34,6 +38,12 @@ class RoundOutcome:
     before: tuple[Placement, ...] = ()
 
 
+def _pinned_now(plan: Plan, before: Sequence[Placement]) -> list[Placement]:
+    """The placements this round places or pins to a version they did not have."""
+    had = {(p.model, p.replica): p.version for p in before}
+    return [*plan.place, *(p for p in plan.keep if had.get((p.model, p.replica)) != p.version)]
+
+
 class Placer:
     """Runs rounds against one database. Long-lived: keeps the catalog's replay state."""
 
@@ -49,6 +59,9 @@ class Placer:
         self.store = store
         self.policy = policy
         self.wanted = wanted
+        # What this placer last wrote as the unplaced replicas and their reasons: written
+        # again only when a round's differ (None: not yet, so the first round writes).
+        self._outcome: tuple[UnplacedReason, ...] | None = None
 
     def run(self, *, dry_run: bool = False, now: datetime | None = None) -> RoundOutcome:
         started = time.perf_counter()
@@ -74,7 +87,14 @@ class Placer:
                 nodes=nodes,
                 now=now,
                 policy=self.policy,
+                # Every placement pinned to the current version, placed now or pinned
+                # now: its definition is recorded with the round (scheduler.persistence.versions).
+                definitions=definitions_to_record(catalog, _pinned_now(plan, state.placements)),
             )
+            unplaced = reasons_of(plan.unplaced)
+            if unplaced != self._outcome:
+                self.store.record_outcome(unplaced, planned_at=now, catalog_position=position)
+                self._outcome = unplaced
         return RoundOutcome(
             plan=plan,
             catalog_position=position,

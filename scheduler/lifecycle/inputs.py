@@ -34,6 +34,9 @@ class ModelLifecycle:
     startup_timeouts: Mapping[str, timedelta] = field(default_factory=dict)
     max_surge: int = 1
     max_unavailable: int = 0
+    # The model's version (``catalog.digest.model_version``): what a new replica is
+    # pinned to. "" plans as before versions (nothing pinned).
+    version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,8 @@ class Lifecycle:
                     "message": s.message,
                     "endpoint": s.endpoint,
                     "reported": s.reported,
+                    "effective_context_length": s.effective_context_length,
+                    "context_detail": s.context_detail,
                 }
                 for (model, replica), s in sorted(self.statuses.items())
             ],
@@ -178,6 +183,9 @@ class Lifecycle:
                     message=s["message"],
                     endpoint=s["endpoint"],
                     reported=s["reported"],
+                    # Absent from rounds recorded before the engines' context was read.
+                    effective_context_length=s.get("effective_context_length"),
+                    context_detail=s.get("context_detail", ""),
                 )
                 for s in data["statuses"]
             },

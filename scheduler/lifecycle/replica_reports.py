@@ -41,6 +41,9 @@ ReportedState = Literal["starting", "ready", "failed"]
 MAX_REPLICAS_PER_REPORT = 1024
 MAX_MESSAGE = 1000
 MAX_ENDPOINT = 2048
+MAX_CONTEXT_DETAIL = 200
+# No engine serves a window of a billion tokens; a larger figure is a bug in an agent.
+MAX_CONTEXT_TOKENS = 1 << 30
 
 
 def _printable(value: str) -> str:
@@ -75,6 +78,15 @@ class ReplicaReport(BaseModel):
     endpoint: Annotated[str | None, AfterValidator(_url)] = Field(
         default=None, max_length=MAX_ENDPOINT
     )
+    # The model version the reporting engine was started for (sent only by an agent
+    # of a control plane that pins versions). A report of another version than the
+    # placement now in the slot is about the replica that was there before: ignored.
+    version: str = Field(default="", max_length=64, pattern=r"^[0-9a-f]*$")
+    # What one request may really use on the ready engine, as the engine itself says
+    # (llama.cpp's context per slot, vLLM's max_model_len), and how it came to that
+    # ("--ctx-size 8192 / --parallel 4 = 2048"). Absent: not known.
+    effective_context_length: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_TOKENS)
+    context_detail: Printable = Field(default="", max_length=MAX_CONTEXT_DETAIL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +105,8 @@ class ReplicaStatus:
     message: str = ""
     endpoint: str | None = None
     reported: bool = True
+    effective_context_length: int | None = None
+    context_detail: str = ""
 
     @property
     def shown_state(self) -> str:

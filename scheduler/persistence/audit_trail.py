@@ -171,6 +171,42 @@ def follow_page(conn: Connection, *, after: int, limit: int) -> list[PlacementEv
     ]
 
 
+def moves_between(
+    conn: Connection, *, after_round: int, through_round: int
+) -> list[PlacementEvent] | None:
+    """The placements rounds ``after_round`` + 1 to ``through_round`` added or deleted
+    (``placement.placed`` and ``placement.removed``, with their nodes); None if any of
+    those rows cannot be read, so that a caller keeping counts reads the placements
+    whole instead of missing a move."""
+    rows = (
+        conn.execute(
+            raw(pevents_t)
+            .where(
+                pevents_t.c.round_id > after_round,
+                pevents_t.c.round_id <= through_round,
+                pevents_t.c.type.in_((PLACED, REMOVED)),
+            )
+            .order_by(pevents_t.c.position)
+        )
+        .mappings()
+        .all()
+    )
+    moves = []
+    for row in rows:
+        found = decode_one(
+            conn,
+            row,
+            table="placement_events",
+            key=("position",),
+            decode=_event,
+            times=("recorded_at",),
+        )
+        if isinstance(found, Unreadable):
+            return None
+        moves.append(found)
+    return moves
+
+
 def events_head(conn: Connection) -> int:
     """The last placement event's position (0 for none)."""
     return int(conn.execute(select(func.coalesce(func.max(pevents_t.c.position), 0))).scalar_one())

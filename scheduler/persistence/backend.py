@@ -1,34 +1,71 @@
 """What differs between the scheduler's back ends, chosen once per connection.
 
-Everything else the scheduler stores is the same SQL on SQLite and
-PostgreSQL; the differences live in one module per back end
-(``backend_sqlite``, ``backend_postgresql``) behind this protocol, so no
-other module asks which database it talks to.
+Everything else the scheduler stores is the same SQL on SQLite and PostgreSQL.
+Two things are not: how rounds and placement events are locked while they are
+numbered, and which dialect's INSERT ... ON CONFLICT builds an upsert. One class
+does the work; each back end is one instance naming only those two differences,
+so no other module asks which database it talks to.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, Table
 
 
-class Backend(Protocol):
+@dataclass(frozen=True, slots=True)
+class Backend:
+    # The SQLAlchemy dialect, whose insert() has on_conflict_do_update.
+    dialect: str
+    # SQL that takes the numbering lock; None where the write transaction already holds it.
+    numbering_lock: str | None
+
     def lock_numbering(self, conn: Connection) -> None:
         """Take the lock under which rounds and placement events are numbered."""
+        if self.numbering_lock is not None:
+            conn.exec_driver_sql(self.numbering_lock)
 
     def upsert(
         self, conn: Connection, table: Table, key: str, rows: Sequence[dict[str, Any]]
     ) -> None:
         """Insert ``rows``, replacing those whose ``key`` is already stored."""
+        conn.execute(_upsert(self.dialect, table, key, tuple(rows[0])), list(rows))
+
+
+@functools.lru_cache(maxsize=32)
+def _upsert(dialect: str, table: Table, key: str, columns: tuple[str, ...]) -> Any:
+    # Built once per shape: node reports upsert a batch every few milliseconds, and
+    # building the statement (and its cache key) was a fifth of what a batch cost.
+    # The dialect is imported when first used: PostgreSQL's costs about 80 ms, which a
+    # command on SQLite should not pay.
+    stmt: Any
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+
+        stmt = postgresql_insert(table)
+    else:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        stmt = sqlite_insert(table)
+    return stmt.on_conflict_do_update(
+        index_elements=[table.c[key]],
+        set_={c: stmt.excluded[c] for c in columns if c != key},
+    )
+
+
+# One writer at a time by construction: a write transaction starts with BEGIN
+# IMMEDIATE (events.db), which already holds the only write lock there is.
+SQLITE = Backend("sqlite", None)
+# Several control-plane replicas may write at once. Rounds and placement events are
+# numbered max + 1: two writers must not read the same max. Readers are not blocked
+# (EXCLUSIVE, not ACCESS EXCLUSIVE).
+POSTGRESQL = Backend("postgresql", "LOCK TABLE placement_rounds IN EXCLUSIVE MODE")
 
 
 def backend(conn: Connection) -> Backend:
-    if conn.dialect.name == "postgresql":
-        from scheduler.persistence.backend_postgresql import POSTGRESQL
-
-        return POSTGRESQL
-    from scheduler.persistence.backend_sqlite import SQLITE
-
-    return SQLITE
+    """The back end of ``conn``'s database."""
+    return POSTGRESQL if conn.dialect.name == "postgresql" else SQLITE

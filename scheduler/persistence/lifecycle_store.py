@@ -35,6 +35,9 @@ from scheduler.persistence.tables import CordonRow, FailureRow, NodeRow, Placeme
 from scheduler.planner.inventory import NodeReport
 
 log = structlog.get_logger("llmgw.scheduler")
+# (model, replica) pairs per read: two bound values each, well inside every driver's limit
+# on parameters (SQLite 32,766).
+KEYS_PER_READ = 500
 
 nodes_t = table(NodeRow)
 placements_t = table(PlacementRow)
@@ -72,14 +75,17 @@ def record_replica_reports(
         .where(nodes_t.c.name.in_([r.name for r in with_replicas]))
         .values(reports_replicas=True)
     )
-    models = sorted({rep.model for r in with_replicas for rep in r.replicas or ()})
-    if not models:
+    # Only the replicas the batch reports on: by model, a model with thousands of
+    # replicas (or a batch naming many models) read nearly every placement.
+    keys = sorted({(rep.model, rep.replica) for r in with_replicas for rep in r.replicas or ()})
+    if not keys:
         return
-    rows: dict[tuple[str, int], StoredPlacement] = {
-        (row.placement.model, row.placement.replica): row for row in read_placements(conn, models)
-    }
+    rows: dict[tuple[str, int], StoredPlacement] = {}
+    for start in range(0, len(keys), KEYS_PER_READ):
+        for stored in read_placements(conn, keys=keys[start : start + KEYS_PER_READ]):
+            rows[(stored.placement.model, stored.placement.replica)] = stored
     trail: list[TrailEntry] = []
-    writes: list[tuple[str, int, str, dict[str, Any]]] = []
+    writes: list[tuple[str, int, str, str | None, dict[str, Any]]] = []
     cleared: list[tuple[str, str]] = []
     for report in with_replicas:
         actor = actor_of[id(report)]
@@ -91,6 +97,15 @@ def record_replica_reports(
             if row is None or report.name not in nodes:
                 ignored.append(f"{rep.model}[{rep.replica}]")
                 continue
+            if rep.version and row.placement.version and rep.version != row.placement.version:
+                # The slot was given to a new replica on the same node since the agent
+                # looked: its engine of the old version must not mark the new one ready.
+                # Counted in the report's one log line, like every ignored replica.
+                ignored.append(
+                    f"{rep.model}[{rep.replica}] of version {rep.version[:12]}, "
+                    f"placed as {row.placement.version[:12]}"
+                )
+                continue
             endpoint, message = rep.endpoint, rep.message
             if endpoint is not None:
                 problem = endpoint_problem(endpoint, addresses.get(report.name), endpoints)
@@ -99,9 +114,20 @@ def record_replica_reports(
                     endpoint = None
                     message = f"endpoint {endpoint_shown(rep.endpoint)} refused: {problem}"
             changed = rep.state != row.state
-            if not changed and message == row.message and endpoint == row.endpoint:
+            context = (rep.effective_context_length, rep.context_detail)
+            if (
+                not changed
+                and message == row.message
+                and endpoint == row.endpoint
+                and context == (row.effective_context_length, row.context_detail)
+            ):
                 continue
-            values: dict[str, Any] = {"message": message, "endpoint": endpoint}
+            values: dict[str, Any] = {
+                "message": message,
+                "endpoint": endpoint,
+                "effective_context_length": rep.effective_context_length,
+                "context_detail": rep.context_detail,
+            }
             if changed:
                 values |= {"state": rep.state, "state_since": now}
                 trail.append(
@@ -117,21 +143,23 @@ def record_replica_reports(
                 )
                 if rep.state == READY:
                     cleared.append((rep.model, report.name))
-            writes.append((rep.model, rep.replica, row.nodes_text, values))
+            writes.append((rep.model, rep.replica, row.nodes_text, row.placement.version, values))
         _log_report(report.name, ignored, refused)
     if not writes:
         return
     # Taken before any row is changed, in the order a round takes its locks,
     # so that a report and a round never wait for each other in a cycle.
     lock_trail(conn)
-    for model, replica, nodes_text, values in writes:
+    for model, replica, nodes_text, version, values in writes:
         conn.execute(
             update(placements_t)
             .where(
                 placements_t.c.model == model,
                 placements_t.c.replica == replica,
-                # Only the placement the agent reported on: not one placed since in its slot.
+                # Only the placement the agent reported on: not one placed since in its
+                # slot (on other nodes, or of another version on the same ones).
                 placements_t.c.nodes == nodes_text,
+                placements_t.c.version == version,
             )
             .values(**values)
         )

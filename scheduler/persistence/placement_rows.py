@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, tuple_
 
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.persistence.record_format import checked, names, replica_state
@@ -35,6 +35,8 @@ class StoredPlacement:
     endpoint: str | None
     # The nodes column exactly as stored: a report updates only the placement it was about.
     nodes_text: str
+    effective_context_length: int | None = None
+    context_detail: str = ""
 
     def status(self, reporting: frozenset[str]) -> ReplicaStatus:
         return ReplicaStatus(
@@ -44,6 +46,8 @@ class StoredPlacement:
             message=self.message,
             endpoint=self.endpoint,
             reported=any(n in reporting for n in self.placement.nodes),
+            effective_context_length=self.effective_context_length,
+            context_detail=self.context_detail,
         )
 
 
@@ -59,16 +63,25 @@ def placement_row(p: Placement, round_id: int, now: datetime) -> dict[str, Any]:
         "round_id": round_id,
         "placed_at": now,
         "fingerprint": p.fingerprint,
+        "version": p.version,
         "state": "placed",
         "state_since": now,
     }
 
 
-def read_placements(conn: Connection, models: Sequence[str] | None = None) -> list[StoredPlacement]:
-    """Every readable placement (of ``models`` if given), by model and replica."""
+def read_placements(
+    conn: Connection,
+    models: Sequence[str] | None = None,
+    *,
+    keys: Sequence[tuple[str, int]] | None = None,
+) -> list[StoredPlacement]:
+    """Every readable placement (of ``models``, or with the (model, replica) ``keys``, if
+    given), by model and replica."""
     query = raw(placements_t).order_by(placements_t.c.model, placements_t.c.replica)
     if models is not None:
         query = query.where(placements_t.c.model.in_(models))
+    if keys is not None:
+        query = query.where(tuple_(placements_t.c.model, placements_t.c.replica).in_(keys))
     return decode_rows(
         conn,
         query,
@@ -101,6 +114,7 @@ def _placement(r: Row) -> StoredPlacement:
         gpu_class=checked(r, "gpu_class", str, None),
         memory_gb_per_node=checked(r, "memory_gb_per_node", int),
         fingerprint=checked(r, "fingerprint", str),
+        version=checked(r, "version", str),
     )
     return StoredPlacement(
         placement=placement,
@@ -110,4 +124,6 @@ def _placement(r: Row) -> StoredPlacement:
         message=checked(r, "message", str),
         endpoint=checked(r, "endpoint", str, None),
         nodes_text=nodes_text,
+        effective_context_length=checked(r, "effective_context_length", int, None),
+        context_detail=checked(r, "context_detail", str),
     )

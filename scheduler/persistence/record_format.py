@@ -117,6 +117,7 @@ def placement_record(p: Placement) -> Record:
         "gpu_class": p.gpu_class,
         "memory_gb_per_node": p.memory_gb_per_node,
         "fingerprint": p.fingerprint,
+        "version": p.version,
     }
 
 
@@ -213,6 +214,8 @@ def placement_from_record(data: Any) -> Placement:
         gpu_class=checked(p, "gpu_class", str, None),
         memory_gb_per_node=checked(p, "memory_gb_per_node", int),
         fingerprint=checked(p, "fingerprint", str),
+        # Rounds recorded before versions have none: nothing was pinned.
+        version=checked({"version": "", **p}, "version", str),
     )
 
 
@@ -304,6 +307,11 @@ def _lifecycle(data: Any) -> Lifecycle:
             # the round on them).
             if key == "statuses":
                 replica_state(entry)
+                # Optional: rounds recorded before engines' context was read lack them.
+                if "effective_context_length" in entry:
+                    checked(entry, "effective_context_length", int, None)
+                if "context_detail" in entry:
+                    checked(entry, "context_detail", str)
             if key == "cordons" and entry["mode"] not in (CORDONED, DRAINING):
                 raise UnreadableRow(
                     f"lifecycle cordon mode {_shown(entry['mode'])} is neither "

@@ -9,6 +9,7 @@ API and the daemon use, and the one the contract suite
 - ``scheduler.persistence.audit_trail``: the placements' audit trail (placement events);
 - ``scheduler.persistence.recorded_rounds``: recording a round's inputs and rebuilding them;
 - ``scheduler.persistence.lifecycle_store``: replica states, cordons, failures;
+- ``scheduler.persistence.outcome_store``: what the last round left unplaced, and why;
 - ``scheduler.persistence.record_format``: the versioned JSON of recorded rounds (pure);
 - ``scheduler.persistence.row_decoding``: every row read is decoded there, or skipped and named;
 - ``scheduler.persistence.backend``: what differs between SQLite and PostgreSQL.
@@ -16,7 +17,7 @@ API and the daemon use, and the one the contract suite
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import Engine
@@ -36,6 +37,7 @@ from scheduler.persistence.audit_trail import (
 )
 from scheduler.persistence.inventory_store import InventoryStore, write_reports
 from scheduler.persistence.lifecycle_store import read_cordons
+from scheduler.persistence.outcome_store import Outcome, UnplacedReason, read_outcome, write_outcome
 from scheduler.persistence.record_format import PlacementEvent, RecordedRound
 from scheduler.persistence.recorded_rounds import RoundUnreadable, read_recorded_round
 from scheduler.persistence.round_store import (
@@ -45,6 +47,7 @@ from scheduler.persistence.round_store import (
     RoundStore,
 )
 from scheduler.persistence.row_decoding import Unreadable
+from scheduler.persistence.versions import VersionBook
 from scheduler.planner.inventory import Node, NodeReport
 from scheduler.planner.placements import Placement, Plan
 
@@ -55,6 +58,8 @@ class SchedulerStore:
         self.inventory = InventoryStore(engine)
         self.rounds = RoundStore(engine)
         self._hosted = HostedCounts()
+        # The definitions of pinned model versions (scheduler.persistence.versions), cached.
+        self.versions = VersionBook(engine)
 
     # -- inventory --------------------------------------------------------
 
@@ -122,6 +127,7 @@ class SchedulerStore:
         nodes: Sequence[Node],
         now: datetime,
         policy: StalenessPolicy,
+        definitions: Mapping[tuple[str, str], str] | None = None,
     ) -> int | None:
         return self.rounds.apply(
             plan,
@@ -130,7 +136,24 @@ class SchedulerStore:
             nodes=nodes,
             now=now,
             policy=policy,
+            definitions=definitions,
         )
+
+    def record_outcome(
+        self,
+        unplaced: Sequence[UnplacedReason],
+        *,
+        planned_at: datetime,
+        catalog_position: int,
+    ) -> None:
+        """Replace what the last round left unplaced (``scheduler.persistence.outcome_store``)."""
+        with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            write_outcome(conn, unplaced, planned_at=planned_at, catalog_position=catalog_position)
+
+    def outcome(self) -> Outcome | Unreadable | None:
+        """What the last round left unplaced; None before any round wrote it."""
+        with self.engine.connect() as conn:
+            return read_outcome(conn)
 
     # -- audit ------------------------------------------------------------
 

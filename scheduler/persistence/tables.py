@@ -58,6 +58,13 @@ class PlacementRow(Base):
     endpoint: Mapped[str | None] = mapped_column(String(2048))
     # What the replica runs (scheduler.planner.rollout.fingerprint); "" if placed before it existed.
     fingerprint: Mapped[str] = mapped_column(String(64), server_default="")
+    # The model version it was placed with (catalog.digest.model_version); "" before
+    # versions. Its agent is sent that version's definition (ModelVersionRow).
+    version: Mapped[str] = mapped_column(String(64), server_default="")
+    # What one request may really use on its engine, as the agent read it once ready
+    # (None: not yet, or the engine does not say), and how the engine came to it.
+    effective_context_length: Mapped[int | None] = mapped_column(Integer)
+    context_detail: Mapped[str] = mapped_column(Text, server_default="")
 
 
 class PlacementRoundRow(Base):
@@ -83,6 +90,27 @@ class PlacementRoundRow(Base):
     unplaced: Mapped[int] = mapped_column(Integer)
     # JSON: replica states, cordons, back-offs and their policy (None before 0005).
     lifecycle: Mapped[str | None] = mapped_column(Text)
+
+
+class PlacementOutcomeRow(Base):
+    """What the scheduler's last round left unplaced, and why: one row, replaced whole.
+
+    Recorded rounds hold a round's inputs, and only rounds that change placements are
+    recorded; a round that leaves a new model unplaced changes nothing and is not. So
+    the daemon writes the unplaced replicas with their reasons here whenever they
+    differ from the last it wrote (``scheduler.outcome_store``): ``GET /v1/fleet``
+    reads them rather than planning a round per request.
+    """
+
+    __tablename__ = "placement_outcome"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    # The round that gave these reasons (they held, unchanged, in every round since).
+    planned_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    catalog_position: Mapped[int] = mapped_column(Position)
+    # The last recorded round (placement_rounds.id) when it was written; 0 if none.
+    round_id: Mapped[int] = mapped_column(Position)
+    unplaced: Mapped[str] = mapped_column(Text)  # JSON [{model, replica, reason}]
 
 
 class InventoryRow(Base):
@@ -123,6 +151,22 @@ class CordonRow(Base):
     actor: Mapped[str] = mapped_column(String(255))
     reason: Mapped[str] = mapped_column(Text)
     since: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class ModelVersionRow(Base):
+    """A model's definition as of one version (catalog.digest.model_version).
+
+    Written when a replica is first placed with that version, kept while any
+    may still run it: a replica's agent is sent its version's definition, not
+    the current one, so a catalog change never restarts an engine in place.
+    """
+
+    __tablename__ = "model_versions"
+
+    model: Mapped[str] = mapped_column(String(255), primary_key=True)
+    version: Mapped[str] = mapped_column(String(64), primary_key=True)
+    definition: Mapped[str] = mapped_column(Text)  # JSON: Model.to_definition()
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class FailureRow(Base):

@@ -5,8 +5,9 @@ everything it decides with: the nodes as reported (``inventory``), what is
 asked and answered (``placements``, ``demands``), whether a node fits
 (``fit``, ``capacity``), which placements survive (``survivors``), placing the
 missing replicas (``order``, ``packing``, ``spread``), the spread repair
-(``spread_repair`` and its ``repair_*`` helpers), ``preemption``, the lifecycle
-inside a round (``rollout``), reusing the plan of an unchanged round
+(``spread_repair`` and its ``repair_*`` helpers), ``preemption``, the fewest moves
+that make room for an unplaced replica (``defrag``, not yet called by ``plan``), the
+lifecycle inside a round (``rollout``), reusing the plan of an unchanged round
 (``plan_cache``), and why things went where they did (``rejections``,
 ``resilience``, ``replica_stories``).
 

@@ -21,9 +21,12 @@ class Check(enum.IntEnum):
     STALE = 1
     CORDONED = 2
     GPU_CLASS = 3
-    BACKOFF = 4
-    FREE_GPUS = 5
-    LABELS = 6
+    # What a node *is* (its card type, its labels) before what it has free: a node
+    # whose labels do not match the selector never fits, free cards or not, and a
+    # reason that said "no free GPU" of it sent operators after capacity (issue 24).
+    LABELS = 4
+    BACKOFF = 5
+    FREE_GPUS = 6
     MEMORY = 7
 
 
@@ -96,13 +99,13 @@ def misfit(
         return Misfit(Check.CORDONED)
     if not gpu_class_matches(node.gpu_class, profile):
         return Misfit(Check.GPU_CLASS, node.gpu_class or "")
+    label = missing_label(node.labels, profile.node_selector)
+    if label is not None:
+        return Misfit(Check.LABELS, label)
     if backing_off:
         return Misfit(Check.BACKOFF)
     if not gpus_fit(free_gpus, profile.gpus_per_node):
         return Misfit(Check.FREE_GPUS)
-    label = missing_label(node.labels, profile.node_selector)
-    if label is not None:
-        return Misfit(Check.LABELS, label)
     if not memory_fits(free_memory_gb, profile.min_memory_gb):
         return Misfit(Check.MEMORY)
     return None

@@ -78,6 +78,8 @@ class Attempt:
     avoid: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # model -> profile -> the fingerprint a new replica of that profile runs.
     fingerprints: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # model -> the version (definition digest) a new replica is pinned to.
+    versions: Mapping[str, str] = field(default_factory=dict)
 
     def place_one(
         self, model: str, replica: int, options: list[Option], no_room: set[Requirement]
@@ -117,6 +119,7 @@ class Attempt:
             gpu_class=profile.gpu_class,
             memory_gb_per_node=profile.min_memory_gb,
             fingerprint=self.fingerprints.get(model, {}).get(profile.name, ""),
+            version=self.versions.get(model, ""),
         )
 
     def eligible_nodes(self, profile: PlacementProfile) -> list[str]:
@@ -206,6 +209,7 @@ def place_missing(
         counted,
         avoid or {},
         {d.model: d.lifecycle.fingerprints for d in demands if d.lifecycle is not None},
+        {d.model: d.lifecycle.version for d in demands if d.lifecycle is not None},
     )
     primary = _attempt(Strategy.POLICY, placement_order(demands), slots, capacity, spread)
     if not primary.failed or not primary.placed:
@@ -240,6 +244,7 @@ class _Slots:
     counted: dict[str, int]
     avoid: Mapping[str, frozenset[str]]
     fingerprints: Mapping[str, Mapping[str, str]]
+    versions: Mapping[str, str]
 
 
 def _attempt(  # noqa: PLR0917
@@ -251,7 +256,12 @@ def _attempt(  # noqa: PLR0917
     sibling: Attempt | None = None,
 ) -> Attempt:
     attempt = Attempt(
-        strategy, capacity, spread, avoid=slots.avoid, fingerprints=slots.fingerprints
+        strategy,
+        capacity,
+        spread,
+        avoid=slots.avoid,
+        fingerprints=slots.fingerprints,
+        versions=slots.versions,
     )
     if sibling is not None:
         attempt.eligible = sibling.eligible

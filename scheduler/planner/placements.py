@@ -48,6 +48,10 @@ class Placement:
     # What the replica runs, as placed (``scheduler.planner.rollout.fingerprint``); a
     # change to it is what a rollout replaces. "" for one placed before fingerprints.
     fingerprint: str = ""
+    # The model version (definition digest) the replica was placed with: its agent
+    # runs that version's definition until a rollout replaces the replica. "" for
+    # one placed before versions (its agent is sent the current definition).
+    version: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,8 +55,18 @@ PLACEMENT_FIELDS = (
     "gpu_class",
     "memory_gb_per_node",
     "fingerprint",
+    "version",
 )
-STATUS_FIELDS = ("state", "since", "placed_at", "message", "endpoint", "reported")
+STATUS_FIELDS = (
+    "state",
+    "since",
+    "placed_at",
+    "message",
+    "endpoint",
+    "reported",
+    "effective_context_length",
+    "context_detail",
+)
 _node_fields = attrgetter(*NODE_FIELDS)
 _placement_fields = attrgetter(*PLACEMENT_FIELDS)
 _status_fields = attrgetter(*STATUS_FIELDS)

@@ -178,12 +178,12 @@ def _count_examined(  # noqa: PLR0917
             shut += 1
         elif wanted is not None and node.gpu_class != wanted:
             other[node.gpu_class or ""] += 1
+        elif selector and (label := missing_label(node.labels, selector)) is not None:
+            failures[Check.LABELS, label] += 1
         elif name in avoid:
             backing_off += 1
         elif needed != 0 and free_gpus(name) < needed:
             few_gpus += 1
-        elif selector and (label := missing_label(node.labels, selector)) is not None:
-            failures[Check.LABELS, label] += 1
         elif not memory_fits(free_memory(name), memory_needed):
             little_memory += 1
         elif node.fabric is None:
@@ -239,6 +239,8 @@ def _reasons(r: ProfileRejections) -> list[str]:
     if r.cordoned:
         reasons.append(f"{r.cordoned} {_verb(r.cordoned, 'is', 'are')} cordoned or draining")
     reasons.extend(_gpu_class_reasons(r))
+    for label, count in r.missing_labels.items():
+        reasons.append(f"{count} {_verb(count, 'lacks', 'lack')} label {label}")
     if r.backing_off:
         reasons.append(
             f"{r.backing_off} {_verb(r.backing_off, 'is', 'are')} backing off after "
@@ -249,8 +251,6 @@ def _reasons(r: ProfileRejections) -> list[str]:
             f"{r.too_few_gpus} {_verb(r.too_few_gpus, 'has', 'have')} "
             + ("no free GPU" if r.gpus_needed == 1 else f"fewer than {r.gpus_needed} free GPUs")
         )
-    for label, count in r.missing_labels.items():
-        reasons.append(f"{count} {_verb(count, 'lacks', 'lack')} label {label}")
     if r.too_little_memory:
         reasons.append(
             f"{r.too_little_memory} {_verb(r.too_little_memory, 'has', 'have')} "

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from catalog import Model
+from catalog.digest import model_version
 from catalog.model import Profile
 from scheduler.lifecycle.inputs import DEFAULT_STARTUP_TIMEOUT, Lifecycle, ModelLifecycle
 from scheduler.lifecycle.replica_reports import FAILED, PLACED, READY, STARTING, ReplicaStatus
@@ -74,6 +75,7 @@ def model_lifecycle(model: Model) -> ModelLifecycle:
         startup_timeouts={p.name: p.startup_timeout for p in model.profiles},
         max_surge=model.rollout.max_surge,
         max_unavailable=model.rollout.max_unavailable,
+        version=model_version(model),
     )
 
 
@@ -142,6 +144,15 @@ def judge(
             # Placed before fingerprints were recorded: take what its profile runs
             # now as what it runs, so that the next change rolls it like any other.
             p = replace(p, fingerprint=spec.fingerprints[p.profile])
+        if (
+            spec is not None
+            and not p.version
+            and spec.version
+            and p.fingerprint == spec.fingerprints.get(p.profile)
+        ):
+            # Placed before versions were recorded, running what the model runs now:
+            # pin it to the current version, whose engine view it already runs.
+            p = replace(p, version=spec.version)
         cause = _old_because(p, spec, draining)
         if demand is not None and cause is not None and _alive(p, inventory, state):
             old.setdefault(p.model, []).append((p, cause))

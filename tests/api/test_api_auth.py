@@ -21,6 +21,7 @@ READS: list[tuple[str, str]] = [
     ("GET", "/v1/models/base"),
     ("GET", "/v1/catalog"),
     ("GET", "/v1/catalog/base"),
+    ("GET", "/v1/catalog/models/base"),
     ("GET", "/v1/events"),
     ("GET", "/v1/events/stream"),
     ("GET", "/v1/nodes"),

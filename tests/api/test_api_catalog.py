@@ -139,6 +139,9 @@ def test_the_catalog_shows_each_model_s_resilience_under_the_placements_now(
     printed = {m["name"]: m for m in json.loads(cli(api, "models", "--json").stdout)}
     assert listed["cat-resilient"]["resilience"] == entry["resilience"]
     assert printed["cat-resilient"]["resilience"] == entry["resilience"]
+    # /v1/fleet (the dashboard's read) gives the same figure.
+    fleet = {m["name"]: m for m in ops.get("/v1/fleet").json()["models"]}
+    assert fleet["cat-resilient"]["resilience"] == entry["resilience"]
 
 
 def test_a_list_is_added_whole_in_dependency_order_or_not_at_all(ops: httpx.Client) -> None:

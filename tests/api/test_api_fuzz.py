@@ -113,6 +113,7 @@ OPERATIONS = [
     ("GET", "/v1/diff"),
     ("GET", "/v1/catalog"),
     ("GET", "/v1/catalog/{name}"),
+    ("GET", "/v1/catalog/models/{name}"),
     ("POST", "/v1/catalog/models"),
     ("PUT", "/v1/catalog/models/{name}"),
     ("DELETE", "/v1/catalog/models/{name}"),
@@ -128,6 +129,9 @@ OPERATIONS = [
     ("GET", "/metrics"),
     ("POST", "/v1/signals"),
     ("GET", "/v1/autoscale"),
+    # The tokens' hashes a gateway verifies by (the operator may read them too).
+    ("GET", "/v1/gateway/client-tokens"),
+    ("GET", "/v1/gateway/reader-tokens"),
 ]
 NOT_FUZZED = {("GET", "/v1/events/stream")}  # never ends; see test_api_stream
 # Invalid input is generated only where there is input: a path, query or body.

@@ -8,6 +8,7 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -35,7 +36,23 @@ def api(module_db_url: str, module_dir: Path, tokens: Tokens) -> Iterator[ApiSer
             assert ops.post("/v1/catalog/models", json=big).status_code == 201
         with server.client(tokens.agent) as agent:
             assert agent.put("/v1/nodes/node-0", json=NODE).status_code == 200
+        place(server)  # one scheduler round: /v1/fleet shows its reasons
         yield server
+
+
+def place(server: ApiServer, *extra: str) -> dict[str, Any]:
+    """One real scheduler round (``llmgw place``), as the daemon runs it."""
+    done = subprocess.run(
+        [LLMGW, "place", "--json", *extra],
+        env={**server.env, "LLMGW_LOG_LEVEL": "ERROR"},
+        cwd=server.workdir,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 def sdk(api: ApiServer, token: str) -> openai.OpenAI:
@@ -148,13 +165,13 @@ def test_a_token_appended_by_the_cli_works_until_revoked(tmp_path: Path, sqlite_
         assert server.client(token).get("/v1/catalog").status_code == 401
 
 
-def test_fleet_gives_the_reasons_the_daemon_would_cordons_included_and_the_placement_head(
+def test_fleet_gives_the_last_round_s_reasons_cordons_included_and_the_placement_head(
     tmp_path: Path, db_url: str, tokens: Tokens
 ) -> None:
-    """/v1/fleet planned its dry run without the lifecycle (cordons, drains, back-offs):
-    a replica kept off a cordoned node showed no reason at all, while the daemon left it
-    unplaced. Its reasons are now the ones `llmgw place --dry-run` (the daemon's inputs)
-    gives; and it says where the placement log stands, for the dashboard's stream."""
+    """/v1/fleet planned a round on every request. It now reads what the scheduler's last
+    round left unplaced and why (cordons, drains and back-offs included, as the daemon
+    plans), and says which round that was; and it says where the placement log stands,
+    for the dashboard's stream."""
     server = ApiServer(tmp_path, db_url, tokens=tokens, declared=None)
     with running(server), server.client(tokens.operator) as ops:
         model = definition("kept-off", scaling={"min": 1})
@@ -162,25 +179,37 @@ def test_fleet_gives_the_reasons_the_daemon_would_cordons_included_and_the_place
         assert ops.put("/v1/nodes/node-0", json=NODE).status_code == 200
         cordoned = ops.post("/v1/nodes/node-0/cordon", params={"reason": "bad fan"})
         assert cordoned.status_code == 200, cordoned.text
+        before = ops.get("/v1/fleet").json()
+        daemon = place(server)
         fleet = ops.get("/v1/fleet").json()
+        # The inputs change (uncordoned) but no round has run: the answer is still the
+        # last round's, which a plan per request would not have given.
+        assert ops.post("/v1/nodes/node-0/uncordon").status_code == 200
+        still = ops.get("/v1/fleet").json()
+        placed = place(server)
+        after = ops.get("/v1/fleet").json()
+
+    (row,) = before["models"]
+    assert row["unplaced"] == 1 and row["unplaced_reasons"] == []
+    assert before["reasons_from"] is None
+
     (row,) = fleet["models"]
     assert row["wanted"] == 1 and row["placed"] == 0 and row["unplaced"] == 1
     (why,) = row["unplaced_reasons"]
     assert "cordon" in why["reason"], why
-
-    done = subprocess.run(
-        [LLMGW, "place", "--dry-run", "--json"],
-        env={**server.env, "LLMGW_LOG_LEVEL": "ERROR"},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    daemon = json.loads(done.stdout)
     assert [(u["replica"], u["reason"]) for u in daemon["unplaced"]] == [
         (why["replica"], why["reason"])
     ]
+    assert fleet["reasons_from"]["catalog_position"] == 1
+    assert fleet["reasons_from"]["recorded_round"] == 0  # the round changed no placement
+    assert still["models"][0]["unplaced_reasons"] == row["unplaced_reasons"]
+    assert still["reasons_from"] == fleet["reasons_from"]
+
+    assert placed["unplaced"] == []
+    (row,) = after["models"]
+    assert row["placed"] == 1 and row["unplaced"] == 0 and row["unplaced_reasons"] == []
+    assert after["reasons_from"]["recorded_round"] == 1
+    assert after["reasons_from"]["planned_at"] > fleet["reasons_from"]["planned_at"]
 
     done = subprocess.run(
         [LLMGW, "history", "--placements", "--json"],
@@ -192,5 +221,5 @@ def test_fleet_gives_the_reasons_the_daemon_would_cordons_included_and_the_place
         timeout=300,
     )
     placement_log = [e for e in json.loads(done.stdout) if e["log"] == "placements"]
-    assert [e["type"] for e in placement_log] == ["node.cordoned"]
-    assert fleet["placement_head"] == placement_log[-1]["position"]
+    assert [e["type"] for e in placement_log][:1] == ["node.cordoned"]
+    assert fleet["placement_head"] == placement_log[0]["position"]

@@ -97,6 +97,10 @@ def test_the_catalog_page_shows_wanted_placed_and_why_a_replica_is_unplaced(
     )
     expect(page.locator("#unplaced")).to_contain_text("too-big-70b[0]")
     expect(page.locator("#unplaced")).to_contain_text("free GPUs")
+    # Resilience, as `llmgw models` words it (the column read nothing from /v1/fleet).
+    expect(page.locator("#models tbody tr[data-model='fits-7b'] td.resilience")).to_have_text(
+        "lost with 1 node (1 replica)"
+    )
     expect(page.locator("#live")).to_have_text("live")
     shoot(page, "catalog")
     page.close()
@@ -224,4 +228,29 @@ def test_the_page_follows_the_placement_log_from_its_head_not_from_the_start(
         assert streams, "the page opened no stream"
         assert "placements=true" in streams[0]
         assert f"placements_after={head}" in streams[0], streams[0]
+        page.close()
+
+
+def test_the_history_shows_the_newest_events_on_the_first_load_not_the_oldest(
+    browser: Browser, sqlite_url: str, tmp_path: Path, tokens: Tokens
+) -> None:
+    """The first page load read the catalog's log from position 0: the history showed its
+    oldest 100 events until the next refresh. It now counts back from the head."""
+    server = ApiServer(tmp_path, sqlite_url, tokens=tokens, declared=None)
+    with running(server):
+        with server.client(tokens.operator) as ops:
+            models = {"models": [definition(f"hist-{i:03d}") for i in range(130)]}
+            assert ops.post("/v1/catalog/models", json=models).status_code == 201
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        pages: list[str] = []
+        page.on("request", lambda r: pages.append(r.url) if "/v1/events?" in r.url else None)
+        page.goto(f"{server.url}/ui#history")
+        page.fill("#token", tokens.reader)
+        page.click("#login button")
+        page.wait_for_selector("body[data-ready=true]")
+        assert pages and "after=30" in pages[0], pages
+        rows = page.locator("#events tbody tr")
+        expect(rows).to_have_count(100)
+        expect(rows.first.locator("td").first).to_have_text("130")
+        expect(rows.last.locator("td").first).to_have_text("31")
         page.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import tomllib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +152,92 @@ def test_a_crash_is_a_500_problem_that_says_nothing_of_the_internals(
     assert response.headers["content-type"] == "application/problem+json"
     body = response.json()
     assert body["type"] == "urn:llmgw:problem:internal" and "secret" not in response.text
+
+
+def _report_services(app_services: Services) -> tuple[Services, str]:
+    issued = issue_token("agent-a", "agent", ["node-0"])
+    svc = Services.build(
+        app_services.engine, Catalog.build([]), "c", ApiSettings(tokens=(issued.entry,))
+    )
+    return svc, issued.token
+
+
+def test_an_unexpected_failure_on_the_lean_report_path_is_a_500_problem(
+    app_services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node report's common case is answered before FastAPI (llmgw.api.report_path),
+    outside its error middleware: a failure while it looked at the request reached the
+    server as an exception, whose answer is a plain-text 500. It is the app's problem
+    document now, as on every other route."""
+    svc, token = _report_services(app_services)
+
+    def crash(_: str) -> None:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(svc.book, "verify", crash)
+    body = b'{"gpu_class": "T4", "gpus": 4}'
+    lean = request(
+        create_app(svc),
+        "PUT",
+        "/v1/nodes/node-0",
+        content=body,  # with a Content-Length: the lean path's case
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield body
+
+    route = request(
+        create_app(svc),
+        "PUT",
+        "/v1/nodes/node-0",
+        content=chunks(),  # chunked: FastAPI's route
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    for response in (lean, route):
+        assert response.status_code == 500
+        assert response.headers["content-type"] == "application/problem+json", response.text
+        assert response.json()["type"] == "urn:llmgw:problem:internal"
+        assert "secret" not in response.text
+    assert lean.json() == route.json()
+
+
+def test_a_body_that_fails_to_arrive_on_the_lean_report_path_is_a_500_problem(
+    app_services: Services,
+) -> None:
+    """The server's ``receive`` failing mid-body (a broken transport), seen at the ASGI
+    boundary: the lean path reads the body itself, so the failure is its own to answer."""
+    svc, token = _report_services(app_services)
+    app = create_app(svc)
+    sent: list[dict[str, Any]] = []
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "PUT",
+        "scheme": "http",
+        "path": "/v1/nodes/node-0",
+        "raw_path": b"/v1/nodes/node-0",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"api"),
+            (b"authorization", f"Bearer {token}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"30"),
+        ],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
+    }
+
+    async def receive() -> dict[str, Any]:
+        raise RuntimeError("the transport broke")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))  # type: ignore[arg-type]
+    start = sent[0]
+    assert start["type"] == "http.response.start" and start["status"] == 500
+    assert (b"content-type", b"application/problem+json") in start["headers"]
+    assert b"urn:llmgw:problem:internal" in b"".join(m.get("body", b"") for m in sent[1:])

@@ -43,7 +43,11 @@ class GatewayTokens:
 
 
 class GatewayProc:
-    def __init__(self, workdir: Path, server_url: str, token: str, *args: str) -> None:
+    def __init__(
+        self, workdir: Path, server_url: str, token: str, *args: str, admin: str = ""
+    ) -> None:
+        # A reader token of the cluster: /metrics and /routing take one.
+        self.admin = admin
         self.token_file = workdir / "gateway.token"
         self.token_file.write_text(token + "\n")
         self.log_path = workdir / f"gateway-{time.monotonic_ns()}.log"
@@ -85,11 +89,22 @@ class GatewayProc:
         return OpenAI(base_url=self.url + "/v1", api_key=token, timeout=60, max_retries=0)
 
     def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        """GET with the reader token (if any) unless ``headers`` say otherwise."""
+        kwargs.setdefault(
+            "headers", {"Authorization": f"Bearer {self.admin}"} if self.admin else {}
+        )
         return httpx.get(self.url + path, timeout=30, **kwargs)
 
     def routing(self) -> dict[str, Any]:
-        data: dict[str, Any] = self.get("/routing").json()
+        answer = self.get("/routing")
+        assert answer.status_code == 200, answer.text
+        data: dict[str, Any] = answer.json()
         return data
+
+    def replicas(self, model: str) -> list[str]:
+        """The keys of the model's replicas in the gateway's table."""
+        found = self.routing()["models"].get(model)
+        return [] if found is None else [r["replica"] for r in found["replicas"]]
 
     def ready(self, model: str, count: int) -> bool:
         found = self.routing()["models"].get(model)
@@ -125,7 +140,7 @@ def gateway_cluster(
     )
     server.start()
     c = Cluster(workdir, server, tokens)
-    gw = GatewayProc(workdir, server.url, extra.gateway, *gateway_args)
+    gw = GatewayProc(workdir, server.url, extra.gateway, *gateway_args, admin=tokens.reader)
     try:
         gw.start()
         yield c, gw, extra

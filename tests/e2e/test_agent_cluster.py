@@ -375,3 +375,30 @@ def test_a_replica_spanning_two_nodes_runs_an_engine_on_each_and_fails_as_one(
         # engine was killed by SIGKILL") or the head's (its engine "lost rank 1").
         assert "rank 1" in str(event["reason"]), event
         eventually(lambda: agents[head_node].live_engines() == [], "the head gave up too")
+
+
+def test_a_ready_engine_is_asked_what_one_request_may_use_and_a_larger_catalog_figure_warned(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    short = {
+        **SIM,
+        "name": "short",
+        "context_length": 1024,
+        "scaling": {"min": 1},
+        "profiles": [
+            {"name": "sim", "engine": "sim", "gpu_class": "SIM", "args": ["--max-model-len", "512"]}
+        ],
+    }
+    with cluster(tmp_path, sqlite_url, ["n1"], server_args=ROUNDS, models=[short]) as c:
+        agent = c.agent("n1")
+        eventually(lambda: c.ready("short", 1), "short[0] ready")
+
+        def read() -> dict[str, object] | None:
+            p = c.states()[("short", 0)]
+            return p if p["effective_context_length"] is not None else None
+
+        p = eventually(read, "short[0] reported with its engine's context")
+        assert (p["effective_context_length"], p["context_detail"]) == (512, "max_model_len 512")
+        assert str(p["context_warning"]).startswith("max_model_len 512 < context_length 1024: ")
+        (event,) = agent.logs("agent.engine_context")
+        assert event["effective_context_length"] == 512

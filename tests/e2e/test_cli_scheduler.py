@@ -72,6 +72,7 @@ def test_place_puts_each_replica_where_it_fits_and_explains_the_rest(cli: Cli) -
         "gpus_per_node",
         "gpu_class",
         "fingerprint",
+        "version",
     }
     # The CPU model needs 8 GB and the CPU node has 4: it lands on a GPU node with the
     # memory (or unknown memory), without taking a card.
@@ -79,6 +80,7 @@ def test_place_puts_each_replica_where_it_fits_and_explains_the_rest(cli: Cli) -
     assert qwen["gpu_class"] is None and qwen["gpus_per_node"] == 0
     assert qwen["nodes"] != ["cpu-1"]
     state_keys = {"state", "state_since", "endpoint", "message"}
+    state_keys |= {"effective_context_length", "context_detail", "context_warning"}
     listed_now = cli.json("placements")
     assert [{k: v for k, v in p.items() if k not in state_keys} for p in listed_now] == placed[
         "placements"

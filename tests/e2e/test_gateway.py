@@ -191,6 +191,15 @@ def test_alias_stream_refusals_client_limits_and_hostile_bodies(
         assert {"request_id", "client", "model_asked", "model_served", "replica"} <= set(lines[0])
         routing = gw.routing()["models"]["chat"]
         assert routing["routing_profile"] == "least-loaded" and routing["recent"]
+        # /metrics and /routing show replica endpoints and choices: a reader or operator
+        # token of the cluster reads them; a client token is refused, and so is no token.
+        for path in ("/metrics", "/routing"):
+            assert gw.get(path, headers={}).status_code == 401
+            denied = gw.get(path, headers={"Authorization": f"Bearer {t.client}"})
+            assert denied.status_code == 403 and "client token" in denied.json()["error"]["message"]
+            ops = gw.get(path, headers={"Authorization": f"Bearer {c.tokens.operator}"})
+            assert ops.status_code == 200
+        assert gw.get("/healthz", headers={}).status_code == 200
 
 
 def test_a_killed_replica_under_load_fails_no_request_and_fallbacks_serve_an_outage(
@@ -272,3 +281,32 @@ def test_the_gateway_keeps_serving_while_the_control_plane_is_down(
             assert client.chat.completions.create(model="assistant", messages=HI, max_tokens=2)
             n += 1
         assert n > 0 and gw.ready("chat", 2)
+
+
+def test_a_revoked_client_token_is_refused_once_the_control_plane_restarts(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """Tokens change with a restart of `llmgw serve`; the gateway re-reads them when it
+    reconnects (its event stream broke), and refuses the revoked one from then on.
+    How soon is measured by `python -m bench.gateway_revocation`, not here."""
+    with gateway_cluster(tmp_path, sqlite_url, [], [BACKUP], []) as (c, gw, t):
+        eventually(lambda: gw.get("/healthz").json()["status"] == "ok", "the gateway synced")
+        assert [m.id for m in gw.openai(t.client).models.list().data] == ["backup"]
+        server = c.server
+        port = server.url.rsplit(":", 1)[1]
+        server.stop()
+        entries = server.env["LLMGW_TOKENS"].split(";")
+        server.env["LLMGW_TOKENS"] = ";".join(e for e in entries if not e.startswith("app-1:"))
+        server.args += ["--port", port]
+        server.start()
+
+        def refused() -> bool:
+            try:
+                gw.openai(t.client).models.list()
+            except openai.AuthenticationError as exc:
+                return "revoked" in exc.message
+            return False
+
+        eventually(refused, "the revoked token refused at the gateway")
+        # The other client token still works.
+        assert [m.id for m in gw.openai(t.limited).models.list().data] == ["backup"]

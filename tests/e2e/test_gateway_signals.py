@@ -69,7 +69,7 @@ def test_an_idle_gateway_keeps_reporting_and_a_waiting_request_is_posted_at_once
 
         wake = GatewayProc(
             tmp_path, c.server.url, t.gateway, "--gateway-id", "gw-wake",
-            "--settings", str(tmp_path / "wake.toml"),
+            "--settings", str(tmp_path / "wake.toml"), admin=c.tokens.reader,
         ).start()  # fmt: skip
         try:
             eventually(lambda: "zero" in wake.routing()["models"], "gw-wake knows zero")

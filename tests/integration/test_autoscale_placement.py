@@ -13,9 +13,9 @@ from catalog import Catalog
 from events.backends import open_log
 from events.catalog_service import CatalogService
 from llmgw import autoscaling
-from scheduler import parse_node_report
 from scheduler.daemon.round_runner import Placer
 from scheduler.persistence.store import SchedulerStore
+from scheduler.planner.inventory import parse_node_report
 from tests.support import model
 
 T0 = datetime(2026, 12, 4, 10, 0, tzinfo=UTC)

@@ -67,3 +67,56 @@ def test_the_schema_head_the_code_expects_is_the_migrations_head() -> None:
     from events.migrate import SCHEMA_HEAD, head_revisions
 
     assert head_revisions() == SCHEMA_HEAD
+
+
+def _second_heads(location: Path) -> str | None:
+    """What is wrong when the migrations in ``location`` end in more than one head.
+
+    Two branches that each add a migration chained on the same head merge cleanly in
+    git and leave two heads: ``upgrade head`` then fails, and a relative downgrade
+    finds the fork only later. The coordinator re-chains them at merge time; this
+    says which.
+    """
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(location))
+    heads = sorted(ScriptDirectory.from_config(config).get_heads())
+    if len(heads) == 1:
+        return None
+    return (
+        f"the migrations in {location} end in {len(heads)} heads ({', '.join(heads)}): "
+        "chain the newer file's down_revision on the other head, or add a merge revision"
+    )
+
+
+def test_the_migrations_end_in_one_head() -> None:
+    from events.migrate import MIGRATIONS
+
+    problem = _second_heads(MIGRATIONS)
+    assert problem is None, problem
+
+
+def test_a_second_head_is_caught_and_both_are_named(tmp_path: Path) -> None:
+    """The check above on a copy of the migrations with a branch's file forking from an
+    older revision, as two unmerged branches leave them: it must fail, naming both."""
+    import shutil
+
+    from events.migrate import MIGRATIONS, head_revisions
+
+    copy = tmp_path / "alembic"
+    shutil.copytree(MIGRATIONS, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (head,) = head_revisions()
+    (copy / "versions" / "0099_other_branch.py").write_text(
+        '"""A migration another branch chained on the head before this one\'s."""\n'
+        'revision = "0099_other_branch"\n'
+        'down_revision = "0005_trust"\n'
+        "branch_labels = None\n"
+        "depends_on = None\n\n\n"
+        "def upgrade() -> None:\n    pass\n\n\n"
+        "def downgrade() -> None:\n    pass\n"
+    )
+    problem = _second_heads(copy)
+    assert problem is not None
+    assert f"2 heads ({', '.join(sorted([head, '0099_other_branch']))})" in problem

@@ -20,6 +20,8 @@ from events.backends import open_log
 from events.catalog_service import CatalogService
 from events.db import make_engine
 from scheduler.daemon.round_runner import Placer
+from scheduler.persistence.outcome_store import Outcome
+from scheduler.persistence.row_decoding import Unreadable
 from scheduler.persistence.store import RoundUnreadable, SchedulerStore
 from scheduler.persistence.tables import (
     CordonRow,
@@ -27,6 +29,7 @@ from scheduler.persistence.tables import (
     InventoryRow,
     NodeRow,
     PlacementEventRow,
+    PlacementOutcomeRow,
     PlacementRoundRow,
     PlacementRow,
     table,
@@ -48,6 +51,7 @@ TABLES = {
         InventoryRow,
         CordonRow,
         FailureRow,
+        PlacementOutcomeRow,
     )
 }
 # Text no JSON reader accepts whole: invalid, 2,000 deep, larger than any stored document.
@@ -475,3 +479,43 @@ def test_a_node_row_holding_text_that_is_not_utf8_is_skipped_and_named(
         assert placer.run(now=T0).round_id == 1
     finally:
         engine.dispose()
+
+
+UNPLACED_BAD = {
+    **BAD_JSON,
+    "not a list": '{"model": "llama"}',
+    "missing reason": '[{"model": "llama", "replica": 0}]',
+    "replica as text": '[{"model": "llama", "replica": "0", "reason": "r"}]',
+}
+
+
+@pytest.mark.parametrize("bad", sorted(UNPLACED_BAD))
+def test_a_last_round_outcome_that_cannot_be_read_is_named_and_the_next_round_replaces_it(
+    engine: Engine, placer: Placer, logs: list[MutableMapping[str, Any]], bad: str
+) -> None:
+    store = placer.store
+    small = parse_node_report({"name": "n1", "gpu_class": "A100", "gpus": 4, "memory_gb": 512})
+    store.report([small], T0)  # room for one of llama's two replicas
+    placer.run(now=T0)
+    first = store.outcome()
+    assert isinstance(first, Outcome) and [u.replica for u in first.unplaced] == [1]
+    with engine.begin() as conn:
+        conn.execute(delete(TABLES["placement_outcome"]))
+    row = {
+        "id": 1,
+        "planned_at": T0,
+        "catalog_position": 0,
+        "round_id": 1,
+        "unplaced": UNPLACED_BAD[bad],
+    }
+    insert_raw(engine, "placement_outcome", row)
+
+    unreadable = store.outcome()
+    assert isinstance(unreadable, Unreadable), bad
+    assert [e["key"] for e in _skipped(logs, "placement_outcome")] == ["(1,)"]
+
+    store.report(_reports("n1", "n2"), T0 + timedelta(seconds=5))
+    fresh = Placer(placer.catalog, store)  # a daemon starting: its first round writes
+    fresh.run(now=T0 + timedelta(seconds=5))
+    replaced = store.outcome()
+    assert isinstance(replaced, Outcome) and replaced.unplaced == ()

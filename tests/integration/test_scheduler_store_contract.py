@@ -2,7 +2,7 @@
 
 Every method of ``SchedulerStore`` (what the CLI, the API and the daemon use)
 is held to the same behaviour on each back end; the back-end differences live
-in ``scheduler.persistence.backend_sqlite`` and ``scheduler.persistence.backend_postgresql`` only.
+in ``scheduler.persistence.backend`` only (its ``SQLITE`` and ``POSTGRESQL``).
 There is no in-memory implementation: the store's behaviour is its SQL
 (fencing, numbering under a lock, upserts), and the planner it serves is
 already pure and tested without a database.
@@ -344,3 +344,28 @@ def test_a_round_written_before_versions_reads_as_it_did(
     n1, n2 = recorded.nodes
     assert (n1.labels, n1.fabric, n1.gpus_reserved, n1.reported_at) == ({}, None, 0, T0)
     assert (n2.labels, n2.gpu_class, n2.memory_gb) == ({"a": "b"}, None, None)
+
+
+def test_a_batch_after_a_round_whose_trail_cannot_be_read_counts_every_placement(
+    engine: Engine,
+) -> None:
+    """The counts kept between batches follow the rounds' trail (placed and removed
+    events) rather than reading every placement again; a trail row of those rounds that
+    cannot be read must not leave a count wrong: the placements are then read whole."""
+    from sqlalchemy import update
+
+    from scheduler.persistence.tables import PlacementEventRow
+
+    server, daemon = SchedulerStore(engine), SchedulerStore(engine)
+    names = ["n1", "n2"]
+    server.report([_report(n) for n in names], T0)
+    _round(daemon, place=(Placement("a", 0, "default", ("n1",), 1, "A100"),))
+    assert server.report_and_service([_report(n) for n in names], T0)[2] == {"n1": 1}
+
+    _round(daemon, place=(Placement("b", 0, "tp2", ("n1", "n2"), 4, "A100"),))
+    second = table(PlacementEventRow)
+    with engine.begin() as conn:
+        conn.execute(update(second).where(second.c.round_id == 2).values(nodes='{"not": "a list"}'))
+    _, cordons, hosted = server.report_and_service([_report(n) for n in names], T0)
+    assert hosted == {"n1": 2, "n2": 1}
+    assert (cordons, hosted) == _service_of(daemon, names)

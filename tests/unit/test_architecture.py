@@ -35,6 +35,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "scheduler.lifecycle": ("catalog",),
     "scheduler.planner": ("catalog", "scheduler.lifecycle"),
     "scheduler.persistence": ("catalog", "events", "scheduler.lifecycle", "scheduler.planner"),
+    # The exact reference (OR-Tools CP-SAT) the planner is measured against: pure.
+    "scheduler.exact": ("catalog", "scheduler.planner"),
     "scheduler.daemon": (
         "catalog",
         "events",
@@ -49,6 +51,12 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "gateway": ("catalog", "httpguard"),
     # The autoscaler: pure decisions on catalog limits; its store is of the log's kind.
     "autoscale": ("catalog", "events"),
+    # The declared catalog file, watched and reloaded: records its changes in the log.
+    "declared": ("catalog", "events", "scheduler.persistence"),
+    # Builds the reference pages of the docs site from the CLI parser and the API document.
+    "docsite": ANYTHING,
+    # `llmgw engine-check`: verifies an engine's claims over HTTP; the tiny test model.
+    "engine_check": ("catalog", "agent"),
     "llmgw": ANYTHING,
     # The benches measure the whole, as the tests do (bench.fleet_ab times llmgw's route).
     "bench": ANYTHING,
@@ -67,15 +75,22 @@ NEVER: tuple[tuple[str, str, str], ...] = (
     ("gateway", "events", "the request path never touches the database"),
     ("gateway", "scheduler", "the request path never touches the database"),
     ("gateway", "agent", "a gateway reaches engines over HTTP only"),
+    ("engine_check", "events", "engine-check reaches engines over HTTP only"),
+    ("engine_check", "scheduler", "engine-check reaches engines over HTTP only"),
     ("*", "llmgw", "llmgw is the composition root: nothing builds on it"),
     ("scheduler.lifecycle", "scheduler.planner", "lifecycle is the floor under the planner"),
     ("scheduler.lifecycle", "events", "lifecycle is pure and imported at CLI start"),
     ("scheduler.planner", "events", "the planner is pure: no I/O"),
     ("scheduler.planner", "scheduler.persistence", "the planner is pure: no I/O"),
     ("scheduler.planner", "scheduler.daemon", "the planner is pure: no I/O"),
+    ("scheduler.planner", "scheduler.exact", "ortools is optional: the planner never needs it"),
+    ("scheduler.daemon", "scheduler.exact", "ortools is optional: the daemon never needs it"),
+    ("scheduler.exact", "events", "the exact reference is pure: no I/O"),
     ("scheduler.persistence", "scheduler.daemon", "storage is a floor under the daemon"),
 )
-NEVER_EXCEPT = {"*": ("llmgw", "bench")}
+# The benches and the docs site (its reference pages read the CLI parser and the API
+# document) stand above the composition root, as the tests do.
+NEVER_EXCEPT = {"*": ("llmgw", "bench", "docsite")}
 
 SKIP = {"tests", "alembic", "build", "dist", "node_modules"}
 

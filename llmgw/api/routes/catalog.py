@@ -43,7 +43,9 @@ class _Lookup(Convertor[str]):
     Otherwise the lookup, whose name may hold slashes, also matches the paths of
     ``POST /v1/catalog/models`` and ``PUT|DELETE /v1/catalog/models/{name}``: a GET or
     OPTIONS there was answered as a lookup of a model called "models", or as a 405
-    allowing only GET. A model whose name starts so is read at ``/v1/models/{id}``.
+    allowing only GET. Every model, those whose name starts so included (``models``,
+    ``models/llama-3``), is also read at ``GET /v1/catalog/models/{name}``: the path its
+    ``PUT`` and ``DELETE`` take.
     """
 
     regex = r"(?!models(?:/|$)).+"
@@ -179,6 +181,23 @@ def _resilience(call: Reader, catalog: Catalog) -> dict[str, Resilience]:
     openapi_extra=SECURED,
 )
 def get_model(name: str, call: Reader) -> Response:
+    return _model_entry(name, call)
+
+
+@router.get(
+    "/v1/catalog/models/{name:path}",
+    response_model=schemas.CatalogEntry,
+    responses=errors(401, 404, 503),
+    tags=["catalog"],
+    summary="One model's definition, by name or alias, at the path PUT and DELETE take "
+    "(any name, also one starting with `models`)",
+    openapi_extra=SECURED,
+)
+def get_catalog_model(name: str, call: Reader) -> Response:
+    return _model_entry(name, call)
+
+
+def _model_entry(name: str, call: Reader) -> Response:
     view = call.svc.gate.view()
     model = view.catalog.resolve(name)
     if model is None:

@@ -1,14 +1,15 @@
 """What runs and why not: ``GET /v1/fleet`` (per model and node, with each unplaced
 replica's reason) and ``GET /v1/diff`` (the catalog between two log positions).
 
-They answer what ``llmgw models``, ``nodes list``, ``place --dry-run`` and ``diff``
-answer, in one read each, for the dashboard and for programs. The reasons come from
-planning a round now without writing, with the inputs the daemon's next round reads
-(``Placer.run``): the server's policy and the placements with their lifecycle (replica
-states, cordons, drains, failure back-offs). Planned without the lifecycle, as it
-was, a replica kept off a cordoned or backing-off node showed no reason, or one the
-daemon would not give. Not the last recorded round's reasons: a round that changes
-nothing is not recorded, so they could be any age.
+They answer what ``llmgw models``, ``nodes list`` and ``diff`` answer, in one read
+each, for the dashboard and for programs. The unplaced replicas' reasons are the
+scheduler's own: what its last round left unplaced, and why, as the daemon wrote it
+(``scheduler.persistence.outcome_store``), with the round's time in ``reasons_from``. They used to
+come from planning a round per request, which cost a plan each time the dashboard
+redrew, on every API replica. Recorded rounds (``placement_rounds``) could not serve:
+only rounds that change placements are recorded, and a round that leaves a new model
+unplaced changes none. Before the scheduler's first round there are no reasons
+(``reasons_from`` is null); ``llmgw place --dry-run`` plans one on demand.
 
 ``placement_head`` is the placement log's last position when the fleet was read: a
 client that follows the stream from there (``placements_after``) gets what changed
@@ -34,8 +35,10 @@ from llmgw.api.problems import ApiJSON, Problem, errors
 from llmgw.api.routes.autoscale import measured_capacities
 from llmgw.api.services import Services
 from llmgw.views import iso, replica_json
+from scheduler.persistence.outcome_store import Outcome
+from scheduler.persistence.row_decoding import Unreadable
 from scheduler.planner.demands import demands
-from scheduler.planner.plan import plan as make_plan
+from scheduler.planner.resilience import resilience
 
 router = APIRouter()
 MAX_POSITION = 2**62
@@ -66,19 +69,30 @@ def _fleet(svc: Services) -> dict[str, Any]:
     policy = svc.settings.policy
     counts = wanted_counts(AutoscaleStore(svc.engine), svc.settings.autoscale)
     asked = demands(view.catalog, counts)
-    plan = make_plan(asked, inventory, placements, now, policy, lifecycle=state.lifecycle)
+    # The unplaced replicas and their reasons as the last round recorded them: a read
+    # of the fleet plans nothing.
+    outcome = svc.nodes.outcome()
     reasons: dict[str, list[dict[str, Any]]] = {}
-    for u in plan.unplaced:
-        reasons.setdefault(u.model, []).append({"replica": u.replica, "reason": u.reason})
+    if isinstance(outcome, Outcome):
+        for u in outcome.unplaced:
+            reasons.setdefault(u.model, []).append({"replica": u.replica, "reason": u.reason})
     models = fleet.models(view.catalog, replicas)
     # What placement is asked for: scaling.min, or the autoscaler's count within min..max.
     replicas_asked = {d.model: d.replicas for d in asked}
+    by_name = {n.name: n for n in inventory}
+    figures = {r.model: r for r in resilience(asked, placements, by_name)}
     for row in models:
         row["wanted"] = replicas_asked.get(row["name"], row["wanted"])
         row["unplaced"] = max(row["wanted"] - row["placed"], 0)
-        row["unplaced_reasons"] = reasons.get(row["name"], [])
+        row["unplaced_reasons"] = reasons.get(row["name"], []) if row["unplaced"] else []
+        figure = figures.get(row["name"])
+        row["resilience"] = None if figure is None else figure.to_json()
     measured = measured_capacities(svc)
-    rows = [replica_json(p, view.catalog, status, measured) for p, status in replicas]
+    book = svc.nodes.versions
+    rows = [
+        replica_json(p, view.catalog, status, book.engine_view(p, view.catalog), measured)
+        for p, status in replicas
+    ]
     return {
         "catalog_position": view.position,
         "placement_head": placement_head,
@@ -87,9 +101,29 @@ def _fleet(svc: Services) -> dict[str, Any]:
             "stale_after_s": policy.stale_after.total_seconds(),
             "grace_s": policy.grace.total_seconds(),
         },
+        "reasons_from": _reasons_from(outcome),
         "models": models,
         "nodes": fleet.nodes(inventory, placements, now, policy, state.lifecycle.cordons),
         "placements": rows,
+        # The declared file as this server last read it (a refused edit: where and why).
+        "declared": svc.declared_watch.to_json(),
+    }
+
+
+def _reasons_from(outcome: Outcome | Unreadable | None) -> dict[str, Any] | None:
+    if outcome is None:
+        return None
+    if isinstance(outcome, Unreadable):
+        return {
+            "planned_at": None,
+            "catalog_position": None,
+            "recorded_round": None,
+            "unreadable": outcome.reason,
+        }
+    return {
+        "planned_at": iso(outcome.planned_at),
+        "catalog_position": outcome.catalog_position,
+        "recorded_round": outcome.round_id,
     }
 
 
@@ -123,5 +157,5 @@ def _diff(svc: Services, a: int, b: int) -> dict[str, Any]:
                 f"position {position} is past the log's head ({head}): nothing is recorded "
                 f"there yet; diff positions 0 to {head}",
             )
-    before, after = catalogs_at(svc.store, svc.declared, [a, b], config_path=svc.config_label)
+    before, after = catalogs_at(svc.store, svc.gate.declared, [a, b], config_path=svc.config_label)
     return {"from": a, "to": b, **diff_catalogs(before, after).to_json()}

@@ -1,9 +1,12 @@
-"""What a gateway reads that no other route serves: the client tokens' hashes.
+"""What a gateway reads that no other route serves: the tokens' hashes it verifies.
 
-A gateway verifies client tokens itself (the request path never waits on the control
-plane), so it needs the configured client tokens: their names, their models and
-their SHA-256, never a token itself (the control plane holds none). Read with a
-gateway token; the list changes when the auth file does, at the server's next start.
+A gateway verifies tokens itself (the request path never waits on the control plane):
+client tokens on its OpenAI routes, and operator and reader tokens on its ``/metrics``
+and ``/routing`` (which show replica endpoints and routing internals: the same tokens
+this server asks for its own ``/metrics``). So it reads their names, roles, models and
+SHA-256, never a token itself (the control plane holds none; a SHA-256 of 256 random
+bits gives nothing to guess from). Read with a gateway token; the lists change when the
+auth file does, at the server's next start.
 """
 
 from __future__ import annotations
@@ -29,5 +32,21 @@ async def client_tokens(call: Gateway) -> Response:
         [
             {"name": e.name, "sha256": e.sha256, "models": list(e.models)}
             for e in call.svc.book.clients()
+        ]
+    )
+
+
+@router.get(
+    "/v1/gateway/reader-tokens",
+    responses=errors(401, 403),
+    openapi_extra=SECURED,
+    tags=["gateway"],
+    summary="The operator and reader tokens' names, roles and SHA-256 (for `llmgw gateway`)",
+)
+async def reader_tokens(call: Gateway) -> Response:
+    return ApiJSON(
+        [
+            {"name": e.name, "role": e.role.value, "sha256": e.sha256}
+            for e in call.svc.book.readers()
         ]
     )

@@ -48,7 +48,16 @@ def readyz(svc: Anyone) -> Response:
         orig = getattr(exc, "orig", None) or exc
         detail = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
         raise Problem(503, "unavailable", f"cannot use the database: {detail}") from None
-    return ApiJSON({"status": "ready", "schema_revision": revision, "catalog_position": position})
+    return ApiJSON(
+        {
+            "status": "ready",
+            "schema_revision": revision,
+            "catalog_position": position,
+            # A refused edit of the declared file does not make the server unready: the
+            # catalog in force keeps running. It is said here, for probes and people.
+            "declared": svc.declared_watch.to_json(),
+        }
+    )
 
 
 @router.get(

@@ -25,7 +25,7 @@ from llmgw.api.routes.autoscale import measured_capacities
 from llmgw.api.schemas import grammar_schema, http_url_schema, printable_schema
 from llmgw.api.services import Services
 from llmgw.views import node_json, replica_json
-from scheduler.lifecycle.replica_reports import MAX_ENDPOINT, MAX_MESSAGE
+from scheduler.lifecycle.replica_reports import MAX_CONTEXT_DETAIL, MAX_ENDPOINT, MAX_MESSAGE
 from scheduler.planner.inventory import NodeReport
 
 router = APIRouter()
@@ -72,6 +72,8 @@ def _report_grammars(schema: dict[str, Any]) -> None:
     replica = schema["$defs"]["ReplicaReport"]["properties"]
     replica["model"] = {**replica["model"], **printable_schema(255)}
     replica["message"] = {**replica["message"], **printable_schema(MAX_MESSAGE)}
+    detail = replica["context_detail"]
+    replica["context_detail"] = {**detail, **printable_schema(MAX_CONTEXT_DETAIL)}
     # An http:// or https:// URL such as http://10.0.0.7:8000
     # (scheduler.lifecycle.replica_reports._url).
     url = http_url_schema(MAX_ENDPOINT)
@@ -161,8 +163,13 @@ def list_placements(
         model = catalog.canonical(model) or model
     replicas = svc.nodes.replicas(node=node, model=model)
     measured = measured_capacities(svc)
+    book = svc.nodes.versions
     return ApiJSON(
         call.shown(
-            [replica_json(p, catalog, status, measured) for p, status in replicas], node=node
+            [
+                replica_json(p, catalog, status, book.engine_view(p, catalog), measured)
+                for p, status in replicas
+            ],
+            node=node,
         )
     )

@@ -8,7 +8,7 @@ const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || "",
   head: 0,
   placed: 0, // the placement log's last position seen (ids are CATALOG:PLACEMENTS)
-  stream: null,
+  following: false,
   autoscale: null, // the last GET /v1/autoscale, for the catalog page's traffic cells
 };
 
@@ -36,6 +36,17 @@ function wrap(node) {
 function fill(tableId, rows) {
   const body = document.querySelector(`#${tableId} tbody`);
   body.replaceChildren(...rows);
+}
+
+// As `llmgw models` words it (scheduler.resilience.Resilience.describe).
+function lostWith(r) {
+  const count = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  if (!r.replicas) return "no replica placed";
+  let text = `lost with ${count(r.nodes, "node")}`;
+  if (r.spread_by !== null && r.domains !== null) {
+    text += `, ${count(r.domains, `${r.spread_by} value`)}`;
+  }
+  return `${text} (${count(r.replicas, "replica")})`;
 }
 
 function showError(message) {
@@ -72,9 +83,19 @@ function stateCell(value) {
   return el("span", value, `state-${value}`);
 }
 
+function renderDeclared(declared) {
+  // A refused edit of the declared file: the previous catalog keeps running; say where
+  // and why, as the server's log and /readyz do.
+  const p = document.getElementById("declared");
+  const refused = declared && declared.state === "refused" && declared.refusal;
+  p.textContent = refused ? `Declared catalog refused: ${declared.refusal.detail}` : "";
+  p.hidden = !refused;
+}
+
 function renderFleet(fleet) {
+  renderDeclared(fleet.declared);
   document.getElementById("position").textContent = `at log position ${fleet.catalog_position}`;
-  const hasResilience = fleet.models.some((m) => m.resilience !== undefined);
+  const hasResilience = fleet.models.some((m) => m.resilience);
   document.querySelectorAll(".resilience").forEach((n) => { n.hidden = !hasResilience; });
   fill("models", fleet.models.map((m) => {
     const tr = row([
@@ -82,7 +103,7 @@ function renderFleet(fleet) {
       el("span", m.declared ? "declared" : "runtime", "tag"),
       m.wanted, m.placed, m.ready === null ? "-" : m.ready, m.unplaced,
     ]);
-    const res = el("td", m.resilience || "-", "resilience");
+    const res = el("td", m.resilience ? lostWith(m.resilience) : "-", "resilience");
     res.hidden = !hasResilience;
     tr.appendChild(res);
     for (const field of TRAFFIC) tr.appendChild(el("td", "-", `traffic ${field}`));
@@ -99,7 +120,16 @@ function renderFleet(fleet) {
       reasons.push(li);
     }
   }
-  if (!reasons.length) reasons.push(el("li", "none: every wanted replica is placed"));
+  // The reasons are the scheduler's last round's (/v1/fleet's reasons_from).
+  const waiting = fleet.models.some((m) => m.unplaced > 0);
+  const from = fleet.reasons_from;
+  if (!reasons.length) {
+    reasons.push(el("li", !waiting ? "none: every wanted replica is placed"
+      : from && from.unreadable ? `the last round's reasons cannot be read: ${from.unreadable}`
+        : "no reasons yet: the scheduler has not planned since (llmgw place --dry-run explains now)"));
+  } else if (from && from.planned_at) {
+    reasons.push(el("li", `as the scheduler's round at ${from.planned_at} gave them`, "muted"));
+  }
   document.getElementById("unplaced").replaceChildren(...reasons);
 
   const p = fleet.policy;
@@ -140,7 +170,15 @@ async function refresh() {
     // What was just drawn is as of the placement log's head: follow the stream from
     // there. From 0, the first connection replayed the whole log (a burst of redraws).
     state.placed = Math.max(state.placed, fleet.placement_head || 0);
-    const page = await getJSON(`/v1/events?after=${Math.max(state.head - 100, 0)}&limit=100`);
+    // The history shows the last 100 catalog events, counted back from the head: the
+    // catalog position /v1/fleet read, or the head seen before. From 0, the first load
+    // showed the log's oldest 100 events.
+    const known = Math.max(state.head, fleet.catalog_position || 0);
+    let page = await getJSON(`/v1/events?after=${Math.max(known - 100, 0)}&limit=100`);
+    if (page.head > known + 100) {
+      // The log moved on by more than a page since: read the last page again.
+      page = await getJSON(`/v1/events?after=${page.head - 100}&limit=100`);
+    }
     state.head = page.head;
     renderEvents(page.events);
     await refreshAutoscale();
@@ -314,6 +352,8 @@ async function showDiff(event) {
 // placement events too: a replica placed, moved or ready, a node cordoned, redraws the pages.
 // It starts at the placement head /v1/fleet gave, so only what changed since comes.
 async function follow() {
+  if (state.following) return; // one stream per page
+  state.following = true;
   const live = document.getElementById("live");
   for (;;) {
     try {
@@ -342,7 +382,10 @@ async function follow() {
         }
       }
     } catch (err) {
-      if (err.message === "unauthenticated") return;
+      if (err.message === "unauthenticated") {
+        state.following = false;
+        return;
+      }
     }
     live.textContent = "reconnecting";
     live.className = "status";
@@ -356,6 +399,20 @@ function scheduleRefresh() {
   pending = setTimeout(() => { pending = null; refresh(); }, 200);
 }
 
+// A link may carry the token in its fragment (`/ui/#token=...`, or `#nodes&token=...`):
+// a browser never sends the fragment to a server, so the token stays out of request
+// lines and access logs. It is taken into this tab's session and wiped from the
+// address bar and its history entry at once.
+function takeTokenFromFragment() {
+  const parts = (location.hash || "").replace(/^#/, "").split("&");
+  const token = parts.find((p) => p.startsWith("token="));
+  if (token === undefined) return;
+  state.token = decodeURIComponent(token.slice("token=".length)).trim();
+  sessionStorage.setItem(TOKEN_KEY, state.token);
+  const page = parts.filter((p) => p && !p.startsWith("token=")).join("&") || "catalog";
+  history.replaceState(null, "", `${location.pathname}${location.search}#${page}`);
+}
+
 function route() {
   const page = (location.hash || "#catalog").slice(1);
   for (const section of document.querySelectorAll("main > section")) {
@@ -367,7 +424,14 @@ function route() {
 }
 
 async function start() {
-  window.addEventListener("hashchange", route);
+  takeTokenFromFragment();
+  window.addEventListener("hashchange", () => {
+    if (location.hash.includes("token=")) {
+      takeTokenFromFragment();
+      refresh().then((ok) => { if (ok) follow(); });
+    }
+    route();
+  });
   route();
   document.getElementById("diff-form").addEventListener("submit", showDiff);
   document.getElementById("login").addEventListener("submit", async (event) => {

@@ -65,6 +65,32 @@ def test_an_engine_whose_profile_changed_is_restarted_with_the_new_one() -> None
     assert [(s.want.fingerprint, s.devices) for s in d.starts] == [("f2", (0,))]
 
 
+def test_a_slot_given_to_a_new_version_stops_the_old_engine_for_it_and_says_so() -> None:
+    """A pinned control plane never changes what a placement runs; a changed engine view in
+    a slot is a new replica there (the old one was removed and the agent saw both at once)."""
+    d = decide(
+        [want("a", fingerprint="f2", version="v2" * 8)],
+        [have("a", devices=(1,), version="v1" * 8)],
+        [0, 1],
+        NOW,
+    )
+    (stop,) = d.stops
+    assert "its slot now holds a new replica (version v2v2" in stop.reason
+    assert "restart" not in stop.reason
+    assert [s.want.version for s in d.starts] == ["v2" * 8]
+
+
+def test_a_pinned_placement_whose_version_is_unchanged_is_left_running() -> None:
+    """A legacy placement pinned in place ("" -> v1) runs the same engine view: nothing to do."""
+    running = have("a", version="")
+    assert decide([want("a", version="v1")], [running], [0], NOW) == Decision()
+
+
+def test_without_versions_a_changed_profile_says_it_is_an_older_control_plane() -> None:
+    d = decide([want("a", fingerprint="f2")], [have("a")], [0, 1], NOW)
+    assert "without pinned versions" in d.stops[0].reason
+
+
 def test_a_replica_without_enough_free_cards_waits_and_says_why() -> None:
     d = decide([want("a", gpus=3), want("b")], [have("b", devices=(0,))], [0, 1, 2], NOW)
     assert d.starts == ()

@@ -17,7 +17,8 @@ def _weight(profile: dict[str, object], measured: dict[tuple[str, str], float]) 
     m = model("chat", profiles=[{"name": "p", "gpu_class": "A100", **profile}])
     p = Placement("chat", 0, "p", ("n1",), 1, "A100")
     status = ReplicaStatus("ready", NOW, NOW)
-    return replica_json(p, Catalog.build([m]), status, measured)["weight"]
+    catalog = Catalog.build([m])
+    return replica_json(p, catalog, status, m.engine_profile("p"), measured)["weight"]
 
 
 def test_a_measured_capacity_is_the_weight_unless_the_profile_declares_one() -> None:

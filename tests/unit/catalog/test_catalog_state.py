@@ -224,6 +224,9 @@ def test_removing_by_alias_is_refused_with_the_canonical_name(state: CatalogStat
     assert err.model == "experiment"
     assert "'exp' is an alias of model 'experiment'" in str(err)
     assert "remove the model by its name" in str(err)
+    assert "`llmgw remove experiment`" in str(err)
+    # Nothing was removed: the alias still leads to the model.
+    assert state.resolve("exp") is not None
 
 
 def test_a_removed_model_takes_its_aliases_with_it(state: CatalogState) -> None:

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscale.signals import parse_signals
 from autoscale.rolling import summarise
+from autoscale.signals import parse_signals
 from gateway.windows import Windows
 
 MODELS = ["chat", "zero"]

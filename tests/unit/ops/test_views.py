@@ -101,6 +101,7 @@ def test_a_replica_is_its_placement_its_state_and_what_its_agent_starts() -> Non
         "gpus_per_node": 1,
         "gpu_class": "T4",
         "fingerprint": "f00d",
+        "version": "",
     }
     status = ReplicaStatus("ready", NOW, NOW, "", "http://gpu-7:8000")
     # `llmgw placements --json`: the placement and its state.
@@ -112,13 +113,25 @@ def test_a_replica_is_its_placement_its_state_and_what_its_agent_starts() -> Non
         "message": "",
     }
     # GET /v1/placements: also what the agent starts.
-    row = replica_json(p, catalog, status)
-    # The routing weight in force: the profile declares none and nothing was measured.
-    assert row == {**placed_replica_json(p, status), "engine": row["engine"], "weight": 1.0}
+    coder = catalog.resolve("coder")
+    assert coder is not None
+    row = replica_json(p, catalog, status, coder.engine_profile("t4"))
+    # The routing weight in force: the profile declares none and nothing was measured;
+    # what one request may use on the engine: not known yet.
+    assert row == {
+        **placed_replica_json(p, status),
+        "engine": row["engine"],
+        "weight": 1.0,
+        "effective_context_length": None,
+        "context_detail": "",
+        "context_warning": None,
+    }
     assert row["engine"]["engine"] == "vllm" and row["engine"]["served_model_name"] == "coder"
     assert isinstance(row["engine"]["env"], dict)
     # A replica whose model has left the catalog is still listed (it is being removed).
-    gone = replica_json(p, Catalog.build([]), ReplicaStatus("placed", NOW, NOW, reported=False))
+    gone = replica_json(
+        p, Catalog.build([]), ReplicaStatus("placed", NOW, NOW, reported=False), None
+    )
     assert (gone["engine"], gone["state"]) == (None, "unreported")
 
 

@@ -15,7 +15,11 @@ ba12827 with its explanation modules renamed), and re-pinned once, on purpose,
 when the spread repair of issue 15 (``scheduler/planner/spread_repair.py``) began
 spreading the new replicas of every round: 43 of the 52 plans changed, each with
 the same replicas, profiles and GPUs where the inputs are the same, their new
-replicas on other nodes (see the branch's report)::
+replicas on other nodes (see the branch's report). Re-pinned a second time, on
+purpose, when issue 24 moved the label check before the free-capacity checks
+(``scheduler.fit.Check``): 47 of the 52 digests changed, all in explanations only
+(unplaced reasons and counts, and a rollout's ``waiting`` text that quotes them);
+with those stripped, every plan's digest is the same before and after::
 
     python -m tests.unit.scheduler.reference_rounds > tests/data/plan_reference.json
 
@@ -70,10 +74,20 @@ class Round:
         )
 
 
+_LATER_FIELDS = frozenset({"version"})
+
+
 def _plain(value: Any) -> Any:
     """Every field of a plan as JSON-able data, in a fixed order."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [_plain(getattr(value, f.name)) for f in dataclasses.fields(value)]
+        return [
+            _plain(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            # Fields added after the plans were pinned are left out at their default
+            # (a placement's ``version``: none of these rounds pins one), so the digest
+            # still speaks of the same plans.
+            if not (f.name in _LATER_FIELDS and getattr(value, f.name) == f.default)
+        ]
     if isinstance(value, dict):
         return [[_plain(k), _plain(v)] for k, v in value.items()]
     if isinstance(value, list | tuple | frozenset | set):

@@ -35,15 +35,31 @@ def test_an_unplaced_replica_explains_every_profile_tried_in_order() -> None:
     assert unplaced.reason == (
         "profile a100-tp8: 0/9 nodes fit: 1 is stale, "
         "6 gpu_class is not A100 (3 A10, 2 T4, 1 without GPUs), "
-        "1 has fewer than 8 free GPUs, 1 lacks label zone=eu; "
+        "1 lacks label zone=eu, 1 has fewer than 8 free GPUs; "
         "profile t4-tp4: 0/9 nodes fit: 1 is stale, "
         "6 gpu_class is not T4 (3 A10, 2 A100, 1 without GPUs), "
         "2 have fewer than 4 free GPUs"
     )
 
 
+def test_a_node_whose_labels_do_not_match_is_named_for_them_even_when_it_is_full() -> None:
+    """Issue 24: full nodes of the wrong zone were reported as "no free GPU", which sent the
+    operator after capacity; labels are what a node *is*, so they are checked first."""
+    eu = profile("p", "T4", 1, selector={"zone": "eu"})
+    nodes = [
+        node("us-full", "T4", 2, reserved=2, labels={"zone": "us"}),
+        node("us-free", "T4", 2, labels={"zone": "us"}),
+        node("eu-full", "T4", 2, reserved=2, labels={"zone": "eu"}),
+    ]
+
+    (unplaced,) = run([demand("m", 1, eu)], nodes).unplaced
+
+    assert unplaced.reason == ("profile p: 0/3 nodes fit: 2 lack label zone=eu, 1 has no free GPU")
+
+
 def test_the_counts_are_there_as_data_for_an_api() -> None:
-    nodes = [node("t4", "T4", 2), node("busy", reserved=8), node("other", labels={"zone": "us"})]
+    busy = node("busy", reserved=8, labels={"zone": "eu"})
+    nodes = [node("t4", "T4", 2), busy, node("other", labels={"zone": "us"})]
 
     result = run([demand("m", 1, profile("p", selector={"zone": "eu"}, memory_gb=64))], nodes)
 

@@ -1,0 +1,166 @@
+"""Reading what one request may use from an engine's own answer (agent.context), and
+finding llama.cpp's server (agent.binaries)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent import binaries, context
+from agent.engines import Launch, UnknownEngine, command
+
+# /props of llama-server (trimmed): --ctx-size 2048 --parallel 4 on the tiny test model.
+PROPS: dict[str, Any] = {
+    "default_generation_settings": {"n_ctx": 512, "params": {"n_predict": -1}},
+    "total_slots": 4,
+    "model_path": "/tmp/tiny.gguf",
+    "chat_template": "{% for m in messages %}...{% endfor %}",
+}
+
+
+ARGV = ("llama-server", "-m", "/m.gguf", "--ctx-size", "4096", "--ctx-size", "2048", "-np", "4")
+
+
+def test_llamacpp_divides_its_context_across_slots_and_says_so() -> None:
+    found = context.from_llamacpp_props(PROPS, ARGV)
+    assert found == context.EngineContext(512, "--ctx-size 2048 / --parallel 4 = 512")
+    one = context.from_llamacpp_props({**PROPS, "total_slots": 1}, ["-c", "512"])
+    assert one == context.EngineContext(512, "--ctx-size 512 / --parallel 1 = 512")
+
+
+def test_a_unified_cache_or_an_unknown_command_line_is_said_as_props_says_it() -> None:
+    # --parallel not given: llama-server unifies the KV cache, each slot may use it all.
+    unified = {**PROPS, "default_generation_settings": {"n_ctx": 4096}}
+    assert context.from_llamacpp_props(unified, ["llama-server", "-c", "4096"]) == (
+        context.EngineContext(4096, "n_ctx 4096 a slot, 4 slot(s) (/props)")
+    )
+    assert context.from_llamacpp_props(PROPS).detail == "n_ctx 512 a slot, 4 slot(s) (/props)"
+
+
+def test_vllm_lists_max_model_len_with_the_served_model() -> None:
+    models = {"data": [{"id": "other", "max_model_len": 4}, {"id": "m", "max_model_len": 8192}]}
+    assert context.from_models_list(models, "m") == context.EngineContext(
+        8192, "max_model_len 8192"
+    )
+    assert context.from_models_list(models, "absent") is None
+    assert context.from_models_list({"data": [{"id": "m"}]}, "m") is None
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        None,
+        [],
+        {},
+        {"default_generation_settings": None},
+        {"default_generation_settings": {"n_ctx": "512"}},
+        {"default_generation_settings": {"n_ctx": 0}},
+        {"default_generation_settings": {"n_ctx": True}},
+        {"default_generation_settings": {"n_ctx": 1 << 40}},
+    ],
+)
+def test_an_answer_of_the_wrong_shape_means_not_known(props: Any) -> None:
+    assert context.from_llamacpp_props(props) is None
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "n_ctx",
+                    "default_generation_settings",
+                    "total_slots",
+                    "data",
+                    "id",
+                    "max_model_len",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@given(JSON)
+def test_no_answer_breaks_the_parsers_or_yields_a_bad_figure(body: Any) -> None:
+    for engine in ("llamacpp", "vllm", "sim", "other"):
+        found = context.parse(engine, body, "m")
+        assert found is None or 1 <= found.tokens <= context.MAX_TOKENS
+
+
+def test_a_ready_engine_is_asked_over_http(tmp_path: Path) -> None:
+    # A real HTTP server answering what llama-server answers; the body is bounded.
+    import http.server
+    import threading
+
+    bodies = {"/props": json.dumps(PROPS).encode(), "/v1/models": b"x" * (context.MAX_BODY + 2)}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = bodies.get(self.path, b"{}")
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert context.read("llamacpp", base, "m", argv=ARGV) == context.EngineContext(
+            512, "--ctx-size 2048 / --parallel 4 = 512"
+        )
+        assert context.read("vllm", base, "m") is None  # too large to be an answer
+        assert context.read("other", base, "m") is None  # not asked at all
+    finally:
+        server.shutdown()
+    assert context.read("llamacpp", base, "m", timeout=0.5) is None  # nobody listens
+
+
+def _executable(path: Path) -> Path:
+    path.write_text("#!/bin/sh\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_the_server_is_found_by_setting_then_path_then_package(tmp_path: Path) -> None:
+    named = _executable(tmp_path / "my-llama-server")
+    assert binaries.find_llamacpp_server(str(named), path="") == (str(named), "setting")
+    assert binaries.find_llamacpp_server(str(tmp_path / "absent"), path="") == (None, "setting")
+    on_path = tmp_path / "bin"
+    on_path.mkdir()
+    _executable(on_path / "llama-server")
+    found = binaries.find_llamacpp_server(None, path=str(on_path))
+    assert found == (str(on_path / "llama-server"), "PATH")
+    packaged = binaries.package_server()
+    expected = (str(packaged), "package") if packaged is not None else (None, "none")
+    assert binaries.find_llamacpp_server(None, path=str(tmp_path / "empty")) == expected
+
+
+def test_the_found_server_is_what_the_agent_runs_and_its_absence_is_a_refusal() -> None:
+    gguf = Launch(engine="llamacpp", profile="cpu", model_path="/m.gguf", served_model_name="m")
+    cmd = command(gguf, host="h", port=1, devices=[], llamacpp_server="/opt/bin/llama-server")
+    assert cmd.argv[:3] == ("/opt/bin/llama-server", "-m", "/m.gguf")
+    with pytest.raises(
+        UnknownEngine,
+        match=r"'m' profile 'cpu': llama\.cpp's llama-server was "
+        r"not found on this node.*make llamacpp.*\[agent\] llamacpp_server",
+    ):
+        command(gguf, host="h", port=1, devices=[], llamacpp_server=None)
+    assert os.sep in cmd.argv[0]

@@ -1,0 +1,35 @@
+"""``[gateway] admin_open``: off unless the flag, the environment or the file says so,
+in that order, as every other setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmgw.gateway_settings import resolve_gateway
+from llmgw.settings import SettingsError
+
+
+def settings_file(tmp_path: Path, table: str) -> Path:
+    (tmp_path / "gw.token").write_text("llmgw_x\n")
+    path = tmp_path / "llmgw.toml"
+    path.write_text(f'[gateway]\nserver = "http://cp:8080"\ntoken_file = "gw.token"\n{table}')
+    return path
+
+
+def test_admin_routes_are_closed_by_default(tmp_path: Path) -> None:
+    assert resolve_gateway({}, settings_file(tmp_path, ""), env={}).admin_open is False
+
+
+def test_admin_open_from_the_file_the_environment_or_the_flag(tmp_path: Path) -> None:
+    opened = settings_file(tmp_path, "admin_open = true\n")
+    assert resolve_gateway({}, opened, env={}).admin_open is True
+    closed = settings_file(tmp_path, "admin_open = false\n")
+    assert resolve_gateway({}, closed, env={"LLMGW_GATEWAY_ADMIN_OPEN": "true"}).admin_open
+    assert resolve_gateway({"admin_open": True}, closed, env={}).admin_open is True
+
+
+def test_a_value_that_is_not_a_boolean_is_refused_naming_where(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"\[gateway\] admin_open"):
+        resolve_gateway({}, settings_file(tmp_path, 'admin_open = "maybe"\n'), env={})

@@ -1,0 +1,53 @@
+"""`make demo` installs what the demo needs; the development tools belong to `make test`.
+
+`make -n` prints the commands make would run, in order, without running them: real
+make on the real Makefile, against a virtual environment that does not exist yet.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+DEV = "-e '.[dev]'"
+RUN = "pip install --progress-bar off -e ."
+
+
+def planned(target: str, venv: Path) -> list[str]:
+    if shutil.which("make") is None:
+        pytest.fail("make is not installed (apt-get install make)")
+    done = subprocess.run(
+        ["make", "-n", target, f"VENV={venv}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout.splitlines()
+
+
+def test_make_demo_installs_the_package_alone(tmp_path: Path) -> None:
+    lines = planned("demo", tmp_path / "venv")
+    installs = [x for x in lines if "pip install" in x and "--upgrade pip" not in x]
+    assert installs == [f"{tmp_path / 'venv'}/bin/{RUN}"]
+    assert not [x for x in lines if "[dev]" in x]
+    assert lines[-1] == "bash scripts/demo.sh"
+
+
+@pytest.mark.parametrize("target", ["test", "lint", "typecheck", "pytest"])
+def test_the_development_tools_come_with_the_targets_that_use_them(
+    tmp_path: Path, target: str
+) -> None:
+    lines = planned(target, tmp_path / "venv")
+    assert any(x.endswith(DEV) for x in lines), lines
+
+
+def test_the_demo_script_uses_nothing_the_development_tools_bring() -> None:
+    script = (REPO / "scripts" / "demo.sh").read_text()
+    for tool in ("pytest", "ruff", "mypy", "playwright", "httpx", "openai", "schemathesis"):
+        assert tool not in script, tool
