@@ -2,9 +2,11 @@
 
 Every decision round the daemon ran is recorded (``Tick``: its time, the policy in
 force and the model limits it used), and so is every window the gateways sent. A
-backtest walks the same ticks, reads the same windows and decides with
-``rounds.decide_round``: with the policy that ran, it gives the recorded decisions
-exactly; with another, what that policy would have done.
+backtest walks the same ticks, reads the same windows, folds them into the same running
+summaries (``autoscale.rolling``, whose figures depend only on which windows are in the
+window, not on how they were folded in) and decides with ``rounds.decide_round``: with
+the policy that ran, it gives the recorded decisions exactly; with another, what that
+policy would have done.
 
 Beside the decisions it counts, per model:
 
@@ -26,8 +28,9 @@ from typing import Any
 
 from autoscale.decide import Decision, Limits, breaches
 from autoscale.policy import Policy
-from autoscale.rounds import ModelState, decide_round, group
-from autoscale.windows import Summary, Window, in_window
+from autoscale.rolling import Rolling
+from autoscale.rounds import ModelState, decide_round
+from autoscale.windows import Summary, Window
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,8 @@ def backtest(
     next_recorded = 0
     previous_at = since
     previous_limits: Mapping[str, Limits] = {}
+    live = Rolling()
+    folded = 0  # windows[:folded] have been folded into ``live``
 
     def side(model: str) -> tuple[Side, Side]:
         return result.models.setdefault(model, (Side(), Side()))
@@ -158,11 +163,16 @@ def backtest(
         in_force = policy or tick.policy
         start_at = tick.at - in_force.window
         lo, hi = bisect.bisect_right(times, start_at), bisect.bisect_right(times, tick.at)
-        chosen = in_window(ordered[lo:hi], start_at, tick.at)
+        if live.after is not None and start_at < live.after:
+            # A longer window than the last tick's (the policy changed): fold again.
+            live, folded = Rolling(), lo
+        live.add(ordered[max(folded, lo) : hi])
+        live.expire(start_at)
+        folded = max(folded, hi)
         h_lo = bisect.bisect_right(heard_sorted, start_at)
         heard_now = bisect.bisect_right(heard_sorted, tick.at) > h_lo
         for decision, summary in decide_round(
-            tick.at, in_force, tick.limits, group(chosen), heard=heard_now, state=replayed
+            tick.at, in_force, tick.limits, live, heard=heard_now, state=replayed
         ):
             _score(result, decision, summary, tick, policy=in_force, actual=actual)
         # What really happened: the recorded changes up to this tick (its own included,

@@ -37,7 +37,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoscale.policy import ModelPolicy
 from autoscale.windows import Summary
@@ -86,15 +86,16 @@ class Limits:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Last:
+class Last(NamedTuple):
     """The autoscaler's previous decisions for a model: when it last changed the count."""
 
     changed_at: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
+    """One model's decision. A named tuple, as ``Summary``: a round makes one per model,
+    and a frozen dataclass costs several times as much to make."""
+
     model: str
     at: datetime
     current: int
@@ -115,19 +116,17 @@ class Decision:
 
 def breaches(summary: Summary, limits: Limits) -> tuple[str, ...]:
     """Each SLO target the window's p99 exceeded, said with both numbers."""
+    ttft, tpot = summary.ttft_p99_s, summary.tpot_p99_s
+    ttft_slo, tpot_slo = limits.ttft_p99_s, limits.tpot_p99_s
+    ttft_over = bool(ttft_slo and ttft is not None and ttft > ttft_slo)
+    tpot_over = bool(tpot_slo and tpot is not None and tpot > tpot_slo)
+    if not (ttft_over or tpot_over):
+        return ()
     out = []
-    if (
-        limits.ttft_p99_s
-        and summary.ttft_p99_s is not None
-        and summary.ttft_p99_s > limits.ttft_p99_s
-    ):
-        out.append(f"ttft p99 {summary.ttft_p99_s:.3f}s > {limits.ttft_p99_s:g}s")
-    if (
-        limits.tpot_p99_s
-        and summary.tpot_p99_s is not None
-        and summary.tpot_p99_s > limits.tpot_p99_s
-    ):
-        out.append(f"tpot p99 {summary.tpot_p99_s:.3f}s > {limits.tpot_p99_s:g}s")
+    if ttft_over:
+        out.append(f"ttft p99 {ttft:.3f}s > {ttft_slo:g}s")
+    if tpot_over:
+        out.append(f"tpot p99 {tpot:.3f}s > {tpot_slo:g}s")
     return tuple(out)
 
 
@@ -138,6 +137,11 @@ def needed_replicas(summary: Summary, capacity: float, target: float) -> int:
     if summary.requests > 0 or summary.waiting > 0:
         needed = max(needed, 1)
     return needed
+
+
+def _per(summary: Summary, base: int, capacity: float) -> str:
+    # Said only where a reason needs it: formatting is much of a round's cost.
+    return f"load {summary.load:.2f} over {max(base, 1)} replica(s) at capacity {capacity:g}"
 
 
 def _since(last: Last, now: datetime) -> timedelta | None:
@@ -181,7 +185,7 @@ def decide(
         )
     needed = needed_replicas(summary, capacity, policy.target)
     why = breaches(summary, limits)
-    per = f"load {summary.load:.2f} over {max(base, 1)} replica(s) at capacity {capacity:g}"
+
     since = _since(last, now)
     up_target = needed
     starting = base > 0 and summary.replicas < base
@@ -191,7 +195,11 @@ def decide(
         cause = "slo" if why and needed <= base else "load"
         if base >= hi:
             return out(
-                base, "at_max", f"wants {up_target} ({per}) but scaling.max is {hi}", needed, why
+                base,
+                "at_max",
+                f"wants {up_target} ({_per(summary, base, capacity)}) but scaling.max is {hi}",
+                needed,
+                why,
             )
         if since is not None and since < policy.up_cooldown:
             left = (policy.up_cooldown - since).total_seconds()
@@ -204,7 +212,11 @@ def decide(
                 why,
             )
         wanted = min(up_target, base + policy.up_step, hi)
-        said = "; ".join(why) if cause == "slo" else f"{per} > target {policy.target:g}"
+        said = (
+            "; ".join(why)
+            if cause == "slo"
+            else f"{_per(summary, base, capacity)} > target {policy.target:g}"
+        )
         return out(wanted, cause, f"up {base} -> {wanted}: {said}", needed, why)
     if why and starting:
         return out(
@@ -233,7 +245,8 @@ def decide(
         return out(
             floor,
             "load",
-            f"down {base} -> {floor}: {per}; {needed} carry it at target {policy.target:g}",
+            f"down {base} -> {floor}: {_per(summary, base, capacity)}; {needed} carry it "
+            f"at target {policy.target:g}",
             needed,
         )
-    return out(base, "steady", f"holding {base}: {per}", needed)
+    return out(base, "steady", f"holding {base}: {_per(summary, base, capacity)}", needed)

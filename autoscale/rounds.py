@@ -7,37 +7,29 @@ decisions.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, MutableMapping
-from dataclasses import dataclass
+from collections.abc import Mapping, MutableMapping
 from datetime import datetime
+from typing import NamedTuple
 
 from autoscale.decide import Decision, Last, Limits, decide
 from autoscale.policy import Policy
-from autoscale.windows import EMPTY, Summary, Window, summarise
+from autoscale.rolling import Rolling
+from autoscale.windows import EMPTY, Summary
 
 
-@dataclass(frozen=True, slots=True)
-class ModelState:
+class ModelState(NamedTuple):
     """What the autoscaler asked for last, and when that count last changed."""
 
     wanted: int
     changed_at: datetime | None = None
 
 
-def group(windows: Iterable[Window]) -> dict[str, list[Window]]:
-    by_model: dict[str, list[Window]] = defaultdict(list)
-    for w in windows:
-        by_model[w.model].append(w)
-    return by_model
-
-
-def summary_for(model: str, by_model: Mapping[str, list[Window]], heard: bool) -> Summary | None:
+def summary_for(model: str, windows: Rolling, heard: bool) -> Summary | None:
     """The model's summary; EMPTY (idle) when gateways reported but not this model, None
     (unknown) when no gateway reported at all in the window."""
-    own = by_model.get(model)
-    if own:
-        return summarise(own)
+    own = windows.summary(model)
+    if own is not None:
+        return own
     return EMPTY if heard else None
 
 
@@ -45,14 +37,15 @@ def decide_round(
     at: datetime,
     policy: Policy,
     limits: Mapping[str, Limits],
-    by_model: Mapping[str, list[Window]],
+    windows: Rolling,
     *,
     heard: bool,
     state: MutableMapping[str, ModelState],
 ) -> list[tuple[Decision, Summary | None]]:
     """Decide for every model with autoscaling on; ``state`` is updated with the changes.
 
-    ``limits`` in catalog order, which is the order decisions are made and recorded.
+    ``limits`` in catalog order, which is the order decisions are made and recorded;
+    ``windows`` holds exactly the windows of the decision's window (``autoscale.rolling``).
     """
     out = []
     for model, limit in limits.items():
@@ -64,7 +57,7 @@ def decide_round(
         before = state.get(model)
         current = limit.min if before is None else before.wanted
         last = Last(None if before is None else before.changed_at)
-        summary = summary_for(model, by_model, heard)
+        summary = summary_for(model, windows, heard)
         decision = decide(model, summary, current, limit, own, last=last, now=at)
         if decision.changes:
             # Only changes are state: a model never changed follows scaling.min, whatever

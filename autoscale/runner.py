@@ -32,10 +32,11 @@ import structlog
 from autoscale.decide import HOLD, Decision, Limits
 from autoscale.limits import model_limits
 from autoscale.policy import Policy
-from autoscale.rounds import decide_round, group
+from autoscale.rolling import Rolling
+from autoscale.rounds import decide_round
 from autoscale.store import DECISION, AutoscaleStore, digest_of
 from autoscale.store import HOLD as HOLD_EVENT
-from autoscale.windows import Summary, Window
+from autoscale.windows import Summary
 from catalog import Model
 
 log = structlog.get_logger("llmgw.autoscale")
@@ -48,23 +49,26 @@ NOTABLE_HOLDS = frozenset({"at_max", "starting", "no_signal"})
 
 
 class Recent:
-    """The windows of the last decision window, kept between rounds: each round reads only
-    those received since the last (``(last, at]``), which is exactly the set a full read
-    would add, since every window received by ``last`` had committed when it was read
-    (``SETTLE``). A round after a gap (or the first) reads the whole window again."""
+    """The windows of the decision window, kept between rounds and folded into running
+    summaries (``autoscale.rolling``): each round reads only those received since the
+    last (``(last, at]``), which is exactly the set a full read would add, since every
+    window received by ``last`` had committed when it was read (``SETTLE``), and folds out
+    those that left. A round after a gap (or the first) reads the whole window again.
+    Either way the summaries are those of the same set, to the bit."""
 
     def __init__(self) -> None:
         self.upto: datetime | None = None
-        self.held: list[Window] = []
+        self.rolling = Rolling()
 
-    def windows(self, store: AutoscaleStore, after: datetime, at: datetime) -> list[Window]:
+    def windows(self, store: AutoscaleStore, after: datetime, at: datetime) -> Rolling:
         if self.upto is None or self.upto < after or self.upto > at:
-            self.held = store.windows(after, at)
+            self.rolling = Rolling.of(store.windows(after, at))
+            self.rolling.expire(after)
         else:
-            self.held = [w for w in self.held if w.received_at > after]
-            self.held.extend(store.windows(self.upto, at))
+            self.rolling.add(store.windows(self.upto, at))
+            self.rolling.expire(after)
         self.upto = at
-        return self.held
+        return self.rolling
 
 
 def decision_body(
@@ -161,9 +165,7 @@ class Autoscaler:
         heard = bool(self.store.heard(at - policy.window, at))
         state = self.store.state()
         report = RoundReport(at)
-        report.decisions = decide_round(
-            at, policy, limits, group(windows), heard=heard, state=state
-        )
+        report.decisions = decide_round(at, policy, limits, windows, heard=heard, state=state)
         with self.store.engine.begin() as conn:
             self.store.record_round(
                 conn, at, policy, limits, changes=len(report.changes), limits_digest=digest

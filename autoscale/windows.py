@@ -3,7 +3,8 @@
 A gateway reports, every few seconds, one window per model it served: how many
 requests, how many in flight on average and at most, p99 latencies. A decision
 reads every window received in the last ``policy.window`` from every gateway and
-summarises them per model:
+summarises them per model (``autoscale.rolling`` keeps the summaries up to date as
+windows arrive and leave):
 
 - ``load``: concurrent requests, the sum over gateways of each gateway's
   duration-weighted mean of ``inflight_mean`` (gateways split the traffic, so
@@ -19,10 +20,10 @@ summarises them per model:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +60,11 @@ class Window:
             object.__setattr__(self, "replica_count", len(self.replicas))
 
 
-@dataclass(frozen=True, slots=True)
-class Summary:
-    """What one decision knows of one model's traffic over its window."""
+class Summary(NamedTuple):
+    """What one decision knows of one model's traffic over its window.
+
+    A named tuple rather than a frozen dataclass: a round makes one per model (1,000 and
+    more), and a frozen dataclass's ``__init__`` costs several times as much."""
 
     windows: int = 0
     gateways: int = 0
@@ -92,68 +95,7 @@ class Summary:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Summary:
-        return cls(**{k: data[k] for k in cls.__slots__ if k in data})
+        return cls(**{k: data[k] for k in cls._fields if k in data})
 
 
 EMPTY = Summary()
-
-
-def _higher(a: float | None, b: float | None) -> float | None:
-    return b if a is None or (b is not None and b > a) else a
-
-
-def summarise(windows: Iterable[Window]) -> Summary:
-    """One model's windows (all of them inside the decision's window) as one summary.
-
-    One pass with plain locals: a round summarises every model's minute of windows
-    (24,000 windows for 1,000 models and 2 gateways), so this is most of its cost.
-    """
-    # Per gateway: the inflight_mean weighted by seconds, the seconds, the unweighted
-    # sum and the count (for windows of no length).
-    weighted: dict[str, list[float]] = {}
-    count = requests = errors = waiting = inflight_max = replicas = 0
-    queue = ttft = tpot = None
-    for w in windows:
-        count += 1
-        seconds = (w.end - w.start).total_seconds()
-        acc = weighted.get(w.gateway)
-        if acc is None:
-            acc = weighted[w.gateway] = [0.0, 0.0, 0.0, 0.0]
-        if seconds > 0:
-            acc[0] += w.inflight_mean * seconds
-            acc[1] += seconds
-        acc[2] += w.inflight_mean
-        acc[3] += 1
-        requests += w.requests
-        errors += w.errors
-        waiting = max(waiting, w.waiting)
-        inflight_max = max(inflight_max, w.inflight_max)
-        replicas = max(replicas, w.replica_count)
-        if w.requests > 0:
-            queue = _higher(queue, w.queue_wait_p99_s)
-            ttft = _higher(ttft, w.ttft_p99_s)
-            tpot = _higher(tpot, w.tpot_p99_s)
-    if not count:
-        return EMPTY
-    load = 0.0
-    for total, seconds, plain, n in weighted.values():
-        load += total / seconds if seconds > 0 else plain / n
-    return Summary(
-        windows=count,
-        gateways=len(weighted),
-        requests=requests,
-        errors=errors,
-        waiting=waiting,
-        # Rounded so that a summary read back from its JSON decides the same.
-        load=round(load, 6),
-        inflight_max=inflight_max,
-        replicas=replicas,
-        queue_wait_p99_s=queue,
-        ttft_p99_s=ttft,
-        tpot_p99_s=tpot,
-    )
-
-
-def in_window(windows: Iterable[Window], start: datetime, end: datetime) -> list[Window]:
-    """The windows a decision at ``end`` reads: received after ``start``, at or before ``end``."""
-    return [w for w in windows if start < w.received_at <= end]

@@ -306,7 +306,12 @@ class GatewayApp:
                 served.ttft.observe(trace.ttft_s)
                 if trace.tpot_s is not None:
                     served.tpot.observe(trace.tpot_s)
-                state.windows.timing(trace.served, now, trace.ttft_s, trace.tpot_s)
+                # The autoscaler holds a window's TTFT p99 against slo.ttft_p99: only a
+                # stream's first token is a time to first token. A whole answer's latency
+                # is its last token's, and would read as a breach for any long answer.
+                streamed = req is not None and req.stream
+                ttft = trace.ttft_s if streamed else None
+                state.windows.timing(trace.served, now, ttft, trace.tpot_s)
             if trace.served is not None and trace.served != label:
                 state.metrics.fallbacks.labels(label, trace.served).inc()
         state.metrics.requests.labels(label, trace.outcome).inc()

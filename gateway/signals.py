@@ -1,11 +1,14 @@
 """Posting the signal windows to the control plane (``POST /v1/signals``), for the
 autoscaler.
 
-Every ``interval`` the open windows are closed and posted with the gateway token; at
-once when a request starts waiting for a model with no ready replica (the autoscaler's
-scale-from-zero cue). Never on the request path: a post that fails is logged and its
-windows dropped (the next window is as good a signal), and a control plane without the
-route yet (404) is named once.
+Every ``interval`` the open windows are closed and posted with the gateway token, an
+empty ``windows`` list included: the autoscaler tells an idle model (gateways report,
+not this model) from a silent gateway (no report at all: hold, never scale down on
+silence), so an idle gateway must keep reporting. At once when a request starts waiting
+for a model with no ready replica (the autoscaler's scale-from-zero cue); a burst of
+such requests is one post, then at most one per ``WAKE_GAP_S``. Never on the request
+path: a post that fails is logged and its windows dropped (the next window is as good a
+signal), and a control plane without the route yet (404) is named once.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
 import aiohttp
 import structlog
@@ -20,6 +24,12 @@ import structlog
 from gateway.state import State
 
 log = structlog.get_logger("gateway")
+
+# The control plane takes at most 2,000 windows per report (autoscale.signals); a gateway
+# serving more models posts several.
+MAX_WINDOWS = 1_000
+# Early posts for waiting requests: the first at once, the next no sooner than this.
+WAKE_GAP_S = 0.5
 
 
 class Signals:
@@ -33,6 +43,7 @@ class Signals:
         )
         self._absent_named = False
         self._failing = False
+        self._last_post = -WAKE_GAP_S
 
     async def close(self) -> None:
         await self.session.close()
@@ -40,16 +51,23 @@ class Signals:
     async def run(self) -> None:
         while True:
             wake = self.state.wake_signals
+            due = self._last_post + self.interval_s - time.monotonic()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), self.interval_s)
+                await asyncio.wait_for(wake.wait(), max(due, 0.0))
             if wake.is_set():
+                gap = self._last_post + WAKE_GAP_S - time.monotonic()
+                if gap > 0:
+                    await asyncio.sleep(gap)
                 self.state.wake_signals = asyncio.Event()
             await self.post_once()
 
     async def post_once(self) -> None:
-        windows = self.state.windows.close(time.monotonic(), time.time())
-        if not windows:
-            return
+        self._last_post = time.monotonic()
+        windows = self.state.windows.close(self._last_post, time.time())
+        for first in range(0, max(len(windows), 1), MAX_WINDOWS):
+            await self._post(windows[first : first + MAX_WINDOWS])
+
+    async def _post(self, windows: list[dict[str, Any]]) -> None:
         body = {"gateway": self.state.gateway_id, "windows": windows}
         try:
             async with self.session.post(self.url, json=body) as resp:
@@ -64,11 +82,16 @@ class Signals:
                         )
                     return
                 if resp.status >= 300:
+                    # The control plane's problem names the field (a 403: the token's role).
+                    detail = (await resp.content.read(2048)).decode("utf-8", "replace")
                     raise aiohttp.ClientResponseError(
-                        resp.request_info, (), status=resp.status, message=resp.reason or ""
+                        resp.request_info,
+                        (),
+                        status=resp.status,
+                        message=f"{resp.reason or ''}: {detail}",
                     )
             self._failing = False
         except (aiohttp.ClientError, TimeoutError) as exc:
             if not self._failing:
                 self._failing = True
-                log.warning("gateway.signals_failed", url=self.url, error=f"{exc!r:.200}")
+                log.warning("gateway.signals_failed", url=self.url, error=f"{exc!r:.600}")

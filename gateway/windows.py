@@ -4,6 +4,14 @@ Pure accumulation (the clock is passed in); ``gateway.signals`` posts each close
 window to the control plane's ``POST /v1/signals``. A window holds counts, the
 time-weighted mean and the maximum of in-flight requests (per model and per replica),
 and the p99 of queue wait, TTFT and TPOT over the requests it saw (a bounded sample).
+
+What each count means, as the control plane checks it (``autoscale.signals``):
+``requests`` are the requests that *finished* in the window and ``errors`` those of them
+that failed, so ``errors <= requests`` holds in every window (a request started in one
+window and failed in the next would break it if requests were counted at their start);
+their TTFT/TPOT are the window's samples. ``waiting`` counts the requests that started
+waiting for a replica in the window; in-flight (model and replica) covers every request
+from its start, so a long request shows as load in each window it spans.
 """
 
 from __future__ import annotations
@@ -73,7 +81,18 @@ class ModelWindow:
     replicas: dict[str, ReplicaWindow] = field(default_factory=dict)
 
     def busy(self) -> bool:
-        return bool(self.requests or self.waiting or self.inflight.value or self.inflight.peak)
+        # Replica traffic and samples count too: a fallback serves requests asked of
+        # another model, and its window must not be dropped for that.
+        return bool(
+            self.requests
+            or self.waiting
+            or self.inflight.value
+            or self.inflight.peak
+            or self.ttft
+            or self.tpot
+            or self.queue_wait
+            or any(r.requests or r.inflight.peak for r in self.replicas.values())
+        )
 
 
 class Windows:
@@ -90,13 +109,12 @@ class Windows:
         return w
 
     def started(self, model: str, now: float) -> None:
-        w = self._model(model, now)
-        w.requests += 1
-        w.inflight.move(1, now)
+        self._model(model, now).inflight.move(1, now)
 
     def finished(self, model: str, now: float, *, error: bool) -> None:
         w = self._model(model, now)
         w.inflight.move(-1, now)
+        w.requests += 1
         if error:
             w.errors += 1
 
@@ -127,6 +145,10 @@ class Windows:
     def close(self, now: float, wall: float) -> list[dict[str, Any]]:
         """The windows of the models that saw anything, as ``POST /v1/signals`` takes
         them; the next window opens at ``now``."""
+        # The wall clock may step back (NTP) or stand still between two closes; a window
+        # must still end after it starts, or the control plane refuses the whole report.
+        # Stamps are whole microseconds, as they are written.
+        wall = max(round(wall, 6), round(self.wall_start, 6) + 1e-6)
         start_iso = _iso(self.wall_start)
         end_iso = _iso(wall)
         out: list[dict[str, Any]] = []
@@ -171,4 +193,5 @@ class Windows:
 
 
 def _iso(wall: float) -> str:
-    return datetime.fromtimestamp(wall, UTC).isoformat().replace("+00:00", "Z")
+    stamp = datetime.fromtimestamp(wall, UTC).isoformat(timespec="microseconds")
+    return stamp.replace("+00:00", "Z")

@@ -12,9 +12,11 @@ from typing import Any
 
 from autoscale.limits import model_limits
 from autoscale.policy import Policy
-from autoscale.rounds import group, summary_for
+from autoscale.rolling import Rolling
+from autoscale.rounds import summary_for
 from autoscale.runner import wanted_counts
 from autoscale.store import DECISION, AutoscaleStore
+from autoscale.windows import Summary, Window
 from catalog import Catalog
 from scheduler.daemon.node_service import replica_counts
 from scheduler.lifecycle.replica_reports import ReplicaStatus
@@ -32,8 +34,11 @@ def autoscale_rows(
     wanted = wanted_counts(store, policy)
     last = store.latest(DECISION)
     limits = model_limits(catalog.models(), store.capacities())
-    windows = group(store.windows(now - policy.window, now))
-    heard = bool(store.heard(now - policy.window, now))
+    received = store.windows(now - policy.window, now)
+    windows = Rolling.of(received)
+    heard_at = store.heard(now - policy.window, now)
+    heard = bool(heard_at)
+    seconds = _covered(received, heard_at, policy, now)
     rows = []
     for m in catalog.models():
         c, lim, own = counts[m.name], limits[m.name], policy.for_model(m.name)
@@ -53,6 +58,7 @@ def autoscale_rows(
                 "capacity_source": lim.capacity_source,
                 "slo": {"ttft_p99_s": lim.ttft_p99_s, "tpot_p99_s": lim.tpot_p99_s},
                 "signals": None if summary is None else summary.to_json(),
+                "traffic": None if summary is None else _traffic(summary, seconds),
                 "last_decision": None
                 if decision is None
                 else {
@@ -65,3 +71,31 @@ def autoscale_rows(
             }
         )
     return rows
+
+
+def _covered(
+    windows: Sequence[Window],
+    heard_at: Sequence[datetime],
+    policy: Policy,
+    now: datetime,
+) -> float:
+    """The seconds the stored signals cover, at most the policy's window: a gateway that
+    started 10 s ago has reported 10 s of traffic, not a minute of it."""
+    starts = [w.start for w in windows] + list(heard_at)
+    span = min(policy.window, now - min(starts)) if starts else policy.window
+    return max(span.total_seconds(), 1.0)
+
+
+def _traffic(summary: Summary, seconds: float) -> dict[str, Any]:
+    """What the gateways measured of a model, as people read it beside its replicas."""
+    return {
+        "seconds": round(seconds, 1),
+        "requests_per_s": round(summary.requests / seconds, 3),
+        "errors": summary.errors,
+        "inflight": summary.load,
+        "inflight_max": summary.inflight_max,
+        "waiting": summary.waiting,
+        "ttft_p99_s": summary.ttft_p99_s,
+        "tpot_p99_s": summary.tpot_p99_s,
+        "gateways": summary.gateways,
+    }

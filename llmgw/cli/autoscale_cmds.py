@@ -11,7 +11,8 @@ from autoscale.backtest import Result, backtest
 from autoscale.decide import Last, decide
 from autoscale.limits import model_limits
 from autoscale.policy import Policy, PolicyError, parse_policy
-from autoscale.rounds import group, summary_for
+from autoscale.rolling import Rolling
+from autoscale.rounds import summary_for
 from autoscale.store import DECISION, HOLD, AutoscaleStore, StoredEvent
 from catalog import Catalog
 from catalog.text import shown
@@ -129,7 +130,7 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
     state = store.state().get(model)
     last = store.events(model=model, kinds=(DECISION,), limit=1)
     limits = model_limits([found], store.capacities())[model]
-    windows = group(store.windows(now - policy.window, now, model))
+    windows = Rolling.of(store.windows(now - policy.window, now, model))
     summary = summary_for(model, windows, bool(store.heard(now - policy.window, now)))
     replicas = SchedulerStore(app.engine).replicas(model=model)
     ready = sum(s.counts_as_ready for _, s in replicas)

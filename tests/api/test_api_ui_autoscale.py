@@ -4,6 +4,7 @@ with the SLO line (drawn red when the last p99 is over it)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -86,3 +87,27 @@ def test_the_autoscaling_page_shows_each_model_against_its_slo(
     expect(calm.locator("svg.chart.breach")).to_have_count(0)
     expect(page.locator("#autoscale-policy")).to_contain_text("window 1m")
     shoot(page, "autoscale")
+
+
+def test_the_catalog_page_shows_each_models_traffic_beside_its_replicas(
+    browser: Browser, api: ApiServer, tokens: Tokens
+) -> None:
+    _post(api, tokens, 2.5)
+    with api.client(tokens.reader) as c:
+        rows = {r["model"]: r for r in c.get("/v1/autoscale").json()["models"]}
+    assert rows["chat"]["traffic"]["requests_per_s"] > 0
+    assert rows["chat"]["traffic"]["inflight"] == 3.5
+    page = signed_in(browser, api, tokens.reader)
+    chat = page.locator("#models tbody tr[data-model=chat]")
+    expect(chat.locator("td").nth(4)).to_have_text("0")  # ready, beside the traffic
+    expect(chat.locator("td.traffic.rate")).to_have_text(re.compile(r"^\d+\.\d\d$"))
+    expect(chat.locator("td.traffic.inflight")).to_have_text("3.50 (max 0)")
+    # TTFT p99 over the SLO: shown against it, and marked.
+    expect(chat.locator("td.traffic.ttft")).to_have_text("2.500s / 1s")
+    expect(chat.locator("td.traffic.ttft.breach")).to_have_count(1)
+    expect(chat.locator("td.traffic.tpot")).to_have_text("- / none")
+    calm = page.locator("#models tbody tr[data-model=calm]")
+    expect(calm.locator("td.traffic.ttft")).to_have_text("0.300s / 2s")
+    expect(calm.locator("td.traffic.breach")).to_have_count(0)
+    expect(page.locator("#traffic-window")).to_have_text("(1m)")
+    shoot(page, "catalog-traffic")

@@ -125,6 +125,8 @@ def gateway_cluster(
     nodes: list[str],
     models: list[dict[str, Any]],
     server_args: list[str],
+    *,
+    gateway_args: tuple[str, ...] = (),
 ) -> Iterator[tuple[Cluster, GatewayProc, GatewayTokens]]:
     tokens = Tokens.issue(agent_nodes=nodes)
     extra = GatewayTokens.issue()
@@ -138,7 +140,7 @@ def gateway_cluster(
     )
     server.start()
     c = Cluster(workdir, server, tokens)
-    gw = GatewayProc(workdir, server.url, extra.gateway, admin=tokens.reader)
+    gw = GatewayProc(workdir, server.url, extra.gateway, *gateway_args, admin=tokens.reader)
     try:
         gw.start()
         yield c, gw, extra

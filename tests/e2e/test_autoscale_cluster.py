@@ -1,62 +1,64 @@
-"""Autoscaling with real processes: `llmgw serve --with-scheduler`, two `llmgw agent`s, sim
-engines, and the CLI.
+"""Autoscaling through a real gateway: `llmgw serve --with-scheduler` (placement and the
+autoscaler), two `llmgw agent`s running sim engines with ``--slots`` and
+``--token-delay`` (latency grows with load as on a real engine), a real `llmgw gateway`
+posting its signal windows, and clients on the official `openai` SDK.
 
-No gateway yet (issue 26 is being built beside this): the test posts to
-``POST /v1/signals`` what a gateway would post, every half second, with the replica
-count taken from the live placements and latencies that follow from it (one replica
-carries 2 concurrent requests within the SLO; more and its TTFT p99 breaches). So the
-control loop is real (server, daemon, placement, agents, engines) and the signals are
-a gateway's as this test models them. Real streamed requests run throughout against
-the ready replicas' endpoints, retried on another replica when refused before any
-byte was sent (as the gateway does): none may fail during the moves.
-
-The gateway-driven version is ``test_autoscale_through_the_gateway`` (a follow-up,
-once the gateway is merged).
+Nothing here posts a signal: the windows the autoscaler decides from are the gateway's,
+measured from the requests the clients send. Timings are short by settings (interval,
+window, cooldowns, the gateway's ``signals_interval``); every wait is on a condition,
+and the bounds only catch hangs.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 import time
-import urllib.parse
-from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
-from autoscale.loadgen import Target, _one
-from tests.e2e.agents import Cluster, cluster, eventually
+from autoscale.store import windows_t
+from events.db import make_engine
+from tests.e2e.agents import Cluster, eventually
+from tests.e2e.gateways import GatewayProc, gateway_cluster
 
 pytestmark = pytest.mark.slow
 
+# One replica carries 2 concurrent requests (its --slots); the policy knows it as the
+# default capacity and aims at 0.75 of it: 4 clients need ceil(4 / 1.5) = 3 replicas.
 SETTINGS = """
 [autoscale]
 interval = "1s"
 window = "3s"
-target = 0.5
+target = 0.75
 up_step = 2
+down_step = 2
 up_cooldown = "1s"
 down_cooldown = "4s"
 default_capacity = 2
+
+[gateway]
+signals_interval = "0.5s"
 """
-SIM_ARGS = ["--startup-delay", "0.3", "--token-delay", "0.005"]
+SLOTS = ["--slots", "2", "--token-delay", "0.05", "--startup-delay", "0.3"]
+MAX_TOKENS = 16  # 0.8 s a request on a free slot
 CHAT = {
     "name": "chat",
     "source": "sim/chat",
     "scaling": {"min": 1, "max": 4},
-    "slo": {"ttft_p99": "1s", "tpot_p99": "200ms"},
-    "profiles": [{"name": "sim", "engine": "sim", "gpu_class": "SIM", "args": SIM_ARGS}],
+    "slo": {"ttft_p99": "3s", "tpot_p99": "1s"},
+    "profiles": [{"name": "sim", "engine": "sim", "gpu_class": "SIM", "args": SLOTS}],
 }
 ZERO = {
     "name": "zero",
     "source": "sim/zero",
-    "scaling": {"min": 0, "max": 2},
-    "slo": {"ttft_p99": "1s"},
+    "scaling": {"min": 0, "max": 1},
+    "slo": {"ttft_p99": "3s"},
     "profiles": [
         {
             "name": "sim",
@@ -67,109 +69,66 @@ ZERO = {
         }
     ],
 }
+ROUNDS = ["--with-scheduler", "--interval", "0.3", "--stream-poll", "0.1"]
 
 
-class Gateway:
-    """What a gateway would post: one window per model every half second."""
+class Clients:
+    """Closed-loop clients through the gateway, each one request at a time."""
 
-    def __init__(self, c: Cluster) -> None:
-        self.c = c
-        self.load = {"chat": 0.5, "zero": 0.0}
-        self.waiting = {"chat": 0, "zero": 0}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(0.5):
-            ready = self._ready()
-            now = datetime.now(UTC)
-            windows = []
-            for model, load in self.load.items():
-                replicas = ready.get(model, 0)
-                per = load / max(replicas, 1)
-                ttft = 0.1 if per <= 2 else 0.1 + per
-                windows.append(
-                    {
-                        "model": model,
-                        "start": (now - timedelta(seconds=0.5)).isoformat(),
-                        "end": now.isoformat(),
-                        "requests": round(load * 10),
-                        "waiting": self.waiting[model],
-                        "inflight_mean": load,
-                        "inflight_max": round(load) + 1,
-                        "ttft_p99_s": ttft if load else None,
-                        "tpot_p99_s": 0.01 if load else None,
-                        "replicas": {
-                            f"{model}/{i}": {"requests": 1, "inflight_mean": per, "inflight_max": 1}
-                            for i in range(replicas)
-                        },
-                    }
-                )
-            with self.c.server.client(self.c.tokens.operator) as client:
-                answer = client.post("/v1/signals", json={"gateway": "test-gw", "windows": windows})
-                assert answer.status_code == 202, answer.text
-
-    def _ready(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for p in self.c.placements():
-            if p["state"] == "ready" and p["endpoint"]:
-                out[p["model"]] = out.get(p["model"], 0) + 1
-        return out
-
-
-class Traffic:
-    """Real streamed requests to the ready replicas of a model, as a gateway would send."""
-
-    def __init__(self, c: Cluster, model: str) -> None:
-        self.c, self.model = c, model
+    def __init__(self, gw: GatewayProc, token: str, model: str) -> None:
+        self.gw, self.token, self.model = gw, token, model
         self.ok = 0
         self.failed: list[str] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.stops: list[threading.Event] = []
+        self.threads: list[threading.Thread] = []
 
-    def _run(self) -> None:
-        turn = 0
-        while not self.stop.is_set():
-            endpoints = [
-                p["endpoint"]
-                for p in self.c.placements()
-                if p["model"] == self.model and p["state"] == "ready" and p["endpoint"]
-            ]
-            if not endpoints:
-                time.sleep(0.1)
-                continue
-            turn += 1
-            endpoint = endpoints[turn % len(endpoints)]
-            url = urllib.parse.urlsplit(endpoint)
-            conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
-            target = Target(endpoint, "unused", self.model, max_tokens=8)
+    def scale(self, n: int) -> None:
+        while len(self.stops) > n:
+            self.stops.pop().set()
+        while len(self.stops) < n:
+            stop = threading.Event()
+            thread = threading.Thread(target=self._run, args=(stop,), daemon=True)
+            self.stops.append(stop)
+            self.threads.append(thread)
+            thread.start()
+
+    def _run(self, stop: threading.Event) -> None:
+        client = self.gw.openai(self.token)
+        while not stop.is_set():
             try:
-                _sample, error = _one(conn, "/v1/chat/completions", target, Counter())
-            except ConnectionRefusedError:
-                continue  # refused before a byte was sent: another replica (the gateway retries)
-            except (OSError, http.client.HTTPException) as exc:
-                error = repr(exc)
-            finally:
-                conn.close()
-            if error:
-                self.failed.append(f"{endpoint}: {error}")
-            else:
+                stream = client.chat.completions.create(
+                    model=self.model,
+                    messages=[{"role": "user", "content": "how many replicas?"}],
+                    max_tokens=MAX_TOKENS,
+                    stream=True,
+                )
+                text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+                assert len(text.split()) == MAX_TOKENS, text
                 self.ok += 1
+            except Exception as exc:  # every failure is the test's finding
+                self.failed.append(f"{type(exc).__name__}: {exc}"[:300])
+
+    def close(self) -> None:
+        self.scale(0)
+        for t in self.threads:
+            t.join(120)
 
 
 @pytest.fixture
-def c(tmp_path: Path, sqlite_url: str) -> Iterator[Cluster]:
-    (tmp_path / "llmgw.toml").write_text(SETTINGS)
-    with cluster(
+def running(tmp_path: Path, sqlite_url: str) -> Iterator[tuple[Cluster, GatewayProc, str]]:
+    settings = tmp_path / "llmgw.toml"
+    settings.write_text(SETTINGS)
+    with gateway_cluster(
         tmp_path,
         sqlite_url,
         ["n1", "n2"],
-        server_args=["--with-scheduler", "--interval", "0.3"],
-        models=[CHAT, ZERO],
-    ) as running:
-        running.agent("n1", gpus="SIM:4")
-        running.agent("n2", gpus="SIM:4")
-        yield running
+        [CHAT, ZERO],
+        ROUNDS,
+        gateway_args=("--settings", str(settings)),
+    ) as (c, gw, tokens):
+        c.agent("n1", gpus="SIM:4")
+        c.agent("n2", gpus="SIM:4")
+        yield c, gw, tokens.client
 
 
 def _count(c: Cluster, model: str, *, ready: bool = True) -> int:
@@ -178,59 +137,107 @@ def _count(c: Cluster, model: str, *, ready: bool = True) -> int:
     )
 
 
-def test_load_scales_up_within_max_then_back_to_min_and_zero_wakes_on_a_waiting_request(
-    c: Cluster,
+def _windows(c: Cluster, model: str) -> list[dict[str, Any]]:
+    engine = make_engine(c.server.db_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(select(windows_t).where(windows_t.c.model == model))
+            return [dict(r) for r in rows.mappings()]
+    finally:
+        engine.dispose()
+
+
+def test_a_load_step_scales_up_to_what_carries_it_then_down_to_min_and_zero_wakes(
+    running: tuple[Cluster, GatewayProc, str],
 ) -> None:
+    c, gw, token = running
     started = datetime.now(UTC) - timedelta(seconds=1)
-    eventually(lambda: _count(c, "chat") == 1, "chat has its one replica (scaling.min)")
-    gateway, traffic = Gateway(c), Traffic(c, "chat")
-    gateway.thread.start()
-    traffic.thread.start()
+    eventually(lambda: gw.ready("chat", 1), "chat has its one replica (scaling.min) at the gw")
+    clients = Clients(gw, token, "chat")
+    keys: set[str] = set()
     seen_max = 0
 
     def at(count: int) -> bool:
         nonlocal seen_max
-        placed = _count(c, "chat", ready=False)
-        seen_max = max(seen_max, placed)
-        return _count(c, "chat") == count and placed == count
+        placements = [p for p in c.placements() if p["model"] == "chat"]
+        keys.update(f"chat/{p['replica']}" for p in placements)
+        seen_max = max(seen_max, len(placements))
+        ready = [p for p in placements if p["state"] == "ready"]
+        return len(ready) == count == len(placements) and gw.ready("chat", count)
+
+    zero_answer: dict[str, Any] = {}
+
+    def ask_zero() -> None:
+        t0 = time.monotonic()
+        try:
+            answer = gw.openai(token).chat.completions.with_raw_response.create(
+                model="zero", messages=[{"role": "user", "content": "wake"}], max_tokens=4
+            )
+            zero_answer["served_by"] = answer.headers["x-llmgw-replica"]
+        except Exception as exc:
+            zero_answer["error"] = repr(exc)[:300]
+        zero_answer["seconds"] = time.monotonic() - t0
 
     try:
-        # A step of load: 8 concurrent at 0.5 x 2 per replica wants 8; max is 4.
-        gateway.load["chat"] = 8.0
-        eventually(lambda: at(4), "chat scaled up to scaling.max (4 ready)", timeout=120)
-        # The load goes: back to min, one step per down_cooldown.
-        gateway.load["chat"] = 0.5
-        eventually(lambda: at(1), "chat back to scaling.min (1)", timeout=120)
-        assert seen_max <= 4 + 1  # max, plus at most one surge replica while replacing
-
-        # Scale to zero and back: idle, then a request waits for it.
-        assert _count(c, "zero", ready=False) == 0
-        gateway.waiting["zero"] = 1
-        eventually(lambda: _count(c, "zero") == 1, "zero woke with one replica", timeout=90)
-        gateway.waiting["zero"] = 0
-        endpoint = next(p["endpoint"] for p in c.placements() if p["model"] == "zero")
-        url = urllib.parse.urlsplit(endpoint)
-        conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
-        _sample, error = _one(
-            conn, "/v1/chat/completions", Target(endpoint, "x", "zero"), Counter()
+        # A step of load: 4 clients, 2 slots per replica at 0.75 of it: 3 replicas.
+        clients.scale(4)
+        eventually(lambda: at(3), "chat scaled up to 3 ready, at the gateway too", timeout=180)
+        reached = datetime.now(UTC)
+        # Within the SLO once they serve: a window after the move meets slo.ttft_p99.
+        eventually(
+            lambda: any(
+                w["received_at"].replace(tzinfo=UTC) > reached
+                and w["requests"] > 0
+                and w["ttft_p99_s"] is not None
+                and w["ttft_p99_s"] <= 3.0
+                and len(json.loads(w["replicas"])) == 3
+                for w in _windows(c, "chat")
+            ),
+            "a window served by the 3 replicas within the SLO",
+            timeout=60,
         )
-        conn.close()
-        assert error is None
-        eventually(lambda: _count(c, "zero", ready=False) == 0, "zero idle again: 0", timeout=90)
+        # The load drops to one client (still served through the move): back to min.
+        clients.scale(1)
+        # Meanwhile a request for a model at zero replicas waits for one to start.
+        assert _count(c, "zero", ready=False) == 0
+        waker = threading.Thread(target=ask_zero, daemon=True)
+        waker.start()
+        eventually(lambda: at(1), "chat back to scaling.min (1)", timeout=180)
+        waker.join(120)
+        assert "error" not in zero_answer, zero_answer
+        assert zero_answer["served_by"] == "zero/0"
+        assert zero_answer["seconds"] < 60  # the profile's startup_timeout
+        # Idle again (the gateway keeps reporting, with no zero traffic): back to 0.
+        eventually(lambda: _count(c, "zero", ready=False) == 0, "zero idle again: 0", timeout=120)
     finally:
-        traffic.stop.set()
-        gateway.stop.set()
-        traffic.thread.join(30)
-        gateway.thread.join(30)
-    assert traffic.ok > 0 and traffic.failed == [], traffic.failed[:5]
+        clients.close()
+    assert clients.ok > 0 and clients.failed == [], clients.failed[:5]
+    assert seen_max <= 4  # never above scaling.max
+
+    # What the gateway reported is what the control plane stored and decided from.
+    served = [w for w in _windows(c, "chat") if w["requests"] > 0]
+    assert served and all(w["gateway"] == "gw-test" and w["errors"] == 0 for w in served)
+    untimed = [w for w in served if w["ttft_p99_s"] is None or w["tpot_p99_s"] is None]
+    assert untimed == [], [
+        (w["requests"], w["ttft_p99_s"], w["tpot_p99_s"], w["replicas"]) for w in untimed
+    ]
+    assert {k for w in served for k in json.loads(w["replicas"])} <= keys
 
     history = c.cli("autoscale", "history", "--json")
     assert history.returncode == 0, history.stderr
     decisions: list[dict[str, Any]] = json.loads(history.stdout)
     chat = [d for d in decisions if d["model"] == "chat"]
-    assert max(d["wanted"] for d in chat) == 4 and chat[-1]["wanted"] == 1
+    # Up (in one or two steps as the load's window fills) to 3, never more, then down
+    # to 1 (as the window empties): every move from the load the gateway measured.
+    wanted = [d["wanted"] for d in chat]
+    top = wanted.index(3)
+    assert max(wanted) == 3 and wanted[-1] == 1, wanted
+    assert wanted[: top + 1] == sorted(wanted[: top + 1]), wanted
+    assert wanted[top:] == sorted(wanted[top:], reverse=True), wanted
+    assert {d["code"] for d in chat} == {"load"}, chat
     assert all(d["inputs"]["summary"] is not None and d["reason"] for d in chat)
-    assert any(d["model"] == "zero" and d["code"] == "waiting" for d in decisions)
+    zero = [(d["wanted"], d["code"]) for d in decisions if d["model"] == "zero"]
+    assert zero == [(1, "waiting"), (0, "idle")], zero
     status = c.cli("status", "--json")
     assert status.returncode == 0, status.stderr
     rows = {r["model"]: r for r in json.loads(status.stdout)["models"]}

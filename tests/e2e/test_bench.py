@@ -1,8 +1,8 @@
-"""`llmgw bench` against a real sim engine's OpenAI endpoint.
-
-Through the gateway is the follow-up (``test_bench_through_the_gateway``, once the
-gateway is merged); until then the load driver and the step logic run against the sim
-engine directly, which speaks the same streamed chat API and names no replica.
+"""`llmgw bench`: through a real gateway to a replica placed by a real control plane
+(``test_bench_through_the_gateway_...``: the capacity is the sim's slots, and recording
+it sets the weight the gateway routes by), and against a sim engine's OpenAI endpoint
+directly for the step logic and the refusals (it speaks the same streamed chat API and
+names no replica).
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.agents import eventually
 from tests.e2e.cli import Cli
+from tests.e2e.gateways import gateway_cluster
 from tests.support import dump_yaml
 
 pytestmark = pytest.mark.slow
@@ -110,3 +112,53 @@ def test_a_model_without_an_slo_is_refused_with_the_reason(cli: Cli, sim: str) -
     assert done.returncode == 1
     assert "model 'noslo' declares no slo" in done.stderr
     assert "catalog.yaml" in done.stderr
+
+
+# Four slots; a request is 20 tokens at 0.1 s: past 4 concurrent, the fifth waits a
+# whole request (2 s) for its first token, twice the SLO.
+SLOTS = 4
+SOLO = {
+    "name": "solo",
+    "source": "sim/solo",
+    "scaling": {"min": 1, "max": 1},
+    "slo": {"ttft_p99": "1s"},
+    "profiles": [
+        {
+            "name": "sim",
+            "engine": "sim",
+            "gpu_class": "SIM",
+            "args": ["--slots", str(SLOTS), "--token-delay", "0.1", "--startup-delay", "0.3"],
+        }
+    ],
+}
+
+
+def test_bench_through_the_gateway_finds_the_slots_and_its_record_sets_the_routing_weight(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    rounds = ["--with-scheduler", "--interval", "0.3", "--stream-poll", "0.1"]
+    with gateway_cluster(tmp_path, sqlite_url, ["n1"], [SOLO], rounds) as (c, gw, t):
+        c.agent("n1")
+        eventually(lambda: gw.ready("solo", 1), "solo ready at the gateway")
+        assert gw.routing()["models"]["solo"]["replicas"][0]["weight"] == 1.0
+        (tmp_path / "client.token").write_text(t.client + "\n")
+        done = c.cli(
+            "bench", "solo", "--gateway", gw.url, "--token-file", "client.token",
+            "--max-concurrency", str(2 * SLOTS), "--step-time", "3s", "--max-tokens", "20",
+            "--record", "--json",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout)
+        steps = {s["concurrency"]: s for s in out["steps"]}
+        assert list(steps) == [1, 2, 4, 8]
+        assert all(steps[n]["meets_slo"] and steps[n]["errors"] == 0 for n in (1, 2, 4))
+        # Past its slots, requests wait a whole answer for their first token.
+        assert not steps[8]["meets_slo"] and steps[8]["ttft_p99_s"] > 1.0
+        assert out["capacity"] == SLOTS and out["recorded"] is True
+        assert out["replicas_seen"].keys() == {"solo/0"}
+        # The recorded capacity is the replica's weight from now on, at the gateway too.
+        eventually(
+            lambda: gw.routing()["models"]["solo"]["replicas"][0]["weight"] == SLOTS,
+            "the gateway routes solo/0 with the measured weight",
+            timeout=60,
+        )

@@ -9,6 +9,7 @@ const state = {
   head: 0,
   placed: 0, // the placement log's last position seen (ids are CATALOG:PLACEMENTS)
   following: false,
+  autoscale: null, // the last GET /v1/autoscale, for the catalog page's traffic cells
 };
 
 function el(tag, text, cls) {
@@ -105,9 +106,11 @@ function renderFleet(fleet) {
     const res = el("td", m.resilience ? lostWith(m.resilience) : "-", "resilience");
     res.hidden = !hasResilience;
     tr.appendChild(res);
+    for (const field of TRAFFIC) tr.appendChild(el("td", "-", `traffic ${field}`));
     tr.dataset.model = m.name;
     return tr;
   }));
+  if (state.autoscale) renderTraffic(state.autoscale);
   const reasons = [];
   for (const m of fleet.models) {
     for (const u of m.unplaced_reasons) {
@@ -242,7 +245,44 @@ function loadBar(load, capacity, replicas) {
   return wrapEl;
 }
 
+// Traffic per model beside its replicas on the catalog page: what the gateways reported
+// over the autoscaler's window (GET /v1/autoscale, from the stored signal windows).
+const TRAFFIC = ["rate", "inflight", "ttft", "tpot"];
+
+function seconds(value) {
+  return value === null || value === undefined ? "-" : `${value.toFixed(3)}s`;
+}
+
+function p99Cell(td, value, slo) {
+  td.textContent = `${seconds(value)} / ${slo ? `${slo}s` : "none"}`;
+  td.classList.toggle("breach", Boolean(slo && value !== null && value > slo));
+}
+
+function renderTraffic(data) {
+  const span = document.getElementById("traffic-window");
+  span.textContent = `(${data.policy.window})`;
+  for (const m of data.models) {
+    const tr = document.querySelector(`#models tbody tr[data-model="${CSS.escape(m.model)}"]`);
+    if (!tr) continue;
+    const cell = (field) => tr.querySelector(`td.traffic.${field}`);
+    const t = m.traffic;
+    if (!t) {
+      for (const field of TRAFFIC) {
+        cell(field).textContent = "-";
+        cell(field).classList.remove("breach");
+      }
+      continue;
+    }
+    cell("rate").textContent = t.requests_per_s.toFixed(2);
+    cell("inflight").textContent = `${t.inflight.toFixed(2)} (max ${t.inflight_max})`;
+    p99Cell(cell("ttft"), t.ttft_p99_s, m.slo.ttft_p99_s);
+    p99Cell(cell("tpot"), t.tpot_p99_s, m.slo.tpot_p99_s);
+  }
+}
+
 function renderAutoscale(data) {
+  state.autoscale = data;
+  renderTraffic(data);
   const p = data.policy;
   document.getElementById("autoscale-policy").textContent =
     `${p.enabled ? "on" : "off"}: every ${p.interval}, window ${p.window}, target ${p.target}`;
@@ -404,8 +444,11 @@ async function start() {
   // Node freshness changes with time alone, and placement rounds are not catalog
   // events: look again every 10 s as well.
   // The autoscaling page follows the load more closely than the rest: every 2 s.
+  // So does the catalog page's traffic beside each model's replicas.
   setInterval(() => {
-    if (location.hash === "#autoscale" && document.getElementById("login").hidden) {
+    const page = location.hash || "#catalog";
+    if ((page === "#autoscale" || page === "#catalog") &&
+        document.getElementById("login").hidden) {
       refreshAutoscale();
     }
   }, 2000);

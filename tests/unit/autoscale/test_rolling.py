@@ -1,0 +1,99 @@
+"""The running summaries (``autoscale.rolling``) are the summaries of the windows in the
+window, to the bit, however they were folded in and out: the daemon folds window by
+window as they arrive, a backtest (or a daemon that just took over) folds a whole window
+at once, and a backtest with the policy that ran must make the recorded decisions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscale.rolling import Rolling, summarise
+from autoscale.windows import Summary, Window
+
+T0 = datetime(2026, 12, 4, 10, 0, tzinfo=UTC)
+latency = st.none() | st.floats(0, 100, allow_nan=False)
+
+
+@st.composite
+def windows(draw: st.DrawFn) -> Window:
+    received = T0 + timedelta(microseconds=draw(st.integers(0, 120_000_000)))
+    length = timedelta(microseconds=draw(st.integers(1, 10_000_000)))
+    requests = draw(st.integers(0, 50))
+    return Window(
+        gateway=draw(st.sampled_from(["gw-1", "gw-2", "gw-3"])),
+        model=draw(st.sampled_from(["a", "b"])),
+        start=received - length,
+        end=received,
+        received_at=received,
+        requests=requests,
+        errors=draw(st.integers(0, requests)),
+        waiting=draw(st.integers(0, 5)),
+        inflight_mean=draw(st.floats(0, 1e4, allow_nan=False)),
+        inflight_max=draw(st.integers(0, 100)),
+        queue_wait_p99_s=draw(latency),
+        ttft_p99_s=draw(latency),
+        tpot_p99_s=draw(latency),
+        replica_count=draw(st.integers(0, 8)),
+    )
+
+
+def _fresh(ws: list[Window], after: datetime, upto: datetime) -> dict[str, Summary]:
+    live = [w for w in ws if after < w.received_at <= upto]
+    return {m: summarise([w for w in live if w.model == m]) for m in {w.model for w in live}}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(windows(), max_size=60),
+    st.lists(st.integers(1, 40), min_size=1, max_size=12),
+    st.integers(5, 60),
+)
+def test_folding_window_by_window_gives_the_summaries_of_the_window_to_the_bit(
+    ws: list[Window], steps: list[int], width: int
+) -> None:
+    rolling = Rolling()
+    at = T0
+    upto: datetime | None = None
+    for step in steps:
+        at += timedelta(seconds=step)
+        after = at - timedelta(seconds=width)
+        if upto is None:
+            rolling.add(w for w in ws if w.received_at <= at)
+        else:  # only what arrived since the last round, as the daemon reads it
+            rolling.add(w for w in ws if upto < w.received_at <= at)
+        rolling.expire(after)
+        upto = at
+        expected = _fresh(ws, after, at)
+        assert {m: rolling.summary(m) for m in expected} == expected
+        assert set(rolling.models) == set(expected)
+        # The same set folded at once (a daemon that just took over, a backtest).
+        again = Rolling.of(w for w in ws if after < w.received_at <= at)
+        assert {m: again.summary(m) for m in expected} == expected
+
+
+@given(st.lists(windows(), min_size=1, max_size=30), st.randoms())
+def test_the_order_windows_arrive_in_does_not_change_a_summary(
+    ws: list[Window], rng: object
+) -> None:
+    shuffled = list(ws)
+    rng.shuffle(shuffled)  # type: ignore[attr-defined]
+    late = Rolling.of(shuffled[: len(ws) // 2])
+    late.add(shuffled[len(ws) // 2 :])  # some received before ones already held
+    for model in {w.model for w in ws}:
+        assert late.summary(model) == summarise([w for w in ws if w.model == model])
+
+
+def test_a_summary_reads_load_per_gateway_weighted_by_time_and_the_highest_p99s() -> None:
+    def w(gw: str, seconds: int, mean: float, ttft: float | None, requests: int = 5) -> Window:
+        end = T0 + timedelta(seconds=seconds)
+        return Window(gw, "a", end - timedelta(seconds=seconds), end, end, requests=requests,
+                      inflight_mean=mean, ttft_p99_s=ttft)  # fmt: skip
+
+    s = summarise([w("gw-1", 5, 2.0, 0.5), w("gw-1", 15, 4.0, 0.9, 0), w("gw-2", 5, 1.0, 0.2)])
+    # gw-1: (2 x 5 + 4 x 15) / 20 = 3.5; gw-2: 1; they add. The p99 of a window that
+    # served nothing is not counted.
+    assert s.load == 4.5 and s.ttft_p99_s == 0.5 and s.gateways == 2 and s.windows == 3
+    assert summarise([]) == Summary()
