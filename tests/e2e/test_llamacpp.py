@@ -139,6 +139,23 @@ def test_a_cpu_replica_starts_becomes_ready_serves_openai_and_says_its_real_cont
     shown = c.cli("placements", "--model", "tiny")
     assert shown.returncode == 0, shown.stderr
     assert f"warning: tiny[0]: {ARITHMETIC} < context_length 1024" in shown.stdout
+    # And `llmgw status`, in its text and its --json.
+    status = c.cli("status")
+    assert status.returncode == 0, status.stderr
+    said = [x for x in status.stdout.splitlines() if x.startswith("warning: tiny[0]: ")]
+    assert said == [f"warning: tiny[0]: {placement['context_warning']}"], status.stdout
+    status = c.cli("status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["context_warnings"] == [
+        {
+            "model": "tiny",
+            "replica": 0,
+            "profile": "cpu",
+            "effective_context_length": 512,
+            "context_detail": ARITHMETIC,
+            "context_warning": placement["context_warning"],
+        }
+    ]
 
     # The OpenAI API with the official client, through the gateway. The weights are
     # random, so the text is nonsense; ignore_eos makes the engine produce exactly the
