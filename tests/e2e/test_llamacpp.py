@@ -7,8 +7,10 @@ under the catalog's context_length 1024: the seed's arithmetic, warned), a model
 whose file is missing, engine-check, a drain, and a crash last (a crash may move the
 replica, and the node it failed on is then avoided for a minute).
 
-The OpenAI calls go straight to the replica's endpoint: the gateway is not part
-of this tree yet (when it is, the same calls go through it).
+A real `llmgw gateway` follows the cluster: the OpenAI calls (the official client)
+and `llmgw engine-check --gateway` go through it, and it admits a prompt by the
+smaller of the catalog's context_length and what one slot of the engine gives,
+counted by the engine's own /tokenize.
 """
 
 from __future__ import annotations
