@@ -12,17 +12,22 @@ tokenizer never makes more tokens than the text has UTF-8 bytes, plus the chat
 template's few tokens per message. Only a request whose bound does not fit is counted,
 by the engine's own ``/tokenize`` when it has one (the edge does that), else by
 ``estimate``, a documented conservative estimate.
+
+The window a request must fit (``window``) is the smaller of the catalog's
+``context_length`` and what the model's ready replicas really give one request (their
+engines' ``effective_context_length``: llama.cpp divides ``--ctx-size`` across its
+``--parallel`` slots). Any ready replica may be picked, so the tightest one counts.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.table import ModelEntry, Table
+from gateway.table import ModelEntry, Replica, Table
 
 CHAT = "chat"
 COMPLETIONS = "completions"
@@ -265,29 +270,70 @@ def estimate(req: Request) -> int:
     )
 
 
-def needs_count(req: Request, m: ModelEntry) -> bool:
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The tokens one request may use (0: no limit), and why, in a refusal's words."""
+
+    tokens: int
+    why: str
+
+
+def window(m: ModelEntry, replicas: Iterable[Replica] = ()) -> Window:
+    """The smaller of the catalog's ``context_length`` and the least
+    ``effective_context_length`` among ``replicas`` (the model's ready ones).
+
+    Any ready replica may be picked, so the request must fit the tightest one.
+    """
+    declared = m.context_length
+    catalog = Window(declared, f"its context_length {declared}")
+    known = [r for r in replicas if r.context is not None]
+    if not known:
+        return catalog
+    tight = min(known, key=lambda r: (r.context or 0, r.key))
+    effective = tight.context or 0
+    if declared and effective >= declared:
+        return catalog
+    arithmetic = tight.context_detail or f"its engine gives one request {effective}"
+    if declared:
+        why = (
+            f"{effective}, what one request may use on replica {tight.key} ({arithmetic} < "
+            f"context_length {declared}: the smaller of the two is the limit)"
+        )
+    else:
+        why = (
+            f"{effective}, what one request may use on replica {tight.key} ({arithmetic}; "
+            "the catalog declares no context_length)"
+        )
+    return Window(effective, why)
+
+
+def needs_count(req: Request, m: ModelEntry, w: Window | None = None) -> bool:
     """Whether the context check must count: the bound alone does not show it fits."""
-    if not m.context_length:
+    w = w or window(m)
+    if not w.tokens:
         return False
-    return upper_bound(req) + completion_tokens(req) > m.context_length
+    return upper_bound(req) + completion_tokens(req) > w.tokens
 
 
-def fits(req: Request, m: ModelEntry, prompt_tokens: int, how: str) -> None:
-    """Refuse a prompt that, with the requested completion, overflows the window.
+def fits(
+    req: Request, m: ModelEntry, prompt_tokens: int, how: str, w: Window | None = None
+) -> None:
+    """Refuse a prompt that, with the requested completion, overflows the window
+    (``w``; the catalog's context_length when not given).
 
     ``how`` says how ``prompt_tokens`` was counted ("the engine's tokenizer",
     "an estimate"), so the client knows how exact the figure is.
     """
-    if not m.context_length:
+    w = w or window(m)
+    if not w.tokens:
         return
     completion = completion_tokens(req)
-    if prompt_tokens + completion > m.context_length:
+    if prompt_tokens + completion > w.tokens:
         asked = f" plus {req.max_tokens_field} {completion}" if req.max_tokens is not None else ""
         raise Refusal(
             400,
             f"model {m.name!r}: the prompt is {prompt_tokens} tokens ({how}){asked}, above "
-            f"its context_length {m.context_length}; shorten the prompt or ask for fewer "
-            "tokens",
+            f"{w.why}; shorten the prompt or ask for fewer tokens",
             param="messages" if req.kind == CHAT else "prompt",
             code="context_length_exceeded",
         )

@@ -166,8 +166,9 @@ class Proxy:
         for i, m in enumerate(chain):
             try:
                 admission.admit(req, m)
-                if admission.needs_count(req, m):
-                    await self._count(req, m, trace)
+                w = admission.window(m, self.state.table.ready.get(m.name, ()))
+                if admission.needs_count(req, m, w):
+                    await self._count(req, m, trace, w)
             except Refusal as refusal:
                 if m is entry:
                     raise
@@ -188,14 +189,14 @@ class Proxy:
             return await self._attempts(call, m, slo_binding=False, first=choice)
         return False
 
-    async def _count(self, req: Request, m: ModelEntry, trace: Trace) -> None:
+    async def _count(self, req: Request, m: ModelEntry, trace: Trace, w: admission.Window) -> None:
         ready = self.state.table.ready.get(m.name)
         if ready:
             tokens, how = await self.upstream.count(ready[0].endpoint, m.name, req)
         else:
             tokens, how = admission.estimate(req), "an estimate: no replica to count with"
         trace.prompt_tokens = tokens
-        admission.fits(req, m, tokens, how)
+        admission.fits(req, m, tokens, how, w)
 
     async def _attempts(
         self, call: Call, m: ModelEntry, *, slo_binding: bool, first: Choice | None = None

@@ -96,6 +96,8 @@ class State:
                         "failures": self.aside.count(r.key),
                         "inflight": load.inflight,
                         "weight": r.weight,
+                        "effective_context_length": r.context,
+                        "context_detail": r.context_detail,
                         "picks": load.picks,
                         "predicted_ttft_s": round(predicted_ttft(load), 4)
                         if load.measured

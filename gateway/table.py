@@ -28,6 +28,10 @@ READY = "ready"
 COMING = frozenset({"pending", "starting"})
 # A model definition of this size or more in a feed is not one (a hostile feed).
 MAX_NAME = 256
+# A replica's context_detail longer than this in a feed is cut (the server allows 200).
+MAX_CONTEXT_DETAIL = 200
+# An effective_context_length at or above this is not one an engine reported.
+MAX_CONTEXT = 1 << 31
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,11 @@ class Replica:
     # A stable 64-bit hash of ``key`` (routing.stable_hash), made once per table for the
     # session profile's rendezvous hashing.
     hash: int = 0
+    # What one request may really use on this replica, as its engine said once ready
+    # (the placements view's ``effective_context_length``; None: not known), and the
+    # arithmetic behind it (``context_detail``, e.g. "--ctx-size 2048 / --parallel 4 = 512").
+    context: int | None = None
+    context_detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +162,11 @@ def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], posi
             else weights.get((model, profile), 1.0)
         )
         key = f"{model}/{p.get('replica')}"
+        context, detail = _context(p)
         ready.setdefault(model, []).append(
-            Replica(key, model, endpoint.rstrip("/"), weight, profile, stable_hash(key))
+            Replica(
+                key, model, endpoint.rstrip("/"), weight, profile, stable_hash(key), context, detail
+            )
         )
     return Table(
         models=entries,
@@ -163,3 +175,17 @@ def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], posi
         coming=coming,
         position=position,
     )
+
+
+def _context(p: Mapping[str, Any]) -> tuple[int | None, str]:
+    """A feed entry's ``effective_context_length`` and ``context_detail``; a value that is
+    not one (a bool, a non-positive or absurd number, a non-string) is read as unknown,
+    so a hostile or older feed can only leave the catalog's limit in force."""
+    value, detail = p.get("effective_context_length"), p.get("context_detail")
+    context = (
+        value
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < MAX_CONTEXT
+        else None
+    )
+    text = detail[:MAX_CONTEXT_DETAIL] if isinstance(detail, str) and context is not None else ""
+    return context, text

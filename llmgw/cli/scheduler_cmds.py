@@ -227,11 +227,15 @@ def cmd_placements(app: App, args: argparse.Namespace) -> int:
     store = SchedulerStore(app.engine)
 
     def view() -> tuple[Any, str]:
+        from llmgw.cli.lifecycle_cmds import service_in_force
+
+        # The catalog the control plane runs: after an edit of the declared file it
+        # refused, that is the catalog in force, not this command's reading of the file.
+        catalog = service_in_force(app)[0].catalog()
         model = args.model
         if model is not None:  # resolved each refresh: an alias can move to another model
-            model = app.service.catalog().canonical(model) or model
+            model = catalog.canonical(model) or model
         replicas = store.replicas(node=args.node, model=model)
-        catalog = app.service.catalog()
         shown_rows = [
             {**placed_replica_json(p, s), **replica_context_json(p, catalog, s)}
             for p, s in replicas

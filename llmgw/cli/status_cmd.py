@@ -5,7 +5,10 @@ What the catalog is at, what the processes watching the declared file made of it
 the nodes by freshness, the replicas wanted, placed and ready, and the rollouts
 that are really in progress (replicas of more than one model version placed), and
 per model its replicas ready and placed against what is wanted and scaling.min..max,
-with the autoscaler's load and p99s (``models``; the policy in force is ``policy``).
+with the autoscaler's load and p99s (``models``; the policy in force is ``policy``),
+and the replicas whose engine gives one request less than the catalog's
+``context_length`` promises (``context_warnings``: both numbers and the arithmetic,
+e.g. ``--ctx-size 8192 / --parallel 4 = 2048 < context_length 4096``).
 Read from the database, so it says what the server and the daemon do, not what
 this command would make of the file on its own.
 """
@@ -22,7 +25,7 @@ from llmgw.cli import live
 from llmgw.cli.autoscale_cmds import model_rows, status_table
 from llmgw.cli.context import App, Refused
 from llmgw.cli.lifecycle_cmds import service_in_force
-from llmgw.views import iso
+from llmgw.views import iso, replica_context_json
 
 
 def cmd_status(app: App, args: argparse.Namespace) -> int:
@@ -50,6 +53,7 @@ def _view(app: App) -> tuple[dict[str, Any], str]:
     models: dict[str, int] | None = None
     wanted = None
     rows: list[dict[str, Any]] = []
+    warnings: list[dict[str, Any]] = []
     try:
         # The catalog the control plane runs (the declared one a watcher recorded when
         # this command's reading of the file differs, e.g. an edit it refused).
@@ -62,6 +66,12 @@ def _view(app: App) -> tuple[dict[str, Any], str]:
         models = {"declared": declared_count, "runtime": len(catalog) - declared_count}
         rows = model_rows(app, catalog, replicas, now)
         wanted = sum(r["wanted"] for r in rows)
+        for p, st in replicas:
+            context = replica_context_json(p, catalog, st)
+            if context["context_warning"]:
+                warnings.append(
+                    {"model": p.model, "replica": p.replica, "profile": p.profile, **context}
+                )
     out: dict[str, Any] = {
         "catalog_position": app.store.head(),
         "catalog_models": models,
@@ -74,6 +84,7 @@ def _view(app: App) -> tuple[dict[str, Any], str]:
             "ready": sum(s.counts_as_ready for _, s in replicas),
         },
         "rollouts": rolling,
+        "context_warnings": warnings,
         "models": rows,
         "policy": app.settings.autoscale.to_json(),
         "checked_at": iso(now),
@@ -114,4 +125,6 @@ def _text(out: dict[str, Any]) -> str:
         + (", ".join(shown(m) for m in rolling) if rolling else "none")
         + (" (`llmgw rollout status MODEL` for each)" if rolling else "")
     )
+    for w in out["context_warnings"]:
+        lines.append(f"warning: {shown(w['model'])}[{w['replica']}]: {shown(w['context_warning'])}")
     return "\n".join(lines)

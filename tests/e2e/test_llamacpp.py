@@ -7,8 +7,10 @@ under the catalog's context_length 1024: the seed's arithmetic, warned), a model
 whose file is missing, engine-check, a drain, and a crash last (a crash may move the
 replica, and the node it failed on is then avoided for a minute).
 
-The OpenAI calls go straight to the replica's endpoint: the gateway is not part
-of this tree yet (when it is, the same calls go through it).
+A real `llmgw gateway` follows the cluster: the OpenAI calls (the official client)
+and `llmgw engine-check --gateway` go through it, and it admits a prompt by the
+smaller of the catalog's context_length and what one slot of the engine gives,
+counted by the engine's own /tokenize.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import openai
 import psutil
 import pytest
-from openai import OpenAI
 
 from agent.processes import healthy
-from tests.e2e.agents import Cluster, cluster, eventually
+from tests.e2e.agents import Cluster, eventually
+from tests.e2e.gateways import GatewayProc, GatewayTokens, gateway_cluster
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.xdist_group("llamacpp")]
 
@@ -57,23 +61,40 @@ BROKEN = {
 }
 
 
+Stack = tuple[Cluster, GatewayProc, GatewayTokens]
+
+
 @pytest.fixture(scope="module")
-def llama(
+def stack(
     tmp_path_factory: pytest.TempPathFactory,
     sqlite_template: Path,
     llama_server: str,
     tiny_gguf: Path,
-) -> Iterator[Cluster]:
+) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("llamacpp")
     db = workdir / "llmgw.db"
     db.write_bytes(sqlite_template.read_bytes())
     models = [tiny_model(tiny_gguf), BROKEN]
-    with cluster(workdir, f"sqlite:///{db}", ["n1", "n2"], server_args=ROUNDS, models=models) as c:
+    with gateway_cluster(workdir, f"sqlite:///{db}", ["n1", "n2"], models, ROUNDS) as (c, gw, t):
         for node in ("n1", "n2"):
             # The agent finds the server itself (the package's, here); a short back-off
             # so that a killed engine comes back within the test.
             c.agent(node, "--restart-backoff", "1", gpus="none")
-        yield c
+        yield c, gw, t
+
+
+@pytest.fixture(scope="module")
+def llama(stack: Stack) -> Cluster:
+    return stack[0]
+
+
+def gateway_sees(gw: GatewayProc, effective: int) -> dict[str, Any] | None:
+    """tiny's replica in the gateway's table, once it carries the engine's figure."""
+    found = gw.routing()["models"].get("tiny")
+    replicas = [] if found is None else found["replicas"]
+    if len(replicas) == 1 and replicas[0]["effective_context_length"] == effective:
+        return dict(replicas[0])
+    return None
 
 
 def history(c: Cluster, model: str) -> list[dict[str, Any]]:
@@ -97,9 +118,9 @@ def engine_of(c: Cluster, model: str) -> tuple[str, dict[str, Any]]:
 
 
 def test_a_cpu_replica_starts_becomes_ready_serves_openai_and_says_its_real_context(
-    llama: Cluster, llama_server: str, tiny_gguf: Path
+    stack: Stack, llama_server: str, tiny_gguf: Path
 ) -> None:
-    c = llama
+    c = stack[0]
     placement = eventually(lambda: ready(c, "tiny"), "tiny[0] ready", timeout=180)
     # The agent ran the server it found, with the profile's args after its own.
     _, record = engine_of(c, "tiny")
@@ -120,11 +141,32 @@ def test_a_cpu_replica_starts_becomes_ready_serves_openai_and_says_its_real_cont
     shown = c.cli("placements", "--model", "tiny")
     assert shown.returncode == 0, shown.stderr
     assert f"warning: tiny[0]: {ARITHMETIC} < context_length 1024" in shown.stdout
+    # And `llmgw status`, in its text and its --json.
+    status = c.cli("status")
+    assert status.returncode == 0, status.stderr
+    said = [x for x in status.stdout.splitlines() if x.startswith("warning: tiny[0]: ")]
+    assert said == [f"warning: tiny[0]: {placement['context_warning']}"], status.stdout
+    status = c.cli("status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["context_warnings"] == [
+        {
+            "model": "tiny",
+            "replica": 0,
+            "profile": "cpu",
+            "effective_context_length": 512,
+            "context_detail": ARITHMETIC,
+            "context_warning": placement["context_warning"],
+        }
+    ]
 
-    # The OpenAI API with the official client. The weights are random, so the text is
-    # nonsense; ignore_eos makes the engine produce exactly the tokens asked for.
-    client = OpenAI(base_url=placement["endpoint"] + "/v1", api_key="unused", timeout=60)
-    assert [m.id for m in client.models.list().data] == ["tiny"]
+    # The OpenAI API with the official client, through the gateway. The weights are
+    # random, so the text is nonsense; ignore_eos makes the engine produce exactly the
+    # tokens asked for.
+    _, gw, tokens = stack
+    seen = eventually(lambda: gateway_sees(gw, 512), "the gateway routes to tiny/0", timeout=60)
+    assert seen["endpoint"] == placement["endpoint"] and seen["context_detail"] == ARITHMETIC
+    client = gw.openai(tokens.client)
+    assert "tiny" in [m.id for m in client.models.list().data]
     ask = [{"role": "user", "content": "Where do replicas run?"}]
     extra = {"ignore_eos": True}
     answer = client.chat.completions.create(
@@ -141,6 +183,60 @@ def test_a_cpu_replica_starts_becomes_ready_serves_openai_and_says_its_real_cont
         model="tiny", prompt="The cluster", max_tokens=4, temperature=0, extra_body=extra
     )
     assert completion.usage is not None and completion.usage.completion_tokens == 4
+    served = [e for e in gw.logs("gateway.request") if e.get("status") == 200]
+    assert [(e["kind"], e["replica"], e["stream"]) for e in served] == [
+        ("chat", "tiny/0", False),
+        ("chat", "tiny/0", True),
+        ("completions", "tiny/0", False),
+    ]
+
+
+def test_the_gateway_refuses_a_prompt_over_what_one_slot_gives_counted_by_the_engine(
+    stack: Stack,
+) -> None:
+    """512 tokens a slot, under the catalog's 1024: a prompt between the two is refused
+    400 by the gateway, counted by the engine's own /tokenize, and never sent to it."""
+    c, gw, tokens = stack
+    placement = eventually(lambda: ready(c, "tiny"), "tiny[0] ready", timeout=180)
+    eventually(lambda: gateway_sees(gw, 512), "the gateway knows tiny/0's 512", timeout=60)
+
+    def engine_count(text: str) -> int:
+        said = httpx.post(placement["endpoint"] + "/tokenize", json={"content": text}, timeout=30)
+        assert said.status_code == 200, said.text
+        return len(said.json()["tokens"])
+
+    client = gw.openai(tokens.client)
+    long = "the replicas run on every node of the cluster " * 13
+    n = engine_count(long)
+    assert 512 < n + 4 <= 1024, n  # over one slot, within the catalog's promise
+    before = len(gw.logs("gateway.request"))
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model="tiny", prompt=long, max_tokens=4)
+    assert refused.value.status_code == 400
+    error = refused.value.body
+    assert isinstance(error, dict)
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "prompt")
+    assert error["message"] == (
+        f"model 'tiny': the prompt is {n} tokens (by the engine's tokenizer) plus max_tokens 4, "
+        f"above 512, what one request may use on replica tiny/0 ({ARITHMETIC} < "
+        "context_length 1024: the smaller of the two is the limit); shorten the prompt or "
+        "ask for fewer tokens"
+    )
+    # Refused by the gateway before any replica was tried: no attempt, no replica.
+    logged = eventually(
+        lambda: gw.logs("gateway.request")[before:] or None, "the refusal logged", timeout=10
+    )
+    assert [(e["status"], e["outcome"], e["replica"], e["attempts"]) for e in logged] == [
+        (400, "refused", None, 0)
+    ], logged
+    assert logged[0]["prompt_tokens"] == n
+    # Within one slot, the same path serves it.
+    short = "the replicas run on every node " * 8
+    assert engine_count(short) + 4 <= 512
+    done = client.completions.create(
+        model="tiny", prompt=short, max_tokens=4, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert done.usage is not None and done.usage.completion_tokens == 4
 
 
 def test_an_engine_that_cannot_start_fails_with_its_own_error(llama: Cluster) -> None:
@@ -157,8 +253,8 @@ def test_an_engine_that_cannot_start_fails_with_its_own_error(llama: Cluster) ->
     assert "exiting due to model loading error" in message
 
 
-def test_engine_check_refuses_what_the_random_model_cannot_do(llama: Cluster) -> None:
-    c = llama
+def test_engine_check_refuses_what_the_random_model_cannot_do(stack: Stack) -> None:
+    c = stack[0]
     eventually(lambda: ready(c, "tiny"), "tiny[0] ready", timeout=180)
     done = c.cli("engine-check", "tiny")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -177,22 +273,33 @@ def test_engine_check_refuses_what_the_random_model_cannot_do(llama: Cluster) ->
         ("tools", "refused"),
         ("context_length", "refused"),
     ]
-    # --gateway: the gateway is not in this tree yet, so the replica's endpoint stands
-    # in for one (llama-server ignores the token); the context then comes from what the
-    # agent reported, as a gateway cannot reach the engine's /props.
-    endpoint = ready(c, "tiny")["endpoint"]  # type: ignore[index]
+    # --gateway: through the real gateway with a client token; the context then comes
+    # from what the replica's agent reported, as a gateway cannot reach the engine's /props.
+    _, gw, tokens = stack
     token = c.workdir / "client.token"
     token.write_text("")
-    empty = c.cli("engine-check", "tiny", "--gateway", endpoint, "--token-file", str(token))
+    empty = c.cli("engine-check", "tiny", "--gateway", gw.url, "--token-file", str(token))
     assert empty.returncode == 1 and "holds no token" in empty.stderr
-    token.write_text("llmgw_client_secret\n")
-    via = c.cli("engine-check", "tiny", "--gateway", endpoint, "--token-file", str(token), "--json")
+    token.write_text(tokens.client + "\n")
+    via = c.cli("engine-check", "tiny", "--gateway", gw.url, "--token-file", str(token), "--json")
     assert via.returncode == 1, via.stderr
-    verdicts = {v["claim"]: v for v in json.loads(via.stdout)["verdicts"]}
+    report = json.loads(via.stdout)
+    assert report["via"] == f"gateway {gw.url}"
+    verdicts = {v["claim"]: v for v in report["verdicts"]}
     assert verdicts["tools"]["outcome"] == "refused"
     assert verdicts["context_length"]["detail"].endswith(
         "(as the replica's agent reported it): a request may use 512 tokens"
     )
+    # It went through the gateway: the tools probe is there, served by tiny/0.
+    assert any(
+        e["kind"] == "chat" and e["replica"] == "tiny/0" and e.get("client")
+        for e in gw.logs("gateway.request")
+    )
+    # A token the gateway does not know is refused by it, not by the engine.
+    token.write_text("llmgw_client_not_a_token\n")
+    bad = c.cli("engine-check", "tiny", "--gateway", gw.url, "--token-file", str(token), "--json")
+    assert bad.returncode != 0
+    assert "401" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
 
 
 def test_health_answers_503_while_the_model_loads_and_the_agent_reads_it_as_not_ready(
