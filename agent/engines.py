@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from catalog.engines import KNOWN_ENGINES
+from catalog.engine_names import KNOWN_ENGINES
 
 # Checked on every tick; each engine answers it once its model is loaded.
 HEALTH_PATH = "/health"

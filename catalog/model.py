@@ -20,6 +20,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 from pydantic_core import PydanticCustomError
 
 from catalog.durations import format_duration, parse_duration
+from catalog.engine_names import KNOWN_ENGINES
+from catalog.routing_profiles import KNOWN as ROUTING_PROFILES
 from catalog.secret_words import SECRET_NAMES_PATTERN, SECRET_PATTERN
 from catalog.views import EngineProfile, PlacementProfile
 
@@ -186,7 +188,8 @@ class Profile(BaseModel):
     model_config = _STRICT
 
     name: str = ""
-    engine: str = ""
+    # One of the engines agents run (catalog.engines); empty: the default, vllm.
+    engine: str = Field(default="", json_schema_extra={"enum": ["", *KNOWN_ENGINES]})
     gpu_class: str = ""
     tp: int = 0
     pp: int = 0
@@ -254,8 +257,9 @@ class Model(BaseModel):
     profiles: Seq[Profile] = ()
     scaling: Scaling = Field(default_factory=Scaling)
     fallbacks: Seq[str] = ()
-    # How the router scores endpoints for this model.
-    routing_profile: str = ""
+    # How the router scores endpoints for this model (catalog.routing_profiles); empty:
+    # the default, least-loaded.
+    routing_profile: str = Field(default="", json_schema_extra={"enum": ["", *ROUTING_PROFILES]})
     slo: SLO = Field(default_factory=SLO)
     # Tokens one request may use, prompt and completion together; max_output
     # bounds the completion alone. Zero is unknown. Without them an over-long

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from agent.engines import ENGINES
 from catalog import CatalogError, load_declared, parse_model
-from catalog.engines import KNOWN_ENGINES, check_engines, did_you_mean
+from catalog.engine_names import KNOWN_ENGINES
+from catalog.engines import check_engines, did_you_mean
 from declared.locate import line_of
 from tests.support import dump_yaml
 
