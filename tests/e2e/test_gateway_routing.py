@@ -193,8 +193,11 @@ def test_a_drained_nodes_replica_finishes_the_request_in_flight(setup: Setup) ->
         answer = ops.post(f"/v1/nodes/{node}/drain", params={"reason": "kernel upgrade"})
         assert answer.status_code == 200, answer.text
 
+    # The engine's log is the agent's to name (derived from its key, never from a record).
+    (log_path,) = (c.agents[node].state_dir / "logs").glob(f"steady-*-{engine['replica']}.log")
+
     def stopping() -> str | None:
-        text = Path(engine["log_path"]).read_text(errors="replace")
+        text = log_path.read_text(errors="replace")
         found = [x for x in text.splitlines() if "sim engine: stopping" in x]
         return found[0] if found else None
 
