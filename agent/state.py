@@ -125,6 +125,9 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "nnodes": (int,),
     "nonce": (str,),
     "version": (str,),
+    "context_tokens": (int, type(None)),
+    "context_detail": (str,),
+    "context_asks": (int,),
 }
 _FIELDS = frozenset(f.name for f in fields(Record))
 # Written by agents before the log path was derived from the key: read, never used.
