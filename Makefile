@@ -20,7 +20,7 @@ $(BIN)/python:
 # install: a first `make demo` should not download a test suite's worth of packages.
 $(STAMP): pyproject.toml | $(BIN)/python
 	@echo "==> installing llmgw-control and what it needs to run (about half a minute)"
-	$(BIN)/pip install --progress-bar off -e .
+	$(BIN)/pip install --progress-bar off -e '.[demo]'
 	@echo "==> installed: $$($(BIN)/llmgw --version)"
 	touch $(STAMP)
 
