@@ -6,6 +6,7 @@ make on the real Makefile, against a virtual environment that does not exist yet
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,9 +21,13 @@ RUN = "pip install --progress-bar off -e '.[demo]'"
 def planned(target: str, venv: Path) -> list[str]:
     if shutil.which("make") is None:
         pytest.fail("make is not installed (apt-get install make)")
+    # Under `make test` the parent make's MAKEFLAGS/MAKELEVEL reach this make, which then
+    # prints "Entering/Leaving directory" lines among the plan: run it as a top-level make.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     done = subprocess.run(
-        ["make", "-n", target, f"VENV={venv}"],
+        ["make", "--no-print-directory", "-n", target, f"VENV={venv}"],
         cwd=REPO,
+        env=env,
         capture_output=True,
         text=True,
         check=True,
