@@ -17,10 +17,11 @@ priority; one demand per group when spread is counted):
 - per node, cards and memory used (kept + new) within what the node has;
 - per model, kept + new within its wanted replicas.
 
-The objective is ``scheduler.exact.score``'s order as one weighted sum: replicas per
-priority tier (each tier's weight larger than everything below it can add up to),
-then moves (against), then replicas sharing a node with their own model (against).
-With ``gpus=True`` it is GPUs placed instead: the question the openb bench asks.
+The objective is ``scheduler.exact.score``'s order (``Score.key``) as one weighted
+sum: per priority tier, GPUs placed, then replicas placed (each tier's weight larger
+than everything below it can add up to), then kept placements (moves against), then
+replicas apart (sharing a node with their own model against). ``objective="replicas"``
+drops the GPU terms (replicas per tier first); ``"gpus"`` counts cards placed only.
 
 What it leaves out, each of which only makes the exact answer larger (so a heuristic
 within x% of it is within x% of the true optimum too): required spread and
@@ -37,6 +38,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Literal
 
 from ortools.sat.python import cp_model
 
@@ -46,6 +48,7 @@ from scheduler.planner.fit import gpu_class_matches, missing_label, selector_key
 from scheduler.planner.inventory import Node
 from scheduler.planner.placements import Demand, Placement
 
+Objective = Literal["planner", "replicas", "gpus"]
 DEFAULT_WORK = 10.0  # deterministic seconds: a unit of work, not of the clock
 _MAX_WEIGHT = 1 << 60
 
@@ -65,8 +68,9 @@ class Answer:
 
     ``objective`` and ``bound`` are in the program's weighted units; ``score`` is the
     found placements counted by ``scheduler.exact.score`` (None when nothing was
-    found); ``replicas_bound`` / ``gpus_bound`` the proven ceiling decoded into
-    replicas (single priority tier only, else None) or GPUs (``gpus=True`` only).
+    found); ``gpus_bound`` / ``replicas_bound`` the proven ceiling of the objective's
+    first term decoded into GPUs (``planner`` and ``gpus``) or replicas (``replicas``),
+    for a single priority tier (``gpus``: always), else None.
     """
 
     status: str
@@ -105,10 +109,14 @@ def solve(
     work: float = DEFAULT_WORK,
     spread: bool = True,
     gpus: bool = False,
+    objective: Objective = "planner",
     hint: Sequence[Placement] = (),
 ) -> Answer:
     """The best round CP-SAT finds within ``work`` deterministic seconds (see module).
 
+    ``objective``: ``planner`` (``scheduler.exact.score.Score.key``: per tier GPUs, then
+    replicas; then moves, then spread), ``replicas`` (``Score.replicas_key``) or ``gpus``
+    (cards placed, nothing else; ``gpus=True`` is the same).
     ``hint``: placements to start from (a heuristic's plan), so that a work limit too
     short to find anything better still returns at least that; part of the inputs.
     """
@@ -123,18 +131,23 @@ def solve(
     program.within_capacity()
     placed = program.placed_per_group()
     if gpus:
-        weights: dict[int, int] = {}
+        objective = "gpus"
+    weights = _Weights.of(demands, program.groups, len(program.keep), spread, objective)
+    if objective == "gpus":
         program.model.maximize(program.gpus_placed())
     else:
-        colocated = program.colocated() if spread else []
-        weights = _weights(demands, program.groups, len(program.keep), spread)
-        w_move = sum(g.wanted for g in program.groups) + 1 if spread else 1
-        terms: list[cp_model.LinearExprT] = [
-            weights[g.priority] * placed[i] for i, g in enumerate(program.groups)
-        ]
-        # Each current placement not kept is a move: -w_move (1 - keep).
-        terms += [w_move * k - w_move for _, k in program.keep]
-        terms += [-e for e in colocated]
+        # Every term is kept non-negative (kept placements rather than moves, replicas
+        # apart rather than together), so the proven bound divided by a term's weight
+        # is a ceiling of that term: the terms below it add up to less than its weight.
+        terms: list[cp_model.LinearExprT] = []
+        for i, g in enumerate(program.groups):
+            terms.append(weights.replicas[g.priority] * placed[i])
+            if objective == "planner":
+                terms.append(weights.gpus[g.priority] * program.group_gpus(i))
+        terms += [weights.move * k for _, k in program.keep if not isinstance(k, int)]
+        if spread:
+            # At the optimum each e is its replicas beyond the first, at most total_wanted.
+            terms.append(weights.total_wanted - cp_model.LinearExpr.sum(program.colocated()))
         program.model.maximize(cp_model.LinearExpr.sum(terms))
     _hint(program.model, program.groups, program.keep, hint, inventory)
     solver = cp_model.CpSolver()
@@ -145,10 +158,15 @@ def solve(
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     placements = _decode(solver, program.groups, program.keep, inventory) if found else ()
     bound = math.floor(solver.best_objective_bound + 1e-6)
-    tier_list = tiers(demands)
-    replicas_bound = None
-    if not gpus and len(tier_list) == 1:
-        replicas_bound = bound // weights[tier_list[0]] if bound >= 0 else 0
+    top = tiers(demands)[:1]
+    replicas_bound = gpus_bound = None
+    if objective == "gpus":
+        gpus_bound = bound
+    elif top and len(tiers(demands)) == 1:
+        if objective == "planner":
+            gpus_bound = max(bound, 0) // weights.gpus[top[0]]
+        else:
+            replicas_bound = max(bound, 0) // weights.replicas[top[0]]
     return Answer(
         status=_STATUS.get(status, str(status)),
         objective=round(solver.objective_value) if found else 0,
@@ -156,30 +174,60 @@ def solve(
         score=score(demands, placements, current) if found else None,
         placements=placements,
         replicas_bound=replicas_bound,
-        gpus_bound=bound if gpus else None,
+        gpus_bound=gpus_bound,
         variables=len(program.model.proto.variables),
         wall_seconds=solver.wall_time,
         deterministic_seconds=solver.deterministic_time,
     )
 
 
-def _weights(
-    demands: Sequence[Demand], groups: Sequence[_Group], current: int, spread: bool
-) -> dict[int, int]:
-    """Each priority tier's weight: more than everything below it can add up to."""
-    total_wanted = sum(g.wanted for g in groups)
-    w_move = (total_wanted + 1) if spread else 1
-    weight = w_move * (current + 1)
-    weights = {}
-    for tier in reversed(tiers(demands)):
-        weights[tier] = weight
-        weight *= sum(g.wanted for g in groups if g.priority == tier) + 1
-    if weight > _MAX_WEIGHT:
-        raise ValueError(
-            f"{len(weights)} priority tiers of up to {total_wanted} replicas make "
-            "objective weights too large for one program; solve fewer tiers at once"
-        )
-    return weights
+@dataclass(frozen=True, slots=True)
+class _Weights:
+    """Each term's weight: more than everything below it can add up to (see module).
+
+    From the bottom: replicas apart (1 each, up to ``total_wanted``), kept placements,
+    then per tier from the lowest up its replicas, then (``planner``) per tier from the
+    lowest up its GPUs.
+    """
+
+    total_wanted: int
+    move: int
+    replicas: dict[int, int]
+    gpus: dict[int, int]
+
+    @classmethod
+    def of(
+        cls,
+        demands: Sequence[Demand],
+        groups: Sequence[_Group],
+        current: int,
+        spread: bool,
+        objective: Objective,
+    ) -> _Weights:
+        total_wanted = sum(g.wanted for g in groups)
+        move = (total_wanted + 1) if spread else 1
+        weight = move * (current + 1)
+        replicas: dict[int, int] = {}
+        order = list(reversed(tiers(demands)))
+        for tier in order:
+            replicas[tier] = weight
+            weight *= sum(g.wanted for g in groups if g.priority == tier) + 1
+        gpus: dict[int, int] = {}
+        if objective == "planner":
+            for tier in order:
+                gpus[tier] = weight
+                weight *= sum(g.wanted * _most_gpus(g) for g in groups if g.priority == tier) + 1
+        if weight > _MAX_WEIGHT:
+            raise ValueError(
+                f"{len(order)} priority tiers of up to {total_wanted} replicas make "
+                "objective weights too large for one program; solve fewer tiers at once"
+            )
+        return cls(total_wanted, move, replicas, gpus)
+
+
+def _most_gpus(group: _Group) -> int:
+    """The most cards one replica of the group can take (its largest profile)."""
+    return max((p.gpus_per_node * max(p.nodes, 1) for p in group.profiles), default=0)
 
 
 @dataclass(slots=True)
@@ -286,6 +334,21 @@ class _Program:
             self.model.add(total <= g.wanted)
             placed.append(total)
         return placed
+
+    def group_gpus(self, gi: int) -> cp_model.LinearExprT:
+        """Cards placed by one group: its new replicas and its models' kept ones."""
+        g = self.groups[gi]
+        models = {d.model for d in g.demands}
+        new = [
+            g.profiles[pi].gpus_per_node * g.profiles[pi].nodes * var
+            for (pi, _), var in (*g.single.items(), *g.gangs.items())
+        ]
+        kept = [
+            c.gpus_per_node * len(c.nodes) * k
+            for c, k in self.keep
+            if c.model in models and not isinstance(k, int)
+        ]
+        return sum(new) + sum(kept)
 
     def gpus_placed(self) -> cp_model.LinearExprT:
         new = [
