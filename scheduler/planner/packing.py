@@ -30,6 +30,7 @@ from itertools import count, islice
 
 from catalog.views import PlacementProfile
 from scheduler.planner.capacity import Capacity
+from scheduler.planner.ejection import eject
 from scheduler.planner.fit import selector_key
 from scheduler.planner.order import by_priority, placement_order
 from scheduler.planner.placements import Demand, Placement
@@ -213,6 +214,11 @@ def place_missing(
     )
     primary = _attempt(Strategy.POLICY, placement_order(demands), slots, capacity, spread)
     if not primary.failed or not primary.placed:
+        return primary
+    # Room in total but not where the preferred profiles looked: re-place this round's
+    # replicas to make it (``scheduler.planner.ejection``) before comparing with baselines.
+    eject(primary, demands)
+    if not primary.failed:
         return primary
     # The free capacity before this round's placements, for the baselines.
     base, base_spread = capacity.copy(), spread.copy()
