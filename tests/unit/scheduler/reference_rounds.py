@@ -19,7 +19,12 @@ replicas on other nodes (see the branch's report). Re-pinned a second time, on
 purpose, when issue 24 moved the label check before the free-capacity checks
 (``scheduler.fit.Check``): 47 of the 52 digests changed, all in explanations only
 (unplaced reasons and counts, and a rollout's ``waiting`` text that quotes them);
-with those stripped, every plan's digest is the same before and after::
+with those stripped, every plan's digest is the same before and after. Re-pinned a
+third time, on purpose, when issue 29's ejection chains (``scheduler/planner/ejection.py``)
+began re-placing a round's new replicas to make room for unplaced ones: 43 of the 52
+changed (more GPUs placed where something was unplaced, e.g. openb 5,900 -> 6,212, and
+the round's own spread layout now wins where a baseline did); every "nothing changed"
+round still changes nothing::
 
     python -m tests.unit.scheduler.reference_rounds > tests/data/plan_reference.json
 
