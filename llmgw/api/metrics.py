@@ -94,6 +94,13 @@ class Metrics:
             "Replicas that fit nowhere in the last round this server ran.",
             registry=r,
         )
+        self.fallback_rounds = Counter(
+            "llmgw_placement_fallback_rounds",
+            "Rounds whose new replicas were placed by a baseline (best fit, first fit) "
+            "because it placed more GPUs than the planner's own spread layout.",
+            ["strategy"],
+            registry=r,
+        )
         self.mass_loss_held = Gauge(
             "llmgw_placement_mass_loss_held_replicas",
             "Replicas kept on nodes that look lost, because so many look lost at once that "
@@ -141,6 +148,8 @@ class Metrics:
         self.replicas_placed.inc(len(outcome.plan.place))
         self.replicas_removed.inc(len(outcome.plan.remove))
         self.replicas_unplaced.set(len(outcome.plan.unplaced))
+        if outcome.plan.strategy != "policy":
+            self.fallback_rounds.labels(strategy=outcome.plan.strategy).inc()
         self.mass_loss_held.set(held_by_mass_loss(outcome.plan))
         # Cleared first: a model removed from the catalog must not linger at its last figure.
         self.resilience_nodes.clear()

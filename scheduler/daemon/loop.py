@@ -89,6 +89,18 @@ class Daemon:
                 mass_loss=plan.mass_loss,
                 duration_ms=round(outcome.duration_ms, 2),
             )
+            if plan.strategy != "policy":
+                # The spread layout lost the quality floor to a baseline: its replicas are
+                # spread afterwards by swaps, but an operator should know it happened.
+                log.warning(
+                    "placement.fallback",
+                    round=self.rounds,
+                    strategy=plan.strategy,
+                    placed=len(plan.place),
+                    unplaced=len(plan.unplaced),
+                    detail=f"{plan.strategy} placed more GPUs than the spread layout; "
+                    "its replicas were spread afterwards by same-shape swaps",
+                )
             if plan.mass_loss:
                 # Kept, not moved: so many nodes look lost at once that a clock jump or a
                 # partition on our side is likelier. An operator must look.
