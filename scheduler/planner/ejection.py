@@ -49,6 +49,7 @@ DEPTH = 2  # replicas displaced by one chain at most
 # Replicas of one group looked at per search: where one leaving frees too little, the
 # next few rarely free more, and looking at all of them is a scan per unplaced replica.
 _SCAN = 16
+_VISITS_PER_REPLICA = 20
 _SWEEPS = 4  # passes over the unplaced models; a chain that helps a later model can help an earlier
 
 
@@ -85,6 +86,9 @@ class _Chains:
     # decides, and remembering is what keeps a search from being a scan per replica.
     _failed: set[tuple[str, str, int]] = field(default_factory=set)
     _movable: dict[tuple[str, int], bool] = field(default_factory=dict)
+    # Groups looked at so far, and how many a round may look at (see ``eject``).
+    visits: int = 0
+    budget: int = 0
 
     def index(self) -> None:
         for i, p in enumerate(self.attempt.placed):
@@ -158,6 +162,9 @@ class _Chains:
         if profile.gpu_class is not None:
             keys = keys + self.by_class.get(None, [])
         for key in keys:
+            self.visits += 1
+            if self.visits > self.budget:
+                return None
             indices = self.groups[key]
             other = self.profile_of[key]
             if (
@@ -311,11 +318,17 @@ def eject(attempt: Attempt, demands: Sequence[Demand]) -> int:
         movable,
     )
     chains.index()
+    # A bound on the search, in groups looked at: a fleet of one-replica models (the
+    # 7,064 openb pods) has a group per model, and a search per unplaced replica over
+    # all of them is quadratic. Counted, not timed, so the same inputs give the same plan.
+    chains.budget = _VISITS_PER_REPLICA * len(attempt.placed)
     order = [d for d in placement_order(demands) if not d.spread_required]
     placed = 0
     for _ in range(_SWEEPS):
         progress = False
         for demand in order:
+            if chains.visits > chains.budget:
+                return placed
             entry = attempt.failed.get(demand.model)
             if entry is None:
                 continue
