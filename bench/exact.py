@@ -94,11 +94,11 @@ def run(work: float, sizes: Sequence[int], pods: bool) -> common.Table:
             "-" if best is None else f"{best.gpus:,}",
             answer.status,
             "-" if answer.gpus_bound is None else f"{answer.gpus_bound:,}",
-            _ratio(ours.gpus, best and best.gpus),
+            _ratio(ours.gpus, best.gpus if best else None),
             _ratio(ours.gpus, answer.gpus_bound),
             f"{ours.replicas:,}",
             "-" if best is None else f"{best.replicas:,}",
-            _ratio(ours.replicas, best and best.replicas),
+            _ratio(ours.replicas, best.replicas if best else None),
             common.ms(cpu),
             f"{answer.wall_seconds:.1f} s",
         )

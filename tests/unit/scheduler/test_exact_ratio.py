@@ -52,9 +52,7 @@ def test_synthetic_clusters_within_one_percent_of_cp_sat() -> None:
         nodes, demands = synthetic_nodes(size), synthetic_demands(2 * size)
         result = run(demands, nodes, now=FLEET_NOW)
         ours = score(demands, result.placements)
-        answer = solve(
-            demands, nodes, (), FLEET_NOW, spread=False, work=10, hint=result.placements
-        )
+        answer = solve(demands, nodes, (), FLEET_NOW, spread=False, work=10, hint=result.placements)
         assert answer.status == "optimal", size
         assert answer.score is not None
         assert ours.gpus >= RATIO * answer.score.gpus, (size, ours, answer.score)
@@ -103,6 +101,7 @@ def test_the_plan_never_overcommits_and_never_beats_the_optimum(
     assert not again.changes_anything
     answer = solve(demands, nodes, (), NOW, spread=False, work=5, hint=result.placements)
     if answer.status == "optimal" and answer.score is not None:
-        assert answer.score.key()[: 2 * len(answer.score.tiers)] >= score(
-            demands, result.placements
-        ).key()[: 2 * len(answer.score.tiers)]
+        assert (
+            answer.score.key()[: 2 * len(answer.score.tiers)]
+            >= score(demands, result.placements).key()[: 2 * len(answer.score.tiers)]
+        )
