@@ -35,15 +35,45 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from catalog.views import PlacementProfile
+from scheduler.planner.capacity import Capacity
 from scheduler.planner.fit import gpu_class_matches, memory_fits, missing_label, selector_key
 from scheduler.planner.order import placement_order
 from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.spread import Spread
 
-if TYPE_CHECKING:  # packing calls this pass: a run-time import would be a cycle
-    from scheduler.planner.packing import Attempt
+# packing's ``Requirement``, spelled out (see ``Attempt``).
+_Requirement = tuple[str | None, tuple[tuple[str, str], ...], int, int, int]
+
+
+class _Strategy(Protocol):
+    @property
+    def spreads(self) -> bool: ...
+
+
+class Attempt(Protocol):
+    """What this pass needs of ``scheduler.planner.packing.Attempt`` (which calls it: an
+    import of packing here would be a circle)."""
+
+    capacity: Capacity
+    spread: Spread
+    placed: list[Placement]
+    # model -> ((profile, requirement) tried, replica slots unplaced): packing's ``Option``
+    failed: dict[str, tuple[list[tuple[PlacementProfile, _Requirement]], list[int]]]
+    notes: dict[str, str]
+    avoid: Mapping[str, frozenset[str]]
+
+    @property
+    def strategy(self) -> _Strategy: ...
+
+    def eligible_nodes(self, profile: PlacementProfile) -> list[str]: ...
+
+    def placement(
+        self, model: str, replica: int, profile: PlacementProfile, nodes: tuple[str, ...]
+    ) -> Placement: ...
+
 
 DEPTH = 2  # replicas displaced by one chain at most
 # Replicas of one group looked at per search: where one leaving frees too little, the
@@ -350,7 +380,10 @@ def eject(attempt: Attempt, demands: Sequence[Demand]) -> int:
 
 
 def _first_chain(
-    chains: _Chains, model: str, replica: int, tried: Sequence[tuple[PlacementProfile, object]]
+    chains: _Chains,
+    model: str,
+    replica: int,
+    tried: Sequence[tuple[PlacementProfile, _Requirement]],
 ) -> list[_Step] | None:
     """The shortest chain for one replica: every profile directly, then one displaced, ..."""
     for depth in range(DEPTH + 1):
