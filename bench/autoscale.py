@@ -167,8 +167,8 @@ def _db_round(limits: dict[str, Limits], windows: list[Window]) -> tuple[float, 
     from autoscale.runner import Autoscaler
     from autoscale.store import AutoscaleStore
     from catalog import Catalog, parse_model
-    from events.db import make_engine
-    from events.migrate import upgrade
+    from events.database.connection import make_engine
+    from events.database.migrate import upgrade
 
     models = [
         parse_model(
