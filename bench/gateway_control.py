@@ -151,7 +151,9 @@ class ControlPlane:
         ]
         answer = client.put(
             f"/v1/nodes/{NODE}",
-            json={**INVENTORY, "replicas": replicas},
+            # The node's address, as a current agent registers it: the control plane
+            # takes a replica's endpoint only at its node's own address.
+            json={**INVENTORY, "address": "127.0.0.1", "replicas": replicas},
             headers=self._auth("agent"),
         )
         if answer.status_code != 200:
