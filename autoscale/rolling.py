@@ -50,6 +50,10 @@ ONE_US = timedelta(microseconds=1)
 ABSENT = -1.0
 FIELDS = ("waiting", "inflight_max", "replicas", "queue_wait_p99_s", "ttft_p99_s", "tpot_p99_s")
 _FIELD_INDEXES = range(len(FIELDS))
+# A whole window read at once (a daemon's first round, or one that refolds) is folded as
+# this many batches: the edge of the window then moves through it piece by piece, and a
+# round rebuilds at most one piece's windows rather than all those the read still holds.
+WHOLE_READ_PIECES = 8
 # One window's figures as a tuple, read in C (a chunk's columns are ``zip(*rows)``).
 _ROW = attrgetter(
     "gateway",
@@ -264,14 +268,17 @@ class Rolling:
 
     @classmethod
     def of(cls, windows: Iterable[Window]) -> Rolling:
+        """The windows read at once (a daemon's first round, a look at one model)."""
         rolling = cls()
-        rolling.add(windows)
+        rolling.add(windows, pieces=WHOLE_READ_PIECES)
         return rolling
 
-    def add(self, windows: Iterable[Window]) -> None:
+    def add(self, windows: Iterable[Window], *, pieces: int = 1) -> None:
         """Fold in ``windows`` (any order among themselves). One received before a window
         already held, or at or before ``after``, cannot be queued in order: the whole set
-        is folded again, which gives the same figures (see the module)."""
+        is folded again, which gives the same figures (see the module). ``pieces``: fold
+        them as up to that many batches of consecutive receipt times (see
+        ``WHOLE_READ_PIECES``)."""
         fresh = sorted(windows, key=_received)
         if not fresh:
             return
@@ -282,6 +289,12 @@ class Rolling:
         if self.newest is not None and fresh[0].received_at < self.newest:
             fresh = sorted([*self.windows(), *fresh], key=_received)
             self.models, self._batches = {}, deque()
+            pieces = WHOLE_READ_PIECES
+        self.newest = fresh[-1].received_at
+        for piece in _pieces(fresh, pieces):
+            self._add_batch(piece)
+
+    def _add_batch(self, fresh: list[Window]) -> None:
         by_model: dict[str, list[Window]] = {}
         for w in fresh:
             own = by_model.get(w.model)
@@ -299,7 +312,6 @@ class Rolling:
             m.add(c)
             chunks.append((m, c))
         self._batches.append(_Batch(fresh[0].received_at, fresh[-1].received_at, chunks))
-        self.newest = fresh[-1].received_at
 
     def expire(self, after: datetime) -> None:
         """Fold out every window received at or before ``after``."""
@@ -338,6 +350,23 @@ class Rolling:
         """The model's summary; None when no live window is of it."""
         m = self.models.get(model)
         return None if m is None else m.summary()
+
+
+def _pieces(ordered: list[Window], pieces: int) -> list[list[Window]]:
+    """``ordered`` cut into up to ``pieces`` runs of about equal length, each cut between
+    two different receipt times (batches must hold disjoint spans of them)."""
+    if pieces <= 1 or len(ordered) < 2 * pieces:
+        return [ordered]
+    out, start = [], 0
+    for k in range(1, pieces):
+        cut = max(start, len(ordered) * k // pieces)
+        # Move the cut past windows received at the same time as the one before it.
+        cut = bisect.bisect_right(ordered, ordered[cut - 1].received_at, lo=cut, key=_received)
+        if start < cut < len(ordered):
+            out.append(ordered[start:cut])
+            start = cut
+    out.append(ordered[start:])
+    return out
 
 
 def summarise(windows: Iterable[Window]) -> Summary:

@@ -179,7 +179,6 @@ def _worker(settings: GatewaySettings, sock: socket.socket, index: int, supervis
     # before the shared directory was named); this worker's figures go to the files.
     values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
     own = replace(settings, gateway_id=f"{settings.gateway_id}-w{index}")
-    structlog.contextvars.bind_contextvars(worker=index)
     return run(own, sock, multiprocess=True)
 
 
