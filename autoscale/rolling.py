@@ -21,15 +21,17 @@ folding:
   one whatever the order.
 
 Windows are folded a batch at a time (one ``add``: what the daemon read since its last
-round), not one by one: each model's windows of a batch become one *chunk*, whose sums
-and maxima are taken with builtins over its columns (``sum``, ``max``, ``map``: loops in
-C rather than bytecode per window), and the model's running figures take in and give
-back whole chunks. Windows leave in the order they were received and batches hold
+round), not one by one: each model's windows of a batch become one *chunk* (its sums
+and maxima, taken in one pass with no object per window), and the model's running
+figures take in and give back whole chunks, so what leaves costs a few operations per
+model, not per window. Windows leave in the order they were received and batches hold
 disjoint, increasing spans of receipt times, so a batch leaves whole once its newest
-window is out of the window; one that straddles the edge (the first rounds after a full
-read, a round late or early) has each chunk it keeps built again from its remaining
-windows. Folding window by window cost about 2.4 us a window each way (24-29 ms an
-interval at 1,000 models; docs/benchmarks/autoscaling.md).
+window is out of the window; one that straddles the edge (a round early) has each chunk
+it keeps built again from its remaining windows, and a whole read is folded as several
+batches (``WHOLE_READ_PIECES``) so that the edge moves through it a piece at a time.
+Window by window (a tuple or two per window in, a pass per window out) folding one
+interval at 1,000 models cost about 15-16 ms of CPU; by batch about 10
+(docs/benchmarks/autoscaling.md).
 
 ``summarise`` (one model's windows at once) is this same code on one chunk.
 """
@@ -38,9 +40,8 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from operator import attrgetter, mul, sub
 
 from autoscale.windows import Summary, Window
 
@@ -54,33 +55,10 @@ _FIELD_INDEXES = range(len(FIELDS))
 # this many batches: the edge of the window then moves through it piece by piece, and a
 # round rebuilds at most one piece's windows rather than all those the read still holds.
 WHOLE_READ_PIECES = 8
-# One window's figures as a tuple, read in C (a chunk's columns are ``zip(*rows)``).
-_ROW = attrgetter(
-    "gateway",
-    "start",
-    "end",
-    "inflight_mean",
-    "requests",
-    "errors",
-    "waiting",
-    "inflight_max",
-    "replica_count",
-    "queue_wait_p99_s",
-    "ttft_p99_s",
-    "tpot_p99_s",
-)
 
 
 def _received(w: Window) -> datetime:
     return w.received_at
-
-
-def _highest(column: Sequence[float | None], counted: Sequence[int] | None) -> float:
-    """The highest p99 of the windows that served requests (``counted``: their indexes,
-    None for all); ABSENT when none has one."""
-    if counted is None:
-        return max([v for v in column if v is not None], default=ABSENT)
-    return max([v for i in counted if (v := column[i]) is not None], default=ABSENT)
 
 
 class _Chunk:
@@ -92,38 +70,52 @@ class _Chunk:
         self.windows = windows
         self.first = windows[0].received_at
         self.last = windows[-1].received_at
-        (gateways, starts, ends, means, requests, errors, waiting, inflight_max, replicas,
-         queue, ttft, tpot) = zip(*map(_ROW, windows), strict=True)  # fmt: skip
-        self.requests: int = sum(requests)
-        self.errors: int = sum(errors)
-        us = [d // ONE_US for d in map(sub, ends, starts)]
-        if min(us) < 0:  # a window ending before it starts weighs nothing
-            us = [0 if u < 0 else u for u in us]
-        micro = [round(m * MICRO) for m in means]
-        weighted = list(map(mul, micro, us))
-        # Per gateway: [sum of millionths x us, sum of us, sum of millionths, windows].
-        first = gateways[0]
-        if gateways.count(first) == len(gateways):
-            self.gateways = {first: [sum(weighted), sum(us), sum(micro), len(gateways)]}
-        else:
-            sums: dict[str, list[int]] = {}
-            for gateway, wt, u, mi in zip(gateways, weighted, us, micro, strict=True):
-                acc = sums.get(gateway)
-                if acc is None:
-                    sums[gateway] = [wt, u, mi, 1]
-                else:
-                    acc[0] += wt
-                    acc[1] += u
-                    acc[2] += mi
-                    acc[3] += 1
-            self.gateways = sums
-        # The p99s of a window that served nothing are not counted.
-        counted = None if min(requests) > 0 else [i for i, r in enumerate(requests) if r > 0]
-        if counted == []:
-            q = t = p = ABSENT
-        else:
-            q, t, p = _highest(queue, counted), _highest(ttft, counted), _highest(tpot, counted)
-        self.top = (max(waiting), max(inflight_max), max(replicas), q, t, p)
+        # One pass, everything in locals: the round's hot loop (columns taken with
+        # builtins cost more than this for the few windows a model has in a batch).
+        sums: dict[str, list[int]] = {}
+        requests = errors = 0
+        waiting = inflight_max = replicas = -1
+        queue = ttft = tpot = ABSENT
+        for w in windows:
+            micro = round(w.inflight_mean * MICRO)
+            us = (w.end - w.start) // ONE_US
+            if us < 0:  # noqa: PLR1730 (a comparison costs less than a call, per window)
+                us = 0
+            # Per gateway: [sum of millionths x us, sum of us, sum of millionths, windows].
+            acc = sums.get(w.gateway)
+            if acc is None:
+                sums[w.gateway] = [micro * us, us, micro, 1]
+            else:
+                acc[0] += micro * us
+                acc[1] += us
+                acc[2] += micro
+                acc[3] += 1
+            served = w.requests
+            requests += served
+            errors += w.errors
+            v = w.waiting
+            if v > waiting:  # noqa: PLR1730
+                waiting = v
+            v = w.inflight_max
+            if v > inflight_max:  # noqa: PLR1730
+                inflight_max = v
+            v = w.replica_count
+            if v > replicas:  # noqa: PLR1730
+                replicas = v
+            if served > 0:  # the p99s of a window that served nothing are not counted
+                x = w.queue_wait_p99_s
+                if x is not None and x > queue:
+                    queue = x
+                x = w.ttft_p99_s
+                if x is not None and x > ttft:
+                    ttft = x
+                x = w.tpot_p99_s
+                if x is not None and x > tpot:
+                    tpot = x
+        self.gateways = sums
+        self.requests = requests
+        self.errors = errors
+        self.top = (waiting, inflight_max, replicas, queue, ttft, tpot)
 
 
 class _Model:

@@ -266,9 +266,9 @@ def run(quick: bool) -> list[common.Table]:
         "interval' is the work of keeping them for the 15 s between rounds (6 windows a "
         "model in, 6 out), done as the daemon reads the new windows, measured "
         f"{WARM} intervals after a full read (the steady state): window by window as "
-        "before (bench/autoscale_rolling_before.py) and by batch (now); the first interval "
-        "after a full read is dearer by batch (the read's one batch straddles the edge and "
-        "what it keeps is chunked again); 'decide only' is the decision function alone; "
+        "before (bench/autoscale_rolling_before.py) and by batch (now), and the first interval "
+        "after a full read (the read's batches straddle the edge: what they keep is "
+        "chunked again); 'decide only' is the decision function alone; "
         "'summaries that differ' counts models whose summary is not bit-identical to the "
         "old float code's (integer sums round differently in the last place)"
     )
