@@ -132,6 +132,7 @@ KEYS: dict[str, dict[str, str]] = {
         "resync": "positive",
         "tokenize_cache": "duration",
         "admin_open": "bool",
+        "workers": "count",
     },
 }
 # The environment variable for each setting (flags are named after the key).

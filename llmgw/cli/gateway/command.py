@@ -12,7 +12,7 @@ from llmgw.cli.shared.context import App, Refused
 
 
 def cmd_gateway(app: App, args: argparse.Namespace) -> int:
-    logs.configure(default_level="INFO")
+    logs.configure(default_level="INFO", buffered=True)
     from gateway import main as gateway_main
     from llmgw.gateway_settings import resolve_gateway
     from llmgw.settings import SettingsError
@@ -27,6 +27,8 @@ def cmd_gateway(app: App, args: argparse.Namespace) -> int:
         raise Refused(
             f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}"
         ) from None
+    if settings.workers > 1:
+        return gateway_main.run_workers(settings, sock, settings.workers)
     # uvicorn raises the signal that stopped it again once it has shut down; this handler
     # takes it, so a stop by SIGTERM or Ctrl-C exits 0.
     for signum in (signal.SIGTERM, signal.SIGINT):

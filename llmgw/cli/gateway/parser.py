@@ -45,4 +45,12 @@ def register(
         "they take an operator or reader token of the cluster, as the control plane's "
         "/metrics does): only where no one but your network reaches the port",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes serving the port ([gateway] workers; default 1): one "
+        "process uses one core, so N up to the cores you give it; each follows the control "
+        "plane, posts its signals as ID-wN and shares /metrics with the others",
+    )
     p.set_defaults(run="gateway.command:cmd_gateway")
