@@ -8,7 +8,7 @@ starting, ready or failed.
 A package of its own beside ``catalog``, ``events`` and ``scheduler`` rather
 than under ``llmgw``: it is a separate program on a separate machine that
 talks to the control plane only over HTTP, so it imports nothing of the
-server, the store or the CLI (``llmgw/cli/agent_cmd.py`` only wires flags to
+server, the store or the CLI (``llmgw/cli/operate/agent.py`` only wires flags to
 it). Its decisions (``reconcile``) are pure, like the planner's; processes,
 files and HTTP sit at the edges (``processes``, ``state``, ``client``).
 """

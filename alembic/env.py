@@ -1,4 +1,4 @@
-"""Alembic environment: runs against a connection handed in by events.migrate,
+"""Alembic environment: runs against a connection handed in by events.database.migrate,
 or against the URL in alembic.ini / LLMGW_DATABASE_URL when run as `alembic ...`."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 from alembic import context
 from sqlalchemy import Connection
 
-from events.db import make_engine
-from events.tables import Base
+from events.database.connection import make_engine
+from events.database.tables import Base
 import autoscale.tables  # noqa: F401  (registers the autoscaler tables on Base.metadata)
 import scheduler.persistence.tables  # noqa: F401  (registers the scheduler tables on Base.metadata)
 

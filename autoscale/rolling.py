@@ -1,10 +1,10 @@
-"""Each model's summary over a sliding window, kept up to date window by window. Pure.
+"""Each model's summary over a sliding window, kept up to date batch by batch. Pure.
 
 A decision round reads every model's summary of the last ``policy.window`` (a minute of
 5 s windows from each gateway: 24,000 windows for 1,000 models and 2 gateways).
-Summarising them all again every round was most of the round's cost; here each window
-is folded into its model's running figures once, when it arrives, and out once, when it
-leaves the window, so a round only reads the figures.
+Summarising them all again every round was most of the round's cost; here windows are
+folded into their model's running figures once, when they arrive, and out once, when
+they leave the window, so a round only reads the figures.
 
 Exactness is what the backtest needs (a replay with the policy that ran must make the
 recorded decisions), and the daemon folds windows in as they arrive while a backtest,
@@ -16,16 +16,29 @@ folding:
   microseconds), so adding and removing is exact in any order, and the one float
   division per gateway is of two integers (correctly rounded by Python);
 - maxima (waiting, in-flight, replicas, the p99s of windows that served requests) are
-  raised as windows come in; a window that leaves holding a maximum marks it stale, and
-  a stale maximum is taken again over the model's live windows with ``max`` when read.
-  A maximum is one whatever the order. Windows leave in the order they were received,
-  so each model's live windows are a queue: in at the back, out at the front.
+  raised as figures come in; figures that leave holding a maximum mark it stale, and a
+  stale maximum is taken again over what is live, with ``max``, when read. A maximum is
+  one whatever the order.
 
-``summarise`` (one model's windows at once) is this same code on a fresh fold.
+Windows are folded a batch at a time (one ``add``: what the daemon read since its last
+round), not one by one: each model's windows of a batch become one *chunk* (its sums
+and maxima, taken in one pass with no object per window), and the model's running
+figures take in and give back whole chunks, so what leaves costs a few operations per
+model, not per window. Windows leave in the order they were received and batches hold
+disjoint, increasing spans of receipt times, so a batch leaves whole once its newest
+window is out of the window; one that straddles the edge (a round early) has each chunk
+it keeps built again from its remaining windows, and a whole read is folded as several
+batches (``WHOLE_READ_PIECES``) so that the edge moves through it a piece at a time.
+Window by window (a tuple or two per window in, a pass per window out) folding one
+interval at 1,000 models cost about 15-16 ms of CPU; by batch about 10
+(docs/benchmarks/autoscaling.md).
+
+``summarise`` (one model's windows at once) is this same code on one chunk.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -38,72 +51,123 @@ ONE_US = timedelta(microseconds=1)
 ABSENT = -1.0
 FIELDS = ("waiting", "inflight_max", "replicas", "queue_wait_p99_s", "ttft_p99_s", "tpot_p99_s")
 _FIELD_INDEXES = range(len(FIELDS))
+# A whole window read at once (a daemon's first round, or one that refolds) is folded as
+# this many batches: the edge of the window then moves through it piece by piece, and a
+# round rebuilds at most one piece's windows rather than all those the read still holds.
+WHOLE_READ_PIECES = 8
+
+
+def _received(w: Window) -> datetime:
+    return w.received_at
+
+
+class _Chunk:
+    """One model's windows of one batch, oldest first, and their sums and maxima."""
+
+    __slots__ = ("errors", "first", "gateways", "last", "requests", "top", "windows")
+
+    def __init__(self, windows: list[Window]) -> None:
+        self.windows = windows
+        self.first = windows[0].received_at
+        self.last = windows[-1].received_at
+        # One pass, everything in locals: the round's hot loop (columns taken with
+        # builtins cost more than this for the few windows a model has in a batch).
+        sums: dict[str, list[int]] = {}
+        requests = errors = 0
+        waiting = inflight_max = replicas = -1
+        queue = ttft = tpot = ABSENT
+        for w in windows:
+            micro = round(w.inflight_mean * MICRO)
+            us = (w.end - w.start) // ONE_US
+            if us < 0:  # noqa: PLR1730 (a comparison costs less than a call, per window)
+                us = 0
+            # Per gateway: [sum of millionths x us, sum of us, sum of millionths, windows].
+            acc = sums.get(w.gateway)
+            if acc is None:
+                sums[w.gateway] = [micro * us, us, micro, 1]
+            else:
+                acc[0] += micro * us
+                acc[1] += us
+                acc[2] += micro
+                acc[3] += 1
+            served = w.requests
+            requests += served
+            errors += w.errors
+            v = w.waiting
+            if v > waiting:  # noqa: PLR1730
+                waiting = v
+            v = w.inflight_max
+            if v > inflight_max:  # noqa: PLR1730
+                inflight_max = v
+            v = w.replica_count
+            if v > replicas:  # noqa: PLR1730
+                replicas = v
+            if served > 0:  # the p99s of a window that served nothing are not counted
+                x = w.queue_wait_p99_s
+                if x is not None and x > queue:
+                    queue = x
+                x = w.ttft_p99_s
+                if x is not None and x > ttft:
+                    ttft = x
+                x = w.tpot_p99_s
+                if x is not None and x > tpot:
+                    tpot = x
+        self.gateways = sums
+        self.requests = requests
+        self.errors = errors
+        self.top = (waiting, inflight_max, replicas, queue, ttft, tpot)
 
 
 class _Model:
-    """One model's live windows and their running figures."""
+    """One model's live chunks, oldest first, and their running figures."""
 
     __slots__ = (
+        "chunks",
         "count",
         "errors",
         "gateways",
         "name",
         "requests",
-        "rows",
         "stale",
         "top",
-        "values",
+        "windows",
     )
 
     def __init__(self, name: str = "") -> None:
         self.name = name
-        # Per live window, oldest first: (window, gateway, millionths x us, us, millionths).
-        self.rows: deque[tuple[Window, str, int, int, int]] = deque()
-        # The maxima's operands (waiting, inflight_max, replicas, then the queue-wait,
-        # TTFT and TPOT p99s), one per live window in the order of ``rows``; each
-        # maximum, how many live windows hold it, and which maxima no live window holds
-        # any more (taken again from the operands, with ``max``, only when read). Most
-        # figures repeat from window to window (no request waits, the same replicas), so
-        # the count keeps a window that leaves from making its maximum stale.
-        self.values: deque[tuple[float, ...]] = deque()
+        self.chunks: deque[_Chunk] = deque()
+        # Each maximum over the live chunks, how many chunks hold it, and which maxima no
+        # live chunk holds any more (taken again from the chunks, with ``max``, only when
+        # read). Most figures repeat from chunk to chunk (no request waits, the same
+        # replicas), so the count keeps a chunk that leaves from making its maximum stale.
         self.top = [ABSENT] * len(FIELDS)
         self.count = [0] * len(FIELDS)
         self.stale: list[int] = []
         self.requests = 0
         self.errors = 0
+        self.windows = 0
         # Per gateway: [sum of millionths x us, sum of us, sum of millionths, windows].
         self.gateways: dict[str, list[int]] = {}
 
-    def add(self, w: Window) -> None:
-        micro = round(w.inflight_mean * MICRO)
-        us = (w.end - w.start) // ONE_US
-        if us < 0:  # noqa: PLR1730 (a comparison costs less than a call, per window)
-            us = 0
-        weighted = micro * us
-        acc = self.gateways.get(w.gateway)
-        if acc is None:
-            acc = self.gateways[w.gateway] = [0, 0, 0, 0]
-        acc[0] += weighted
-        acc[1] += us
-        acc[2] += micro
-        acc[3] += 1
-        self.rows.append((w, w.gateway, weighted, us, micro))
-        self.requests += w.requests
-        self.errors += w.errors
-        if w.requests > 0:
-            q, t, p = w.queue_wait_p99_s, w.ttft_p99_s, w.tpot_p99_s
-            if q is None:
-                q = ABSENT
-            if t is None:
-                t = ABSENT
-            if p is None:
-                p = ABSENT
-        else:  # the p99s of a window that served nothing are not counted
-            q = t = p = ABSENT
-        vals = (w.waiting, w.inflight_max, w.replica_count, q, t, p)
-        self.values.append(vals)
-        top, count = self.top, self.count
-        # Each maximum and how many hold it (unrolled: this is the round's hot loop).
+    def add(self, c: _Chunk, *, front: bool = False) -> None:
+        if front:
+            self.chunks.appendleft(c)
+        else:
+            self.chunks.append(c)
+        own = self.gateways
+        for gateway, sums in c.gateways.items():
+            acc = own.get(gateway)
+            if acc is None:
+                own[gateway] = sums.copy()
+            else:
+                acc[0] += sums[0]
+                acc[1] += sums[1]
+                acc[2] += sums[2]
+                acc[3] += sums[3]
+        self.requests += c.requests
+        self.errors += c.errors
+        self.windows += len(c.windows)
+        vals, top, count = c.top, self.top, self.count
         for i in _FIELD_INDEXES:
             v = vals[i]
             m = top[i]
@@ -113,24 +177,27 @@ class _Model:
             elif v == m:
                 count[i] += 1
 
-    def drop_oldest(self) -> None:
-        w, gateway, weighted, us, micro = self.rows.popleft()
-        acc = self.gateways[gateway]
-        acc[0] -= weighted
-        acc[1] -= us
-        acc[2] -= micro
-        acc[3] -= 1
-        if acc[3] == 0:
-            del self.gateways[gateway]
-        self.requests -= w.requests
-        self.errors -= w.errors
-        vals = self.values.popleft()
-        top, count = self.top, self.count
+    def drop_oldest(self) -> _Chunk:
+        c = self.chunks.popleft()
+        own = self.gateways
+        for gateway, sums in c.gateways.items():
+            acc = own[gateway]
+            acc[0] -= sums[0]
+            acc[1] -= sums[1]
+            acc[2] -= sums[2]
+            acc[3] -= sums[3]
+            if acc[3] == 0:
+                del own[gateway]
+        self.requests -= c.requests
+        self.errors -= c.errors
+        self.windows -= len(c.windows)
+        vals, top, count = c.top, self.top, self.count
         for i in _FIELD_INDEXES:
             if vals[i] == top[i]:
                 count[i] -= 1
                 if count[i] == 0:
                     self.stale.append(i)
+        return c
 
     def summary(self) -> Summary:
         load = 0.0
@@ -142,13 +209,13 @@ class _Model:
         top = self.top
         if self.stale:
             for i in self.stale:
-                column = [vals[i] for vals in self.values]
+                column = [c.top[i] for c in self.chunks]
                 top[i] = m = max(column)
                 self.count[i] = column.count(m)
             self.stale.clear()
         waiting, inflight_max, replicas, queue, ttft, tpot = top
         return Summary(
-            len(self.rows),
+            self.windows,
             len(gateways),
             self.requests,
             self.errors,
@@ -163,31 +230,47 @@ class _Model:
         )
 
 
+class _Batch:
+    """The chunks of one ``add``, and the span of receipt times they hold."""
+
+    __slots__ = ("chunks", "first", "last")
+
+    def __init__(self, first: datetime, last: datetime, chunks: list[tuple[_Model, _Chunk]]):
+        self.first = first
+        self.last = last
+        self.chunks = chunks
+
+
 class Rolling:
     """Every model's live windows: those received after ``after`` (``expire``), folded in
     oldest first (``add``). ``summary(model)`` is the model's ``Summary`` of them."""
 
     def __init__(self) -> None:
         self.models: dict[str, _Model] = {}
-        # Every live window's model, oldest first: expiry walks only what leaves.
-        self._order: deque[tuple[datetime, _Model]] = deque()
+        # The batches, oldest first: expiry walks only what leaves.
+        self._batches: deque[_Batch] = deque()
         self.after: datetime | None = None
         self.newest: datetime | None = None
 
     def windows(self) -> list[Window]:
         """The live windows, oldest first."""
-        return sorted((row[0] for m in self.models.values() for row in m.rows), key=_received)
+        return sorted(
+            (w for m in self.models.values() for c in m.chunks for w in c.windows), key=_received
+        )
 
     @classmethod
     def of(cls, windows: Iterable[Window]) -> Rolling:
+        """The windows read at once (a daemon's first round, a look at one model)."""
         rolling = cls()
-        rolling.add(windows)
+        rolling.add(windows, pieces=WHOLE_READ_PIECES)
         return rolling
 
-    def add(self, windows: Iterable[Window]) -> None:
+    def add(self, windows: Iterable[Window], *, pieces: int = 1) -> None:
         """Fold in ``windows`` (any order among themselves). One received before a window
         already held, or at or before ``after``, cannot be queued in order: the whole set
-        is folded again, which gives the same figures (see the module)."""
+        is folded again, which gives the same figures (see the module). ``pieces``: fold
+        them as up to that many batches of consecutive receipt times (see
+        ``WHOLE_READ_PIECES``)."""
         fresh = sorted(windows, key=_received)
         if not fresh:
             return
@@ -197,24 +280,61 @@ class Rolling:
                 return
         if self.newest is not None and fresh[0].received_at < self.newest:
             fresh = sorted([*self.windows(), *fresh], key=_received)
-            self.models, self._order = {}, deque()
-        models, order = self.models, self._order
-        for w in fresh:
-            m = models.get(w.model)
-            if m is None:
-                m = models[w.model] = _Model(w.model)
-            m.add(w)
-            order.append((w.received_at, m))
+            self.models, self._batches = {}, deque()
+            pieces = WHOLE_READ_PIECES
         self.newest = fresh[-1].received_at
+        for piece in _pieces(fresh, pieces):
+            self._add_batch(piece)
+
+    def _add_batch(self, fresh: list[Window]) -> None:
+        by_model: dict[str, list[Window]] = {}
+        for w in fresh:
+            own = by_model.get(w.model)
+            if own is None:
+                by_model[w.model] = [w]
+            else:
+                own.append(w)
+        models = self.models
+        chunks = []
+        for name, own in by_model.items():
+            m = models.get(name)
+            if m is None:
+                m = models[name] = _Model(name)
+            c = _Chunk(own)
+            m.add(c)
+            chunks.append((m, c))
+        self._batches.append(_Batch(fresh[0].received_at, fresh[-1].received_at, chunks))
 
     def expire(self, after: datetime) -> None:
         """Fold out every window received at or before ``after``."""
-        order, models = self._order, self.models
-        while order and order[0][0] <= after:
-            _, m = order.popleft()
-            m.drop_oldest()
-            if not m.rows:
-                del models[m.name]
+        batches, models = self._batches, self.models
+        while batches and batches[0].first <= after:
+            batch = batches[0]
+            if batch.last <= after:  # the whole batch leaves
+                batches.popleft()
+                for m, _ in batch.chunks:
+                    m.drop_oldest()
+                    if not m.chunks:
+                        del models[m.name]
+                continue
+            # The batch straddles the edge: each chunk it holds is the oldest of its
+            # model (every older batch left whole); the windows it keeps become a chunk.
+            kept = []
+            for m, c in batch.chunks:
+                if c.first > after:
+                    kept.append((m, c))
+                    continue
+                m.drop_oldest()
+                cut = bisect.bisect_right(c.windows, after, key=_received)
+                if cut < len(c.windows):
+                    fresh = _Chunk(c.windows[cut:])
+                    m.add(fresh, front=True)
+                    kept.append((m, fresh))
+                elif not m.chunks:
+                    del models[m.name]
+            batch.chunks = kept
+            batch.first = min(c.first for _, c in kept)
+            break
         if self.after is None or after > self.after:
             self.after = after
 
@@ -224,13 +344,28 @@ class Rolling:
         return None if m is None else m.summary()
 
 
-def _received(w: Window) -> datetime:
-    return w.received_at
+def _pieces(ordered: list[Window], pieces: int) -> list[list[Window]]:
+    """``ordered`` cut into up to ``pieces`` runs of about equal length, each cut between
+    two different receipt times (batches must hold disjoint spans of them)."""
+    if pieces <= 1 or len(ordered) < 2 * pieces:
+        return [ordered]
+    out, start = [], 0
+    for k in range(1, pieces):
+        cut = max(start, len(ordered) * k // pieces)
+        # Move the cut past windows received at the same time as the one before it.
+        cut = bisect.bisect_right(ordered, ordered[cut - 1].received_at, lo=cut, key=_received)
+        if start < cut < len(ordered):
+            out.append(ordered[start:cut])
+            start = cut
+    out.append(ordered[start:])
+    return out
 
 
 def summarise(windows: Iterable[Window]) -> Summary:
     """One model's windows (all of them inside the decision's window) as one summary."""
+    ordered = sorted(windows, key=_received)
+    if not ordered:
+        return Summary()
     m = _Model()
-    for w in sorted(windows, key=_received):
-        m.add(w)
-    return m.summary() if m.rows else Summary()
+    m.add(_Chunk(ordered))
+    return m.summary()

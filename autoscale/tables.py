@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import Float, Integer, String, Table, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from events.tables import Base, UTCDateTime
+from events.database.tables import Base, UTCDateTime
 
 
 class ReportRow(Base):

@@ -35,9 +35,9 @@ from bench.common import quiet_logs
 quiet_logs()
 from bench import gen
 open_log = gen.log_opener()
-from events.replay import replay
-from events.read_model import CatalogReadModel
-from events.db import make_engine
+from events.read.replay import replay
+from events.read.model import CatalogReadModel
+from events.database.connection import make_engine
 if kind in ("placement", "round"):
     import scheduler
     assert scheduler.__file__.startswith(tree), scheduler.__file__

@@ -32,9 +32,9 @@ from sqlalchemy import Engine, event
 
 from bench import common, gen
 from catalog import Model, parse_model
-from events.backends import open_log
-from events.db import make_engine
-from events.types import NewEvent
+from events.core.types import NewEvent
+from events.database.connection import make_engine
+from events.storage.backends import open_log
 
 CATALOG_MODELS = 5_000
 ADDS = 400
@@ -96,7 +96,7 @@ def _service_adds(url: str, synchronous: str, models: list[Model]) -> dict[str, 
         service = gen.make_service(open_log(engine), gen.declared_catalog())
         warm = time.perf_counter()
         service.refresh()  # replays the 5,000-model catalog: not part of the figure
-        # The replay runs with the collector paused (events.read_model); the one pass
+        # The replay runs with the collector paused (events.read.model); the one pass
         # it then owes over the objects it made belongs to the start-up too, not to
         # the first adds after it (it is about 60 ms, 0.2 ms an add over 300 adds).
         gc.collect()

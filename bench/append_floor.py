@@ -13,7 +13,7 @@ first, measured in batches of B writes taken in a shuffled order each round
   first reference);
 - ``bare sqlite3 on our table``: what our store cannot do without, written
   with nothing around it: BEGIN IMMEDIATE, the last row's position and hash,
-  the event hash (events.chain), one INSERT of our row into our table (every
+  the event hash (events.core.chain), one INSERT of our row into our table (every
   index of the migrated schema), COMMIT, on a plain ``sqlite3`` connection;
 - the same without the indexes on ``model`` and ``recorded_at`` (not done: what
   dropping them would buy);
@@ -43,7 +43,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench import append, common, gen
-from events.chain import event_hash
+from events.core.chain import event_hash
 
 INSERT = (
     "INSERT INTO events (position, event_id, command_id, type, schema_version, model, payload,"

@@ -10,7 +10,7 @@ holding as many rows, with ``FULL`` and with ``NORMAL``. Each phase is the threa
 measurement; the wrappers cost about a microsecond each, which lands in the
 phases and in ``the rest``. The median of the rounds is printed per phase.
 
-The phases are nested as they run: ``SqlLockedLog.append`` (``events.log.WriteSection``)
+The phases are nested as they run: ``SqlLockedLog.append`` (``events.storage.log.WriteSection``)
 holds ``chained_rows`` (ids, time, hash chain) and the insert statement, so the
 insert's row is the difference; ``wrote`` holds the replay of the command's own
 event. ``the rest`` is the add's thread time less the listed phases: the
@@ -70,13 +70,15 @@ def _timer() -> tuple[dict[str, float], Callable[..., Any]]:
     return spent, wrap
 
 
-def _ours(adds: int, synchronous: str) -> dict[str, float]:
+def _ours(adds: int, synchronous: str) -> dict[str, float]:  # noqa: PLR0915 (imports, wraps)
     from bench import append, gen
     from bench.common import quiet_logs
     from catalog import state
-    from events import commands, read_model, sqlite_log, store
-    from events import log as event_log
-    from events.backends import open_log
+    from events.read import model as read_model
+    from events.storage import log as event_log
+    from events.storage import sql_log, sqlite_log
+    from events.storage.backends import open_log
+    from events.write import commands
 
     quiet_logs()
     spent, wrap = _timer()
@@ -85,7 +87,7 @@ def _ours(adds: int, synchronous: str) -> dict[str, float]:
     wrap(state.CatalogState, "check_add", "check_add")
     wrap(commands, "definition_event", "encode")
     wrap(event_log, "chained_rows", "chain")
-    wrap(store.SqlLockedLog, "append", "append")
+    wrap(sql_log.SqlLockedLog, "append", "append")
     wrap(read_model.CatalogReadModel, "wrote", "replay")
 
     class _Log:
@@ -104,7 +106,7 @@ def _ours(adds: int, synchronous: str) -> dict[str, float]:
         conn.execute("BEGIN IMMEDIATE")
         spent["BEGIN"] += time.thread_time() - start
         try:
-            yield store.SqlLockedLog(conn, self.engine.dialect)
+            yield sql_log.SqlLockedLog(conn, self.engine.dialect)
         except BaseException:
             conn.rollback()
             raise

@@ -32,7 +32,7 @@ import httpx
 
 from autoscale.loadgen import Target, _one
 from bench import common
-from llmgw.api.auth import issue_token
+from llmgw.api.guards.tokens import issue_token
 
 LLMGW = str(Path(sys.executable).parent / "llmgw")
 SLO_S = 1.0

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from bench import common
 from bench.reports import _seed
-from events.db import make_engine
-from events.migrate import upgrade
+from events.database.connection import make_engine
+from events.database.migrate import upgrade
 from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.persistence.placement_rows import read_placements
 from scheduler.persistence.round_store import HostedCounts, read_service

@@ -33,8 +33,8 @@ from catalog import fast_decode
 from catalog.model import Model
 from catalog.model_rules import normalize, validate
 from catalog.parse import parse_wrapped_model_json
-from events.replay import STORED_LIMITS
-from events.types import MODEL_ADDED
+from events.core.types import MODEL_ADDED
+from events.read.replay import STORED_LIMITS
 
 EVENTS = 20_000
 QUICK_EVENTS = 6_000

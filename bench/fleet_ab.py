@@ -51,13 +51,13 @@ def main() -> None:
     quiet_logs()
     from catalog import Catalog
     from catalog.parse import parse_model
-    from events.backends import open_log
     from events.catalog_service import CatalogService
-    from events.db import make_engine
-    from events.migrate import ensure_schema
+    from events.database.connection import make_engine
+    from events.database.migrate import ensure_schema
+    from events.storage.backends import open_log
     from llmgw.api.routes import fleet as ours
-    from llmgw.api.services import Services
-    from llmgw.api.settings import ApiSettings
+    from llmgw.api.runtime.services import Services
+    from llmgw.api.runtime.settings import ApiSettings
     from scheduler.daemon.round_runner import Placer
     from scheduler.planner.inventory import parse_node_report
 

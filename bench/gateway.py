@@ -86,6 +86,9 @@ class Settings:
     peers: tuple[str, ...] = PEERS
     candidates: tuple[str, ...] = KINDS
     ours: str | None = None  # the command line template, or None to leave ours out
+    # Other variants of ours measured in the same run (before/after a change, --workers):
+    # (label, command line template), each following a control plane of its own.
+    variants: tuple[tuple[str, str], ...] = ()
     llmgw: str = str(Path(sys.executable).parent / "llmgw")
     peers_venv: Path = common.REPO / ".venv-peers"
 
@@ -272,6 +275,14 @@ def start_targets(settings: Settings, upstream: str, workdir: Path, run: Run) ->
             wanted.append(ours(settings.ours, settings.llmgw, upstream, workdir))
         except Unavailable as exc:
             run.skipped["ours"] = str(exc)
+    for name, command in settings.variants:
+        key = f"ours:{name}"
+        try:
+            wanted.append(
+                ours(command, settings.llmgw, upstream, workdir, key=key, label=f"llmgw {name}")
+            )
+        except Unavailable as exc:
+            run.skipped[key] = str(exc)
     wanted.extend(candidate(kind, upstream) for kind in settings.candidates)
     started: list[Target] = []
     for target in wanted:
@@ -345,6 +356,7 @@ ROW_ORDER = ("litellm", "vllm-router", "ours")
 
 def _ordered(run: Run) -> list[str]:
     keys = [k for k in ROW_ORDER if k in run.labels]
+    keys += [f"ours:{name}" for name, _ in run.settings.variants if f"ours:{name}" in run.labels]
     keys += sorted(k for k in run.labels if k.startswith("cand:"))
     return [*keys, "direct"] if "direct" in run.labels else keys
 
@@ -794,6 +806,15 @@ def main(argv: list[str] | None = None) -> int:
         default=Settings.llmgw,
         help="the llmgw whose serve (control plane) and gateway are measured",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=COMMAND",
+        help="another variant of ours in the same run (repeatable), a command line as --ours "
+        "takes, e.g. 'workers2={llmgw} gateway --server {server} --token-file {token_file} "
+        "--host {host} --port {port} --workers 2'; its rows are 'llmgw NAME'",
+    )
     parser.add_argument("--peers-venv", type=Path, default=Settings.peers_venv)
     parser.add_argument("--quick", action="store_true", help="1 round, 1 and 16 clients, short")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
@@ -824,6 +845,7 @@ def main(argv: list[str] | None = None) -> int:
         peers=_csv(args.peers),
         candidates=_csv(args.candidates),
         ours=ours_command,
+        variants=tuple(_variant(parser, v) for v in args.variant),
         llmgw=args.llmgw,
         peers_venv=args.peers_venv.resolve(),
     )
@@ -855,6 +877,13 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(to_json(measured), indent=1))
         common.progress(f"gateway: figures written to {args.json}")
     return 0
+
+
+def _variant(parser: argparse.ArgumentParser, text: str) -> tuple[str, str]:
+    name, sep, command = text.partition("=")
+    if not sep or not name.strip() or not command.strip():
+        parser.error(f"--variant takes NAME=COMMAND, not {text!r}")
+    return name.strip(), command.strip()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,7 @@ class ControlPlane:
             raise Unavailable(f"llmgw serve did not start: {self._log_tail()}")
         self.url = line.split("listening on ", 1)[1].strip()
         with httpx.Client(base_url=self.url, timeout=30) as client:
+            self._wait_accepting(client)
             self._add_model(client)
             self._report(client)  # the node exists before the round places on it
             self._llmgw("place")
@@ -122,6 +124,20 @@ class ControlPlane:
         self._thread = threading.Thread(target=self._beat, name="bench-reporter", daemon=True)
         self._thread.start()
         return self
+
+    def _wait_accepting(self, client: httpx.Client, timeout: float = 30.0) -> None:
+        """The line is printed once the port is bound; uvicorn listens a moment later, and a
+        request in between is refused (seen when several control planes start at once)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client.get("/healthz")
+                return
+            except httpx.ConnectError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise Unavailable(f"llmgw serve never accepted: {self._log_tail()}") from None
+                time.sleep(0.1)
 
     def _add_model(self, client: httpx.Client) -> None:
         definition = {
@@ -151,7 +167,9 @@ class ControlPlane:
         ]
         answer = client.put(
             f"/v1/nodes/{NODE}",
-            json={**INVENTORY, "replicas": replicas},
+            # The node's address, as a current agent registers it: the control plane
+            # takes a replica's endpoint only at its node's own address.
+            json={**INVENTORY, "address": "127.0.0.1", "replicas": replicas},
             headers=self._auth("agent"),
         )
         if answer.status_code != 200:

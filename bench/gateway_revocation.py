@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from llmgw.api.auth import issue_token
+from llmgw.api.guards.tokens import issue_token
 
 LLMGW = str(Path(sys.executable).parent / "llmgw")
 

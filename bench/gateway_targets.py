@@ -219,9 +219,20 @@ def candidate(kind: str, upstream: str) -> Target:
     )
 
 
-def ours(command: str, llmgw: str, upstream: str, workdir: Path) -> Target:
-    """Our gateway and the control plane it follows; Unavailable if this llmgw has none."""
-    control = ControlPlane(llmgw, workdir / "control", upstream).start()
+def ours(
+    command: str,
+    llmgw: str,
+    upstream: str,
+    workdir: Path,
+    *,
+    key: str = "ours",
+    label: str = "llmgw gateway",
+) -> Target:
+    """Our gateway and the control plane it follows; Unavailable if this llmgw has none.
+    ``key``/``label``: another variant of ours (``--variant``), with a control plane of
+    its own."""
+    home = "control" if key == "ours" else "control-" + key.replace(":", "-")
+    control = ControlPlane(llmgw, workdir / home, upstream).start()
     port = free_port()
     argv = shlex.split(
         command.format(
@@ -233,8 +244,8 @@ def ours(command: str, llmgw: str, upstream: str, workdir: Path) -> Target:
         )
     )
     return Target(
-        key="ours",
-        label="llmgw gateway",
+        key=key,
+        label=label,
         argv=argv,
         # Its default log level: one line per request is part of what it costs in production.
         port=port,

@@ -37,9 +37,9 @@ from sqlalchemy import Engine, insert, text
 
 from bench import common
 from catalog import Catalog, parse_model
-from events.db import make_engine
-from events.migrate import upgrade
-from events.tables import EventRow
+from events.database.connection import make_engine
+from events.database.migrate import upgrade
+from events.database.tables import EventRow
 
 # Bump when the generated rows change, so cached logs are regenerated.
 GEN_VERSION = 4
@@ -153,7 +153,7 @@ def declared_catalog() -> Catalog:
 
 
 # How the commands have written a payload's text, by release: compact JSON in the
-# definition's field order (events.apply.definition_payload) since issue 13's append
+# definition's field order (events.write.apply.definition_payload) since issue 13's append
 # work, ``json.dumps(..., sort_keys=True)`` before. The probe finds which one the
 # tree it runs against writes (bench.ab compares two trees), and the generator
 # writes the same bytes.
@@ -246,7 +246,7 @@ def probe() -> PayloadFormat:
 def log_opener() -> Any:
     """``open_log`` (or, in a release before it, the ``EventStore`` class): engine -> log."""
     try:
-        from events.backends import open_log
+        from events.storage.backends import open_log
     except ImportError:  # a release before the log's modules were split
         from events import EventStore  # type: ignore[attr-defined]
 
@@ -543,7 +543,7 @@ def generate(
 
 def _chain(rows: list[dict[str, Any]], prev_hash: str) -> str:
     """Fill in ``prev_hash`` and ``hash`` as ``SqlLog.append`` does; the last hash."""
-    from events.chain import event_hash
+    from events.core.chain import event_hash
 
     for row in rows:
         row["prev_hash"] = prev_hash
@@ -571,10 +571,10 @@ def _write(engine: Engine, total: int, *, adds_only: bool = False) -> LogStats:
     chained = probe().hash_chain
     prev_hash = ""
     if chained:
-        from events.chain import GENESIS
+        from events.core.chain import GENESIS
 
         try:
-            from events.chain_rows import read_seal
+            from events.storage.chain_rows import read_seal
         except ImportError:  # a release before the log's modules were split
             from events import EventStore  # type: ignore[attr-defined]
 
@@ -602,7 +602,7 @@ def _write(engine: Engine, total: int, *, adds_only: bool = False) -> LogStats:
 
 
 def _stamp(total: int, kind: str = "log") -> str:
-    from events.migrate import head_revision
+    from events.database.migrate import head_revision
 
     fmt = probe().stamp()
     return (

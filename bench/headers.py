@@ -40,13 +40,13 @@ def serve(mode: str, db_url: str, sock: socket.socket) -> None:
     import uvicorn
 
     from catalog import Catalog
-    from events.db import make_engine
+    from events.database.connection import make_engine
     from httpguard.limits import HeadLimits
     from httpguard.protocol import uvicorn_options
     from llmgw import logs
     from llmgw.api.app import create_app
-    from llmgw.api.services import Services
-    from llmgw.api.settings import ApiSettings
+    from llmgw.api.runtime.services import Services
+    from llmgw.api.runtime.settings import ApiSettings
 
     logs.configure(default_level="WARNING")
     services = Services.build(make_engine(db_url), Catalog.build([]), "-", ApiSettings())
@@ -212,8 +212,8 @@ def _http_table(quick: bool) -> common.Table:
     figures: dict[str, list[tuple[float, float, float]]] = {"plain": [], "guarded": []}
     with tempfile.TemporaryDirectory() as tmp:
         db_url = f"sqlite:///{Path(tmp) / 'llmgw.db'}"
-        from events.db import make_engine
-        from events.migrate import upgrade
+        from events.database.connection import make_engine
+        from events.database.migrate import upgrade
 
         upgrade(make_engine(db_url))
         servers = {mode: _start(mode, db_url) for mode in ("plain", "guarded")}

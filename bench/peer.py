@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import common, gen
-from events.backends import open_log
-from events.db import make_engine
-from events.migrate import upgrade
-from events.replay import replay
-from events.types import NewEvent
+from events.core.types import NewEvent
+from events.database.connection import make_engine
+from events.database.migrate import upgrade
+from events.read.replay import replay
+from events.storage.backends import open_log
 
 EVENTS = 100_000
 QUICK_EVENTS = 10_000

@@ -28,13 +28,13 @@ from sqlalchemy import Engine
 
 from bench import common, gen
 from catalog import Catalog, CatalogError, fast_decode
-from events.backends import open_log
-from events.db import make_engine
-from events.read_model import gc_paused
-from events.replay import STORED_LIMITS, Replayer, ReplayResult, replay
-from events.rows import ReplayEvent
-from events.store import SqlLog
-from events.types import CURRENT_SCHEMA, DEFINITION_TYPES, StoredEvent
+from events.core.rows import ReplayEvent
+from events.core.types import CURRENT_SCHEMA, DEFINITION_TYPES, StoredEvent
+from events.database.connection import make_engine
+from events.read.model import gc_paused
+from events.read.replay import STORED_LIMITS, Replayer, ReplayResult, replay
+from events.storage.backends import open_log
+from events.storage.sql_log import SqlLog
 
 SIZES = (10_000, 100_000, 1_000_000)
 # The read paths are compared at this size (the issue's 100k-event log).
@@ -355,7 +355,7 @@ def snapshot_startup(url: str, declared_check: int) -> tuple[str, list[str]]:
     Returns a row label and the cells; a TODO row when this release has no snapshots.
     """
     try:
-        import events.snapshots  # noqa: F401
+        import events.read.snapshots  # noqa: F401
     except ImportError:
         return "TODO", []
     code = f"""
@@ -364,8 +364,8 @@ t0 = time.perf_counter()
 from bench.common import quiet_logs
 quiet_logs()
 from bench import gen
-from events.backends import open_log
-from events.db import make_engine
+from events.storage.backends import open_log
+from events.database.connection import make_engine
 from events.catalog_service import CatalogService
 t1 = time.perf_counter()
 store = open_log(make_engine({url!r}))
@@ -394,7 +394,7 @@ print(json.dumps({{"imports": t1 - t0, "ready": t3 - t2, "total": t3 - t0,
 
 def _take_snapshot(url: str) -> None:
     """Replay the whole log once through the service, which then takes a snapshot at its head."""
-    from events.snapshots import SnapshotStore
+    from events.read.snapshots import SnapshotStore
 
     engine = make_engine(url)
     try:
@@ -458,7 +458,7 @@ def _measure(  # noqa: PLR0917
         if stats.events == biggest:
             status, cells = "TODO", list[str]()
             try:
-                import events.snapshots  # noqa: F401
+                import events.read.snapshots  # noqa: F401
 
                 common.progress(f"snapshot start-up {store_name} {biggest:,}")
                 _take_snapshot(url)
@@ -466,7 +466,9 @@ def _measure(  # noqa: PLR0917
             except ImportError:
                 pass
             if status == "TODO":
-                snapshots.add(store_name, f"{biggest:,}", "TODO: no events/snapshots.py", "", "")
+                snapshots.add(
+                    store_name, f"{biggest:,}", "TODO: no events/read/snapshots.py", "", ""
+                )
             else:
                 snapshots.add(store_name, f"{biggest:,}", *cells)
     finally:
@@ -506,7 +508,7 @@ def run(quick: bool) -> list[common.Table]:
     )
     table.note("read: `SqlLog.read` alone (rows to `StoredEvent`s, no decoding)")
     table.note(
-        "replay: as start-up runs it (events.read_model): `replay(declared, "
+        "replay: as start-up runs it (events.read.model): `replay(declared, "
         "store.read_for_replay(until=N))` with the collector paused, every event judged; "
         "`of floor` is replay speed / floor speed; best of 3 (1 at 1M), interleaved with "
         "the floor"

@@ -267,7 +267,7 @@ def _hosted(node: int, nodes: int) -> int:
 
 def _seed(db_url: str, nodes: int) -> None:
     """Write ``_placements`` as one round would, from this process, while the server idles."""
-    from events.db import make_engine
+    from events.database.connection import make_engine
     from scheduler.lifecycle.staleness import StalenessPolicy
     from scheduler.persistence.store import SchedulerStore
 
@@ -287,7 +287,7 @@ def _seed(db_url: str, nodes: int) -> None:
 
 
 def _measure(db_url: str, nodes: int, seconds: float, tree: str | None = None) -> Measured:
-    from llmgw.api.auth import issue_token
+    from llmgw.api.guards.tokens import issue_token
 
     agents = AGENTS
     issued = []

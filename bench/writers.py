@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from bench import common
-from events.backends import open_log
-from events.db import make_engine
+from events.database.connection import make_engine
+from events.storage.backends import open_log
 
 WRITERS = 8
 ADDS = 100

@@ -17,7 +17,7 @@ a runtime file, an API body, a node report, a stored event on replay):
   (HuggingFace ``org/name``, an Ollama-style ``name:tag``, an OpenAI id) is
   ASCII, so ASCII is the rule. Free text (a reason) and actors (people's
   names) may be any printable Unicode.
-- **Lengths that fit the columns** (events.tables, scheduler.persistence.tables): a name
+- **Lengths that fit the columns** (events.database.tables, scheduler.persistence.tables): a name
   longer than its column was a ``StringDataRightTruncation`` on PostgreSQL and
   was stored whole on SQLite.
 - **Unique regardless of case** across model names and aliases (and profile

@@ -4,7 +4,7 @@ One rule, defined here and used everywhere a text is judged: the identifier
 grammar (catalog.identifiers, for every path: the declared file, a runtime file,
 an API body, a node report, a stored row on replay), the reasons and reports the
 scheduler takes, ``catalog.text.shown`` when a value is printed, and the API's
-document (llmgw.api.schemas), whose patterns are built from ``character_class``
+document (llmgw.api.rendering.schemas), whose patterns are built from ``character_class``
 so that the document calls valid exactly what the server accepts.
 
 The rule is Python's ``str.isprintable`` **at Unicode 14.0.0** (Python 3.11's

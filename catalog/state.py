@@ -74,7 +74,7 @@ class CatalogState:
         return None if written is None else (written, self._models[self._index[written]])
 
     def snapshot(self) -> Catalog:
-        """The catalog as it is now (a copy: the read model, events.read_model, caches it)."""
+        """The catalog as it is now (a copy: the read model, events.read.model, caches it)."""
         return Catalog(self._models, self._index, self._declared)
 
     def runtime_models(self) -> tuple[Model, ...]:

@@ -37,7 +37,7 @@ from catalog import Catalog, CatalogError, load_declared
 from catalog.digest import catalog_digest
 from declared.locate import line_of
 from declared.status import Refusal, read_status, write_loaded, write_refused
-from events.declared_change import DeclaredChange, declared_change
+from events.core.declared_change import DeclaredChange, declared_change
 
 log = structlog.get_logger("llmgw.catalog")
 

@@ -19,8 +19,8 @@ from sqlalchemy.exc import IntegrityError
 
 from catalog import Catalog, Model, parse_model
 from catalog.digest import catalog_digest
-from events.db import WRITE
-from events.tables import DeclaredCatalogRow
+from events.database.connection import WRITE
+from events.database.tables import DeclaredCatalogRow
 from scheduler.persistence.record_format import checked
 from scheduler.persistence.row_decoding import STORED_LIMITS, Row, decode_rows, json_column, raw
 from scheduler.persistence.tables import table

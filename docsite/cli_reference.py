@@ -17,7 +17,7 @@ def render() -> str:
     os.environ["COLUMNS"] = WIDTH  # argparse wraps help to $COLUMNS
     try:
         from llmgw.cli import build_parser
-        from llmgw.cli.help import subcommands
+        from llmgw.cli.shared.help_text import subcommands
 
         parser = build_parser()
         commands = subcommands(parser)

@@ -15,10 +15,10 @@ METHODS = ("get", "put", "post", "delete", "patch")
 
 def document() -> dict[str, Any]:
     from catalog import Catalog
-    from events.db import make_engine
+    from events.database.connection import make_engine
     from llmgw.api.app import create_app
-    from llmgw.api.services import Services
-    from llmgw.api.settings import ApiSettings
+    from llmgw.api.runtime.services import Services
+    from llmgw.api.runtime.settings import ApiSettings
 
     engine = make_engine("sqlite://")
     try:

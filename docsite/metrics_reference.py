@@ -1,6 +1,6 @@
 """The metrics reference page: every family ``GET /metrics`` exports, from the code.
 
-The server's own metrics come from ``llmgw.api.metrics.Metrics``' registry; the fleet's
+The server's own metrics come from ``llmgw.api.telemetry.metrics.Metrics``' registry; the fleet's
 (read from the database at scrape time) from ``FleetCollector`` over a fresh, migrated
 SQLite file, which yields every family with its help and labels and no samples.
 """
@@ -17,12 +17,12 @@ Family = tuple[str, str, str, tuple[str, ...]]
 
 def families() -> list[Family]:
     from catalog import Catalog
-    from events.db import make_engine
-    from events.migrate import ensure_schema
-    from llmgw.api.fleet_metrics import FleetCollector
-    from llmgw.api.metrics import Metrics
-    from llmgw.api.services import Services
-    from llmgw.api.settings import ApiSettings
+    from events.database.connection import make_engine
+    from events.database.migrate import ensure_schema
+    from llmgw.api.runtime.fleet_gauges import FleetCollector
+    from llmgw.api.runtime.services import Services
+    from llmgw.api.runtime.settings import ApiSettings
+    from llmgw.api.telemetry.metrics import Metrics
 
     found: list[Family] = []
     metrics = Metrics()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 def render() -> str:
     import scheduler.persistence.tables  # noqa: F401  (registers the scheduler's tables)
-    from events.tables import Base
+    from events.database.tables import Base
 
     lines: list[str] = []
     for table in Base.metadata.sorted_tables:
@@ -36,7 +36,7 @@ def _type(kind: object) -> str:
 
 
 def _mapped(name: str) -> type | None:
-    from events.tables import Base
+    from events.database.tables import Base
 
     for mapper in Base.registry.mappers:
         if getattr(mapper.class_, "__tablename__", None) == name:

@@ -1,8 +1,8 @@
 """The catalog of one database, to read and to change: the read model and the commands together.
 
 What the CLI, the API and the daemon open: ``CatalogService(open_log(engine),
-declared)`` keeps one read model (events.read_model: replay, snapshots, the
-only catalog cache) and the command handlers (events.commands) over the same
+declared)`` keeps one read model (events.read.model: replay, snapshots, the
+only catalog cache) and the command handlers (events.write.commands) over the same
 log, with snapshots kept in the same database. (A log in memory is used with
 the read model and the commands directly: tests/unit/events.)
 """
@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from catalog import Catalog, Model
-from events.apply import ApplyResult
-from events.commands import CatalogCommands, CommandResult
-from events.declared_change import DeclaredChange
-from events.read_model import SNAPSHOT_EVERY, CatalogReadModel
-from events.replay import Replayer, ReplayResult
-from events.snapshots import SnapshotStore
-from events.store import SqlLog
+from events.core.declared_change import DeclaredChange
+from events.read.model import SNAPSHOT_EVERY, CatalogReadModel
+from events.read.replay import Replayer, ReplayResult
+from events.read.snapshots import SnapshotStore
+from events.storage.sql_log import SqlLog
+from events.write.apply import ApplyResult
+from events.write.commands import CatalogCommands, CommandResult
 
 
 class CatalogService:
@@ -64,7 +64,7 @@ class CatalogService:
         return self.read_model.replayer
 
     def snapshot(self) -> int | None:
-        """Catch up and snapshot the replay state (events.read_model)."""
+        """Catch up and snapshot the replay state (events.read.model)."""
         return self.read_model.snapshot()
 
     def reload_declared(self, declared: Catalog) -> None:

@@ -3,19 +3,38 @@ HTTP server, and runs them on one uvloop event loop until SIGTERM or SIGINT.
 
 On SIGTERM the server stops accepting, waits for the requests in flight to finish (up
 to ``GRACE_S``), then stops following the control plane.
+
+``--workers N`` (``run_workers``): one process is one core's worth of Python, so N worker
+processes serve one port. The supervisor makes the listening socket, then forks the
+workers, which all accept on it (the kernel hands each connection to one of them); each
+worker is a whole gateway: it follows the control plane on its own (so each keeps its
+routing table fresh whatever the others do), posts its own signal windows under
+``<gateway_id>-w<i>`` (the autoscaler adds gateways' loads, so each worker counts as one
+gateway of its share), and writes its metrics where any worker's ``/metrics`` reads them
+all (``gateway.metrics``). SIGTERM or SIGINT to the supervisor is passed to every worker,
+each drains its requests as above, and the supervisor exits when all have; a worker that
+dies otherwise is started again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
+import signal
 import socket
 import sys
+import tempfile
+import time
+from dataclasses import replace
+from types import FrameType
 
 import structlog
 import uvicorn
 
 from gateway.follower import Follower
+from gateway.metrics import Metrics
 from gateway.proxy import Proxy
 from gateway.server import GatewayApp
 from gateway.settings import GatewaySettings
@@ -37,14 +56,153 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run(settings: GatewaySettings, sock: socket.socket) -> int:
+def run(settings: GatewaySettings, sock: socket.socket, *, multiprocess: bool = False) -> int:
     import uvloop
 
-    return uvloop.run(_serve(settings, sock))
+    return uvloop.run(_serve(settings, sock, multiprocess))
 
 
-async def _serve(settings: GatewaySettings, sock: socket.socket) -> int:
-    state = State(settings.gateway_id)
+# A worker that dies sooner than this after its start is started again only after this
+# long: a worker that cannot start must not become a fork loop.
+RESTART_PAUSE_S = 1.0
+
+
+def run_workers(settings: GatewaySettings, sock: socket.socket, workers: int) -> int:
+    """The supervisor of ``workers`` worker processes sharing ``sock`` (see the module)."""
+    metrics_dir = tempfile.mkdtemp(prefix="llmgw-gateway-metrics-")
+    # Read by prometheus_client when a worker writes its first figure.
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    supervisor = _Supervisor(settings, sock, workers, metrics_dir)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, supervisor.stop)
+    try:
+        failed = supervisor.run()
+    finally:
+        sock.close()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    log.info("gateway.stopped", workers=workers)
+    return 1 if failed else 0
+
+
+class _Supervisor:
+    def __init__(
+        self, settings: GatewaySettings, sock: socket.socket, workers: int, metrics_dir: str
+    ) -> None:
+        self.settings, self.sock, self.workers = settings, sock, workers
+        self.metrics_dir = metrics_dir
+        self.children: dict[int, tuple[int, float]] = {}  # pid -> (worker index, started)
+        self.pid = os.getpid()
+        self.stopping = False
+
+    def stop(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        if not self.stopping:
+            log.info("gateway.stopping", signal=signal.Signals(signum).name, workers=self.workers)
+        self.stopping = True
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def start(self, index: int) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 1
+            try:
+                code = _worker(self.settings, self.sock, index, self.pid)
+            finally:
+                flush_logs()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        self.children[pid] = (index, time.monotonic())
+        log.info("gateway.worker_started", worker=index, pid=pid)
+
+    def run(self) -> int:
+        """Start the workers, start again any that dies, until a stop; how many failed."""
+        failed = 0
+        for index in range(self.workers):
+            self.start(index)
+        while self.children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            found = self.children.pop(pid, None)
+            if found is None:
+                continue
+            index, started = found
+            code = os.waitstatus_to_exitcode(status)
+            _dead(self.metrics_dir, pid)
+            if self.stopping:
+                failed += code != 0
+                log.info("gateway.worker_stopped", worker=index, pid=pid, code=code)
+                continue
+            log.warning("gateway.worker_died", worker=index, pid=pid, code=code)
+            if time.monotonic() - started < RESTART_PAUSE_S:
+                time.sleep(RESTART_PAUSE_S)
+            if not self.stopping:
+                self.start(index)
+        return failed
+
+
+def flush_logs() -> None:
+    """Write the log lines that wait (a logger factory that buffers has ``flush``: see
+    ``llmgw.logs.BufferedLines``)."""
+    flush = getattr(structlog.get_config().get("logger_factory"), "flush", None)
+    if callable(flush):
+        flush()
+
+
+def _dead(metrics_dir: str, pid: int) -> None:
+    """A worker's live gauges (in flight, ready replicas) stop counting when it ends."""
+    from prometheus_client import multiprocess
+
+    with contextlib.suppress(OSError):
+        multiprocess.mark_process_dead(pid, metrics_dir)  # type: ignore[no-untyped-call]
+
+
+def _worker(settings: GatewaySettings, sock: socket.socket, index: int, supervisor: int) -> int:
+    # Not the supervisor's handlers. uvicorn installs its own in ``serve`` and raises the
+    # signal that stopped it again once it has shut down: this one takes it, so a worker
+    # stopped by SIGTERM exits 0.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _ignore)
+    # Its own process group: a Ctrl-C at the terminal reaches the supervisor alone, which
+    # passes one SIGTERM on (uvicorn takes a SIGINT after a SIGTERM as "stop now").
+    os.setpgid(0, 0)
+    _die_with_parent(supervisor)
+    from prometheus_client import values
+
+    # prometheus_client chose its value class when first imported (in the supervisor,
+    # before the shared directory was named); this worker's figures go to the files.
+    values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
+    own = replace(settings, gateway_id=f"{settings.gateway_id}-w{index}")
+    return run(own, sock, multiprocess=True)
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    del signum, frame
+
+
+def _die_with_parent(supervisor: int) -> None:
+    """Linux: SIGTERM this worker when the supervisor dies (even by SIGKILL), so no worker
+    outlives it holding the port."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != supervisor:  # the supervisor died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: bool) -> int:
+    state = State(settings.gateway_id, Metrics(multiprocess) if multiprocess else None)
     upstream = Upstream(
         settings.connect_timeout_s, settings.read_timeout_s, settings.tokenize_cache_s
     )

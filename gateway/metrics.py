@@ -7,13 +7,24 @@ the ``llmgw_gateway_ttft_seconds`` and ``llmgw_gateway_tpot_seconds`` histograms
 (``llmgw_gateway_control_plane_up``, ``llmgw_gateway_table_age_seconds``).
 Label children are looked up once per model and kept: a labelled look-up costs more
 than the increment.
+
+With ``llmgw gateway --workers N`` (``multiprocess``), each worker writes its figures to
+files in a directory the workers share (prometheus_client's multiprocess mode), and any
+worker answering a scrape reads them all: counters and histograms are summed over the
+workers (dead ones included, so totals never go back), ``inflight`` is summed over the
+live workers, ``ready_replicas`` is the highest any live worker's table holds (each
+follows the control plane on its own, so they agree but for a moment), and
+``control_plane_up`` / ``table_age_seconds`` are those of the worker that answered.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 # TTFT from 10 ms to a minute; TPOT from 1 ms to 2 s.
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -27,10 +38,46 @@ class _PerModel:
     tpot: Histogram
 
 
-class Metrics:
+class _Value:
+    """A gauge only the answering worker reports (multiprocess mode): set, then read at
+    the scrape by ``_Local``."""
+
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
+        self.value = 0.0
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+
+class _Local(Collector):
+    def __init__(self, up: _Value, age: _Value) -> None:
+        self.up, self.age = up, age
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "llmgw_gateway_control_plane_up",
+            "1 when the last sync with the control plane succeeded (of the worker that "
+            "answered); 0 while serving from the last known routing table",
+            value=self.up.value,
+        )
+        yield GaugeMetricFamily(
+            "llmgw_gateway_table_age_seconds",
+            "Seconds since the routing table was last confirmed by the control plane (of "
+            "the worker that answered)",
+            value=self.age.value,
+        )
+
+
+class Metrics:
+    """``multiprocess``: this process is one of several workers whose figures a scrape
+    of any of them shows together (the caller has pointed prometheus_client at the
+    shared directory before this is made; see ``gateway.main``)."""
+
+    def __init__(self, multiprocess: bool = False) -> None:
+        self.multiprocess = multiprocess
+        # Where the figures are written; ``registry`` is what a scrape reads.
+        own = CollectorRegistry()
+        r = own
         self.requests = Counter(
             "llmgw_gateway_requests",
             "Requests by the model asked for and outcome (ok, refused, failed, "
@@ -39,7 +86,11 @@ class Metrics:
             registry=r,
         )
         self.inflight = Gauge(
-            "llmgw_gateway_inflight", "Requests in flight by model", ["model"], registry=r
+            "llmgw_gateway_inflight",
+            "Requests in flight by model",
+            ["model"],
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.ttft = Histogram(
             "llmgw_gateway_ttft_seconds",
@@ -73,22 +124,34 @@ class Metrics:
             ["model"],
             registry=r,
         )
-        self.control_plane_up = Gauge(
-            "llmgw_gateway_control_plane_up",
-            "1 when the last sync with the control plane succeeded; 0 while serving from "
-            "the last known routing table",
-            registry=r,
-        )
-        self.table_age = Gauge(
-            "llmgw_gateway_table_age_seconds",
-            "Seconds since the routing table was last confirmed by the control plane",
-            registry=r,
-        )
+        self.control_plane_up: Gauge | _Value
+        self.table_age: Gauge | _Value
+        if multiprocess:
+            from prometheus_client import multiprocess as mp
+
+            self.control_plane_up, self.table_age = _Value(), _Value()
+            self.registry = CollectorRegistry()
+            mp.MultiProcessCollector(self.registry)  # type: ignore[no-untyped-call]
+            self.registry.register(_Local(self.control_plane_up, self.table_age))
+        else:
+            self.registry = own
+            self.control_plane_up = Gauge(
+                "llmgw_gateway_control_plane_up",
+                "1 when the last sync with the control plane succeeded; 0 while serving "
+                "from the last known routing table",
+                registry=r,
+            )
+            self.table_age = Gauge(
+                "llmgw_gateway_table_age_seconds",
+                "Seconds since the routing table was last confirmed by the control plane",
+                registry=r,
+            )
         self.ready_replicas = Gauge(
             "llmgw_gateway_ready_replicas",
             "Ready replicas in the routing table, by model",
             ["model"],
             registry=r,
+            multiprocess_mode="livemax",
         )
         self._models: dict[str, _PerModel] = {}
 

@@ -35,3 +35,5 @@ class GatewaySettings:
     # /metrics and /routing without a token (for a port only a private network reaches).
     # Off by default: /routing shows every replica's endpoint and the routing internals.
     admin_open: bool = False
+    # Processes serving the port (``--workers``): Python serves from one core per process.
+    workers: int = 1

@@ -14,6 +14,7 @@ settings file, then the defaults, the same order as every other command's settin
     resync = "5s"
     max_body_mb = 8
     admin_open = false                  # true: /metrics and /routing take no token
+    workers = 1                         # processes serving the port (one core each)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ GATEWAY_ENV: dict[str, str] = {
     "port": "LLMGW_GATEWAY_PORT",
     "gateway_id": "LLMGW_GATEWAY_ID",
     "admin_open": "LLMGW_GATEWAY_ADMIN_OPEN",
+    "workers": "LLMGW_GATEWAY_WORKERS",
 }
 
 
@@ -91,6 +93,7 @@ def resolve_gateway(
         resync_s=value("resync", defaults.resync_s),
         tokenize_cache_s=value("tokenize_cache", defaults.tokenize_cache_s),
         admin_open=value("admin_open", defaults.admin_open),
+        workers=max(value("workers", defaults.workers), 1),
     )
 
 

@@ -132,6 +132,7 @@ KEYS: dict[str, dict[str, str]] = {
         "resync": "positive",
         "tokenize_cache": "duration",
         "admin_open": "bool",
+        "workers": "count",
     },
 }
 # The environment variable for each setting (flags are named after the key).
@@ -198,7 +199,7 @@ class Settings:
     # [autoscale] (autoscale.policy), from the file only.
     autoscale: Policy = DEFAULT_POLICY
     # LLMGW_SNAPSHOT_KEY, held outside the database: snapshots are MACed with it, and one
-    # that does not match is refused at start-up (events.snapshots). From the environment
+    # that does not match is refused at start-up (events.read.snapshots). From the environment
     # only, as a secret should be: never from the settings file, never shown.
     snapshot_key_text: str | None = field(default=None, repr=False)
     # Where each value in force came from, by section and key (``llmgw settings`` shows
@@ -272,7 +273,7 @@ class Settings:
         if url is None:
             # Imported only when needed: the events package loads SQLAlchemy, which a
             # command that opens no database (settings, token, agent) need not pay for.
-            from events.db import DEFAULT_URL
+            from events.database.connection import DEFAULT_URL
 
             url = DEFAULT_URL
         url_from = pick("database", "url")

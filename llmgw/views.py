@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from catalog import Catalog, Model
     from catalog.views import EngineProfile
-    from events.commands import CommandResult
-    from events.types import StoredEvent
+    from events.core.types import StoredEvent
+    from events.write.commands import CommandResult
     from scheduler.daemon.node_service import ReplicaCounts, ServiceChange
     from scheduler.lifecycle.inputs import Cordon
     from scheduler.lifecycle.replica_reports import ReplicaStatus
@@ -69,7 +69,7 @@ def model_entry(
 def openai_entry(catalog: Catalog, model: Model, created: int = 0) -> dict[str, Any]:
     """One entry of the OpenAI-compatible model list, with what a client sizes prompts by.
 
-    ``created``: when the model was added (0 for a declared model; llmgw.api.openai)."""
+    ``created``: when the model was added (0 for a declared model; llmgw.api.rendering.openai)."""
     return {
         "id": model.name,
         "object": "model",
@@ -85,7 +85,7 @@ def openai_entry(catalog: Catalog, model: Model, created: int = 0) -> dict[str, 
 
 def event_json(event: StoredEvent) -> dict[str, Any]:
     from catalog.documents import read_json
-    from events.replay import STORED_LIMITS
+    from events.read.replay import STORED_LIMITS
 
     try:
         payload: Any = read_json(event.payload, "payload", STORED_LIMITS)

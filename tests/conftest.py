@@ -30,8 +30,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 from sqlalchemy import Engine
 
-from events.db import make_engine
-from events.migrate import upgrade
+from events.database.connection import make_engine
+from events.database.migrate import upgrade
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REPO = Path(__file__).resolve().parent.parent

@@ -11,10 +11,10 @@ import sys
 import time
 
 from catalog import Catalog, CatalogError
-from events.backends import open_log
 from events.catalog_service import CatalogService
-from events.commands import CommandConflict
-from events.db import make_engine
+from events.database.connection import make_engine
+from events.storage.backends import open_log
+from events.write.commands import CommandConflict
 from tests.support import model
 
 

@@ -11,13 +11,13 @@ import yaml
 from sqlalchemy import Engine, insert, select
 
 from catalog import Model, parse_model
-from events.chain import GENESIS, event_hash
-from events.tables import ChainSealRow, EventRow
+from events.core.chain import GENESIS, event_hash
+from events.database.tables import ChainSealRow, EventRow
 
 
 class NotUtf8(bytes):
     """Bytes to store in a SQLite TEXT column as they are (``CAST(? AS TEXT)``): text
-    whose bytes are not UTF-8, which only a hand-made row can hold (events.sqlite_text)."""
+    whose bytes are not UTF-8, which only a hand-made row can hold (events.database.sqlite_text)."""
 
 
 def raw_value_mark(column: str, value: Any) -> str:

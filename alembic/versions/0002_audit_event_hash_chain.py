@@ -3,7 +3,7 @@
 Stored rows are never rewritten: rows written before this migration keep no
 hash. Instead the chain is computed over them here, in log order, and its
 value at the last of them is recorded as the seal (table event_chain_seal);
-the first event appended afterwards chains on from it. See events.chain.
+the first event appended afterwards chains on from it. See events.core.chain.
 
 Revision ID: 0002_event_hash_chain
 Revises: 0001_events
@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-from events.chain import GENESIS, event_hash
-from events.tables import UTCDateTime
+from events.core.chain import GENESIS, event_hash
+from events.database.tables import UTCDateTime
 
 revision: str = "0002_event_hash_chain"
 down_revision: str | None = "0001_events"

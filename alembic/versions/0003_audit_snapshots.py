@@ -1,4 +1,4 @@
-"""Snapshots of the catalog's replay state, for fast start-up (events.snapshots).
+"""Snapshots of the catalog's replay state, for fast start-up (events.read.snapshots).
 
 Revision ID: 0003_snapshots
 Revises: 0002_event_hash_chain
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from events.tables import UTCDateTime
+from events.database.tables import UTCDateTime
 
 revision: str = "0003_snapshots"
 down_revision: str | None = "0002_event_hash_chain"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from events.tables import UTCDateTime
+from events.database.tables import UTCDateTime
 
 revision: str = "0004_scheduler"
 down_revision: str | None = "0003_snapshots"

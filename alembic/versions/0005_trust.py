@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from events.tables import UTCDateTime
+from events.database.tables import UTCDateTime
 
 revision: str = "0005_trust"
 down_revision: str | None = "0004_scheduler"

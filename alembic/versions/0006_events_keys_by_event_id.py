@@ -6,7 +6,7 @@ Create Date: 2026-12-03
 
 The first event of a keyed command carries the key as its ``event_id`` (unique
 since 0001), and a command's events are consecutive, so the idempotency lookup
-(events.store ``_by_command``) finds them through that index. The index on
+(events.storage.sql_log ``_by_command``) finds them through that index. The index on
 ``command_id`` said nothing more, and every append paid for it: one more b-tree
 page in each commit's WAL frames (BENCHMARKS.md, "Validated adds"). Nothing
 else reads by ``command_id``.

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from events.tables import UTCDateTime
+from events.database.tables import UTCDateTime
 
 revision: str = "0008_autoscale"
 down_revision: str | Sequence[str] | None = "0007_harden_node_address"

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from events.tables import UTCDateTime
+from events.database.tables import UTCDateTime
 
 revision: str = "0009_rollout_versions"
 down_revision: str | Sequence[str] | None = "0008_autoscale"

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import op
-from events.tables import Position, UTCDateTime
+from events.database.tables import Position, UTCDateTime
 
 revision: str = "0010_docs_placement_outcome"
 down_revision: str | Sequence[str] | None = "0009_rollout_versions"

@@ -38,23 +38,24 @@ from catalog.identifiers import (
     Grammar,
 )
 from catalog.model import MAX_MEMORY_GB, MAX_PARALLEL, MAX_PRIORITY, MAX_REPLICAS
-from llmgw.api import docs, manual, problems, ui
-from llmgw.api.autoscale_metrics import AutoscaleCollector
-from llmgw.api.background import SchedulerThread
-from llmgw.api.fleet_metrics import FleetCollector
-from llmgw.api.middleware import RequestLog
-from llmgw.api.openai import OPENAI_ERROR, is_openai
-from llmgw.api.problems import PROBLEM_JSON, ApiJSON, ProblemDoc
-from llmgw.api.queries import known_query
-from llmgw.api.report_path import ReportPath
-from llmgw.api.routes import autoscale, catalog, events, fleet, gateway, health, nodes, service
-from llmgw.api.schemas import (
+from llmgw.api.guards.queries import known_query
+from llmgw.api.pages import dashboard, manual, swagger_ui
+from llmgw.api.rendering import problems
+from llmgw.api.rendering.openai import OPENAI_ERROR, is_openai
+from llmgw.api.rendering.problems import PROBLEM_JSON, ApiJSON, ProblemDoc
+from llmgw.api.rendering.schemas import (
     DURATION_PATTERN,
     grammar_schema,
     share_patterns,
     spread_by_schema,
 )
-from llmgw.api.services import Services
+from llmgw.api.routes import autoscale, catalog, events, fleet, gateway, health, nodes, service
+from llmgw.api.routes.report_fast_path import ReportPath
+from llmgw.api.runtime.autoscale_gauges import AutoscaleCollector
+from llmgw.api.runtime.fleet_gauges import FleetCollector
+from llmgw.api.runtime.scheduler_thread import SchedulerThread
+from llmgw.api.runtime.services import Services
+from llmgw.api.telemetry.request_log import RequestLog
 
 log = structlog.get_logger("llmgw.api")
 
@@ -106,8 +107,8 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
     problems.install(app)
     for area in (catalog, events, nodes, service, fleet, health, gateway, autoscale):
         app.include_router(area.router)
-    docs.install(app, TITLE)
-    ui.install(app)
+    swagger_ui.install(app, TITLE)
+    dashboard.install(app)
     manual.install(app)
     app.report_route = _route(nodes.router, "/v1/nodes/{name}", "PUT")
     if not services.metrics.fleet:
@@ -136,7 +137,7 @@ _NO_TELEMETRY: dict[str, Any] = (
 
 class _Api(FastAPI):
     """FastAPI, with the request log outermost and the node report's common case
-    (llmgw.api.report_path) answered inside it, before FastAPI's own middleware.
+    (llmgw.api.routes.report_fast_path) answered inside it, before FastAPI's own middleware.
 
     Every request is logged and counted by ``RequestLog`` as before; an error that
     reaches FastAPI's error middleware is answered there and then seen by the log
@@ -213,7 +214,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     _grammars(doc, components)
     components["OpenAIError"] = OPENAI_ERROR
     for path, item in doc.get("paths", {}).items():
-        # Under /v1/models errors take OpenAI's shape (llmgw.api.openai).
+        # Under /v1/models errors take OpenAI's shape (llmgw.api.rendering.openai).
         error = (
             {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAIError"}}}
             if is_openai(path)
@@ -288,7 +289,7 @@ def _bounds(components: dict[str, Any]) -> None:
 
 
 # Any other text of a definition (an argument, an environment variable) is stored as
-# it is, so it only may not hold NUL (llmgw.api.bodies.storable).
+# it is, so it only may not hold NUL (llmgw.api.guards.bodies.storable).
 _NO_NUL = "^[^\\u0000]*$"
 
 

@@ -3,9 +3,13 @@
 Exit status: 0 on success, 1 when a command is refused (the reason, naming the
 model, on stderr), 2 for a usage error.
 
-This module and the ``parser_*`` modules it builds the parser from import
-nothing but argparse: a command's own module, and the database, models and web
-framework behind it, are imported when that command runs (``llmgw.cli.parser``).
+Here: ``main`` and the parser built from each command group's ``parser``
+(``catalog``, ``scheduler``, ``autoscale``, ``gateway``, ``operate``), the ground they
+share (``shared``), and the two commands that read the whole parser: ``settings`` and
+``completion`` (``conveniences``, ``completion``). This module and the groups'
+``parser`` modules import nothing but argparse: a command's own module, and the
+database, models and web framework behind it, are imported when that command runs
+(``llmgw.cli.shared.parser``).
 """
 
 from __future__ import annotations
@@ -14,15 +18,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from llmgw.cli import (
-    parser_autoscale,
-    parser_catalog,
-    parser_gateway,
-    parser_scheduler,
-    parser_serve,
-)
-from llmgw.cli.help import add_examples
-from llmgw.cli.parser import Version, command, common_options
+from llmgw.cli.autoscale import parser as parser_autoscale
+from llmgw.cli.catalog import parser as parser_catalog
+from llmgw.cli.gateway import parser as parser_gateway
+from llmgw.cli.operate import parser as parser_operate
+from llmgw.cli.scheduler import parser as parser_scheduler
+from llmgw.cli.shared.help_text import add_examples
+from llmgw.cli.shared.parser import Version, command, common_options
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,11 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser_scheduler.register(sub, common)
     parser_scheduler.register_explain(sub, common)
     parser_scheduler.register_rollout(sub, common)
-    parser_serve.register(sub, common)
-    parser_serve.register_agent(sub, common)
+    parser_operate.register(sub, common)
+    parser_operate.register_agent(sub, common)
     parser_gateway.register(sub, common)
-    parser_serve.register_engine_check(sub, common)
-    parser_serve.register_ops(sub, common)
+    parser_operate.register_engine_check(sub, common)
+    parser_operate.register_ops(sub, common)
     parser_autoscale.register(sub, common)
     add_examples(parser)
     return parser
@@ -54,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Commands that run until stopped, whose info lines (rounds, requests, reconciles) are
 # their record.
 LOGS_AT_INFO = frozenset(
-    {"serve_cmd:cmd_serve", "scheduler_cmds:cmd_daemon", "agent_cmd:cmd_agent"}
+    {"operate.serve:cmd_serve", "scheduler.commands:cmd_daemon", "operate.agent:cmd_agent"}
 )
 
 
@@ -62,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Imported after parsing: --help, --version and usage errors never pay for them.
     from llmgw import logs
-    from llmgw.cli.context import (
+    from llmgw.cli.shared.context import (
         EXIT_INTERRUPTED,
         EXIT_REFUSED,
         App,

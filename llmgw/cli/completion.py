@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmgw.cli.help import subcommands
+from llmgw.cli.shared.help_text import subcommands
 
 
 def _words(parser: argparse.ArgumentParser) -> list[str]:

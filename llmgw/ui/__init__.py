@@ -1,1 +1,4 @@
-"""The dashboard's static files (``static/``), served by ``llmgw.api.ui`` under ``/ui``; no code."""
+"""The dashboard's static files (``static/``), served by ``llmgw.api.pages.dashboard`` at ``/ui``.
+
+No code.
+"""

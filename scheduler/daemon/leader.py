@@ -35,7 +35,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from events.db import make_engine, sqlite_path
+from events.database.connection import make_engine, sqlite_path
 
 # pg advisory locks are keyed by a bigint; this one is "llmgw-scheduler".
 ADVISORY_KEY = 0x6C6C6D6777_5343

@@ -9,7 +9,7 @@ placements' audit trail (``audit_trail``), reading rows so that a bad one is
 skipped and named (``row_decoding``), and ``store.SchedulerStore``, the one
 object the CLI, API and daemon use.
 
-May import: ``catalog``, ``events``' database plumbing (``events.db``,
-``events.tables``), ``scheduler.lifecycle`` and ``scheduler.planner`` (for the
+May import: ``catalog``, ``events``' database plumbing (``events.database.connection``,
+``events.database.tables``), ``scheduler.lifecycle`` and ``scheduler.planner`` (for the
 types it stores). Never ``scheduler.daemon`` or ``llmgw``.
 """

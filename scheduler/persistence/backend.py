@@ -58,7 +58,7 @@ def _upsert(dialect: str, table: Table, key: str, columns: tuple[str, ...]) -> A
 
 
 # One writer at a time by construction: a write transaction starts with BEGIN
-# IMMEDIATE (events.db), which already holds the only write lock there is.
+# IMMEDIATE (events.database.connection), which already holds the only write lock there is.
 SQLITE = Backend("sqlite", None)
 # Several control-plane replicas may write at once. Rounds and placement events are
 # numbered max + 1: two writers must not read the same max. Readers are not blocked

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine, delete, select, update
 
-from events.db import WRITE
+from events.database.connection import WRITE
 from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy
 from scheduler.persistence.backend import backend
 from scheduler.persistence.lifecycle_store import record_replica_reports

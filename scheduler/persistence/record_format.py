@@ -3,7 +3,7 @@
 A round records the exact inputs its plan was made from (``placement_rounds``
 and ``inventories``), so that ``llmgw explain --round`` can plan it again years
 later. Those rows are JSON, and their shape changes with the planner's inputs;
-like a catalog event's payload (``events.upcast``), a stored record is never
+like a catalog event's payload (``events.core.upcast``), a stored record is never
 rewritten: it carries the version it was written in and is upcast, one step
 at a time, to the shape this code reads.
 

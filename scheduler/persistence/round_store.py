@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
-from events.db import WRITE
+from events.database.connection import WRITE
 from scheduler.lifecycle.inputs import Cordon, Lifecycle
 from scheduler.lifecycle.replica_reports import PLACED as PLACED_STATE
 from scheduler.lifecycle.replica_reports import ReplicaStatus

@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Select, Table, select, type_coerce
 from sqlalchemy.types import NullType
 
 from catalog.documents import Limits, read_json
-from events.tables import UTCDateTime
+from events.database.tables import UTCDateTime
 from scheduler.persistence.record_format import UnreadableRow
 
 log = structlog.get_logger("llmgw.scheduler")

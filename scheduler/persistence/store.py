@@ -22,7 +22,7 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
-from events.db import WRITE
+from events.database.connection import WRITE
 from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy
 from scheduler.lifecycle.inputs import Cordon
 from scheduler.lifecycle.replica_reports import ReplicaStatus

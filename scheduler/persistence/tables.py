@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import Boolean, Float, Integer, String, Table, Text, false
 from sqlalchemy.orm import Mapped, mapped_column
 
-from events.tables import Base, Position, UTCDateTime
+from events.database.tables import Base, Position, UTCDateTime
 
 
 class NodeRow(Base):

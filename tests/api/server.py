@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from llmgw.api.auth import issue_token
+from llmgw.api.guards.tokens import issue_token
 from tests.support import dump_yaml
 
 LLMGW = str(Path(sys.executable).parent / "llmgw")

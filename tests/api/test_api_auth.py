@@ -57,7 +57,7 @@ def test_without_a_token_every_read_and_write_is_401(api: ApiServer) -> None:
             response = call(anonymous, method, path, body)
             assert response.status_code == 401, (method, path, response.text)
             assert response.headers["www-authenticate"].startswith("Bearer")
-            if path.startswith("/v1/models"):  # OpenAI's shape there (llmgw.api.openai)
+            if path.startswith("/v1/models"):  # OpenAI's shape there (llmgw.api.rendering.openai)
                 assert response.json()["error"]["code"] == "unauthenticated"
                 continue
             assert response.headers["content-type"] == "application/problem+json"

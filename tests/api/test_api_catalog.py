@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from catalog import load_declared
-from events.backends import open_log
-from events.db import make_engine
-from events.replay import replay
+from events.database.connection import make_engine
+from events.read.replay import replay
+from events.storage.backends import open_log
 from tests.api.server import LLMGW, ApiServer, Tokens, definition, running
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from llmgw.api.schemas import http_url_schema, printable_schema, spread_by_schema
+from llmgw.api.rendering.schemas import http_url_schema, printable_schema, spread_by_schema
 from tests.api.server import ApiServer, Tokens, definition, running
 
 

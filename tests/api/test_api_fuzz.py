@@ -34,10 +34,10 @@ from schemathesis.specs.openapi.checks import (
 
 from catalog import load_declared
 from catalog.durations import parse_duration
-from events.backends import open_log
-from events.db import make_engine
-from events.replay import Replayer
-from llmgw.api.schemas import HTTP_URL, NODE_LABEL, PRINTABLE
+from events.database.connection import make_engine
+from events.read.replay import Replayer
+from events.storage.backends import open_log
+from llmgw.api.rendering.schemas import HTTP_URL, NODE_LABEL, PRINTABLE
 from tests.api.server import ApiServer, Tokens, running
 
 pytestmark = pytest.mark.slow
@@ -293,7 +293,7 @@ class LogReplayCheck:
 
     Replaying the whole log after every accepted write costs time quadratic in the
     accepted writes (small at today's example counts, but it grows with them). Replay
-    applies one event at a time in log order (events.replay), so the state a check
+    applies one event at a time in log order (events.read.replay), so the state a check
     leaves is where a full replay would be at that position, and the next check
     applies only the events after it. The events are still read from the server's own
     database, and the skips asserted are all of them since position 0, so every check

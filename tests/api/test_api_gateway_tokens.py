@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.api.auth import digest, issue_token
+from llmgw.api.guards.tokens import digest, issue_token
 from tests.api.server import ApiServer, Tokens, running
 
 pytestmark = pytest.mark.slow

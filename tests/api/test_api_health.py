@@ -9,8 +9,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from events.db import make_engine
-from events.migrate import downgrade
+from events.database.connection import make_engine
+from events.database.migrate import downgrade
 from tests.api.server import ApiServer, Tokens, definition, running
 from tests.conftest import PG_ADMIN
 from tests.support import insert_raw_event

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.api.bodies import declared_length
+from llmgw.api.guards.bodies import declared_length
 from tests.api.server import ApiServer, Tokens, running
 from tests.support import definition
 

@@ -3,7 +3,7 @@ a fallback is never silent."""
 
 from __future__ import annotations
 
-from llmgw.api.metrics import Metrics
+from llmgw.api.telemetry.metrics import Metrics
 from scheduler.daemon.round_runner import RoundOutcome
 from scheduler.planner.placements import Plan
 

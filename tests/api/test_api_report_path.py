@@ -1,4 +1,4 @@
-"""The node report's common case (``llmgw.api.report_path``) answers exactly as the route.
+"""The node report's common case (``routes.report_fast_path``) answers exactly as the route.
 
 A body sent with a ``Content-Length`` takes the lean path; the same body sent
 chunked (no length) is declined by it and read by FastAPI's route. Every answer,

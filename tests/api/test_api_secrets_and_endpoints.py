@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from events.db import make_engine
+from events.database.connection import make_engine
 from scheduler.lifecycle.endpoints import NO_NETWORKS, endpoint_problem
 from tests.api.server import LLMGW, ApiServer, Tokens, running
 from tests.support import insert_raw_event

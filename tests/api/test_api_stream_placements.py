@@ -117,7 +117,7 @@ def test_a_page_made_only_of_unreadable_placement_rows_is_named_and_passed_not_s
     goes on past them."""
     from sqlalchemy import insert
 
-    from events.db import make_engine
+    from events.database.connection import make_engine
     from scheduler.persistence.tables import PlacementEventRow, table
 
     bad = STREAM_BATCH + 1

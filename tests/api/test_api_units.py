@@ -14,13 +14,13 @@ import pytest
 from fastapi import FastAPI
 
 from catalog import Catalog
-from events.commands import CommandConflict
-from events.db import make_engine
+from events.database.connection import make_engine
+from events.write.commands import CommandConflict
 from llmgw.api.app import create_app
-from llmgw.api.auth import Role, TokenBook, TokenConfigError, issue_token, parse_env_tokens
-from llmgw.api.bodies import storable
-from llmgw.api.services import Services
-from llmgw.api.settings import ApiSettings, SettingsError
+from llmgw.api.guards.bodies import storable
+from llmgw.api.guards.tokens import Role, TokenBook, TokenConfigError, issue_token, parse_env_tokens
+from llmgw.api.runtime.services import Services
+from llmgw.api.runtime.settings import ApiSettings, SettingsError
 
 
 def request(app: FastAPI, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -165,7 +165,7 @@ def _report_services(app_services: Services) -> tuple[Services, str]:
 def test_an_unexpected_failure_on_the_lean_report_path_is_a_500_problem(
     app_services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The node report's common case is answered before FastAPI (llmgw.api.report_path),
+    """The node report's common case is answered before FastAPI (llmgw.api.routes.report_fast_path),
     outside its error middleware: a failure while it looked at the request reached the
     server as an exception, whose answer is a plain-text 500. It is the app's problem
     document now, as on every other route."""

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from openai import OpenAI
 
-from llmgw.api.auth import issue_token
+from llmgw.api.guards.tokens import issue_token
 from tests.api.server import LLMGW, ApiServer, Tokens, _readline
 from tests.e2e.agents import Cluster
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from events.db import make_engine
-from events.tables import EventRow
+from events.database.connection import make_engine
+from events.database.tables import EventRow
 from tests.e2e.test_cli_catalog import DECLARED, TRIAL, Cli
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert
 
-from events.db import make_engine
-from events.tables import EventRow
+from events.database.connection import make_engine
+from events.database.tables import EventRow
 from scheduler.persistence.tables import NodeRow, PlacementRow, table
 from tests.e2e.cli import Cli
 from tests.support import definition, insert_raw_event

@@ -186,7 +186,7 @@ def test_alias_stream_refusals_client_limits_and_hostile_bodies(
             "llmgw_gateway_control_plane_up 1.0",
         ):
             assert name in metrics, name
-        lines = gw.logs("gateway.request")
+        lines = eventually(lambda: gw.logs("gateway.request"), "request log lines")
         assert lines and all("replicas run" not in str(line) for line in lines)
         assert {"request_id", "client", "model_asked", "model_served", "replica"} <= set(lines[0])
         routing = gw.routing()["models"]["chat"]

@@ -224,7 +224,11 @@ def test_a_request_for_a_starting_model_waits_and_past_its_deadline_gets_503(
     assert len(answers) == 1
     assert answers[0].headers["x-llmgw-model"] == "late"
     assert answers[0].parse().choices[0].message.content
-    line = [x for x in setup.gw.logs("gateway.request") if x["model_asked"] == "late"][-1]
+    # Log lines reach the file within tens of ms (written together: llmgw.logs).
+    (line, *_) = eventually(
+        lambda: [x for x in setup.gw.logs("gateway.request") if x["model_asked"] == "late"][::-1],
+        "the late request's log line",
+    )
     assert line["outcome"] == "ok" and line["waited_ms"] > 0
 
     # A second gateway on the same cluster, whose requests wait 1 s at most.

@@ -159,13 +159,24 @@ def test_latency_routing_goes_to_the_fallbacks_before_sending_when_none_meets_th
     slo.ttft_p99. Once measured, the next request goes to its fallback before anything
     is sent to it; its own replica answers when no fallback can."""
     assert setup.served("laggy", max_tokens=2) == ("laggy", "laggy/0")  # measured now
+    ids = []
     for stream in (False, True):
         raw = setup.client.chat.completions.with_raw_response.create(
             model="laggy", messages=HI, max_tokens=2, stream=stream
         )
         assert raw.headers["x-llmgw-model"] == "backup"
-    lines = [x for x in setup.gw.logs("gateway.request") if x["model_asked"] == "laggy"]
-    assert [x["attempts"] for x in lines[-2:]] == [1, 1]  # one send each: to backup
+        ids.append(raw.headers["x-request-id"])
+    # Log lines reach the file within tens of ms (written together: llmgw.logs).
+    lines = eventually(
+        lambda: (
+            found
+            if len(found := [x for x in setup.gw.logs("gateway.request") if x["request_id"] in ids])
+            == 2
+            else None
+        ),
+        "both requests' log lines",
+    )
+    assert [x["attempts"] for x in lines] == [1, 1]  # one send each: to backup
     assert "'laggy' predicted above its slo.ttft_p99" in lines[-1]["tried"][0]
     recent = setup.gw.routing()["models"]["laggy"]["recent"]
     assert recent[-1]["replica"] is None
@@ -216,5 +227,8 @@ def test_a_drained_nodes_replica_finishes_the_request_in_flight(setup: Setup) ->
     )
     assert new[0]["nodes"] != [node]
     assert setup.served("steady")[1] == f"steady/{new[0]['replica']}"
-    line = next(x for x in gw.logs("gateway.request") if x["model_asked"] == "steady")
+    line = eventually(
+        lambda: next((x for x in gw.logs("gateway.request") if x["model_asked"] == "steady"), None),
+        "steady's log line",
+    )
     assert line["outcome"] == "ok" and line["completion_tokens"] == 200

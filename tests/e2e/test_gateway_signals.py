@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import select
 
 from autoscale.store import reports_t, windows_t
-from events.db import make_engine
+from events.database.connection import make_engine
 from tests.e2e.agents import eventually
 from tests.e2e.gateways import GatewayProc, gateway_cluster
 

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from catalog import parse_model
-from events.backends import open_log
-from events.db import make_engine
-from events.types import MODEL_ADDED, MODEL_REMOVED, NewEvent
+from events.core.types import MODEL_ADDED, MODEL_REMOVED, NewEvent
+from events.database.connection import make_engine
+from events.storage.backends import open_log
 from tests.api.server import LLMGW, ApiServer, Tokens, running
 from tests.lifecycle_agent import NEVER_READY, OLD_AGENT, AgentNode, ReportingAgent
 

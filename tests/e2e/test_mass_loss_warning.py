@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from llmgw.api.metrics import held_by_mass_loss
+from llmgw.api.telemetry.metrics import held_by_mass_loss
 from scheduler.planner.placements import Placement, Plan
 from tests.e2e.cli import Cli
 

@@ -15,17 +15,17 @@ from sqlalchemy import Engine
 
 from catalog import Catalog, CatalogError, load_declared
 from catalog.diff import diff_catalogs
-from events.backends import open_log
 from events.catalog_service import CatalogService
-from events.chain import verify_chain
-from events.chain_rows import read_chain, read_seal
-from events.commands import KeyReused
-from events.db import make_engine
-from events.history import HistoryQuery, history
-from events.migrate import upgrade
-from events.replay import replay
-from events.snapshots import SnapshotStore
-from events.timetravel import catalog_at, catalogs_at
+from events.core.chain import verify_chain
+from events.database.connection import make_engine
+from events.database.migrate import upgrade
+from events.read.replay import replay
+from events.read.snapshots import SnapshotStore
+from events.read.time_travel import catalog_at, catalogs_at
+from events.storage.backends import open_log
+from events.storage.chain_rows import read_chain, read_seal
+from events.storage.history import HistoryQuery, history
+from events.write.commands import KeyReused
 from tests.support import model
 
 CONFIG = "deploy/catalog.yaml"

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine
 
-from events import sql_reads as store_module
-from events.backends import open_log
-from events.history import HistoryQuery, history
-from events.store import SqlLog
-from events.types import NewEvent
+from events.core.types import NewEvent
+from events.storage import sql_reads as store_module
+from events.storage.backends import open_log
+from events.storage.history import HistoryQuery, history
+from events.storage.sql_log import SqlLog
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 

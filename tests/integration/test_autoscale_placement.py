@@ -10,8 +10,8 @@ from sqlalchemy import Engine
 from autoscale.policy import parse_policy
 from autoscale.store import DECISION, AutoscaleStore
 from catalog import Catalog
-from events.backends import open_log
 from events.catalog_service import CatalogService
+from events.storage.backends import open_log
 from llmgw import autoscaling
 from scheduler.daemon.round_runner import Placer
 from scheduler.persistence.store import SchedulerStore

@@ -17,7 +17,7 @@ from autoscale.runner import Autoscaler
 from autoscale.store import CAPACITY, AutoscaleStore
 from autoscale.windows import ReplicaLoad, Window
 from catalog import Catalog
-from llmgw.cli.autoscale_cmds import run_backtest
+from llmgw.cli.autoscale.commands import run_backtest
 from tests.support import model
 
 T0 = datetime(2026, 12, 4, 10, 0, tzinfo=UTC)

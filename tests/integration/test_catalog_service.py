@@ -6,10 +6,10 @@ import pytest
 from sqlalchemy import Engine
 
 from catalog import Catalog, CatalogError
-from events.backends import open_log
 from events.catalog_service import CatalogService
-from events.commands import KeyReused
-from events.replay import replay
+from events.read.replay import replay
+from events.storage.backends import open_log
+from events.write.commands import KeyReused
 from tests.support import definition, insert_raw_event, model
 
 CONFIG = "deploy/catalog.yaml"

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from sqlalchemy import Engine, func, select
 
 from catalog import Catalog
-from events.backends import open_log
-from events.chain import verify_chain
-from events.chain_rows import read_chain, read_seal
-from events.replay import replay
-from events.tables import EventRow
+from events.core.chain import verify_chain
+from events.database.tables import EventRow
+from events.read.replay import replay
+from events.storage.backends import open_log
+from events.storage.chain_rows import read_chain, read_seal
 from tests.conftest import REPO
 
 WRITERS = 8

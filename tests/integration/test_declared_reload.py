@@ -11,9 +11,9 @@ from sqlalchemy import Engine
 from catalog import load_declared
 from declared.reload import APPLIED, REFUSED, UNCHANGED, DeclaredReloader
 from declared.status import read_status
-from events.backends import open_log
 from events.catalog_service import CatalogService
-from events.types import DECLARED_CHANGED
+from events.core.types import DECLARED_CHANGED
+from events.storage.backends import open_log
 from tests.support import dump_yaml
 
 

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine
 
 from catalog import Catalog
-from events.backends import open_log
 from events.catalog_service import CatalogService
-from events.replay import replay
+from events.read.replay import replay
+from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.persistence.store import PLACED, REMOVED, SchedulerStore

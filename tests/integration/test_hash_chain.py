@@ -10,13 +10,13 @@ import pytest
 from sqlalchemy import Engine, Table, delete, insert, select, update
 
 from catalog import Catalog
-from events.backends import open_log
 from events.catalog_service import CatalogService
-from events.chain import GENESIS, VerifyReport, verify_chain
-from events.chain_rows import read_chain, read_seal
-from events.db import make_engine
-from events.tables import EventRow
-from events.types import NewEvent
+from events.core.chain import GENESIS, VerifyReport, verify_chain
+from events.core.types import NewEvent
+from events.database.connection import make_engine
+from events.database.tables import EventRow
+from events.storage.backends import open_log
+from events.storage.chain_rows import read_chain, read_seal
 from tests.support import model
 
 events_table: Table = EventRow.__table__  # type: ignore[assignment]

@@ -15,13 +15,13 @@ from sqlalchemy import Engine, Table, delete, insert
 from structlog.testing import capture_logs
 
 from catalog import Catalog
-from events.adoption import verify_log
-from events.backends import open_log
-from events.db import make_engine
-from events.history import HistoryQuery, history
-from events.replay import Replayer, replay
-from events.snapshots import Restored, SnapshotStore
-from events.tables import EventRow
+from events.audit.adoption import verify_log
+from events.database.connection import make_engine
+from events.database.tables import EventRow
+from events.read.replay import Replayer, replay
+from events.read.snapshots import Restored, SnapshotStore
+from events.storage.backends import open_log
+from events.storage.history import HistoryQuery, history
 from tests.api.server import ApiServer, running
 from tests.e2e.cli import Cli
 from tests.hostile.documents import deep_json_array
@@ -218,7 +218,7 @@ def test_no_value_in_any_column_of_a_stored_row_stops_replay(
         conn.execute(insert(table), {**_valid(len(rows) + 1)})
 
     result = replay(Catalog.build([]), open_log(engine).read())
-    # Start-up's lean read (events.rows.ReplayEvent) judges every row the same way.
+    # Start-up's lean read (events.core.rows.ReplayEvent) judges every row the same way.
     lean = replay(Catalog.build([]), open_log(engine).read_for_replay())
 
     assert result.position == len(rows) + 1

@@ -14,8 +14,8 @@ from sqlalchemy import Engine, update
 
 from catalog import Catalog, parse_model
 from catalog.digest import model_version
-from events.backends import open_log
 from events.catalog_service import CatalogService
+from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import VersionBook, versions_t

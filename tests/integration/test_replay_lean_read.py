@@ -9,10 +9,10 @@ from unittest.mock import patch
 
 from bench import gen
 from catalog import Catalog
-from events.backends import open_log
-from events.db import make_engine
-from events.read_model import CatalogReadModel
-from events.replay import ReplayResult, replay
+from events.database.connection import make_engine
+from events.read.model import CatalogReadModel
+from events.read.replay import ReplayResult, replay
+from events.storage.backends import open_log
 from tests.support import definition, insert_raw_event
 
 
@@ -37,8 +37,8 @@ def test_replay_through_the_fast_paths_equals_the_general_path_on_a_generated_lo
 
         fast = CatalogReadModel(log, declared).refresh()
         with (
-            patch("events.replay.decode_definition", return_value=None),
-            patch("events.replay.decode_removal", return_value=None),
+            patch("events.read.replay.decode_definition", return_value=None),
+            patch("events.read.replay.decode_removal", return_value=None),
         ):
             general = replay(declared, log.read())
     finally:
@@ -54,7 +54,7 @@ def test_a_column_the_driver_cannot_fetch_as_text_does_not_stop_start_up_replay(
 ) -> None:
     """The lean read on SQLite fetches every column to check its type; a TEXT value
     whose bytes are not UTF-8 used to stop the driver's fetch of that batch. It reads
-    as bytes now (events.sqlite_text), so the row is a row of the wrong type, skipped
+    as bytes now (events.database.sqlite_text), so the row is a row of the wrong type, skipped
     and named as the whole read (history, verify, replay --explain) names it, and
     the rest of the batch is judged as before."""
     engine = make_engine(sqlite_url)

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import Engine
 
 from catalog import Catalog
-from events.backends import open_log
 from events.catalog_service import CatalogService
+from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.persistence.store import SchedulerStore
 from scheduler.planner.demands import demands

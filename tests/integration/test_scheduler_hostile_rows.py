@@ -16,9 +16,9 @@ from sqlalchemy import Engine, delete, insert
 from structlog.testing import capture_logs
 
 from catalog import Catalog
-from events.backends import open_log
 from events.catalog_service import CatalogService
-from events.db import make_engine
+from events.database.connection import make_engine
+from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.persistence.outcome_store import Outcome
 from scheduler.persistence.row_decoding import Unreadable
@@ -78,7 +78,7 @@ def insert_raw(engine: Engine, name: str, values: dict[str, Any]) -> None:
 
 
 def _stored(value: Any) -> Any:
-    # How SQLite keeps a UTC time (events.tables.UTCDateTime): naive, in UTC.
+    # How SQLite keeps a UTC time (events.database.tables.UTCDateTime): naive, in UTC.
     if isinstance(value, datetime):
         return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ")
     return value
@@ -247,7 +247,7 @@ def test_a_recorded_round_that_cannot_be_read_is_skipped_and_the_one_before_is_f
 def test_sqlite_rows_with_values_of_the_wrong_type_are_skipped_and_named(
     sqlite_url: str, logs: list[MutableMapping[str, Any]]
 ) -> None:
-    from events.db import make_engine
+    from events.database.connection import make_engine
 
     engine = make_engine(sqlite_url)
     store = SchedulerStore(engine)

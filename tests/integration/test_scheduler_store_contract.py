@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, insert
 
 from catalog import Catalog
-from events.backends import open_log
 from events.catalog_service import CatalogService
+from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.staleness import StalenessPolicy

@@ -21,16 +21,16 @@ import pytest
 from sqlalchemy import Engine, Table, insert, select, update
 
 from catalog import load_declared
-from events.backends import open_log
 from events.catalog_service import CatalogService
-from events.chain import verify_chain
-from events.chain_rows import read_chain, read_seal
-from events.db import make_engine
-from events.history import HistoryQuery, history
-from events.migrate import current_revision, head_revision, upgrade
-from events.replay import replay
-from events.tables import EventRow
-from events.upcast import upcast
+from events.core.chain import verify_chain
+from events.core.upcast import upcast
+from events.database.connection import make_engine
+from events.database.migrate import current_revision, head_revision, upgrade
+from events.database.tables import EventRow
+from events.read.replay import replay
+from events.storage.backends import open_log
+from events.storage.chain_rows import read_chain, read_seal
+from events.storage.history import HistoryQuery, history
 from llmgw.views import catalog_json
 from tests.support import model
 

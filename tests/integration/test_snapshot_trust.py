@@ -10,12 +10,12 @@ from sqlalchemy import Engine, Table, select, update
 from structlog.testing import capture_logs
 
 from catalog import Catalog
-from events.backends import open_log
+from events.audit.snapshot_check import audit_snapshots
 from events.catalog_service import CatalogService
-from events.replay import replay
-from events.snapshot_audit import audit_snapshots
-from events.snapshots import _checksum
-from events.tables import SnapshotRow
+from events.database.tables import SnapshotRow
+from events.read.replay import replay
+from events.read.snapshots import _checksum
+from events.storage.backends import open_log
 from tests.support import model
 
 snapshots_table: Table = SnapshotRow.__table__  # type: ignore[assignment]

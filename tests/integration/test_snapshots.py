@@ -11,11 +11,11 @@ from sqlalchemy import Engine, Table, func, select, update
 from structlog.testing import capture_logs
 
 from catalog import Catalog
-from events.backends import open_log
 from events.catalog_service import CatalogService
-from events.replay import replay
-from events.snapshots import KEEP, SnapshotStore
-from events.tables import EventRow, SnapshotRow
+from events.database.tables import EventRow, SnapshotRow
+from events.read.replay import replay
+from events.read.snapshots import KEEP, SnapshotStore
+from events.storage.backends import open_log
 from tests.support import insert_raw_event, model
 
 snapshots_table: Table = SnapshotRow.__table__  # type: ignore[assignment]
@@ -124,7 +124,7 @@ def _newest(engine: Engine) -> int:
 
 
 def _checksum_for(engine: Engine, snapshot_id: int, models: str) -> str:
-    from events.snapshots import _checksum
+    from events.read.snapshots import _checksum
 
     with engine.connect() as conn:
         row = conn.execute(select(snapshots_table).where(snapshots_table.c.id == snapshot_id)).one()

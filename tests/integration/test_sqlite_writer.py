@@ -1,4 +1,4 @@
-"""The SQLite log's own write connection (events.sqlite_log): kept between sections,
+"""The SQLite log's own write connection (events.storage.sqlite_log): kept between sections,
 never stale, never shared across a fork, and a driver error still reads as SQLAlchemy's.
 
 The log keeps one connection for its write sections instead of taking one from the
@@ -18,11 +18,11 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from events.backends import open_log
-from events.chain import verify_chain
-from events.chain_rows import read_chain, read_seal
-from events.db import make_engine
-from events.types import NewEvent
+from events.core.chain import verify_chain
+from events.core.types import NewEvent
+from events.database.connection import make_engine
+from events.storage.backends import open_log
+from events.storage.chain_rows import read_chain, read_seal
 
 
 def _event(name: str) -> NewEvent:

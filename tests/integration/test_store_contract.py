@@ -1,4 +1,4 @@
-"""The log's contract (events.log), run unchanged against every implementation.
+"""The log's contract (events.storage.log), run unchanged against every implementation.
 
 One suite, three back ends: the in-memory log the command tests use, SQLite
 and PostgreSQL (a fresh migrated database per test; PostgreSQL is required
@@ -15,12 +15,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from events import sql_reads as store_module
-from events.backends import open_log
-from events.db import make_engine
-from events.log import ConcurrencyConflict, Log
-from events.memory_log import MemoryLog
-from events.types import NewEvent
+from events.core.types import NewEvent
+from events.database.connection import make_engine
+from events.storage import sql_reads as store_module
+from events.storage.backends import open_log
+from events.storage.log import ConcurrencyConflict, Log
+from events.storage.memory_log import MemoryLog
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -146,7 +146,7 @@ def test_an_unknown_key_has_no_events(log: Log) -> None:
 
 @pytest.mark.parametrize("size", [1, 15, 16, 17, 40])
 def test_a_key_finds_exactly_its_commands_events_among_others(log: Log, size: int) -> None:
-    """Keys are found through the first event's id (events.store): a command of any
+    """Keys are found through the first event's id (events.storage.sql_log): a command of any
     length, with other commands, keyed and not, before and after it."""
     log.append([_event("before")], expected_head=0, key="k-before")
     log.append([_event("unkeyed")], expected_head=1)

@@ -14,12 +14,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, select
 
-import events.sql_reads as store_module
-from events.backends import open_log
-from events.rows import to_event as _to_event
-from events.sql_reads import _COLUMNS, t
-from events.store import SqlLog
-from events.types import NewEvent, StoredEvent
+import events.storage.sql_reads as store_module
+from events.core.rows import to_event as _to_event
+from events.core.types import NewEvent, StoredEvent
+from events.storage.backends import open_log
+from events.storage.sql_log import SqlLog
+from events.storage.sql_reads import _COLUMNS, t
 
 
 def _fill(store: SqlLog, count: int) -> None:

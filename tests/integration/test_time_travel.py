@@ -16,13 +16,13 @@ from sqlalchemy import Engine, delete
 
 from catalog import Catalog
 from catalog.diff import diff_catalogs
-from events.backends import open_log
 from events.catalog_service import CatalogService
-from events.replay import replay
-from events.snapshots import SnapshotStore
-from events.tables import EventRow, SnapshotRow
-from events.timetravel import catalog_at, catalogs_at
-from events.types import NewEvent
+from events.core.types import NewEvent
+from events.database.tables import EventRow, SnapshotRow
+from events.read.replay import replay
+from events.read.snapshots import SnapshotStore
+from events.read.time_travel import catalog_at, catalogs_at
+from events.storage.backends import open_log
 from tests.support import definition, model
 
 CONFIG = "deploy/catalog.yaml"

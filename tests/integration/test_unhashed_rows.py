@@ -6,12 +6,12 @@ import pytest
 from sqlalchemy import Engine, Table, select, update
 
 from catalog import Catalog
-from events.adoption import AdoptionRefused, adopt_unhashed, adoptions_table, verify_log
-from events.backends import open_log
+from events.audit.adoption import AdoptionRefused, adopt_unhashed, adoptions_table, verify_log
 from events.catalog_service import CatalogService
-from events.chain import VerifyReport
-from events.commands import CommandConflict
-from events.tables import EventRow
+from events.core.chain import VerifyReport
+from events.database.tables import EventRow
+from events.storage.backends import open_log
+from events.write.commands import CommandConflict
 from tests.support import insert_raw_event, model
 
 events_table: Table = EventRow.__table__  # type: ignore[assignment]

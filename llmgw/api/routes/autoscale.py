@@ -3,7 +3,7 @@ per-model view out (``GET /v1/autoscale``).
 
 A gateway posts every few seconds, and at once when a request starts waiting for a
 model with no ready replica. The body is received with the API's size cap and
-parsed and checked in a worker thread (``llmgw.api.bodies``, ``autoscale.signals``),
+parsed and checked in a worker thread (``llmgw.api.guards.bodies``, ``autoscale.signals``),
 never on the event loop; nothing is stored unless all of it is valid.
 """
 
@@ -28,11 +28,11 @@ from autoscale.signals import (
 )
 from autoscale.store import AutoscaleStore
 from catalog.documents import NotJSON
-from llmgw.api.access import SECURED, Reader, Signaller
-from llmgw.api.bodies import parse, receive
-from llmgw.api.problems import ApiJSON, Problem, errors
-from llmgw.api.schemas import printable_schema
-from llmgw.api.services import Services
+from llmgw.api.guards.bodies import parse, receive
+from llmgw.api.rendering.problems import ApiJSON, Problem, errors
+from llmgw.api.rendering.schemas import printable_schema
+from llmgw.api.routes.access import SECURED, Reader, Signaller
+from llmgw.api.runtime.services import Services
 from llmgw.autoscale_view import autoscale_rows
 
 router = APIRouter()

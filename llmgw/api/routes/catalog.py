@@ -22,13 +22,13 @@ from starlette.convertors import Convertor, register_url_convertor
 from catalog import Catalog, CatalogError, Model, RefusalKind, parse_definitions
 from catalog.declared import require_models
 from catalog.identifiers import KEY_PATTERN, IdentifierError
-from events.apply import ApplyResult
-from events.commands import CommandConflict, CommandResult, KeyReused
-from llmgw.api import schemas
-from llmgw.api.access import SECURED, Operator, Reader
-from llmgw.api.bodies import ORIGIN, parse, receive, text_problem
-from llmgw.api.problems import ApiJSON, Problem, errors, refused
-from llmgw.api.services import Services
+from events.write.apply import ApplyResult
+from events.write.commands import CommandConflict, CommandResult, KeyReused
+from llmgw.api.guards.bodies import ORIGIN, parse, receive, text_problem
+from llmgw.api.rendering import schemas
+from llmgw.api.rendering.problems import ApiJSON, Problem, errors, refused
+from llmgw.api.routes.access import SECURED, Operator, Reader
+from llmgw.api.runtime.services import Services
 from llmgw.views import command_json, event_json, model_entry, openai_entry
 from scheduler.daemon.node_service import replica_counts
 from scheduler.planner.demands import demands

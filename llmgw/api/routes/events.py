@@ -1,6 +1,6 @@
 """The catalog's log, read by position: a page at a time, or followed as server-sent events.
 
-Positions are gapless and commit-ordered (see events.store), so a follower
+Positions are gapless and commit-ordered (see events.storage.sql_log), so a follower
 that resumes after the last position it saw neither misses nor repeats an
 event. The stream gives each event's position as its SSE ``id``; a client that
 reconnects sends it back as ``Last-Event-ID`` (browsers do this themselves),
@@ -37,11 +37,11 @@ from sqlalchemy.exc import OperationalError
 from starlette.responses import Response
 
 from catalog.secrets import redact
-from events.types import StoredEvent
-from llmgw.api import schemas
-from llmgw.api.access import SECURED, Reader
-from llmgw.api.problems import ApiJSON, Problem, errors, json_text
-from llmgw.api.services import Services
+from events.core.types import StoredEvent
+from llmgw.api.rendering import schemas
+from llmgw.api.rendering.problems import ApiJSON, Problem, errors, json_text
+from llmgw.api.routes.access import SECURED, Reader
+from llmgw.api.runtime.services import Services
 from llmgw.views import event_json, placement_event_json
 from scheduler.persistence.record_format import PlacementEvent
 from scheduler.persistence.row_decoding import Unreadable

@@ -28,12 +28,13 @@ from starlette.responses import Response
 from autoscale.runner import wanted_counts
 from autoscale.store import AutoscaleStore
 from catalog.diff import diff_catalogs
-from events.timetravel import catalogs_at
-from llmgw.api import fleet, schemas
-from llmgw.api.access import SECURED, Reader
-from llmgw.api.problems import ApiJSON, Problem, errors
+from events.read.time_travel import catalogs_at
+from llmgw.api.rendering import schemas
+from llmgw.api.rendering.problems import ApiJSON, Problem, errors
+from llmgw.api.routes.access import SECURED, Reader
 from llmgw.api.routes.autoscale import measured_capacities
-from llmgw.api.services import Services
+from llmgw.api.runtime import fleet_counts
+from llmgw.api.runtime.services import Services
 from llmgw.views import iso, replica_json
 from scheduler.persistence.outcome_store import Outcome
 from scheduler.persistence.row_decoding import Unreadable
@@ -76,7 +77,7 @@ def _fleet(svc: Services) -> dict[str, Any]:
     if isinstance(outcome, Outcome):
         for u in outcome.unplaced:
             reasons.setdefault(u.model, []).append({"replica": u.replica, "reason": u.reason})
-    models = fleet.models(view.catalog, replicas)
+    models = fleet_counts.models(view.catalog, replicas)
     # What placement is asked for: scaling.min, or the autoscaler's count within min..max.
     replicas_asked = {d.model: d.replicas for d in asked}
     by_name = {n.name: n for n in inventory}
@@ -103,7 +104,7 @@ def _fleet(svc: Services) -> dict[str, Any]:
         },
         "reasons_from": _reasons_from(outcome),
         "models": models,
-        "nodes": fleet.nodes(inventory, placements, now, policy, state.lifecycle.cordons),
+        "nodes": fleet_counts.nodes(inventory, placements, now, policy, state.lifecycle.cordons),
         "placements": rows,
         # The declared file as this server last read it (a refused edit: where and why).
         "declared": svc.declared_watch.to_json(),

@@ -14,8 +14,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from llmgw.api.access import SECURED, Gateway
-from llmgw.api.problems import ApiJSON, errors
+from llmgw.api.rendering.problems import ApiJSON, errors
+from llmgw.api.routes.access import SECURED, Gateway
 
 router = APIRouter()
 

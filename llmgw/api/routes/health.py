@@ -11,11 +11,11 @@ from fastapi import APIRouter
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.responses import Response
 
-from events.migrate import current_revision, is_at_head
-from llmgw.api import schemas
-from llmgw.api.access import SECURED, Anyone, Reader
-from llmgw.api.metrics import CONTENT_TYPE
-from llmgw.api.problems import ApiJSON, Problem, errors
+from events.database.migrate import current_revision, is_at_head
+from llmgw.api.rendering import schemas
+from llmgw.api.rendering.problems import ApiJSON, Problem, errors
+from llmgw.api.routes.access import SECURED, Anyone, Reader
+from llmgw.api.telemetry.metrics import CONTENT_TYPE
 
 router = APIRouter()
 

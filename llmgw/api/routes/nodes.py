@@ -16,14 +16,14 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from catalog.identifiers import FABRIC, GPU_CLASS, LABEL_KEY, LABEL_VALUE, NODE_NAME
-from llmgw.api import schemas
-from llmgw.api.access import SECURED, Reader, Reporter
-from llmgw.api.bodies import receive, text_problem
-from llmgw.api.node_reports import Recorded, read_report, unstorable
-from llmgw.api.problems import ApiJSON, Problem, errors
+from llmgw.api.guards.bodies import receive, text_problem
+from llmgw.api.rendering import schemas
+from llmgw.api.rendering.problems import ApiJSON, Problem, errors
+from llmgw.api.rendering.schemas import grammar_schema, http_url_schema, printable_schema
+from llmgw.api.reports.node_reports import Recorded, read_report, unstorable
+from llmgw.api.routes.access import SECURED, Reader, Reporter
 from llmgw.api.routes.autoscale import measured_capacities
-from llmgw.api.schemas import grammar_schema, http_url_schema, printable_schema
-from llmgw.api.services import Services
+from llmgw.api.runtime.services import Services
 from llmgw.views import node_json, replica_json
 from scheduler.lifecycle.replica_reports import MAX_CONTEXT_DETAIL, MAX_ENDPOINT, MAX_MESSAGE
 from scheduler.planner.inventory import NodeReport
@@ -112,7 +112,7 @@ def _parse_and_record(svc: Services, name: str, body: bytes, actor: str) -> Reco
 
 
 def _record(svc: Services, report: NodeReport, actor: str) -> Recorded:
-    # Committed with the reports other agents sent meanwhile (llmgw.api.node_reports);
+    # Committed with the reports other agents sent meanwhile (llmgw.api.reports.node_reports);
     # answered only once committed, as a report sent alone would be.
     try:
         recorded = svc.reports.submit((report, actor))

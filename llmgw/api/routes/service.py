@@ -13,9 +13,9 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from llmgw.api.access import SECURED, Operator
-from llmgw.api.problems import ApiJSON, Problem, errors
-from llmgw.api.services import Services
+from llmgw.api.rendering.problems import ApiJSON, Problem, errors
+from llmgw.api.routes.access import SECURED, Operator
+from llmgw.api.runtime.services import Services
 from llmgw.views import service_change_json
 from scheduler.daemon.node_service import (
     MAX_REASON,

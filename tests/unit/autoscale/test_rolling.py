@@ -40,6 +40,45 @@ def windows(draw: st.DrawFn) -> Window:
     )
 
 
+def _straightforward(ws: list[Window]) -> Summary:
+    """One model's summary as the definitions in ``autoscale.windows`` say, one window
+    at a time, with nothing kept between calls: what the batch folding must equal."""
+    if not ws:
+        return Summary()
+    per_gateway: dict[str, list[int]] = {}
+    for w in ws:
+        us = max(0, (w.end - w.start) // timedelta(microseconds=1))
+        micro = round(w.inflight_mean * 1_000_000)
+        acc = per_gateway.setdefault(w.gateway, [0, 0, 0, 0])
+        acc[0] += micro * us
+        acc[1] += us
+        acc[2] += micro
+        acc[3] += 1
+    load = 0.0
+    for gateway in sorted(per_gateway):
+        weighted, us, micro, n = per_gateway[gateway]
+        load += weighted / (us * 1_000_000) if us > 0 else micro / (n * 1_000_000)
+
+    def highest(values: list[float | None]) -> float | None:
+        counted = [v for v in values if v is not None]
+        return max(counted) if counted else None
+
+    served = [w for w in ws if w.requests > 0]
+    return Summary(
+        windows=len(ws),
+        gateways=len(per_gateway),
+        requests=sum(w.requests for w in ws),
+        errors=sum(w.errors for w in ws),
+        waiting=max(w.waiting for w in ws),
+        load=round(load, 6),
+        inflight_max=max(w.inflight_max for w in ws),
+        replicas=max(w.replica_count for w in ws),
+        queue_wait_p99_s=highest([w.queue_wait_p99_s for w in served]),
+        ttft_p99_s=highest([w.ttft_p99_s for w in served]),
+        tpot_p99_s=highest([w.tpot_p99_s for w in served]),
+    )
+
+
 def _fresh(ws: list[Window], after: datetime, upto: datetime) -> dict[str, Summary]:
     live = [w for w in ws if after < w.received_at <= upto]
     return {m: summarise([w for w in live if w.model == m]) for m in {w.model for w in live}}
@@ -68,6 +107,9 @@ def test_folding_window_by_window_gives_the_summaries_of_the_window_to_the_bit(
         upto = at
         expected = _fresh(ws, after, at)
         assert {m: rolling.summary(m) for m in expected} == expected
+        live = [w for w in ws if after < w.received_at <= at]
+        plain = {m: _straightforward([w for w in live if w.model == m]) for m in expected}
+        assert expected == plain
         assert set(rolling.models) == set(expected)
         # The same set folded at once (a daemon that just took over, a backtest).
         again = Rolling.of(w for w in ws if after < w.received_at <= at)
@@ -97,3 +139,31 @@ def test_a_summary_reads_load_per_gateway_weighted_by_time_and_the_highest_p99s(
     # served nothing is not counted.
     assert s.load == 4.5 and s.ttft_p99_s == 0.5 and s.gateways == 2 and s.windows == 3
     assert summarise([]) == Summary()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(windows(), max_size=25), min_size=1, max_size=10),
+    st.integers(5, 60),
+    st.lists(st.integers(-3, 3), min_size=10, max_size=10),
+)
+def test_batch_folding_equals_the_straightforward_summary_round_after_round(
+    batches: list[list[Window]], width: int, jitter: list[int]
+) -> None:
+    """The daemon's shape: each round reads what arrived since the last as one batch, and
+    the edge of the window falls anywhere (a round late or early), so batches leave whole
+    or straddle it; every round's summaries equal the straightforward ones."""
+    ordered = sorted((w for batch in batches for w in batch), key=lambda w: w.received_at)
+    rolling = Rolling()
+    upto = T0 - timedelta(seconds=1)
+    for k in range(len(batches)):
+        at = T0 + timedelta(seconds=12 * (k + 1) + jitter[k])
+        rolling.add(w for w in ordered if upto < w.received_at <= at)
+        after = at - timedelta(seconds=width)
+        rolling.expire(after)
+        upto = at
+        live = [w for w in ordered if after < w.received_at <= at]
+        models = {w.model for w in live}
+        assert set(rolling.models) == models
+        for m in models:
+            assert rolling.summary(m) == _straightforward([w for w in live if w.model == m])

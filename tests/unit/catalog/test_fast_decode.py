@@ -39,8 +39,8 @@ from catalog import fast_decode as fd
 from catalog.documents import Limits
 from catalog.model import Scaling
 from catalog.parse import parse_wrapped_model_json
-from events.replay import STORED_LIMITS, replay
-from events.types import MODEL_ADDED, StoredEvent
+from events.core.types import MODEL_ADDED, StoredEvent
+from events.read.replay import STORED_LIMITS, replay
 
 # -- strict equality ------------------------------------------------------------------------
 

@@ -16,8 +16,8 @@ import yaml
 
 from catalog import Catalog, CatalogError, CatalogState, load_declared, parse_model
 from catalog.identifiers import IdentifierError, check_command
-from events.replay import replay
-from events.types import StoredEvent
+from events.core.types import StoredEvent
+from events.read.replay import replay
 from scheduler.planner.inventory import NodeReportError, parse_node_report
 from tests.support import definition, model
 
@@ -246,7 +246,7 @@ def test_people_and_reasons_may_be_written_in_any_script() -> None:
 
 
 def test_explained_replay_shows_what_a_case_twin_collides_with() -> None:
-    from events.replay_reasons import explain, render_context
+    from events.read.replay_reasons import explain, render_context
 
     declared = Catalog.build([model("llama-3", aliases=["llama-70b"])])
     _, steps = explain(declared, [_added(1, definition("LLAMA-70B"))])

@@ -1,7 +1,7 @@
 """The one rule for printable text, and the API document's patterns, agree exactly.
 
 ``catalog.printable`` is what every path checks (identifiers, reasons, node and
-replica reports, ``shown``); ``llmgw.api.schemas`` writes the same rule into the
+replica reports, ``shown``); ``llmgw.api.rendering.schemas`` writes the same rule into the
 document. Before, the document's class refused only the common culprits, so an
 unassigned (Cn), private-use (Co) or rarer format (Cf) character was valid by the
 document and a 422 from the server (issue 11, item 10).
@@ -29,7 +29,7 @@ from catalog.printable import (
     printable,
     ranges_from_unicodedata,
 )
-from llmgw.api.schemas import (
+from llmgw.api.rendering.schemas import (
     DURATION_PATTERN,
     PRINTABLE_TEXT,
     grammar_schema,

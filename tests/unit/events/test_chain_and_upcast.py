@@ -10,7 +10,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from catalog import Catalog
-from events.chain import (
+from events.core.chain import (
     GENESIS,
     ChainRow,
     Seal,
@@ -19,9 +19,9 @@ from events.chain import (
     event_hash,
     verify_chain,
 )
-from events.replay import replay
-from events.types import CURRENT_SCHEMA, MODEL_ADDED, StoredEvent
-from events.upcast import upcast
+from events.core.types import CURRENT_SCHEMA, MODEL_ADDED, StoredEvent
+from events.core.upcast import upcast
+from events.read.replay import replay
 from tests.support import definition
 
 NOON = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from events.chain import GENESIS
-from events.log import chained_rows
-from events.types import NewEvent
+from events.core.chain import GENESIS
+from events.core.types import NewEvent
+from events.storage.log import chained_rows
 
 NOON = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

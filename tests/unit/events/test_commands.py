@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog import Catalog, CatalogError, Model
-from events.commands import CatalogCommands, KeyReused
-from events.memory_log import MemoryLog
-from events.read_model import CatalogReadModel
-from events.replay import replay
-from events.types import MODEL_ADDED, MODEL_REMOVED, MODEL_REPLACED
+from events.core.types import MODEL_ADDED, MODEL_REMOVED, MODEL_REPLACED
+from events.read.model import CatalogReadModel
+from events.read.replay import replay
+from events.storage.memory_log import MemoryLog
+from events.write.commands import CatalogCommands, KeyReused
 from tests.support import model
 
 DECLARED = Catalog.build([model("decl", aliases=["d"])])
@@ -141,7 +141,7 @@ def test_the_read_model_caches_the_catalog_until_the_log_moves() -> None:
 
 def test_the_writers_catalog_is_the_one_a_replay_of_its_log_gives() -> None:
     """A command applies what it appended without reading it back or decoding it
-    again (events.read_model.wrote): the result must be what every other reader
+    again (events.read.model.wrote): the result must be what every other reader
     of the log replays, model for model."""
     log = MemoryLog()
     commands = _commands(log)

@@ -11,13 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from catalog import Catalog, parse_model
-from events.commands import CatalogCommands
-from events.declared_change import check_declared_change, declared_change
-from events.memory_log import MemoryLog
-from events.read_model import CatalogReadModel
-from events.replay import replay
-from events.types import DECLARED_CHANGED, NewEvent
-from events.upcast import UnreadableEvent
+from events.core.declared_change import check_declared_change, declared_change
+from events.core.types import DECLARED_CHANGED, NewEvent
+from events.core.upcast import UnreadableEvent
+from events.read.model import CatalogReadModel
+from events.read.replay import replay
+from events.storage.memory_log import MemoryLog
+from events.write.commands import CatalogCommands
 
 
 def model(name: str, arg: str = "") -> Any:

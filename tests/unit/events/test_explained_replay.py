@@ -8,9 +8,9 @@ from typing import Any
 
 from catalog import Catalog
 from catalog.digest import catalog_digest
-from events.replay import replay
-from events.replay_reasons import Step, explain, render_context
-from events.types import StoredEvent
+from events.core.types import StoredEvent
+from events.read.replay import replay
+from events.read.replay_reasons import Step, explain, render_context
 from tests.support import definition, model
 
 NOON = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

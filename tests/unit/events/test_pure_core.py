@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-# The scheduler's pure floors (see scheduler/__init__.py), every module found on disk,
+# The pure floors (see events/__init__.py and scheduler/__init__.py), every module found on disk,
 # so that a new planner module is held to this without a line here.
-PURE_FLOORS = ("scheduler.lifecycle", "scheduler.planner")
+PURE_FLOORS = ("events.core", "scheduler.lifecycle", "scheduler.planner")
 FLOOR_MODULES = tuple(
     f"{floor}.{path.stem}" if path.stem != "__init__" else floor
     for floor in PURE_FLOORS
@@ -22,16 +22,12 @@ FLOOR_MODULES = tuple(
 
 PURE = (
     "events",
-    "events.types",
-    "events.upcast",
-    "events.replay",
-    "events.replay_reasons",
-    "events.apply",
-    "events.idempotency",
-    "events.chain",
-    "events.rows",
-    "events.log",
-    "events.memory_log",
+    "events.read.replay",
+    "events.read.replay_reasons",
+    "events.write.apply",
+    "events.write.idempotency",
+    "events.storage.log",
+    "events.storage.memory_log",
     "scheduler.planner.plan",
     *FLOOR_MODULES,
 )

@@ -22,9 +22,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from catalog import Catalog
-from events.replay import Replayer
-from events.rows import ReplayEvent
-from events.types import StoredEvent
+from events.core.rows import ReplayEvent
+from events.core.types import StoredEvent
+from events.read.replay import Replayer
 from tests.support import definition, model
 
 NAMES = ["a", "A", "b", "c", "a-latest", "decl-1", "DECL-1", "alias-x", "Alias-X"]
@@ -129,8 +129,8 @@ def test_the_quick_steps_judge_every_event_as_the_whole_way_does(
 ) -> None:
     quick = _replay(log, lean=True)
     with (
-        patch("events.replay.decode_definition", return_value=None),
-        patch("events.replay.decode_removal", return_value=None),
+        patch("events.read.replay.decode_definition", return_value=None),
+        patch("events.read.replay.decode_removal", return_value=None),
         patch("catalog.model_rules.plainly_valid", return_value=False),
     ):
         whole = _replay(log, lean=False)

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog import Catalog, CatalogError, parse_model
-from events.apply import definition_payload
-from events.replay import Replayer, replay
-from events.types import CURRENT_SCHEMA, StoredEvent
+from events.core.types import CURRENT_SCHEMA, StoredEvent
+from events.read.replay import Replayer, replay
+from events.write.apply import definition_payload
 from tests.support import definition, model
 
 NAMES = ["a", "b", "c", "d", "e", "decl-1", "decl-2", "alias-x"]

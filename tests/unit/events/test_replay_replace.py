@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from catalog import Catalog, CatalogError, Model
 from catalog.digest import catalog_digest
-from events.apply import plan_apply
-from events.replay import Replayer, replay
-from events.replay_reasons import explain, render_context
-from events.types import NewEvent, StoredEvent
+from events.core.types import NewEvent, StoredEvent
+from events.read.replay import Replayer, replay
+from events.read.replay_reasons import explain, render_context
+from events.write.apply import plan_apply
 from tests.support import definition, model
 from tests.unit.events.test_replay_fast_path import payload_texts
 
@@ -97,7 +97,7 @@ def test_a_replacement_replays_the_same_through_the_fast_and_the_general_path(te
         _stored(2, NewEvent("model.replaced", "llama", text, 1)),
     ]
     fast = _outcome(events)
-    with patch("events.replay.decode_definition", return_value=None):
+    with patch("events.read.replay.decode_definition", return_value=None):
         general = _outcome(events)
     assert fast == general
 

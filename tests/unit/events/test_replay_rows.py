@@ -1,6 +1,6 @@
 """Replay's lean read on SQLite checks each row's column types in Python
-(``events.rows.replay_events``) instead of asking SQLite for a flag: a row must be
-judged exactly as ``events.rows.decode`` judges the whole row, whatever each column
+(``events.core.rows.replay_events``) instead of asking SQLite for a flag: a row must be
+judged exactly as ``events.core.rows.decode`` judges the whole row, whatever each column
 holds (SQLite stores any value in any column)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy.dialects import sqlite
 
-from events.rows import EVENT_COLUMNS, REPLAY_CHECKED_COLUMNS, decode, lean, replay_events
-from events.sql_reads import recorded_at_from_db
+from events.core.rows import EVENT_COLUMNS, REPLAY_CHECKED_COLUMNS, decode, lean, replay_events
+from events.storage.sql_reads import recorded_at_from_db
 
 CONVERT = recorded_at_from_db(sqlite.dialect())
 

@@ -8,8 +8,8 @@ import json
 from datetime import UTC, datetime
 
 from catalog import Catalog, parse_model
-from events.replay import replay
-from events.types import StoredEvent
+from events.core.types import StoredEvent
+from events.read.replay import replay
 from tests.support import definition
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,5 +1,5 @@
 """A SQLite cursor that meets text whose bytes are not UTF-8 hands it over as bytes and
-goes on: what keeps one edited row from stopping every read (events.sqlite_text)."""
+goes on: what keeps one edited row from stopping every read (events.database.sqlite_text)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from events.sqlite_text import TolerantConnection
+from events.database.sqlite_text import TolerantConnection
 
 BAD = b"\xffA"
 

@@ -1,6 +1,6 @@
 """An append writes and reads ``recorded_at`` on SQLite exactly as its column type does.
 
-The write section converts the time itself (events.store ``_to_db``, ``_from_db``)
+The write section converts the time itself (events.storage.sql_log ``_to_db``, ``_from_db``)
 rather than through ``UTCDateTime``'s processors; these properties hold the two to
 the same text written and the same time read, or the same refusal, for any time in
 any zone and any stored text, so rows, hashes and the clamp of ``recorded_at`` are
@@ -16,8 +16,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from sqlalchemy.dialects import sqlite
 
-from events.sql_reads import recorded_at_from_db, t
-from events.store import _writes
+from events.storage.sql_log import _writes
+from events.storage.sql_reads import recorded_at_from_db, t
 
 DIALECT = sqlite.dialect()
 WRITES = _writes(DIALECT)

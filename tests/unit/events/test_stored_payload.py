@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from bench.gen import TEXT_FORMATS
 from catalog import Catalog, Model, parse_model
 from catalog.fast_decode import decode_definition
-from events.apply import definition_event
-from events.replay import replay
-from events.types import MODEL_ADDED, StoredEvent
+from events.core.types import MODEL_ADDED, StoredEvent
+from events.read.replay import replay
+from events.write.apply import definition_event
 from tests.unit.catalog.test_catalog_properties import valid_definitions
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

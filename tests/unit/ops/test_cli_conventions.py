@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from llmgw.cli import build_parser
 from llmgw.cli.completion import bash_script
-from llmgw.cli.help import EXAMPLES, subcommands
-from llmgw.cli.times import BadTime, parse_when, whole_day
+from llmgw.cli.shared.help_text import EXAMPLES, subcommands
+from llmgw.cli.shared.times import BadTime, parse_when, whole_day
 
 # Commands that run until stopped, group commands, or print a script: no JSON to give.
 NO_JSON = {

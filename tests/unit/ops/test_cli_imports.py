@@ -1,6 +1,6 @@
 """``llmgw --version``, ``--help`` and a command's ``--help`` load no heavy library, and
 a command loads what it runs: the parser is built from light modules and a command's
-code is imported when that command runs (llmgw.cli.parser)."""
+code is imported when that command runs (llmgw.cli.shared.parser)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from llmgw.cli import build_parser
-from llmgw.cli import context as cli_context
-from llmgw.cli.help import subcommands
-from llmgw.cli.parser import command
-from llmgw.cli.parser_serve import ROLES
+from llmgw.cli.operate.parser import ROLES
+from llmgw.cli.shared import context as cli_context
+from llmgw.cli.shared.help_text import subcommands
+from llmgw.cli.shared.parser import command
 
 HEAVY = ("sqlalchemy", "pydantic", "structlog", "yaml", "fastapi", "alembic", "psycopg")
 
@@ -71,7 +71,7 @@ def test_every_command_names_a_function_that_exists() -> None:
 
 
 def test_the_roles_spelled_for_help_are_the_api_roles() -> None:
-    from llmgw.api.auth import Role
+    from llmgw.api.guards.tokens import Role
 
     assert [r.value for r in Role] == ROLES
 

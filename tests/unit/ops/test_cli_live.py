@@ -1,4 +1,4 @@
-"""The pieces of llmgw.cli.live that need no process: the progress line (on a terminal only),
+"""The pieces of llmgw.cli.shared.live that need no process: the progress line (on a terminal only),
 --watch's value, and JSON lines. The commands themselves: tests/e2e/test_cli_live.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from llmgw.cli import live
+from llmgw.cli.shared import live
 
 
 class Terminal(io.StringIO):

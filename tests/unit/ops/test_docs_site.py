@@ -22,7 +22,9 @@ def test_the_readme_is_a_front_door_with_both_commands_the_flow_and_a_map() -> N
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) < 200
     assert "make demo" in text and "make test" in text
-    assert "events.replay" in text and "scheduler.planner.plan" in text  # the picture of the flow
+    assert (
+        "events.read.replay" in text and "scheduler.planner.plan" in text
+    )  # the picture of the flow
     for link in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (ROOT / link).is_file(), f"README links to {link}, which does not exist"
 
@@ -74,7 +76,7 @@ def test_every_charted_figure_is_one_its_page_reports() -> None:
 
 def test_the_cli_reference_has_every_command_and_the_http_reference_every_route() -> None:
     from llmgw.cli import build_parser
-    from llmgw.cli.help import subcommands
+    from llmgw.cli.shared.help_text import subcommands
 
     cli = cli_reference.render()
     for path in subcommands(build_parser()):

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from llmgw.api.group_commit import GroupCommit
+from llmgw.api.reports.group_commit import GroupCommit
 
 
 class Log:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmgw.cli.times import BadTime, parse_when
+from llmgw.cli.shared.times import BadTime, parse_when
 
 
 @pytest.fixture

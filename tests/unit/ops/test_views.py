@@ -1,14 +1,14 @@
 """The JSON users see (llmgw.views, printed by the CLI's --json and answered by the API)
-and the CLI's tables (llmgw.cli.render): each shape is built in one place."""
+and the CLI's tables (llmgw.cli.shared.tables): each shape is built in one place."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
 from catalog import Catalog
-from events.commands import CommandResult
-from events.types import StoredEvent
-from llmgw.cli.render import catalog_table
+from events.core.types import StoredEvent
+from events.write.commands import CommandResult
+from llmgw.cli.shared.tables import catalog_table
 from llmgw.views import (
     catalog_json,
     command_json,

@@ -1,0 +1,67 @@
+"""Events as the rest of the system sees them: what is appended and what is read back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+MODEL_ADDED = "model.added"
+MODEL_REMOVED = "model.removed"
+MODEL_REPLACED = "model.replaced"
+# The declared catalog file changed and a running process took the new one. No
+# change to the catalog's state on replay (the file is the declared catalog's
+# source); recorded so that `history` shows when configuration changed.
+DECLARED_CHANGED = "catalog.declared_changed"
+
+# The version of each event type's payload this code writes. Older versions
+# are upcast on read (events.core.upcast); stored rows are never rewritten.
+#   model.added 1: {"model": definition}
+#   model.added 2: {"model": definition, "declared_digest": hex or null}: the
+#     digest (catalog.digest) of the declared catalog the add was validated
+#     against, so that a later skip ("collides with a model declared since")
+#     can be told apart from a bad write.
+#   model.removed 1: {"name": name}
+#   model.replaced 1: {"model": definition, "declared_digest": hex}: a runtime
+#     model's whole new definition (defaults applied), as model.added 2 holds
+#     it, so that replay needs nothing but the event to apply it.
+#   catalog.declared_changed 1: {"path": file, "old_digest": hex, "new_digest": hex,
+#     "added": [names], "removed": [names], "changed": [names]}: the declared
+#     catalog's digests (catalog.digest) before and after, and its models that changed.
+CURRENT_SCHEMA: dict[str, int] = {
+    MODEL_ADDED: 2,
+    MODEL_REMOVED: 1,
+    MODEL_REPLACED: 1,
+    DECLARED_CHANGED: 1,
+}
+# The types whose payload is a whole definition under "model".
+DEFINITION_TYPES = frozenset({MODEL_ADDED, MODEL_REPLACED})
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event about to be appended; the store assigns position, id and time."""
+
+    type: str
+    model: str
+    payload: str  # JSON text
+    schema_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One row of the log, as stored. The payload stays text: decoding is replay's job,
+    so that a row that cannot be decoded is skipped and named rather than crashing a read."""
+
+    position: int
+    event_id: str
+    command_id: str
+    type: str
+    schema_version: int
+    model: str | None
+    payload: str
+    actor: str
+    reason: str
+    recorded_at: datetime
+    # Why a column of the stored row could not be read as its type (SQLite stores
+    # whatever it is given), or None. Replay skips such a row and names it.
+    unreadable: str | None = None

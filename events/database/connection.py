@@ -1,0 +1,71 @@
+"""Connecting to the store: SQLite by default, PostgreSQL for several control-plane replicas.
+
+Each back end gets the settings that make the log's guarantees hold on it:
+
+- SQLite runs in WAL mode (readers never block the writer), with a busy
+  timeout, and a write transaction starts with ``BEGIN IMMEDIATE``. A deferred
+  transaction that reads and then writes can fail with "database is locked"
+  when it tries to upgrade its lock; taking the write lock up front means two
+  writers queue instead of deadlocking.
+- PostgreSQL takes a table lock inside each append (see events.storage.sql_log).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+from events.database.sqlite_text import TolerantConnection
+
+DEFAULT_URL = "sqlite:///llmgw.db"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+WRITE = "llmgw_write"  # execution option: this transaction will write
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url`` with this project's per-back-end settings."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        # Text that is not UTF-8 is read as bytes, not a failed read (events.database.sqlite_text).
+        kwargs["connect_args"] = {"factory": TolerantConnection, **kwargs.get("connect_args", {})}
+        engine = create_engine(url, **kwargs)
+        _configure_sqlite(engine)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_engine(url, **kwargs)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event, below, issue BEGIN itself: the
+        # driver's own implicit transactions cannot be made IMMEDIATE.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        # The busy timeout first: switching a brand-new file to WAL needs a lock
+        # that another process starting at the same moment may hold.
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # FULL: an acknowledged add survives a power loss, not only a crash.
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        immediate = conn.get_execution_options().get(WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def sqlite_path(url: str) -> Path | None:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return None
+    return Path(parsed.database)

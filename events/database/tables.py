@@ -1,0 +1,165 @@
+"""The SQL tables of the event log. Alembic migrations create and change them; nothing else does."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite has no 64-bit INTEGER PRIMARY KEY distinct from its rowid; the variant
+# keeps positions plain integers there and BIGINT on PostgreSQL.
+Position = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that is always timezone-aware UTC in Python.
+
+    SQLite stores no zone, so a naive value read back is UTC by construction;
+    writing a naive value is refused because its zone would be a guess.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("refusing a naive datetime: the log records UTC only")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class EventRow(Base):
+    """One entry of the append-only catalog log. Documented for auditors in the README."""
+
+    __tablename__ = "events"
+    __table_args__ = (UniqueConstraint("event_id", name="uq_events_event_id"),)
+
+    # Gapless, starting at 1, in commit order: assigned under the append lock.
+    position: Mapped[int] = mapped_column(Position, primary_key=True, autoincrement=False)
+    # Unique. A keyed command's first event carries the key as its id, so a retried
+    # command with the same idempotency key finds its first outcome through this index.
+    event_id: Mapped[str] = mapped_column(String(200))
+    # Events written by one command share it (a list add is several events). Not
+    # indexed since 0006: keys are found by event_id (events.storage.sql_log._by_command).
+    command_id: Mapped[str] = mapped_column(String(200))
+    type: Mapped[str] = mapped_column(String(64))
+    schema_version: Mapped[int] = mapped_column(Integer)
+    # The model the event is about, for audits and `history --model`.
+    model: Mapped[str | None] = mapped_column(String(255), index=True)
+    # JSON text, kept exactly as written: a malformed row must be readable to be named.
+    payload: Mapped[str] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(255))
+    reason: Mapped[str] = mapped_column(Text)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    # The hash chain (events.core.chain): sha256 hex of the previous event's hash and
+    # this row's content, and the previous event's hash. NULL on rows written
+    # before migration 0002 (they are covered by the chain's seal instead).
+    prev_hash: Mapped[str | None] = mapped_column(String(64))
+    hash: Mapped[str | None] = mapped_column(String(64))
+
+
+class ChainSealRow(Base):
+    """Where the hash chain starts: one row, written by migration 0002.
+
+    ``position`` is the last event written before the chain existed (0 for a
+    log created with it) and ``hash`` the chain's value there, computed over
+    those rows when the migration ran. Rows are never rewritten to add hashes.
+    """
+
+    __tablename__ = "event_chain_seal"
+
+    position: Mapped[int] = mapped_column(Position, primary_key=True, autoincrement=False)
+    hash: Mapped[str] = mapped_column(String(64))
+    sealed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class ChainAdoptionRow(Base):
+    """An unhashed row after the seal that an operator vouched for (``verify --adopt-unhashed``).
+
+    ``hash`` is the chain's value at ``position`` computed over the row as it
+    was when adopted: the row is covered from then on, and an edit of it since
+    is caught like any other.
+    """
+
+    __tablename__ = "event_chain_adoptions"
+
+    position: Mapped[int] = mapped_column(Position, primary_key=True, autoincrement=False)
+    hash: Mapped[str] = mapped_column(String(64))
+    actor: Mapped[str] = mapped_column(String(255))
+    reason: Mapped[str] = mapped_column(Text)
+    adopted_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class SnapshotRow(Base):
+    """The replay state at a log position, so that start-up replays only what follows it.
+
+    Bound to the declared configuration it was built with and to the code that
+    built it (events.read.snapshots); ``checksum`` covers every other column, so a
+    damaged or hand-edited snapshot is ignored rather than trusted.
+    """
+
+    __tablename__ = "catalog_snapshots"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    position: Mapped[int] = mapped_column(Position)
+    # The chain hash of the event at ``position``: a log rewritten under the
+    # snapshot no longer matches it.
+    event_hash: Mapped[str | None] = mapped_column(String(64))
+    declared_digest: Mapped[str] = mapped_column(String(64), index=True)
+    code_version: Mapped[str] = mapped_column(String(255))
+    applied_count: Mapped[int] = mapped_column(Integer)
+    skipped_count: Mapped[int] = mapped_column(Integer)
+    model_count: Mapped[int] = mapped_column(Integer)
+    # JSON array of the runtime models' definitions, in the order they were accepted.
+    models: Mapped[str] = mapped_column(Text)
+    checksum: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # HMAC-SHA256 under the snapshot key (LLMGW_SNAPSHOT_KEY), held outside the
+    # database: the checksum only catches accidents, anyone who can write the
+    # table can recompute it. NULL when taken without a key.
+    mac: Mapped[str | None] = mapped_column(String(64))
+
+
+class DeclaredCatalogRow(Base):
+    """What the processes watching a declared catalog file last made of it.
+
+    One row per file: the digest in force (catalog.digest) and its definitions,
+    and, when the file as it is now was refused, why. ``llmgw status`` and
+    ``llmgw rollout status`` read it, so an operator sees from any terminal which
+    catalog the control plane runs, and a refused edit, not only in a server's log.
+    """
+
+    __tablename__ = "declared_catalogs"
+
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    models: Mapped[int] = mapped_column(Integer)
+    # JSON list of the declared definitions in force (Model.to_definition()).
+    definitions: Mapped[str] = mapped_column(Text)
+    loaded_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # "" when the file as it is now is the one in force; else the refusal (JSON).
+    refusal: Mapped[str] = mapped_column(Text, server_default="")
+    refused_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The process that wrote this row last (its role, host and pid).
+    by: Mapped[str] = mapped_column(String(255), server_default="")

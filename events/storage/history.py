@@ -1,0 +1,65 @@
+"""History queries over the log in SQL: ``llmgw history`` and the API's filters.
+
+Filtered in SQL (by model, actor, type and time) rather than by reading the
+whole log, and streamed in batches like every read of the log. Rows are decoded by
+``events.core.rows.decode``, the tolerant decoder replay uses: a stored row whose columns
+are not their types (SQLite keeps whatever it is given) is still listed, marked
+unreadable with the reason, never a crash of ``llmgw history`` or the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Engine, select
+
+from events.core.rows import decode
+from events.core.types import StoredEvent
+from events.storage import sql_reads
+from events.storage.sql_reads import _COLUMNS, RAW_RECORDED_AT, recorded_at_from_db, t
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryQuery:
+    """Which events ``history`` returns; every filter given must hold.
+
+    ``model``, ``actor`` and ``type`` match exactly (a model by the name the
+    event recorded); ``since`` and ``until`` bound ``recorded_at``, both
+    inclusive.
+    """
+
+    model: str | None = None
+    actor: str | None = None
+    type: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def history(engine: Engine, query: HistoryQuery, after: int = 0) -> Iterator[StoredEvent]:
+    """The events matching ``query``, in log order, filtered in SQL and streamed in batches."""
+    conditions = [t.c.position > after]
+    if query.model is not None:
+        conditions.append(t.c.model == query.model)
+    if query.actor is not None:
+        conditions.append(t.c.actor == query.actor)
+    if query.type is not None:
+        conditions.append(t.c.type == query.type)
+    if query.since is not None:
+        conditions.append(t.c.recorded_at >= query.since)
+    if query.until is not None:
+        conditions.append(t.c.recorded_at <= query.until)
+    columns = [*_COLUMNS[:-1], RAW_RECORDED_AT]
+    convert = recorded_at_from_db(engine.dialect)
+    while True:
+        select_batch = (
+            select(*columns).where(*conditions).order_by(t.c.position).limit(sql_reads.READ_BATCH)
+        )
+        with engine.connect() as conn:
+            rows = conn.execute(select_batch).all()
+        for row in rows:
+            yield decode(row, convert)
+        if len(rows) < sql_reads.READ_BATCH:
+            return
+        conditions[0] = t.c.position > rows[-1][0]

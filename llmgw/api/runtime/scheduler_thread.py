@@ -1,0 +1,127 @@
+"""The placement scheduler inside ``llmgw serve --with-scheduler``.
+
+The same ``Daemon`` as ``llmgw daemon``, with the same leadership
+(``scheduler.daemon.leader``: an advisory lock on PostgreSQL, a lock file on SQLite),
+so a server with a scheduler, a separate daemon and other servers can run
+against one database and exactly one of them places. It runs in a thread of
+its own (APScheduler's blocking loop and signal handling belong to a process's
+main thread, which uvicorn has), with its own ``CatalogService``: the API's is
+guarded by a lock that a round should not hold for its duration.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+import structlog
+from sqlalchemy import Engine
+
+from autoscale.policy import Policy
+from events.catalog_service import CatalogService
+from llmgw import autoscaling
+from llmgw.api.telemetry.metrics import Metrics
+from scheduler.daemon.leader import Leadership
+from scheduler.daemon.loop import Daemon
+from scheduler.daemon.round_runner import Placer, RoundOutcome
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.persistence.store import SchedulerStore
+
+log = structlog.get_logger("llmgw.scheduler")
+
+
+class ObservedPlacer(Placer):
+    """A placer whose rounds are counted in the metrics."""
+
+    def __init__(
+        self,
+        catalog: CatalogService,
+        store: SchedulerStore,
+        policy: StalenessPolicy,
+        metrics: Metrics,
+        wanted: Callable[[], Mapping[str, int]] | None = None,
+    ) -> None:
+        super().__init__(catalog, store, policy, wanted)
+        self.metrics = metrics
+
+    def run(self, *, dry_run: bool = False, now: datetime | None = None) -> RoundOutcome:
+        outcome = super().run(dry_run=dry_run, now=now)
+        if not dry_run:
+            self.metrics.observe_round(outcome)
+        return outcome
+
+
+class ObservedLeadership:
+    """Leadership whose state is the ``llmgw_scheduler_leader`` gauge."""
+
+    def __init__(self, inner: Leadership, metrics: Metrics) -> None:
+        self.inner = inner
+        self.metrics = metrics
+
+    def ensure(self) -> bool:
+        try:
+            leading = self.inner.ensure()
+        except Exception:
+            self.metrics.leader.set(0)
+            raise
+        self.metrics.leader.set(1 if leading else 0)
+        return leading
+
+    def release(self) -> None:
+        self.inner.release()
+        self.metrics.leader.set(0)
+
+
+class SchedulerThread:
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="llmgw-scheduler", daemon=True)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        catalog: CatalogService,
+        store: SchedulerStore,
+        policy: StalenessPolicy,
+        leadership: Leadership,
+        interval: float,
+        metrics: Metrics,
+        engine: Engine | None = None,
+        autoscale: Policy | None = None,
+    ) -> SchedulerThread:
+        """``catalog`` must be a service of its own, not the API's (see the module).
+        With ``engine`` and ``autoscale``, the autoscaler ticks before each round."""
+        wanted, hook = None, None
+        if engine is not None and autoscale is not None:
+            wanted = autoscaling.wanted(engine, autoscale)
+            hook = autoscaling.hook(autoscaling.autoscaler(engine, catalog, autoscale))
+        placer = ObservedPlacer(catalog, store, policy, metrics, wanted)
+        return cls(Daemon(placer, ObservedLeadership(leadership, metrics), interval, hook))
+
+    def start(self) -> None:
+        log.info("placement.started", interval_s=self.daemon.interval, in_server=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.daemon.round()  # logs and survives database outages itself
+            except Exception as exc:  # a bug must not silently end placement
+                log.error(
+                    "placement.round_crashed",
+                    error=repr(exc),
+                    traceback="".join(traceback.format_exception(exc)),
+                )
+            self._stop.wait(self.daemon.interval)
+
+    def stop(self) -> None:
+        """Let the round in progress finish, then give up leadership."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.daemon.leadership.release()
+        log.info("placement.stopped", rounds=self.daemon.rounds)

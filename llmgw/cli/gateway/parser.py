@@ -1,0 +1,56 @@
+"""``llmgw gateway``'s arguments and help (run by ``command``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser(
+        "gateway",
+        parents=[parent],
+        help="the data plane: OpenAI traffic to the catalog's ready replicas",
+        description="Serves /v1/chat/completions, /v1/completions, /v1/embeddings and "
+        "/v1/models to clients with client tokens, routing each request to a ready replica "
+        "of the model it names (by its routing_profile), with admission, retries and "
+        "fallbacks. Stateless: run several side by side. Reads the catalog and placements "
+        "from the control plane with a gateway token, and keeps serving from the last "
+        "table it had while the control plane is unreachable. See docs/operator/gateway.md.",
+    )
+    p.add_argument("--server", metavar="URL", help="the control plane's URL (env LLMGW_SERVER)")
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="PATH",
+        help="file holding the gateway token (env LLMGW_GATEWAY_TOKEN_FILE; see "
+        "`llmgw token new NAME --role gateway`)",
+    )
+    p.add_argument("--host", help="address to listen on ([gateway] host; default 127.0.0.1)")
+    p.add_argument(
+        "--port", type=int, help="port ([gateway] port; default 8090; 0 picks a free one)"
+    )
+    p.add_argument(
+        "--gateway-id",
+        metavar="ID",
+        help="this gateway's name in signal windows and logs (default the host name)",
+    )
+    p.add_argument(
+        "--admin-open",
+        action="store_const",
+        const=True,
+        help="serve /metrics and /routing without a token ([gateway] admin_open; by default "
+        "they take an operator or reader token of the cluster, as the control plane's "
+        "/metrics does): only where no one but your network reaches the port",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes serving the port ([gateway] workers; default 1): one "
+        "process uses one core, so N up to the cores you give it; each follows the control "
+        "plane, posts its signals as ID-wN and shares /metrics with the others",
+    )
+    p.set_defaults(run="gateway.command:cmd_gateway")
