@@ -183,7 +183,13 @@ def test_a_cpu_replica_starts_becomes_ready_serves_openai_and_says_its_real_cont
         model="tiny", prompt="The cluster", max_tokens=4, temperature=0, extra_body=extra
     )
     assert completion.usage is not None and completion.usage.completion_tokens == 4
-    served = [e for e in gw.logs("gateway.request") if e.get("status") == 200]
+
+    # The gateway writes its log lines together, within 20 ms (llmgw.logs.BufferedLines).
+    def served_lines() -> list[dict[str, Any]] | None:
+        lines = [e for e in gw.logs("gateway.request") if e.get("status") == 200]
+        return lines if len(lines) >= 3 else None
+
+    served = eventually(served_lines, "three served requests logged", timeout=10)
     assert [(e["kind"], e["replica"], e["stream"]) for e in served] == [
         ("chat", "tiny/0", False),
         ("chat", "tiny/0", True),
@@ -291,9 +297,13 @@ def test_engine_check_refuses_what_the_random_model_cannot_do(stack: Stack) -> N
         "(as the replica's agent reported it): a request may use 512 tokens"
     )
     # It went through the gateway: the tools probe is there, served by tiny/0.
-    assert any(
-        e["kind"] == "chat" and e["replica"] == "tiny/0" and e.get("client")
-        for e in gw.logs("gateway.request")
+    eventually(
+        lambda: any(
+            e["kind"] == "chat" and e["replica"] == "tiny/0" and e.get("client")
+            for e in gw.logs("gateway.request")
+        ),
+        "the tools probe logged by the gateway",
+        timeout=10,
     )
     # A token the gateway does not know is refused by it, not by the engine.
     token.write_text("llmgw_client_not_a_token\n")
