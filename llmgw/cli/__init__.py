@@ -60,8 +60,23 @@ LOGS_AT_INFO = frozenset(
 )
 
 
+def no_rich() -> None:
+    """Keep structlog from loading rich in this process.
+
+    structlog formats exceptions with rich whenever it can import it. llmgw does not
+    depend on rich (a development tool, schemathesis, brings it), never calls it, and
+    importing it (with pygments and attrs) cost about 90 ms of CPU in every command,
+    server and agent started: more than half of what structlog itself costs. Marked
+    absent, structlog takes its plain-traceback path, the one an install without rich
+    (``make demo``) has always taken. Only here, at the command's entry: a process
+    that embeds llmgw keeps whatever it imported.
+    """
+    sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    no_rich()
     # Imported after parsing: --help, --version and usage errors never pay for them.
     from llmgw import logs
     from llmgw.cli.shared.context import (
