@@ -12,6 +12,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -46,8 +47,15 @@ def _spec(
     )
 
 
-def small(replicas: int = 56, **budget: object) -> Demand:
-    return Demand("small", replicas, (ONE,), lifecycle=_spec(replicas, ONE, **budget))  # type: ignore[arg-type]
+def small(
+    replicas: int = 56, *, movable: bool = True, max_moving: int | str | None = None
+) -> Demand:
+    return Demand(
+        "small",
+        replicas,
+        (ONE,),
+        lifecycle=_spec(replicas, ONE, movable=movable, max_moving=max_moving),
+    )
 
 
 def big() -> Demand:
@@ -90,7 +98,7 @@ class Cluster:
         )
 
 
-def fragmented(**budget: object) -> Cluster:
+def fragmented(**budget: Any) -> Cluster:
     """8 nodes of 8 T4 cards, 56 one-card replicas spread 7 a node, all ready."""
     cluster = Cluster([node(f"n{i}", "T4", 8) for i in range(8)])
     cluster.round([small(**budget)])
@@ -151,10 +159,11 @@ def test_no_moved_model_is_ever_below_its_min_ready_while_copies_start_slowly() 
 
 
 def test_a_model_whose_budget_forbids_moves_is_never_moved_and_the_reason_names_it() -> None:
-    for budget, said in (
+    cases: tuple[tuple[dict[str, Any], str], ...] = (
         ({"movable": False}, "small (disruption.movable is false)"),
         ({"max_moving": 0}, "small (disruption.max_unavailable 0 allows 0 in motion)"),
-    ):
+    )
+    for budget, said in cases:
         cluster = fragmented(**budget)
         for _ in range(3):
             result = cluster.round([small(**budget), big()])
