@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import count
+from itertools import count, islice
 
 from catalog.views import PlacementProfile
 from scheduler.lifecycle.inputs import Lifecycle, ModelLifecycle
@@ -76,6 +76,7 @@ def moves_for(
     domain: Domain | None = None,
     required: Collection[str] = (),
     avoid: Collection[str] = (),
+    index: _Index | None = None,
 ) -> Defrag:
     """The fewest moves that make room for one replica of ``model`` (see module).
 
@@ -90,30 +91,42 @@ def moves_for(
     replicas where one of the best-fitting few is, else to the best-fitting node."""
     if profile.nodes > 1:
         return Defrag(model, profile.name, None, (), "multi-node replicas are not defragmented")
-    on_node: dict[str, list[Placement]] = {}
-    for p in placements:
-        if len(p.nodes) == 1:
-            on_node.setdefault(p.nodes[0], []).append(p)
-    spread = _Spread(placements, domain or _by_node, required)
+    if index is None:
+        index = _Index(placements, domain or _by_node, required)
+    on_node, spread = index.on_node, index.spread
     blocked: set[str] = set()
-    best: tuple[tuple[int, int, str], tuple[Move, ...]] | None = None
+    mobile = movable or {}
+    # First the cheap part for every node: which replicas could go, and the fewest of them
+    # that free enough cards (a lower bound on the moves). Then the trials, fewest bound
+    # first, stopping once no node left can need as few moves as the best found: the
+    # same answer as trying every node, for a fraction of the trials.
+    trials: list[tuple[int, str, list[Placement]]] = []
     for name in capacity.eligible(profile):
         if name in avoid:
             continue
+        bound = _candidates(
+            name, model, priority, profile, capacity, on_node.get(name, []),
+            priorities=priorities, movable=mobile, blocked=blocked,
+        )  # fmt: skip
+        if bound is not None:
+            trials.append((bound[0], name, bound[1]))
+    trials.sort(key=lambda t: (t[0], t[1]))
+    best: tuple[tuple[int, int, str], tuple[Move, ...]] | None = None
+    for least, name, candidates in trials:
+        if best is not None and least > best[0][0]:
+            break
         found = _clear(
             name,
             model,
-            priority,
             profile,
             capacity,
-            here=on_node.get(name, []),
-            priorities=priorities,
+            candidates=candidates,
             budget=budget,
-            movable=movable or {},
             blocked_by_budget=blocked,
             profiles=profiles,
             spread=spread,
             most=None if best is None else best[0][0],
+            near=index.near,
         )
         if found is None:
             continue
@@ -128,6 +141,22 @@ def moves_for(
             text += f"; the disruption budget of {named} stood in the way"
         return Defrag(model, profile.name, None, (), text, tuple(sorted(blocked)))
     return Defrag(model, profile.name, best[0][2], best[1])
+
+
+class _Index:
+    """The placements by node and the spread counts, built once a round: O(C)."""
+
+    def __init__(
+        self, placements: Sequence[Placement], domain: Domain, required: Collection[str]
+    ) -> None:
+        self.on_node: dict[str, list[Placement]] = {}
+        for p in placements:
+            if len(p.nodes) == 1:
+                self.on_node.setdefault(p.nodes[0], []).append(p)
+        self.spread = _Spread(placements, domain, required)
+        # id(profile) -> its best-fitting nodes (``_destination``); the profiles are the
+        # round's demands', alive as long as this index.
+        self.near: dict[int, list[str]] = {}
 
 
 class _Spread:
@@ -169,47 +198,63 @@ def _by_node(model: str, node: str) -> str:
 _LOOK = 64
 
 
-def _clear(
+def _candidates(  # noqa: PLR0917
     name: str,
     model: str,
     priority: int,
     profile: PlacementProfile,
     capacity: Capacity,
-    *,
     here: list[Placement],
+    *,
     priorities: Mapping[str, int],
-    budget: Mapping[str, int],
     movable: Mapping[str, bool],
-    blocked_by_budget: set[str],
-    profiles: Mapping[tuple[str, str], PlacementProfile],
-    spread: _Spread,
-    most: int | None,
-) -> tuple[Move, ...] | None:
-    """The fewest replicas on ``name`` to move elsewhere so that ``profile`` fits there.
-
-    ``most``: the fewest moves found on another node so far; a node that would need
-    more is not tried."""
-    gpus, memory = capacity.free_gpus(name), capacity.free_memory(name)
-    if gpus_fit(gpus, profile.gpus_per_node) and memory_fits(memory, profile.min_memory_gb):
-        return ()  # it fits as it is: nothing to move (the planner would have placed it)
+    blocked: set[str],
+) -> tuple[int, list[Placement]] | None:
+    """The replicas on ``name`` that may make room for ``profile``, largest first, and the
+    fewest of them that free enough cards; None if all of them would not."""
+    gpus = capacity.free_gpus(name)
     candidates = []
     for p in here:
         if p.model == model or priorities.get(p.model, 0) > priority:
             continue
         if not movable.get(p.model, True):
-            blocked_by_budget.add(p.model)
+            blocked.add(p.model)
             continue
         candidates.append(p)
     # Largest first: the fewest moves free the most cards.
     candidates.sort(key=lambda p: (-p.gpus_per_node, -p.memory_gb_per_node, p.model, p.replica))
-    # A cheap bound before any destination is sought: enough cards among the first few.
-    need, freed = profile.gpus_per_node - gpus, 0
-    for i, p in enumerate(candidates):
-        if need <= freed or (most is not None and i >= most):
+    need, freed, least = profile.gpus_per_node - gpus, 0, 0
+    for p in candidates:
+        if freed >= need:
             break
         freed += p.gpus_per_node
+        least += 1
     if freed < need:
         return None
+    return least, candidates
+
+
+def _clear(
+    name: str,
+    model: str,
+    profile: PlacementProfile,
+    capacity: Capacity,
+    *,
+    candidates: list[Placement],
+    budget: Mapping[str, int],
+    blocked_by_budget: set[str],
+    profiles: Mapping[tuple[str, str], PlacementProfile],
+    spread: _Spread,
+    most: int | None,
+    near: dict[int, list[str]],
+) -> tuple[Move, ...] | None:
+    """The fewest of ``candidates`` to move elsewhere so that ``profile`` fits on ``name``.
+
+    ``most``: the fewest moves found on another node so far; a node that would need
+    more is given up."""
+    gpus, memory = capacity.free_gpus(name), capacity.free_memory(name)
+    if gpus_fit(gpus, profile.gpus_per_node) and memory_fits(memory, profile.min_memory_gb):
+        return ()  # it fits as it is: nothing to move (the planner would have placed it)
     # Cards and memory the trial's moves took on their destinations (no Capacity copy:
     # a copy per node tried would cost O(N) each, O(N^2) a search).
     used: dict[str, tuple[int, float]] = {}
@@ -227,7 +272,11 @@ def _clear(
                 blocked_by_budget.add(victim.model)
                 continue
             own = profiles.get((victim.model, victim.profile))
-            to = None if own is None else _destination(victim, name, capacity, own, spread, used)
+            to = (
+                None
+                if own is None
+                else _destination(victim, name, capacity, own, spread, used, near)
+            )
             if to is None:
                 continue
             g, m = used.get(to, (0, 0.0))
@@ -253,6 +302,11 @@ def _clear(
     return None
 
 
+# How many of the best-fitting destinations a round keeps for each profile moved (the
+# first _LOOK, and some spare for those the trial itself fills).
+_KEEP = _LOOK + 16
+
+
 def _destination(  # noqa: PLR0917
     victim: Placement,
     away_from: str,
@@ -260,13 +314,21 @@ def _destination(  # noqa: PLR0917
     profile: PlacementProfile,
     spread: _Spread,
     used: Mapping[str, tuple[int, float]],
+    near: dict[int, list[str]],
 ) -> str | None:
     """The best-fitting other fresh node of the victim's own profile (class, labels,
     memory) with room once the trial's earlier moves are counted, within its spread
-    rule; one without its model's replicas if one of the first few is."""
+    rule; one without its model's replicas if one of the first few is.
+
+    The best-fitting nodes of each profile are read from ``capacity`` once a round
+    (``near``, by the profile's identity: capacity does not change during a search)."""
+    fitting = near.get(id(profile))
+    if fitting is None:
+        fitting = [name for _, _, name in islice(capacity.fitting(profile), _KEEP)]
+        near[id(profile)] = fitting
     first = None
     looked = 0
-    for _, _, name in capacity.fitting(profile):
+    for name in fitting:
         if name == away_from or not spread.allows(victim.model, away_from, name):
             continue
         if name in used:
@@ -396,6 +458,8 @@ def defragment(
     priorities = {d.model: d.priority for d in demands}
     profiles = {(d.model, p.name): p for d in demands for p in d.profiles}
     required = {d.model for d in demands if d.spread_required}
+    # Built once for every search of the round (a search moves and restores its counts).
+    index: _Index | None = None
     # A model in a rollout is moved by nothing else meanwhile.
     for model in rolling:
         movable[model] = False
@@ -423,6 +487,7 @@ def defragment(
                 domain=domain,
                 required=required,
                 avoid=(avoid or {}).get(demand.model, ()),
+                index=index if index is not None else (index := _Index(keep, domain, required)),
             )
             if found.node is not None and found.moves:
                 _start(
