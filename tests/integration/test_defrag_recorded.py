@@ -65,7 +65,7 @@ def test_moves_are_written_surge_first_and_each_round_plans_again_to_what_it_wro
     assert [p.model for p in finished.place] == ["big"]
     assert not outcomes[2].plan.changes_anything
 
-    trail = store.events()
+    trail = list(store.events())
     (node,) = {m.placement.nodes[0] for m in started.moves}
     reason = f"to make room for model big, profile main on node {node}"
     assert {m.reason for m in started.moves} == {reason}
