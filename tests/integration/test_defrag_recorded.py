@@ -27,7 +27,7 @@ NODES = [f"n{i}" for i in range(4)]
 
 def _report(store: SchedulerStore, at: datetime) -> None:
     store.report(
-        [parse_node_report({"name": n, "gpu_class": "T4", "gpus": 4}) for n in NODES],  # type: ignore[misc]
+        [parse_node_report({"name": n, "gpu_class": "T4", "gpus": 4}) for n in NODES],
         at,
     )
 
