@@ -16,6 +16,7 @@ whole route did. The bearer scheme is declared in the OpenAPI document by
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar, cast
 
@@ -118,59 +119,57 @@ def _read_refusal(who: Principal) -> str:
     )
 
 
-async def gateway(request: Request) -> Caller:
-    """A gateway (or an operator, for tooling): the client tokens' hashes."""
+def _allowed(request: Request, doing: str, may: Callable[[Principal], bool], needs: str) -> Caller:
+    """The caller, if a token is sent and its role ``may`` do this; 401 or 403 otherwise.
+
+    ``doing`` names the call in the 401 ("reporting a node needs a bearer token"),
+    ``needs`` says in the 403 which token would do."""
     svc = services(request)
-    who = _required(_principal(request, svc), "reading the client tokens")
-    if who.role not in (Role.GATEWAY, Role.OPERATOR):
+    who = _required(_principal(request, svc), doing)
+    if not may(who):
         raise Problem(
-            403,
-            "forbidden",
-            f"token {who.name!r} has the {who.role.value} role; the client tokens are read "
-            "by a gateway token (`llmgw token new NAME --role gateway`)",
+            403, "forbidden", f"token {who.name!r} has the {who.role.value} role; {needs}"
         )
     return Caller(svc, who)
+
+
+async def gateway(request: Request) -> Caller:
+    """A gateway (or an operator, for tooling): the client tokens' hashes."""
+    return _allowed(
+        request,
+        "reading the client tokens",
+        lambda who: who.role in (Role.GATEWAY, Role.OPERATOR),
+        "the client tokens are read by a gateway token (`llmgw token new NAME --role gateway`)",
+    )
 
 
 async def operator(request: Request) -> Caller:
-    svc = services(request)
-    who = _required(_principal(request, svc), "changing the catalog")
-    if not who.may_change_catalog():
-        raise Problem(
-            403,
-            "forbidden",
-            f"token {who.name!r} has the {who.role.value} role; changing the catalog needs an "
-            "operator token",
-        )
-    return Caller(svc, who)
+    return _allowed(
+        request,
+        "changing the catalog",
+        Principal.may_change_catalog,
+        "changing the catalog needs an operator token",
+    )
 
 
 async def reporter(request: Request) -> Caller:
     """Any token that may report some node; which node is checked by the route."""
-    svc = services(request)
-    who = _required(_principal(request, svc), "reporting a node")
-    if who.role not in (Role.AGENT, Role.OPERATOR):
-        raise Problem(
-            403,
-            "forbidden",
-            f"token {who.name!r} has the {who.role.value} role; reporting a node needs its "
-            "agent token",
-        )
-    return Caller(svc, who)
+    return _allowed(
+        request,
+        "reporting a node",
+        lambda who: who.role in (Role.AGENT, Role.OPERATOR),
+        "reporting a node needs its agent token",
+    )
 
 
 async def signaller(request: Request) -> Caller:
     """A gateway posting its load windows (``POST /v1/signals``), or an operator's tooling."""
-    svc = services(request)
-    who = _required(_principal(request, svc), "posting signal windows")
-    if not who.may_report_signals():
-        raise Problem(
-            403,
-            "forbidden",
-            f"token {who.name!r} has the {who.role.value} role; signal windows are posted "
-            "with a gateway token (or an operator's)",
-        )
-    return Caller(svc, who)
+    return _allowed(
+        request,
+        "posting signal windows",
+        Principal.may_report_signals,
+        "signal windows are posted with a gateway token (or an operator's)",
+    )
 
 
 async def anyone(request: Request) -> Services:
