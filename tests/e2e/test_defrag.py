@@ -13,6 +13,7 @@ never has fewer than its ``scaling.min`` such replicas.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -123,3 +124,10 @@ def test_a_tp8_replica_is_placed_by_the_fewest_surge_first_moves_within_the_budg
         assert len(smalls) == 8 and all(p["state"] == "ready" for p in smalls)
         assert all(node not in p["nodes"] for p in smalls)
         assert not any(p["moving"] for p in c.placements())
+        # The daemon logged the move it started, with its reason.
+        logged = [
+            json.loads(x)
+            for x in c.server.log_text().splitlines()
+            if x.startswith("{") and '"placement.move_started"' in x
+        ]
+        assert [(x["model"], x["reason"]) for x in logged] == [("small", reason)], logged
