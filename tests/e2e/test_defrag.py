@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,57 @@ def test_a_tp8_replica_is_placed_by_the_fewest_surge_first_moves_within_the_budg
             if x.startswith("{") and '"placement.move_started"' in x
         ]
         assert [(x["model"], x["reason"]) for x in logged] == [("small", reason)], logged
+
+
+def test_a_spread_worsened_by_a_node_loss_is_repaired_surge_first_when_the_node_returns(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    pair = sim("pair", 1, 2, disruption={"repair_spread": True})
+    fill = sim("fill", 1, 1)
+    # A node silent 1 s is stale, 1 s later lost: the loss happens within the test.
+    args = [*ROUNDS, "--stale-after", "1s", "--grace", "1s"]
+    with cluster(tmp_path, sqlite_url, ["n0", "n1", "n2"], models=[], server_args=args) as c:
+        c.agent("n0", gpus="SIM:2")
+        c.agent("n1", gpus="SIM:2")
+        eventually(lambda: len(c.cli.json("nodes", "list")) == 2 or None, "2 nodes", 120)
+        c.add(pair)
+        ready = eventually(lambda: c.ready("pair", 2), "2 pair replicas ready", 180)
+        assert sorted(p["nodes"][0] for p in ready) == ["n0", "n1"]
+        # n2 (one card) runs fill, so that when n1 goes, n0 is the only room left.
+        c.agent("n2", gpus="SIM:1")
+        c.add(fill)
+        eventually(lambda: c.ready("fill", 1), "fill ready", 180)
+
+        # n1 is lost: its agent and engines die; pair[.] is placed again on n0.
+        c.agents["n1"].stop(signal.SIGKILL)
+        c.agents["n1"].kill_engines()
+        both = eventually(
+            lambda: (
+                ps if (ps := c.ready("pair", 2)) and {p["nodes"][0] for p in ps} == {"n0"} else None
+            ),
+            "both pair replicas on n0",
+            180,
+        )
+        assert len(both) == 2
+
+        # n1 returns: one surge-first move repairs the spread; pair never below 2 ready.
+        with Sampler(c, "pair").watching() as sampler:
+            c.agent("n1", gpus="SIM:2")
+            repaired = eventually(
+                lambda: (
+                    ps
+                    if (ps := c.ready("pair", 2))
+                    and sorted(p["nodes"][0] for p in ps) == ["n0", "n1"]
+                    else None
+                ),
+                "pair spread over n0 and n1 again",
+                180,
+            )
+            time.sleep(1)
+        assert len(repaired) == 2
+        assert len(sampler.samples) > 5, sampler.samples
+        assert min(sampler.samples) >= 2, sampler.samples
+        events = c.cli.json("history", "--placements", "--model", "pair")
+        said = [e for e in events if "to repair the spread of model pair" in e.get("reason", "")]
+        assert {e["type"] for e in said} >= {"placement.placed", "placement.removed"}, said
+        assert all("2 of its replicas share node n0" in e["reason"] for e in said), said
