@@ -138,7 +138,9 @@ def test_a_spread_worsened_by_a_node_loss_is_repaired_surge_first_when_the_node_
     tmp_path: Path, sqlite_url: str
 ) -> None:
     pair = sim("pair", 1, 2, disruption={"repair_spread": True})
+    # Another class of card: only n2 can run fill, and pair never lands on n2.
     fill = sim("fill", 1, 1)
+    fill["profiles"] = [{**fill["profiles"][0], "gpu_class": "OTHER"}]
     # A node silent 1 s is stale, 1 s later lost: the loss happens within the test.
     args = [*ROUNDS, "--stale-after", "1s", "--grace", "1s"]
     with cluster(tmp_path, sqlite_url, ["n0", "n1", "n2"], models=[], server_args=args) as c:
@@ -148,8 +150,9 @@ def test_a_spread_worsened_by_a_node_loss_is_repaired_surge_first_when_the_node_
         c.add(pair)
         ready = eventually(lambda: c.ready("pair", 2), "2 pair replicas ready", 180)
         assert sorted(p["nodes"][0] for p in ready) == ["n0", "n1"]
-        # n2 (one card) runs fill, so that when n1 goes, n0 is the only room left.
-        c.agent("n2", gpus="SIM:1")
+        # n2 runs fill (so that the loss of n1 is not most of the nodes hosting replicas);
+        # when n1 goes, n0 is the only room pair has left.
+        c.agent("n2", gpus="OTHER:1")
         c.add(fill)
         eventually(lambda: c.ready("fill", 1), "fill ready", 180)
 
