@@ -39,6 +39,7 @@ from catalog.fast_build import _construct, _ListMemo, _Memo, _spec
 from catalog.model import (
     SLO,
     Capabilities,
+    Disruption,
     Model,
     PlacementRules,
     Profile,
@@ -50,6 +51,7 @@ from catalog.parse import parse_model
 from catalog.stored_shapes import (
     _SLO,
     _Capabilities,
+    _Disruption,
     _Model,
     _ModelComplete,
     _Payload,
@@ -93,6 +95,7 @@ _SECTIONS: dict[str, _Memo] = {
     "capabilities": _Memo(Capabilities, _Capabilities, _MEMO_LIMIT),
     "placement": _Memo(PlacementRules, _PlacementRules, _MEMO_LIMIT),
     "rollout": _Memo(Rollout, _Rollout, _MEMO_LIMIT),
+    "disruption": _Memo(Disruption, _Disruption, _MEMO_LIMIT),
 }
 _MODEL_SPEC = _spec(Model, _Model)
 _spec(Model, _ModelComplete)  # the mirror check; _model_complete below names the fields
@@ -103,6 +106,7 @@ _SLO_GET = _SECTIONS["slo"].get
 _CAPABILITIES = _SECTIONS["capabilities"].get
 _PLACEMENT = _SECTIONS["placement"].get
 _ROLLOUT = _SECTIONS["rollout"].get
+_DISRUPTION = _SECTIONS["disruption"].get
 # The dictionaries behind them (each memo keeps its one dict: clear() empties it in place).
 _PROFILE_LISTS_CACHE = _PROFILE_LISTS.cache
 _SCALING_CACHE = _SECTIONS["scaling"].cache
@@ -113,7 +117,8 @@ _MODEL_DEFAULTS = {name: default for name, _, default in _MODEL_SPEC}
 # remembered sections are (frozen; catalog.model_rules.validate then knows it by identity).
 _SHARED_PLACEMENT = _MODEL_DEFAULTS["placement"]()
 _SHARED_ROLLOUT = _MODEL_DEFAULTS["rollout"]()
-_ALL_BUT_SECTIONS = frozenset(Model.model_fields) - {"placement", "rollout"}
+_SHARED_DISRUPTION = _MODEL_DEFAULTS["disruption"]()
+_ALL_BUT_SECTIONS = frozenset(Model.model_fields) - {"placement", "rollout", "disruption"}
 
 
 def _model(decoded: _Model) -> Model:
@@ -149,6 +154,12 @@ def _model_complete(d: _ModelComplete) -> Model:
         rollout_value = _ROLLOUT(rollout)
     else:
         rollout_value = _SHARED_ROLLOUT
+    disruption = d.disruption
+    if disruption:
+        fields_set.add("disruption")
+        disruption_value = _DISRUPTION(disruption)
+    else:
+        disruption_value = _SHARED_DISRUPTION
     # The memos' own look-ups first (a hit is nearly every definition), their get() on a miss.
     raw = d.profiles
     profiles = _PROFILE_LISTS_CACHE.get(bytes(raw)) or _PROFILE_LISTS.get(raw)
@@ -173,6 +184,7 @@ def _model_complete(d: _ModelComplete) -> Model:
         "capabilities": capabilities,
         "placement": placement_value,
         "rollout": rollout_value,
+        "disruption": disruption_value,
     }
     return _construct(Model, values, fields_set)
 

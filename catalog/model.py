@@ -90,6 +90,27 @@ class Rollout(BaseModel):
     max_unavailable: int = 0
 
 
+class Disruption(BaseModel):
+    """How far defragmentation and spread repair may disturb a model (``disruption:``).
+
+    Moving a replica is surge-first (the new copy runs and reports ready before the
+    old one stops), so a move never lowers the replicas ready; the budget still
+    counts a replica in motion as unavailable, the worst case if its new copy
+    never comes up. ``max_unavailable`` (a count, or ``"N%"`` of the wanted
+    replicas, rounded down) caps how many may be in motion at once; absent, any
+    number may, as long as the model keeps ``scaling.min`` ready without them.
+    ``movable: false`` never moves the model's replicas. ``repair_spread`` opts the
+    model into having a worsened spread repaired (two replicas on one node after a
+    node loss) once a node with room returns, one move at a time.
+    """
+
+    model_config = _STRICT
+
+    max_unavailable: int | str | None = None
+    movable: bool = True
+    repair_spread: bool = False
+
+
 class SLO(BaseModel):
     """The latency a model is expected to meet; benchmarks measure capacity against it."""
 
@@ -136,6 +157,7 @@ class PlacementRules(BaseModel):
 
 _DEFAULT_PLACEMENT = PlacementRules()
 _DEFAULT_ROLLOUT = Rollout()
+_DEFAULT_DISRUPTION = Disruption()
 # Priorities beyond this are typos; Kubernetes caps user priorities at 1e9 too.
 MAX_PRIORITY = 1_000_000_000
 # placement.spread_by names a node label: printable, no spaces, as long as a host name.
@@ -281,6 +303,10 @@ class Model(BaseModel):
     )
     rollout: Rollout = Field(
         default_factory=Rollout, exclude_if=lambda v: v.__dict__ == _DEFAULT_ROLLOUT.__dict__
+    )
+    disruption: Disruption = Field(
+        default_factory=Disruption,
+        exclude_if=lambda v: v.__dict__ == _DEFAULT_DISRUPTION.__dict__,
     )
 
     @property

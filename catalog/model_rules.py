@@ -135,6 +135,7 @@ def validate(model: Model) -> None:
         id(model.scaling),
         id(model.rollout),
         id(model.placement),
+        id(model.disruption),
     )
     held = _VALID_REST.get(rest_key)
     rest_known = (
@@ -143,6 +144,7 @@ def validate(model: Model) -> None:
         and held[1] is model.scaling
         and held[2] is model.rollout
         and held[3] is model.placement
+        and held[4] is model.disruption
     )
     if rest_known and plainly_valid(model):
         # Then every check below passes (the name and source are non-empty, the
@@ -191,6 +193,7 @@ def validate(model: Model) -> None:
                     field=f"scaling.{bound}",
                 )
         _validate_rollout(model)
+        _validate_disruption(model)
     for alias in model.aliases:
         if not alias.strip() or alias == name:
             raise CatalogError(
@@ -238,7 +241,13 @@ def validate(model: Model) -> None:
     if not rest_known:
         if len(_VALID_REST) >= _VALID_PROFILES_LIMIT:
             _VALID_REST.clear()
-        _VALID_REST[rest_key] = (profiles, model.scaling, model.rollout, model.placement)
+        _VALID_REST[rest_key] = (
+            profiles,
+            model.scaling,
+            model.rollout,
+            model.placement,
+            model.disruption,
+        )
 
 
 def _validate_rest(name: str, profiles: Seq[Profile], placement: PlacementRules) -> bool:
@@ -311,6 +320,29 @@ def _validate_rollout(model: Model) -> None:
             "replica (max_unavailable: 1)",
             model=model.name,
             field="rollout",
+        )
+
+
+def _validate_disruption(model: Model) -> None:
+    value = model.disruption.max_unavailable
+    if value is None:
+        return
+    if isinstance(value, str):
+        digits = value[:-1]
+        well_formed = value.endswith("%") and digits.isascii() and digits.isdigit()
+        if not well_formed or len(digits) > 3 or int(digits) > 100:
+            raise CatalogError(
+                f"model {model.name!r}: disruption.max_unavailable {value[:20]!r} is neither a "
+                'count nor a percentage; write a whole number (2) or "N%" with N from 0 to 100',
+                model=model.name,
+                field="disruption.max_unavailable",
+            )
+    elif not 0 <= value <= MAX_REPLICAS:
+        raise CatalogError(
+            f"model {model.name!r}: disruption.max_unavailable {value} must be between 0 and "
+            f"{MAX_REPLICAS}; 0 (or movable: false) never moves the model",
+            model=model.name,
+            field="disruption.max_unavailable",
         )
 
 

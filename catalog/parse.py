@@ -115,7 +115,14 @@ def _describe(err: Any, profile: str | None) -> str:
         field = f"profile {profile!r} ({field})"
     if err["type"] == "extra_forbidden":
         known = _KNOWN_FIELDS["profile" if "profiles" in loc else "model"]
-        if len(loc) >= 2 and loc[-2] in {"scaling", "slo", "capabilities", "placement", "rollout"}:
+        if len(loc) >= 2 and loc[-2] in {
+            "scaling",
+            "slo",
+            "capabilities",
+            "placement",
+            "rollout",
+            "disruption",
+        }:
             known = _nested_fields(str(loc[-2]))
         hint = difflib.get_close_matches(str(loc[-1]), sorted(known), n=1)
         suggestion = f"; did you mean {hint[0]!r}?" if hint else ""

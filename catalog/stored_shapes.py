@@ -30,6 +30,12 @@ class _Rollout(msgspec.Struct, **_STRUCT):
     max_unavailable: int | UnsetType = UNSET
 
 
+class _Disruption(msgspec.Struct, **_STRUCT):
+    max_unavailable: int | str | UnsetType | None = UNSET
+    movable: bool | UnsetType = UNSET
+    repair_spread: bool | UnsetType = UNSET
+
+
 class _SLO(msgspec.Struct, **_STRUCT):
     # Only the written form: a duration given as a number takes the general path.
     ttft_p99: str | UnsetType = UNSET
@@ -84,6 +90,7 @@ class _Model(msgspec.Struct, **_STRUCT):
     capabilities: Raw = Raw()
     placement: Raw = Raw()
     rollout: Raw = Raw()
+    disruption: Raw = Raw()
 
 
 # The same shapes with every key required but the two sections a definition
@@ -121,6 +128,7 @@ class _ModelComplete(msgspec.Struct, **_STRUCT):
     capabilities: Raw
     placement: Raw = Raw()
     rollout: Raw = Raw()
+    disruption: Raw = Raw()
 
 
 class _PayloadComplete(msgspec.Struct, **_STRUCT):

@@ -23,6 +23,9 @@ to the file, so ``--settings /etc/llmgw/llmgw.toml`` means the same from any dir
     grace = "5m"
     interval = "10s"    # between the scheduler's rounds
 
+    [scheduler]
+    defragment = true   # move replicas (surge-first) to make room, repair spreads
+
     [server]
     host = "127.0.0.1"
     port = 8080
@@ -79,6 +82,8 @@ KEYS: dict[str, dict[str, str]] = {
         "interval": "positive",
         "preemption": "bool",
     },
+    # The placement scheduler's own switches (the round's policy, recorded with each round).
+    "scheduler": {"defragment": "bool"},
     "server": {
         "host": "str",
         "port": "port",
@@ -143,6 +148,7 @@ ENV = {
     ("policy", "grace"): "LLMGW_GRACE",
     ("policy", "interval"): "LLMGW_INTERVAL",
     ("policy", "preemption"): "LLMGW_PREEMPTION",
+    ("scheduler", "defragment"): "LLMGW_DEFRAGMENT",
     ("auth", "file"): "LLMGW_AUTH_FILE",
     ("auth", "reads_open"): "LLMGW_OPEN_READS",
 }
@@ -154,6 +160,7 @@ FLAGS = {
     ("policy", "grace"): "grace",
     ("policy", "interval"): "interval",
     ("policy", "preemption"): "preemption",
+    ("scheduler", "defragment"): "defragment",
     ("server", "host"): "host",
     ("server", "port"): "port",
     ("server", "stream_poll"): "stream_poll",
@@ -287,6 +294,7 @@ class Settings:
                 stale_after=value("policy", "stale_after", DEFAULT_STALENESS.stale_after),
                 grace=value("policy", "grace", DEFAULT_STALENESS.grace),
                 preemption=value("policy", "preemption", DEFAULT_STALENESS.preemption),
+                defragment=value("scheduler", "defragment", DEFAULT_STALENESS.defragment),
             )
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
@@ -341,6 +349,7 @@ class Settings:
                 "interval": format_duration(timedelta(seconds=self.interval_s)),
                 "preemption": self.policy.preemption,
             },
+            "scheduler": {"defragment": self.policy.defragment},
             "server": {
                 "host": self.server.host,
                 "port": self.server.port,

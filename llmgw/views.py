@@ -27,7 +27,13 @@ if TYPE_CHECKING:
     from scheduler.lifecycle.staleness import StalenessPolicy
     from scheduler.persistence.record_format import PlacementEvent
     from scheduler.planner.inventory import Node
-    from scheduler.planner.placements import Placement, Resilience, RolloutProgress, Unplaced
+    from scheduler.planner.placements import (
+        Move,
+        Placement,
+        Resilience,
+        RolloutProgress,
+        Unplaced,
+    )
 
 
 def iso(when: datetime) -> str:
@@ -206,6 +212,20 @@ def placement_json(p: Placement) -> dict[str, Any]:
         "gpu_class": p.gpu_class,
         "fingerprint": p.fingerprint,
         "version": p.version,
+        # Non-empty while the replica is moved, surge-first (scheduler.planner.defrag): why.
+        "moving": p.moving,
+    }
+
+
+def move_json(m: Move) -> dict[str, Any]:
+    """A move a round started (``place --json``): the replica moved, where to, its copy, why."""
+    return {
+        "model": m.placement.model,
+        "replica": m.placement.replica,
+        "from": list(m.placement.nodes),
+        "to": m.to,
+        "copy": None if m.copy is None else m.copy.replica,
+        "reason": m.reason,
     }
 
 

@@ -280,6 +280,12 @@ def _bounds(components: dict[str, Any]) -> None:
         "required": ["max_surge"],
         "properties": {"max_surge": {"const": 0}, "max_unavailable": {"const": 0}},
     }
+    # A count, or "N%" of the wanted replicas (catalog.model_rules._validate_disruption).
+    components["Disruption"]["properties"]["max_unavailable"]["anyOf"] = [
+        {"type": "integer", "minimum": 0, "maximum": MAX_REPLICAS},
+        {"type": "string", "pattern": "^(100|[0-9]{1,2})%$"},
+        {"type": "null"},
+    ]
     components["PlacementRules"]["properties"]["priority"].update(
         minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY
     )

@@ -135,6 +135,18 @@ class Daemon:
                     nodes=list(p.nodes),
                     reason=failure.reason,
                 )
+            for move in plan.moves:
+                # Defragmentation or a spread repair started: the copy is placed now, the
+                # moved replica stops once its model is whole without it.
+                log.info(
+                    "placement.move_started",
+                    model=move.placement.model,
+                    replica=move.placement.replica,
+                    nodes=list(move.placement.nodes),
+                    to=move.to,
+                    copy=None if move.copy is None else move.copy.replica,
+                    reason=move.reason,
+                )
             for rollout in plan.rollouts:
                 log.info(
                     "placement.rollout",

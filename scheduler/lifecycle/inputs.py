@@ -37,6 +37,12 @@ class ModelLifecycle:
     # The model's version (``catalog.digest.model_version``): what a new replica is
     # pinned to. "" plans as before versions (nothing pinned).
     version: str = ""
+    # Its ``disruption:`` budget (catalog.model.Disruption) and ``scaling.min``: how many
+    # of its replicas defragmentation and spread repair may have in motion at once.
+    min_ready: int = 0
+    movable: bool = True
+    max_moving: int | str | None = None
+    repair_spread: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,12 +27,15 @@ class StalenessPolicy:
     (``scheduler.planner.preemption``). It lives here, with the rest of the policy a round
     is planned under, because it changes what a round decides: it is recorded
     with every round so that the round can be planned again exactly.
+    ``defragment`` is the cluster-wide switch for defragmentation and spread repair
+    (``scheduler.planner.defrag``), recorded for the same reason.
     """
 
     stale_after: timedelta = timedelta(seconds=90)
     grace: timedelta = timedelta(minutes=5)
     mass_loss_fraction: float = 0.5
     preemption: bool = True
+    defragment: bool = True
 
     def __post_init__(self) -> None:
         if self.stale_after < timedelta(0) or self.grace < timedelta(0):

@@ -64,6 +64,8 @@ def placement_row(p: Placement, round_id: int, now: datetime) -> dict[str, Any]:
         "placed_at": now,
         "fingerprint": p.fingerprint,
         "version": p.version,
+        "moving": p.moving,
+        "moving_for": p.moving_for,
         "state": "placed",
         "state_since": now,
     }
@@ -115,6 +117,8 @@ def _placement(r: Row) -> StoredPlacement:
         memory_gb_per_node=checked(r, "memory_gb_per_node", int),
         fingerprint=checked(r, "fingerprint", str),
         version=checked(r, "version", str),
+        moving=checked(r, "moving", str),
+        moving_for=checked(r, "moving_for", str),
     )
     return StoredPlacement(
         placement=placement,

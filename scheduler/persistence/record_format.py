@@ -118,6 +118,8 @@ def placement_record(p: Placement) -> Record:
         "memory_gb_per_node": p.memory_gb_per_node,
         "fingerprint": p.fingerprint,
         "version": p.version,
+        "moving": p.moving,
+        "moving_for": p.moving_for,
     }
 
 
@@ -129,6 +131,7 @@ def policy_json(policy: StalenessPolicy) -> str:
             "grace_s": policy.grace.total_seconds(),
             "mass_loss_fraction": policy.mass_loss_fraction,
             "preemption": policy.preemption,
+            "defragment": policy.defragment,
             VERSION: CURRENT_SCHEMA[ROUND],
         }
     )
@@ -216,6 +219,9 @@ def placement_from_record(data: Any) -> Placement:
         fingerprint=checked(p, "fingerprint", str),
         # Rounds recorded before versions have none: nothing was pinned.
         version=checked({"version": "", **p}, "version", str),
+        # Rounds recorded before moves have none under way.
+        moving=checked({"moving": "", **p}, "moving", str),
+        moving_for=checked({"moving_for": "", **p}, "moving_for", str),
     )
 
 
@@ -253,6 +259,8 @@ def recorded_round(
             grace=timedelta(seconds=checked(p, "grace_s", int, float)),
             mass_loss_fraction=checked(p, "mass_loss_fraction", int, float),
             preemption=checked(p, "preemption", bool),
+            # Rounds recorded before defragmentation planned without it.
+            defragment=checked({"defragment": False, **p}, "defragment", bool),
         ),
         placed=checked(columns, "placed", int),
         removed=checked(columns, "removed", int),

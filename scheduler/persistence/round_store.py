@@ -265,6 +265,8 @@ class RoundStore:
                         memory_gb_per_node=p.memory_gb_per_node,
                         fingerprint=p.fingerprint,
                         version=p.version,
+                        moving=p.moving,
+                        moving_for=p.moving_for,
                     )
                 )
             record_failures(
@@ -276,10 +278,12 @@ class RoundStore:
                 },
                 now,
             )
+            # A move's copy is placed for the move's reason; every other placement, for none.
+            moved = {(m.copy.model, m.copy.replica): m.reason for m in plan.moves if m.copy}
             trail = [
                 *((REPLICA_FAILED, f.placement, f.reason) for f in plan.failures),
                 *((REMOVED, r.placement, r.reason) for r in plan.remove),
-                *((PLACED, p, "") for p in plan.place),
+                *((PLACED, p, moved.get((p.model, p.replica), "")) for p in plan.place),
                 *((UPDATED, p, _update_reason(before[(p.model, p.replica)], p)) for p in updated),
             ]
             append_trail(
@@ -328,6 +332,8 @@ def _clear_unreadable(
 
 
 def _update_reason(before: Placement, after: Placement) -> str:
+    if after.moving and after.moving != before.moving:
+        return f"moving, surge-first: {after.moving}"
     if before.fingerprint != after.fingerprint or before.version != after.version:
         return "recorded what the replica runs (its fingerprint and version), for later rollouts"
     return "the profile's memory need changed"

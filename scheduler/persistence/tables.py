@@ -65,6 +65,10 @@ class PlacementRow(Base):
     # (None: not yet, or the engine does not say), and how the engine came to it.
     effective_context_length: Mapped[int | None] = mapped_column(Integer)
     context_detail: Mapped[str] = mapped_column(Text, server_default="")
+    # While the replica is being moved (scheduler.planner.defrag): why, and the model the
+    # move makes room for ("" for a spread repair). "" when it is not moving.
+    moving: Mapped[str] = mapped_column(Text, server_default="")
+    moving_for: Mapped[str] = mapped_column(String(255), server_default="")
 
 
 class PlacementRoundRow(Base):

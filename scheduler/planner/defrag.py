@@ -16,8 +16,14 @@ then the node name: the answer is a function of the inputs alone.
 
 Pure: it reads a ``Capacity`` copy and the placements, and changes neither. It says
 what to move; executing a move surge-first (the new copy ready before the old stops)
-is the lifecycle's business. Not wired into ``plan.plan`` yet (see docs/operator/
-defragmentation.md).
+is the rollout machinery's (``scheduler.planner.rollout``: a placement carrying
+``moving`` is held like an old replica until its model has all its wanted replicas
+ready without it).
+
+``defragment`` is the round's step (``plan.plan`` calls it after placing and
+preempting): one defragmentation, or one spread repair, at a time in the cluster;
+while a move is under way no other is planned, so each is a surge of a few
+replicas whose effect the next rounds can see.
 
 Cost: O(N x k log k) for N nodes of the profile's class and k replicas per node, plus
 O(m x L log N) per candidate move (best-fit search for its destination).
@@ -25,22 +31,21 @@ O(m x L log N) per candidate move (best-fit search for its destination).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import count, islice
 
 from catalog.views import PlacementProfile
+from scheduler.lifecycle.inputs import Lifecycle, ModelLifecycle
 from scheduler.planner.capacity import Capacity
 from scheduler.planner.fit import gpus_fit, memory_fits
-from scheduler.planner.placements import Placement
+from scheduler.planner.inventory import Node
+from scheduler.planner.order import placement_order
+from scheduler.planner.placements import Demand, Move, Placement
 
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    """One replica to run on ``to`` instead of where it runs, and why."""
-
-    placement: Placement
-    to: str
-    reason: str
+# node -> its spread domain for a model (the node itself, or its spread_by label's value).
+Domain = Callable[[str, str], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,8 @@ class Defrag:
     node: str | None
     moves: tuple[Move, ...]
     refusal: str = ""
+    # Models whose disruption budget (or movable: false) kept a replica in place.
+    blocked: tuple[str, ...] = ()
 
 
 def moves_for(
@@ -65,34 +72,61 @@ def moves_for(
     budget: Mapping[str, int],
     profiles: Mapping[tuple[str, str], PlacementProfile],
     movable: Mapping[str, bool] | None = None,
+    why: Mapping[str, str] | None = None,
+    domain: Domain | None = None,
+    required: Collection[str] = (),
+    avoid: Collection[str] = (),
+    index: _Index | None = None,
 ) -> Defrag:
     """The fewest moves that make room for one replica of ``model`` (see module).
 
     ``profiles``: (model, profile name) -> the profile a running replica was placed
     with, whose class, labels and memory its destination must meet. ``budget``: per
     model, how many of its replicas may be in motion at once; absent, no limit:
-    a move is surge-first, so it never takes a model below the replicas it has ready."""
+    a move is surge-first, so it never takes a model below the replicas it has ready.
+    ``why``: per model, what its budget is, for the refusal. ``domain``: a model's
+    spread domain of a node. A model in ``required`` (``spread_required``) is never
+    moved to a domain that would then hold more of its replicas than the one it leaves
+    held; any other model's replica goes to a node without one of its model's
+    replicas where one of the best-fitting few is, else to the best-fitting node."""
     if profile.nodes > 1:
         return Defrag(model, profile.name, None, (), "multi-node replicas are not defragmented")
-    on_node: dict[str, list[Placement]] = {}
-    for p in placements:
-        if len(p.nodes) == 1:
-            on_node.setdefault(p.nodes[0], []).append(p)
-    blocked_by_budget: set[str] = set()
-    best: tuple[tuple[int, int, str], tuple[Move, ...]] | None = None
+    if index is None:
+        index = _Index(placements, domain or _by_node, required)
+    on_node, spread = index.on_node, index.spread
+    blocked: set[str] = set()
+    mobile = movable or {}
+    # First the cheap part for every node: which replicas could go, and the fewest of them
+    # that free enough cards (a lower bound on the moves). Then the trials, fewest bound
+    # first, stopping once no node left can need as few moves as the best found: the
+    # same answer as trying every node, for a fraction of the trials.
+    trials: list[tuple[int, str, list[Placement]]] = []
     for name in capacity.eligible(profile):
+        if name in avoid:
+            continue
+        bound = _candidates(
+            name, model, priority, profile, capacity, on_node.get(name, []),
+            priorities=priorities, movable=mobile, blocked=blocked,
+        )  # fmt: skip
+        if bound is not None:
+            trials.append((bound[0], name, bound[1]))
+    trials.sort(key=lambda t: (t[0], t[1]))
+    best: tuple[tuple[int, int, str], tuple[Move, ...]] | None = None
+    for least, name, candidates in trials:
+        if best is not None and least > best[0][0]:
+            break
         found = _clear(
             name,
             model,
-            priority,
             profile,
             capacity,
-            here=on_node.get(name, []),
-            priorities=priorities,
+            candidates=candidates,
             budget=budget,
-            movable=movable or {},
-            blocked_by_budget=blocked_by_budget,
+            blocked_by_budget=blocked,
             profiles=profiles,
+            spread=spread,
+            most=None if best is None else best[0][0],
+            near=index.near,
         )
         if found is None:
             continue
@@ -100,78 +134,515 @@ def moves_for(
         if best is None or key < best[0]:
             best = (key, found)
     if best is None:
-        why = "no node can be cleared by moving replicas of equal or lower priority"
-        if blocked_by_budget:
-            models = ", ".join(sorted(blocked_by_budget))
-            why += f"; the disruption budget of {models} stood in the way"
-        return Defrag(model, profile.name, None, (), why)
+        text = "no node can be cleared by moving replicas of equal or lower priority"
+        if blocked:
+            reasons = why or {}
+            named = ", ".join(f"{m} ({reasons[m]})" if m in reasons else m for m in sorted(blocked))
+            text += f"; the disruption budget of {named} stood in the way"
+        return Defrag(model, profile.name, None, (), text, tuple(sorted(blocked)))
     return Defrag(model, profile.name, best[0][2], best[1])
 
 
-def _clear(
+class _Index:
+    """The placements by node and the spread counts, built once a round: O(C)."""
+
+    def __init__(
+        self, placements: Sequence[Placement], domain: Domain, required: Collection[str]
+    ) -> None:
+        self.on_node: dict[str, list[Placement]] = {}
+        for p in placements:
+            if len(p.nodes) == 1:
+                self.on_node.setdefault(p.nodes[0], []).append(p)
+        self.spread = _Spread(placements, domain, required)
+        # id(profile) -> its best-fitting nodes (``_destination``); the profiles are the
+        # round's demands', alive as long as this index.
+        self.near: dict[int, list[str]] = {}
+
+
+class _Spread:
+    """How many replicas of each model each spread domain holds, moved as moves are tried."""
+
+    def __init__(
+        self, placements: Sequence[Placement], domain: Domain, required: Collection[str]
+    ) -> None:
+        self.domain = domain
+        self.required = frozenset(required)
+        self.count: Counter[tuple[str, str]] = Counter()
+        for p in placements:
+            for n in p.nodes:
+                self.count[p.model, domain(p.model, n)] += 1
+
+    def allows(self, model: str, source: str, to: str) -> bool:
+        """Whether a required spread survives moving one replica of ``model`` from node
+        ``source`` to ``to``: the destination's domain ends with no more replicas of it
+        than the source's had."""
+        if model not in self.required:
+            return True
+        a, b = self.domain(model, source), self.domain(model, to)
+        return a == b or self.count[model, b] + 1 <= self.count[model, a]
+
+    def holds(self, model: str, node: str) -> int:
+        return self.count[model, self.domain(model, node)]
+
+    def move(self, model: str, source: str, to: str) -> None:
+        self.count[model, self.domain(model, source)] -= 1
+        self.count[model, self.domain(model, to)] += 1
+
+
+def _by_node(model: str, node: str) -> str:
+    return node
+
+
+# How many of the best-fitting destinations are looked at for one without the moved
+# model's replicas: bounded, so a move costs the same on 10 nodes or 10,000.
+_LOOK = 64
+
+
+def _candidates(  # noqa: PLR0917
     name: str,
     model: str,
     priority: int,
     profile: PlacementProfile,
     capacity: Capacity,
-    *,
     here: list[Placement],
+    *,
     priorities: Mapping[str, int],
-    budget: Mapping[str, int],
     movable: Mapping[str, bool],
+    blocked: set[str],
+) -> tuple[int, list[Placement]] | None:
+    """The replicas on ``name`` that may make room for ``profile``, largest first, and the
+    fewest of them that free enough cards; None if all of them would not."""
+    gpus = capacity.free_gpus(name)
+    candidates = []
+    for p in here:
+        if p.model == model or priorities.get(p.model, 0) > priority:
+            continue
+        if not movable.get(p.model, True):
+            blocked.add(p.model)
+            continue
+        candidates.append(p)
+    # Largest first: the fewest moves free the most cards.
+    candidates.sort(key=lambda p: (-p.gpus_per_node, -p.memory_gb_per_node, p.model, p.replica))
+    need, freed, least = profile.gpus_per_node - gpus, 0, 0
+    for p in candidates:
+        if freed >= need:
+            break
+        freed += p.gpus_per_node
+        least += 1
+    if freed < need:
+        return None
+    return least, candidates
+
+
+def _clear(
+    name: str,
+    model: str,
+    profile: PlacementProfile,
+    capacity: Capacity,
+    *,
+    candidates: list[Placement],
+    budget: Mapping[str, int],
     blocked_by_budget: set[str],
     profiles: Mapping[tuple[str, str], PlacementProfile],
+    spread: _Spread,
+    most: int | None,
+    near: dict[int, list[str]],
 ) -> tuple[Move, ...] | None:
-    """The fewest replicas on ``name`` to move elsewhere so that ``profile`` fits there."""
+    """The fewest of ``candidates`` to move elsewhere so that ``profile`` fits on ``name``.
+
+    ``most``: the fewest moves found on another node so far; a node that would need
+    more is given up."""
     gpus, memory = capacity.free_gpus(name), capacity.free_memory(name)
     if gpus_fit(gpus, profile.gpus_per_node) and memory_fits(memory, profile.min_memory_gb):
         return ()  # it fits as it is: nothing to move (the planner would have placed it)
-    candidates = sorted(
-        (
-            p
-            for p in here
-            if p.model != model
-            and priorities.get(p.model, 0) <= priority
-            and movable.get(p.model, True)
-        ),
-        # Largest first: the fewest moves free the most cards.
-        key=lambda p: (-p.gpus_per_node, -p.memory_gb_per_node, p.model, p.replica),
-    )
-    trial = capacity.copy()
+    # Cards and memory the trial's moves took on their destinations (no Capacity copy:
+    # a copy per node tried would cost O(N) each, O(N^2) a search).
+    used: dict[str, tuple[int, float]] = {}
     spent: dict[str, int] = {}
+    moved: list[tuple[str, str, str]] = []
     moves: list[Move] = []
-    for victim in candidates:
-        if gpus_fit(gpus, profile.gpus_per_node) and memory_fits(memory, profile.min_memory_gb):
-            break
-        limit = budget.get(victim.model)
-        if limit is not None and spent.get(victim.model, 0) >= limit:
-            blocked_by_budget.add(victim.model)
-            continue
-        own = profiles.get((victim.model, victim.profile))
-        to = None if own is None else _destination(victim, name, trial, own)
-        if to is None:
-            continue
-        trial.consume((to,), victim.gpus_per_node, victim.memory_gb_per_node)
-        spent[victim.model] = spent.get(victim.model, 0) + 1
-        gpus += victim.gpus_per_node
-        memory = None if memory is None else memory + victim.memory_gb_per_node
-        moves.append(
-            Move(
-                victim,
-                to,
-                f"to make room for model {model}, profile {profile.name} on node {name}",
+    try:
+        for victim in candidates:
+            if gpus_fit(gpus, profile.gpus_per_node) and memory_fits(memory, profile.min_memory_gb):
+                break
+            if most is not None and len(moves) >= most:
+                return None
+            limit = budget.get(victim.model)
+            if limit is not None and spent.get(victim.model, 0) >= limit:
+                blocked_by_budget.add(victim.model)
+                continue
+            own = profiles.get((victim.model, victim.profile))
+            to = (
+                None
+                if own is None
+                else _destination(victim, name, capacity, own, spread, used, near)
             )
-        )
+            if to is None:
+                continue
+            g, m = used.get(to, (0, 0.0))
+            used[to] = (g + victim.gpus_per_node, m + victim.memory_gb_per_node)
+            spread.move(victim.model, name, to)
+            moved.append((victim.model, name, to))
+            spent[victim.model] = spent.get(victim.model, 0) + 1
+            gpus += victim.gpus_per_node
+            memory = None if memory is None else memory + victim.memory_gb_per_node
+            moves.append(
+                Move(
+                    victim,
+                    to,
+                    f"to make room for model {model}, profile {profile.name} on node {name}",
+                )
+            )
+    finally:
+        # The spread counts are shared between the nodes tried: undo this node's trial.
+        for m_, source, to_ in reversed(moved):
+            spread.move(m_, to_, source)
     if gpus_fit(gpus, profile.gpus_per_node) and memory_fits(memory, profile.min_memory_gb):
         return tuple(moves)
     return None
 
 
-def _destination(
-    victim: Placement, away_from: str, capacity: Capacity, profile: PlacementProfile
+# How many of the best-fitting destinations a round keeps for each profile moved (the
+# first _LOOK, and some spare for those the trial itself fills).
+_KEEP = _LOOK + 16
+
+
+def _destination(  # noqa: PLR0917
+    victim: Placement,
+    away_from: str,
+    capacity: Capacity,
+    profile: PlacementProfile,
+    spread: _Spread,
+    used: Mapping[str, tuple[int, float]],
+    near: dict[int, list[str]],
 ) -> str | None:
-    """The best-fitting other fresh node of the victim's own profile (class, labels, memory)."""
-    for _, _, name in capacity.fitting(profile):
-        if name != away_from:
+    """The best-fitting other fresh node of the victim's own profile (class, labels,
+    memory) with room once the trial's earlier moves are counted, within its spread
+    rule; one without its model's replicas if one of the first few is.
+
+    The best-fitting nodes of each profile are read from ``capacity`` once a round
+    (``near``, by the profile's identity: capacity does not change during a search)."""
+    fitting = near.get(id(profile))
+    if fitting is None:
+        fitting = [name for _, _, name in islice(capacity.fitting(profile), _KEEP)]
+        near[id(profile)] = fitting
+    first = None
+    looked = 0
+    for name in fitting:
+        if name == away_from or not spread.allows(victim.model, away_from, name):
+            continue
+        if name in used:
+            g, m = used[name]
+            memory = capacity.free_memory(name)
+            if not gpus_fit(capacity.free_gpus(name) - g, profile.gpus_per_node) or not (
+                memory_fits(None if memory is None else memory - m, profile.min_memory_gb)
+            ):
+                continue
+        if spread.holds(victim.model, name) == 0:
             return name
-    return None
+        if first is None:
+            first = name
+        looked += 1
+        if looked >= _LOOK:
+            break
+    return first
+
+
+# -- the round's step ------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Defragmented:
+    """What the round's defragmentation step decided.
+
+    ``moves``: moves started this round, each with the copy placed on its destination;
+    ``keep``: the kept placements, the moved ones now carrying ``moving``;
+    ``notes``: (model, text) for an unplaced model: the moves under way for it, or why
+    none could be planned (which budget stood in the way)."""
+
+    keep: list[Placement]
+    moves: list[Move] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def budgets(
+    demands: Sequence[Demand], placements: Sequence[Placement], lifecycle: Lifecycle
+) -> tuple[dict[str, int], dict[str, bool], dict[str, str]]:
+    """Per model: how many more replicas may be put in motion (absent: any number), whether
+    it may be moved at all, and its budget in words for a refusal.
+
+    A model whose ready replicas are already below ``scaling.min`` is not disturbed
+    (its budget is 0); otherwise its ``disruption.max_unavailable`` (N, or N% of its
+    wanted replicas rounded down) caps the replicas in motion at once, those already
+    moving counted."""
+    ready: Counter[str] = Counter()
+    moving: Counter[str] = Counter()
+    for p in placements:
+        status = lifecycle.statuses.get((p.model, p.replica))
+        if status is None or status.counts_as_ready:
+            ready[p.model] += 1
+        if p.moving:
+            moving[p.model] += 1
+    budget: dict[str, int] = {}
+    movable: dict[str, bool] = {}
+    why: dict[str, str] = {}
+    for d in demands:
+        spec = d.lifecycle or ModelLifecycle()
+        if not spec.movable:
+            movable[d.model] = False
+            why[d.model] = "disruption.movable is false"
+            continue
+        if ready[d.model] < spec.min_ready:
+            budget[d.model] = 0
+            why[d.model] = (
+                f"{ready[d.model]} ready, below its scaling.min {spec.min_ready}: not disturbed"
+            )
+            continue
+        cap = max_moving(spec.max_moving, d.replicas)
+        if cap is None:
+            continue
+        budget[d.model] = max(cap - moving[d.model], 0)
+        why[d.model] = f"disruption.max_unavailable {spec.max_moving!r} allows {cap} in motion"
+        if moving[d.model]:
+            why[d.model] += f", {moving[d.model]} already moving"
+    return budget, movable, why
+
+
+def max_moving(value: int | str | None, wanted: int) -> int | None:
+    """``disruption.max_unavailable`` as a count: N, or N% of ``wanted`` rounded down."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return max(wanted, 0) * int(value.rstrip("%")) // 100
+    return value
+
+
+def defragment(
+    demands: Sequence[Demand],
+    unplaced: Mapping[str, Sequence[PlacementProfile]],
+    keep: Sequence[Placement],
+    others: Sequence[Placement],
+    capacity: Capacity,
+    *,
+    lifecycle: Lifecycle,
+    inventory: Mapping[str, Node],
+    reserved: Mapping[str, set[int]] | None = None,
+    rolling: Collection[str] = (),
+    avoid: Mapping[str, frozenset[str]] | None = None,
+) -> Defragmented:
+    """The round's step: plan one defragmentation (or one spread repair) if none is under way.
+
+    ``unplaced``: model -> the profiles its unplaced replicas tried. ``keep``: the
+    placements kept this round (the only ones moved); ``others``: every other placement
+    after the round (placed now, or held by a rollout), which take their slots and
+    room. ``capacity`` is what is free after the round and is consumed by the copies."""
+    out = Defragmented(keep=list(keep))
+    under_way = [p for p in (*keep, *others) if p.moving]
+    if under_way:
+        for model in unplaced:
+            mine = sorted({p.moving for p in under_way if p.moving_for == model})
+            if mine:
+                out.notes[model] = f"waiting for {len(under_way)} move(s) under way: " + "; ".join(
+                    mine
+                )
+            else:
+                out.notes[model] = (
+                    f"not defragmenting yet: {len(under_way)} move(s) under way "
+                    f"({under_way[0].moving})"
+                )
+        return out
+    by_model = {d.model: d for d in demands}
+    everything = (*keep, *others)
+    budget, movable, why = budgets(demands, everything, lifecycle)
+    domain = _domains(demands, inventory)
+    priorities = {d.model: d.priority for d in demands}
+    profiles = {(d.model, p.name): p for d in demands for p in d.profiles}
+    required = {d.model for d in demands if d.spread_required}
+    # Built once for every search of the round (a search moves and restores its counts).
+    index: _Index | None = None
+    # A model in a rollout is moved by nothing else meanwhile.
+    for model in rolling:
+        movable[model] = False
+        why[model] = "a rollout is under way"
+    for demand in placement_order(demands):
+        tried = unplaced.get(demand.model)
+        if not tried:
+            continue
+        refusals = []
+        for profile in tried:
+            # Said nothing of when defragmenting cannot help: what the counts say is why.
+            if profile.nodes > 1 or not _fits_in_total(profile, capacity):
+                continue
+            found = moves_for(
+                demand.model,
+                demand.priority,
+                profile,
+                capacity,
+                keep,
+                priorities=priorities,
+                budget=budget,
+                profiles=profiles,
+                movable=movable,
+                why=why,
+                domain=domain,
+                required=required,
+                avoid=(avoid or {}).get(demand.model, ()),
+                index=index if index is not None else (index := _Index(keep, domain, required)),
+            )
+            if found.node is not None and found.moves:
+                _start(
+                    out,
+                    found.moves,
+                    demand.model,
+                    demands=by_model,
+                    everything=everything,
+                    capacity=capacity,
+                    reserved=reserved,
+                )
+                out.notes[demand.model] = (
+                    f"moving {len(found.moves)} replica(s) to make room on node {found.node}"
+                )
+                return out
+            # Only a budget is worth saying: that nothing else could be moved adds
+            # nothing to the counts (and is said of every unplaced replica otherwise).
+            if found.blocked:
+                refusals.append(f"profile {profile.name}: {found.refusal}")
+        if refusals:
+            out.notes[demand.model] = "not defragmented: " + "; ".join(refusals)
+    _repair_spread(
+        out,
+        demands,
+        by_model=by_model,
+        everything=everything,
+        capacity=capacity,
+        budget=budget,
+        movable=movable,
+        domain=domain,
+        reserved=reserved,
+    )
+    return out
+
+
+def _fits_in_total(profile: PlacementProfile, capacity: Capacity) -> bool:
+    """Whether the free cards of the profile's eligible nodes add up to one replica."""
+    if profile.gpus_per_node == 0:
+        return False  # a CPU replica needs no cards: nothing to gain by moving others
+    total = 0
+    for name in capacity.eligible(profile):
+        total += capacity.free_gpus(name)
+        if total >= profile.gpus_per_node:
+            return True
+    return False
+
+
+def _domains(demands: Sequence[Demand], inventory: Mapping[str, Node]) -> Domain:
+    label = {d.model: d.spread_by for d in demands if d.spread_by}
+
+    def domain(model: str, node: str) -> str:
+        key = label.get(model)
+        if key is None:
+            return node
+        n = inventory.get(node)
+        # A node without the label is a domain of its own (as ``scheduler.planner.spread``).
+        return f"={n.labels[key]}" if n is not None and key in n.labels else node
+
+    return domain
+
+
+def _start(
+    out: Defragmented,
+    moves: Sequence[Move],
+    beneficiary: str,
+    *,
+    demands: Mapping[str, Demand],
+    everything: Sequence[Placement],
+    capacity: Capacity,
+    reserved: Mapping[str, set[int]] | None,
+) -> None:
+    """Mark each moved placement and place its copy on the move's destination."""
+    taken: dict[str, set[int]] = {}
+    for p in everything:
+        taken.setdefault(p.model, set()).add(p.replica)
+    for model, slots in (reserved or {}).items():
+        taken.setdefault(model, set()).update(slots)
+    marked: dict[tuple[str, int], Placement] = {}
+    for move in moves:
+        victim = move.placement
+        spec = demands[victim.model].lifecycle or ModelLifecycle()
+        slots = taken.setdefault(victim.model, set())
+        slot = next(s for s in count() if s not in slots)
+        slots.add(slot)
+        copy = replace(
+            victim,
+            replica=slot,
+            nodes=(move.to,),
+            fingerprint=spec.fingerprints.get(victim.profile, victim.fingerprint),
+            version=spec.version or victim.version,
+            moving="",
+            moving_for="",
+        )
+        capacity.consume(copy.nodes, copy.gpus_per_node, copy.memory_gb_per_node)
+        moving = replace(victim, moving=move.reason, moving_for=beneficiary)
+        marked[victim.model, victim.replica] = moving
+        out.moves.append(Move(moving, move.to, move.reason, copy))
+    out.keep = [marked.get((p.model, p.replica), p) for p in out.keep]
+
+
+def _repair_spread(
+    out: Defragmented,
+    demands: Sequence[Demand],
+    *,
+    by_model: Mapping[str, Demand],
+    everything: Sequence[Placement],
+    capacity: Capacity,
+    budget: Mapping[str, int],
+    movable: Mapping[str, bool],
+    domain: Domain,
+    reserved: Mapping[str, set[int]] | None,
+) -> None:
+    """One move that repairs a worsened spread, for the first model that opted in
+    (``disruption.repair_spread``) and has one: a replica on its most crowded domain
+    moves to a fitting node of a domain holding at least two fewer of its replicas."""
+    profiles = {(d.model, p.name): p for d in demands for p in d.profiles}
+    for demand in demands:
+        spec = demand.lifecycle
+        if spec is None or not spec.repair_spread or not movable.get(demand.model, True):
+            continue
+        if budget.get(demand.model, 1) <= 0:
+            continue
+        mine = [p for p in out.keep if p.model == demand.model and len(p.nodes) == 1]
+        if len(mine) < 2:
+            continue
+        held = Counter(
+            domain(demand.model, n) for p in everything if p.model == demand.model for n in p.nodes
+        )
+        # The most crowded domain first, then its highest slot (the order surplus goes in).
+        mine.sort(key=lambda p: (-held[domain(demand.model, p.nodes[0])], -p.replica))
+        victim = mine[0]
+        source = domain(demand.model, victim.nodes[0])
+        if held[source] < 2:
+            continue
+        profile = profiles.get((demand.model, victim.profile))
+        if profile is None:
+            continue
+        for _, _, name in capacity.fitting(profile):
+            if held[domain(demand.model, name)] + 2 <= held[source]:
+                reason = (
+                    f"to repair the spread of model {demand.model}: {held[source]} of its "
+                    f"replicas share {_where(source)}"
+                )
+                _start(
+                    out,
+                    [Move(victim, name, reason)],
+                    "",
+                    demands=by_model,
+                    everything=everything,
+                    capacity=capacity,
+                    reserved=reserved,
+                )
+                out.notes.setdefault(demand.model, reason)
+                return
+
+
+def _where(domain: str) -> str:
+    return f"label value {domain[1:]}" if domain.startswith("=") else f"node {domain}"

@@ -52,6 +52,27 @@ class Placement:
     # runs that version's definition until a rollout replaces the replica. "" for
     # one placed before versions (its agent is sent the current definition).
     version: str = ""
+    # Non-empty while the replica is being moved (``scheduler.planner.defrag``): why
+    # ("to make room for model X, profile P on node N"). A copy runs elsewhere and the
+    # rollout machinery stops this one once the model is whole without it.
+    moving: str = ""
+    # The model the move makes room for ("" for a spread repair): its node is kept
+    # free of other new replicas while the move is under way.
+    moving_for: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One replica to run on ``to`` instead of where it runs, and why.
+
+    Surge-first: the plan places ``copy`` (the new replica, on ``to``) and marks the
+    moved placement (``placement``, now carrying ``moving``); a later round stops it
+    once its model has all its wanted replicas ready without it."""
+
+    placement: Placement
+    to: str
+    reason: str
+    copy: Placement | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +185,9 @@ class Plan:
     failures: tuple[Failure, ...] = ()
     rollouts: tuple[RolloutProgress, ...] = ()
     notes: tuple[tuple[str, str], ...] = ()
+    # Moves started this round (defragmentation, spread repair), and those under way.
+    moves: tuple[Move, ...] = ()
+    moving: tuple[Placement, ...] = ()
 
     @property
     def placements(self) -> tuple[Placement, ...]:

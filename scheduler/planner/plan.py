@@ -21,7 +21,11 @@ A round has three parts:
    new replicas are spread by same-shape swaps and moves into free room
    (``scheduler.planner.spread_repair``), which keep the GPU count.
 3. Preempt (``scheduler.planner.preemption``, unless the policy turns it off): a replica
-   still unplaced may evict replicas of strictly lower priority. What fits
+   still unplaced may evict replicas of strictly lower priority.
+4. Defragment (``scheduler.planner.defrag``, unless the policy turns it off): a replica
+   still unplaced whose room exists in total makes room by moving the fewest replicas
+   of equal or lower priority, surge-first, within their disruption budgets; with
+   nothing to place, a model that opted in has a worsened spread repaired. What fits
    nowhere is explained (``scheduler.planner.rejections``), and each model's resilience
    is computed (``scheduler.planner.resilience``).
 
@@ -44,6 +48,7 @@ from operator import attrgetter
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy
 from scheduler.planner.capacity import Capacity
+from scheduler.planner.defrag import defragment
 from scheduler.planner.inventory import Node
 from scheduler.planner.packing import Option, Requirement, place_missing
 from scheduler.planner.placements import Demand, Placement, Plan, Removal, Unplaced
@@ -135,6 +140,25 @@ def plan(
         unplaced={m: [p for p, _ in tried] for m, (tried, _) in attempt.failed.items()},
     )
     attempt.placed = repaired.placed
+    kept_now = preempted.kept
+    moved = None
+    if policy.defragment:
+        # 4. Defragment (``scheduler.planner.defrag``): make room for an unplaced replica by
+        # moving replicas of equal or lower priority, surge-first; or repair a spread.
+        moved = defragment(
+            judged.demands,
+            {m: [p for p, _ in tried] for m, (tried, _) in attempt.failed.items()},
+            kept_now,
+            [*attempt.placed, *judged.held],
+            attempt.capacity,
+            lifecycle=lifecycle,
+            inventory=inventory,
+            reserved=judged.reserved,
+            rolling={p.model for p in judged.held if not p.moving},
+            avoid=judged.avoid,
+        )
+        kept_now = moved.keep
+        attempt.placed.extend(m.copy for m in moved.moves if m.copy is not None)
     notes = {
         **{
             (m, r): n
@@ -152,8 +176,9 @@ def plan(
         notes,
         closed=closed,
         avoid=judged.avoid,
+        after=moved.notes if moved is not None else {},
     )
-    keep = tuple(sorted(preempted.kept, key=_slot_order))
+    keep = tuple(sorted(kept_now, key=_slot_order))
     place = tuple(sorted(attempt.placed, key=_slot_order))
 
     result = Plan(
@@ -171,6 +196,12 @@ def plan(
         resilience=resilience(demands, keep + place + tuple(judged.held), inventory),
     )
     result = finish(result, judged, lifecycle)
+    if moved is not None:
+        result = replace(
+            result,
+            moves=tuple(moved.moves),
+            moving=tuple(p for p in result.keep if p.moving),
+        )
     if repaired.notes:
         result = replace(result, notes=result.notes + tuple(repaired.notes))
     return result
@@ -185,6 +216,7 @@ def _explain(
     *,
     closed: frozenset[str] = frozenset(),
     avoid: Mapping[str, frozenset[str]] | None = None,
+    after: Mapping[str, str] | None = None,
 ) -> tuple[Unplaced, ...]:
     """One explanation per model, shared by its unplaced replicas.
 
@@ -213,6 +245,8 @@ def _explain(
                 )
             rejections.append(counted[key])
         reason = render(rejections) or "the model has no profiles to place it with"
+        if after and model in after:
+            reason = f"{reason}; {after[model]}"
         # A required spread or an eviction is why, not only the counts.
         unplaced.extend(
             Unplaced(

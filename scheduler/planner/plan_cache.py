@@ -56,6 +56,8 @@ PLACEMENT_FIELDS = (
     "memory_gb_per_node",
     "fingerprint",
     "version",
+    "moving",
+    "moving_for",
 )
 STATUS_FIELDS = (
     "state",

@@ -81,6 +81,25 @@ def explain(
             if outcome == "placed"
             else "already running and still valid; running replicas are not moved without a reason"
         )
+        copy_of = next(
+            (
+                m
+                for m in result.moves
+                if m.copy is not None and m.copy.replica == p.replica and m.copy.model == name
+            ),
+            None,
+        )
+        if copy_of is not None:
+            why = (
+                f"placed as the new copy of replica {copy_of.placement.replica} (surge-first: "
+                f"it stops once this one is ready), {copy_of.reason}"
+            )
+        elif p.moving:
+            outcome = "moving"
+            why = (
+                f"being moved, surge-first, {p.moving}: it runs until its copy is ready and "
+                "the model has all its wanted replicas ready without it"
+            )
         if wanted is not None:
             better = _passed_over(wanted.placement_profiles(), p.profile)
             if better:

@@ -76,6 +76,10 @@ def model_lifecycle(model: Model) -> ModelLifecycle:
         max_surge=model.rollout.max_surge,
         max_unavailable=model.rollout.max_unavailable,
         version=model_version(model),
+        min_ready=model.scaling.min,
+        movable=model.disruption.movable,
+        max_moving=model.disruption.max_unavailable,
+        repair_spread=model.disruption.repair_spread,
     )
 
 
@@ -159,8 +163,31 @@ def judge(
         else:
             out.current.append(p)
     _avoid(out, lifecycle, now)
+    _keep_clear(out, old, demands)
     out.demands = [_roll(d, old[d.model], out, lifecycle) if d.model in old else d for d in demands]
     return out
+
+
+def _keep_clear(
+    out: Judged, old: Mapping[str, list[tuple[Placement, str]]], demands: Sequence[Demand]
+) -> None:
+    """While replicas move (``scheduler.planner.defrag``), the node they leave takes no new
+    replica of their own model (its copy must land elsewhere) and, when the move makes
+    room for a model, no new replica of any other model either: the room is its."""
+    clearing: dict[str, str] = {}
+    for model, olds in old.items():
+        leaving = frozenset(n for p, _ in olds if p.moving for n in p.nodes)
+        if leaving:
+            out.avoid[model] = out.avoid.get(model, frozenset()) | leaving
+        for p, _ in olds:
+            if p.moving_for:
+                clearing.update(dict.fromkeys(p.nodes, p.moving_for))
+    if not clearing:
+        return
+    for d in demands:
+        closed = frozenset(n for n, beneficiary in clearing.items() if beneficiary != d.model)
+        if closed:
+            out.avoid[d.model] = out.avoid.get(d.model, frozenset()) | closed
 
 
 def _failure(
@@ -184,6 +211,9 @@ def _failure(
 
 
 def _old_because(p: Placement, spec: ModelLifecycle | None, draining: frozenset[str]) -> str | None:
+    if p.moving:
+        # Being moved (scheduler.planner.defrag): its copy runs elsewhere already.
+        return p.moving
     if draining and (drained := sorted(n for n in p.nodes if n in draining)):
         return f"node {drained[0]} is draining"
     if spec is not None and p.fingerprint and p.fingerprint != spec.fingerprints.get(p.profile):
@@ -242,7 +272,9 @@ def _roll(
         if not _ready(lifecycle, p):
             out.removals.append(Removal(p, f"{cause}: replaced (it was not ready)"))
             out.reserved.setdefault(demand.model, set()).add(p.replica)
-        elif ready - 1 >= floor:
+        elif ready - 1 >= (wanted if p.moving else floor):
+            # A moved replica stops only once its model is whole without it: a move is
+            # surge-first whatever the model's rollout.max_unavailable allows.
             ready -= 1
             out.reserved.setdefault(demand.model, set()).add(p.replica)
             out.removals.append(

@@ -73,6 +73,7 @@ def test_place_puts_each_replica_where_it_fits_and_explains_the_rest(cli: Cli) -
         "gpu_class",
         "fingerprint",
         "version",
+        "moving",
     }
     # The CPU model needs 8 GB and the CPU node has 4: it lands on a GPU node with the
     # memory (or unknown memory), without taking a card.
@@ -127,3 +128,33 @@ def test_history_shows_placement_events_beside_catalog_events(cli: Cli) -> None:
         ("placements", "placement.placed"),
     ]
     assert "log" not in cli.json("history")[0]
+
+
+def test_place_dry_run_shows_the_moves_that_make_room_and_the_switch_turns_them_off(
+    tmp_path: Path,
+) -> None:
+    cli = Cli(tmp_path, f"sqlite:///{tmp_path / 'llmgw.db'}")
+    small = {
+        "name": "small",
+        "source": "sim/small",
+        "scaling": {"min": 4},
+        "profiles": [{"name": "t4", "gpu_class": "T4", "tp": 1}],
+    }
+    cli.write("catalog.yaml", {"models": [small]})
+    nodes = [{"name": f"t{i}", "gpu_class": "T4", "gpus": 2} for i in range(4)]
+    assert cli("nodes", "report", cli.write("nodes.yaml", {"nodes": nodes})).returncode == 0
+    assert cli("place").returncode == 0  # one a node: one card free on each
+    big = {**small, "name": "big", "scaling": {"min": 1}}
+    big["profiles"] = [{"name": "t4x2", "gpu_class": "T4", "tp": 2}]
+    cli.write("big.yaml", big)
+    assert cli("add", "big.yaml").returncode == 0
+    dry = cli.json("place", "--dry-run")
+    (move,) = dry["moves"]
+    assert move["model"] == "small" and move["copy"] == 4
+    assert move["reason"] == f"to make room for model big, profile t4x2 on node {move['from'][0]}"
+    assert [p["replica"] for p in dry["moving"]] == [move["replica"]]
+    text = cli("place", "--dry-run").stdout
+    assert f"moves to {move['to']} as replica 4, surge-first: {move['reason']}" in text
+    off = cli.json("place", "--dry-run", "--no-defragment")
+    assert off["moves"] == [] and len(off["unplaced"]) == 1
+    assert cli.json("placements") and not any(p["moving"] for p in cli.json("placements"))

@@ -149,6 +149,9 @@ class PlacementEntry(BaseModel):
     # The model version (definition digest) the replica was placed with; ``engine``
     # is that version's, so a catalog change never changes it ("" before versions).
     version: str
+    # Non-empty while the replica is being moved, surge-first, by defragmentation or a
+    # spread repair: why ("to make room for model X, profile P on node N").
+    moving: str = ""
     # placed (nothing reported yet), starting, ready, failed; unreported when the
     # node's agent does not report replica states (it then counts as ready).
     state: Literal["placed", "starting", "ready", "failed", "unreported"]

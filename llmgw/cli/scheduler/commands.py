@@ -15,6 +15,7 @@ from llmgw.cli.shared.context import App, Refused, print_json
 from llmgw.cli.shared.tables import table
 from llmgw.views import (
     iso,
+    move_json,
     node_json,
     placed_replica_json,
     placement_json,
@@ -164,6 +165,10 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
                 ],
                 "rollouts": [rollout_json(r) for r in plan.rollouts],
                 "notes": [{"model": m, "note": n} for m, n in plan.notes],
+                # Moves started by this round (defragmentation, spread repair), and the
+                # replicas still being moved (each one stops once its copy is ready).
+                "moves": [move_json(m) for m in plan.moves],
+                "moving": [placement_json(p) for p in plan.moving],
             }
         )
         return 0
@@ -182,6 +187,12 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
         print(f"  ! {shown(u.model)}[{u.replica}] unplaced: {shown(u.reason)}")
     for model, note in plan.notes:
         print(f"  ~ {shown(model)}: {shown(note)}")
+    for m in plan.moves:
+        copy = "" if m.copy is None else f" as replica {m.copy.replica}"
+        print(
+            f"  > {_replica(m.placement)} moves to {shown(m.to)}{copy}, surge-first: "
+            f"{shown(m.reason)}"
+        )
     for rollout in plan.rollouts:
         waiting = rollout.waiting or "every old replica is replaced"
         print(

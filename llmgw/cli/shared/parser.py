@@ -110,6 +110,14 @@ def staleness_flags() -> argparse.ArgumentParser:
         help="never evict lower-priority replicas, cluster-wide (env LLMGW_PREEMPTION=0; "
         "[policy] preemption = false; default on)",
     )
+    staleness.add_argument(
+        "--no-defragment",
+        dest="defragment",
+        action="store_false",
+        default=argparse.SUPPRESS,
+        help="never move running replicas to make room or repair a spread, cluster-wide "
+        "(env LLMGW_DEFRAGMENT=0; [scheduler] defragment = false; default on)",
+    )
     return staleness
 
 

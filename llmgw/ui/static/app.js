@@ -156,6 +156,15 @@ function renderFleet(fleet) {
   fill("placements", fleet.placements.map((p) => {
     const tr = row([p.model, p.replica, p.profile, p.nodes.join(", "), p.gpus_per_node,
       stateCell(p.state)]);
+    // Being moved, surge-first (defragmentation or a spread repair): say so, and why.
+    if (p.moving) {
+      const cell = tr.children[5];
+      cell.appendChild(document.createTextNode(" "));
+      const tag = el("span", "moving", "tag");
+      tag.title = p.moving;
+      cell.appendChild(tag);
+      cell.appendChild(el("div", p.moving, "muted"));
+    }
     const endpoint = el("td", p.endpoint || "-", "endpoint");
     endpoint.hidden = !hasEndpoint;
     tr.appendChild(endpoint);

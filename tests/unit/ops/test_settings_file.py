@@ -129,9 +129,24 @@ def test_the_resolved_settings_read_back_in_the_files_shape(tmp_path: Path) -> N
         "interval": "2s",
         "preemption": True,
     }
+    assert data["scheduler"] == {"defragment": True}
     assert set(data) == {
-        "settings_file", "database", "catalog", "policy", "server", "auth", "autoscale"
+        "settings_file", "database", "catalog", "policy", "scheduler", "server", "auth",
+        "autoscale",
     }  # fmt: skip
+
+
+def test_defragment_is_a_scheduler_setting_the_environment_and_a_flag_override(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "llmgw.toml").write_text("[scheduler]\ndefragment = false\n")
+    assert Settings.resolve(env={}, cwd=tmp_path).policy.defragment is False
+    on = Settings.resolve(env={"LLMGW_DEFRAGMENT": "1"}, cwd=tmp_path)
+    assert on.policy.defragment is True
+    assert Settings.resolve(env={}, cwd=tmp_path / "nowhere").policy.defragment is True
+    (tmp_path / "llmgw.toml").write_text("[scheduler]\ndefragment = 3\n")
+    with pytest.raises(SettingsError, match="defragment"):
+        Settings.resolve(env={}, cwd=tmp_path)
 
 
 def test_preemption_is_a_policy_setting_the_environment_overrides(tmp_path: Path) -> None:

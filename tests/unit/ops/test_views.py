@@ -102,6 +102,7 @@ def test_a_replica_is_its_placement_its_state_and_what_its_agent_starts() -> Non
         "gpu_class": "T4",
         "fingerprint": "f00d",
         "version": "",
+        "moving": "",
     }
     status = ReplicaStatus("ready", NOW, NOW, "", "http://gpu-7:8000")
     # `llmgw placements --json`: the placement and its state.
