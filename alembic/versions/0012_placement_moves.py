@@ -29,9 +29,7 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("placements") as batch:
         batch.add_column(sa.Column("moving", sa.Text(), nullable=False, server_default=""))
-        batch.add_column(
-            sa.Column("moving_for", sa.String(255), nullable=False, server_default="")
-        )
+        batch.add_column(sa.Column("moving_for", sa.String(255), nullable=False, server_default=""))
 
 
 def downgrade() -> None:

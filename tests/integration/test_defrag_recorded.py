@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine
 
 from catalog import Catalog
-from events.storage.backends import open_log
 from events.catalog_service import CatalogService
 from events.read.replay import replay
+from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.persistence.store import PLACED, REMOVED, UPDATED, SchedulerStore
 from scheduler.planner.inventory import parse_node_report
