@@ -241,7 +241,11 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     server = uvicorn.Server(config)
     host, port = sock.getsockname()[:2]
     log.info("gateway.listening", url=f"http://{host}:{port}", control_plane=settings.server)
-    print(f"llmgw gateway: listening on http://{host}:{port}", flush=True)
+    # One write, newline included: with several workers on one stdout (and
+    # PYTHONUNBUFFERED, where print writes the text and its newline apart) two workers'
+    # lines would otherwise run together ("...:43931llmgw gateway: ...").
+    sys.stdout.write(f"llmgw gateway: listening on http://{host}:{port}\n")
+    sys.stdout.flush()
     await server.serve(sockets=[sock])
     log.info("gateway.stopped")
     sys.stdout.flush()
