@@ -32,7 +32,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import structlog
 
 from gateway import admission
@@ -41,7 +40,7 @@ from gateway.routing import Choice, choose, eligible, observe_ttft
 from gateway.settings import GatewaySettings
 from gateway.state import State
 from gateway.table import ModelEntry, Replica
-from gateway.upstream import Unreachable, Upstream
+from gateway.upstream import Answer, BrokenAnswer, Unreachable, Upstream
 
 log = structlog.get_logger("gateway")
 
@@ -280,7 +279,7 @@ class Proxy:
         trace.attempts += 1
         sent_at = time.monotonic()
         state.windows.sent(m.name, replica.key, sent_at, sent_at - trace.started)
-        resp: aiohttp.ClientResponse | None = None
+        resp: Answer | None = None
         try:
             resp = await self.upstream.open(replica.endpoint + ROUTES[req.kind], data)
             if req.stream and resp.status == 200:
@@ -294,7 +293,7 @@ class Proxy:
             if resp is not None and not resp.closed:
                 # A complete answer's connection goes back to the pool; an interrupted
                 # one (a client gone, an error) is closed, which stops the engine's work.
-                if resp.content.at_eof():
+                if resp.complete:
                     resp.release()
                 else:
                     resp.close()
@@ -314,7 +313,7 @@ class Proxy:
     async def _whole(
         self,
         call: Call,
-        resp: aiohttp.ClientResponse,
+        resp: Answer,
         m: ModelEntry,
         replica: Replica,
         *,
@@ -324,8 +323,8 @@ class Proxy:
         send, trace = call.send, call.trace
         try:
             payload = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise Unreachable(f"the answer broke off ({type(exc).__name__})") from None
+        except BrokenAnswer as exc:
+            raise Unreachable(f"the answer broke off ({exc})") from None
         done = time.monotonic()
         trace.upstream_s = done - sent_at
         if resp.status < 400:
@@ -348,7 +347,7 @@ class Proxy:
     async def _stream(
         self,
         call: Call,
-        resp: aiohttp.ClientResponse,
+        resp: Answer,
         m: ModelEntry,
         replica: Replica,
         *,
@@ -358,16 +357,14 @@ class Proxy:
         send, trace = call.send, call.trace
         held = bytearray()
         scanner = _FirstContent()
-        chunks = resp.content.iter_any()
+        chunks = resp.chunks()
         try:
             async for chunk in chunks:
                 held += chunk
                 if scanner.seen(held):
                     break
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise Unreachable(
-                f"the stream broke off before its first token ({exc!r:.80})"
-            ) from None
+        except BrokenAnswer as exc:
+            raise Unreachable(f"the stream broke off before its first token ({exc})") from None
         first = time.monotonic()
         trace.upstream_s = first - sent_at
         trace.ttft_s = trace.upstream_s
@@ -397,7 +394,7 @@ class Proxy:
                 # The client has the whole answer: one that hangs up now (the SDKs stop
                 # at [DONE]) did not cancel anything.
                 trace.complete = ended
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except BrokenAnswer as exc:
             trace.outcome = "failed"
             log.warning(
                 "gateway.stream_broken",
