@@ -232,7 +232,8 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         loop="none",
         # Bounded request heads (64 KiB, 100 headers -> 431; header timeout -> 408; a cap
         # on connections -> 503), as on every server of ours: httpguard's protocol.
-        **uvicorn_options(HeadLimits(keep_alive_timeout_s=30.0)),
+        # An answer's head and body in one system call (``CoalescedTransport``).
+        **uvicorn_options(HeadLimits(keep_alive_timeout_s=30.0), coalesce_writes=True),
         lifespan="on",
         log_level="warning",
         access_log=False,
