@@ -40,7 +40,8 @@ def _windows(api: ApiServer, tokens: Tokens) -> dict[str, object]:
     with api.client(tokens.reader) as c:
         answer = c.get("/v1/autoscale")
     assert answer.status_code == 200, answer.text
-    return answer.json()
+    windows: dict[str, object] = answer.json()
+    return windows
 
 
 def test_an_operator_token_posts_windows_and_they_are_counted(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,7 @@ def test_a_missing_secret_fails_the_replica_saying_where_to_put_it(tmp_path: Pat
 
 
 def test_a_secret_is_read_from_the_environment_when_no_file_holds_it(tmp_path: Path) -> None:
-    env = {"A_KEY": {"secret": "db.pass"}, "PLAIN": "p"}
+    env: dict[str, str | Mapping[str, str]] = {"A_KEY": {"secret": "db.pass"}, "PLAIN": "p"}
     assert resolve_env(env, None, {"LLMGW_SECRET_DB_PASS": "v"}) == {"A_KEY": "v", "PLAIN": "p"}
     (tmp_path / "db.pass").write_text("from-file")
     assert resolve_env(env, tmp_path, {"LLMGW_SECRET_DB_PASS": "v"})["A_KEY"] == "from-file"

@@ -153,7 +153,9 @@ def logs() -> Iterator[list[MutableMapping[str, Any]]]:
         yield captured
 
 
-def _skipped(logs: list[MutableMapping[str, Any]], table_name: str) -> list[dict[str, Any]]:
+def _skipped(
+    logs: list[MutableMapping[str, Any]], table_name: str
+) -> list[MutableMapping[str, Any]]:
     return [e for e in logs if e["event"] == "scheduler.row_skipped" and e["table"] == table_name]
 
 
