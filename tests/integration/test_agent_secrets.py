@@ -35,6 +35,7 @@ def _agent(tmp_path: Path, server: StandIn, secrets_dir: Path | None) -> Agent:
         secrets_dir=secrets_dir,
     )
     inventory = Inventory(gpu_class="SIM", devices=(0, 1), memory_gb=64.0, cpus=2)
+    # StandIn plays the ControlPlane client, a class (not a Protocol) it does not subclass.
     return Agent(config, inventory, server)  # type: ignore[arg-type]
 
 

@@ -58,8 +58,9 @@ def test_a_placement_keeps_its_versions_engine_view_after_the_catalog_changes(
     # The current catalog's view would have been the new one: that is what pinning avoids.
     current = now.resolve("trial")
     assert current is not None
-    assert current.engine_profile("a100") is not None
-    assert current.engine_profile("a100").args == ("--v", "2")  # type: ignore[union-attr]
+    engine_view = current.engine_profile("a100")
+    assert engine_view is not None
+    assert engine_view.args == ("--v", "2")
 
     # The next rounds place the new version beside it (surge-first) and record it too.
     placer.run()
