@@ -27,6 +27,9 @@ __all__ = ["Answer", "BrokenAnswer", "Unreachable", "Upstream"]
 TOKENIZE_CACHE = 4096
 # The longest wait for an engine's count: past it, the documented estimate.
 TOKENIZE_TIMEOUT_S = 5.0
+# The most of a /tokenize answer read (its token ids: about 1 MB for 128k tokens); past
+# it, the estimate. Unbounded, a broken engine's endless answer filled memory for 5 s.
+TOKENIZE_MAX_BYTES = 16 * 1024 * 1024
 # The most of a 5xx's body read (and dropped) to keep its connection; past it, closed.
 DRAIN_5XX = 64 * 1024
 
@@ -86,7 +89,7 @@ class Upstream:
             async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
                 answer = await self.pool.post(endpoint + "/tokenize", payload.encode())
                 try:
-                    raw = await answer.read()
+                    raw = await answer.read(TOKENIZE_MAX_BYTES)
                 finally:
                     answer.release()
             if answer.status == 404:
