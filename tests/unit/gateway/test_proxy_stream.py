@@ -62,8 +62,11 @@ def test_a_stream_whose_first_event_never_ends_is_passed_on_not_held_whole() -> 
                     started.set()
                 sent.append(message)
 
-            body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
-            body["stream"] = True
+            body: dict[str, Any] = {
+                "model": "chat",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": True,
+            }
             req = admission.parse_request(body, admission.CHAT)
             trace = Trace("r1", "c", time.monotonic())
             call = Call(req, body, b"{}", None, send, trace)
