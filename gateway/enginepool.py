@@ -258,8 +258,11 @@ class _Connection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         if not self.released and not self.done:
-            if self.header_done and not self.framed:
-                self.done = True  # a body ended by the close (no length, not chunked)
+            if self.header_done and not self.framed and exc is None:
+                # A body ended by the close (no length, not chunked): a clean close
+                # only. A reset (exc) is an engine that crashed or was killed: what came
+                # is truncated, and was passed on as a complete 200.
+                self.done = True
             else:
                 self._fail(
                     CLOSED_UNANSWERED

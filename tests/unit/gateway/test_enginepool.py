@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import os
 import shutil
+import socket
 import ssl
+import struct
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -707,3 +709,33 @@ def test_https_engines_with_a_verified_certificate(
     run(main(trusted=False))
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     run(main(trusted=True))
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_body_ended_by_a_reset_is_broken_not_complete(loop: str) -> None:
+    # A body with no length ends with the connection: a clean close (FIN) ends it, a
+    # reset (RST: the engine crashed, or was killed) breaks it. Taken as complete, the
+    # truncated JSON went to the client as a 200.
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await _request(reader)
+        writer.write(b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{"partial":')
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    async def main() -> None:
+        async with Engine(engine) as url:
+            pool = EnginePool(2, 5)
+            answer = await pool.post(url + "/v1", b"{}")
+            with pytest.raises(BrokenAnswer, match="middle of the answer"):
+                await answer.read()
+            assert not answer.complete
+            answer.close()
+            await pool.close()
+
+    if loop == "uvloop":
+        uvloop.run(asyncio.wait_for(main(), 30))
+    else:
+        run(main())
