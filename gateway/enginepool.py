@@ -364,7 +364,17 @@ class _Connection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if reuse and self.done and not self.lost and self.transport is not None:
+        transport = self.transport
+        if (
+            reuse
+            and self.done
+            and not self.lost
+            and transport is not None
+            # Nor with the request still unsent: an engine that answered from the head
+            # alone may never read the body, and the next request waited behind it for
+            # the read timeout.
+            and not transport.get_write_buffer_size()
+        ):
             self.body.clear()
             self.pool._put(self)
         else:
