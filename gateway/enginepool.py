@@ -26,12 +26,16 @@ What a caller relies on:
 - Reads are paused when a streamed answer's unread bytes pass ``HIGH_WATER`` (a slow
   client does not make the gateway buffer a fast engine's whole answer).
 - A read timeout is the longest wait for the next bytes (aiohttp's ``sock_read``), kept
-  with one timer per connection rather than one per read.
+  with one timer per connection rather than one per read. An engine that trickles bytes
+  is not timed out by it (nor was it by aiohttp): the caller's own deadlines bound that.
+- Interim answers (100, 103) are skipped; bytes past the answer (a second answer, a body
+  longer than its length) close the connection rather than reach this answer or the next.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator
@@ -53,6 +57,17 @@ MAX_TARGETS = 4096
 # An answer's head is bounded as a request's is (``httpguard``): a hostile or broken
 # engine cannot make the gateway buffer an endless header.
 MAX_HEAD = 64 * 1024
+# A byte that cannot be in a request-target or a host (RFC 9112): controls, space, DEL.
+# urlsplit drops CR and LF, so an endpoint with them would otherwise be sent with a
+# space in its request line; a NUL in a host makes getaddrinfo raise ValueError.
+_UNSENDABLE = re.compile(r"[\x00-\x20\x7f]")
+# The one failure where sending again is safe: the connection closed with no byte of an
+# answer. A timeout is not: the engine had the request and may be working on it.
+CLOSED_UNANSWERED = "connection closed before an answer"
+
+
+class _EngineMisbehaved(Exception):
+    """Raised in a parser callback to stop parsing (httptools then raises its own)."""
 
 
 class Unreachable(Exception):
@@ -77,6 +92,8 @@ class _Target:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise Unreachable(f"the endpoint {url[:100]!r} is not an http(s) URL")
+        if _UNSENDABLE.search(parts.netloc):
+            raise Unreachable(f"the endpoint {url[:100]!r} has a control byte or space in its host")
         try:
             port = parts.port
         except ValueError:
@@ -99,6 +116,8 @@ class _Route:
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
+        if _UNSENDABLE.search(path):
+            raise Unreachable(f"the endpoint {url[:100]!r} has a control byte or space in its path")
         self.head = (
             b"POST "
             + path.encode("ascii", "strict")
@@ -111,10 +130,13 @@ class _Route:
 class Answer:
     """An engine's answer: status and headers read; the body as it comes."""
 
-    __slots__ = ("_conn", "headers", "status")
+    __slots__ = ("_conn", "_finished", "headers", "status")
 
     def __init__(self, conn: _Connection) -> None:
         self._conn = conn
+        # Its own flag, not the connection's: once released, the connection may be
+        # serving another request, which a second release or close must not touch.
+        self._finished = False
         self.status: int = conn.status
         self.headers: dict[str, str] = conn.headers
 
@@ -125,13 +147,17 @@ class Answer:
 
     @property
     def closed(self) -> bool:
-        return self._conn.released
+        return self._finished
 
-    async def read(self) -> bytes:
-        """The whole body."""
+    async def read(self, limit: int | None = None) -> bytes:
+        """The whole body; ``BrokenAnswer`` past ``limit`` bytes (not read further)."""
         parts = []
+        size = 0
         async for chunk in self.chunks():
             parts.append(chunk)
+            size += len(chunk)
+            if limit is not None and size > limit:
+                raise BrokenAnswer(f"the answer is over {limit} bytes")
         return b"".join(parts)
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -149,11 +175,15 @@ class Answer:
 
     def release(self) -> None:
         """Done with the answer: its connection goes back to the pool when complete."""
-        self._conn.finish(reuse=self.complete)
+        if not self._finished:
+            self._finished = True
+            self._conn.finish(reuse=self.complete)
 
     def close(self) -> None:
         """Done with the answer, complete or not: its connection is closed."""
-        self._conn.finish(reuse=False)
+        if not self._finished:
+            self._finished = True
+            self._conn.finish(reuse=False)
 
 
 class _Connection(asyncio.Protocol):
@@ -179,6 +209,8 @@ class _Connection(asyncio.Protocol):
         self.head_size = 0
         self.pending = 0
         self.header_done = False
+        self.interim = False  # parsing a 1xx answer (skipped)
+        self.progress = False  # a parser callback ran during the current feed
         self.body: deque[bytes] = deque()
         self.buffered = 0
         self.done = False
@@ -199,16 +231,19 @@ class _Connection(asyncio.Protocol):
             self.lost = True
             self._close()
             return
+        self.progress = False
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            # (HttpParserUpgrade, for a 101, is not an HttpParserError: uncaught, it
+            # escaped data_received.)
             self._fail(f"the engine's answer is not HTTP/1.1 ({exc})"[:200])
             self._close()
             return
-        if not self.header_done:
-            # httptools holds a header's value whole before any callback sees it: what
-            # it holds is bounded by this count of the bytes fed (plus one read).
-            self.pending += len(data)
+        # httptools holds a header's value whole (a trailer's too, after the body)
+        # before any callback sees it, and skips chunk extensions unseen: the bytes fed
+        # since the last callback bound what it holds (plus one read).
+        self.pending = 0 if self.progress else self.pending + len(data)
         if self.pending > MAX_HEAD or self.head_size > MAX_HEAD:
             self._fail(f"the engine's answer has a head over {MAX_HEAD} bytes")
             self._close()
@@ -223,11 +258,14 @@ class _Connection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         if not self.released and not self.done:
-            if self.header_done and not self.framed:
-                self.done = True  # a body ended by the close (no length, not chunked)
+            if self.header_done and not self.framed and exc is None:
+                # A body ended by the close (no length, not chunked): a clean close
+                # only. A reset (exc) is an engine that crashed or was killed: what came
+                # is truncated, and was passed on as a complete 200.
+                self.done = True
             else:
                 self._fail(
-                    "connection closed before an answer"
+                    CLOSED_UNANSWERED
                     if not self.header_done
                     else "the engine closed the connection in the middle of the answer"
                 )
@@ -240,17 +278,35 @@ class _Connection(asyncio.Protocol):
         pass
 
     # httptools callbacks
+    def on_message_begin(self) -> None:
+        if self.done:
+            # A second answer to one request (or a body longer than its length): not
+            # this answer's bytes, and not the next request's either.
+            self.lost = True
+            raise _EngineMisbehaved
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        # A whole head can come in one read: its fields are counted too.
+        self.progress = True
+        # A whole head can come in one read: its fields are counted too (and trailers).
         self.head_size += len(name) + len(value) + 4
-        if self.head_size > MAX_HEAD:
-            return
+        if self.head_size > MAX_HEAD or self.header_done:
+            return  # a trailer is not a header (a content-type in one replaced it)
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        self.progress = True
         if self.head_size > MAX_HEAD:
             return  # refused once the read is parsed
-        self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if status < 200:
+            if status == 101:  # never asked for (no Upgrade sent)
+                self._fail("the engine switched protocols (101)")
+                raise _EngineMisbehaved
+            # An interim answer (100 Continue, 103 Early Hints): the answer follows.
+            self.interim = True
+            self.headers.clear()
+            return
+        self.status = status
         self.header_done = True
         headers = self.headers
         self.framed = "content-length" in headers or "chunked" in headers.get(
@@ -259,6 +315,7 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        self.progress = True
         self.body.append(body)
         self.buffered += len(body)
         if self.buffered > HIGH_WATER and not self._paused and self.transport is not None:
@@ -267,6 +324,10 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        self.progress = True
+        if self.interim:
+            self.interim = False
+            return
         self.done = True
         if not self.parser.should_keep_alive():
             self.lost = True  # answered, then closed: not for the pool
@@ -303,7 +364,17 @@ class _Connection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if reuse and self.done and not self.lost and self.transport is not None:
+        transport = self.transport
+        if (
+            reuse
+            and self.done
+            and not self.lost
+            and transport is not None
+            # Nor with the request still unsent: an engine that answered from the head
+            # alone may never read the body, and the next request waited behind it for
+            # the read timeout.
+            and not transport.get_write_buffer_size()
+        ):
             self.body.clear()
             self.pool._put(self)
         else:
@@ -369,8 +440,8 @@ class EnginePool:
             conn = await self._connect(route.target)
         try:
             return await self._exchange(conn, route, body)
-        except Unreachable:
-            if not reused or conn.received:
+        except Unreachable as exc:
+            if not reused or conn.received or exc.reason != CLOSED_UNANSWERED:
                 raise
         # A kept-alive connection closed under the request, nothing read: the engine
         # never saw it. Once more on a new connection.
@@ -403,10 +474,19 @@ class EnginePool:
 
     def _take(self, target: _Target) -> tuple[_Connection | None, bool]:
         idle = self._idle.get(target.key)
-        while idle:
-            conn = idle.pop()  # the most recently used: the least likely to be closed
-            if not conn.lost and conn.transport is not None and not conn.transport.is_closing():
-                return conn, True
+        if idle:
+            # The sweep runs every idle_s / 2, so a connection can sit idle up to 1.5
+            # idle_s before it closes it: past idle_s it is the engine's to close (the
+            # race IDLE_S avoids), so it is not taken. The newest are taken first.
+            stale = self.loop.time() - self.idle_s
+            while idle:
+                conn = idle.pop()  # the most recently used: the least likely to be closed
+                if conn.idle_since <= stale:
+                    conn._close()  # (and the older ones left are swept)
+                    continue
+                transport = conn.transport
+                if not conn.lost and transport is not None and not transport.is_closing():
+                    return conn, True
         return None, False
 
     async def _connect(self, target: _Target) -> _Connection:
@@ -415,7 +495,9 @@ class EnginePool:
         context: ssl.SSLContext | None = None
         if target.ssl:
             if self._ssl is None:
-                self._ssl = ssl.create_default_context()
+                # Loading the CA bundle took 26-64 ms (load ~6): not on the loop, where
+                # every stream in flight would wait for it.
+                self._ssl = await asyncio.to_thread(ssl.create_default_context)
             context = self._ssl
         try:
             async with asyncio.timeout(self.connect_timeout_s):
@@ -428,6 +510,8 @@ class EnginePool:
             raise Unreachable(f"connection refused ({exc.strerror or exc})") from None
         except (OSError, ssl.SSLError) as exc:
             raise Unreachable(f"cannot connect ({exc.strerror or exc})"[:200]) from None
+        except ValueError as exc:  # a host getaddrinfo or IDNA refuses
+            raise Unreachable(f"cannot connect ({exc})"[:200]) from None
         return conn
 
     def _put(self, conn: _Connection) -> None:

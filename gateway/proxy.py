@@ -47,6 +47,10 @@ log = structlog.get_logger("gateway")
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 # A body larger than this is re-encoded (alias -> name) in a worker thread.
 INLINE_JSON = 256 * 1024
+# A stream's bytes held while its first content token is awaited; past this, passed on as
+# they are (and no retry). Unbounded, an engine whose first event never ended was held
+# whole and rescanned on every read: 64 MiB took 46 s of the event loop's CPU.
+HOLD_BYTES = 1 << 20
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,9})')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,9})')
 ROUTES = {
@@ -361,7 +365,7 @@ class Proxy:
         try:
             async for chunk in chunks:
                 held += chunk
-                if scanner.seen(held):
+                if scanner.seen(held) or len(held) > HOLD_BYTES:
                     break
         except BrokenAnswer as exc:
             raise Unreachable(f"the stream broke off before its first token ({exc})") from None

@@ -14,7 +14,6 @@ out, or a 5xx) may be retried elsewhere; the caller decides.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import time
@@ -28,6 +27,11 @@ __all__ = ["Answer", "BrokenAnswer", "Unreachable", "Upstream"]
 TOKENIZE_CACHE = 4096
 # The longest wait for an engine's count: past it, the documented estimate.
 TOKENIZE_TIMEOUT_S = 5.0
+# The most of a /tokenize answer read (its token ids: about 1 MB for 128k tokens); past
+# it, the estimate. Unbounded, a broken engine's endless answer filled memory for 5 s.
+TOKENIZE_MAX_BYTES = 16 * 1024 * 1024
+# The most of a 5xx's body read (and dropped) to keep its connection; past it, closed.
+DRAIN_5XX = 64 * 1024
 
 
 class Upstream:
@@ -50,9 +54,20 @@ class Upstream:
         """
         answer = await self.pool.post(url, body)
         if answer.status >= 500:
-            with contextlib.suppress(BrokenAnswer):
-                await answer.read()
-            answer.release()
+            # The body is dropped: read a short one to keep the connection, no more of a
+            # long one (a broken engine's endless error would fill memory and delay the
+            # retry). Released however this ends, a cancelled caller included: it was
+            # left open, and one paused past the high-water mark was never closed.
+            drained = 0
+            try:
+                async for chunk in answer.chunks():
+                    drained += len(chunk)
+                    if drained > DRAIN_5XX:
+                        break
+            except BrokenAnswer:
+                pass
+            finally:
+                answer.release()
             raise Unreachable(f"answered {answer.status}", answer.status)
         return answer
 
@@ -74,7 +89,7 @@ class Upstream:
             async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
                 answer = await self.pool.post(endpoint + "/tokenize", payload.encode())
                 try:
-                    raw = await answer.read()
+                    raw = await answer.read(TOKENIZE_MAX_BYTES)
                 finally:
                     answer.release()
             if answer.status == 404:
