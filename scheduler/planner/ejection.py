@@ -289,11 +289,14 @@ class _Chains:
             return None
         capacity = self.attempt.capacity
         placed = self.attempt.placed
+        # Only groups whose model has room somewhere with one of its profiles: a node
+        # holding one that has none cannot be cleared (on synthetic 10,000, none can).
         smaller = [
             key
             for key in self.by_class.get(profile.gpu_class, [])
             if 0 < self.profile_of[key].gpus_per_node < need
             and self.priority[key[0]] <= self.priority[model]
+            and any(p.nodes == 1 and self.room(p) for p in self.options[key[0]])
         ]
         seen: set[str] = set()
         for key in smaller:
