@@ -156,6 +156,7 @@ def plan(
             reserved=judged.reserved,
             rolling={p.model for p in judged.held if not p.moving},
             avoid=judged.avoid,
+            repair_all_spreads=policy.repair_spread,
         )
         kept_now = moved.keep
         attempt.placed.extend(m.copy for m in moved.moves if m.copy is not None)

@@ -285,3 +285,29 @@ def test_a_stopping_gateway_finishes_the_requests_in_flight(setup: Setup) -> Non
         assert gw.proc.wait(60) == 0
     finally:
         gw.stop()
+
+
+def test_a_gateway_that_has_not_heard_from_the_control_plane_says_starting_not_bad_key(
+    setup: Setup,
+) -> None:
+    """Before its first table a gateway knows no token: a valid client key (or reader
+    key) is told to retry (503, Retry-After), never that it is invalid."""
+    with socket.socket() as s:  # a port nothing listens on: the control plane is away
+        s.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{s.getsockname()[1]}"
+    gw = GatewayProc(setup.work, nowhere, setup.tokens.gateway)
+    gw.admin = setup.c.tokens.reader
+    gw.start(synced=False)
+    try:
+        assert gw.get("/healthz").status_code == 503
+        with pytest.raises(openai.APIStatusError) as refused:
+            gw.openai(setup.tokens.client).chat.completions.create(
+                model="quick", messages=HI, max_tokens=2
+            )
+        e = refused.value
+        assert e.status_code == 503 and e.response.headers["retry-after"] == "1"
+        assert isinstance(e.body, dict) and e.body["code"] == "gateway_starting"
+        routing = gw.get("/routing")
+        assert routing.status_code == 503 and "starting" in routing.json()["error"]["message"]
+    finally:
+        gw.stop()
