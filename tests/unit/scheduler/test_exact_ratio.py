@@ -47,6 +47,31 @@ def test_contended_classes_reach_the_optimum() -> None:
     assert not again.changes_anything
 
 
+def test_a_node_cleared_of_two_smaller_replicas_makes_room_for_a_larger_one() -> None:
+    """Synthetic 5,000 in miniature: the 2-card replicas need the ``pool: prod`` node the
+    8-card one took first; it can move only to the node two 4-card replicas took, and they
+    only to their second class. No chain of single replicas does it (16 of 24 GPUs
+    before ``ejection._clear``); clearing that node of both does."""
+    nodes = [
+        node("a100-a-prod", "A100", 8, labels={"pool": "prod"}),
+        node("a100-b-batch", "A100", 8, labels={"pool": "batch"}),
+        node("l40s-0", "L40S", 4),
+        node("l40s-1", "L40S", 4),
+    ]
+    demands = [
+        demand("big", 1, profile("a100x8", "A100", 8)),
+        demand("mid", 2, profile("a100x4", "A100", 4, priority=10), profile("l40sx4", "L40S", 4)),
+        demand("small", 4, profile("a100x2", "A100", 2, selector={"pool": "prod"})),
+    ]
+    result = run(demands, nodes)
+    ours = score(demands, result.placements)
+    answer = solve(demands, nodes, (), NOW, spread=False, work=5)
+    assert answer.status == "optimal" and answer.score is not None
+    assert ours.gpus == answer.score.gpus == 24
+    assert overcommitted(result.placements, nodes) == []
+    assert not run(demands, nodes, result.placements).changes_anything
+
+
 def test_synthetic_clusters_within_one_percent_of_cp_sat() -> None:
     for size in (10, 40, 100):
         nodes, demands = synthetic_nodes(size), synthetic_demands(2 * size)
