@@ -79,3 +79,115 @@ def test_a_stream_whose_first_event_never_ends_is_passed_on_not_held_whole() -> 
             await upstream.close()
 
     run(main())
+
+
+async def _serve_whole(
+    url: str, sent: list[dict[str, Any]], started: asyncio.Event, replicas: int = 1
+) -> Trace:
+    """One non-streamed chat request through a proxy whose replicas all answer at ``url``."""
+    state = State("gw-test")
+    rows = [
+        {"model": "chat", "replica": i, "state": "ready", "endpoint": url} for i in range(replicas)
+    ]
+    state.install(build([model("chat")], rows, 1))
+    upstream = Upstream(2, 5, 1)
+    proxy = Proxy(state, upstream, GatewaySettings(server="http://cp", token="t"))
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            started.set()
+        sent.append(message)
+
+    body: dict[str, Any] = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
+    trace = Trace("r1", "c", time.monotonic())
+    call = Call(admission.parse_request(body, admission.CHAT), body, b"{}", None, send, trace)
+    resolved = state.table.resolve("chat")
+    assert resolved is not None
+    try:
+        await proxy.serve(call, resolved)
+    finally:
+        await upstream.close()
+    return trace
+
+
+def test_a_large_whole_answer_is_passed_on_as_it_comes_not_held_whole() -> None:
+    # An embeddings batch can be tens of MB, a hostile engine's answer endless: past
+    # HOLD_BYTES the answer goes on to the client before its end has arrived.
+    started = asyncio.Event()
+    seen_by_engine: list[bool] = []
+    first = b'{"data":"' + b"x" * (4 << 20)
+    rest = b'","usage":{"prompt_tokens":3,"completion_tokens":7}}'
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await _request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (len(first) + len(rest)))
+        writer.write(first)
+        await writer.drain()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(started.wait(), 5)
+        seen_by_engine.append(started.is_set())
+        writer.write(rest)
+        await writer.drain()
+        await _request(reader)
+
+    async def main() -> None:
+        async with Engine(engine) as url:
+            sent: list[dict[str, Any]] = []
+            trace = await _serve_whole(url, sent, started)
+            head = dict(sent[0]["headers"])
+            assert head[b"content-length"] == str(len(first) + len(rest)).encode()
+            assert b"".join(m.get("body", b"") for m in sent[1:]) == first + rest
+            assert sent[-1].get("more_body", False) is False
+            assert seen_by_engine == [True], "the answer was held until its end"
+            assert (trace.outcome, trace.prompt_tokens, trace.completion_tokens) == ("ok", 3, 7)
+
+    run(main())
+
+
+def test_a_large_answer_broken_after_bytes_were_sent_is_left_incomplete_not_retried() -> None:
+    started = asyncio.Event()
+    calls: list[int] = []
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await _request(reader)
+        calls.append(n)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (8 << 20))
+        writer.write(b"y" * (2 << 20))
+        await writer.drain()
+        await asyncio.wait_for(started.wait(), 5)
+        writer.transport.abort()  # killed in the middle of its answer
+
+    async def main() -> None:
+        async with Engine(engine) as url:
+            sent: list[dict[str, Any]] = []
+            trace = await _serve_whole(url, sent, started)
+            assert trace.outcome == "failed"
+            assert all(m.get("more_body", True) for m in sent[1:]), "ended as if complete"
+            assert calls == [1], "retried after bytes were sent"
+
+    run(main())
+
+
+def test_a_small_whole_answer_that_breaks_is_retried_unseen() -> None:
+    # Held until complete: a break before the end reached no client, so the next
+    # replica (here a second replica at the same engine) may answer it.
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await _request(reader)
+        if n == 1:
+            writer.write(b'HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"half')
+            await writer.drain()
+            writer.transport.abort()
+            return
+        answer = b'{"choices":[]}'
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(answer), answer))
+        await writer.drain()
+        await _request(reader)
+
+    async def main() -> None:
+        async with Engine(engine) as url:
+            sent: list[dict[str, Any]] = []
+            trace = await _serve_whole(url, sent, asyncio.Event(), replicas=2)
+            assert b"".join(m.get("body", b"") for m in sent[1:]) == b'{"choices":[]}'
+            assert trace.attempts == 2 and trace.outcome == "ok"
+
+    run(main())
