@@ -127,6 +127,7 @@ def guarded_protocol(
     too_large = _Throttled("http.head_too_large")
     too_slow = _Throttled("http.head_timeout")
     too_many = _Throttled("http.connections_full")
+    not_reading = _Throttled("http.write_timeout")
     max_bytes, max_headers = limits.max_header_bytes, limits.max_headers
     large = _answer(
         b"431 Request Header Fields Too Large",
@@ -154,6 +155,9 @@ def guarded_protocol(
         # Set once the connection is refused: what arrives is dropped until it closes.
         _lingering: asyncio.TimerHandle | None = None
         _dropped = 0
+        # Armed while the transport's buffer is over its high-water mark (the client is
+        # not reading what it was sent).
+        _write_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if coalesce_writes:
@@ -168,6 +172,9 @@ def guarded_protocol(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_head_timer()
+            if self._write_timer is not None:
+                self._write_timer.cancel()
+                self._write_timer = None
             if self._lingering is not None:
                 self._lingering.cancel()
             super().connection_lost(exc)
@@ -236,6 +243,26 @@ def guarded_protocol(
             self._in_head = True
             self._head_raw = 0
             super().on_message_complete()
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._write_timer is None:
+                self._write_timer = self.loop.call_later(
+                    limits.write_timeout_s, self._write_timeout
+                )
+
+        def resume_writing(self) -> None:
+            if self._write_timer is not None:
+                self._write_timer.cancel()
+                self._write_timer = None
+            super().resume_writing()
+
+        def _write_timeout(self) -> None:
+            self._write_timer = None
+            not_reading(timeout_s=limits.write_timeout_s, client=_client(self.client))
+            # abort, not close: close would wait to send a buffer the client never reads.
+            # The application sees the client gone (http.disconnect) and stops.
+            self.transport.abort()
 
         def _arm_head_timer(self) -> None:
             self._head_timer = self.loop.call_later(limits.header_timeout_s, self._head_timeout)
