@@ -17,7 +17,7 @@ from bench.fleets import NOW as FLEET_NOW
 from bench.fleets import synthetic_demands, synthetic_nodes
 from scheduler.exact.program import solve
 from scheduler.exact.score import score
-from scheduler.planner.placements import Demand
+from scheduler.planner.fleet.placements import Demand
 from tests.unit.scheduler.placement_builders import NOW, demand, node, overcommitted, profile, run
 
 RATIO = 0.99
