@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import shutil
 import signal
@@ -211,6 +212,11 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     tasks: list[asyncio.Task[None]] = []
 
     async def startup() -> None:
+        # What start-up made (modules, classes, settings: most of the heap) moves out of
+        # the collector's reach: a full collection then walks only what requests make,
+        # so its pauses, which land on whatever request is in flight, stay short.
+        gc.collect()
+        gc.freeze()
         tasks.append(asyncio.create_task(follower.run()))
         tasks.append(asyncio.create_task(signals.run()))
 
@@ -232,7 +238,8 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         loop="none",
         # Bounded request heads (64 KiB, 100 headers -> 431; header timeout -> 408; a cap
         # on connections -> 503), as on every server of ours: httpguard's protocol.
-        **uvicorn_options(HeadLimits(keep_alive_timeout_s=30.0)),
+        # An answer's head and body in one system call (``CoalescedTransport``).
+        **uvicorn_options(HeadLimits(keep_alive_timeout_s=30.0), coalesce_writes=True),
         lifespan="on",
         log_level="warning",
         access_log=False,

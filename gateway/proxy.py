@@ -32,7 +32,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import structlog
 
 from gateway import admission
@@ -41,13 +40,20 @@ from gateway.routing import Choice, choose, eligible, observe_ttft
 from gateway.settings import GatewaySettings
 from gateway.state import State
 from gateway.table import ModelEntry, Replica
-from gateway.upstream import Unreachable, Upstream
+from gateway.upstream import Answer, BrokenAnswer, Unreachable, Upstream
 
 log = structlog.get_logger("gateway")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 # A body larger than this is re-encoded (alias -> name) in a worker thread.
 INLINE_JSON = 256 * 1024
+# A stream's bytes held while its first content token is awaited; past this, passed on as
+# they are (and no retry). Unbounded, an engine whose first event never ended was held
+# whole and rescanned on every read: 64 MiB took 46 s of the event loop's CPU.
+HOLD_BYTES = 1 << 20
+# A large whole answer's last bytes, where its ``usage`` is (OpenAI's and the engines'
+# answers end with it), kept to count its tokens.
+USAGE_TAIL = 4096
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,9})')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,9})')
 ROUTES = {
@@ -280,7 +286,7 @@ class Proxy:
         trace.attempts += 1
         sent_at = time.monotonic()
         state.windows.sent(m.name, replica.key, sent_at, sent_at - trace.started)
-        resp: aiohttp.ClientResponse | None = None
+        resp: Answer | None = None
         try:
             resp = await self.upstream.open(replica.endpoint + ROUTES[req.kind], data)
             if req.stream and resp.status == 200:
@@ -294,7 +300,7 @@ class Proxy:
             if resp is not None and not resp.closed:
                 # A complete answer's connection goes back to the pool; an interrupted
                 # one (a client gone, an error) is closed, which stops the engine's work.
-                if resp.content.at_eof():
+                if resp.complete:
                     resp.release()
                 else:
                     resp.close()
@@ -314,41 +320,89 @@ class Proxy:
     async def _whole(
         self,
         call: Call,
-        resp: aiohttp.ClientResponse,
+        resp: Answer,
         m: ModelEntry,
         replica: Replica,
         *,
         sent_at: float,
         before: int,
     ) -> None:
+        """A whole answer: held until complete (so a break before its end can still be
+        retried elsewhere, unseen), up to ``HOLD_BYTES``; a larger one (a big embeddings
+        batch, a hostile engine) is passed on as it comes, so no answer makes the
+        gateway hold more than that."""
         send, trace = call.send, call.trace
+        held: list[bytes] = []
+        size, complete = 0, True
+        chunks = resp.chunks()
         try:
-            payload = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise Unreachable(f"the answer broke off ({type(exc).__name__})") from None
-        done = time.monotonic()
-        trace.upstream_s = done - sent_at
+            async for chunk in chunks:
+                held.append(chunk)
+                size += len(chunk)
+                if size > HOLD_BYTES:
+                    complete = False
+                    break
+        except BrokenAnswer as exc:
+            raise Unreachable(f"the answer broke off ({exc})") from None
+        trace.upstream_s = time.monotonic() - sent_at
+        payload = b"".join(held)
+        del held
         if resp.status < 400:
             trace.ttft_s = trace.upstream_s
             observe_ttft(self.state.load(replica.key), trace.ttft_s, before)
-            found = _COMPLETION_TOKENS.search(payload)
-            trace.completion_tokens = int(found.group(1)) if found else None
-            found = _PROMPT_TOKENS.search(payload)
-            if found:
-                trace.prompt_tokens = int(found.group(1))
         headers = self._headers(
             m, replica, trace, resp.headers.get("content-type", "application/json")
         )
-        headers.append((b"content-length", str(len(payload)).encode()))
+        declared = resp.headers.get("content-length")
+        if complete:
+            headers.append((b"content-length", str(len(payload)).encode()))
+        elif declared is not None and declared.isdigit():
+            headers.append((b"content-length", declared.encode()))
+        # (else no length: uvicorn sends it chunked)
         trace.served, trace.replica, trace.status = m.name, replica.key, resp.status
         trace.bytes_sent = True
         await send({"type": "http.response.start", "status": resp.status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        if complete:
+            await send({"type": "http.response.body", "body": payload})
+            self._usage(trace, payload, resp.status)
+            return
+        await send({"type": "http.response.body", "body": payload, "more_body": True})
+        tail = payload[-USAGE_TAIL:]
+        del payload
+        try:
+            async for chunk in chunks:
+                tail = (tail + chunk)[-USAGE_TAIL:]
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except BrokenAnswer as exc:
+            # Bytes were sent: no retry, and no way to say so inside a JSON body. The
+            # answer is left incomplete, which closes the client's connection (a short
+            # body for its length, or an unended chunked one): the client sees a failure.
+            trace.outcome = "failed"
+            log.warning(
+                "gateway.answer_broken",
+                request_id=trace.request_id,
+                replica=replica.key,
+                error=f"{exc}"[:120],
+            )
+            return
+        self._usage(trace, tail, resp.status)
+        await send({"type": "http.response.body", "body": b""})
+
+    @staticmethod
+    def _usage(trace: Trace, payload: bytes, status: int) -> None:
+        """The engine's own token counts, from its answer's ``usage``."""
+        if status >= 400:
+            return
+        found = _COMPLETION_TOKENS.search(payload)
+        trace.completion_tokens = int(found.group(1)) if found else None
+        found = _PROMPT_TOKENS.search(payload)
+        if found:
+            trace.prompt_tokens = int(found.group(1))
 
     async def _stream(
         self,
         call: Call,
-        resp: aiohttp.ClientResponse,
+        resp: Answer,
         m: ModelEntry,
         replica: Replica,
         *,
@@ -358,16 +412,14 @@ class Proxy:
         send, trace = call.send, call.trace
         held = bytearray()
         scanner = _FirstContent()
-        chunks = resp.content.iter_any()
+        chunks = resp.chunks()
         try:
             async for chunk in chunks:
                 held += chunk
-                if scanner.seen(held):
+                if scanner.seen(held) or len(held) > HOLD_BYTES:
                     break
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise Unreachable(
-                f"the stream broke off before its first token ({exc!r:.80})"
-            ) from None
+        except BrokenAnswer as exc:
+            raise Unreachable(f"the stream broke off before its first token ({exc})") from None
         first = time.monotonic()
         trace.upstream_s = first - sent_at
         trace.ttft_s = trace.upstream_s
@@ -397,7 +449,7 @@ class Proxy:
                 # The client has the whole answer: one that hangs up now (the SDKs stop
                 # at [DONE]) did not cancel anything.
                 trace.complete = ended
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except BrokenAnswer as exc:
             trace.outcome = "failed"
             log.warning(
                 "gateway.stream_broken",

@@ -52,6 +52,19 @@ ADMIN = frozenset({"/metrics", "/routing"})
 UNRESOLVED = "-"
 
 
+# Before the first answer of the control plane the gateway knows no token: a request
+# is told to come back (503, Retry-After), never that its key is wrong.
+def _not_synced() -> Refusal:
+    return Refusal(
+        503,
+        "the gateway is starting: it has no routing table or tokens yet (the control plane "
+        "has not answered); retry shortly",
+        code="gateway_starting",
+        type="service_unavailable",
+        retry_after=1,
+    )
+
+
 class ClientGone(Exception):
     """The client went away while its body was being read."""
 
@@ -156,6 +169,8 @@ class GatewayApp:
         They show every replica's endpoint, the set-aside ones and why choices were
         made: a cluster's operator or reader token reads them, as the control plane's
         own ``/metrics``; a client token does not."""
+        if not self.state.synced:
+            return _not_synced()
         header = _header(scope, b"authorization")
         scheme, _, token = (header or b"").decode("latin-1").partition(" ")
         token = token.strip()
@@ -201,6 +216,10 @@ class GatewayApp:
                 code="invalid_api_key",
                 type="authentication_error",
             )
+        if not self.state.synced:
+            # The tokens come with the first table: a valid key must not be told it is
+            # invalid by a gateway that has not heard from the control plane yet.
+            raise _not_synced()
         scheme, _, token = header.decode("latin-1").partition(" ")
         client = None
         if scheme.lower() == "bearer" and token.strip():
@@ -267,8 +286,8 @@ class GatewayApp:
             call = Call(req, body, raw, state.allowed(client), send, trace)
             await self.proxy.serve(call, entry)
         except Refusal as refusal:
+            trace.outcome = "unavailable" if refusal.status == 503 else "refused"
             if refusal.status != 503:
-                trace.outcome = "refused"
                 state.metrics.refusals.labels(label, refusal.reason).inc()
             trace.status = refusal.status
             if not trace.bytes_sent:

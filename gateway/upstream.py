@@ -1,11 +1,11 @@
-"""The engines' side: one pooled aiohttp client for every replica, and token counting.
+"""The engines' side: the pooled connections to every replica, and token counting.
 
-aiohttp's client was measured against httpx and a hand-written pooled client on asyncio
-streams (``python -m bench.gateway_choice``): httpx added about 1.2 ms per request at
-concurrency 1 and fell over at 16 (30 ms p50); the hand-written client was about 0.1 ms
-faster than aiohttp's, but would need its own chunked decoding, streaming and error
-handling to be correct. aiohttp's keeps connections alive per host, streams, and tells a
-refused or reset connection from a slow one, which is what retries are decided by.
+The connections are ``gateway.enginepool``'s (a keep-alive HTTP/1.1 client on asyncio
+protocols with httptools' parser). It replaced aiohttp's client, which had been chosen
+first by ``python -m bench.gateway_choice`` (httpx added about 1.2 ms a request and fell
+over at 16 clients; a hand-written client was faster but needed chunked decoding and
+streaming of its own). httptools gives both, and a profile under load put a quarter of
+the gateway's CPU in aiohttp's request path: see ``enginepool`` for the figures' source.
 
 A failure before the first byte of an answer (``Unreachable``: refused, reset, timed
 out, or a 5xx) may be retried elsewhere; the caller decides.
@@ -13,53 +13,30 @@ out, or a 5xx) may be retried elsewhere; the caller decides.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import hashlib
+import json
 import time
 from typing import Any
 
-import aiohttp
-
 from gateway import admission
+from gateway.enginepool import Answer, BrokenAnswer, EnginePool, Unreachable
 
-# Headers of an engine's answer that are the connection's, not the answer's.
-HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "content-length",
-        "date",
-        "server",
-        "upgrade",
-        "proxy-connection",
-    }
-)
+__all__ = ["Answer", "BrokenAnswer", "Unreachable", "Upstream"]
+
 TOKENIZE_CACHE = 4096
-
-
-class Unreachable(Exception):
-    """The replica did not answer usefully before its first byte: retry elsewhere."""
-
-    def __init__(self, reason: str, status: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
+# The longest wait for an engine's count: past it, the documented estimate.
+TOKENIZE_TIMEOUT_S = 5.0
+# The most of a /tokenize answer read (its token ids: about 1 MB for 128k tokens); past
+# it, the estimate. Unbounded, a broken engine's endless answer filled memory for 5 s.
+TOKENIZE_MAX_BYTES = 16 * 1024 * 1024
+# The most of a 5xx's body read (and dropped) to keep its connection; past it, closed.
+DRAIN_5XX = 64 * 1024
 
 
 class Upstream:
     def __init__(self, connect_timeout_s: float, read_timeout_s: float, cache_s: float) -> None:
-        self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-            timeout=aiohttp.ClientTimeout(
-                total=None,
-                connect=connect_timeout_s,
-                sock_connect=connect_timeout_s,
-                sock_read=read_timeout_s,
-            ),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Content-Type"),
-        )
+        self.pool = EnginePool(connect_timeout_s, read_timeout_s)
         self.cache_s = cache_s
         # (model, digest of the text) -> (tokens, expires)
         self._counts: dict[tuple[str, bytes], tuple[int, float]] = {}
@@ -67,28 +44,32 @@ class Upstream:
         self._no_tokenizer: set[str] = set()
 
     async def close(self) -> None:
-        await self.session.close()
+        await self.pool.close()
 
-    async def open(self, url: str, body: bytes) -> aiohttp.ClientResponse:
-        """POST ``body``; the response with its status and headers read, not its body.
+    async def open(self, url: str, body: bytes) -> Answer:
+        """POST ``body``; the answer with its status and headers read, not its body.
 
         ``Unreachable`` for a refused, reset or timed-out connection, or a 5xx (whose
         body is read and dropped).
         """
-        try:
-            resp = await self.session.post(
-                url, data=body, headers={"Content-Type": "application/json"}
-            )
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise Unreachable(_reason(exc)) from None
-        except TimeoutError:
-            raise Unreachable("timed out") from None
-        if resp.status >= 500:
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                await resp.read()
-            resp.release()
-            raise Unreachable(f"answered {resp.status}", resp.status)
-        return resp
+        answer = await self.pool.post(url, body)
+        if answer.status >= 500:
+            # The body is dropped: read a short one to keep the connection, no more of a
+            # long one (a broken engine's endless error would fill memory and delay the
+            # retry). Released however this ends, a cancelled caller included: it was
+            # left open, and one paused past the high-water mark was never closed.
+            drained = 0
+            try:
+                async for chunk in answer.chunks():
+                    drained += len(chunk)
+                    if drained > DRAIN_5XX:
+                        break
+            except BrokenAnswer:
+                pass
+            finally:
+                answer.release()
+            raise Unreachable(f"answered {answer.status}", answer.status)
+        return answer
 
     async def count(self, endpoint: str, model: str, req: admission.Request) -> tuple[int, str]:
         """The prompt's tokens by the engine's ``/tokenize``, cached; else the estimate.
@@ -102,17 +83,21 @@ class Upstream:
         hit = self._counts.get(key)
         if hit is not None and hit[1] > now:
             return hit[0], "by the engine's tokenizer"
+        payload = json.dumps({"content": req.text, "prompt": req.text, "model": model})
+        data: Any = None
         try:
-            async with self.session.post(
-                endpoint + "/tokenize",
-                json={"content": req.text, "prompt": req.text, "model": model},
-                timeout=aiohttp.ClientTimeout(total=5),
-            ) as resp:
-                if resp.status == 404:
-                    self._no_tokenizer.add(endpoint)
-                    return admission.estimate(req), "an estimate: the engine has no /tokenize"
-                data: Any = await resp.json(content_type=None) if resp.status == 200 else None
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+            async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
+                answer = await self.pool.post(endpoint + "/tokenize", payload.encode())
+                try:
+                    raw = await answer.read(TOKENIZE_MAX_BYTES)
+                finally:
+                    answer.release()
+            if answer.status == 404:
+                self._no_tokenizer.add(endpoint)
+                return admission.estimate(req), "an estimate: the engine has no /tokenize"
+            if answer.status == 200:
+                data = json.loads(raw)
+        except (Unreachable, BrokenAnswer, TimeoutError, ValueError):
             data = None
         tokens = _tokens(data)
         if tokens is None:
@@ -138,11 +123,3 @@ def _tokens(data: Any) -> int | None:
         return count
     tokens = data.get("tokens")
     return len(tokens) if isinstance(tokens, list) else None
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"connection refused ({exc.os_error.strerror or exc.os_error})"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "connection closed before an answer"
-    return f"{type(exc).__name__}: {exc}"[:200]

@@ -18,6 +18,11 @@ DEFAULT_KEEP_ALIVE_TIMEOUT_S = 5.0
 # open connection costs a few KiB and a file descriptor; the default descriptor
 # limit (1024 soft) is what this keeps the server under.
 DEFAULT_MAX_CONNECTIONS = 800
+# A client that reads nothing of an answer the server has for it (its socket buffers
+# full) for this long is dropped: otherwise it holds the request, and behind it an
+# engine's slot and connection, for ever (a slow-read attack). nginx's send_timeout is
+# 60 s too.
+DEFAULT_WRITE_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +32,9 @@ class HeadLimits:
     ``max_header_bytes`` counts the request line and every header line as sent;
     ``max_headers`` the header lines. Past either the answer is 431. A head not
     complete ``header_timeout_s`` after its first byte (or after the connection
-    opened) is answered 408 and the connection closed.
+    opened) is answered 408 and the connection closed. A client that takes nothing of
+    the answer for ``write_timeout_s`` while the server has bytes waiting for it is
+    dropped.
     """
 
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
@@ -35,11 +42,12 @@ class HeadLimits:
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
     keep_alive_timeout_s: float = DEFAULT_KEEP_ALIVE_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    write_timeout_s: float = DEFAULT_WRITE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         for name in ("max_header_bytes", "max_headers", "max_connections"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        for name in ("header_timeout_s", "keep_alive_timeout_s"):
+        for name in ("header_timeout_s", "keep_alive_timeout_s", "write_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be a positive number of seconds")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 import httptools
 import structlog
@@ -71,11 +71,63 @@ def _answer(status: bytes, message: str) -> bytes:
     )
 
 
-def guarded_protocol(limits: HeadLimits) -> type[HttpToolsProtocol]:
-    """An ``HttpToolsProtocol`` subclass enforcing ``limits`` (give it as uvicorn's ``http``)."""
+class CoalescedTransport:
+    """A transport whose writes within one turn of the event loop go out as one.
+
+    uvicorn writes a response's head and its body apart (two ``write`` calls for any
+    answer), and uvloop sends each at once: two system calls where one would do. A
+    profile of the gateway under load put a quarter of its CPU in those writes. Here
+    the writes of a turn are joined and sent at the end of it (``call_soon``), so an
+    answer written whole is one system call, and a stream's pieces written together
+    go together; nothing waits longer than the current turn.
+    """
+
+    __slots__ = ("_buffer", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._buffer: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._buffer:
+            self._loop.call_soon(self._flush)
+        self._buffer.append(data)
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        data = b"".join(self._buffer)
+        self._buffer.clear()
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(map(len, self._buffer))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+def guarded_protocol(
+    limits: HeadLimits, *, coalesce_writes: bool = False
+) -> type[HttpToolsProtocol]:
+    """An ``HttpToolsProtocol`` subclass enforcing ``limits`` (give it as uvicorn's ``http``).
+
+    ``coalesce_writes``: a response's writes within one loop turn go out as one system
+    call (``CoalescedTransport``), for a server whose answers are its hot path."""
     too_large = _Throttled("http.head_too_large")
     too_slow = _Throttled("http.head_timeout")
     too_many = _Throttled("http.connections_full")
+    not_reading = _Throttled("http.write_timeout")
     max_bytes, max_headers = limits.max_header_bytes, limits.max_headers
     large = _answer(
         b"431 Request Header Fields Too Large",
@@ -103,8 +155,13 @@ def guarded_protocol(limits: HeadLimits) -> type[HttpToolsProtocol]:
         # Set once the connection is refused: what arrives is dropped until it closes.
         _lingering: asyncio.TimerHandle | None = None
         _dropped = 0
+        # Armed while the transport's buffer is over its high-water mark (the client is
+        # not reading what it was sent).
+        _write_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            if coalesce_writes:
+                transport = cast(asyncio.Transport, CoalescedTransport(transport, self.loop))
             super().connection_made(transport)
             if len(self.connections) > limits.max_connections:
                 too_many(limit=limits.max_connections)
@@ -115,6 +172,9 @@ def guarded_protocol(limits: HeadLimits) -> type[HttpToolsProtocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_head_timer()
+            if self._write_timer is not None:
+                self._write_timer.cancel()
+                self._write_timer = None
             if self._lingering is not None:
                 self._lingering.cancel()
             super().connection_lost(exc)
@@ -184,6 +244,26 @@ def guarded_protocol(limits: HeadLimits) -> type[HttpToolsProtocol]:
             self._head_raw = 0
             super().on_message_complete()
 
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._write_timer is None:
+                self._write_timer = self.loop.call_later(
+                    limits.write_timeout_s, self._write_timeout
+                )
+
+        def resume_writing(self) -> None:
+            if self._write_timer is not None:
+                self._write_timer.cancel()
+                self._write_timer = None
+            super().resume_writing()
+
+        def _write_timeout(self) -> None:
+            self._write_timer = None
+            not_reading(timeout_s=limits.write_timeout_s, client=_client(self.client))
+            # abort, not close: close would wait to send a buffer the client never reads.
+            # The application sees the client gone (http.disconnect) and stops.
+            self.transport.abort()
+
         def _arm_head_timer(self) -> None:
             self._head_timer = self.loop.call_later(limits.header_timeout_s, self._head_timeout)
 
@@ -224,9 +304,9 @@ def _client(addr: tuple[str, int] | None) -> str:
     return "unknown" if addr is None else f"{addr[0]}:{addr[1]}"
 
 
-def uvicorn_options(limits: HeadLimits) -> dict[str, Any]:
+def uvicorn_options(limits: HeadLimits, *, coalesce_writes: bool = False) -> dict[str, Any]:
     """The ``uvicorn.Config`` keyword arguments that enforce ``limits``."""
     return {
-        "http": guarded_protocol(limits),
+        "http": guarded_protocol(limits, coalesce_writes=coalesce_writes),
         "timeout_keep_alive": limits.keep_alive_timeout_s,
     }

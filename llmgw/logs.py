@@ -99,10 +99,18 @@ def configure(
         if buffered and not tty
         else structlog.PrintLoggerFactory(file=sys.stderr)
     )
+    # A JSON line carries an exception's traceback as text ("exception"); without this
+    # step ``log.exception`` wrote only ``"exc_info": true``, and a gateway's 500 said
+    # "see its log" of a log that did not say what failed. The console renderer formats
+    # tracebacks itself.
+    exceptions: list[structlog.typing.Processor] = (
+        [] if tty else [structlog.processors.format_exc_info]
+    )
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *exceptions,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),

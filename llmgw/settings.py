@@ -25,6 +25,7 @@ to the file, so ``--settings /etc/llmgw/llmgw.toml`` means the same from any dir
 
     [scheduler]
     defragment = true   # move replicas (surge-first) to make room, repair spreads
+    repair_spread = false  # true: repair every movable model's spread, not only opted-in ones
 
     [server]
     host = "127.0.0.1"
@@ -84,7 +85,7 @@ KEYS: dict[str, dict[str, str]] = {
         "preemption": "bool",
     },
     # The placement scheduler's own switches (the round's policy, recorded with each round).
-    "scheduler": {"defragment": "bool"},
+    "scheduler": {"defragment": "bool", "repair_spread": "bool"},
     "server": {
         "host": "str",
         "port": "port",
@@ -150,6 +151,7 @@ ENV = {
     ("policy", "interval"): "LLMGW_INTERVAL",
     ("policy", "preemption"): "LLMGW_PREEMPTION",
     ("scheduler", "defragment"): "LLMGW_DEFRAGMENT",
+    ("scheduler", "repair_spread"): "LLMGW_REPAIR_SPREAD",
     ("auth", "file"): "LLMGW_AUTH_FILE",
     ("auth", "reads_open"): "LLMGW_OPEN_READS",
 }
@@ -162,6 +164,7 @@ FLAGS = {
     ("policy", "interval"): "interval",
     ("policy", "preemption"): "preemption",
     ("scheduler", "defragment"): "defragment",
+    ("scheduler", "repair_spread"): "repair_spread",
     ("server", "host"): "host",
     ("server", "port"): "port",
     ("server", "stream_poll"): "stream_poll",
@@ -292,6 +295,7 @@ class Settings:
                 grace=value("policy", "grace", DEFAULT_STALENESS.grace),
                 preemption=value("policy", "preemption", DEFAULT_STALENESS.preemption),
                 defragment=value("scheduler", "defragment", DEFAULT_STALENESS.defragment),
+                repair_spread=value("scheduler", "repair_spread", DEFAULT_STALENESS.repair_spread),
             )
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
@@ -346,7 +350,10 @@ class Settings:
                 "interval": format_duration(timedelta(seconds=self.interval_s)),
                 "preemption": self.policy.preemption,
             },
-            "scheduler": {"defragment": self.policy.defragment},
+            "scheduler": {
+                "defragment": self.policy.defragment,
+                "repair_spread": self.policy.repair_spread,
+            },
             "server": {
                 "host": self.server.host,
                 "port": self.server.port,

@@ -12,7 +12,8 @@ from sqlalchemy import Engine, insert, select
 
 from catalog import Model, parse_model
 from events.core.chain import GENESIS, event_hash
-from events.database.tables import ChainSealRow, EventRow
+from events.storage.chain_rows import seal_table
+from events.storage.chain_rows import t as events_table
 
 
 class NotUtf8(bytes):
@@ -62,14 +63,15 @@ def insert_raw_event(
     position: int,
     *,
     type: str = "model.added",
-    payload: str | dict[str, Any],
+    payload: str | dict[str, Any] | list[Any],
     schema_version: int = 1,
     model: str | None = None,
     hashed: bool = True,
 ) -> str:
     """Write a row straight into the table, bypassing every check but the chain: what
     an old release or a bug could have left behind. ``hashed=False`` leaves the hash
-    columns NULL, as a row forged with SQL (or from before the chain) has them."""
+    columns NULL, as a row forged with SQL (or from before the chain) has them. A str
+    ``payload`` is stored as it is (torn JSON included), anything else as its JSON."""
     event_id = uuid.uuid4().hex
     row: dict[str, Any] = {
         "position": position,
@@ -85,15 +87,14 @@ def insert_raw_event(
     }
     with engine.begin() as conn:
         if hashed:
-            table = EventRow.__table__
             prev = conn.execute(
-                select(table.c.hash).where(table.c.position == position - 1)
+                select(events_table.c.hash).where(events_table.c.position == position - 1)
             ).scalar()
             if prev is None:
-                prev = conn.execute(select(ChainSealRow.__table__.c.hash)).scalar() or GENESIS
+                prev = conn.execute(select(seal_table.c.hash)).scalar() or GENESIS
             row["prev_hash"] = prev
             row["hash"] = event_hash(prev, *(row[c] for c in _HASHED))
-        conn.execute(insert(EventRow.__table__), row)
+        conn.execute(insert(events_table), row)
     return event_id
 
 

@@ -28,7 +28,9 @@ class StalenessPolicy:
     is planned under, because it changes what a round decides: it is recorded
     with every round so that the round can be planned again exactly.
     ``defragment`` is the cluster-wide switch for defragmentation and spread repair
-    (``scheduler.planner.defrag``), recorded for the same reason.
+    (``scheduler.planner.defrag``), recorded for the same reason. ``repair_spread``
+    repairs every movable model's worsened spread, not only those whose catalog entry
+    opts in (``disruption.repair_spread``): the policy way to ask for it.
     """
 
     stale_after: timedelta = timedelta(seconds=90)
@@ -36,6 +38,7 @@ class StalenessPolicy:
     mass_loss_fraction: float = 0.5
     preemption: bool = True
     defragment: bool = True
+    repair_spread: bool = False
 
     def __post_init__(self) -> None:
         if self.stale_after < timedelta(0) or self.grace < timedelta(0):

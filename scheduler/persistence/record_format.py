@@ -32,8 +32,8 @@ from typing import Any
 from scheduler.lifecycle.inputs import CORDONED, DRAINING, Lifecycle
 from scheduler.lifecycle.replica_reports import PLACED, STORED_STATES
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Placement
 
 VERSION = "schema_version"
 ROUND = "round"
@@ -132,6 +132,7 @@ def policy_json(policy: StalenessPolicy) -> str:
             "mass_loss_fraction": policy.mass_loss_fraction,
             "preemption": policy.preemption,
             "defragment": policy.defragment,
+            "repair_spread": policy.repair_spread,
             VERSION: CURRENT_SCHEMA[ROUND],
         }
     )
@@ -261,6 +262,8 @@ def recorded_round(
             preemption=checked(p, "preemption", bool),
             # Rounds recorded before defragmentation planned without it.
             defragment=checked({"defragment": False, **p}, "defragment", bool),
+            # Rounds recorded before the policy repaired spreads by model opt-in only.
+            repair_spread=checked({"repair_spread": False, **p}, "repair_spread", bool),
         ),
         placed=checked(columns, "placed", int),
         removed=checked(columns, "removed", int),

@@ -38,11 +38,11 @@ from itertools import count, islice
 
 from catalog.views import PlacementProfile
 from scheduler.lifecycle.inputs import Lifecycle, ModelLifecycle
-from scheduler.planner.capacity import Capacity
-from scheduler.planner.fit import gpus_fit, memory_fits
-from scheduler.planner.inventory import Node
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.fit import gpus_fit, memory_fits
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Move, Placement
 from scheduler.planner.order import placement_order
-from scheduler.planner.placements import Demand, Move, Placement
 
 # node -> its spread domain for a model (the node itself, or its spread_by label's value).
 Domain = Callable[[str, str], str]
@@ -429,8 +429,12 @@ def defragment(
     reserved: Mapping[str, set[int]] | None = None,
     rolling: Collection[str] = (),
     avoid: Mapping[str, frozenset[str]] | None = None,
+    repair_all_spreads: bool = False,
 ) -> Defragmented:
     """The round's step: plan one defragmentation (or one spread repair) if none is under way.
+
+    ``repair_all_spreads`` (``[scheduler] repair_spread``): every movable model's spread
+    is repaired, not only those that opted in with ``disruption.repair_spread``.
 
     ``unplaced``: model -> the profiles its unplaced replicas tried. ``keep``: the
     placements kept this round (the only ones moved); ``others``: every other placement
@@ -519,6 +523,7 @@ def defragment(
         movable=movable,
         domain=domain,
         reserved=reserved,
+        every_model=repair_all_spreads,
     )
     return out
 
@@ -599,14 +604,18 @@ def _repair_spread(
     movable: Mapping[str, bool],
     domain: Domain,
     reserved: Mapping[str, set[int]] | None,
+    every_model: bool = False,
 ) -> None:
     """One move that repairs a worsened spread, for the first model that opted in
-    (``disruption.repair_spread``) and has one: a replica on its most crowded domain
-    moves to a fitting node of a domain holding at least two fewer of its replicas."""
+    (``disruption.repair_spread``, or every model under the cluster's policy) and has
+    one: a replica on its most crowded domain moves to a fitting node of a domain
+    holding at least two fewer of its replicas. ``movable: false`` is never moved."""
     profiles = {(d.model, p.name): p for d in demands for p in d.profiles}
     for demand in demands:
         spec = demand.lifecycle
-        if spec is None or not spec.repair_spread or not movable.get(demand.model, True):
+        if spec is None or not (spec.repair_spread or every_model):
+            continue
+        if not movable.get(demand.model, True):
             continue
         if budget.get(demand.model, 1) <= 0:
             continue

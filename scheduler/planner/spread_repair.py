@@ -64,9 +64,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from catalog.views import PlacementProfile
-from scheduler.planner.capacity import Capacity
-from scheduler.planner.placements import Demand, Placement
-from scheduler.planner.repair_groups import Group, Shape, shape_of
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.placements import Demand, Placement
+from scheduler.planner.repair_groups import BUILD_AFTER, Group, Shape, shape_of
 from scheduler.planner.repair_guard import Guard
 from scheduler.planner.repair_score import ZERO, Score, Scorer
 from scheduler.planner.spread import Choice, Spread
@@ -92,6 +92,7 @@ def repair(
     avoid: Mapping[str, frozenset[str]] | None = None,
     fixed: Collection[tuple[str, int]] = (),
     unplaced: Mapping[str, Sequence[PlacementProfile]] | None = None,
+    index_after: int | None = BUILD_AFTER,
 ) -> Repaired:
     """Swap and move ``placed`` (this round's new replicas) to spread their models.
 
@@ -101,12 +102,24 @@ def repair(
     ``fixed`` are (model, replica) slots not to touch (preemptors);
     ``unplaced`` the profiles tried, per model, for replicas the round leaves
     unplaced: nothing is changed that could let one of them be placed next round.
+    ``index_after``: nodes a shape's scans read per member before its partner index
+    (``Group.partner_keys``) is built; None scans every node of the shape for each
+    candidate, as before the index. The plan is the same either way: the others are
+    kept for ``bench.spread_repair`` and the test that holds them equal.
     """
     out = Repaired(list(placed))
     if not placed:
         return out
     pass_ = _Pass(
-        demands, out, spread, capacity, eligible, avoid or {}, frozenset(fixed), unplaced or {}
+        demands,
+        out,
+        spread,
+        capacity,
+        eligible,
+        avoid or {},
+        frozenset(fixed),
+        unplaced or {},
+        index_after=index_after,
     )
     # Each change lowers one model's score and raises none, so this ends; in
     # practice after two or three passes.
@@ -126,6 +139,8 @@ class _Pass:
         avoid: Mapping[str, frozenset[str]],
         fixed: frozenset[tuple[str, int]],
         unplaced: Mapping[str, Sequence[PlacementProfile]],
+        *,
+        index_after: int | None,
     ) -> None:
         self.out = out
         self.spread = spread
@@ -140,13 +155,26 @@ class _Pass:
         self.score = Scorer(spread, self.rules, self.profiles, eligible)
         self.guard = Guard(spread.inventory, self.rules, unplaced)
         self.unspreadable = {m for m in unplaced if self.rules[m].spread_required}
+        # Models whose score is per node only: a swap's effect on them is two look-ups.
+        self.plain = frozenset(m for m, d in self.rules.items() if d.spread_by is None)
         # The movable new replicas by shape, then by the nodes they are on: a
         # candidate skips a whole node (often dozens of stacked replicas) with
-        # one look-up when its model is as crowded there.
+        # one look-up when its model is as crowded there. One-node shapes are
+        # also indexed by partner (``Group.partner_keys``) once their scans have read
+        # ``index_after`` nodes per member (``repair_groups.BUILD_AFTER`` says why),
+        # kept current through ``_relocate`` in every built group where the moved
+        # replica's model has members (``groups_of``).
+        self.index_after = index_after
         self.groups: dict[Shape, Group] = {}
+        self.groups_of: dict[str, list[Group]] = {}
         for index, p in enumerate(out.placed):
             if self._movable(p):
-                self.groups.setdefault(self._shape(p), Group()).add(p.nodes, index)
+                shape = self._shape(p)
+                group = self.groups.get(shape)
+                if group is None:
+                    one_node = index_after is not None and shape[3] == 1
+                    group = self.groups[shape] = Group(spread.on_node if one_node else None)
+                group.add(p.nodes, index, p.model)
         self.slot = lambda i: (out.placed[i].model, out.placed[i].replica)
         for group in self.groups.values():
             group.settle(self.slot)
@@ -195,7 +223,17 @@ class _Pass:
         best: tuple[Score, Score, int] | None = None
         # Nodes are visited from where the last swap of this shape left off, so
         # that the same few are not offered (and refused) to every candidate.
-        for there in group.keys_from(group.cursor):
+        # Indexed, only the nodes where the gain is negative and some partner's
+        # cost is not positive, in the same order: the others change nothing below.
+        indexed = group.indexed and a.model in self.plain
+        if indexed and not group.built and group.scanned >= (self.index_after or 0) * group.size:
+            for model in group.build(lambda i: placed[i].model):
+                self.groups_of.setdefault(model, []).append(group)
+        if indexed and group.built:
+            keys = group.partner_keys(a.model, a.nodes[0], on_a.get(a.nodes[0], 0) - 2, self.plain)
+        else:
+            keys = group.keys_from(group.cursor)
+        for there in keys:
             if set(there) & set(a.nodes):
                 continue
             if len(there) == 1 and ideal[:2] == (0, 0):
@@ -306,9 +344,13 @@ class _Pass:
         self.spread.add(p.model, nodes)
         self.out.placed[index] = replace(p, nodes=nodes)
         group = self.groups[self._shape(p)]
-        group.remove(p.nodes, index)
-        group.add(nodes, index)
+        group.remove(p.nodes, index, p.model)
+        group.add(nodes, index, p.model)
         group.settle(self.slot, nodes)
+        # The model's counts moved on both sides, wherever it is indexed.
+        for other in self.groups_of.get(p.model, ()):
+            for name in (*p.nodes, *nodes):
+                other.recount(p.model, name)
 
 
 def _names(nodes: Sequence[str]) -> str:

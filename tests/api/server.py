@@ -78,6 +78,7 @@ class ApiServer:
     ) -> None:
         self.workdir = workdir
         self.db_url = db_url
+        self.tokens = tokens
         self.args = list(args)
         self.env = {**os.environ, "LLMGW_DATABASE_URL": db_url, "LLMGW_LOG_LEVEL": "INFO"}
         for name in ("LLMGW_CONFIG", "LLMGW_AUTH_FILE", "LLMGW_TOKENS", "LLMGW_OPEN_READS"):

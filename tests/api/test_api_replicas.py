@@ -30,7 +30,6 @@ DECLARED = {
 def api(module_db_url: str, module_dir: Path) -> Iterator[ApiServer]:
     tokens = Tokens.issue(["node-a"])
     server = ApiServer(module_dir, module_db_url, tokens=tokens, declared=DECLARED)
-    server.tokens = tokens  # type: ignore[attr-defined]
     with running(server):
         yield server
 
@@ -38,7 +37,8 @@ def api(module_db_url: str, module_dir: Path) -> Iterator[ApiServer]:
 def test_an_agent_reports_replica_states_and_placements_show_and_filter_them(
     api: ApiServer,
 ) -> None:
-    tokens: Tokens = api.tokens  # type: ignore[attr-defined]
+    tokens = api.tokens
+    assert tokens is not None
     agent = api.client(tokens.agents["node-a"])
     reader = api.client(tokens.reader)
     node = {"gpu_class": "T4", "gpus": 4}
@@ -81,7 +81,8 @@ def test_an_agent_reports_replica_states_and_placements_show_and_filter_them(
 def test_what_one_request_may_use_is_kept_on_the_replica_and_a_larger_catalog_figure_warned(
     api: ApiServer,
 ) -> None:
-    tokens: Tokens = api.tokens  # type: ignore[attr-defined]
+    tokens = api.tokens
+    assert tokens is not None
     agent = api.client(tokens.agents["node-a"])
     reader = api.client(tokens.reader)
     node = {"gpu_class": "T4", "gpus": 4}

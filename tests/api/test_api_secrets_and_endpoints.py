@@ -70,13 +70,13 @@ def api(module_sqlite_url: str, module_dir: Path) -> Iterator[ApiServer]:
         declared=DECLARED,
         env={"LLMGW_SETTINGS": str(settings)},
     )
-    server.tokens = tokens  # type: ignore[attr-defined]
     with running(server):
         yield server
 
 
 def _tokens(api: ApiServer) -> Tokens:
-    return api.tokens  # type: ignore[attr-defined, no-any-return]
+    assert api.tokens is not None
+    return api.tokens
 
 
 def _definition(name: str, env: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -36,11 +37,12 @@ def api(module_db_url: str, module_dir: Path, tokens: Tokens) -> Iterator[ApiSer
         yield s
 
 
-def _windows(api: ApiServer, tokens: Tokens) -> dict[str, object]:
+def _windows(api: ApiServer, tokens: Tokens) -> dict[str, Any]:
     with api.client(tokens.reader) as c:
         answer = c.get("/v1/autoscale")
     assert answer.status_code == 200, answer.text
-    return answer.json()
+    windows: dict[str, Any] = answer.json()
+    return windows
 
 
 def test_an_operator_token_posts_windows_and_they_are_counted(
@@ -51,7 +53,7 @@ def test_an_operator_token_posts_windows_and_they_are_counted(
         answer = c.post("/v1/signals", json=body)
     assert answer.status_code == 202, answer.text
     assert answer.json()["windows"] == 1
-    row = _windows(api, tokens)["models"][0]  # type: ignore[index]
+    row = _windows(api, tokens)["models"][0]
     assert row["model"] == "chat" and row["min"] == 1 and row["max"] == 4 and row["wanted"] == 1
     assert row["signals"]["requests"] >= 7
     with api.client(tokens.reader) as c:
@@ -95,12 +97,12 @@ def test_other_roles_are_refused_and_no_token_is_401(
 def test_hostile_bodies_are_refused_and_store_nothing(
     api: ApiServer, tokens: Tokens, body: bytes, status: int, words: str
 ) -> None:
-    before = _windows(api, tokens)["models"][0]["signals"]  # type: ignore[index]
+    before = _windows(api, tokens)["models"][0]["signals"]
     with api.client(tokens.operator) as c:
         answer = c.post("/v1/signals", content=body, headers={"content-type": "application/json"})
     assert answer.status_code == status, answer.text
     assert words.lower() in answer.text.lower()
-    assert _windows(api, tokens)["models"][0]["signals"] == before  # type: ignore[index]
+    assert _windows(api, tokens)["models"][0]["signals"] == before
 
 
 def test_health_answers_while_large_bodies_are_being_refused(

@@ -74,7 +74,7 @@ def test_placement_events_come_as_named_messages_with_ids_that_resume_both_logs(
             assert _until_placed(response.iter_lines()) == [seen[-1]]
 
         for bad_id in ("3:x", "3:", ":3", "3:4:5", "\u00b2"):
-            bad = ops.get("/v1/events/stream", headers={"Last-Event-ID": bad_id.encode()})
+            bad = ops.get("/v1/events/stream", headers={b"Last-Event-ID": bad_id.encode()})
             assert bad.status_code == 422, bad_id
             assert "N:M" in bad.json()["detail"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import tomllib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +209,7 @@ def test_a_body_that_fails_to_arrive_on_the_lean_report_path_is_a_500_problem(
     boundary: the lean path reads the body itself, so the failure is its own to answer."""
     svc, token = _report_services(app_services)
     app = create_app(svc)
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -233,10 +233,10 @@ def test_a_body_that_fails_to_arrive_on_the_lean_report_path_is_a_500_problem(
     async def receive() -> dict[str, Any]:
         raise RuntimeError("the transport broke")
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
-    asyncio.run(app(scope, receive, send))  # type: ignore[arg-type]
+    asyncio.run(app(scope, receive, send))
     start = sent[0]
     assert start["type"] == "http.response.start" and start["status"] == 500
     assert (b"content-type", b"application/problem+json") in start["headers"]

@@ -58,7 +58,9 @@ class GatewayProc:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
-    def start(self) -> GatewayProc:
+    def start(self, *, synced: bool = True) -> GatewayProc:
+        """Started, and (``synced``) with its first routing table: /healthz answers 200,
+        as a readiness probe would wait for."""
         with self.log_path.open("wb") as stderr:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -70,6 +72,11 @@ class GatewayProc:
         line = _readline(self.proc.stdout, 60)
         assert "listening on " in line, f"the gateway did not start: {line!r}\n{self.log_text()}"
         self.url = line.split("listening on ", 1)[1].strip()
+        if synced:
+            deadline = time.monotonic() + 60
+            while httpx.get(self.url + "/healthz", timeout=30).status_code != 200:
+                assert time.monotonic() < deadline, f"never synced:\n{self.log_text()}"
+                time.sleep(0.05)
         return self
 
     def stop(self) -> int | None:

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.e2e.agents import Cluster, eventually
 from tests.e2e.gateways import GatewayProc, GatewayTokens, gateway_cluster
@@ -31,7 +32,7 @@ from tests.e2e.gateways import GatewayProc, GatewayTokens, gateway_cluster
 pytestmark = pytest.mark.slow
 
 ROUNDS = ["--with-scheduler", "--interval", "0.3", "--stream-poll", "0.1"]
-HI = [{"role": "user", "content": "Where do replicas run?"}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Where do replicas run?"}]
 
 
 def sim(name: str, *args: str, replicas: int = 1, **extra: Any) -> dict[str, Any]:
@@ -183,10 +184,10 @@ def test_a_client_that_disconnects_cancels_its_upstream_request(setup: Setup, st
 
     eventually(cancelled, "the engine saw the request cancelled and freed its slot")
     # The freed slot answers the next request (it would wait minutes otherwise).
-    answer = setup.client.with_options(timeout=30).chat.completions.create(
+    freed = setup.client.with_options(timeout=30).chat.completions.create(
         model="slow", messages=HI, max_tokens=2
     )
-    assert answer.choices[0].message.content
+    assert freed.choices[0].message.content
     line = eventually(
         lambda: [x for x in setup.gw.logs("gateway.request") if x["outcome"] == "cancelled"],
         "the cancelled request's log line",
@@ -283,5 +284,31 @@ def test_a_stopping_gateway_finishes_the_requests_in_flight(setup: Setup) -> Non
         assert len(words) == 60
         assert rest[-1].choices[0].finish_reason == "length"
         assert gw.proc.wait(60) == 0
+    finally:
+        gw.stop()
+
+
+def test_a_gateway_that_has_not_heard_from_the_control_plane_says_starting_not_bad_key(
+    setup: Setup,
+) -> None:
+    """Before its first table a gateway knows no token: a valid client key (or reader
+    key) is told to retry (503, Retry-After), never that it is invalid."""
+    with socket.socket() as s:  # a port nothing listens on: the control plane is away
+        s.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{s.getsockname()[1]}"
+    gw = GatewayProc(setup.work, nowhere, setup.tokens.gateway)
+    gw.admin = setup.c.tokens.reader
+    gw.start(synced=False)
+    try:
+        assert gw.get("/healthz").status_code == 503
+        with pytest.raises(openai.APIStatusError) as refused:
+            gw.openai(setup.tokens.client).chat.completions.create(
+                model="quick", messages=HI, max_tokens=2
+            )
+        e = refused.value
+        assert e.status_code == 503 and e.response.headers["retry-after"] == "1"
+        assert isinstance(e.body, dict) and e.body["code"] == "gateway_starting"
+        routing = gw.get("/routing")
+        assert routing.status_code == 503 and "starting" in routing.json()["error"]["message"]
     finally:
         gw.stop()

@@ -74,6 +74,7 @@ def make_agent(tmp_path: Path) -> Iterator[Any]:
             node="n1", state_dir=tmp_path / "state", engine_host="127.0.0.1", stop_grace=5
         )
         inventory = Inventory(gpu_class="SIM", devices=devices, memory_gb=64.0, cpus=2)
+        # StandIn plays the ControlPlane client, a class (not a Protocol) it does not subclass.
         agent = Agent(config, inventory, server)  # type: ignore[arg-type]
         agents.append(agent)
         return agent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ def _agent(tmp_path: Path, server: StandIn, secrets_dir: Path | None) -> Agent:
         secrets_dir=secrets_dir,
     )
     inventory = Inventory(gpu_class="SIM", devices=(0, 1), memory_gb=64.0, cpus=2)
+    # StandIn plays the ControlPlane client, a class (not a Protocol) it does not subclass.
     return Agent(config, inventory, server)  # type: ignore[arg-type]
 
 
@@ -72,7 +74,7 @@ def test_a_missing_secret_fails_the_replica_saying_where_to_put_it(tmp_path: Pat
 
 
 def test_a_secret_is_read_from_the_environment_when_no_file_holds_it(tmp_path: Path) -> None:
-    env = {"A_KEY": {"secret": "db.pass"}, "PLAIN": "p"}
+    env: dict[str, str | Mapping[str, str]] = {"A_KEY": {"secret": "db.pass"}, "PLAIN": "p"}
     assert resolve_env(env, None, {"LLMGW_SECRET_DB_PASS": "v"}) == {"A_KEY": "v", "PLAIN": "p"}
     (tmp_path / "db.pass").write_text("from-file")
     assert resolve_env(env, tmp_path, {"LLMGW_SECRET_DB_PASS": "v"})["A_KEY"] == "from-file"

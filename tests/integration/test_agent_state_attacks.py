@@ -53,6 +53,7 @@ def _agent(state: Path, server: StandIn, **config: Any) -> Agent:
     return Agent(
         AgentConfig(node="n1", state_dir=state, engine_host="127.0.0.1", stop_grace=5, **config),
         Inventory(gpu_class="SIM", devices=(0, 1), memory_gb=64.0, cpus=2),
+        # StandIn plays the ControlPlane client, a class (not a Protocol) it does not subclass.
         server,  # type: ignore[arg-type]
     )
 
@@ -107,7 +108,7 @@ def test_links_at_a_records_temporary_file_and_at_the_record_are_not_written_thr
     other.write_text("untouched")
     record_path.symlink_to(other)
     server = StandIn([placement("chat", [])])
-    agent.server = server  # type: ignore[assignment]
+    agent.server = server  # type: ignore[assignment]  # a StandIn, as above
     try:
         tick_until(agent, server, "starting")
     finally:

@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -17,7 +18,7 @@ from agent.state import Record, StateDir, StateDirBusy
 
 
 def record(model: str = "org/m", **kw: object) -> Record:
-    fields: dict[str, object] = {
+    fields: dict[str, Any] = {
         "model": model,
         "replica": 1,
         "fingerprint": "f",
@@ -31,7 +32,7 @@ def record(model: str = "org/m", **kw: object) -> Record:
         "started_at": 2.0,
         **kw,
     }
-    return Record(**fields)  # type: ignore[arg-type]
+    return Record(**fields)
 
 
 def test_records_survive_a_restart_and_forget_removes_them(tmp_path: Path) -> None:

@@ -59,7 +59,9 @@ def test_apply_adds_then_replaces_in_one_event_then_writes_nothing_when_unchange
     same = service.apply(model("trial", aliases=["t"], tp=2))
     assert (same.outcome, same.events, same.position) == ("unchanged", (), None)
     assert service.store.head() == 2
-    assert service.catalog().resolve("t").profiles[0].tp == 2  # type: ignore[union-attr]
+    trial = service.catalog().resolve("t")
+    assert trial is not None
+    assert trial.profiles[0].tp == 2
 
 
 def test_a_refused_apply_writes_nothing_and_names_what_to_do(service: CatalogService) -> None:
@@ -141,6 +143,8 @@ def test_a_replacement_appended_to_the_first_releases_log_replays(tmp_path: Path
     assert result.outcome == "replaced" and result.position == 7
     full = replay(declared, service.store.read(), str(DATA / "catalog_v1.yaml"))
     assert full.skipped == () and full.applied == (1, 2, 3, 4, 5, 6, 7)
-    assert full.catalog.resolve("coder").source.endswith("-AWQ")  # type: ignore[union-attr]
+    coder = full.catalog.resolve("coder")
+    assert coder is not None
+    assert coder.source.endswith("-AWQ")
     assert verify_chain(read_chain(service.store.engine), read_seal(service.store.engine)).ok
     engine.dispose()

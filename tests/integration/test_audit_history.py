@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
@@ -35,8 +36,8 @@ def store(engine: Engine) -> SqlLog:
     return store
 
 
-def _positions(store: SqlLog, **filters: object) -> list[int]:
-    return [e.position for e in history(store.engine, HistoryQuery(**filters))]  # type: ignore[arg-type]
+def _positions(store: SqlLog, **filters: Any) -> list[int]:
+    return [e.position for e in history(store.engine, HistoryQuery(**filters))]
 
 
 def test_each_filter_keeps_only_the_matching_events_in_log_order(store: SqlLog) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy import Engine
 
@@ -126,7 +128,7 @@ def test_a_stale_service_catches_up_and_revalidates_before_appending(
 def test_replay_skips_and_names_every_kind_of_bad_event(engine: Engine, declared: Catalog) -> None:
     store = open_log(engine)
     good = definition("good")
-    bad_rows = {
+    bad_rows: dict[int, tuple[str, str | dict[str, Any] | list[Any], int]] = {
         1: ("model.added", "{not json", 1),
         2: ("model.renamed", {"name": "x"}, 1),
         3: ("model.added", {"model": definition("future")}, 99),

@@ -13,14 +13,14 @@ from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.persistence.store import PLACED, REMOVED, SchedulerStore
-from scheduler.planner.inventory import parse_node_report
+from scheduler.planner.fleet.inventory import NodeReport, parse_node_report
 from scheduler.planner.replica_stories import explain
 from tests.support import model
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
-def _node(name: str, gpu_class: str, gpus: int, **extra: object) -> object:
+def _node(name: str, gpu_class: str, gpus: int, **extra: object) -> NodeReport:
     return parse_node_report({"name": name, "gpu_class": gpu_class, "gpus": gpus, **extra})
 
 
@@ -44,13 +44,13 @@ def test_every_recorded_round_plans_again_to_exactly_what_it_wrote(engine: Engin
     placer = Placer(service, store)
 
     # A day in the life: nodes come, a trial model is added, a node goes quiet, more nodes.
-    store.report([_node("a1", "A100", 8), _node("t1", "T4", 4)], T0)  # type: ignore[list-item]
+    store.report([_node("a1", "A100", 8), _node("t1", "T4", 4)], T0)
     placer.run(now=T0)
     service.add([model("trial", gpu_class="A100", tp=4, scaling={"min": 2})])
-    store.report([_node("a2", "A100", 8)], T0 + timedelta(minutes=1))  # type: ignore[list-item]
+    store.report([_node("a2", "A100", 8)], T0 + timedelta(minutes=1))
     placer.run(now=T0 + timedelta(minutes=1))
     store.report(  # t1 goes quiet; the A100s keep reporting
-        [_node("a1", "A100", 8), _node("a2", "A100", 8)],  # type: ignore[list-item]
+        [_node("a1", "A100", 8), _node("a2", "A100", 8)],
         T0 + timedelta(minutes=9),
     )
     placer.run(now=T0 + timedelta(minutes=9))
@@ -104,7 +104,7 @@ def test_a_replica_on_a_fallback_profile_says_why_the_better_one_did_not_fit(
     )
     store = SchedulerStore(engine)
     placer = Placer(CatalogService(open_log(engine), declared), store)
-    store.report([_node("t1", "T4", 2), _node("a1", "A100", 8)], T0)  # type: ignore[list-item]
+    store.report([_node("t1", "T4", 2), _node("a1", "A100", 8)], T0)
     outcome = placer.run(now=T0)
     recorded = store.recorded_round(round_id=outcome.round_id)
     assert recorded is not None
@@ -129,7 +129,7 @@ def test_a_round_that_preempted_explains_itself_and_records_the_switch(engine: E
     events = open_log(engine)
     service = CatalogService(events, Catalog.build([trial]))
     store = SchedulerStore(engine)
-    store.report([_node("a1", "A100", 8)], T0)  # type: ignore[list-item]
+    store.report([_node("a1", "A100", 8)], T0)
     Placer(service, store).run(now=T0)
     service.add([prod])
 
@@ -173,7 +173,7 @@ def test_with_preemption_switched_off_the_round_records_it_and_evicts_nothing(
     service = CatalogService(open_log(engine), Catalog.build([trial]))
     store = SchedulerStore(engine)
     off = StalenessPolicy(preemption=False)
-    store.report([_node("a1", "A100", 8), _node("t1", "T4", 1)], T0)  # type: ignore[list-item]
+    store.report([_node("a1", "A100", 8), _node("t1", "T4", 1)], T0)
     Placer(service, store, off).run(now=T0)
     service.add([prod, model("t4", gpu_class="T4", scaling={"min": 1})])
 

@@ -19,6 +19,7 @@ from events.storage.backends import open_log
 from events.storage.chain_rows import read_chain, read_seal
 from tests.support import model
 
+# SQLAlchemy types __table__ as a FromClause; a declarative table is a Table.
 events_table: Table = EventRow.__table__  # type: ignore[assignment]
 
 

@@ -191,6 +191,7 @@ def test_no_value_in_any_column_of_a_stored_row_stops_replay(
 ) -> None:
     backend = engine.dialect.name
     rows = data.draw(st.lists(_rows(backend), min_size=1, max_size=4))
+    # SQLAlchemy types __table__ as a FromClause; a declarative table is a Table.
     table: Table = EventRow.__table__  # type: ignore[assignment]
     with engine.begin() as conn:
         conn.execute(delete(table))

@@ -34,7 +34,7 @@ from scheduler.persistence.tables import (
     PlacementRow,
     table,
 )
-from scheduler.planner.inventory import parse_node_report
+from scheduler.planner.fleet.inventory import parse_node_report
 from tests.api.server import ApiServer, Tokens, running
 from tests.e2e.cli import Cli
 from tests.hostile.documents import deep_json_array
@@ -153,7 +153,9 @@ def logs() -> Iterator[list[MutableMapping[str, Any]]]:
         yield captured
 
 
-def _skipped(logs: list[MutableMapping[str, Any]], table_name: str) -> list[dict[str, Any]]:
+def _skipped(
+    logs: list[MutableMapping[str, Any]], table_name: str
+) -> list[MutableMapping[str, Any]]:
     return [e for e in logs if e["event"] == "scheduler.row_skipped" and e["table"] == table_name]
 
 

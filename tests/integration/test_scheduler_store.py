@@ -13,14 +13,14 @@ from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.persistence.store import PLACED, REMOVED, RoundConflict, SchedulerStore
 from scheduler.planner.demands import demands
-from scheduler.planner.inventory import parse_node_report
+from scheduler.planner.fleet.inventory import NodeReport, parse_node_report
 from scheduler.planner.plan import plan
 from tests.support import model
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
-def _reports(*specs: tuple[str, int]) -> list:  # type: ignore[type-arg]
+def _reports(*specs: tuple[str, int]) -> list[NodeReport]:
     return [
         parse_node_report(
             {

@@ -37,6 +37,7 @@ from tests.support import model
 DATA = Path(__file__).resolve().parent.parent / "data"
 FIXTURE = DATA / "catalog_v1.sqlite"
 DECLARED_FILE = DATA / "catalog_v1.yaml"
+# SQLAlchemy types __table__ as a FromClause; a declarative table is a Table.
 events_table: Table = EventRow.__table__  # type: ignore[assignment]
 V1_COLUMNS = [c for c in events_table.c if c.name not in ("prev_hash", "hash")]
 

@@ -18,6 +18,7 @@ from events.read.snapshots import _checksum
 from events.storage.backends import open_log
 from tests.support import model
 
+# SQLAlchemy types __table__ as a FromClause; a declarative table is a Table.
 snapshots_table: Table = SnapshotRow.__table__  # type: ignore[assignment]
 CONFIG = "deploy/catalog.yaml"
 DECLARED = Catalog.build([model("llama-70b", aliases=["llama"])])

@@ -18,6 +18,7 @@ from events.read.snapshots import KEEP, SnapshotStore
 from events.storage.backends import open_log
 from tests.support import insert_raw_event, model
 
+# SQLAlchemy types __table__ as a FromClause; a declarative table is a Table.
 snapshots_table: Table = SnapshotRow.__table__  # type: ignore[assignment]
 events_table: Table = EventRow.__table__  # type: ignore[assignment]
 CONFIG = "deploy/catalog.yaml"

@@ -23,6 +23,7 @@ from events.core.types import NewEvent
 from events.database.connection import make_engine
 from events.storage.backends import open_log
 from events.storage.chain_rows import read_chain, read_seal
+from events.storage.sql_log import SqlLog
 
 
 def _event(name: str) -> NewEvent:
@@ -67,9 +68,9 @@ def test_a_driver_error_in_a_section_is_sqlalchemys_writes_nothing_and_the_next_
     assert [e.model for e in open_log(engines[1]).read()] == ["a", "c"]
 
 
-def _child_appends(url: str, log_holder: list[object]) -> None:  # pragma: no cover - child
+def _child_appends(url: str, log_holder: list[SqlLog]) -> None:  # pragma: no cover - child
     log = log_holder[0]
-    log.append([_event("child")], expected_head=1)  # type: ignore[attr-defined]
+    log.append([_event("child")], expected_head=1)
 
 
 def test_a_process_forked_after_a_write_can_write_and_so_can_its_parent(

@@ -14,6 +14,7 @@ from events.storage.backends import open_log
 from events.write.commands import CommandConflict
 from tests.support import insert_raw_event, model
 
+# SQLAlchemy types __table__ as a FromClause; a declarative table is a Table.
 events_table: Table = EventRow.__table__  # type: ignore[assignment]
 
 

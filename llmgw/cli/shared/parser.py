@@ -118,6 +118,15 @@ def staleness_flags() -> argparse.ArgumentParser:
         help="never move running replicas to make room or repair a spread, cluster-wide "
         "(env LLMGW_DEFRAGMENT=0; [scheduler] defragment = false; default on)",
     )
+    staleness.add_argument(
+        "--repair-spread",
+        dest="repair_spread",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="repair every movable model's worsened spread (one surge-first move at a time), "
+        "not only models with disruption.repair_spread (env LLMGW_REPAIR_SPREAD=1; "
+        "[scheduler] repair_spread = true; default off)",
+    )
     return staleness
 
 

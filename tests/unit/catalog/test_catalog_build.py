@@ -199,10 +199,11 @@ def test_the_engine_sees_the_profile_with_the_model_source_and_served_name() -> 
 def test_views_are_copies_that_cannot_reach_back_into_the_catalog() -> None:
     m = model("llama", profiles=[gpu_profile(node_selector={"zone": "eu"}, env={"A": "1"})])
     placement = m.placement_profiles()[0]
+    # A read-only Mapping by type; the test writes anyway, as a careless caller could.
     placement.node_selector["zone"] = "us"  # type: ignore[index]
     engine = m.engine_profile("a100")
     assert engine is not None
-    engine.env["A"] = "2"  # type: ignore[index]
+    engine.env["A"] = "2"  # type: ignore[index]  # likewise read-only by type
     assert m.profiles[0].node_selector == {"zone": "eu"}
     assert m.profiles[0].env == {"A": "1"}
 

@@ -126,7 +126,7 @@ def test_a_value_of_the_wrong_type_says_how_to_write_it(
 
 
 def test_a_name_of_the_wrong_type_is_refused_as_a_model_with_no_name() -> None:
-    err = refusal(definition(3))  # type: ignore[arg-type]
+    err = refusal(definition(3))  # type: ignore[arg-type]  # the wrong type is the point
     assert err.field == "name"
     assert "a model with no name" in str(err)
 

@@ -47,7 +47,8 @@ def test_a_replacement_keeps_the_models_place_and_swaps_its_definition(
     assert old.source == "org/trial"
     catalog = state.snapshot()
     assert [m.name for m in catalog.models()] == ["prod", "trial", "other"]
-    assert catalog.resolve("t2") is not None and catalog.resolve("t2").source == "org/trial-v2"
+    found = catalog.resolve("t2")
+    assert found is not None and found.source == "org/trial-v2"
     assert catalog.canonical("t") == "trial"
 
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from catalog import CatalogError, parse_model
 from catalog.declared import load_declared
+from catalog.secret_words import SECRET_WORDS
 from catalog.secrets import (
     REDACTED,
-    SECRET_WORDS,
     check_no_plain_secrets,
     env_var_for,
     looks_secret,
@@ -41,7 +41,7 @@ def secret_names(draw: st.DrawFn) -> str:
 
 
 plain_names = st.text(NAME_CHARS, min_size=1, max_size=20).filter(lambda n: not looks_secret(n))
-values = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=40)
+values = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=40)
 
 
 def _model(env: dict[str, Any]) -> Any:
@@ -128,7 +128,7 @@ def test_the_declared_file_is_held_to_the_same_rule_and_says_where_to_edit(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "catalog.yaml"
-    model = {
+    model: dict[str, Any] = {
         "name": "m",
         "source": "org/m",
         "profiles": [{"name": "p", "gpu_class": "T4", "env": {"HF_TOKEN": "hf_abcdefgh"}}],
@@ -138,7 +138,8 @@ def test_the_declared_file_is_held_to_the_same_rule_and_says_where_to_edit(
         load_declared(path)
     assert caught.value.message.startswith(f"{path}: model 'm' profile 'p': env HF_TOKEN")
     assert "hf_abcdefgh" not in caught.value.message
-    model["profiles"][0]["env"] = {"HF_TOKEN": {"secret": "hf-token"}}  # type: ignore[index]
+    model["profiles"][0]["env"] = {"HF_TOKEN": {"secret": "hf-token"}}
     path.write_text(dump_yaml({"models": [model]}))
-    assert load_declared(path).resolve("m") is not None
-    assert json.dumps(load_declared(path).resolve("m").to_definition())  # type: ignore[union-attr]
+    found = load_declared(path).resolve("m")
+    assert found is not None
+    assert json.dumps(found.to_definition())

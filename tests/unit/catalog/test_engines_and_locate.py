@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.engines import ENGINES
-from catalog import CatalogError, load_declared, parse_model
+from catalog import CatalogError, Model, load_declared, parse_model
 from catalog.engine_names import KNOWN_ENGINES
 from catalog.engines import check_engines, did_you_mean
 from declared.locate import line_of
 from tests.support import dump_yaml
 
 
-def with_engine(engine: str) -> object:
+def with_engine(engine: str) -> Model:
     return parse_model(
         {
             "name": "chat",
@@ -43,7 +43,7 @@ def test_the_catalog_knows_exactly_the_engines_the_agent_runs() -> None:
 )
 def test_a_typo_is_refused_naming_the_engine_it_is_closest_to(typo: str, meant: str) -> None:
     with pytest.raises(CatalogError) as caught:
-        check_engines(with_engine(typo))  # type: ignore[arg-type]
+        check_engines(with_engine(typo))
     err = caught.value
     assert (err.model, err.profile, err.field) == ("chat", "p", "engine")
     assert f"did you mean {meant!r}?" in str(err)
@@ -52,7 +52,7 @@ def test_a_typo_is_refused_naming_the_engine_it_is_closest_to(typo: str, meant: 
 
 @given(st.sampled_from(KNOWN_ENGINES))
 def test_every_known_engine_passes(engine: str) -> None:
-    check_engines(with_engine(engine))  # type: ignore[arg-type]
+    check_engines(with_engine(engine))
 
 
 @given(st.from_regex(r"[a-z]([a-z0-9._-]{0,18}[a-z0-9])?", fullmatch=True))
@@ -60,7 +60,7 @@ def test_any_other_name_is_refused_and_a_guess_is_always_a_known_engine(engine: 
     if engine in KNOWN_ENGINES:
         return
     with pytest.raises(CatalogError, match="is not one the agents run"):
-        check_engines(with_engine(engine))  # type: ignore[arg-type]
+        check_engines(with_engine(engine))
     guess = did_you_mean(engine)
     assert guess is None or guess in KNOWN_ENGINES
 

@@ -74,7 +74,12 @@ def test_prose_a_wrong_tool_or_an_error_refuses_tools_quoting_the_engine() -> No
 def test_embeddings_want_a_vector_of_numbers() -> None:
     good = {"data": [{"embedding": [0.1, -2, 3e-5]}]}
     assert judge_embeddings(Answer(200, good, "")).detail == "/v1/embeddings answered 3 numbers"
-    for body in ({"data": []}, {"data": [{"embedding": [True]}]}, {"data": [{"embedding": []}]}):
+    bodies: tuple[dict[str, list[Any]], ...] = (
+        {"data": []},
+        {"data": [{"embedding": [True]}]},
+        {"data": [{"embedding": []}]},
+    )
+    for body in bodies:
         assert judge_embeddings(Answer(200, body, json.dumps(body))).outcome == REFUSED
     missing = judge_embeddings(Answer(404, None, "Not Found"))
     assert missing.detail == "/v1/embeddings: the engine answered HTTP 404: Not Found"

@@ -21,7 +21,7 @@ DECLARED = Catalog.build(
 )
 
 
-def _payload(draw: Any) -> tuple[str, str, int]:
+def _payload(draw: st.DrawFn) -> tuple[str, str, int]:
     kind = draw(st.sampled_from(["add", "add", "add", "replace", "remove", "remove", "garbage"]))
     name = draw(st.sampled_from(NAMES))
     if kind in ("add", "replace"):
@@ -51,7 +51,7 @@ def _payload(draw: Any) -> tuple[str, str, int]:
 
 
 @st.composite
-def logs(draw: Any) -> list[StoredEvent]:
+def logs(draw: st.DrawFn) -> list[StoredEvent]:
     count = draw(st.integers(min_value=0, max_value=30))
     when = datetime(2026, 12, 1, tzinfo=UTC)
     events = []
@@ -111,7 +111,7 @@ def test_replay_is_deterministic_and_can_resume_anywhere(
 
 
 @st.composite
-def current_logs(draw: Any) -> list[StoredEvent]:
+def current_logs(draw: st.DrawFn) -> list[StoredEvent]:
     """Logs as this release writes them (``model.added`` v2 payloads from
     ``definition_payload``, removals v1) mixed with everything ``logs`` draws: what
     ``Replayer.apply_all``'s written-out common cases meet."""

@@ -9,6 +9,7 @@ what they were.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -21,7 +22,10 @@ from events.storage.sql_reads import recorded_at_from_db, t
 
 DIALECT = sqlite.dialect()
 WRITES = _writes(DIALECT)
-TO_DB = t.c.recorded_at.type.dialect_impl(DIALECT).bind_processor(DIALECT)
+_BIND = t.c.recorded_at.type.dialect_impl(DIALECT).bind_processor(DIALECT)
+# UTCDateTime converts on SQLite; the strategies below call it, so a None must fail here.
+assert _BIND is not None
+TO_DB: Callable[[Any], Any] = _BIND
 FROM_DB = recorded_at_from_db(DIALECT)
 
 zones = st.one_of(

@@ -50,3 +50,32 @@ def test_cache_false_assembles_per_call_for_a_caller_that_must_reconfigure() -> 
     same, lines = _run(", cache=False")
     assert not same
     assert [line["event"] for line in lines] == ["first.call", "second.call"]
+
+
+FAILING = """
+import structlog
+from llmgw import logs
+logs.configure(default_level="INFO"{extra})
+log = structlog.get_logger("llmgw.test")
+try:
+    {{}}["no-such-key"]
+except KeyError:
+    log.exception("request.failed", request_id="r1")
+"""
+
+
+def test_a_logged_exception_carries_its_traceback_in_the_json_line() -> None:
+    # A gateway answers a failure with "see its log": the line must say what failed.
+    for extra in ("", ", buffered=True"):
+        done = subprocess.run(
+            [sys.executable, "-c", FAILING.format(extra=extra)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin", "LLMGW_LOG_LEVEL": "INFO"},
+        )
+        (line,) = [json.loads(text) for text in done.stderr.splitlines()]
+        assert line["event"] == "request.failed"
+        assert "KeyError: 'no-such-key'" in line["exception"], extra
+        assert "Traceback" in line["exception"]

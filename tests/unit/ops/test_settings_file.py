@@ -129,7 +129,7 @@ def test_the_resolved_settings_read_back_in_the_files_shape(tmp_path: Path) -> N
         "interval": "2s",
         "preemption": True,
     }
-    assert data["scheduler"] == {"defragment": True}
+    assert data["scheduler"] == {"defragment": True, "repair_spread": False}
     assert set(data) == {
         "settings_file", "database", "catalog", "policy", "scheduler", "server", "auth",
         "autoscale",
@@ -146,6 +146,17 @@ def test_defragment_is_a_scheduler_setting_the_environment_and_a_flag_override(
     assert Settings.resolve(env={}, cwd=tmp_path / "nowhere").policy.defragment is True
     (tmp_path / "llmgw.toml").write_text("[scheduler]\ndefragment = 3\n")
     with pytest.raises(SettingsError, match="defragment"):
+        Settings.resolve(env={}, cwd=tmp_path)
+
+
+def test_repair_spread_is_a_scheduler_setting_off_unless_asked(tmp_path: Path) -> None:
+    assert Settings.resolve(env={}, cwd=tmp_path).policy.repair_spread is False
+    (tmp_path / "llmgw.toml").write_text("[scheduler]\nrepair_spread = true\n")
+    assert Settings.resolve(env={}, cwd=tmp_path).policy.repair_spread is True
+    off = Settings.resolve(env={"LLMGW_REPAIR_SPREAD": "0"}, cwd=tmp_path)
+    assert off.policy.repair_spread is False
+    (tmp_path / "llmgw.toml").write_text('[scheduler]\nrepair_spread = "yes please"\n')
+    with pytest.raises(SettingsError, match="repair_spread"):
         Settings.resolve(env={}, cwd=tmp_path)
 
 

@@ -24,7 +24,11 @@ third time, on purpose, when issue 29's ejection chains (``scheduler/planner/eje
 began re-placing a round's new replicas to make room for unplaced ones: 43 of the 52
 changed (more GPUs placed where something was unplaced, e.g. openb 5,900 -> 6,212, and
 the round's own spread layout now wins where a baseline did); every "nothing changed"
-round still changes nothing::
+round still changes nothing. Re-pinned a fourth time, on purpose, when the chains began
+clearing a node of two smaller new replicas for a larger one (``ejection._clear``): the
+4 synthetic 5,000 rounds changed, each placing more GPUs (from nothing 19,167 -> 19,883,
+after changes 18,707 -> 19,392), their "nothing changed" rounds still changing nothing;
+the other 48 are the same::
 
     python -m tests.unit.scheduler.reference_rounds > tests/data/plan_reference.json
 
@@ -49,8 +53,8 @@ from bench import fleets
 from scheduler.lifecycle.inputs import Cordon, FailureRecord, Lifecycle, ModelLifecycle
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.plan import plan
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "plan_reference.json"

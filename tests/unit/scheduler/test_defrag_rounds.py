@@ -21,8 +21,8 @@ from catalog.views import PlacementProfile
 from scheduler.lifecycle.inputs import Lifecycle, ModelLifecycle
 from scheduler.lifecycle.replica_reports import READY, STARTING, ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.plan import plan
 from tests.unit.scheduler.placement_builders import NOW, node, overcommitted, profile
 
@@ -229,6 +229,45 @@ def test_a_worsened_spread_is_repaired_when_the_node_returns_one_move_at_a_time(
     assert {p.nodes for p in cluster.current if p.model == "pair"} == {("a",), ("b",)}
     assert {p.nodes for p in cluster.current if p.model == "plain"} == {("a",)}
     assert not cluster.round([pair, plain]).changes_anything
+
+
+def _lost_and_returned(cluster: Cluster, demands: list[Demand]) -> None:
+    """Two rounds on both nodes, b lost for two rounds, then b back (not yet planned)."""
+    cluster.round(demands)
+    cluster.round(demands)
+    both = cluster.nodes
+    cluster.nodes = [both[0]]
+    cluster.round(demands)
+    cluster.round(demands)
+    assert {p.nodes for p in cluster.current} == {("a",)}
+    cluster.nodes = both
+
+
+def test_the_cluster_policy_repairs_every_movable_models_spread_but_not_an_unmovable_one() -> None:
+    # [scheduler] repair_spread = true: no model opted in, each is repaired in turn, one
+    # move at a time; a model with movable: false is never moved.
+    first = Demand("first", 2, (ONE,), lifecycle=_spec(2, ONE))
+    second = Demand("second", 2, (ONE,), lifecycle=_spec(2, ONE))
+    pinned = Demand("pinned", 2, (ONE,), lifecycle=_spec(2, ONE, movable=False))
+    demands = [first, second, pinned]
+    cluster = Cluster(
+        [node("a", "T4", 6), node("b", "T4", 6)], policy=StalenessPolicy(repair_spread=True)
+    )
+    _lost_and_returned(cluster, demands)
+    moved: list[str] = []
+    for _ in range(8):
+        result = cluster.round(demands)
+        assert len(result.moves) <= 1
+        moved += [m.placement.model for m in result.moves]
+        assert all(cluster.ready(d.model) == 2 for d in demands)
+    assert moved == ["first", "second"]
+    for model in ("first", "second"):
+        assert {p.nodes for p in cluster.current if p.model == model} == {("a",), ("b",)}
+    assert {p.nodes for p in cluster.current if p.model == "pinned"} == {("a",)}
+    # Without the policy (the default), the same history repairs nothing.
+    off = Cluster([node("a", "T4", 6), node("b", "T4", 6)])
+    _lost_and_returned(off, demands)
+    assert not any(off.round(demands).moves for _ in range(4))
 
 
 # -- properties ---------------------------------------------------------------------------

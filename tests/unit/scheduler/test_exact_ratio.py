@@ -17,13 +17,14 @@ from bench.fleets import NOW as FLEET_NOW
 from bench.fleets import synthetic_demands, synthetic_nodes
 from scheduler.exact.program import solve
 from scheduler.exact.score import score
-from scheduler.planner.placements import Demand
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand
 from tests.unit.scheduler.placement_builders import NOW, demand, node, overcommitted, profile, run
 
 RATIO = 0.99
 
 
-def _contended() -> tuple[list[Demand], list]:
+def _contended() -> tuple[list[Demand], list[Node]]:
     nodes = [node(f"g2-{i}", "G2", 8) for i in range(4)] + [
         node(f"g3-{i}", "G3", 8) for i in range(4)
     ]
@@ -45,6 +46,31 @@ def test_contended_classes_reach_the_optimum() -> None:
     # The next round, with nothing changed, changes nothing.
     again = run(demands, nodes, result.placements)
     assert not again.changes_anything
+
+
+def test_a_node_cleared_of_two_smaller_replicas_makes_room_for_a_larger_one() -> None:
+    """Synthetic 5,000 in miniature: the 2-card replicas need the ``pool: prod`` node the
+    8-card one took first; it can move only to the node two 4-card replicas took, and they
+    only to their second class. No chain of single replicas does it (16 of 24 GPUs
+    before ``ejection._clear``); clearing that node of both does."""
+    nodes = [
+        node("a100-a-prod", "A100", 8, labels={"pool": "prod"}),
+        node("a100-b-batch", "A100", 8, labels={"pool": "batch"}),
+        node("l40s-0", "L40S", 4),
+        node("l40s-1", "L40S", 4),
+    ]
+    demands = [
+        demand("big", 1, profile("a100x8", "A100", 8)),
+        demand("mid", 2, profile("a100x4", "A100", 4, priority=10), profile("l40sx4", "L40S", 4)),
+        demand("small", 4, profile("a100x2", "A100", 2, selector={"pool": "prod"})),
+    ]
+    result = run(demands, nodes)
+    ours = score(demands, result.placements)
+    answer = solve(demands, nodes, (), NOW, spread=False, work=5)
+    assert answer.status == "optimal" and answer.score is not None
+    assert ours.gpus == answer.score.gpus == 24
+    assert overcommitted(result.placements, nodes) == []
+    assert not run(demands, nodes, result.placements).changes_anything
 
 
 def test_synthetic_clusters_within_one_percent_of_cp_sat() -> None:

@@ -27,8 +27,8 @@ from scheduler.persistence.record_format import (
     recorded_round,
     upcast,
 )
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Placement
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -69,9 +69,21 @@ def test_a_placement_reads_back_as_written(p: Placement) -> None:
     assert placement_from_record(json.loads(json.dumps(placement_record(p)))) == p
 
 
-@given(st.lists(nodes, max_size=4, unique_by=lambda n: n.name), st.lists(placements, max_size=3))
-def test_a_round_reads_back_as_written(ns: list[Node], current: list[Placement]) -> None:
-    policy = StalenessPolicy(stale_after=timedelta(seconds=30), preemption=False)
+@given(
+    st.lists(nodes, max_size=4, unique_by=lambda n: n.name),
+    st.lists(placements, max_size=3),
+    st.booleans(),
+    st.booleans(),
+)
+def test_a_round_reads_back_as_written(
+    ns: list[Node], current: list[Placement], defragment: bool, repair_spread: bool
+) -> None:
+    policy = StalenessPolicy(
+        stale_after=timedelta(seconds=30),
+        preemption=False,
+        defragment=defragment,
+        repair_spread=repair_spread,
+    )
     documents = {
         "reported_at": {n.name: n.reported_at.isoformat() for n in ns},
         "current": [placement_record(p) for p in current],

@@ -28,10 +28,11 @@ from hypothesis import strategies as st
 from bench import firstfit, spreadcheck
 from catalog.views import PlacementProfile
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.capacity import Capacity
-from scheduler.planner.fit import selector_key
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.fit import selector_key
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
+from scheduler.planner.repair_groups import BUILD_AFTER
 from scheduler.planner.spread import Spread
 from scheduler.planner.spread_repair import Repaired, repair
 from tests.unit.scheduler.placement_builders import NOW, node, overcommitted, profile, run
@@ -51,6 +52,8 @@ def _repair(
     nodes: Sequence[Node],
     kept: Sequence[Placement],
     new: Sequence[Placement],
+    *,
+    index_after: int | None = BUILD_AFTER,
 ) -> Repaired:
     """The repair on its own, as the planner calls it, over ``kept`` and ``new``."""
     capacity = Capacity(nodes, _fresh(nodes))
@@ -65,7 +68,7 @@ def _repair(
             eligible[key] = capacity.eligible(p)
         return eligible[key]
 
-    return repair(demands, new, spread, capacity, eligible=eligible_nodes)
+    return repair(demands, new, spread, capacity, eligible=eligible_nodes, index_after=index_after)
 
 
 def _usage(placements: Sequence[Placement]) -> Counter[tuple[str, str]]:
@@ -140,6 +143,109 @@ def test_the_repair_spreads_a_baseline_without_overcommitting_or_losing_a_gpu(
         # Swaps alone: every node carries exactly what it carried.
         assert _usage(after) == _usage(baseline)
     _invariant_holds(demands, nodes, after, out.placed)
+
+
+# -- the partner index gives the plan the scan gave -------------------------------------
+
+
+@st.composite
+def _crowded(draw: st.DrawFn) -> tuple[list[Demand], list[Node], int, bool]:
+    """Several models of one or two one-node shapes stacked on a few nodes: the case
+    the partner index (``Group.partner_keys``) serves, with models with and without
+    ``spread_by`` (whose swaps the index treats differently) side by side."""
+    size = draw(st.integers(2, 10))
+    nodes = [
+        node(
+            f"n{i}",
+            draw(st.sampled_from(["L4", "T4"])),
+            draw(st.integers(1, 8)),
+            labels={"zone": z} if (z := draw(st.sampled_from(["a", "b", "c", None]))) else None,
+        )
+        for i in range(size)
+    ]
+    demands = []
+    for i in range(draw(st.integers(2, 5))):
+        profiles = tuple(
+            profile(f"p{c}", c, 1, priority=draw(st.integers(0, 1)))
+            for c in draw(st.lists(st.sampled_from(["L4", "T4"]), min_size=1, max_size=2))
+        )
+        demands.append(
+            Demand(
+                f"m{i}",
+                draw(st.integers(1, 14)),
+                profiles,
+                priority=draw(st.integers(0, 1)),
+                spread_by=draw(st.sampled_from([None, None, "zone"])),
+            )
+        )
+    return demands, nodes, draw(st.integers(0, 8)), draw(st.booleans())
+
+
+def _outcome(out: Repaired) -> tuple[object, ...]:
+    return out.placed, out.notes, out.swaps, out.moves
+
+
+# Found by the property with the index's counts left stale after a swap: m1[0] joins
+# m1[3] on n0, and a later swap needs n0's new count of m1.
+STALE_COUNT = (
+    [Demand("m0", 6, (profile("t4", "T4", 1),)), Demand("m1", 8, (profile("t4", "T4", 1),))],
+    [node(f"n{i}", "T4", gpus) for i, gpus in enumerate((3, 1, 1, 4, 5))],
+    0,
+    False,
+)
+
+# A partner with spread_by may leave a node holding no more of it than the candidate's
+# (m1[0], one on n7 as on n9) when that evens its zones: the index must not count it out.
+ZONE_PARTNER = (
+    [
+        Demand("m0", 14, (profile("t4", "T4", 1),)),
+        Demand("m1", 4, (profile("t4", "T4", 1),), spread_by="zone"),
+    ],
+    [
+        node(name, "T4", gpus, labels={"zone": zone})
+        for name, gpus, zone in (("n6", 1, "a"), ("n7", 4, "a"), ("n8", 8, "a"), ("n9", 7, "b"))
+    ],
+    0,
+    False,
+)
+
+
+@moderate
+@given(_crowded())
+@example(STALE_COUNT)
+@example(ZONE_PARTNER)
+def test_the_partner_index_changes_no_swap_the_scan_would_make(
+    case: tuple[list[Demand], list[Node], int, bool],
+) -> None:
+    demands, nodes, running, first = case
+    baseline = (firstfit.place if first else firstfit.best_fit)(demands, nodes, NOW)
+    kept, new = baseline[:running], baseline[running:]
+
+    scanned = _repair(demands, nodes, kept, new, index_after=None)
+    indexed = _repair(demands, nodes, kept, new, index_after=0)
+    later = _repair(demands, nodes, kept, new)
+
+    assert _outcome(indexed) == _outcome(scanned)
+    assert _outcome(later) == _outcome(scanned)
+
+
+def test_the_partner_index_and_the_scan_agree_on_a_round_of_many_swaps() -> None:
+    """Twelve models stacked by best fit on 16 nodes: dozens of swaps and moves, each of
+    which the index must follow (a stale count there would pick another partner)."""
+    nodes = [node(f"n{i:02d}", "L4", 8, labels={"zone": "ab"[i % 2]}) for i in range(16)]
+    demands = [
+        Demand(f"m{i}", 4 + i, (profile("l4", "L4", 1),), spread_by="zone" if i % 3 else None)
+        for i in range(12)
+    ]
+    stacked = firstfit.best_fit(demands, nodes, NOW)
+
+    scanned = _repair(demands, nodes, stacked[:10], stacked[10:], index_after=None)
+    indexed = _repair(demands, nodes, stacked[:10], stacked[10:], index_after=0)
+    later = _repair(demands, nodes, stacked[:10], stacked[10:])
+
+    assert indexed.swaps > 20
+    assert _outcome(indexed) == _outcome(scanned)
+    assert _outcome(later) == _outcome(scanned)
 
 
 def test_two_models_stacked_by_best_fit_end_up_one_replica_of_each_per_node() -> None:

@@ -1,0 +1,193 @@
+"""The proxy's stream path against a scripted engine on a real socket: what a hostile or
+broken engine's stream must not do to the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from gateway import admission
+from gateway.proxy import Call, Proxy, Trace
+from gateway.settings import GatewaySettings
+from gateway.state import State
+from gateway.table import build
+from gateway.upstream import Upstream
+from tests.unit.gateway.test_admission_routing import model
+from tests.unit.gateway.test_enginepool import Engine, _request, run
+
+
+def test_a_stream_whose_first_event_never_ends_is_passed_on_not_held_whole() -> None:
+    # The headers wait for the first content token (so a failure before it can be
+    # retried), the bytes held meanwhile. An engine whose first event never ends (no
+    # blank line) was held whole, rescanned on every read: 64 MiB took 46 s of the
+    # loop's CPU. Past a bound the stream is passed on as it is.
+    started = asyncio.Event()
+    seen_by_engine: list[bool] = []
+    line = b"data: " + b"x" * (4 << 20)  # no end of event
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await _request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(line), line)
+        )
+        await writer.drain()
+        with contextlib.suppress(TimeoutError):  # the client has its headers first
+            await asyncio.wait_for(started.wait(), 5)
+        seen_by_engine.append(started.is_set())
+        end = b'\n\ndata: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+        writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(end), end))
+        await writer.drain()
+        await _request(reader)
+
+    async def main() -> None:
+        async with Engine(engine) as url:
+            state = State("gw-test")
+            entry = model("chat")
+            state.install(
+                build(
+                    [entry],
+                    [{"model": "chat", "replica": 0, "state": "ready", "endpoint": url}],
+                    1,
+                )
+            )
+            upstream = Upstream(2, 5, 1)
+            proxy = Proxy(state, upstream, GatewaySettings(server="http://cp", token="t"))
+            sent: list[dict[str, Any]] = []
+
+            async def send(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    started.set()
+                sent.append(message)
+
+            body: dict[str, Any] = {
+                "model": "chat",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": True,
+            }
+            req = admission.parse_request(body, admission.CHAT)
+            trace = Trace("r1", "c", time.monotonic())
+            call = Call(req, body, b"{}", None, send, trace)
+            resolved = state.table.resolve("chat")
+            assert resolved is not None
+            await proxy.serve(call, resolved)
+            payload = b"".join(m.get("body", b"") for m in sent[1:])
+            assert payload.startswith(line) and payload.endswith(b"data: [DONE]\n\n")
+            assert seen_by_engine == [True], "the stream was held until its first event ended"
+            await upstream.close()
+
+    run(main())
+
+
+async def _serve_whole(
+    url: str, sent: list[dict[str, Any]], started: asyncio.Event, replicas: int = 1
+) -> Trace:
+    """One non-streamed chat request through a proxy whose replicas all answer at ``url``."""
+    state = State("gw-test")
+    rows = [
+        {"model": "chat", "replica": i, "state": "ready", "endpoint": url} for i in range(replicas)
+    ]
+    state.install(build([model("chat")], rows, 1))
+    upstream = Upstream(2, 5, 1)
+    proxy = Proxy(state, upstream, GatewaySettings(server="http://cp", token="t"))
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            started.set()
+        sent.append(message)
+
+    body: dict[str, Any] = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
+    trace = Trace("r1", "c", time.monotonic())
+    call = Call(admission.parse_request(body, admission.CHAT), body, b"{}", None, send, trace)
+    resolved = state.table.resolve("chat")
+    assert resolved is not None
+    try:
+        await proxy.serve(call, resolved)
+    finally:
+        await upstream.close()
+    return trace
+
+
+def test_a_large_whole_answer_is_passed_on_as_it_comes_not_held_whole() -> None:
+    # An embeddings batch can be tens of MB, a hostile engine's answer endless: past
+    # HOLD_BYTES the answer goes on to the client before its end has arrived.
+    started = asyncio.Event()
+    seen_by_engine: list[bool] = []
+    first = b'{"data":"' + b"x" * (4 << 20)
+    rest = b'","usage":{"prompt_tokens":3,"completion_tokens":7}}'
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await _request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (len(first) + len(rest)))
+        writer.write(first)
+        await writer.drain()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(started.wait(), 5)
+        seen_by_engine.append(started.is_set())
+        writer.write(rest)
+        await writer.drain()
+        await _request(reader)
+
+    async def main() -> None:
+        async with Engine(engine) as url:
+            sent: list[dict[str, Any]] = []
+            trace = await _serve_whole(url, sent, started)
+            head = dict(sent[0]["headers"])
+            assert head[b"content-length"] == str(len(first) + len(rest)).encode()
+            assert b"".join(m.get("body", b"") for m in sent[1:]) == first + rest
+            assert sent[-1].get("more_body", False) is False
+            assert seen_by_engine == [True], "the answer was held until its end"
+            assert (trace.outcome, trace.prompt_tokens, trace.completion_tokens) == ("ok", 3, 7)
+
+    run(main())
+
+
+def test_a_large_answer_broken_after_bytes_were_sent_is_left_incomplete_not_retried() -> None:
+    started = asyncio.Event()
+    calls: list[int] = []
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await _request(reader)
+        calls.append(n)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (8 << 20))
+        writer.write(b"y" * (2 << 20))
+        await writer.drain()
+        await asyncio.wait_for(started.wait(), 5)
+        writer.transport.abort()  # killed in the middle of its answer
+
+    async def main() -> None:
+        async with Engine(engine) as url:
+            sent: list[dict[str, Any]] = []
+            trace = await _serve_whole(url, sent, started)
+            assert trace.outcome == "failed"
+            assert all(m.get("more_body", True) for m in sent[1:]), "ended as if complete"
+            assert calls == [1], "retried after bytes were sent"
+
+    run(main())
+
+
+def test_a_small_whole_answer_that_breaks_is_retried_unseen() -> None:
+    # Held until complete: a break before the end reached no client, so the next
+    # replica (here a second replica at the same engine) may answer it.
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await _request(reader)
+        if n == 1:
+            writer.write(b'HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"half')
+            await writer.drain()
+            writer.transport.abort()
+            return
+        answer = b'{"choices":[]}'
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(answer), answer))
+        await writer.drain()
+        await _request(reader)
+
+    async def main() -> None:
+        async with Engine(engine) as url:
+            sent: list[dict[str, Any]] = []
+            trace = await _serve_whole(url, sent, asyncio.Event(), replicas=2)
+            assert b"".join(m.get("body", b"") for m in sent[1:]) == b'{"choices":[]}'
+            assert trace.attempts == 2 and trace.outcome == "ok"
+
+    run(main())
