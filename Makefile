@@ -69,7 +69,7 @@ lint: $(DEV_STAMP)
 	$(BIN)/pytest -q tests/unit/test_architecture.py
 
 typecheck: $(DEV_STAMP)
-	$(BIN)/mypy catalog events scheduler declared llmgw agent gateway httpguard autoscale engine_check bench docsite
+	$(BIN)/mypy catalog events scheduler declared llmgw agent gateway httpguard autoscale engine_check bench docsite tests
 
 ## docs: build the documentation site into site/ (a broken link or anchor fails the build);
 ## `llmgw serve` serves it at /manual

@@ -28,7 +28,7 @@ from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.persistence.placement_rows import read_placements
 from scheduler.persistence.round_store import HostedCounts, read_service
 from scheduler.persistence.store import SchedulerStore
-from scheduler.planner.placements import Placement, Plan, Removal
+from scheduler.planner.fleet.placements import Placement, Plan, Removal
 
 NODES, QUICK_NODES = 10_000, 1_000
 ROUNDS = 5

@@ -30,8 +30,8 @@ from bench.fleets import NOW, synthetic_demands, synthetic_nodes
 from catalog.views import PlacementProfile
 from scheduler.lifecycle.inputs import ModelLifecycle
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.plan import plan
 
 ON = StalenessPolicy()

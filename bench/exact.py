@@ -35,8 +35,8 @@ from bench.fleets import (
 )
 from scheduler.exact.program import solve
 from scheduler.exact.score import score
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand
 from scheduler.planner.plan import plan
 
 

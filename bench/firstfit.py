@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from catalog.views import PlacementProfile
-from scheduler.planner.capacity import Capacity
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 
 STALE_AFTER = timedelta(seconds=90)
 

@@ -59,7 +59,7 @@ def main() -> None:
     from llmgw.api.runtime.services import Services
     from llmgw.api.runtime.settings import ApiSettings
     from scheduler.daemon.round_runner import Placer
-    from scheduler.planner.inventory import parse_node_report
+    from scheduler.planner.fleet.inventory import parse_node_report
 
     work = Path(tempfile.mkdtemp(prefix="llmgw-fleet-ab-"))
     base = _base_module(args.base, work)

@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from bench import common
 from bench.openb import load_openb_csv, load_openb_pods_csv
 from catalog.views import PlacementProfile
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 OPENB = common.REPO / "tests" / "data" / "openb_node_list_gpu_node.csv"

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from catalog.views import PlacementProfile
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand
 
 _MIB_PER_GB = 1024
 

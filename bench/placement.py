@@ -28,8 +28,8 @@ from bench.fleets import (
     synthetic_demands,
     synthetic_nodes,
 )
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.plan import plan
 
 # -- quality ------------------------------------------------------------------------------

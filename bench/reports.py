@@ -46,7 +46,7 @@ import httpx
 import psutil
 
 from bench import common
-from scheduler.planner.placements import Placement, Plan
+from scheduler.planner.fleet.placements import Placement, Plan
 
 GOAL = 1000.0
 NODES, QUICK_NODES = 10_000, 1_000

@@ -31,8 +31,8 @@ from bench.fleets import (
     synthetic_demands,
     synthetic_nodes,
 )
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Plan
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Plan
 from scheduler.planner.spread_repair import repair
 
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from catalog.views import PlacementProfile
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 
 
 @dataclass(frozen=True)

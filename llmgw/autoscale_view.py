@@ -20,7 +20,7 @@ from autoscale.windows import Summary, Window
 from catalog import Catalog
 from scheduler.daemon.node_service import replica_counts
 from scheduler.lifecycle.replica_reports import ReplicaStatus
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.placements import Placement
 
 
 def autoscale_rows(

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from scheduler.lifecycle.replica_reports import ReplicaStatus
     from scheduler.lifecycle.staleness import StalenessPolicy
     from scheduler.persistence.record_format import PlacementEvent
-    from scheduler.planner.inventory import Node
-    from scheduler.planner.placements import (
+    from scheduler.planner.fleet.inventory import Node
+    from scheduler.planner.fleet.placements import (
         Move,
         Placement,
         Resilience,

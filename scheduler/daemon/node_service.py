@@ -15,7 +15,7 @@ from catalog.printable import printable
 from scheduler.lifecycle.inputs import CORDONED, DRAINING, Cordon
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.persistence.store import SchedulerStore
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.placements import Placement
 
 MODES = {"cordon": CORDONED, "drain": DRAINING, "uncordon": None}
 MAX_REASON = 2000

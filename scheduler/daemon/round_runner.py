@@ -21,8 +21,8 @@ from scheduler.persistence.outcome_store import UnplacedReason, reasons_of
 from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Placement, Plan
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Placement, Plan
 from scheduler.planner.plan_cache import memoised_plan as make_plan
 
 

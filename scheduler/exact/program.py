@@ -44,9 +44,9 @@ from ortools.sat.python import cp_model
 
 from catalog.views import PlacementProfile
 from scheduler.exact.score import Score, score, tiers
-from scheduler.planner.fit import gpu_class_matches, missing_label, selector_key
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.fit import gpu_class_matches, missing_label, selector_key
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 
 Objective = Literal["planner", "replicas", "gpus"]
 DEFAULT_WORK = 10.0  # deterministic seconds: a unit of work, not of the clock

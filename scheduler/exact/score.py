@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.placements import Demand, Placement
 
 
 @dataclass(frozen=True, slots=True)

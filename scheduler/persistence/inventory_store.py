@@ -21,7 +21,7 @@ from scheduler.persistence.record_format import (
 )
 from scheduler.persistence.row_decoding import Row, decode_rows, json_column, raw
 from scheduler.persistence.tables import NodeRow, table
-from scheduler.planner.inventory import Node, NodeReport
+from scheduler.planner.fleet.inventory import Node, NodeReport
 
 nodes_t = table(NodeRow)
 

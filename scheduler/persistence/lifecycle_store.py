@@ -32,7 +32,7 @@ from scheduler.persistence.placement_rows import StoredPlacement, read_placement
 from scheduler.persistence.record_format import UnreadableRow, checked
 from scheduler.persistence.row_decoding import Row, decode_rows, raw
 from scheduler.persistence.tables import CordonRow, FailureRow, NodeRow, PlacementRow, table
-from scheduler.planner.inventory import NodeReport
+from scheduler.planner.fleet.inventory import NodeReport
 
 log = structlog.get_logger("llmgw.scheduler")
 # (model, replica) pairs per read: two bound values each, well inside every driver's limit

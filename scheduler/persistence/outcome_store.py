@@ -21,7 +21,7 @@ from scheduler.persistence.backend import backend
 from scheduler.persistence.record_format import UnreadableRow
 from scheduler.persistence.row_decoding import Row, Unreadable, decode_one, json_column, raw
 from scheduler.persistence.tables import PlacementOutcomeRow, PlacementRoundRow, table
-from scheduler.planner.placements import Unplaced
+from scheduler.planner.fleet.placements import Unplaced
 
 outcome_t = table(PlacementOutcomeRow)
 rounds_t = table(PlacementRoundRow)

@@ -19,7 +19,7 @@ from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.persistence.record_format import checked, names, replica_state
 from scheduler.persistence.row_decoding import Row, decode_rows, json_column, raw
 from scheduler.persistence.tables import NodeRow, PlacementRow, table
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.placements import Placement
 
 nodes_t = table(NodeRow)
 placements_t = table(PlacementRow)

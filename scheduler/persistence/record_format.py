@@ -32,8 +32,8 @@ from typing import Any
 from scheduler.lifecycle.inputs import CORDONED, DRAINING, Lifecycle
 from scheduler.lifecycle.replica_reports import PLACED, STORED_STATES
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Placement
 
 VERSION = "schema_version"
 ROUND = "round"

@@ -35,8 +35,8 @@ from scheduler.persistence.row_decoding import (
     raw,
 )
 from scheduler.persistence.tables import InventoryRow, PlacementRoundRow, table
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Placement
 
 rounds_t = table(PlacementRoundRow)
 inventories_t = table(InventoryRow)

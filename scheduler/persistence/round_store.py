@@ -45,8 +45,8 @@ from scheduler.persistence.record_format import PlacementEvent
 from scheduler.persistence.recorded_rounds import record_round
 from scheduler.persistence.tables import PlacementRoundRow, PlacementRow, table
 from scheduler.persistence.versions import record_definitions
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Placement, Plan
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Placement, Plan
 
 placements_t = table(PlacementRow)
 rounds_t = table(PlacementRoundRow)

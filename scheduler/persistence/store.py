@@ -48,8 +48,8 @@ from scheduler.persistence.round_store import (
 )
 from scheduler.persistence.row_decoding import Unreadable
 from scheduler.persistence.versions import VersionBook
-from scheduler.planner.inventory import Node, NodeReport
-from scheduler.planner.placements import Placement, Plan
+from scheduler.planner.fleet.inventory import Node, NodeReport
+from scheduler.planner.fleet.placements import Placement, Plan
 
 
 class SchedulerStore:

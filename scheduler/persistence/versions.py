@@ -32,7 +32,7 @@ from catalog.views import EngineProfile
 from scheduler.persistence.record_format import checked
 from scheduler.persistence.row_decoding import STORED_LIMITS, Row, decode_rows, json_column, raw
 from scheduler.persistence.tables import ModelVersionRow, table
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.placements import Placement
 
 versions_t = table(ModelVersionRow)
 

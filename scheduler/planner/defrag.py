@@ -38,11 +38,11 @@ from itertools import count, islice
 
 from catalog.views import PlacementProfile
 from scheduler.lifecycle.inputs import Lifecycle, ModelLifecycle
-from scheduler.planner.capacity import Capacity
-from scheduler.planner.fit import gpus_fit, memory_fits
-from scheduler.planner.inventory import Node
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.fit import gpus_fit, memory_fits
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Move, Placement
 from scheduler.planner.order import placement_order
-from scheduler.planner.placements import Demand, Move, Placement
 
 # node -> its spread domain for a model (the node itself, or its spread_by label's value).
 Domain = Callable[[str, str], str]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from catalog import Catalog
-from scheduler.planner.placements import Demand
+from scheduler.planner.fleet.placements import Demand
 from scheduler.planner.rollout import model_lifecycle
 
 

@@ -47,10 +47,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from catalog.views import PlacementProfile
-from scheduler.planner.capacity import Capacity
-from scheduler.planner.fit import gpu_class_matches, memory_fits, selector_key
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.fit import gpu_class_matches, memory_fits, selector_key
+from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.order import placement_order
-from scheduler.planner.placements import Demand, Placement
 from scheduler.planner.spread import Spread
 
 # packing's ``Requirement``, spelled out (see ``Attempt``).

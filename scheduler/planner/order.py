@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler.planner.placements import Demand
+from scheduler.planner.fleet.placements import Demand
 
 
 def by_priority(demands: Sequence[Demand]) -> list[Demand]:

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from itertools import count, islice
 
 from catalog.views import PlacementProfile
-from scheduler.planner.capacity import Capacity
 from scheduler.planner.ejection import eject
-from scheduler.planner.fit import selector_key
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.fit import selector_key
+from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.order import by_priority, placement_order
-from scheduler.planner.placements import Demand, Placement
 from scheduler.planner.spread import Choice, Spread
 
 # Everything about a profile that decides where it fits (not its name).

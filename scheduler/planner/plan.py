@@ -26,7 +26,7 @@ A round has three parts:
    still unplaced whose room exists in total makes room by moving the fewest replicas
    of equal or lower priority, surge-first, within their disruption budgets; with
    nothing to place, a model that opted in has a worsened spread repaired. What fits
-   nowhere is explained (``scheduler.planner.rejections``), and each model's resilience
+   nowhere is explained (``scheduler.planner.fleet.rejections``), and each model's resilience
    is computed (``scheduler.planner.resilience``).
 
 Cost: O(C log C + N log N) for C current placements and N nodes when nothing
@@ -47,13 +47,18 @@ from operator import attrgetter
 
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy
-from scheduler.planner.capacity import Capacity
 from scheduler.planner.defrag import defragment
-from scheduler.planner.inventory import Node
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement, Plan, Removal, Unplaced
+from scheduler.planner.fleet.rejections import (
+    ClassIndex,
+    ProfileRejections,
+    count_rejections,
+    render,
+)
 from scheduler.planner.packing import Option, Requirement, place_missing
-from scheduler.planner.placements import Demand, Placement, Plan, Removal, Unplaced
 from scheduler.planner.preemption import Preempted, preempt
-from scheduler.planner.rejections import ClassIndex, ProfileRejections, count_rejections, render
 from scheduler.planner.resilience import resilience
 from scheduler.planner.rollout import finish, judge
 from scheduler.planner.spread import Spread

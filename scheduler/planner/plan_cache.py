@@ -37,8 +37,8 @@ from typing import Any
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.replica_reports import FAILED, PLACED, STARTING
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.plan import plan
 
 # Every field of a node but its report time, of a placement, and of a replica's

@@ -34,10 +34,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from catalog.views import PlacementProfile
-from scheduler.planner.fit import gpus_fit, memory_fits
+from scheduler.planner.fleet.fit import gpus_fit, memory_fits
+from scheduler.planner.fleet.placements import Demand, Placement, Removal
 from scheduler.planner.order import placement_order
 from scheduler.planner.packing import Attempt, Option, options
-from scheduler.planner.placements import Demand, Placement, Removal
 
 _Key = tuple[int, int, int, str]
 

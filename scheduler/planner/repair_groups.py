@@ -25,7 +25,7 @@ from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from itertools import islice
 
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.placements import Placement
 
 Shape = tuple[str | None, int, int, int, int]
 Key = tuple[str, ...]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from catalog.views import PlacementProfile
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.spread import Spread
 
 # (replicas on unlabelled nodes, sum of squares per label value, sum of squares per node)

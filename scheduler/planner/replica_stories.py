@@ -18,12 +18,12 @@ from catalog import Catalog
 from catalog.views import PlacementProfile
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.staleness import Freshness, StalenessPolicy, freshness
-from scheduler.planner.capacity import Capacity
 from scheduler.planner.demands import demands
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Placement, Plan
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Placement, Plan
+from scheduler.planner.fleet.rejections import count_rejections, render
 from scheduler.planner.plan import plan as make_plan
-from scheduler.planner.rejections import count_rejections, render
 
 
 @dataclass(frozen=True, slots=True)

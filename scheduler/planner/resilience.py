@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement, Resilience
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement, Resilience
 
 # Groups of replicas sharing nodes larger than this get the safe lower bound.
 _SEARCH_LIMIT = 16

@@ -37,8 +37,8 @@ from catalog.model import Profile
 from scheduler.lifecycle.inputs import DEFAULT_STARTUP_TIMEOUT, Lifecycle, ModelLifecycle
 from scheduler.lifecycle.replica_reports import FAILED, PLACED, READY, STARTING, ReplicaStatus
 from scheduler.lifecycle.staleness import Freshness, format_age
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import (
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import (
     Demand,
     Failure,
     Placement,

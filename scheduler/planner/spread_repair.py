@@ -64,8 +64,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from catalog.views import PlacementProfile
-from scheduler.planner.capacity import Capacity
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.repair_groups import BUILD_AFTER, Group, Shape, shape_of
 from scheduler.planner.repair_guard import Guard
 from scheduler.planner.repair_score import ZERO, Score, Scorer

@@ -18,10 +18,10 @@ from operator import attrgetter
 
 from catalog.views import PlacementProfile
 from scheduler.lifecycle.staleness import Freshness, StalenessPolicy, format_age
-from scheduler.planner.capacity import Capacity
-from scheduler.planner.fit import gpus_fit, hardware_misfit, memory_fits, missing_label
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement, Removal
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.fit import gpus_fit, hardware_misfit, memory_fits, missing_label
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement, Removal
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from llmgw.api.telemetry.metrics import Metrics
 from scheduler.daemon.round_runner import RoundOutcome
-from scheduler.planner.placements import Plan
+from scheduler.planner.fleet.placements import Plan
 
 
 def _outcome(strategy: str) -> RoundOutcome:

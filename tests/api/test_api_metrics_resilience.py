@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmgw.api.telemetry.metrics import Metrics
 from scheduler.daemon.round_runner import RoundOutcome
-from scheduler.planner.placements import Plan, Resilience
+from scheduler.planner.fleet.placements import Plan, Resilience
 
 
 def _outcome(*figures: Resilience) -> RoundOutcome:

@@ -9,7 +9,8 @@ from sqlalchemy import update
 
 from events.database.connection import make_engine
 from events.database.tables import EventRow
-from tests.e2e.test_cli_catalog import DECLARED, TRIAL, Cli
+from tests.e2e.cli import Cli
+from tests.e2e.test_cli_catalog import DECLARED, TRIAL
 
 
 def _cli(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> Cli:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.e2e.cli import Cli
 
-DECLARED = {
+DECLARED: dict[str, Any] = {
     "models": [
         {
             "name": "llama-70b",

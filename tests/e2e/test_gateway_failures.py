@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.e2e.agents import Cluster, eventually
 from tests.e2e.gateways import GatewayProc, GatewayTokens, gateway_cluster
@@ -31,7 +32,7 @@ from tests.e2e.gateways import GatewayProc, GatewayTokens, gateway_cluster
 pytestmark = pytest.mark.slow
 
 ROUNDS = ["--with-scheduler", "--interval", "0.3", "--stream-poll", "0.1"]
-HI = [{"role": "user", "content": "Where do replicas run?"}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Where do replicas run?"}]
 
 
 def sim(name: str, *args: str, replicas: int = 1, **extra: Any) -> dict[str, Any]:
@@ -183,10 +184,10 @@ def test_a_client_that_disconnects_cancels_its_upstream_request(setup: Setup, st
 
     eventually(cancelled, "the engine saw the request cancelled and freed its slot")
     # The freed slot answers the next request (it would wait minutes otherwise).
-    answer = setup.client.with_options(timeout=30).chat.completions.create(
+    freed = setup.client.with_options(timeout=30).chat.completions.create(
         model="slow", messages=HI, max_tokens=2
     )
-    assert answer.choices[0].message.content
+    assert freed.choices[0].message.content
     line = eventually(
         lambda: [x for x in setup.gw.logs("gateway.request") if x["outcome"] == "cancelled"],
         "the cancelled request's log line",

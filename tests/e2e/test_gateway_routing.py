@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.e2e.agents import Cluster, eventually
 from tests.e2e.gateways import GatewayProc, GatewayTokens, gateway_cluster
@@ -22,7 +23,7 @@ from tests.e2e.gateways import GatewayProc, GatewayTokens, gateway_cluster
 pytestmark = pytest.mark.slow
 
 ROUNDS = ["--with-scheduler", "--interval", "0.3", "--stream-poll", "0.1"]
-HI = [{"role": "user", "content": "Where do replicas run?"}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Where do replicas run?"}]
 
 
 def profile(name: str, gpu_class: str, *args: str) -> dict[str, Any]:

@@ -143,7 +143,7 @@ def test_a_replaced_definition_rolls_out_without_dropping_below_min_ready_across
         daemon.stop()  # in the middle of the rollout
         daemon.start()
         wait_for(
-            lambda: (
+            lambda: bool(
                 (rows := placements(server, tokens, "qwen"))
                 and all(r["fingerprint"] not in before for r in rows)
                 and ready_on(rows) == 3
@@ -226,7 +226,7 @@ def test_draining_a_node_with_three_replicas_moves_them_keeping_min_ready_across
         daemon.stop()  # in the middle of the drain
         daemon.start()
         wait_for(
-            lambda: (
+            lambda: bool(
                 (rows := placements(server, tokens, "llama"))
                 and ready_on(rows, host) == 0
                 and len(rows) == 3

@@ -30,6 +30,7 @@ import httpx
 import openai
 import psutil
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from agent.processes import healthy
 from tests.e2e.agents import Cluster, eventually
@@ -167,16 +168,16 @@ def test_a_cpu_replica_starts_becomes_ready_serves_openai_and_says_its_real_cont
     assert seen["endpoint"] == placement["endpoint"] and seen["context_detail"] == ARITHMETIC
     client = gw.openai(tokens.client)
     assert "tiny" in [m.id for m in client.models.list().data]
-    ask = [{"role": "user", "content": "Where do replicas run?"}]
+    ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Where do replicas run?"}]
     extra = {"ignore_eos": True}
     answer = client.chat.completions.create(
         model="tiny", messages=ask, max_tokens=6, temperature=0, extra_body=extra
-    )  # type: ignore[call-overload]
+    )
     assert answer.usage is not None and answer.usage.completion_tokens == 6
     assert answer.choices[0].message.content is not None
     chunks = client.chat.completions.create(
         model="tiny", messages=ask, max_tokens=6, temperature=0, stream=True, extra_body=extra
-    )  # type: ignore[call-overload]
+    )
     streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert streamed == answer.choices[0].message.content  # greedy: the same tokens
     completion = client.completions.create(

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from llmgw.api.telemetry.metrics import held_by_mass_loss
-from scheduler.planner.placements import Placement, Plan
+from scheduler.planner.fleet.placements import Placement, Plan
 from tests.e2e.cli import Cli
 
 NODES = {

@@ -15,7 +15,7 @@ from events.storage.backends import open_log
 from llmgw import autoscaling
 from scheduler.daemon.round_runner import Placer
 from scheduler.persistence.store import SchedulerStore
-from scheduler.planner.inventory import parse_node_report
+from scheduler.planner.fleet.inventory import parse_node_report
 from tests.support import model
 
 T0 = datetime(2026, 12, 4, 10, 0, tzinfo=UTC)

@@ -17,7 +17,7 @@ from events.read.replay import replay
 from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.persistence.store import PLACED, REMOVED, UPDATED, SchedulerStore
-from scheduler.planner.inventory import parse_node_report
+from scheduler.planner.fleet.inventory import parse_node_report
 from scheduler.planner.replica_stories import explain
 from tests.support import model
 

@@ -13,7 +13,7 @@ from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.persistence.store import PLACED, REMOVED, SchedulerStore
-from scheduler.planner.inventory import NodeReport, parse_node_report
+from scheduler.planner.fleet.inventory import NodeReport, parse_node_report
 from scheduler.planner.replica_stories import explain
 from tests.support import model
 

@@ -19,7 +19,7 @@ from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import VersionBook, versions_t
-from scheduler.planner.inventory import NodeReport
+from scheduler.planner.fleet.inventory import NodeReport
 
 
 def trial(args: list[str]) -> dict[str, object]:
@@ -97,7 +97,7 @@ def test_a_report_of_another_version_than_the_slot_holds_is_ignored(
     """A slot given to a new replica on the same node: the old engine's last report (of the
     old version) must not mark the new replica ready, as it would let a rollout stop the
     next old replica while the new one still loads."""
-    from scheduler.planner.inventory import parse_node_report
+    from scheduler.planner.fleet.inventory import parse_node_report
 
     service, store = setup
     service.add([parse_model(trial(["--v", "1"]))])

@@ -34,7 +34,7 @@ from scheduler.persistence.tables import (
     PlacementRow,
     table,
 )
-from scheduler.planner.inventory import parse_node_report
+from scheduler.planner.fleet.inventory import parse_node_report
 from tests.api.server import ApiServer, Tokens, running
 from tests.e2e.cli import Cli
 from tests.hostile.documents import deep_json_array

@@ -13,7 +13,7 @@ from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.persistence.store import PLACED, REMOVED, RoundConflict, SchedulerStore
 from scheduler.planner.demands import demands
-from scheduler.planner.inventory import NodeReport, parse_node_report
+from scheduler.planner.fleet.inventory import NodeReport, parse_node_report
 from scheduler.planner.plan import plan
 from tests.support import model
 

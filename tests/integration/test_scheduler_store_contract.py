@@ -28,8 +28,8 @@ from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.persistence.record_format import CURRENT_SCHEMA, ROUND
 from scheduler.persistence.store import PLACED, RoundConflict, SchedulerStore
 from scheduler.persistence.tables import InventoryRow, PlacementRoundRow, table
-from scheduler.planner.inventory import parse_node_report
-from scheduler.planner.placements import Placement, Plan, Removal
+from scheduler.planner.fleet.inventory import parse_node_report
+from scheduler.planner.fleet.placements import Placement, Plan, Removal
 from tests.support import model
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -55,7 +55,9 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # The package itself is a docstring: it re-exports nothing (import cost at CLI start).
     "scheduler": (),
     "scheduler.lifecycle": ("catalog",),
-    "scheduler.planner": ("catalog", "scheduler.lifecycle"),
+    "scheduler.planner": ("catalog", "scheduler.lifecycle", "scheduler.planner.fleet"),
+    # The planner's ground floor (nodes, placements, fit, capacity): nothing above it.
+    "scheduler.planner.fleet": ("catalog", "scheduler.lifecycle"),
     "scheduler.persistence": (
         "catalog",
         "events.database",
@@ -180,6 +182,7 @@ NEVER: tuple[tuple[str, str, str], ...] = (
     ("*", "llmgw", "llmgw is the composition root: nothing builds on it"),
     ("scheduler.lifecycle", "scheduler.planner", "lifecycle is the floor under the planner"),
     ("scheduler.lifecycle", "events", "lifecycle is pure and imported at CLI start"),
+    ("scheduler.planner.fleet", "scheduler.planner", "fleet is the planner's ground floor"),
     ("scheduler.planner", "events", "the planner is pure: no I/O"),
     ("scheduler.planner", "scheduler.persistence", "the planner is pure: no I/O"),
     ("scheduler.planner", "scheduler.daemon", "the planner is pure: no I/O"),
@@ -452,7 +455,7 @@ def test_the_checker_sees_an_arrow_back_up(tmp_path: Path) -> None:
         "agent imports llmgw.cli: agent may import catalog, httpguard (MAY_IMPORT)",
         "catalog.rules imports events.log: catalog may import nothing of ours (MAY_IMPORT)",
         "scheduler.planner.fit imports scheduler.persistence.tables: scheduler.planner may "
-        "import catalog, scheduler.lifecycle (MAY_IMPORT)",
+        "import catalog, scheduler.lifecycle, scheduler.planner.fleet (MAY_IMPORT)",
     ]
     assert forbidden_imports(graph) == [
         "agent imports llmgw.cli: an agent talks to the control plane over HTTP only",

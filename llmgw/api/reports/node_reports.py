@@ -31,7 +31,7 @@ from llmgw.api.telemetry.metrics import Metrics
 from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy
 from scheduler.lifecycle.inputs import Cordon
 from scheduler.persistence.store import SchedulerStore
-from scheduler.planner.inventory import Node, NodeReport, NodeReportError, parse_node_report
+from scheduler.planner.fleet.inventory import Node, NodeReport, NodeReportError, parse_node_report
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from llmgw.api.runtime.services import Services
 from llmgw.views import command_json, event_json, model_entry, openai_entry
 from scheduler.daemon.node_service import replica_counts
 from scheduler.planner.demands import demands
-from scheduler.planner.placements import Resilience
+from scheduler.planner.fleet.placements import Resilience
 from scheduler.planner.resilience import resilience
 
 

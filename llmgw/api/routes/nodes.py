@@ -26,7 +26,7 @@ from llmgw.api.routes.autoscale import measured_capacities
 from llmgw.api.runtime.services import Services
 from llmgw.views import node_json, replica_json
 from scheduler.lifecycle.replica_reports import MAX_CONTEXT_DETAIL, MAX_ENDPOINT, MAX_MESSAGE
-from scheduler.planner.inventory import NodeReport
+from scheduler.planner.fleet.inventory import NodeReport
 
 router = APIRouter()
 

@@ -19,8 +19,8 @@ from scheduler.daemon.node_service import replica_counts
 from scheduler.lifecycle.inputs import Cordon
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy, freshness
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Placement
 
 
 def models(

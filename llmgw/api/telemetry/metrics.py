@@ -17,7 +17,7 @@ from prometheus_client import (
 
 from declared.reload import Outcome
 from scheduler.daemon.round_runner import RoundOutcome
-from scheduler.planner.placements import Plan
+from scheduler.planner.fleet.placements import Plan
 
 # Every name here is a classic one, so the page is the 0.0.4 text format that every
 # Prometheus (and every other scraper) reads; say so rather than the newest version.

@@ -26,7 +26,7 @@ from llmgw.cli.shared.context import App, print_json
 from llmgw.views import placement_json, rollout_json, unplaced_json
 from scheduler.persistence.store import SchedulerStore
 from scheduler.planner.demands import demands
-from scheduler.planner.placements import Placement, Plan
+from scheduler.planner.fleet.placements import Placement, Plan
 from scheduler.planner.plan import plan as make_plan
 
 

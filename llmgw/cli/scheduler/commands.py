@@ -29,8 +29,8 @@ from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.persistence.store import SchedulerStore
-from scheduler.planner.inventory import Node, NodeReport, NodeReportError, parse_node_report
-from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.fleet.inventory import Node, NodeReport, NodeReportError, parse_node_report
+from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.resilience import resilience
 
 

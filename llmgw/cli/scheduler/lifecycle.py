@@ -14,7 +14,7 @@ from scheduler.daemon.node_service import NodeServiceError, change_service
 from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.persistence.store import SchedulerStore
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.placements import Placement
 
 if TYPE_CHECKING:
     from catalog import Catalog

@@ -41,7 +41,8 @@ def test_a_unified_cache_or_an_unknown_command_line_is_said_as_props_says_it() -
     assert context.from_llamacpp_props(unified, ["llama-server", "-c", "4096"]) == (
         context.EngineContext(4096, "n_ctx 4096 a slot, 4 slot(s) (/props)")
     )
-    assert context.from_llamacpp_props(PROPS).detail == "n_ctx 512 a slot, 4 slot(s) (/props)"
+    found = context.from_llamacpp_props(PROPS)
+    assert found is not None and found.detail == "n_ctx 512 a slot, 4 slot(s) (/props)"
 
 
 def test_vllm_lists_max_model_len_with_the_served_model() -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from catalog import Catalog
 from llmgw.views import replica_json
 from scheduler.lifecycle.replica_reports import ReplicaStatus
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.placements import Placement
 from tests.support import model
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)

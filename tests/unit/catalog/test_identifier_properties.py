@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from catalog import CatalogError, parse_model
 from catalog.identifiers import check_command
 from catalog.text import guard_line, shown
-from scheduler.planner.inventory import NodeReportError, parse_node_report
+from scheduler.planner.fleet.inventory import NodeReportError, parse_node_report
 from tests.support import definition
 
 SETTINGS = settings(max_examples=300, deadline=None)

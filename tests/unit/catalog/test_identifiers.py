@@ -18,7 +18,7 @@ from catalog import Catalog, CatalogError, CatalogState, load_declared, parse_mo
 from catalog.identifiers import IdentifierError, check_command
 from events.core.types import StoredEvent
 from events.read.replay import replay
-from scheduler.planner.inventory import NodeReportError, parse_node_report
+from scheduler.planner.fleet.inventory import NodeReportError, parse_node_report
 from tests.support import definition, model
 
 

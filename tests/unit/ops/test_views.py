@@ -24,8 +24,8 @@ from scheduler.daemon.node_service import ServiceChange
 from scheduler.lifecycle.inputs import Cordon
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Placement, Unplaced
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Placement, Unplaced
 from tests.unit.catalog.catalog_builders import cpu_profile, gpu_profile, model
 
 NOW = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)

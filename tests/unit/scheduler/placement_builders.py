@@ -13,8 +13,8 @@ from pathlib import Path
 
 from catalog.views import PlacementProfile
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.plan import plan
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

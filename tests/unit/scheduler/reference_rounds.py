@@ -53,8 +53,8 @@ from bench import fleets
 from scheduler.lifecycle.inputs import Cordon, FailureRecord, Lifecycle, ModelLifecycle
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.plan import plan
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "plan_reference.json"

@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.views import PlacementProfile
-from scheduler.planner.capacity import Capacity
 from scheduler.planner.defrag import Defrag, moves_for
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Placement
 from tests.unit.scheduler.placement_builders import node, overcommitted, profile
 
 ONE = profile("t4", "T4", 1)

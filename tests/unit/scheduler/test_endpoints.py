@@ -21,7 +21,7 @@ ports = st.integers(1, 65535)
 hostnames = st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z][a-z0-9-]{0,20}){0,3}", fullmatch=True)
 
 
-def _usable(ip: ipaddress.IPv4Address) -> bool:
+def _usable(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     return not (ip.is_link_local or ip.is_multicast or ip.is_unspecified)
 
 

@@ -17,13 +17,14 @@ from bench.fleets import NOW as FLEET_NOW
 from bench.fleets import synthetic_demands, synthetic_nodes
 from scheduler.exact.program import solve
 from scheduler.exact.score import score
-from scheduler.planner.placements import Demand
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand
 from tests.unit.scheduler.placement_builders import NOW, demand, node, overcommitted, profile, run
 
 RATIO = 0.99
 
 
-def _contended() -> tuple[list[Demand], list]:
+def _contended() -> tuple[list[Demand], list[Node]]:
     nodes = [node(f"g2-{i}", "G2", 8) for i in range(4)] + [
         node(f"g3-{i}", "G3", 8) for i in range(4)
     ]

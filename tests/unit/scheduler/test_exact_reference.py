@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from scheduler.exact.program import solve
 from scheduler.exact.score import score
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 from tests.unit.scheduler.placement_builders import (
     NOW,
     demand,

@@ -21,8 +21,8 @@ from scheduler.lifecycle.inputs import (
     ModelLifecycle,
 )
 from scheduler.lifecycle.replica_reports import FAILED, PLACED, READY, ReplicaStatus
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement, Plan
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.plan import plan
 from tests.unit.scheduler.placement_builders import NOW, node, overcommitted, profile
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from bench.openb import load_openb_csv
-from scheduler.planner.inventory import Node, NodeReportError, parse_node_report
+from scheduler.planner.fleet.inventory import Node, NodeReportError, parse_node_report
 from tests.unit.scheduler.placement_builders import NOW, OPENB_CSV_CANDIDATES
 
 

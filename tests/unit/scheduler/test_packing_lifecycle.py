@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 from catalog.views import PlacementProfile
 from scheduler.lifecycle.inputs import ModelLifecycle
-from scheduler.planner.capacity import Capacity
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.packing import Attempt, Strategy, options, place_missing
-from scheduler.planner.placements import Demand, Placement
 from scheduler.planner.spread import Spread
 from tests.unit.scheduler.placement_builders import node, profile
 

@@ -19,7 +19,7 @@ from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.replica_reports import READY, ReplicaStatus
 from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.placements import Placement
 from scheduler.planner.plan import plan
 from tests.unit.scheduler.placement_builders import NOW, node
 

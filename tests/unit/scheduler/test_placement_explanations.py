@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from scheduler.planner.rejections import ProfileRejections, render_profile
+from scheduler.planner.fleet.rejections import ProfileRejections, render_profile
 from tests.unit.scheduler.placement_builders import (
     cpu_node,
     cpu_profile,

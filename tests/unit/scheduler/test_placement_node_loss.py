@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.placements import Placement
 from tests.unit.scheduler.placement_builders import demand, hosts, node, run
 
 MINUTE = timedelta(minutes=1)

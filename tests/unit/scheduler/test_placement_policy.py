@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from bench import firstfit
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.resilience import min_hitting_set, resilience
 from tests.unit.scheduler.placement_builders import (
     NOW,

@@ -15,9 +15,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from catalog.views import PlacementProfile
-from scheduler.planner.fit import gpu_class_matches, missing_label
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.fit import gpu_class_matches, missing_label
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 from tests.unit.scheduler.placement_builders import (
     NOW,
     cpu_profile,

@@ -15,8 +15,8 @@ from dataclasses import replace
 import pytest
 
 from bench.openb import load_openb_csv
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand
 from tests.unit.scheduler.placement_builders import (
     NOW,
     OPENB_CSV_CANDIDATES,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.placements import Placement
 from tests.unit.scheduler.placement_builders import (
     cpu_node,
     cpu_profile,

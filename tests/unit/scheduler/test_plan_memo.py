@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from scheduler.lifecycle.inputs import Cordon, FailureRecord, Lifecycle
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.plan import plan
 from scheduler.planner.plan_cache import (
     NODE_FIELDS,

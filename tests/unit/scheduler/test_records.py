@@ -27,8 +27,8 @@ from scheduler.persistence.record_format import (
     recorded_round,
     upcast,
 )
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Placement
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

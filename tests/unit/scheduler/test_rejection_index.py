@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.views import PlacementProfile
-from scheduler.planner.fit import Check, misfit
-from scheduler.planner.inventory import Node
-from scheduler.planner.rejections import ClassIndex, count_rejections
+from scheduler.planner.fleet.fit import Check, misfit
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.rejections import ClassIndex, count_rejections
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 CLASSES = [None, "A100", "T4", "L4"]

@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 from bench import firstfit, spreadcheck
 from catalog.views import PlacementProfile
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.capacity import Capacity
-from scheduler.planner.fit import selector_key
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.fit import selector_key
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.repair_groups import BUILD_AFTER
 from scheduler.planner.spread import Spread
 from scheduler.planner.spread_repair import Repaired, repair

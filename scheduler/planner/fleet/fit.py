@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from catalog.views import PlacementProfile
-from scheduler.planner.inventory import Node
+from scheduler.planner.fleet.inventory import Node
 
 
 class Check(enum.IntEnum):

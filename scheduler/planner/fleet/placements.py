@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from catalog.views import PlacementProfile
 from scheduler.lifecycle.inputs import ModelLifecycle
-from scheduler.planner.rejections import ProfileRejections
+from scheduler.planner.fleet.rejections import ProfileRejections
 
 
 @dataclass(frozen=True, slots=True)

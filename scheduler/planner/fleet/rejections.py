@@ -4,7 +4,7 @@ The counts are data (``ProfileRejections``) so an API can return them as they
 are; ``render`` turns them into the line an operator reads, in the manner of
 ``profile a100-tp8: 0/4278 nodes fit: 3880 gpu_class is A10 not A100, 390 have
 fewer than 8 free GPUs, 8 lack label zone=eu``. Each node is counted once,
-under the first check it fails (see ``scheduler.planner.fit.Check``).
+under the first check it fails (see ``scheduler.planner.fleet.fit.Check``).
 
 Counting scans every node, O(N) per profile; the planner does it only for
 profiles that failed, once per profile, after the round.
@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from catalog.views import PlacementProfile
-from scheduler.planner.fit import Check, memory_fits, missing_label
-from scheduler.planner.inventory import Node
+from scheduler.planner.fleet.fit import Check, memory_fits, missing_label
+from scheduler.planner.fleet.inventory import Node
 
 
 class FreeCapacity(Protocol):
-    """What is left on each node; ``scheduler.planner.capacity.Capacity`` is one."""
+    """What is left on each node; ``scheduler.planner.fleet.capacity.Capacity`` is one."""
 
     def free_gpus(self, name: str) -> int: ...
 
@@ -160,7 +160,7 @@ def _count_examined(  # noqa: PLR0917
     failures: Counter[tuple[Check, str]],
     fabric_sizes: Counter[str],
 ) -> int:
-    """``scheduler.planner.fit.misfit`` node by node, inlined: a round that leaves replicas unplaced
+    """``fit.misfit`` node by node, inlined: a round that leaves replicas unplaced
     explains them every time, and the call and the ``Misfit`` per node were most of it.
     The checks and their order are ``misfit``'s (a property test holds them equal). Adds to
     ``failures`` and ``fabric_sizes``; returns how many fit without a fabric."""

@@ -24,14 +24,14 @@ from bisect import bisect_left, insort
 from collections.abc import Collection, Iterator, Sequence
 
 from catalog.views import PlacementProfile
-from scheduler.planner.fit import (
+from scheduler.planner.fleet.fit import (
     gpu_class_matches,
     gpus_fit,
     memory_fits,
     missing_label,
     selector_key,
 )
-from scheduler.planner.inventory import Node
+from scheduler.planner.fleet.inventory import Node
 
 _PoolKey = tuple[str | None, tuple[tuple[str, str], ...]]
 
