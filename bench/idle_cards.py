@@ -34,8 +34,8 @@ from bench.fleets import (
 from scheduler.exact.bound import gpu_bound
 from scheduler.exact.fill import fill_idle, problems
 from scheduler.exact.score import score
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.plan import plan
 
 

@@ -37,9 +37,9 @@ from ortools.sat.python import cp_model
 
 from catalog.views import PlacementProfile
 from scheduler.exact.fill import fresh_nodes
-from scheduler.planner.fit import gpu_class_matches, missing_label, selector_key
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand
+from scheduler.planner.fleet.fit import gpu_class_matches, missing_label, selector_key
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand
 
 # A replica's use of one node: cards, memory (GB).
 Shape = tuple[int, int]

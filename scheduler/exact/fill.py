@@ -32,9 +32,9 @@ from datetime import datetime, timedelta
 from ortools.sat.python import cp_model
 
 from catalog.views import PlacementProfile
-from scheduler.planner.fit import gpu_class_matches, missing_label
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.fit import gpu_class_matches, missing_label
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 
 # A replica's shape on one node: cards, memory (GB).
 Shape = tuple[int, int]

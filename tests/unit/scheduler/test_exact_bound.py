@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from scheduler.exact.bound import gpu_bound, most_cards
 from scheduler.exact.fill import fill_idle, problems
 from scheduler.exact.score import score
-from scheduler.planner.inventory import Node
-from scheduler.planner.placements import Demand, Placement
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 from tests.unit.scheduler.placement_builders import NOW, demand, node, profile, run
 
 
