@@ -110,10 +110,9 @@ def same_process(pid: int, start_time: float, argv: Iterable[str]) -> bool:
         # can differ by one (seen as a flaky test under load). The tolerance absorbs
         # that; a pid reused by the same command line within it is not a real case,
         # and adoption proves identity by the per-engine nonce anyway (``not_ours``).
-        return (
-            abs(proc.create_time() - start_time) < START_TIME_TOLERANCE_S
-            and proc.cmdline() == list(argv)
-        )
+        return abs(
+            proc.create_time() - start_time
+        ) < START_TIME_TOLERANCE_S and proc.cmdline() == list(argv)
     except psutil.Error:
         return False
 

@@ -241,4 +241,3 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
         watcher.stop()
     log.info("api.stopped")
     return 0
-
