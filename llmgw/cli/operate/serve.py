@@ -224,14 +224,14 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
         raise Refused(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     where = server.url_of(sock)
     log.info("api.listening", url=where, reads_open=settings.reads_open, tokens=len(services.book))
-    print(f"llmgw serve: listening on {where}", flush=True)
     # uvicorn raises the signal that stopped it again once it has shut down; this handler
     # takes it, so a stop by SIGTERM or Ctrl-C exits 0, like `llmgw daemon`. A signal
-    # that comes before uvicorn's own handlers are in place (between the line above and
-    # its start) is remembered, and the server stops as soon as it has started.
+    # that comes before uvicorn's own handlers are in place (after the listening line
+    # below and before its start) is remembered, and the server stops as soon as it has started.
     stopping = services.stopping
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda signum, frame: stopping.set())
+    print(f"llmgw serve: listening on {where}", flush=True)
     if not server.run(
         create_app(services, scheduler=scheduler), sock, services.stopping, conf.server.limits
     ):
