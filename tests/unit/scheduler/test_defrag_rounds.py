@@ -381,12 +381,48 @@ def clusters(draw: st.DrawFn) -> tuple[list[Demand], list[Node], list[Placement]
     return running + new, nodes, before
 
 
+@st.composite
+def fragmented_clusters(draw: st.DrawFn) -> tuple[list[Demand], list[Node], list[Placement]]:
+    """Nodes of 8 cards on one or two fabrics (or none), 2 to 4 cards a node taken by
+    one-card replicas spread over them, and a new gang of two 8-card nodes (or one
+    replica of 4 or 8 cards): the case defragmentation is for, which ``clusters`` seldom draws."""
+    count = draw(st.integers(3, 7))
+    fabrics = draw(
+        st.lists(st.sampled_from(["f0", "f0", "f1", None]), min_size=count, max_size=count)
+    )
+    nodes = [node(f"n{i}", "T4", 8, fabric=fabrics[i]) for i in range(count)]
+    taken = draw(st.integers(2, 4)) * count
+    first = draw(st.integers(1, taken))
+    running = []
+    for i, replicas in enumerate((first, taken - first)):
+        if replicas:
+            running.append(
+                Demand(
+                    f"m{i}",
+                    replicas,
+                    (ONE,),
+                    lifecycle=_spec(
+                        draw(st.integers(0, replicas)),
+                        ONE,
+                        max_moving=draw(st.sampled_from([None, None, 0, 1, 3, "50%"])),
+                    ),
+                    priority=draw(st.sampled_from([0, 0, 1])),
+                )
+            )
+    before = list(plan(running, nodes, (), NOW).placements)
+    span = draw(st.sampled_from([1, 2, 2]))
+    gpus = 8 if span > 1 else draw(st.sampled_from([4, 8]))
+    wanted = profile(f"q{gpus}x{span}", "T4", gpus, nodes=span)
+    new = Demand("new0", 1, (wanted,), lifecycle=_spec(1, wanted), priority=draw(st.integers(0, 1)))
+    return [*running, new], nodes, before
+
+
 def _counts(result: Plan) -> Counter[str]:
     return Counter(p.model for p in result.placements)
 
 
 @settings(max_examples=150, deadline=None)
-@given(clusters())
+@given(st.one_of(clusters(), fragmented_clusters()))
 def test_a_defragmentation_plan_never_overcommits_nor_costs_a_higher_priority_replica(
     case: tuple[list[Demand], list[Node], list[Placement]],
 ) -> None:
@@ -415,7 +451,7 @@ def test_a_defragmentation_plan_never_overcommits_nor_costs_a_higher_priority_re
 
 
 @settings(max_examples=100, deadline=None)
-@given(clusters(), st.randoms(use_true_random=False))
+@given(st.one_of(clusters(), fragmented_clusters()), st.randoms(use_true_random=False))
 def test_the_same_inputs_give_the_same_moves_in_any_order(
     case: tuple[list[Demand], list[Node], list[Placement]], rng: random.Random
 ) -> None:
