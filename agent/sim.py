@@ -48,8 +48,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+# Starlette, not FastAPI: the routes take the raw request and build their own answers,
+# so FastAPI's validation and OpenAPI models were never used, and importing them cost
+# ~0.2 s of CPU in every engine started (tests and demos start hundreds).
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 # The synthetic vocabulary; answers are drawn from it.
 _TEXT = (
@@ -143,7 +149,7 @@ def synthetic(prompt: str, n: int) -> list[str]:
     return [WORDS[(seed + i * 7) % len(WORDS)] for i in range(n)]
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> Any:
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
     # The OpenAI error shape, so an SDK shows the message.
     return JSONResponse({"error": {"message": message, "type": kind, "code": None}}, status)
 
@@ -163,15 +169,13 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
     gang_ready: threading.Event | None = None,
     slots: int = 0,
     max_model_len: int | None = None,
-) -> FastAPI:
+) -> Starlette:
     """``slots``: requests answered at once (0: no limit); the rest wait their turn, as
     on llama.cpp's ``--parallel`` or vLLM's batch limit, so latency grows with load."""
-    app = FastAPI(title=f"sim engine: {model}", docs_url=None, redoc_url=None)
     gate = asyncio.Semaphore(slots) if slots > 0 else None
-    counts = app.state.counts = Counts()
+    counts = Counts()
 
-    @app.get("/metrics")
-    def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
         label = json.dumps(model)
         lines = [
             f"vllm:num_requests_running{{model_name={label}}} {counts.running}",
@@ -194,14 +198,12 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
         if gate is not None:
             gate.release()
 
-    @app.get("/health", response_model=None)
-    def health() -> dict[str, str] | JSONResponse:
+    async def health(request: Request) -> Response:
         if gang_ready is not None and not gang_ready.is_set():
             return JSONResponse({"status": "waiting for the other nodes to join"}, 503)
-        return {"status": "ok"}
+        return JSONResponse({"status": "ok"})
 
-    @app.get("/v1/models")
-    def models() -> dict[str, Any]:
+    async def models(request: Request) -> Response:
         entry: dict[str, Any] = {
             "id": model,
             "object": "model",
@@ -210,26 +212,26 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
         }
         if max_model_len is not None:
             entry["max_model_len"] = max_model_len  # as vLLM lists it
-        return {"object": "list", "data": [entry]}
+        return JSONResponse({"object": "list", "data": [entry]})
 
-    async def read(request: Request) -> tuple[dict[str, Any] | None, Any]:
+    async def read(request: Request) -> dict[str, Any] | JSONResponse:
+        """The request's body, or the refusal to answer with."""
         raw = await request.body()
         if len(raw) > MAX_BODY:
-            return None, _error(413, f"the request is longer than {MAX_BODY} bytes")
+            return _error(413, f"the request is longer than {MAX_BODY} bytes")
         try:
             body = json.loads(raw)
         except ValueError:
-            return None, _error(400, "the body must be JSON")
+            return _error(400, "the body must be JSON")
         if not isinstance(body, dict):
-            return None, _error(400, "the body must be a JSON object")
+            return _error(400, "the body must be a JSON object")
         if body.get("model") != model:
-            return None, _error(
+            return _error(
                 404, f"this engine serves {model!r}, not {body.get('model')!r}", "not_found_error"
             )
-        return body, None
+        return body
 
-    @app.post("/tokenize")
-    async def tokenize_route(request: Request) -> Any:
+    async def tokenize_route(request: Request) -> Response:
         # llama.cpp's shape ({"content"} -> {"tokens"}); vLLM's "prompt" is read too.
         raw = await request.body()
         try:
@@ -239,13 +241,12 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
             return _error(400, "the body must be JSON with `content`")
         if not isinstance(text, str):
             return _error(400, "`content` must be text")
-        return {"tokens": tokenize(text)}
+        return JSONResponse({"tokens": tokenize(text)})
 
-    @app.post("/v1/embeddings")
-    async def embeddings(request: Request) -> Any:
-        body, refused = await read(request)
-        if body is None:
-            return refused
+    async def embeddings(request: Request) -> Response:
+        body = await read(request)
+        if isinstance(body, JSONResponse):
+            return body
         items = body.get("input")
         items = items if isinstance(items, list) else [items]
         data = []
@@ -255,35 +256,37 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
                 {"object": "embedding", "index": i, "embedding": [b / 255 for b in digest[:8]]}
             )
         used = sum(len(tokenize(str(x))) for x in items)
-        return {
-            "object": "list",
-            "data": data,
-            "model": model,
-            "usage": {"prompt_tokens": used, "total_tokens": used},
-        }
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": data,
+                "model": model,
+                "usage": {"prompt_tokens": used, "total_tokens": used},
+            }
+        )
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Any:
-        body, refused = await read(request)
-        if body is None:
-            return refused
+    async def chat(request: Request) -> Response:
+        body = await read(request)
+        if isinstance(body, JSONResponse):
+            return body
         try:
             prompt = " ".join(str(m.get("content", "")) for m in body["messages"])
         except (KeyError, TypeError, AttributeError):
             return _error(400, "the body must be JSON with a list of messages")
         return await answer(request, body, prompt, chat=True)
 
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Any:
-        body, refused = await read(request)
-        if body is None:
-            return refused
+    async def completions(request: Request) -> Response:
+        body = await read(request)
+        if isinstance(body, JSONResponse):
+            return body
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             return _error(400, "`prompt` must be text")
         return await answer(request, body, prompt, chat=False)
 
-    async def answer(request: Request, body: dict[str, Any], prompt: str, *, chat: bool) -> Any:
+    async def answer(
+        request: Request, body: dict[str, Any], prompt: str, *, chat: bool
+    ) -> Response:
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         limit = DEFAULT_MAX_TOKENS if limit is None else limit
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -350,7 +353,26 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
         events = _events(counts, gate, token_delay, words, chunk, chat=chat)
         return StreamingResponse(events, media_type="text/event-stream")
 
+    app = Starlette(
+        routes=[
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/tokenize", tokenize_route, methods=["POST"]),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+        ],
+        exception_handlers={HTTPException: _http_error},
+    )
+    app.state.counts = counts
     return app
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """An unknown path or method answers as vLLM's (FastAPI's) server does: JSON ``detail``."""
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"detail": exc.detail}, exc.status_code, headers=exc.headers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,6 +417,11 @@ def main(argv: list[str] | None = None) -> int:
         help="time a client has to send a request's line and headers",
     )
     args = p.parse_args(argv)
+    # structlog (which httpguard logs with) formats exceptions with rich whenever it can
+    # import it, and importing rich cost ~0.1 s of CPU in every engine started; the sim
+    # never needs it (as llmgw.cli.no_rich, for the same reason; the agent's floor may not
+    # import llmgw).
+    sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
     print(f"sim engine: serving {args.model!r}; loading for {args.startup_delay}s", flush=True)
     time.sleep(args.startup_delay)
     if args.exit_after is not None:

@@ -62,6 +62,7 @@ from typing import Any
 
 from autoscale.policy import DEFAULT_POLICY, Policy, PolicyError, parse_policy
 from catalog.durations import format_duration, parse_duration
+from events.database import DEFAULT_URL
 from httpguard.limits import HeadLimits
 from scheduler.lifecycle.endpoints import EndpointPolicy, parse_networks
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
@@ -281,10 +282,6 @@ class Settings:
 
         url = value("database", "url", None)
         if url is None:
-            # Imported only when needed: the events package loads SQLAlchemy, which a
-            # command that opens no database (settings, token, agent) need not pay for.
-            from events.database.connection import DEFAULT_URL
-
             url = DEFAULT_URL
         url_from = pick("database", "url")
         if url_from is not None and url_from[2]:

@@ -33,6 +33,10 @@ from sqlalchemy import Engine
 from events.database.connection import make_engine
 from events.database.migrate import upgrade
 
+# A hook, registered by its name here: the tests of a module-scoped fixture share one
+# xdist worker (tests/xdist_groups.py).
+from tests.xdist_groups import pytest_collection_modifyitems  # noqa: F401
+
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REPO = Path(__file__).resolve().parent.parent
 

@@ -8,3 +8,7 @@ stores build on these too.
 
 May import nothing of ours: every other floor of ``events`` builds on it.
 """
+
+# Here, not in ``connection``: a command that opens no database (agent, gateway, token,
+# settings) still resolves the URL in force, and should not load SQLAlchemy to do it.
+DEFAULT_URL = "sqlite:///llmgw.db"

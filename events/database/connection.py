@@ -20,7 +20,6 @@ from sqlalchemy.engine import make_url
 
 from events.database.sqlite_text import TolerantConnection
 
-DEFAULT_URL = "sqlite:///llmgw.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 WRITE = "llmgw_write"  # execution option: this transaction will write
 

@@ -29,6 +29,13 @@ class StoppingServer(uvicorn.Server):
         self.stopping.set()
         super().handle_exit(sig, frame)
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # A stop asked before uvicorn's signal handlers were in place (``llmgw serve``
+        # sets ``stopping`` from its own handler then): honoured now, not lost.
+        if self.stopping.is_set():
+            self.should_exit = True
+
 
 def listen(host: str, port: int) -> socket.socket:
     """A bound socket (``OSError`` if the address is taken or not ours)."""

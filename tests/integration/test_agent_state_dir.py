@@ -62,6 +62,8 @@ def test_a_pid_is_the_same_engine_only_with_its_start_time_and_command_line(
         assert processes.same_process(engine.pid, engine.start_time, argv)
         # A reused pid: another start time, or another program.
         assert not processes.same_process(engine.pid, engine.start_time - 5, argv)
+        # Within the tolerance for a boot time that moved with the clock: still the same.
+        assert processes.same_process(engine.pid, engine.start_time + 1, argv)
         assert not processes.same_process(engine.pid, engine.start_time, ("other",))
         assert psutil.Process(engine.pid).cmdline() == list(argv)
     finally:

@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from types import FrameType
 
 import structlog
 
@@ -227,9 +226,12 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     log.info("api.listening", url=where, reads_open=settings.reads_open, tokens=len(services.book))
     print(f"llmgw serve: listening on {where}", flush=True)
     # uvicorn raises the signal that stopped it again once it has shut down; this handler
-    # takes it, so a stop by SIGTERM or Ctrl-C exits 0, like `llmgw daemon`.
+    # takes it, so a stop by SIGTERM or Ctrl-C exits 0, like `llmgw daemon`. A signal
+    # that comes before uvicorn's own handlers are in place (between the line above and
+    # its start) is remembered, and the server stops as soon as it has started.
+    stopping = services.stopping
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _stopped)
+        signal.signal(signum, lambda signum, frame: stopping.set())
     if not server.run(
         create_app(services, scheduler=scheduler), sock, services.stopping, conf.server.limits
     ):
@@ -239,7 +241,3 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
         watcher.stop()
     log.info("api.stopped")
     return 0
-
-
-def _stopped(signum: int, frame: FrameType | None) -> None:
-    del signum, frame

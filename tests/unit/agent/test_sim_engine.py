@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from fastapi.testclient import TestClient
+from starlette.testclient import TestClient
 
 from agent.sim import create_app, synthetic
 
@@ -53,3 +53,13 @@ def test_a_malformed_request_is_refused() -> None:
 def test_health_and_the_model_list_answer() -> None:
     assert client.get("/health").status_code == 200
     assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["sim-chat"]
+
+
+def test_an_unknown_path_or_method_answers_json_as_vllm_does() -> None:
+    """vLLM's server (FastAPI) answers these with a JSON ``detail``; the sim too, though
+    it is built on Starlette alone."""
+    unknown = client.get("/v1/nothing")
+    assert (unknown.status_code, unknown.json()) == (404, {"detail": "Not Found"})
+    wrong = client.get("/v1/chat/completions")
+    assert (wrong.status_code, wrong.json()) == (405, {"detail": "Method Not Allowed"})
+    assert "POST" in wrong.headers["allow"]
