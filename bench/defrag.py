@@ -15,6 +15,9 @@ Cases, 5,000 nodes (``--quick``: 500):
 - ``fragmented, budget 1``: the same with the one-card model's
   ``disruption.max_unavailable: 1``: no node can be cleared, so every node is tried and
   the refusal names the budget (the search's worst case).
+- ``fragmented ... gang``: the same nodes (fabrics of 16) with a gang of two 8-card
+  nodes instead: four moves on two nodes of one fabric; with budget 3 no two nodes can
+  be cleared, so every fabric is tried (the gang search's worst case).
 """
 
 from __future__ import annotations
@@ -50,8 +53,11 @@ def _profile(name: str, gpus: int) -> PlacementProfile:
     return PlacementProfile(name, "vllm", "T4", gpus, 1, 0)
 
 
-def _fragmented(size: int, budget: int | None) -> Case:
-    nodes = [Node(f"n{i:05d}", "T4", 8, None, NOW) for i in range(size)]
+def _fragmented(size: int, budget: int | None, *, gang: bool = False) -> Case:
+    # Fabrics of 16 nodes, as the synthetic fleet's (only a gang looks at them).
+    nodes = [
+        Node(f"n{i:05d}", "T4", 8, None, NOW, fabric=f"fab-{i // 16:04d}") for i in range(size)
+    ]
     one = _profile("t4", 1)
     small = Demand(
         "small",
@@ -61,9 +67,11 @@ def _fragmented(size: int, budget: int | None) -> Case:
     )
     # Two a node, as spread leaves them.
     current = [Placement("small", r, "t4", (f"n{r % size:05d}",), 1, "T4") for r in range(2 * size)]
-    big = Demand("big", 1, (_profile("t4x8", 8),), lifecycle=ModelLifecycle())
+    wanted = PlacementProfile("t4x8x2", "vllm", "T4", 8, 2, 0) if gang else _profile("t4x8", 8)
+    big = Demand("big", 1, (wanted,), lifecycle=ModelLifecycle())
     label = "fragmented" if budget is None else f"fragmented, budget {budget}"
-    return Case(f"{label}: {2 * size:,} one-card replicas + 1 TP=8", [small, big], nodes, current)
+    what = "1 gang of 2 x TP=8" if gang else "1 TP=8"
+    return Case(f"{label}: {2 * size:,} one-card replicas + {what}", [small, big], nodes, current)
 
 
 def cases(size: int) -> list[Case]:
@@ -75,6 +83,8 @@ def cases(size: int) -> list[Case]:
         Case("synthetic: nothing changed", demands, nodes, first.placements),
         _fragmented(size, None),
         _fragmented(size, 1),
+        _fragmented(size, None, gang=True),
+        _fragmented(size, 3, gang=True),
     ]
 
 

@@ -5,14 +5,17 @@ one-card replicas on 8 nodes of 8 cards leave one free card per node, and an 8-c
 replica fits nowhere although 8 cards are free. Preemption cannot help (equal
 priority), and nothing else moves a running replica.
 
-``moves_for`` answers, for one unplaced single-node replica: on which node, by moving
-which replicas where, it would fit, with the fewest moves. A replica may be moved only
+``moves_for`` answers, for one unplaced replica: on which node (for a gang of
+``profile.nodes``, on which nodes of one fabric), by moving which replicas where, it
+would fit, with the fewest moves in total. A replica may be moved only
 if its model's priority is equal or lower, its model allows moves (``movable``), and
 the moves of its model stay within its disruption budget (``budget``: how many of its
 replicas may be in motion at once). Each moved replica must itself fit somewhere else
 (right class, labels, memory, free cards once earlier moves are counted), never on the
-node being cleared. Among nodes, the fewest moves win, then the fewest GPUs moved,
-then the node name: the answer is a function of the inputs alone.
+node being cleared (for a gang, on none of its nodes; the room, memory and budget the
+moves for one of its nodes took are counted for the next). Among nodes (node sets), the
+fewest moves win, then the fewest GPUs moved, then the node names: the answer is a
+function of the inputs alone. Only single-node replicas are moved.
 
 Pure: it reads a ``Capacity`` copy and the placements, and changes neither. It says
 what to move; executing a move surge-first (the new copy ready before the old stops)
@@ -26,7 +29,12 @@ while a move is under way no other is planned, so each is a surge of a few
 replicas whose effect the next rounds can see.
 
 Cost: O(N x k log k) for N nodes of the profile's class and k replicas per node, plus
-O(m x L log N) per candidate move (best-fit search for its destination).
+O(m x L log N) per candidate move (best-fit search for its destination). A gang of g
+nodes adds a sort of each fabric's nodes (O(N log N) in all) and, per fabric tried,
+at most ``_RETRIES`` trials of g nodes; fabrics are tried by their lower bound and the
+search stops at the first that cannot beat the best, so most fabrics cost only their
+bound. Worst case (every fabric tried, none cleared): O(F x _RETRIES x g x m) moves
+tried for F fabrics.
 """
 
 from __future__ import annotations
@@ -59,6 +67,9 @@ class Defrag:
     refusal: str = ""
     # Models whose disruption budget (or movable: false) kept a replica in place.
     blocked: tuple[str, ...] = ()
+    # Every node made room on, by name: ``(node,)``, or a gang's ``profile.nodes`` nodes
+    # (``node`` is then the first of them).
+    nodes: tuple[str, ...] = ()
 
 
 def moves_for(
@@ -89,13 +100,17 @@ def moves_for(
     moved to a domain that would then hold more of its replicas than the one it leaves
     held; any other model's replica goes to a node without one of its model's
     replicas where one of the best-fitting few is, else to the best-fitting node."""
-    if profile.nodes > 1:
-        return Defrag(model, profile.name, None, (), "multi-node replicas are not defragmented")
     if index is None:
         index = _Index(placements, domain or _by_node, required)
     on_node, spread = index.on_node, index.spread
     blocked: set[str] = set()
     mobile = movable or {}
+    if profile.nodes > 1:
+        return _gang(
+            model, priority, profile, capacity, index,
+            priorities=priorities, budget=budget, profiles=profiles, movable=mobile,
+            why=why or {}, avoid=avoid, blocked=blocked,
+        )  # fmt: skip
     # First the cheap part for every node: which replicas could go, and the fewest of them
     # that free enough cards (a lower bound on the moves). Then the trials, fewest bound
     # first, stopping once no node left can need as few moves as the best found: the
@@ -115,19 +130,25 @@ def moves_for(
     for least, name, candidates in trials:
         if best is not None and least > best[0][0]:
             break
-        found = _clear(
-            name,
-            model,
-            profile,
-            capacity,
-            candidates=candidates,
-            budget=budget,
-            blocked_by_budget=blocked,
-            profiles=profiles,
-            spread=spread,
-            most=None if best is None else best[0][0],
-            near=index.near,
-        )
+        trial = _Trial(frozenset((name,)))
+        try:
+            found = _clear(
+                name,
+                model,
+                profile,
+                capacity,
+                candidates=candidates,
+                budget=budget,
+                blocked_by_budget=blocked,
+                profiles=profiles,
+                spread=spread,
+                most=None if best is None else best[0][0],
+                near=index.near,
+                trial=trial,
+            )
+        finally:
+            # The spread counts are shared between the nodes tried: undo this node's trial.
+            trial.undo(spread)
         if found is None:
             continue
         key = (len(found), sum(m.placement.gpus_per_node for m in found), name)
@@ -135,12 +156,143 @@ def moves_for(
             best = (key, found)
     if best is None:
         text = "no node can be cleared by moving replicas of equal or lower priority"
-        if blocked:
-            reasons = why or {}
-            named = ", ".join(f"{m} ({reasons[m]})" if m in reasons else m for m in sorted(blocked))
-            text += f"; the disruption budget of {named} stood in the way"
-        return Defrag(model, profile.name, None, (), text, tuple(sorted(blocked)))
-    return Defrag(model, profile.name, best[0][2], best[1])
+        return _refused(model, profile, text, blocked, why or {})
+    return Defrag(model, profile.name, best[0][2], best[1], nodes=(best[0][2],))
+
+
+def _refused(
+    model: str, profile: PlacementProfile, text: str, blocked: set[str], why: Mapping[str, str]
+) -> Defrag:
+    if blocked:
+        named = ", ".join(f"{m} ({why[m]})" if m in why else m for m in sorted(blocked))
+        text += f"; the disruption budget of {named} stood in the way"
+    return Defrag(model, profile.name, None, (), text, tuple(sorted(blocked)))
+
+
+# How many node sets one fabric is tried with: each retry drops the node that could not
+# be cleared (its moves found no destination, or a budget ran out) for the next one.
+_RETRIES = 4
+
+
+def _gang(
+    model: str,
+    priority: int,
+    profile: PlacementProfile,
+    capacity: Capacity,
+    index: _Index,
+    *,
+    priorities: Mapping[str, int],
+    budget: Mapping[str, int],
+    profiles: Mapping[tuple[str, str], PlacementProfile],
+    movable: Mapping[str, bool],
+    why: Mapping[str, str],
+    avoid: Collection[str],
+    blocked: set[str],
+) -> Defrag:
+    """``moves_for`` a gang: ``profile.nodes`` nodes of one fabric (as the packer's
+    ``best_gang``/``choose_gang``: eligible by class and labels, a node without a fabric
+    never in a gang), cleared together by the fewest moves in total.
+
+    Per fabric, its nodes are ranked by their own fewest moves (``_candidates``) and the
+    first ``profile.nodes`` are cleared in one trial: no move lands on any of them, and
+    the cards, memory and budget the earlier nodes' moves took are counted for the later
+    ones. A node that cannot be cleared is replaced by the next (``_RETRIES`` times).
+    Fabrics are tried by the sum of their nodes' bounds, stopping once none left can need
+    as few moves as the best found; ties go to the fewest GPUs moved, then the node names."""
+    size = profile.nodes
+    by_fabric: dict[str, list[tuple[int, str, list[Placement]]]] = {}
+    for name in capacity.eligible(profile):
+        fabric = capacity.node(name).fabric
+        if fabric is None or name in avoid:
+            continue
+        bound = _candidates(
+            name, model, priority, profile, capacity, index.on_node.get(name, []),
+            priorities=priorities, movable=movable, blocked=blocked,
+        )  # fmt: skip
+        if bound is not None:
+            by_fabric.setdefault(fabric, []).append((bound[0], name, bound[1]))
+    groups = []
+    for fabric, entries in by_fabric.items():
+        if len(entries) >= size:
+            entries.sort(key=lambda t: (t[0], t[1]))
+            groups.append((sum(t[0] for t in entries[:size]), fabric, entries))
+    groups.sort(key=lambda g: (g[0], g[1]))
+    best: tuple[tuple[int, int, tuple[str, ...]], tuple[Move, ...]] | None = None
+    for least, _, entries in groups:
+        if best is not None and least > best[0][0]:
+            break
+        found = _clear_gang(
+            entries, size, model, profile, capacity, index,
+            budget=budget, blocked=blocked, profiles=profiles,
+            most=None if best is None else best[0][0],
+        )  # fmt: skip
+        if found is None:
+            continue
+        nodes, moves = found
+        key = (len(moves), sum(m.placement.gpus_per_node for m in moves), nodes)
+        if best is None or key < best[0]:
+            best = (key, moves)
+    if best is None:
+        text = (
+            f"no {size} nodes of one fabric can be cleared by moving replicas of equal or "
+            "lower priority"
+        )
+        return _refused(model, profile, text, blocked, why)
+    nodes = best[0][2]
+    return Defrag(model, profile.name, nodes[0], best[1], nodes=nodes)
+
+
+def _clear_gang(  # noqa: PLR0917
+    entries: list[tuple[int, str, list[Placement]]],
+    size: int,
+    model: str,
+    profile: PlacementProfile,
+    capacity: Capacity,
+    index: _Index,
+    *,
+    budget: Mapping[str, int],
+    blocked: set[str],
+    profiles: Mapping[tuple[str, str], PlacementProfile],
+    most: int | None,
+) -> tuple[tuple[str, ...], tuple[Move, ...]] | None:
+    """``size`` of one fabric's ``entries`` (ranked: bound, name) cleared together, or None;
+    ``most`` as for ``_clear``, for the moves of all of them."""
+    pool = list(entries)
+    for _ in range(_RETRIES):
+        if len(pool) < size:
+            return None
+        chosen = pool[:size]
+        if most is not None and sum(e[0] for e in chosen) > most:
+            return None
+        trial = _Trial(frozenset(e[1] for e in chosen))
+        moves: list[Move] = []
+        failed = None
+        try:
+            for entry in chosen:
+                found = _clear(
+                    entry[1],
+                    model,
+                    profile,
+                    capacity,
+                    candidates=entry[2],
+                    budget=budget,
+                    blocked_by_budget=blocked,
+                    profiles=profiles,
+                    spread=index.spread,
+                    most=None if most is None else most - len(moves),
+                    near=index.near,
+                    trial=trial,
+                )
+                if found is None:
+                    failed = entry
+                    break
+                moves.extend(found)
+        finally:
+            trial.undo(index.spread)
+        if failed is None:
+            return tuple(sorted(trial.cleared)), tuple(moves)
+        pool.remove(failed)
+    return None
 
 
 class _Index:
@@ -247,59 +399,68 @@ def _clear(
     spread: _Spread,
     most: int | None,
     near: dict[int, list[str]],
+    trial: _Trial,
 ) -> tuple[Move, ...] | None:
     """The fewest of ``candidates`` to move elsewhere so that ``profile`` fits on ``name``.
 
     ``most``: the fewest moves found on another node so far; a node that would need
-    more is given up."""
+    more is given up. ``trial``: what the moves tried so far (this node's, and for a
+    gang the other nodes' cleared before it) took; the caller undoes it."""
     gpus, memory = capacity.free_gpus(name), capacity.free_memory(name)
     if gpus_fit(gpus, profile.gpus_per_node) and memory_fits(memory, profile.min_memory_gb):
         return ()  # it fits as it is: nothing to move (the planner would have placed it)
-    # Cards and memory the trial's moves took on their destinations (no Capacity copy:
-    # a copy per node tried would cost O(N) each, O(N^2) a search).
-    used: dict[str, tuple[int, float]] = {}
-    spent: dict[str, int] = {}
-    moved: list[tuple[str, str, str]] = []
+    used, spent = trial.used, trial.spent
     moves: list[Move] = []
-    try:
-        for victim in candidates:
-            if gpus_fit(gpus, profile.gpus_per_node) and memory_fits(memory, profile.min_memory_gb):
-                break
-            if most is not None and len(moves) >= most:
-                return None
-            limit = budget.get(victim.model)
-            if limit is not None and spent.get(victim.model, 0) >= limit:
-                blocked_by_budget.add(victim.model)
-                continue
-            own = profiles.get((victim.model, victim.profile))
-            to = (
-                None
-                if own is None
-                else _destination(victim, name, capacity, own, spread, used, near)
+    for victim in candidates:
+        if gpus_fit(gpus, profile.gpus_per_node) and memory_fits(memory, profile.min_memory_gb):
+            break
+        if most is not None and len(moves) >= most:
+            return None
+        limit = budget.get(victim.model)
+        if limit is not None and spent.get(victim.model, 0) >= limit:
+            blocked_by_budget.add(victim.model)
+            continue
+        own = profiles.get((victim.model, victim.profile))
+        to = None if own is None else _destination(victim, name, capacity, own, spread, trial, near)
+        if to is None:
+            continue
+        g, m = used.get(to, (0, 0.0))
+        used[to] = (g + victim.gpus_per_node, m + victim.memory_gb_per_node)
+        spread.move(victim.model, name, to)
+        trial.moved.append((victim.model, name, to))
+        spent[victim.model] = spent.get(victim.model, 0) + 1
+        gpus += victim.gpus_per_node
+        memory = None if memory is None else memory + victim.memory_gb_per_node
+        moves.append(
+            Move(
+                victim,
+                to,
+                f"to make room for model {model}, profile {profile.name} on node {name}",
             )
-            if to is None:
-                continue
-            g, m = used.get(to, (0, 0.0))
-            used[to] = (g + victim.gpus_per_node, m + victim.memory_gb_per_node)
-            spread.move(victim.model, name, to)
-            moved.append((victim.model, name, to))
-            spent[victim.model] = spent.get(victim.model, 0) + 1
-            gpus += victim.gpus_per_node
-            memory = None if memory is None else memory + victim.memory_gb_per_node
-            moves.append(
-                Move(
-                    victim,
-                    to,
-                    f"to make room for model {model}, profile {profile.name} on node {name}",
-                )
-            )
-    finally:
-        # The spread counts are shared between the nodes tried: undo this node's trial.
-        for m_, source, to_ in reversed(moved):
-            spread.move(m_, to_, source)
+        )
     if gpus_fit(gpus, profile.gpus_per_node) and memory_fits(memory, profile.min_memory_gb):
         return tuple(moves)
     return None
+
+
+@dataclass(slots=True)
+class _Trial:
+    """What one search's moves took so far, shared by the nodes of a gang.
+
+    ``cleared``: the nodes made room on, which no move may land on; ``used``: cards and
+    memory the moves took on their destinations (no Capacity copy: a copy per node
+    tried would cost O(N) each, O(N^2) a search); ``spent``: moves per model, against
+    its budget; ``moved``: (model, from, to) applied to the shared spread counts."""
+
+    cleared: frozenset[str]
+    used: dict[str, tuple[int, float]] = field(default_factory=dict)
+    spent: dict[str, int] = field(default_factory=dict)
+    moved: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def undo(self, spread: _Spread) -> None:
+        for model, source, to in reversed(self.moved):
+            spread.move(model, to, source)
+        self.moved.clear()
 
 
 # How many of the best-fitting destinations a round keeps for each profile moved (the
@@ -313,7 +474,7 @@ def _destination(  # noqa: PLR0917
     capacity: Capacity,
     profile: PlacementProfile,
     spread: _Spread,
-    used: Mapping[str, tuple[int, float]],
+    trial: _Trial,
     near: dict[int, list[str]],
 ) -> str | None:
     """The best-fitting other fresh node of the victim's own profile (class, labels,
@@ -328,8 +489,9 @@ def _destination(  # noqa: PLR0917
         near[id(profile)] = fitting
     first = None
     looked = 0
+    used, cleared = trial.used, trial.cleared
     for name in fitting:
-        if name == away_from or not spread.allows(victim.model, away_from, name):
+        if name in cleared or not spread.allows(victim.model, away_from, name):
             continue
         if name in used:
             g, m = used[name]
@@ -475,7 +637,7 @@ def defragment(
         refusals = []
         for profile in tried:
             # Said nothing of when defragmenting cannot help: what the counts say is why.
-            if profile.nodes > 1 or not _fits_in_total(profile, capacity):
+            if not _fits_in_total(profile, capacity):
                 continue
             found = moves_for(
                 demand.model,
@@ -503,8 +665,13 @@ def defragment(
                     capacity=capacity,
                     reserved=reserved,
                 )
+                where = (
+                    f"node {found.node}"
+                    if len(found.nodes) == 1
+                    else "nodes " + ", ".join(found.nodes)
+                )
                 out.notes[demand.model] = (
-                    f"moving {len(found.moves)} replica(s) to make room on node {found.node}"
+                    f"moving {len(found.moves)} replica(s) to make room on {where}"
                 )
                 return out
             # Only a budget is worth saying: that nothing else could be moved adds
@@ -529,9 +696,27 @@ def defragment(
 
 
 def _fits_in_total(profile: PlacementProfile, capacity: Capacity) -> bool:
-    """Whether the free cards of the profile's eligible nodes add up to one replica."""
+    """Whether the free cards of the profile's eligible nodes add up to one replica; for a
+    gang, those of one fabric, among at least ``profile.nodes`` of its nodes large enough
+    to hold a share each."""
     if profile.gpus_per_node == 0:
         return False  # a CPU replica needs no cards: nothing to gain by moving others
+    if profile.nodes > 1:
+        need = profile.gpus_per_node * profile.nodes
+        # fabric -> (free cards, nodes with enough cards in all)
+        fabrics: dict[str, tuple[int, int]] = {}
+        for name in capacity.eligible(profile):
+            n = capacity.node(name)
+            if n.fabric is None or n.gpus - n.gpus_reserved < profile.gpus_per_node:
+                continue
+            free, count_ = fabrics.get(n.fabric, (0, 0))
+            # Cards beyond one share are no use to a gang on that node.
+            share = min(max(capacity.free_gpus(name), 0), profile.gpus_per_node)
+            free, count_ = free + share, count_ + 1
+            fabrics[n.fabric] = (free, count_)
+            if free >= need and count_ >= profile.nodes:
+                return True
+        return False
     total = 0
     for name in capacity.eligible(profile):
         total += capacity.free_gpus(name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,7 +53,9 @@ def _defrag(
     )
 
 
-def _apply(placements: list[Placement], found: Defrag) -> list[Placement]:
+def _apply(
+    placements: list[Placement], found: Defrag, wanted: PlacementProfile = EIGHT
+) -> list[Placement]:
     moved = {(m.placement.model, m.placement.replica): m.to for m in found.moves}
     out = [
         Placement(p.model, p.replica, p.profile, (moved[(p.model, p.replica)],), 1, "T4")
@@ -60,7 +64,9 @@ def _apply(placements: list[Placement], found: Defrag) -> list[Placement]:
         for p in placements
     ]
     assert found.node is not None
-    return [*out, Placement("big", 0, "t4x8", (found.node,), 8, "T4")]
+    nodes = found.nodes or (found.node,)
+    assert len(nodes) == wanted.nodes
+    return [*out, Placement("big", 0, wanted.name, nodes, wanted.gpus_per_node, "T4")]
 
 
 def test_the_fragmented_cluster_is_cleared_by_seven_moves() -> None:
@@ -94,25 +100,98 @@ def test_higher_priority_replicas_are_never_moved() -> None:
     assert found.node is None
 
 
-@settings(max_examples=60, deadline=None)
+GANG = profile("t4x8x2", "T4", 8, nodes=2)
+
+
+def test_a_gangs_nodes_share_a_fabric_and_only_the_one_that_can_be_cleared_is() -> None:
+    # a0 and b0 are empty, but on two fabrics: no gang spans them. a1 runs replicas that
+    # may not move; b1 runs seven that may. c0 and c1 (no fabric) take the moves.
+    nodes = [
+        node("a0", "T4", 8, fabric="A"),
+        node("a1", "T4", 8, fabric="A"),
+        node("b0", "T4", 8, fabric="B"),
+        node("b1", "T4", 8, fabric="B"),
+        node("c0", "T4", 8),
+        node("c1", "T4", 8),
+    ]
+    placements = [
+        *(Placement("pinned", r, "t4", ("a1",), 1, "T4") for r in range(6)),
+        *(Placement("small", r, "t4", ("b1",), 1, "T4") for r in range(7)),
+    ]
+    found = _defrag(nodes, placements, movable={"pinned": False}, wanted=GANG)
+    assert found.nodes == ("b0", "b1") and found.node == "b0"
+    assert len(found.moves) == 7
+    assert {m.placement.model for m in found.moves} == {"small"}
+    # Never onto either of the gang's nodes; a0 (free, other fabric) may take some.
+    assert not {m.to for m in found.moves} & {"b0", "b1"}
+    assert all(
+        m.reason == "to make room for model big, profile t4x8x2 on node b1" for m in found.moves
+    )
+    assert overcommitted(_apply(placements, found, GANG), nodes) == []
+    # With b1's replicas unmovable too, no fabric can be cleared and the refusal says why.
+    none = _defrag(nodes, placements, movable={"pinned": False, "small": False}, wanted=GANG)
+    assert none.node is None and none.moves == () and none.nodes == ()
+    assert none.refusal.startswith("no 2 nodes of one fabric can be cleared")
+
+
+def test_a_gang_counts_the_room_its_earlier_moves_took() -> None:
+    # Four nodes on one fabric, 5 one-card replicas on each: 12 cards free in all, 3 a
+    # node. Clearing two nodes moves 10 replicas onto the other two, which hold 6: it
+    # cannot be done, though each node alone could be cleared (5 moves onto 6 free).
+    nodes = [node(f"n{i}", "T4", 8, fabric="f") for i in range(4)]
+    placements = [Placement("small", r, "t4", (f"n{r % 4}",), 1, "T4") for r in range(20)]
+    assert _defrag(nodes, placements).node is not None
+    found = _defrag(nodes, placements, wanted=GANG)
+    assert found.node is None and found.moves == ()
+    # Two more nodes off the fabric give the moves room: 10 moves, onto the four others.
+    more = [*nodes, node("x0", "T4", 8), node("x1", "T4", 8)]
+    found = _defrag(more, placements, wanted=GANG)
+    assert found.nodes == ("n0", "n1") and len(found.moves) == 10
+    landed = Counter(m.to for m in found.moves)
+    assert set(landed) <= {"n2", "n3", "x0", "x1"}
+    assert overcommitted(_apply(placements, found, GANG), more) == []
+
+
+def test_a_gangs_budget_is_counted_over_all_its_nodes_and_named() -> None:
+    nodes = [node(f"n{i}", "T4", 8, fabric="f") for i in range(8)]
+    placements = [Placement("small", r, "t4", (f"n{r % 8}",), 1, "T4") for r in range(32)]
+    # 8 moves are needed (4 on each of two nodes): 7 in motion are not enough.
+    found = _defrag(nodes, placements, budget={"small": 7}, wanted=GANG)
+    assert found.node is None and found.moves == ()
+    assert found.blocked == ("small",)
+    assert "the disruption budget of small stood in the way" in found.refusal
+    assert len(_defrag(nodes, placements, budget={"small": 8}, wanted=GANG).moves) == 8
+
+
+@settings(max_examples=80, deadline=None)
 @given(
-    layout=st.lists(st.tuples(st.integers(0, 4), st.sampled_from(["a", "b"])), max_size=30),
+    # One-card replicas per node (dense enough that most wanted replicas need moves), and
+    # whose each is, in order.
+    fill=st.lists(st.integers(3, 8), min_size=5, max_size=5),
+    owners=st.lists(st.sampled_from(["a", "b"]), min_size=40, max_size=40),
     priority_b=st.integers(-1, 1),
     budget_a=st.one_of(st.none(), st.integers(0, 4)),
-    wanted=st.integers(2, 8),
+    wanted=st.integers(3, 8),
+    size=st.sampled_from([1, 1, 2, 3]),
 )
-def test_property_no_overcommit_no_higher_priority_moved_and_replayable(
-    layout: list[tuple[int, str]], priority_b: int, budget_a: int | None, wanted: int
+def test_property_no_overcommit_no_higher_priority_moved_and_replayable(  # noqa: PLR0917
+    fill: list[int],
+    owners: list[str],
+    priority_b: int,
+    budget_a: int | None,
+    wanted: int,
+    size: int,
 ) -> None:
-    nodes = [node(f"n{i}", "T4", 8) for i in range(5)]
+    # Two fabrics (n0-n2, n3-n4) for a gang demand (size > 1); a single node ignores them.
+    fabric = {f"n{i}": "f0" if i < 3 else "f1" for i in range(5)}
+    nodes = [node(f"n{i}", "T4", 8, fabric=fabric[f"n{i}"]) for i in range(5)]
     placements: list[Placement] = []
-    used = dict.fromkeys(range(5), 0)
-    for i, (where, model) in enumerate(layout):
-        if used[where] < 8:
-            used[where] += 1
-            placements.append(Placement(model, i, "t4", (f"n{where}",), 1, "T4"))
+    for where, many in enumerate(fill):
+        for _ in range(many):
+            i = len(placements)
+            placements.append(Placement(owners[i], i, "t4", (f"n{where}",), 1, "T4"))
     budget = {} if budget_a is None else {"a": budget_a}
-    want = profile("want", "T4", wanted)
+    want = profile("want", "T4", wanted, nodes=size)
     found = _defrag(nodes, placements, budget=budget, priorities={"b": priority_b}, wanted=want)
     again = _defrag(
         list(reversed(nodes)),
@@ -124,9 +203,10 @@ def test_property_no_overcommit_no_higher_priority_moved_and_replayable(
     assert found == again
     if found.node is None:
         return
+    assert len(found.nodes) == size
+    assert len({fabric[n] for n in found.nodes}) == 1
+    assert not {m.to for m in found.moves} & set(found.nodes)
     assert all(not (m.placement.model == "b" and priority_b > 0) for m in found.moves)
     if budget_a is not None:
         assert sum(m.placement.model == "a" for m in found.moves) <= budget_a
-    after = _apply(placements, found)
-    after[-1] = Placement("big", 0, "want", (found.node,), wanted, "T4")
-    assert overcommitted(after, nodes) == []
+    assert overcommitted(_apply(placements, found, want), nodes) == []

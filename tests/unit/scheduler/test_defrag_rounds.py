@@ -270,14 +270,80 @@ def test_the_cluster_policy_repairs_every_movable_models_spread_but_not_an_unmov
     assert not any(off.round(demands).moves for _ in range(4))
 
 
+GANG = profile("t4x8x2", "T4", 8, nodes=2)
+
+
+def gang() -> Demand:
+    return Demand("gang", 1, (GANG,), lifecycle=_spec(1, GANG))
+
+
+def fragmented_fabric(**budget: Any) -> Cluster:
+    """8 nodes of 8 T4 cards on one fabric, 32 one-card replicas spread 4 a node, all ready:
+    32 cards free, 4 on each node, and a 2 x 8-card gang fits on none."""
+    cluster = Cluster([node(f"n{i}", "T4", 8, fabric="f") for i in range(8)])
+    cluster.round([small(32, **budget)])
+    cluster.round([small(32, **budget)])
+    assert Counter(p.nodes[0] for p in cluster.current) == {f"n{i}": 4 for i in range(8)}
+    assert cluster.ready("small") == 32
+    return cluster
+
+
+def test_a_two_node_gang_is_placed_by_surge_first_moves_that_clear_two_nodes() -> None:
+    cluster = fragmented_fabric()
+    first = cluster.round([small(32), gang()])
+    # The fewest moves: the four replicas of each of two nodes, none onto either of them.
+    assert len(first.moves) == 8
+    cleared = {m.placement.nodes[0] for m in first.moves}
+    assert len(cleared) == 2
+    assert not {m.to for m in first.moves} & cleared
+    for m in first.moves:
+        assert m.reason == (
+            f"to make room for model gang, profile t4x8x2 on node {m.placement.nodes[0]}"
+        )
+    assert not first.remove
+    assert len(first.moving) == 8
+    (waiting,) = first.unplaced
+    assert waiting.reason.endswith(
+        "moving 8 replica(s) to make room on nodes " + ", ".join(sorted(cleared))
+    )
+    assert overcommitted(cluster.current, cluster.nodes) == []
+    assert cluster.ready("small") == 32
+    second = cluster.round([small(32), gang()])
+    assert len(second.remove) == 8
+    assert [(p.model, set(p.nodes)) for p in second.place] == [("gang", cleared)]
+    assert not second.unplaced and not second.moving
+    # Never below its min ready (32): the copies were ready before the old ones stopped.
+    assert cluster.ready("small") == 32
+    assert overcommitted(cluster.current, cluster.nodes) == []
+    assert not cluster.round([small(32), gang()]).changes_anything
+
+
+def test_a_budget_that_forbids_clearing_two_nodes_is_named_and_nothing_moves() -> None:
+    # 3 in motion at once; 8 moves are needed (4 on each of two nodes).
+    cluster = fragmented_fabric(max_moving=3)
+    for _ in range(3):
+        result = cluster.round([small(32, max_moving=3), gang()])
+        assert not result.moves and not result.moving and not result.remove
+        (unplaced,) = result.unplaced
+        assert "not defragmented: profile t4x8x2: no 2 nodes of one fabric" in unplaced.reason
+        assert (
+            "the disruption budget of small (disruption.max_unavailable 3 allows 3 in motion)"
+            " stood in the way" in unplaced.reason
+        )
+    assert cluster.ready("small") == 32
+
+
 # -- properties ---------------------------------------------------------------------------
 
 
 @st.composite
 def clusters(draw: st.DrawFn) -> tuple[list[Demand], list[Node], list[Placement]]:
-    """A cluster already running spread replicas, and a new model or two to fit in."""
+    """A cluster already running spread replicas, and a new model or two to fit in (some of
+    them gangs of two nodes)."""
     sizes = draw(st.lists(st.sampled_from([2, 4, 8]), min_size=2, max_size=7))
-    nodes = [node(f"n{i}", "T4", g) for i, g in enumerate(sizes)]
+    # Fabrics for the gangs among the new demands (a node without one is in no gang).
+    fabrics = draw(st.lists(st.sampled_from(["f0", "f1", None]), min_size=7, max_size=7))
+    nodes = [node(f"n{i}", "T4", g, fabric=fabrics[i]) for i, g in enumerate(sizes)]
     running = []
     for i in range(draw(st.integers(1, 3))):
         gpus = draw(st.sampled_from([1, 1, 2]))
@@ -301,7 +367,8 @@ def clusters(draw: st.DrawFn) -> tuple[list[Demand], list[Node], list[Placement]
     new = []
     for j in range(draw(st.integers(1, 2))):
         gpus = draw(st.sampled_from([2, 4, 8]))
-        p = profile(f"q{gpus}", "T4", gpus)
+        span = draw(st.sampled_from([1, 1, 2]))
+        p = profile(f"q{gpus}x{span}", "T4", gpus, nodes=span)
         new.append(
             Demand(
                 f"new{j}",
@@ -314,12 +381,48 @@ def clusters(draw: st.DrawFn) -> tuple[list[Demand], list[Node], list[Placement]
     return running + new, nodes, before
 
 
+@st.composite
+def fragmented_clusters(draw: st.DrawFn) -> tuple[list[Demand], list[Node], list[Placement]]:
+    """Nodes of 8 cards on one or two fabrics (or none), 2 to 4 cards a node taken by
+    one-card replicas spread over them, and a new gang of two 8-card nodes (or one
+    replica of 4 or 8 cards): the case defragmentation is for, which ``clusters`` seldom draws."""
+    count = draw(st.integers(3, 7))
+    fabrics = draw(
+        st.lists(st.sampled_from(["f0", "f0", "f1", None]), min_size=count, max_size=count)
+    )
+    nodes = [node(f"n{i}", "T4", 8, fabric=fabrics[i]) for i in range(count)]
+    taken = draw(st.integers(2, 4)) * count
+    first = draw(st.integers(1, taken))
+    running = []
+    for i, replicas in enumerate((first, taken - first)):
+        if replicas:
+            running.append(
+                Demand(
+                    f"m{i}",
+                    replicas,
+                    (ONE,),
+                    lifecycle=_spec(
+                        draw(st.integers(0, replicas)),
+                        ONE,
+                        max_moving=draw(st.sampled_from([None, None, 0, 1, 3, "50%"])),
+                    ),
+                    priority=draw(st.sampled_from([0, 0, 1])),
+                )
+            )
+    before = list(plan(running, nodes, (), NOW).placements)
+    span = draw(st.sampled_from([1, 2, 2]))
+    gpus = 8 if span > 1 else draw(st.sampled_from([4, 8]))
+    wanted = profile(f"q{gpus}x{span}", "T4", gpus, nodes=span)
+    new = Demand("new0", 1, (wanted,), lifecycle=_spec(1, wanted), priority=draw(st.integers(0, 1)))
+    return [*running, new], nodes, before
+
+
 def _counts(result: Plan) -> Counter[str]:
     return Counter(p.model for p in result.placements)
 
 
 @settings(max_examples=150, deadline=None)
-@given(clusters())
+@given(st.one_of(clusters(), fragmented_clusters()))
 def test_a_defragmentation_plan_never_overcommits_nor_costs_a_higher_priority_replica(
     case: tuple[list[Demand], list[Node], list[Placement]],
 ) -> None:
@@ -348,7 +451,7 @@ def test_a_defragmentation_plan_never_overcommits_nor_costs_a_higher_priority_re
 
 
 @settings(max_examples=100, deadline=None)
-@given(clusters(), st.randoms(use_true_random=False))
+@given(st.one_of(clusters(), fragmented_clusters()), st.randoms(use_true_random=False))
 def test_the_same_inputs_give_the_same_moves_in_any_order(
     case: tuple[list[Demand], list[Node], list[Placement]], rng: random.Random
 ) -> None:
