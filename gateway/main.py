@@ -241,6 +241,9 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         # An answer's head and body in one system call (``CoalescedTransport``).
         **uvicorn_options(HeadLimits(keep_alive_timeout_s=30.0), coalesce_writes=True),
         lifespan="on",
+        # No X-Forwarded-For rewriting: nothing here reads the client's address, and the
+        # middleware was a layer of every request (1.5% of its CPU).
+        proxy_headers=False,
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=GRACE_S,

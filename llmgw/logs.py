@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import datetime
+import json
 import logging
 import os
 import sys
+import time
 from typing import Any, TextIO
 
+import msgspec
 import structlog
 
 # How long a line may wait in ``buffered`` mode before it is written.
@@ -81,6 +85,54 @@ class BufferedLines:
             pass
 
 
+def _fallback(value: Any) -> Any:
+    """A value JSON has no form for, as structlog's JSONRenderer shows it."""
+    custom = getattr(value, "__structlog__", None)
+    return custom() if callable(custom) else repr(value)
+
+
+class JSONLines:
+    """The processors of a ``buffered`` process's JSON lines in one step: level,
+    timestamp (ISO 8601, UTC, always with microseconds), an exception's traceback as
+    text, and the line with sorted keys, as structlog's ``add_log_level``,
+    ``TimeStamper(fmt="iso", utc=True)``, ``format_exc_info`` and
+    ``JSONRenderer(sort_keys=True)`` make it.
+
+    Why: the gateway logs a line per request, and that chain cost 18 us of the line's
+    CPU (about a tenth of a request's): ``json.dumps`` with sorted keys, and a
+    ``datetime`` made and formatted per line. Here msgspec encodes the line (0.8 us)
+    and the timestamp's seconds are formatted once per second. A line msgspec would
+    write with a byte outside printable ASCII (text that is not ASCII, DEL), or cannot
+    encode (a lone surrogate), is written by ``json.dumps`` as before, every such
+    character escaped: these lines go to stderr unguarded (see ``BufferedLines``).
+    """
+
+    def __init__(self) -> None:
+        self._encoder = msgspec.json.Encoder(order="sorted", enc_hook=_fallback)
+        self._second = -1
+        self._prefix = ""
+
+    def __call__(self, logger: Any, method: str, event: Any) -> str:
+        event = structlog.processors.add_log_level(logger, method, event)
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._prefix = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime(
+                "%Y-%m-%dT%H:%M:%S."
+            )
+            self._second = second
+        event["timestamp"] = f"{self._prefix}{int((now - second) * 1e6):06d}Z"
+        if "exc_info" in event:
+            event = structlog.processors.format_exc_info(logger, method, event)
+        try:
+            line = self._encoder.encode(event)
+        except Exception:
+            line = b"\x7f"  # whatever msgspec refuses, json.dumps renders
+        if line.isascii() and b"\x7f" not in line:
+            return line.decode("ascii")
+        return json.dumps(event, sort_keys=True, default=_fallback, separators=(",", ":"))
+
+
 def configure(
     default_level: str = "WARNING", *, cache: bool = True, buffered: bool = False
 ) -> None:
@@ -99,6 +151,14 @@ def configure(
         if buffered and not tty
         else structlog.PrintLoggerFactory(file=sys.stderr)
     )
+    if buffered and not tty:
+        structlog.configure(
+            processors=[JSONLines()],
+            wrapper_class=structlog.make_filtering_bound_logger(level),
+            logger_factory=factory,
+            cache_logger_on_first_use=cache,
+        )
+        return
     # A JSON line carries an exception's traceback as text ("exception"); without this
     # step ``log.exception`` wrote only ``"exc_info": true``, and a gateway's 500 said
     # "see its log" of a log that did not say what failed. The console renderer formats

@@ -79,3 +79,42 @@ def test_a_logged_exception_carries_its_traceback_in_the_json_line() -> None:
         assert line["event"] == "request.failed"
         assert "KeyError: 'no-such-key'" in line["exception"], extra
         assert "Traceback" in line["exception"]
+
+
+BUFFERED = """
+import structlog
+from llmgw import logs
+logs.configure(default_level="INFO", buffered=True)
+log = structlog.get_logger("llmgw.test")
+log.info("plain", b=2, a=1.5, c=None, d=[1, "x"], e=True)
+log.info("not.ascii", text="caf\\u00e9 \\u202e \\x7f \\x1b[31m")
+log.warning("surrogate", text="\\ud800")
+log.warn("warned", obj=object)
+"""
+
+
+def test_buffered_lines_are_sorted_ascii_json_with_microsecond_utc_stamps() -> None:
+    # The gateway's lines (``logs.JSONLines``, msgspec) must read as structlog's
+    # JSONRenderer(sort_keys=True) wrote them, and stay printable ASCII: they go to
+    # stderr without the terminal guard.
+    done = subprocess.run(
+        [sys.executable, "-c", BUFFERED],
+        capture_output=True,
+        check=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "LLMGW_LOG_LEVEL": "INFO"},
+    )
+    raw = done.stderr.splitlines()
+    assert all(line.isascii() and b"\x7f" not in line and b"\x1b" not in line for line in raw)
+    lines = [json.loads(line) for line in raw]
+    assert [line["event"] for line in lines] == ["plain", "not.ascii", "surrogate", "warned"]
+    for line in lines:
+        assert list(line) == sorted(line)
+        stamp = str(line["timestamp"])
+        assert stamp.endswith("Z") and len(stamp) == len("2026-12-05T12:11:19.450437Z")
+    plain, odd, surrogate, warned = lines
+    assert {k: plain[k] for k in "abcde"} == {"a": 1.5, "b": 2, "c": None, "d": [1, "x"], "e": True}
+    assert plain["level"] == "info"
+    assert odd["text"] == "caf\u00e9 \u202e \x7f \x1b[31m"
+    assert surrogate["text"] == "\ud800" and surrogate["level"] == "warning"
+    assert warned["level"] == "warning" and warned["obj"] == "<class 'object'>"
