@@ -38,7 +38,7 @@ import asyncio
 import re
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -173,6 +173,46 @@ class Answer:
                 raise BrokenAnswer(conn.error)
             await conn.wait()
 
+    async def piece(self) -> bytes | None:
+        """The body's next piece as it arrives; None at its end (``chunks``, one at a
+        time, for a caller that also ``relay``s)."""
+        conn = self._conn
+        while True:
+            if conn.body:
+                return conn.take()
+            if conn.done:
+                return None
+            if conn.error is not None:
+                raise BrokenAnswer(conn.error)
+            await conn.wait()
+
+    async def relay(self, sink: Callable[[bytes], bool]) -> None:
+        """Hand the body's pieces to ``sink``: those waiting now, then each as it
+        arrives, from the connection's read callback, with no task woken and nothing
+        queued per piece. Returns when the body has ended or broken off (``piece`` then
+        says which), or when ``sink`` refused a piece (returned False): that piece and
+        what follows are left for ``piece``. ``sink`` must not raise: it runs inside
+        the response parser.
+
+        Why: a streamed answer's events, relayed one by one through ``chunks`` and the
+        server's ``send``, each woke the request's task (a future, a generator step, a
+        coroutine and ASGI's message dict): most of the gateway's CPU per event."""
+        conn = self._conn
+        while True:
+            while conn.body:
+                if not sink(conn.body[0]):
+                    return
+                conn.take()
+            if conn.done or conn.error is not None:
+                return
+            conn.relay = sink
+            try:
+                await conn.wait()
+            finally:
+                conn.relay = None
+            if conn.body:  # the piece the sink refused (it took every other)
+                return
+
     def release(self) -> None:
         """Done with the answer: its connection goes back to the pool when complete."""
         if not self._finished:
@@ -202,6 +242,8 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._paused = False
+        # Where body pieces go instead of ``body`` (``Answer.relay``), while set.
+        self.relay: Callable[[bytes], bool] | None = None
 
     def _reset(self) -> None:
         self.status = 0
@@ -316,6 +358,11 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self.progress = True
+        relay = self.relay
+        if relay is not None:
+            if relay(body):
+                return
+            self.relay = None  # refused: queued, and the relay's caller woken
         self.body.append(body)
         self.buffered += len(body)
         if self.buffered > HIGH_WATER and not self._paused and self.transport is not None:

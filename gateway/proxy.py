@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import structlog
 
 from gateway import admission
@@ -41,6 +42,7 @@ from gateway.settings import GatewaySettings
 from gateway.state import State
 from gateway.table import ModelEntry, Replica
 from gateway.upstream import Answer, BrokenAnswer, Unreachable, Upstream
+from httpguard.protocol import RequestHooks
 
 log = structlog.get_logger("gateway")
 
@@ -98,6 +100,9 @@ class Call:
     allowed: frozenset[str] | None
     send: Send
     trace: Trace
+    # The server's hooks (httpguard's protocol), when it has them: a stream's events are
+    # written through them.
+    hooks: RequestHooks | None = None
 
 
 class _OverSlo(Exception):
@@ -412,9 +417,8 @@ class Proxy:
         send, trace = call.send, call.trace
         held = bytearray()
         scanner = _FirstContent()
-        chunks = resp.chunks()
         try:
-            async for chunk in chunks:
+            while (chunk := await resp.piece()) is not None:
                 held += chunk
                 if scanner.seen(held) or len(held) > HOLD_BYTES:
                     break
@@ -431,24 +435,27 @@ class Proxy:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": bytes(held), "more_body": True})
         # Events after the first content one (a fast engine's may have come with it).
-        rest = bytes(held[scanner.offset :])
-        after = rest.count(b"data:")
-        found = _COMPLETION_TOKENS.search(rest) if b"completion_tokens" in rest else None
-        counted = int(found.group(1)) if found else None  # the engine's own count (usage)
-        ended = trace.complete = b"[DONE]" in rest
-        last = first
+        tally = _Tally(bytes(held[scanner.offset :]), first)
+        trace.complete = tally.ended
+        del held
+        sink = None if call.hooks is None else _relay(call.hooks.write_body, tally, trace)
         try:
-            async for chunk in chunks:
-                after += chunk.count(b"data:")
-                if b"completion_tokens" in chunk:
-                    found = _COMPLETION_TOKENS.search(chunk)
-                    counted = int(found.group(1)) if found else counted
-                ended = ended or b"[DONE]" in chunk
-                last = time.monotonic()
+            while True:
+                if sink is not None:
+                    # As the events come, from the engine connection's read callback
+                    # straight to the client's (``Answer.relay``,
+                    # ``RequestHooks.write_body``): no task woken per event. It stops at
+                    # the end, at a break, or at a piece the client cannot take now (not
+                    # reading: ``send`` below waits for it, then the relay goes on).
+                    await resp.relay(sink)
+                chunk = await resp.piece()
+                if chunk is None:
+                    break
+                tally.take(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 # The client has the whole answer: one that hangs up now (the SDKs stop
                 # at [DONE]) did not cancel anything.
-                trace.complete = ended
+                trace.complete = tally.ended
         except BrokenAnswer as exc:
             trace.outcome = "failed"
             log.warning(
@@ -478,11 +485,59 @@ class Proxy:
             # Tokens after the first: the events after it, less the final chunk (its
             # finish_reason) and [DONE] when the answer ended. An estimate (an engine
             # may put two tokens in one event) unless the engine counted them (usage).
-            tokens = max(after - 2, 0) if ended else after
+            tokens = max(tally.events - 2, 0) if tally.ended else tally.events
+            counted = tally.counted
             trace.completion_tokens = counted if counted is not None else tokens + 1
             if tokens > 0:
-                trace.tpot_s = (last - first) / tokens
+                trace.tpot_s = (tally.last - first) / tokens
         await send({"type": "http.response.body", "body": b""})
+
+
+class _Tally:
+    """What a stream's events after its first content one say: how many there were,
+    the engine's own count of tokens (``usage``), whether ``[DONE]`` came, and when the
+    last piece did."""
+
+    __slots__ = ("counted", "ended", "events", "last")
+
+    def __init__(self, rest: bytes, first: float) -> None:
+        self.events = 0
+        self.counted: int | None = None
+        self.ended = False
+        self.last = first
+        if rest:
+            self.take(rest)
+            self.last = first
+
+    def take(self, chunk: bytes) -> None:
+        self.events += chunk.count(b"data:")
+        if b"completion_tokens" in chunk:
+            found = _COMPLETION_TOKENS.search(chunk)
+            if found:
+                self.counted = int(found.group(1))
+        self.ended = self.ended or b"[DONE]" in chunk
+        self.last = time.monotonic()
+
+
+def _relay(write: Callable[[bytes], bool], tally: _Tally, trace: Trace) -> Callable[[bytes], bool]:
+    """The sink of ``Answer.relay``: a piece written to the client, counted; False
+    (nothing written) when the client cannot take it now. It runs in the engine
+    connection's parser and must not raise: a failure is a refusal, and the piece
+    goes through ``send``."""
+
+    def sink(chunk: bytes) -> bool:
+        try:
+            if not write(chunk):
+                return False
+        except Exception:
+            return False
+        tally.take(chunk)
+        # The client has the whole answer: one that hangs up now (the SDKs stop at
+        # [DONE]) did not cancel anything.
+        trace.complete = tally.ended
+        return True
+
+    return sink
 
 
 class _FirstContent:
@@ -509,11 +564,19 @@ class _FirstContent:
                     return True
 
 
+_decode = msgspec.json.Decoder().decode
+
+
 def _has_content(payload: bytes) -> bool:
     try:
-        data = json.loads(payload)
-    except ValueError:
-        return True  # not ours to judge: pass it on
+        # msgspec: a third of json.loads' time for an event; what it refuses (NaN, a
+        # lone surrogate escape) json.loads judges, as before.
+        data = _decode(payload)
+    except (msgspec.DecodeError, RecursionError):
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            return True  # not ours to judge: pass it on
     if not isinstance(data, dict):
         return True
     if "error" in data:

@@ -33,7 +33,7 @@ from gateway.admission import Refusal
 from gateway.proxy import INLINE_JSON, Call, Proxy, Trace
 from gateway.settings import GatewaySettings
 from gateway.state import Client, State
-from httpguard.protocol import ON_DISCONNECT, DisconnectWatch
+from httpguard.protocol import HOOKS, RequestHooks
 
 log = structlog.get_logger("gateway")
 
@@ -284,9 +284,9 @@ class GatewayApp:
             started = True
             state.metrics.model(label).inflight.inc()
             state.windows.started(label, trace.started)
+            call = Call(req, body, raw, state.allowed(client), send, trace, hooks_of(scope))
             # A client that goes away cancels its request, upstream included.
-            unwatch = _watch_client(scope, receive, gone)
-            call = Call(req, body, raw, state.allowed(client), send, trace)
+            unwatch = _watch_client(call.hooks, receive, gone)
             await self.proxy.serve(call, entry)
         except Refusal as refusal:
             trace.outcome = "unavailable" if refusal.status == 503 else "refused"
@@ -396,20 +396,27 @@ class _Gone:
             self.task.cancel()
 
 
-def _watch_client(scope: Scope, receive: Receive, gone: _Gone) -> Callable[[], object]:
+def _watch_client(
+    hooks: RequestHooks | None, receive: Receive, gone: _Gone
+) -> Callable[[], object]:
     """Have ``gone`` called if the client goes away: told by the server's protocol
-    (httpguard's ``ON_DISCONNECT``) when it can, else by a task of its own. Returns
+    (httpguard's ``RequestHooks``) when it can, else by a task of its own. Returns
     what stops the watch."""
-    on_gone: DisconnectWatch | None = (scope.get("extensions") or _NO_EXTENSIONS).get(ON_DISCONNECT)
-    if on_gone is not None:
-        on_gone(gone)
-        return functools.partial(on_gone, None)
+    if hooks is not None:
+        hooks.on_disconnect(gone)
+        return functools.partial(hooks.on_disconnect, None)
     return asyncio.create_task(_watch(receive, gone)).cancel
+
+
+def hooks_of(scope: Scope) -> RequestHooks | None:
+    """The request's hooks when the server is httpguard's protocol (else None)."""
+    hooks: RequestHooks | None = (scope.get("extensions") or _NO_EXTENSIONS).get(HOOKS)
+    return hooks
 
 
 async def _watch(receive: Receive, gone: _Gone) -> None:
     """Wait for the client to go away; then cancel its request (a server without
-    httpguard's ``ON_DISCONNECT``)."""
+    httpguard's hooks)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":

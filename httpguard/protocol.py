@@ -118,32 +118,57 @@ class CoalescedTransport:
         return getattr(self._transport, name)
 
 
-# The ASGI scope extension (``scope["extensions"][ON_DISCONNECT]``) by which an
-# application learns, without a task of its own, that its client went away.
-ON_DISCONNECT = "llmgw.on_disconnect"
+# The ASGI scope extension (``scope["extensions"][HOOKS]``, a ``RequestHooks``) by which
+# an application of the guarded protocol learns that its client went away, and writes a
+# streamed body's pieces without going through ``send``.
+HOOKS = "llmgw.hooks"
 
 
-class DisconnectWatch:
-    """One request's ``ON_DISCONNECT`` extension: ``watch(callback)`` registers the one
-    callback (``None`` clears it), called once, from the protocol's ``connection_lost``,
-    if the connection is lost before the request's response is complete.
+class RequestHooks:
+    """One request's ``HOOKS`` extension.
 
-    Why: the ASGI way to notice a client gone is a task awaiting ``receive()`` for
-    ``http.disconnect``, beside the request's own: made, woken and cancelled for every
-    request, it was 4-5% of the gateway's CPU per request (py-spy). A callback on the
-    connection costs one small object.
+    ``on_disconnect(callback)`` registers the one callback (``None`` clears it), called
+    once, from the protocol's ``connection_lost``, if the connection is lost before the
+    request's response is complete. Why: the ASGI way to notice a client gone is a task
+    awaiting ``receive()`` for ``http.disconnect`` beside the request's own; made, woken
+    and cancelled for every request, it was 4-5% of the gateway's CPU per request
+    (py-spy). A callback on the connection costs one small object.
+
+    ``write_body(data)``: a piece of a chunked response body (started, not complete,
+    ``send`` never told its length), written as ``send({"type": "http.response.body",
+    "body": data, "more_body": True})`` would write it, from a plain function, so it can
+    be called from another connection's read callback (the gateway's engine side) with
+    no task woken per piece. False, and nothing written, when it must go through
+    ``send`` instead: the client is gone or not reading (``send`` waits for it), the
+    response is not a chunked one in progress, or the server is not one this knows.
     """
 
-    __slots__ = ("callback",)
+    __slots__ = ("_callback", "_cycle")
 
     def __init__(self) -> None:
-        self.callback: Callable[[], object] | None = None
+        self._callback: Callable[[], object] | None = None
+        self._cycle: Any = None  # uvicorn's RequestResponseCycle, once made
 
-    def __call__(self, callback: Callable[[], object] | None) -> None:
-        self.callback = callback
+    def on_disconnect(self, callback: Callable[[], object] | None) -> None:
+        self._callback = callback
 
-    def fire(self) -> None:
-        callback, self.callback = self.callback, None
+    def write_body(self, data: bytes) -> bool:
+        cycle = self._cycle
+        if (
+            cycle is None
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or not cycle.response_started
+            or cycle.response_complete
+            or cycle.chunked_encoding is not True
+        ):
+            return False
+        if data:
+            cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return True
+
+    def _fire(self) -> None:
+        callback, self._callback = self._callback, None
         if callback is not None:
             callback()
 
@@ -189,9 +214,9 @@ def guarded_protocol(
         # Armed while the transport's buffer is over its high-water mark (the client is
         # not reading what it was sent).
         _write_timer: asyncio.TimerHandle | None = None
-        # The newest request's ``ON_DISCONNECT`` watch (uvicorn's own disconnect, too,
-        # reaches only its newest request, ``self.cycle``).
-        _disconnect: DisconnectWatch | None = None
+        # The newest request's hooks (uvicorn's own disconnect, too, reaches only its
+        # newest request, ``self.cycle``).
+        _hooks: RequestHooks | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if coalesce_writes:
@@ -211,15 +236,15 @@ def guarded_protocol(
                 self._write_timer = None
             if self._lingering is not None:
                 self._lingering.cancel()
-            watch, self._disconnect = self._disconnect, None
+            hooks, self._hooks = self._hooks, None
             cycle = self.cycle
-            gone = watch is not None and cycle is not None and not cycle.response_complete
+            gone = hooks is not None and cycle is not None and not cycle.response_complete
             super().connection_lost(exc)
-            if gone and watch is not None:
+            if gone and hooks is not None:
                 # After uvicorn has marked the request disconnected: what the
                 # application sends from now on is dropped, as it would be after an
                 # ``http.disconnect``.
-                watch.fire()
+                hooks._fire()
 
         def data_received(self, data: bytes) -> None:
             if self._lingering is not None:
@@ -278,13 +303,14 @@ def guarded_protocol(
             self._in_head = False
             self._head_raw = 0
             self._disarm_head_timer()
-            watch = DisconnectWatch()
+            hooks = RequestHooks()
             # Before uvicorn starts the application's task with this scope.
             # (uvicorn types an extension's value as a dict; ASGI leaves it to the server.)
-            cast(dict[str, Any], self.scope)["extensions"] = {ON_DISCONNECT: watch}
+            cast(dict[str, Any], self.scope)["extensions"] = {HOOKS: hooks}
             super().on_headers_complete()
             if self.cycle is not None and self.cycle.scope is self.scope:
-                self._disconnect = watch
+                hooks._cycle = self.cycle
+                self._hooks = hooks
 
         def on_message_complete(self) -> None:
             # Whatever arrives next on this connection is the next request's head.

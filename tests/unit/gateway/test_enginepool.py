@@ -815,3 +815,50 @@ def test_the_read_timer_is_one_per_connection_and_times_each_request_from_its_se
             await pool.close()
 
     run(main())
+
+
+def test_relay_hands_pieces_to_the_sink_until_it_refuses_then_piece_takes_over() -> None:
+    events = [b"data: %d\n\n" % i for i in range(8)]
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await _request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        for event in events:
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+            await asyncio.sleep(0.005)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        await _request(reader)
+
+    async def main() -> None:
+        async with Engine(engine) as url:
+            pool = EnginePool(2, 5)
+            answer = await pool.post(url + "/v1", b"{}")
+            got: list[bytes] = []
+            offered = 0
+
+            def sink(piece: bytes) -> bool:
+                nonlocal offered
+                offered += 1
+                if offered == 4:
+                    return False  # refused: left for piece()
+                got.append(piece)
+                return True
+
+            await answer.relay(sink)
+            assert not answer.complete, "returned at the refusal, not at the end"
+            refused = await answer.piece()
+            assert refused is not None
+            got.append(refused)
+            await answer.relay(sink)  # the rest
+            assert await answer.piece() is None
+            assert b"".join(got) == b"".join(events)
+            assert answer.complete
+            answer.release()
+            await pool.close()
+
+    run(main())

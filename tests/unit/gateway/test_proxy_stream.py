@@ -191,3 +191,99 @@ def test_a_small_whole_answer_that_breaks_is_retried_unseen() -> None:
             assert trace.attempts == 2 and trace.outcome == "ok"
 
     run(main())
+
+
+class _Hooks:
+    """A server's ``RequestHooks`` as the proxy sees them: pieces written by the relay
+    land in the same list as ``send``'s, and every ``refuse_every``-th is refused (a
+    client not reading, for a moment: the piece must then go through ``send``)."""
+
+    def __init__(self, out: list[bytes], refuse_every: int) -> None:
+        self.out = out
+        self.refuse_every = refuse_every
+        self.calls = 0
+        self.written = 0
+
+    def on_disconnect(self, callback: object) -> None:
+        pass
+
+    def write_body(self, data: bytes) -> bool:
+        self.calls += 1
+        if self.refuse_every and self.calls % self.refuse_every == 0:
+            return False
+        self.out.append(data)
+        self.written += 1
+        return True
+
+
+EVENTS = [b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'] + [
+    b'data: {"choices":[{"delta":{"content":"t%d"}}]}\n\n' % i for i in range(12)
+]
+TAIL = [
+    b'data: {"choices":[{"delta":{},"finish_reason":"stop"}],'
+    b'"usage":{"prompt_tokens":3,"completion_tokens":12}}\n\n',
+    b"data: [DONE]\n\n",
+]
+
+
+async def _events(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+    await _request(reader)
+    writer.write(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    for event in EVENTS + TAIL:
+        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+        await writer.drain()
+        await asyncio.sleep(0.002)
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+    await _request(reader)
+
+
+def test_a_streams_events_are_relayed_in_order_through_the_hooks_and_send_alike() -> None:
+    # With the server's hooks, the events after the first content one are written from
+    # the engine connection's read callback (no task per event); a piece the client
+    # cannot take goes through ``send`` and the relay goes on after it. The client sees
+    # every byte once, in order, and the request is counted as the engine said.
+    for refuse_every in (0, 3, 1):
+
+        async def main(refuse_every: int = refuse_every) -> None:
+            async with Engine(_events) as url:
+                state = State("gw-test")
+                state.install(
+                    build(
+                        [model("chat")],
+                        [{"model": "chat", "replica": 0, "state": "ready", "endpoint": url}],
+                        1,
+                    )
+                )
+                upstream = Upstream(2, 5, 1)
+                proxy = Proxy(state, upstream, GatewaySettings(server="http://cp", token="t"))
+                out: list[bytes] = []
+
+                async def send(message: dict[str, Any]) -> None:
+                    if message["type"] == "http.response.body":
+                        out.append(message.get("body", b""))
+
+                hooks = _Hooks(out, refuse_every)
+                body: dict[str, Any] = {
+                    "model": "chat",
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "stream": True,
+                }
+                req = admission.parse_request(body, admission.CHAT)
+                trace = Trace("r1", "c", time.monotonic())
+                call = Call(req, body, b"{}", None, send, trace, hooks)  # type: ignore[arg-type]
+                resolved = state.table.resolve("chat")
+                assert resolved is not None
+                await proxy.serve(call, resolved)
+                await upstream.close()
+                assert b"".join(out) == b"".join(EVENTS + TAIL), refuse_every
+                assert trace.complete and trace.completion_tokens == 12
+                assert trace.tpot_s is not None and trace.tpot_s > 0
+                if refuse_every != 1:
+                    assert hooks.written >= 5, "the relay wrote (almost) nothing"
+                else:
+                    assert hooks.written == 0
+
+        run(main())

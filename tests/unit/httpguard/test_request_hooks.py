@@ -1,9 +1,11 @@
-"""``ON_DISCONNECT``: the guarded protocol tells an application its client went away.
+"""``HOOKS``: what the guarded protocol offers an application beside ASGI.
 
-The gateway used to learn it from a task per request awaiting ``receive()`` for
-``http.disconnect``; the protocol now calls the callback the request registered, from
-``connection_lost``, and only while the response is incomplete. A real uvicorn server
-with the guarded protocol, on a real socket.
+``on_disconnect``: the gateway used to learn that its client went away from a task per
+request awaiting ``receive()`` for ``http.disconnect``; the protocol now calls the
+callback the request registered, from ``connection_lost``, and only while the response
+is incomplete. ``write_body``: a chunked body's piece written without ``send`` (the
+gateway's stream relay), framed as ``send`` frames it, or refused. A real uvicorn
+server with the guarded protocol, on a real socket.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 import uvicorn
 
 from httpguard import HeadLimits
-from httpguard.protocol import ON_DISCONNECT, uvicorn_options
+from httpguard.protocol import HOOKS, uvicorn_options
 
 App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
@@ -55,7 +57,7 @@ def test_a_client_gone_mid_request_calls_its_callback_once(coalesce: bool) -> No
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        watch = scope["extensions"][ON_DISCONNECT]
+        watch = scope["extensions"][HOOKS].on_disconnect
         task = asyncio.current_task()
         assert task is not None
 
@@ -93,7 +95,7 @@ def test_a_client_gone_after_its_answer_or_after_unregistering_calls_nothing() -
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        watch = scope["extensions"][ON_DISCONNECT]
+        watch = scope["extensions"][HOOKS].on_disconnect
         watch(lambda: calls.append(scope["path"]))
         if scope["path"] == "/unregistered":
             watch(None)
@@ -117,3 +119,43 @@ def test_a_client_gone_after_its_answer_or_after_unregistering_calls_nothing() -
     asyncio.run(asyncio.wait_for(_serve(app, True, answered_then_gone), 30))
     asyncio.run(asyncio.wait_for(_serve(app, True, unregistered), 30))
     assert calls == []
+
+
+@pytest.mark.parametrize("coalesce", [False, True], ids=["api", "gateway"])
+def test_write_body_frames_a_chunked_bodys_pieces_as_send_does_and_refuses_otherwise(
+    coalesce: bool,
+) -> None:
+    refusals: list[bool] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        write = scope["extensions"][HOOKS].write_body
+        refusals.append(write(b"before the head"))
+        if scope["path"] == "/sized":
+            headers = [(b"content-length", b"2")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            refusals.append(write(b"no"))
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"one;", "more_body": True})
+        assert write(b"two;") and write(b"three;")
+        await send({"type": "http.response.body", "body": b"four;", "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        refusals.append(write(b"after the end"))
+
+    async def body(client: socket.socket) -> None:
+        reader, writer = await asyncio.open_connection(sock=client)
+        writer.write(b"GET /chunked HTTP/1.1\r\nhost: t\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert b"transfer-encoding: chunked" in head
+        chunks = await reader.readuntil(b"0\r\n\r\n")
+        assert chunks == b"4\r\none;\r\n4\r\ntwo;\r\n6\r\nthree;\r\n5\r\nfour;\r\n0\r\n\r\n"
+        writer.write(b"GET /sized HTTP/1.1\r\nhost: t\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert b"content-length: 2" in head
+        assert await reader.readexactly(2) == b"ok"
+
+    asyncio.run(asyncio.wait_for(_serve(app, coalesce, body), 30))
+    assert refusals == [False, False, False, False]
