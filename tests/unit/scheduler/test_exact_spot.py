@@ -2,13 +2,14 @@
 
 The whole inventory (4,278 nodes, the HP demand of ``bench.fleets.spot_demands``) is held
 to the node-type bound (``scheduler.exact.bound``: CP-SAT on identical nodes taken
-together, proven, 0.02 s), not to the node-by-node program: that one takes a minute of CPU
-there and proves nothing within its work limit (``bench.exact`` reports it). The program
-itself is run on a slice CP-SAT settles in a fraction of a second: every 20th node in
-class order (214 nodes, 522 cards, every card type) with the demand scaled to 1/20.
+together, proven, 0.02 s), not to the node-by-node program: that one takes a minute and a
+half there (87.5 s wall at load 2-3, work 10) and proves nothing within its work limit
+(``bench.exact`` reports it). The program itself is run on a slice CP-SAT settles in a
+fraction of a second: every 20th node in class order (214 nodes, 522 cards, every card
+type) with the demand scaled to 1/20.
 
-Host memory and the undisclosed cards' GPU memory are assumed (``bench.spot``); the
-demand is made up (the trace's job list is not in the repository), so these hold the
+Host memory and the undisclosed cards' GPU memory are assumed (``bench.spot``); the demand
+is made up (the trace's job list is not in the repository copy read), so these hold the
 planner on this inventory's shape, not on its real workload.
 """
 
