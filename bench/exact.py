@@ -14,8 +14,10 @@ or only ``feasible`` (the limit stopped it; the ratio is then also given against
 its proven bound, which is a ceiling no planner can beat).
 
 The fleets are those of ``bench.placement`` (``bench.fleets``): openb with its
-synthetic demand, openb with the trace's own pods, and synthetic fleets with twice
-as many replicas asked as nodes. There is no spot inventory in the benches.
+synthetic demand, openb with the trace's own pods, the spot-GPU trace's 4,278 nodes
+with an HP demand made up in its spirit (``bench.fleets.spot_demands``; host and some
+GPU memory assumed, ``bench.spot``), and synthetic fleets with twice as many replicas
+asked as nodes.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from bench.fleets import (
     openb_demands,
     openb_nodes,
     openb_pod_demands,
+    spot_demands,
+    spot_nodes,
     synthetic_demands,
     synthetic_nodes,
 )
@@ -46,7 +50,7 @@ def _ratio(ours: int, best: int | None) -> str:
     return f"{ours / best:.4f}"
 
 
-def run(work: float, sizes: Sequence[int], pods: bool) -> common.Table:
+def run(work: float, sizes: Sequence[int], pods: bool, spot: bool = True) -> common.Table:
     table = common.Table(
         "Placement against the exact optimum: the planner / CP-SAT, one round from nothing, "
         "in the planner's order (GPUs, then replicas)",
@@ -71,6 +75,8 @@ def run(work: float, sizes: Sequence[int], pods: bool) -> common.Table:
     fleets: list[tuple[str, list[Node], list[Demand]]] = [("openb", openb, openb_demands())]
     if pods:
         fleets.append(("openb pods", openb, openb_pod_demands(openb)))
+    if spot:
+        fleets.append(("spot (HP demand)", spot_nodes(), spot_demands()))
     fleets += [(f"synthetic {n:,}", synthetic_nodes(n), synthetic_demands(2 * n)) for n in sizes]
     for label, nodes, demands in fleets:
         asked = sum(max(d.replicas, 0) for d in demands)
@@ -121,9 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", type=float, default=10.0, help="deterministic seconds")
     parser.add_argument("--sizes", default="10,100,1000,5000", help="synthetic fleet sizes")
     parser.add_argument("--no-pods", action="store_true", help="skip the openb pod list")
+    parser.add_argument("--no-spot", action="store_true", help="skip the spot-GPU inventory")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    print(run(args.work, sizes, not args.no_pods).render())
+    print(run(args.work, sizes, not args.no_pods, not args.no_spot).render())
     return 0
 
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from bench import common
 from bench.openb import load_openb_csv, load_openb_pods_csv
+from bench.spot import GPU_MEMORY_GB, load_spot_csv
 from catalog.views import PlacementProfile
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand
@@ -20,6 +21,7 @@ from scheduler.planner.fleet.placements import Demand
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 OPENB = common.REPO / "tests" / "data" / "openb_node_list_gpu_node.csv"
 OPENB_PODS = common.REPO / "tests" / "data" / "openb_pod_list_gpu.csv"
+SPOT = common.REPO / "tests" / "data" / "spot_node_info_df.csv"
 
 
 def _gpu(
@@ -118,6 +120,73 @@ def openb_demands() -> list[Demand]:
             (_gpu("g2-tp2", "G2", 2, priority=10), _gpu("v100-tp2", "V100M32", 2)),
         ),
     ]
+
+
+# -- the spot-GPU inventory -------------------------------------------------------------
+
+
+def spot_nodes() -> list[Node]:
+    """The 4,278 nodes of the spot-GPU trace; memory assumed (``bench.spot``)."""
+    return load_spot_csv(SPOT, reported_at=NOW)
+
+
+# The HP demand placed on it: model, GPU memory one replica needs (weights and KV cache,
+# GB), host memory per replica (GB), the classes it may use in order of preference, and
+# replicas in all. Made up in the spirit of the trace, whose job list is not in the
+# repository copy: its HP jobs are mostly one-card ones on A10 and GPU-series-1, with
+# 8-card tensor-parallel ones on A100 and H800. Each model's cards per class follow from
+# its GPU memory (``_tensor_parallel``), so the per-card figures of ``bench.spot`` decide
+# them. The totals ask 10,540 cards of the 10,412 there are (1.2% over, one tier), and
+# each shape's preferred class is short while another has room: a placement that takes
+# the preferred class for every replica leaves cards idle, so the packing matters.
+_SPOT_SHAPES: tuple[tuple[str, int, int, tuple[str, ...], int], ...] = (
+    ("chat-8b", 20, 48, ("A10", "GPU-series-1"), 2400),
+    ("embed", 8, 32, ("GPU-series-1", "A10"), 650),
+    # KV cache offloaded to host memory: 160 GB, so at most 4 per 8-card series-1 node.
+    ("chat-8b-long", 20, 160, ("GPU-series-1", "A10"), 200),
+    ("chat-14b", 40, 64, ("GPU-series-1", "A100-SXM4-80GB"), 200),
+    ("coder-32b", 96, 128, ("GPU-series-1", "A100-SXM4-80GB"), 60),
+    ("chat-70b", 400, 384, ("H800", "A100-SXM4-80GB", "A800-SXM4-80GB"), 540),
+    ("chat-70b-fp8", 300, 256, ("A100-SXM4-80GB", "A800-SXM4-80GB", "GPU-series-2"), 260),
+    # Only the 768 GB hosts (192 vCPUs) hold its 640 GB: H800 and series-2.
+    ("moe-fp8", 600, 640, ("H800", "GPU-series-2"), 130),
+)
+
+
+def _tensor_parallel(need_gb: int, cls: str) -> int:
+    """The fewest cards (1, 2, 4 or 8) of ``cls`` whose memory holds ``need_gb``."""
+    for cards in (1, 2, 4, 8):
+        if cards * GPU_MEMORY_GB[cls] >= need_gb:
+            return cards
+    raise ValueError(f"{need_gb} GB does not fit 8 cards of {cls}")
+
+
+def spot_demands(fraction: float = 1.0, seed: int = 13) -> list[Demand]:
+    """HP models on the spot inventory (``_SPOT_SHAPES``), each shape split into models of
+    5 to 60 replicas (seeded, so the same list every time); one priority tier, profile
+    priorities 10, 5, 0 in each model's order of preference. ``fraction`` scales every
+    shape's replicas (rounded) for a slice of the inventory (``spot_nodes()[::k]``)."""
+    rng = random.Random(seed)
+    demands = []
+    for shape, need, host, classes, total in _SPOT_SHAPES:
+        replicas = round(total * fraction)
+        profiles = tuple(
+            _gpu(
+                f"{cls.lower()}-tp{_tensor_parallel(need, cls)}",
+                cls,
+                _tensor_parallel(need, cls),
+                priority=max(10 - 5 * i, 0),
+                memory=host,
+            )
+            for i, cls in enumerate(classes)
+        )
+        left, i = replicas, 0
+        while left > 0:
+            count = min(left, rng.randint(5, 60))
+            demands.append(Demand(f"{shape}-{i:02d}", count, profiles))
+            left -= count
+            i += 1
+    return demands
 
 
 # -- synthetic fleets -------------------------------------------------------------------

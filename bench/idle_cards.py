@@ -28,6 +28,8 @@ from bench.fleets import (
     openb_demands,
     openb_nodes,
     openb_pod_demands,
+    spot_demands,
+    spot_nodes,
     synthetic_demands,
     synthetic_nodes,
 )
@@ -64,6 +66,7 @@ def run(sizes: Sequence[int]) -> common.Table:
     fleets: list[tuple[str, list[Node], list[Demand]]] = [
         ("openb", openb, openb_demands()),
         ("openb pods", openb, openb_pod_demands(openb)),
+        ("spot (HP demand)", spot_nodes(), spot_demands()),
     ]
     fleets += [(f"synthetic {n:,}", synthetic_nodes(n), synthetic_demands(2 * n)) for n in sizes]
     for label, nodes, demands in fleets:

@@ -32,12 +32,15 @@ from sqlalchemy import Engine
 
 from events.database.connection import make_engine
 from events.database.migrate import upgrade
+from tests.tls import share_default_tls_context
 
 # A hook, registered by its name here: the tests of a module-scoped fixture share one
 # xdist worker (tests/xdist_groups.py).
 from tests.xdist_groups import pytest_collection_modifyitems  # noqa: F401
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+share_default_tls_context()
 REPO = Path(__file__).resolve().parent.parent
 
 # A busy 2-core CI machine makes any timing-based verdict a coin toss: no

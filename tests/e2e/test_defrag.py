@@ -102,8 +102,8 @@ def test_a_tp8_replica_is_placed_by_the_fewest_surge_first_moves_within_the_budg
             done = c.cli("apply", allowed, "--reason", "let the scheduler move small")
             assert done.returncode == 0, done.stderr
             placed = eventually(lambda: c.ready("big", 1), "big placed and ready", 180)
-            time.sleep(1)
-        assert len(sampler.samples) > 10, sampler.samples
+            sampler.settle()
+        assert sampler.during >= 3, sampler.samples  # it looked while the change ran
         assert min(sampler.samples) >= 8, sampler.samples  # never below scaling.min
 
         events = c.cli.json("history", "--placements")
@@ -181,9 +181,9 @@ def test_a_spread_worsened_by_a_node_loss_is_repaired_surge_first_when_the_node_
                 "pair spread over n0 and n1 again",
                 180,
             )
-            time.sleep(1)
+            sampler.settle()
         assert len(repaired) == 2
-        assert len(sampler.samples) > 5, sampler.samples
+        assert sampler.during >= 3, sampler.samples  # it looked while the change ran
         assert min(sampler.samples) >= 2, sampler.samples
         events = c.cli.json("history", "--placements", "--model", "pair")
         said = [e for e in events if "to repair the spread of model pair" in e.get("reason", "")]

@@ -65,6 +65,8 @@ class Sampler:
     c: Cluster
     model: str
     samples: list[int] = field(default_factory=list)
+    # Samples taken while the change ran (``settle`` notes it).
+    during: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def serving(self) -> int:
@@ -84,6 +86,18 @@ class Sampler:
             started = time.monotonic()
             self.samples.append(self.serving())
             self._stop.wait(max(0.0, 0.2 - (time.monotonic() - started)))
+
+    def settle(self, more: int = 5, timeout: float = 60) -> None:
+        """Once the change is done: note how many samples it took, then wait for ``more``.
+
+        A count of samples, not a sleep: under load one sample (an API read and a /health
+        per replica) can take far longer than its 200 ms period."""
+        self.during = len(self.samples)
+        target = len(self.samples) + more
+        deadline = time.monotonic() + timeout
+        while len(self.samples) < target and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(self.samples) >= target, f"the sampler stalled at {len(self.samples)} samples"
 
     @contextmanager
     def watching(self) -> Iterator[Sampler]:
@@ -121,7 +135,7 @@ def roll_and_watch(c: Cluster, model: str, change: Any) -> tuple[Sampler, list[d
         change()
         after = eventually(lambda: rolled(c, model, old_versions), f"{model} rolled", 180)
         # And a few more samples once it settled.
-        time.sleep(1)
+        sampler.settle()
     # Every old engine has exited (its agent stopped it once a new one was ready).
     eventually(
         lambda: (
@@ -175,7 +189,7 @@ def test_apply_priority_rollback_and_a_declared_edit_roll_out_surge_first_withou
         # 1. `llmgw apply` of the runtime model with one argument changed.
         changed = sim_model("trial", "0.01")
         sampler, _ = roll_and_watch(c, "trial", apply_file(c, "trial.yaml", changed))
-        assert len(sampler.samples) > 10, sampler.samples
+        assert sampler.during >= 3, sampler.samples  # it looked while the change ran
         assert min(sampler.samples) >= 2, sampler.samples  # min 2 - max_unavailable 0
         assert {tuple(r["argv"][-2:]) for r in engines(c, "trial")} == {("--token-delay", "0.01")}
         assert len(engines(c, "trial")) == 2

@@ -127,6 +127,24 @@ _NAME = st.from_regex(r"[a-z][a-z0-9-]{0,10}[a-z0-9]", fullmatch=True)
 _DURATION = st.sampled_from(["20m", "0s", "90s", "1h30m", "80ms", "1.5s", "250us", "2h"])
 
 
+# The optional fields' strategies, built once: built inside each draw, hypothesis validated
+# every one again (regexes included), a third of these tests' CPU.
+_PROFILE_OPTIONAL: dict[str, st.SearchStrategy[Any]] = {
+    "args": st.lists(_FREE, max_size=3),
+    "env": st.dictionaries(_FREE, _FREE, max_size=3),
+    "min_memory_gb": st.integers(0, 1 << 20),
+    "node_selector": st.dictionaries(
+        st.from_regex(r"[a-z]{1,6}", fullmatch=True),
+        st.from_regex(r"[a-z0-9]{1,6}", fullmatch=True),
+        max_size=2,
+    ),
+    "weight": st.one_of(st.floats(0, 1e6, allow_nan=False), st.integers(0, 2**70), st.just(-0.0)),
+    "priority": st.integers(-(2**70), 2**70),
+    "startup_timeout": _DURATION,
+}
+_PROFILE_KEYS = st.lists(st.sampled_from(sorted(_PROFILE_OPTIONAL)), unique=True)
+
+
 @st.composite
 def valid_profiles(draw: st.DrawFn, name: str) -> dict[str, Any]:
     cpu = draw(st.integers(0, 5)) == 0
@@ -142,64 +160,54 @@ def valid_profiles(draw: st.DrawFn, name: str) -> dict[str, Any]:
             nodes = draw(st.sampled_from([n for n in (1, 2, 4) if tp % n == 0]))
             body["nodes"] = nodes
             body["gpus_per_node"] = tp // nodes
-    optional: dict[str, st.SearchStrategy[Any]] = {
-        "args": st.lists(_FREE, max_size=3),
-        "env": st.dictionaries(_FREE, _FREE, max_size=3),
-        "min_memory_gb": st.integers(0, 1 << 20),
-        "node_selector": st.dictionaries(
-            st.from_regex(r"[a-z]{1,6}", fullmatch=True),
-            st.from_regex(r"[a-z0-9]{1,6}", fullmatch=True),
-            max_size=2,
-        ),
-        "weight": st.one_of(
-            st.floats(0, 1e6, allow_nan=False), st.integers(0, 2**70), st.just(-0.0)
-        ),
-        "priority": st.integers(-(2**70), 2**70),
-        "startup_timeout": _DURATION,
-    }
-    for key in draw(st.lists(st.sampled_from(sorted(optional)), unique=True)):
-        body[key] = draw(optional[key])
+    for key in draw(_PROFILE_KEYS):
+        body[key] = draw(_PROFILE_OPTIONAL[key])
     return body
+
+
+_BODY_OPTIONAL: dict[str, st.SearchStrategy[Any]] = {
+    "aliases": st.lists(_NAME, max_size=2, unique=True),  # the model's own name dropped below
+    "fallbacks": st.lists(_NAME, max_size=2),
+    "scaling": st.fixed_dictionaries(
+        {}, optional={"min": st.integers(0, 3), "max": st.integers(4, 10_000)}
+    ),
+    "slo": st.fixed_dictionaries({}, optional={"ttft_p99": _DURATION, "tpot_p99": _DURATION}),
+    "capabilities": st.fixed_dictionaries(
+        {},
+        optional={"tools": st.booleans(), "vision": st.booleans(), "embeddings": st.booleans()},
+    ),
+    "context_length": st.integers(0, 2**70),
+    "routing_profile": st.sampled_from(["", "latency", "round-robin"]),
+    "placement": st.fixed_dictionaries(
+        {},
+        optional={
+            "priority": st.integers(-5, 5),
+            "spread_by": st.one_of(st.none(), st.sampled_from(["zone", "rack", ""]), _PRINTABLE),
+            "spread_required": st.booleans(),
+        },
+    ),
+    "rollout": st.fixed_dictionaries(
+        {}, optional={"max_surge": st.integers(1, 3), "max_unavailable": st.integers(0, 3)}
+    ),
+}
+_BODY_KEYS = st.lists(st.sampled_from(sorted(_BODY_OPTIONAL)), unique=True)
+_PROFILE_NAMES = st.lists(_NAME, min_size=1, max_size=3, unique=True)
+_SOURCES = st.one_of(_PRINTABLE, st.just("org/model"))
 
 
 @st.composite
 def valid_bodies(draw: st.DrawFn) -> dict[str, Any]:
     name = draw(_NAME)
-    names = draw(st.lists(_NAME, min_size=1, max_size=3, unique=True))
+    names = draw(_PROFILE_NAMES)
     body: dict[str, Any] = {
         "name": name,
-        "source": draw(st.one_of(_PRINTABLE, st.just("org/model"))),
+        "source": draw(_SOURCES),
         "profiles": [draw(valid_profiles(n)) for n in names],
     }
-    optional: dict[str, st.SearchStrategy[Any]] = {
-        "aliases": st.lists(_NAME.filter(lambda a: a != name), max_size=2, unique=True),
-        "fallbacks": st.lists(_NAME, max_size=2),
-        "scaling": st.fixed_dictionaries(
-            {}, optional={"min": st.integers(0, 3), "max": st.integers(4, 10_000)}
-        ),
-        "slo": st.fixed_dictionaries({}, optional={"ttft_p99": _DURATION, "tpot_p99": _DURATION}),
-        "capabilities": st.fixed_dictionaries(
-            {},
-            optional={"tools": st.booleans(), "vision": st.booleans(), "embeddings": st.booleans()},
-        ),
-        "context_length": st.integers(0, 2**70),
-        "routing_profile": st.sampled_from(["", "latency", "round-robin"]),
-        "placement": st.fixed_dictionaries(
-            {},
-            optional={
-                "priority": st.integers(-5, 5),
-                "spread_by": st.one_of(
-                    st.none(), st.sampled_from(["zone", "rack", ""]), _PRINTABLE
-                ),
-                "spread_required": st.booleans(),
-            },
-        ),
-        "rollout": st.fixed_dictionaries(
-            {}, optional={"max_surge": st.integers(1, 3), "max_unavailable": st.integers(0, 3)}
-        ),
-    }
-    for key in draw(st.lists(st.sampled_from(sorted(optional)), unique=True)):
-        body[key] = draw(optional[key])
+    for key in draw(_BODY_KEYS):
+        body[key] = draw(_BODY_OPTIONAL[key])
+    if "aliases" in body:
+        body["aliases"] = [a for a in body["aliases"] if a != name]
     return body
 
 
