@@ -217,13 +217,6 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         # so its pauses, which land on whatever request is in flight, stay short.
         gc.collect()
         gc.freeze()
-        # A request allocates hundreds of objects, nearly all freed by their reference
-        # counts, so the default first-generation threshold (700 allocations) ran a
-        # collection every request or two over what little survived; at 50,000 it runs
-        # every few hundred requests: 4% fewer instructions per request (callgrind,
-        # bench.gateway plain, 64 clients). What cyclic garbage waits meanwhile is a few
-        # hundred requests' worth at most (memory stays flat: ``--soak``).
-        gc.set_threshold(50_000, 20, 100)
         tasks.append(asyncio.create_task(follower.run()))
         tasks.append(asyncio.create_task(signals.run()))
 
