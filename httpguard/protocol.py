@@ -143,17 +143,23 @@ class RequestHooks:
     response is not a chunked one in progress, or the server is not one this knows.
     """
 
-    __slots__ = ("_callback", "_cycle")
+    __slots__ = ("_callback", "_protocol")
 
-    def __init__(self) -> None:
+    def __init__(self, protocol: Any) -> None:
         self._callback: Callable[[], object] | None = None
-        self._cycle: Any = None  # uvicorn's RequestResponseCycle, once made
+        # The connection's protocol, not the request's cycle: the scope holds these
+        # hooks and the cycle holds the scope, so a reference to the cycle made every
+        # request a reference cycle, freed only by the garbage collector (90,000
+        # objects a gen-1 collection over 16,000 requests, against 354 without).
+        self._protocol = protocol
 
     def on_disconnect(self, callback: Callable[[], object] | None) -> None:
         self._callback = callback
 
     def write_body(self, data: bytes) -> bool:
-        cycle = self._cycle
+        protocol = self._protocol
+        # Only the newest request's (a pipelined request behind it goes through send).
+        cycle = protocol.cycle if protocol._hooks is self else None
         if (
             cycle is None
             or cycle.disconnected
@@ -310,13 +316,12 @@ def guarded_protocol(
             self._in_head = False
             self._head_raw = 0
             self._disarm_head_timer()
-            hooks = RequestHooks()
+            hooks = RequestHooks(self)
             # Before uvicorn starts the application's task with this scope.
             # (uvicorn types an extension's value as a dict; ASGI leaves it to the server.)
             cast(dict[str, Any], self.scope)["extensions"] = {HOOKS: hooks}
             super().on_headers_complete()
             if self.cycle is not None and self.cycle.scope is self.scope:
-                hooks._cycle = self.cycle
                 self._hooks = hooks
 
         # uvicorn arms a keep-alive timer at the end of every response and cancels it
