@@ -159,3 +159,41 @@ def test_write_body_frames_a_chunked_bodys_pieces_as_send_does_and_refuses_other
 
     asyncio.run(asyncio.wait_for(_serve(app, coalesce, body), 30))
     assert refusals == [False, False, False, False]
+
+
+def test_a_request_through_the_hooks_leaves_no_reference_cycle() -> None:
+    # The hooks sit in the scope, and the request's cycle holds the scope: hooks that held
+    # the cycle made every request a reference cycle, garbage only the collector frees
+    # (90,000 objects a gen-1 collection over 16,000 gateway requests).
+    import gc
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        hooks = scope["extensions"][HOOKS]
+        hooks.on_disconnect(lambda: None)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        assert hooks.write_body(b"b")
+        await send({"type": "http.response.body", "body": b""})
+        hooks.on_disconnect(None)
+
+    found: list[int] = []
+
+    async def body(client: socket.socket) -> None:
+        reader, writer = await asyncio.open_connection(sock=client)
+        for round_ in range(2):
+            gc.collect()
+            gc.disable()
+            try:
+                for _ in range(50):
+                    writer.write(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
+                    await reader.readuntil(b"0\r\n\r\n")
+                await asyncio.sleep(0.05)
+                if round_:  # the first round warms caches up
+                    found.append(gc.collect())
+            finally:
+                gc.enable()
+
+    asyncio.run(asyncio.wait_for(_serve(app, True, body), 30))
+    assert found[0] < 50, f"{found[0]} objects in reference cycles after 50 requests"
