@@ -41,7 +41,16 @@ test:
 	echo "==> make test took $$(($$(date +%s) - start)) s (exit status $$rc)"; \
 	exit $$rc
 
-test-steps: $(DEV_STAMP) chromium llamacpp lint typecheck docs pytest
+# The type check (half a minute of one core) runs beside the suite, whose processes leave
+# a core idle a quarter of the time while they wait on servers and agents. Its output is
+# kept aside and printed once the suite is done, so the suite's progress shows as it goes.
+test-steps: $(DEV_STAMP) chromium llamacpp lint docs
+	@echo "==> mypy runs beside the suite; what it says is printed after the suite"
+	@log=$$(mktemp); \
+	$(MAKE) --no-print-directory typecheck > $$log 2>&1 & checker=$$!; \
+	$(MAKE) --no-print-directory pytest; suite=$$?; \
+	wait $$checker; typed=$$?; cat $$log; rm -f $$log; \
+	test $$suite -eq 0 -a $$typed -eq 0
 
 ## llamacpp: llama.cpp's server for CPU replicas and the llamacpp tests (pytest -m llamacpp).
 ## Built from source once (about 5 minutes on 2 cores), then installed from the wheel

@@ -13,7 +13,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.api.server import LLMGW, ApiServer, Tokens, definition, running
+from tests import forkserver
+from tests.api.server import ApiServer, Tokens, definition, running
 from tests.api.test_api_catalog import assert_problem
 
 pytestmark = pytest.mark.slow
@@ -39,15 +40,7 @@ def cli_apply(api: ApiServer, body: dict[str, Any]) -> subprocess.CompletedProce
     path = api.workdir / "apply.yaml"
     path.write_text(yaml.safe_dump(body))
     env = {**os.environ, "LLMGW_DATABASE_URL": api.db_url, "LLMGW_CONFIG": api.env["LLMGW_CONFIG"]}
-    return subprocess.run(
-        [LLMGW, "apply", str(path)],
-        cwd=api.workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return forkserver.run(["apply", str(path)], cwd=api.workdir, env=env, timeout=60)
 
 
 def test_put_adds_then_replaces_in_one_event_and_answers_the_diff(ops: httpx.Client) -> None:

@@ -18,7 +18,8 @@ from catalog import load_declared
 from events.database.connection import make_engine
 from events.read.replay import replay
 from events.storage.backends import open_log
-from tests.api.server import LLMGW, ApiServer, Tokens, definition, running
+from tests import forkserver
+from tests.api.server import ApiServer, Tokens, definition, running
 
 pytestmark = pytest.mark.slow
 
@@ -58,15 +59,7 @@ def assert_problem(response: httpx.Response, status: int, kind: str) -> dict[str
 
 def cli(api: ApiServer, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LLMGW_DATABASE_URL": api.db_url, "LLMGW_CONFIG": api.env["LLMGW_CONFIG"]}
-    return subprocess.run(
-        [LLMGW, *args],
-        cwd=api.workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return forkserver.run(args, cwd=api.workdir, env=env, timeout=60)
 
 
 def test_the_model_list_is_openai_compatible_and_carries_what_clients_size_prompts_by(

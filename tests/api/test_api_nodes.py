@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.server import LLMGW, ApiServer, Tokens, definition, running
+from tests import forkserver
+from tests.api.server import ApiServer, Tokens, definition, running
 
 pytestmark = pytest.mark.slow
 
@@ -47,19 +48,8 @@ def metric(client: httpx.Client, name: str) -> float:
 
 
 def cli(api: ApiServer, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [LLMGW, *args],
-        cwd=api.workdir,
-        env={
-            **os.environ,
-            "LLMGW_DATABASE_URL": api.db_url,
-            "LLMGW_CONFIG": api.env["LLMGW_CONFIG"],
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    env = {**os.environ, "LLMGW_DATABASE_URL": api.db_url, "LLMGW_CONFIG": api.env["LLMGW_CONFIG"]}
+    return forkserver.run(args, cwd=api.workdir, env=env, timeout=60)
 
 
 def test_a_report_is_recorded_with_the_path_name_and_listed_as_the_cli_lists_it(

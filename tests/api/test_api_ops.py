@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 
+from tests import forkserver
 from tests.api.server import LLMGW, ApiServer, Tokens, definition, running
 
 pytestmark = pytest.mark.slow
@@ -42,15 +43,13 @@ def api(module_db_url: str, module_dir: Path, tokens: Tokens) -> Iterator[ApiSer
 
 def place(server: ApiServer, *extra: str) -> dict[str, Any]:
     """One real scheduler round (``llmgw place``), as the daemon runs it."""
-    done = subprocess.run(
-        [LLMGW, "place", "--json", *extra],
+    done = forkserver.run(
+        ["place", "--json", *extra],
         env={**server.env, "LLMGW_LOG_LEVEL": "ERROR"},
         cwd=server.workdir,
-        capture_output=True,
-        text=True,
-        check=True,
         timeout=300,
     )
+    assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
@@ -211,15 +210,13 @@ def test_fleet_gives_the_last_round_s_reasons_cordons_included_and_the_placement
     assert after["reasons_from"]["recorded_round"] == 1
     assert after["reasons_from"]["planned_at"] > fleet["reasons_from"]["planned_at"]
 
-    done = subprocess.run(
-        [LLMGW, "history", "--placements", "--json"],
+    done = forkserver.run(
+        ["history", "--placements", "--json"],
         env={**server.env, "LLMGW_LOG_LEVEL": "ERROR"},
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
         timeout=300,
     )
+    assert done.returncode == 0, done.stderr
     placement_log = [e for e in json.loads(done.stdout) if e["log"] == "placements"]
     assert [e["type"] for e in placement_log][:1] == ["node.cordoned"]
     assert fleet["placement_head"] == placement_log[0]["position"]

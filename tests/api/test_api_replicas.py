@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.api.server import LLMGW, ApiServer, Tokens, running
+from tests import forkserver
+from tests.api.server import ApiServer, Tokens, running
 
 pytestmark = pytest.mark.slow
 
@@ -43,9 +43,7 @@ def test_an_agent_reports_replica_states_and_placements_show_and_filter_them(
     reader = api.client(tokens.reader)
     node = {"gpu_class": "T4", "gpus": 4}
     assert agent.put("/v1/nodes/node-a", json=node).status_code == 200
-    done = subprocess.run(
-        [LLMGW, "place"], cwd=api.workdir, env=api.env, capture_output=True, text=True, check=False
-    )
+    done = forkserver.run(["place"], cwd=api.workdir, env=api.env, timeout=300)
     assert done.returncode == 0, done.stderr
     listed = reader.get("/v1/placements", params={"node": "node-a"}).json()
     assert [(p["replica"], p["state"]) for p in listed] == [(0, "unreported"), (1, "unreported")]
@@ -87,9 +85,7 @@ def test_what_one_request_may_use_is_kept_on_the_replica_and_a_larger_catalog_fi
     reader = api.client(tokens.reader)
     node = {"gpu_class": "T4", "gpus": 4}
     assert agent.put("/v1/nodes/node-a", json=node).status_code == 200
-    done = subprocess.run(
-        [LLMGW, "place"], cwd=api.workdir, env=api.env, capture_output=True, text=True, check=False
-    )
+    done = forkserver.run(["place"], cwd=api.workdir, env=api.env, timeout=300)
     assert done.returncode == 0, done.stderr
     ready = {"model": "base-7b", "state": "ready", "endpoint": "http://10.0.0.7:8000"}
     sent = {

@@ -13,7 +13,6 @@ endpoints here are only reported: nothing ever connects to them.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,8 @@ import pytest
 
 from events.database.connection import make_engine
 from scheduler.lifecycle.endpoints import NO_NETWORKS, endpoint_problem
-from tests.api.server import LLMGW, ApiServer, Tokens, running
+from tests import forkserver
+from tests.api.server import ApiServer, Tokens, running
 from tests.support import insert_raw_event
 
 pytestmark = pytest.mark.slow
@@ -117,9 +117,7 @@ def _place(api: ApiServer) -> None:
     agent = api.client(_tokens(api).agents["node-a"])
     node = {"gpu_class": "T4", "gpus": 4, "address": "10.0.0.7"}
     assert agent.put("/v1/nodes/node-a", json=node).status_code == 200
-    done = subprocess.run(
-        [LLMGW, "place"], cwd=api.workdir, env=api.env, capture_output=True, text=True, check=False
-    )
+    done = forkserver.run(["place"], cwd=api.workdir, env=api.env, timeout=300)
     assert done.returncode == 0, done.stderr
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests import forkserver
 from tests.conftest import PG_ADMIN
 from tests.support import dump_yaml
 
@@ -46,15 +47,9 @@ class Env:
         self.daemons: list[tuple[subprocess.Popen[bytes], Path]] = []
 
     def llmgw(self, *args: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [LLMGW, *args],
-            check=False,
-            cwd=self.workdir,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        # Forked from a process that has llmgw imported (tests/forkserver.py); the daemons
+        # stay real processes.
+        done = forkserver.run(args, cwd=self.workdir, env=self.env, timeout=60)
         assert done.returncode == 0, done.stderr
         return done
 

@@ -19,6 +19,7 @@ from catalog import parse_model
 from events.core.types import MODEL_ADDED, MODEL_REMOVED, NewEvent
 from events.database.connection import make_engine
 from events.storage.backends import open_log
+from tests import forkserver
 from tests.api.server import LLMGW, ApiServer, Tokens, running
 from tests.lifecycle_agent import NEVER_READY, OLD_AGENT, AgentNode, ReportingAgent
 
@@ -179,14 +180,13 @@ def test_a_replica_that_never_becomes_ready_is_moved_after_its_startup_timeout(
         )
     finally:
         agent.stop()
-    history = subprocess.run(
-        [LLMGW, "history", "--placements", "--model", "slow", "--json"],
+    history = forkserver.run(
+        ["history", "--placements", "--model", "slow", "--json"],
         cwd=server.workdir,
         env=server.env,
-        capture_output=True,
-        text=True,
-        check=True,
+        timeout=300,
     )
+    assert history.returncode == 0, history.stderr
     events = [(e["type"], e["reason"]) for e in json.loads(history.stdout)]
     types = [t for t, _ in events]
     assert "replica.failed" in types
@@ -237,14 +237,10 @@ def test_draining_a_node_with_three_replicas_moves_them_keeping_min_ready_across
     finally:
         agent.stop()
     assert min(agent.ready["llama"][watched_from:]) >= 3
-    listed = subprocess.run(
-        [LLMGW, "nodes", "list", "--json"],
-        cwd=server.workdir,
-        env=server.env,
-        capture_output=True,
-        text=True,
-        check=True,
+    listed = forkserver.run(
+        ["nodes", "list", "--json"], cwd=server.workdir, env=server.env, timeout=300
     )
+    assert listed.returncode == 0, listed.stderr
     node = next(n for n in json.loads(listed.stdout) if n["name"] == host)
     assert node["service"] == "draining (0 replicas left)"
     assert node["cordon"]["actor"] == "ops" and node["cordon"]["reason"] == "kernel update"
@@ -267,14 +263,13 @@ def test_cordon_and_uncordon_over_http_need_an_operator_and_name_a_known_node(
         assert (back["mode"], back["changed"]) == (None, True)
     with httpx.Client() as plain:
         assert plain.post(f"{server.url}/v1/nodes/node-a/drain").status_code == 401
-    history = subprocess.run(
-        [LLMGW, "history", "--placements", "--actor", "ops", "--json"],
+    history = forkserver.run(
+        ["history", "--placements", "--actor", "ops", "--json"],
         cwd=server.workdir,
         env=server.env,
-        capture_output=True,
-        text=True,
-        check=True,
+        timeout=300,
     )
+    assert history.returncode == 0, history.stderr
     assert [(e["type"], e["reason"]) for e in json.loads(history.stdout)] == [
         ("node.cordoned", "node node-a: fan alarm [round 0, catalog position 0]"),
         ("node.uncordoned", "node node-a [round 0, catalog position 0]"),
