@@ -30,7 +30,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
@@ -42,7 +42,9 @@ from gateway.settings import GatewaySettings
 from gateway.state import State
 from gateway.table import ModelEntry, Replica
 from gateway.upstream import Answer, BrokenAnswer, Unreachable, Upstream
-from httpguard.protocol import RequestHooks
+
+if TYPE_CHECKING:  # (the proxy needs no server at run time: httpguard.protocol loads uvicorn)
+    from httpguard.protocol import RequestHooks
 
 log = structlog.get_logger("gateway")
 
