@@ -97,7 +97,7 @@ PACKAGES := catalog events scheduler declared llmgw agent gateway httpguard auto
 
 pytest: $(DEV_STAMP)
 	$(BIN)/python -m compileall -q $(PACKAGES) tests bench docsite > /dev/null
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n 2 --dist loadgroup -q
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n 4 --dist loadgroup -q
 
 ## bench: print the benchmark tables (see docs/benchmarks/)
 bench: $(DEV_STAMP)

@@ -1,6 +1,6 @@
 """One xdist worker per module-scoped fixture: a pytest plugin (tests/conftest.py loads it).
 
-`make test` runs `pytest -n 2 --dist loadgroup`: a test without an ``xdist_group`` mark
+`make test` runs `pytest -n 4 --dist loadgroup`: a test without an ``xdist_group`` mark
 goes to whichever worker is free, so a module whose tests share a module-scoped fixture
 (a server, a cluster of server, agents and gateway) had it built on both workers. Each
 such test gets its module's group here, so the fixture is built once. A module-scoped
