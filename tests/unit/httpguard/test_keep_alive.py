@@ -11,14 +11,11 @@ server on a real socket, in this test's event loop (asyncio's, whose ``call_at``
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from typing import Any
 
-import uvicorn
-
 from httpguard import HeadLimits
-from httpguard.protocol import uvicorn_options
+from tests.unit.httpguard.serving import guarded_server
 
 TIMEOUT = 0.5
 
@@ -48,39 +45,28 @@ def test_an_idle_connection_closes_a_timeout_after_its_last_response_with_one_ti
             timers += 1
             return call_later(delay, *args, **kw)
 
-        sock = socket.create_server(("127.0.0.1", 0))
-        config = uvicorn.Config(
-            app,
-            loop="none",
-            lifespan="off",
-            log_level="critical",
-            **uvicorn_options(HeadLimits(keep_alive_timeout_s=TIMEOUT), coalesce_writes=True),
-        )
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            await asyncio.sleep(0.01)
-        reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
-        loop.call_at = counting_at  # type: ignore[method-assign,assignment]
-        loop.call_later = counting_later  # type: ignore[method-assign,assignment]
-        try:
-            for _ in range(20):
-                writer.write(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
-                await reader.readuntil(b"\r\n\r\nok")
-            assert timers <= 2, f"{timers} timers for 20 requests on one connection"
-            # Busy past the first response's timeout: requests keep coming, each within it.
-            for _ in range(4):
-                await asyncio.sleep(TIMEOUT * 0.6)
-                writer.write(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
-                await reader.readuntil(b"\r\n\r\nok")
-            last = time.monotonic()
-            assert await asyncio.wait_for(reader.read(), 10) == b"", "not closed when idle"
-            idle = time.monotonic() - last
-            assert TIMEOUT * 0.9 <= idle < TIMEOUT + 1.0, f"closed after {idle:.2f}s idle"
-        finally:
-            loop.call_at, loop.call_later = call_at, call_later  # type: ignore[method-assign]
-            writer.close()
-            server.should_exit = True
-            await task
+        async with guarded_server(
+            app, HeadLimits(keep_alive_timeout_s=TIMEOUT), coalesce=True
+        ) as sock:
+            reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+            loop.call_at = counting_at  # type: ignore[method-assign,assignment]
+            loop.call_later = counting_later  # type: ignore[method-assign,assignment]
+            try:
+                for _ in range(20):
+                    writer.write(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
+                    await reader.readuntil(b"\r\n\r\nok")
+                assert timers <= 2, f"{timers} timers for 20 requests on one connection"
+                # Busy past the first response's timeout: requests keep coming, each within it.
+                for _ in range(4):
+                    await asyncio.sleep(TIMEOUT * 0.6)
+                    writer.write(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
+                    await reader.readuntil(b"\r\n\r\nok")
+                last = time.monotonic()
+                assert await asyncio.wait_for(reader.read(), 10) == b"", "not closed when idle"
+                idle = time.monotonic() - last
+                assert TIMEOUT * 0.9 <= idle < TIMEOUT + 1.0, f"closed after {idle:.2f}s idle"
+            finally:
+                loop.call_at, loop.call_later = call_at, call_later  # type: ignore[method-assign]
+                writer.close()
 
     asyncio.run(asyncio.wait_for(main(), 30))

@@ -16,10 +16,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-import uvicorn
 
-from httpguard import HeadLimits
-from httpguard.protocol import HOOKS, uvicorn_options
+from httpguard.protocol import HOOKS
+from tests.unit.httpguard.serving import guarded_server
 
 App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
@@ -27,26 +26,13 @@ App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 async def _serve(
     app: App, coalesce: bool, body: Callable[[socket.socket], Awaitable[None]]
 ) -> None:
-    sock = socket.create_server(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        app,
-        loop="none",
-        lifespan="off",
-        log_level="critical",
-        **uvicorn_options(HeadLimits(), coalesce_writes=coalesce),
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-    client = socket.socket()
-    client.connect(sock.getsockname())
-    try:
-        await body(client)
-    finally:
-        client.close()
-        server.should_exit = True
-        await task
+    async with guarded_server(app, coalesce=coalesce) as sock:
+        client = socket.socket()
+        client.connect(sock.getsockname())
+        try:
+            await body(client)
+        finally:
+            client.close()
 
 
 @pytest.mark.parametrize("coalesce", [False, True], ids=["api", "gateway"])

@@ -14,10 +14,9 @@ import time
 from typing import Any
 
 import pytest
-import uvicorn
 
 from httpguard import HeadLimits
-from httpguard.protocol import uvicorn_options
+from tests.unit.httpguard.serving import guarded_server
 
 BLOCK = b"z" * 65536
 
@@ -52,31 +51,17 @@ def test_a_client_that_stops_reading_is_dropped_after_the_write_timeout(coalesce
     async def main() -> None:
         app = Endless()
         app.ended = asyncio.get_running_loop().create_future()
-        sock = socket.create_server(("127.0.0.1", 0))
-        limits = HeadLimits(write_timeout_s=0.5)
-        config = uvicorn.Config(
-            app,
-            loop="none",
-            lifespan="off",
-            log_level="critical",
-            **uvicorn_options(limits, coalesce_writes=coalesce),
-        )
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            await asyncio.sleep(0.01)
-        client = socket.socket()
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.connect(sock.getsockname())
-        client.sendall(b"GET /endless HTTP/1.1\r\nhost: t\r\n\r\n")
-        began = time.monotonic()
-        # The hang guard only: the verdict is that the application saw the client go.
-        ended = await asyncio.wait_for(app.ended, 20)
-        assert ended, "the application was never told the client went away"
-        assert time.monotonic() - began >= 0.5
-        client.close()
-        server.should_exit = True
-        await task
+        async with guarded_server(app, HeadLimits(write_timeout_s=0.5), coalesce=coalesce) as sock:
+            client = socket.socket()
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            client.connect(sock.getsockname())
+            client.sendall(b"GET /endless HTTP/1.1\r\nhost: t\r\n\r\n")
+            began = time.monotonic()
+            # The hang guard only: the verdict is that the application saw the client go.
+            ended = await asyncio.wait_for(app.ended, 20)
+            assert ended, "the application was never told the client went away"
+            assert time.monotonic() - began >= 0.5
+            client.close()
 
     asyncio.run(main())
 
