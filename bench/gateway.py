@@ -261,6 +261,20 @@ def measure(
 
 def start_targets(settings: Settings, upstream: str, workdir: Path, run: Run) -> list[Target]:
     wanted: list[Target] = []
+    try:
+        return _start(settings, upstream, workdir, run, wanted)
+    except BaseException:
+        # A failure that is not a target's own Unavailable (a bad --variant, ^C, a
+        # control plane that broke mid-start) must not leave the control planes and
+        # gateways started so far running after the benchmark has ended.
+        for target in wanted:
+            target.stop()
+        raise
+
+
+def _start(
+    settings: Settings, upstream: str, workdir: Path, run: Run, wanted: list[Target]
+) -> list[Target]:
     have_peers = (settings.peers_venv / "bin" / "python").exists()
     for peer in settings.peers:
         if not have_peers:

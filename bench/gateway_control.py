@@ -109,10 +109,17 @@ class ControlPlane:
                 stdout=subprocess.PIPE,
                 stderr=log,
             )
-        assert self.proc.stdout is not None
+        try:
+            self._started()
+        except BaseException:
+            self.stop()  # an error past this point (an HTTP error, ^C) leaves no server behind
+            raise
+        return self
+
+    def _started(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()
         if "listening on " not in line:
-            self.stop()
             raise Unavailable(f"llmgw serve did not start: {self._log_tail()}")
         self.url = line.split("listening on ", 1)[1].strip()
         with httpx.Client(base_url=self.url, timeout=30) as client:
@@ -123,7 +130,6 @@ class ControlPlane:
             self._report(client)  # and now its replica is ready, at the stub
         self._thread = threading.Thread(target=self._beat, name="bench-reporter", daemon=True)
         self._thread.start()
-        return self
 
     def _wait_accepting(self, client: httpx.Client, timeout: float = 30.0) -> None:
         """The line is printed once the port is bound; uvicorn listens a moment later, and a
@@ -135,7 +141,6 @@ class ControlPlane:
                 return
             except httpx.ConnectError:
                 if time.monotonic() > deadline:
-                    self.stop()
                     raise Unavailable(f"llmgw serve never accepted: {self._log_tail()}") from None
                 time.sleep(0.1)
 

@@ -234,15 +234,19 @@ def ours(
     home = "control" if key == "ours" else "control-" + key.replace(":", "-")
     control = ControlPlane(llmgw, workdir / home, upstream).start()
     port = free_port()
-    argv = shlex.split(
-        command.format(
-            llmgw=control.llmgw,
-            server=control.url,
-            token_file=control.gateway_token_file,
-            host="127.0.0.1",
-            port=port,
+    try:
+        argv = shlex.split(
+            command.format(
+                llmgw=control.llmgw,
+                server=control.url,
+                token_file=control.gateway_token_file,
+                host="127.0.0.1",
+                port=port,
+            )
         )
-    )
+    except (KeyError, IndexError, ValueError) as exc:
+        control.stop()
+        raise Unavailable(f"{label}: {command!r} does not format: {exc!r}") from exc
     return Target(
         key=key,
         label=label,

@@ -10,13 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import openai
+import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bench.gateway import Figures, Load, Measured, Run, Settings, job_for, stub
+from bench.gateway_control import Unavailable
 from bench.gateway_load import percentiles
-from bench.gateway_targets import direct
+from bench.gateway_targets import direct, ours
 
 CHUNKS = 5
 # A streamed answer's events: the role, CHUNKS tokens, the finish, and [DONE].
@@ -133,3 +135,23 @@ def test_added_latency_is_the_median_over_rounds_of_each_rounds_difference() -> 
     assert fig.cpu("gw", 1, "plain") == pytest.approx(0.002)
     assert fig.cpu("direct", 1, "plain") == pytest.approx(0.0001)  # the stub's, on direct
     assert fig.added("gw", 16, "plain", "latency", "p50") is None  # never measured
+
+
+def test_a_variant_that_cannot_start_is_named_and_leaves_no_control_plane_running(
+    stub_port: int, tmp_path: Path
+) -> None:
+    """A benchmark that gives up on one gateway must not leave its control plane (a real
+    ``llmgw serve``) running after the run: on a 2-core machine a stray server skews every
+    later measurement."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(Unavailable, match="nope"):
+        ours(
+            "{llmgw} gateway --port {nope}",
+            Settings().llmgw,
+            f"http://127.0.0.1:{stub_port}",
+            tmp_path,
+            key="ours:bad",
+            label="llmgw bad",
+        )
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert [p.cmdline() for p in left if p.is_running() and p.status() != "zombie"] == []
