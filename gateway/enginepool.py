@@ -186,7 +186,9 @@ class Answer:
                 raise BrokenAnswer(conn.error)
             await conn.wait()
 
-    async def relay(self, sink: Callable[[bytes], bool]) -> None:
+    async def relay(
+        self, sink: Callable[[bytes], bool], flush: Callable[[], object] | None = None
+    ) -> None:
         """Hand the body's pieces to ``sink``: those waiting now, then each as it
         arrives, from the connection's read callback, with no task woken and nothing
         queued per piece. Returns when the body has ended or broken off (``piece`` then
@@ -196,7 +198,11 @@ class Answer:
 
         Why: a streamed answer's events, relayed one by one through ``chunks`` and the
         server's ``send``, each woke the request's task (a future, a generator step, a
-        coroutine and ASGI's message dict): most of the gateway's CPU per event."""
+        coroutine and ASGI's message dict): most of the gateway's CPU per event.
+
+        ``flush``, if given, is called once after each read that relayed a piece: the
+        sink may hold what it was handed (a transport that joins writes) and send the
+        pieces of one read together, now rather than at the event loop's next turn."""
         conn = self._conn
         while True:
             while conn.body:
@@ -206,10 +212,12 @@ class Answer:
             if conn.done or conn.error is not None:
                 return
             conn.relay = sink
+            conn.relay_flush = flush
             try:
                 await conn.wait()
             finally:
                 conn.relay = None
+                conn.relay_flush = None
             if conn.body:  # the piece the sink refused (it took every other)
                 return
 
@@ -244,6 +252,8 @@ class _Connection(asyncio.Protocol):
         self._paused = False
         # Where body pieces go instead of ``body`` (``Answer.relay``), while set.
         self.relay: Callable[[bytes], bool] | None = None
+        self.relay_flush: Callable[[], object] | None = None
+        self.relayed = False  # the current read handed the relay a piece
 
     def _reset(self) -> None:
         self.status = 0
@@ -285,6 +295,11 @@ class _Connection(asyncio.Protocol):
         # httptools holds a header's value whole (a trailer's too, after the body)
         # before any callback sees it, and skips chunk extensions unseen: the bytes fed
         # since the last callback bound what it holds (plus one read).
+        if self.relayed:
+            self.relayed = False
+            flush = self.relay_flush
+            if flush is not None:
+                flush()
         self.pending = 0 if self.progress else self.pending + len(data)
         if self.pending > MAX_HEAD or self.head_size > MAX_HEAD:
             self._fail(f"the engine's answer has a head over {MAX_HEAD} bytes")
@@ -361,6 +376,7 @@ class _Connection(asyncio.Protocol):
         relay = self.relay
         if relay is not None:
             if relay(body):
+                self.relayed = True
                 return
             self.relay = None  # refused: queued, and the relay's caller woken
         self.body.append(body)

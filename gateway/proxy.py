@@ -449,7 +449,7 @@ class Proxy:
                     # ``RequestHooks.write_body``): no task woken per event. It stops at
                     # the end, at a break, or at a piece the client cannot take now (not
                     # reading: ``send`` below waits for it, then the relay goes on).
-                    await resp.relay(sink)
+                    await resp.relay(sink, call.hooks.flush if call.hooks else None)
                 chunk = await resp.piece()
                 if chunk is None:
                     break

@@ -16,6 +16,7 @@ not also get to write the log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -95,6 +96,15 @@ class CoalescedTransport:
             self._loop.call_soon(self._flush)
         self._buffer.append(data)
 
+    def flush(self) -> None:
+        """Send what this turn wrote so far now, not at the turn's end (a complete
+        response, or a stream's pieces relayed from one read, has nothing more to join).
+        The server calls it only when one request is in flight: flushing every answer
+        at once cost 15-20% of the requests/s at 64 clients (the writes of a turn going
+        out together let the clients' next requests arrive together), while with one
+        client the turn's end is an extra loop pass: 0.27 -> 0.19 ms added p50."""
+        self._flush()
+
     def _flush(self) -> None:
         if not self._buffer:
             return
@@ -172,6 +182,16 @@ class RequestHooks:
         if data:
             cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
         return True
+
+    def flush(self) -> None:
+        """What ``write_body`` wrote, sent now rather than at the turn's end, when this
+        is the server's one request in flight (``CoalescedTransport.flush`` says why
+        only then). Never raises: it runs in another connection's read callback."""
+        protocol = self._protocol
+        transport = getattr(protocol, "transport", None)
+        if isinstance(transport, CoalescedTransport) and len(protocol.tasks) <= 1:
+            with contextlib.suppress(Exception):
+                transport.flush()
 
     def _fire(self) -> None:
         callback, self._callback = self._callback, None
@@ -334,10 +354,13 @@ def guarded_protocol(
             self._idle_since = None
 
         def on_response_complete(self) -> None:
-            # uvicorn's, but for the timer.
+            # uvicorn's, but for the timer, and the answer sent now when it is the one
+            # request in flight (``CoalescedTransport.flush``).
             self.server_state.total_requests += 1
             if self.transport.is_closing():
                 return
+            if coalesce_writes and len(self.tasks) <= 1:
+                cast(CoalescedTransport, self.transport).flush()
             self._idle_since = None
             self.flow.resume_reading()
             if self.pipeline:

@@ -203,9 +203,13 @@ class _Hooks:
         self.refuse_every = refuse_every
         self.calls = 0
         self.written = 0
+        self.flushes = 0
 
     def on_disconnect(self, callback: object) -> None:
         pass
+
+    def flush(self) -> None:
+        self.flushes += 1
 
     def write_body(self, data: bytes) -> bool:
         self.calls += 1
@@ -283,6 +287,7 @@ def test_a_streams_events_are_relayed_in_order_through_the_hooks_and_send_alike(
                 assert trace.tpot_s is not None and trace.tpot_s > 0
                 if refuse_every != 1:
                     assert hooks.written >= 5, "the relay wrote (almost) nothing"
+                    assert hooks.flushes >= 1, "what the relay wrote was never flushed"
                 else:
                     assert hooks.written == 0
 

@@ -183,3 +183,59 @@ def test_a_request_through_the_hooks_leaves_no_reference_cycle() -> None:
 
     asyncio.run(asyncio.wait_for(_serve(app, True, body), 30))
     assert found[0] < 50, f"{found[0]} objects in reference cycles after 50 requests"
+
+
+def test_the_gateway_server_sends_a_flushed_piece_and_a_complete_answer_within_the_turn() -> None:
+    """The gateway's server joins the writes of one event-loop turn; a stream's relayed
+    pieces (``flush``) and a complete answer must still leave at once, not at the end of
+    the turn: on a busy gateway that end is every ready connection later. The
+    application checks, without yielding to the loop, that the client can read them."""
+    client_socket: list[socket.socket] = []
+    seen: list[bytes] = []
+
+    def readable_now(want: bytes) -> None:
+        # Blocks the loop: had the bytes waited for the turn's end, they never come.
+        client = client_socket[0]
+        got = b""
+        client.settimeout(2)
+        while want not in got:
+            try:
+                piece = client.recv(65536)
+            except TimeoutError:
+                break
+            if not piece:
+                break
+            got += piece
+        seen.append(got)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        hooks = scope["extensions"][HOOKS]
+        if scope["path"] == "/stream":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"one;", "more_body": True})
+            assert hooks.write_body(b"two;")
+            hooks.flush()
+            readable_now(b"two;")
+            await send({"type": "http.response.body", "body": b""})
+            return
+        headers = [(b"content-length", b"5")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"whole"})
+        readable_now(b"whole")
+
+    async def body(client: socket.socket) -> None:
+        client_socket.append(client)
+        client.sendall(b"GET /stream HTTP/1.1\r\nhost: t\r\n\r\n")
+        while len(seen) < 1:
+            await asyncio.sleep(0.01)
+        client.settimeout(2)
+        client.recv(65536)  # the stream's end
+        client.sendall(b"GET /plain HTTP/1.1\r\nhost: t\r\n\r\n")
+        while len(seen) < 2:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(asyncio.wait_for(_serve(app, True, body), 30))
+    assert b"4\r\none;\r\n4\r\ntwo;\r\n" in seen[0]
+    assert seen[1].endswith(b"\r\n\r\nwhole")
