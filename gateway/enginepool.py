@@ -292,14 +292,14 @@ class _Connection(asyncio.Protocol):
             self._fail(f"the engine's answer is not HTTP/1.1 ({exc})"[:200])
             self._close()
             return
-        # httptools holds a header's value whole (a trailer's too, after the body)
-        # before any callback sees it, and skips chunk extensions unseen: the bytes fed
-        # since the last callback bound what it holds (plus one read).
         if self.relayed:
             self.relayed = False
             flush = self.relay_flush
             if flush is not None:
                 flush()
+        # httptools holds a header's value whole (a trailer's too, after the body)
+        # before any callback sees it, and skips chunk extensions unseen: the bytes fed
+        # since the last callback bound what it holds (plus one read).
         self.pending = 0 if self.progress else self.pending + len(data)
         if self.pending > MAX_HEAD or self.head_size > MAX_HEAD:
             self._fail(f"the engine's answer has a head over {MAX_HEAD} bytes")
