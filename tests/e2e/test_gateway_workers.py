@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +49,17 @@ def _ok_total(gw: GatewayProc) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def _prefix(gw: GatewayProc, token: str) -> str:
-    """The request id's worker part (its first 8 hex digits), on a new connection."""
+def _prefix(gw: GatewayProc, token: str) -> str | None:
+    """The request id's worker part (its first 8 hex digits), on a new connection; None
+    from a worker still starting (no table yet: it says so, 503 ``gateway_starting``)."""
     with httpx.Client(base_url=gw.url, timeout=60) as one:
         answer = one.post(
             "/v1/chat/completions",
             json={"model": "chat", "messages": HI, "max_tokens": 2},
             headers={"Authorization": f"Bearer {token}"},
         )
+    if answer.status_code == 503 and '"gateway_starting"' in answer.text:
+        return None
     assert answer.status_code == 200, answer.text
     return answer.headers["x-request-id"][:8]
 
@@ -80,11 +84,19 @@ def test_two_workers_serve_one_port_share_metrics_restart_and_drain(
         client = gw.openai(t.client)
 
         # Both workers take connections: each request on a new connection, until the
-        # request ids show two workers (each has its own prefix).
+        # request ids show two workers (each has its own prefix). The readiness check
+        # above may have reached only one of them (on a busy machine the other can
+        # still be fetching its first table): a worker still starting is asked again.
         prefixes: set[str] = set()
         sent = 0
+        deadline = time.monotonic() + 90
         while len(prefixes) < 2 and sent < 200:
-            prefixes.add(_prefix(gw, t.client))
+            found = _prefix(gw, t.client)
+            if found is None:
+                assert time.monotonic() < deadline, "a worker never got its routing table"
+                time.sleep(0.1)
+                continue
+            prefixes.add(found)
             sent += 1
         assert len(prefixes) == 2, f"one worker took all {sent} connections"
 
