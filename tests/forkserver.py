@@ -88,9 +88,7 @@ def serve(path: str, parent: int) -> None:
 
     for module in PRELOAD:
         importlib.import_module(module)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(64)
+    listener = listening(path)
     listener.settimeout(0.5)
     # Stopped by the test worker at its end (SIGTERM): the commands still waited for are
     # reaped first. Each waiter waits for its command and the server for each waiter, so
@@ -113,6 +111,20 @@ def serve(path: str, parent: int) -> None:
             conn.close()
     finally:
         _reap(waiters, block=True)
+
+
+def listening(path: str) -> socket.socket:
+    """A socket listening at ``path``, which appears only once it listens: the client
+    waits for the path, and a connect between bind() and listen() is refused (seen once
+    in CI, a busy 2-core machine, as four tests' ConnectionRefusedError). Bound under
+    another name and renamed into place: a rename is atomic, and it moves the socket's
+    file, which is what a connect finds."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    binding = f"{path}.binding"
+    listener.bind(binding)
+    listener.listen(64)
+    os.rename(binding, path)
+    return listener
 
 
 def _stop(signum: int, frame: object) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -113,3 +114,27 @@ def test_a_sigterm_right_after_the_listening_line_stops_serve(
                 proc.kill()
                 proc.wait()
             proc.stdout.close()
+
+
+def test_the_servers_socket_appears_only_once_it_listens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client waits for the path and then connects: a path there before listen() is
+    # a refused connect on a machine busy enough to run the client in that gap.
+    path = str(tmp_path / "sock")
+    seen_while_binding: list[bool] = []
+    listen = socket.socket.listen
+
+    def slow_listen(self: socket.socket, backlog: int = 0) -> None:
+        seen_while_binding.append(os.path.exists(path))
+        listen(self, backlog)
+
+    monkeypatch.setattr(socket.socket, "listen", slow_listen)
+    listener = forkserver.listening(path)
+    try:
+        assert seen_while_binding == [False]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(path)
+        assert sorted(os.listdir(tmp_path)) == ["sock"]
+    finally:
+        listener.close()
