@@ -108,13 +108,24 @@ class GatewayProc:
         data: dict[str, Any] = answer.json()
         return data
 
+    def _model_table(self, model: str) -> dict[str, Any] | None:
+        """The model's entry in the table; None before there is one. A worker (re)started
+        and still fetching its first table answers 503 `gateway_starting`, its documented
+        answer until then: no table yet, not a failure."""
+        answer = self.get("/routing")
+        if answer.status_code == 503 and "gateway_starting" in answer.text:
+            return None
+        assert answer.status_code == 200, answer.text
+        found: dict[str, Any] | None = answer.json()["models"].get(model)
+        return found
+
     def replicas(self, model: str) -> list[str]:
         """The keys of the model's replicas in the gateway's table."""
-        found = self.routing()["models"].get(model)
+        found = self._model_table(model)
         return [] if found is None else [r["replica"] for r in found["replicas"]]
 
     def ready(self, model: str, count: int) -> bool:
-        found = self.routing()["models"].get(model)
+        found = self._model_table(model)
         return found is not None and len(found["replicas"]) == count
 
     def log_text(self) -> str:
