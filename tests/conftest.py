@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +42,15 @@ from tests.xdist_groups import pytest_collection_modifyitems  # noqa: F401
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 share_default_tls_context()
+
+# The suite ends `--watch` and `--follow` commands with Ctrl-C (SIGINT) as an operator
+# does. A shell without job control starts a background command (`make test &` in a
+# script) with SIGINT ignored, every process under it inherits that, and a Python
+# started ignoring SIGINT never takes it: those tests would wait on commands that cannot
+# hear them. Handled here (a handler is reset to the default at exec, an "ignore" is
+# not), every command the tests start takes Ctrl-C as at a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 REPO = Path(__file__).resolve().parent.parent
 
 # A busy 2-core CI machine makes any timing-based verdict a coin toss: no
