@@ -102,6 +102,9 @@ def test_an_engine_that_dies_is_reported_failed_with_its_exit_code_and_last_log_
     }
     with cluster(tmp_path, sqlite_url, ["n1"], models=[crashy]) as c:
         agent = c.agent("n1")
+        # "reporting to" is printed before the agent's first report: one round run before
+        # the node is known places nothing, and no later round would.
+        eventually(lambda: c.cli.json("nodes", "list") or None, "n1 reported")
         c.place()
 
         def failed() -> dict[str, object] | None:

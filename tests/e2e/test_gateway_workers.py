@@ -76,7 +76,7 @@ def _a_worker_beyond(gw: GatewayProc, token: str, known: set[str]) -> tuple[str,
             answered += 1
             if found not in known:
                 return found, answered
-        assert time.monotonic() < deadline and answered < 200, (
+        assert time.monotonic() < deadline, (
             f"no worker but {sorted(known)} answered ({answered} answers)"
         )
         if found is None:
@@ -128,12 +128,18 @@ def test_two_workers_serve_one_port_share_metrics_restart_and_drain(
             th.join(120)
         assert failures == []
         sent += 40
-        # Whichever worker answers the scrape, the count is both workers' requests.
-        assert {_ok_total(gw) for _ in range(6)} == {float(sent)}
-        metrics = gw.get("/metrics").text
+        # Whichever worker answers the scrape, the count is both workers' requests. A
+        # worker counts a request after its last byte is written: the other worker may
+        # answer a scrape before that worker has run again, so the count is waited for.
+        eventually(lambda: {_ok_total(gw) for _ in range(6)} == {float(sent)}, f"{sent} ok counted")
+
+        def idle() -> str | None:
+            text = gw.get("/metrics").text
+            return text if 'llmgw_gateway_inflight{model="chat"} 0.0' in text else None
+
+        metrics = eventually(idle, "no request in flight")
         assert "llmgw_gateway_control_plane_up 1.0" in metrics
         assert 'llmgw_gateway_ready_replicas{model="chat"} 1.0' in metrics
-        assert 'llmgw_gateway_inflight{model="chat"} 0.0' in metrics
 
         # A worker killed outright is started again; the totals keep its requests.
         first[0].kill()
@@ -146,7 +152,7 @@ def test_two_workers_serve_one_port_share_metrics_restart_and_drain(
         _, answered = _a_worker_beyond(gw, t.client, {one, other})
         sent += answered
         assert client.chat.completions.create(model="chat", messages=HI, max_tokens=2).choices
-        assert _ok_total(gw) == float(sent + 1)
+        eventually(lambda: _ok_total(gw) == float(sent + 1), f"{sent + 1} ok counted")
 
         # SIGTERM during a stream: the stream finishes whole, then every process exits 0.
         stream = client.chat.completions.create(
