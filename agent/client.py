@@ -41,6 +41,11 @@ class ControlPlane:
         self._token = token
         self.timeout = timeout
 
+    @property
+    def token(self) -> str:
+        """The agent's token (a heartbeat carries it, as every request does)."""
+        return self._token
+
     def report(self, node: str, body: dict[str, Any]) -> Any:
         return self._call("PUT", f"/v1/nodes/{urllib.parse.quote(node, safe='')}", body)
 

@@ -38,6 +38,8 @@ to the file, so ``--settings /etc/llmgw/llmgw.toml`` means the same from any dir
     header_timeout = "10s"     # to send the request line and headers; then 408
     keep_alive_timeout = "5s"  # an idle connection is closed after this
     max_connections = 800      # open at once; a new one beyond is answered 503
+    heartbeat_port = 0         # agents' heartbeat connections (0: one the kernel picks)
+    heartbeat_connections = 10000  # open at once; one more is answered BUSY
     # Where agents may say their engines answer, beside their own node's address.
     agent_endpoint_networks = ["10.0.0.0/8"]
 
@@ -97,6 +99,8 @@ KEYS: dict[str, dict[str, str]] = {
         "header_timeout": "positive",
         "keep_alive_timeout": "positive",
         "max_connections": "count",
+        "heartbeat_port": "port",
+        "heartbeat_connections": "count",
         "agent_endpoint_networks": "networks",
     },
     "auth": {"file": "path", "reads_open": "bool"},
@@ -110,6 +114,7 @@ KEYS: dict[str, dict[str, str]] = {
         "labels": "str",
         "fabric": "str",
         "interval": "positive",
+        "full_report_every": "positive",
         "state_dir": "path",
         "gpus": "str",
         "memory_gb": "number",
@@ -192,6 +197,10 @@ class ServerSettings:
     with_scheduler: bool = False
     limits: HeadLimits = field(default_factory=HeadLimits)
     endpoints: EndpointPolicy = field(default_factory=EndpointPolicy)
+    # Agents' heartbeats (llmgw.api.reports.heartbeat_listener): their own listener, on
+    # ``host``, with a connection cap of its own (the API's is for requests).
+    heartbeat_port: int = 0
+    heartbeat_connections: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +324,10 @@ class Settings:
             endpoints=EndpointPolicy(
                 networks=value("server", "agent_endpoint_networks", defaults.endpoints.networks)
             ),
+            heartbeat_port=value("server", "heartbeat_port", defaults.heartbeat_port),
+            heartbeat_connections=value(
+                "server", "heartbeat_connections", defaults.heartbeat_connections
+            ),
         )
         try:
             autoscale = parse_policy(data.get("autoscale", {}), f"{source}: [autoscale]")
@@ -367,6 +380,8 @@ class Settings:
                 "header_timeout": _seconds(self.server.limits.header_timeout_s),
                 "keep_alive_timeout": _seconds(self.server.limits.keep_alive_timeout_s),
                 "max_connections": self.server.limits.max_connections,
+                "heartbeat_port": self.server.heartbeat_port,
+                "heartbeat_connections": self.server.heartbeat_connections,
                 "agent_endpoint_networks": [str(n) for n in self.server.endpoints.networks],
             },
             "auth": {

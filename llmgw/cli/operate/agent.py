@@ -68,6 +68,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         labels=labels,
         fabric=s.fabric or None,
         interval=s.interval_s,
+        full_report_every=s.full_report_every_s,
         engine_host=s.engine_host,
         advertise=s.advertise,
         stop_grace=s.stop_grace_s,
