@@ -77,7 +77,10 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "httpguard": (),
     "agent": ("catalog", "httpguard"),
     # The data plane: pure catalog rules; the control plane only over HTTP.
-    "gateway": ("catalog", "httpguard"),
+    "gateway": ("catalog", "httpguard", "gateway.stages"),
+    # The request path's stages (admission, routing, set-aside, ...): pure functions of a
+    # request, the routing table and the load; the proxy above calls them.
+    "gateway.stages": ("catalog", "gateway.table"),
     # The autoscaler: pure decisions on catalog limits; its store is of the log's kind.
     "autoscale": ("catalog", "events.database"),
     # The declared catalog file, watched and reloaded: records its changes in the log.
