@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
-from catalog.parse import parse_model
 from gateway.stages import admission
 from gateway.stages.admission import Refusal
 from gateway.stages.routing import Load, choose, eligible, observe_ttft

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.parse import parse_model
+from catalog.definition.parse import parse_model
 from gateway.stages import admission
 from gateway.stages.admission import Refusal
 from gateway.table import MAX_CONTEXT_DETAIL, Table, build
