@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from catalog.errors import CatalogError
-from catalog.secret_words import SECRET_PATTERN, SECRET_WORDS
+from catalog.secrecy.secret_words import SECRET_PATTERN, SECRET_WORDS
 
 # What a value shown in place of a secret reads as.
 REDACTED = "[redacted]"
