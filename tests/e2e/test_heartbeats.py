@@ -8,6 +8,7 @@ agent's next report heals it.
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 from datetime import datetime
@@ -112,9 +113,16 @@ def test_old_and_new_agents_coexist_and_a_heartbeat_after_a_restart_gets_the_ful
             assert _nodes(c)["old"]["state"] == "fresh"
 
             # A new process on the same ports holds no report: the heartbeat is told to
-            # send the full report, and does.
-            c.server.stop()
-            c.server.start()
+            # send the full report, and does. The agent is paused meanwhile, so its next
+            # tick is a heartbeat to the new process (not a full report sent while the
+            # server was down, which would heal it too, by the old way).
+            assert new.proc is not None
+            new.proc.send_signal(signal.SIGSTOP)
+            try:
+                c.server.stop()
+                c.server.start()
+            finally:
+                new.proc.send_signal(signal.SIGCONT)
             eventually(lambda: new.logs("agent.report_asked"), "the agent asked for its report")
             eventually(lambda: _puts(c, "new") >= 1, "the full report after the restart")
             eventually(
