@@ -58,9 +58,11 @@ class HeartbeatChannel:
     """One connection to a control plane's heartbeat listener, opened when first used
     and again after any failure."""
 
-    def __init__(self, host: str, timeout: float) -> None:
+    def __init__(self, host: str, timeout: float, *, datagrams: bool = False) -> None:
         self.host = host
         self.timeout = timeout
+        # Datagrams: no connection, so no descriptor on the server for this agent.
+        self.datagrams = datagrams
         self._sock: socket.socket | None = None
         self._port: int | None = None
         self._buffer = b""
@@ -71,6 +73,8 @@ class HeartbeatChannel:
         if not (_word(node) and _word(token)):
             return "REPORT", "the node or token cannot be sent on a heartbeat line"
         line = f"HB {node} {token} {accepted.report_id}\n".encode()
+        if self.datagrams:
+            return self._datagram(node, line, accepted.port)
         while True:
             # A connection kept from before may have been closed by the server (a restart,
             # its idle timeout): then once more on a new one before giving up.
@@ -92,6 +96,29 @@ class HeartbeatChannel:
                 raise Unreachable(f"heartbeat: an answer for {printable(name)!r}, not {node!r}")
             return word, reason
         self.close()  # BUSY, BAD: the server closes the connection after these
+        return word or "BAD", rest
+
+    def _datagram(self, node: str, line: bytes, port: int) -> tuple[str, str]:
+        """One datagram out, and its answer (an answer to an earlier one, for this node,
+        means the same); ``Unreachable`` after ``timeout`` without one (lost either way)."""
+        try:
+            if self._sock is None or self._port != port:
+                self.close()
+                family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+                sock = socket.socket(family, socket.SOCK_DGRAM)
+                sock.settimeout(self.timeout)
+                sock.connect((self.host, port))  # only the server's datagrams are read
+                self._sock, self._port = sock, port
+            self._sock.send(line)
+            answer = self._sock.recv(MAX_ANSWER_LINE)
+        except OSError as exc:
+            self.close()
+            raise Unreachable(f"heartbeat: {printable(str(exc))}") from None
+        text = printable(answer.split(b"\n", 1)[0].decode("ascii", "replace"))
+        word, _, rest = text.partition(" ")
+        name, _, reason = rest.partition(" ")
+        if word in ("OK", "REPORT", "DENIED") and name == node:
+            return word, reason
         return word or "BAD", rest
 
     def close(self) -> None:

@@ -62,6 +62,8 @@ class AgentConfig:
     # Between full reports, heartbeats (agent.heartbeat); the full report at least this
     # often anyway, as the kubelet sends its status every 5 minutes.
     full_report_every: float = 300.0
+    # Heartbeats as datagrams rather than on a connection (agent.heartbeat).
+    heartbeat_datagrams: bool = False
     # Where engines listen, and the address the control plane and routers reach them at.
     engine_host: str = "0.0.0.0"
     advertise: str = "127.0.0.1"
@@ -107,7 +109,9 @@ class Agent:
         # version placed, the server's state of it) is reported in full too.
         self.placed: list[tuple[str, int, str | None, str]] = []
         host = urllib.parse.urlsplit(server.url).hostname or "127.0.0.1"
-        self.channel = HeartbeatChannel(host, timeout=min(5.0, max(config.interval, 2.0)))
+        self.channel = HeartbeatChannel(
+            host, timeout=min(5.0, max(config.interval, 2.0)), datagrams=config.heartbeat_datagrams
+        )
 
     # -- the loop -------------------------------------------------------------
 

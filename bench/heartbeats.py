@@ -78,6 +78,8 @@ KEYS = (
 CHANGE_PER = 1000
 STATE_CHANGES_PER_S = 1.0
 TICK_S = 0.02
+# Heartbeat lines per datagram (a simulated host's nodes; ~100 bytes a line).
+DATAGRAM_LINES = 40
 
 
 def _name(i: int) -> str:
@@ -172,25 +174,45 @@ class _Http:
             self.writer.close()
 
 
-class _Beats(asyncio.Protocol):
-    """One heartbeat connection: lines out in batches, answers matched in order."""
+class _Beats(asyncio.Protocol, asyncio.DatagramProtocol):
+    """One heartbeat connection, or one datagram socket: lines out in batches, each answer
+    matched to its node's heartbeat by the node's name (a datagram lost is one unanswered)."""
 
     def __init__(self, client: _Client) -> None:
         self.client = client
-        self.transport: asyncio.Transport | None = None
+        self.transport: Any = None
         self.buffer = b""
-        # (node, sent at, due in the window)
-        self.sent: deque[tuple[int, float, bool]] = deque()
+        # node name -> (node, sent at, due in the window)
+        self.sent: dict[bytes, tuple[int, float, bool]] = {}
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport
+
+    def send(self, lines: list[bytes]) -> None:
+        if self.client.datagrams:
+            for k in range(0, len(lines), DATAGRAM_LINES):
+                self.transport.sendto(b"".join(lines[k : k + DATAGRAM_LINES]))
+        else:
+            self.transport.write(b"".join(lines))
 
     def data_received(self, data: bytes) -> None:
-        now = time.time()
         lines = (self.buffer + data).split(b"\n")
         self.buffer = lines.pop()
+        self._answers(lines)
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self._answers(data.split(b"\n")[:-1])
+
+    def _answers(self, lines: list[bytes]) -> None:
+        now = time.time()
         for line in lines:
-            node, sent_at, counted = self.sent.popleft()
+            parts = line.split(b" ", 2)
+            entry = self.sent.pop(parts[1], None) if len(parts) > 1 else None
+            if entry is None:
+                if len(self.client.stats.failures) < 5:
+                    self.client.stats.failures.append(f"unexpected answer {line[:200]!r}")
+                continue
+            node, sent_at, counted = entry
             self.client.answered_beat(node, line, now - sent_at, counted)
 
 
@@ -206,6 +228,7 @@ class _Client:
         self.total: int = job["total"]
         self.connections: int = job["connections"]
         self.http_connections: int = job["http_connections"]
+        self.datagrams: bool = job["transport"] == "udp"
         self.ids: dict[int, str] = {}
         self.versions: dict[int, int] = {}
         self.states: dict[int, str] = {}
@@ -331,7 +354,13 @@ class _Client:
         for server, port in self.heartbeat_ports.items():
             conns = []
             for _ in range(per_server):
-                _, proto = await loop.create_connection(lambda: _Beats(self), self.host, port)
+                proto: _Beats
+                if self.datagrams:
+                    _, proto = await loop.create_datagram_endpoint(
+                        lambda: _Beats(self), remote_addr=(self.host, port)
+                    )
+                else:
+                    _, proto = await loop.create_connection(lambda: _Beats(self), self.host, port)
                 conns.append(proto)
             by_server[server] = conns
         conn_of = {
@@ -382,7 +411,7 @@ class _Client:
                 else:
                     self.stats.due += counted
                     conn = conn_of[i]
-                    conn.sent.append((i, now, counted))
+                    conn.sent[_name(i).encode()] = (i, now, counted)
                     batches.setdefault(conn, []).append(
                         f"HB {_name(i)} {self.tokens[i]} {report_id}\n".encode()
                     )
@@ -390,8 +419,7 @@ class _Client:
                 if k == len(order):
                     k, turn = 0, turn + 1
             for conn, lines in batches.items():
-                assert conn.transport is not None
-                conn.transport.write(b"".join(lines))
+                conn.send(lines)
 
     async def _changes(self) -> None:
         """The fleet's changes: one node in CHANGE_PER a label each interval, one replica
@@ -686,6 +714,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 (the phase
                     "total": nodes,
                     "connections": max(1, args.connections // clients),
                     "http_connections": max(1, args.http_connections // clients),
+                    "transport": args.transport,
                 }
                 commands: Any = ctx.Queue()
                 proc = ctx.Process(target=_client_main, args=(job, commands, answers))
@@ -802,6 +831,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 (the phase
         "client_cpu_ms_per_message": (
             round(new.cpu_s / max(new.answered, 1) * 1000, 4) if new.answered else None
         ),
+        "transport": args.transport,
         "connections": args.connections,
         "nodes_per_connection": round(nodes / max(args.connections, 1), 1),
         "client_processes": clients,
@@ -854,6 +884,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=200,
         help="keep-alive connections for full reports (the API takes 800)",
+    )
+    parser.add_argument(
+        "--transport",
+        choices=("tcp", "udp"),
+        default="tcp",
+        help="heartbeats on connections, or as datagrams (--connections: sockets)",
     )
     parser.add_argument("--clients", type=int, default=2, help="client processes")
     parser.add_argument("--idle", type=int, default=1000, help="idle connections measured")

@@ -37,6 +37,7 @@ AGENT_ENV: dict[str, str] = {
     "fabric": "LLMGW_FABRIC",
     "interval": "LLMGW_AGENT_INTERVAL",
     "full_report_every": "LLMGW_AGENT_FULL_REPORT_EVERY",
+    "heartbeat_transport": "LLMGW_AGENT_HEARTBEAT_TRANSPORT",
     "state_dir": "LLMGW_AGENT_STATE_DIR",
     "gpus": "LLMGW_GPUS",
     "advertise": "LLMGW_ADVERTISE",
@@ -68,6 +69,8 @@ class AgentSettings:
     llamacpp_server: str | None = None
     # The full report at least this often; between, heartbeats (agent.heartbeat).
     full_report_every_s: float = 300.0
+    # "tcp" (one connection) or "udp" (datagrams).
+    heartbeat_transport: str = "tcp"
     # Where each value came from, by key of [agent] (as ``Settings.origins``).
     origins: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -85,6 +88,7 @@ class AgentSettings:
             "fabric": self.fabric,
             "interval": duration(self.interval_s),
             "full_report_every": duration(self.full_report_every_s),
+            "heartbeat_transport": self.heartbeat_transport,
             "state_dir": str(self.state_dir),
             "gpus": self.gpus,
             "memory_gb": self.memory_gb,
@@ -136,6 +140,7 @@ def resolve_agent(
         fabric=value("fabric", None),
         interval_s=value("interval", 10.0),
         full_report_every_s=value("full_report_every", 300.0),
+        heartbeat_transport=value("heartbeat_transport", "tcp"),
         state_dir=value("state_dir", None) or Path.home() / ".local/state/llmgw-agent" / node,
         gpus=value("gpus", None),
         memory_gb=value("memory_gb", None),

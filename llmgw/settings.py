@@ -115,6 +115,7 @@ KEYS: dict[str, dict[str, str]] = {
         "fabric": "str",
         "interval": "positive",
         "full_report_every": "positive",
+        "heartbeat_transport": "str",
         "state_dir": "path",
         "gpus": "str",
         "memory_gb": "number",

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.agents import Cluster, cluster, eventually
+from tests.e2e.agents import AgentProc, Cluster, cluster, eventually
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +73,12 @@ def _nodes(c: Cluster) -> dict[str, dict[str, Any]]:
         return {n["name"]: n for n in client.get("/v1/nodes").json()}
 
 
+def _healed(c: Cluster, agent: AgentProc) -> None:
+    """The agent was asked for its full report by a heartbeat, and sent it."""
+    eventually(lambda: agent.logs("agent.report_asked"), f"{agent.node} asked to report")
+    eventually(lambda: _puts(c, agent.node) >= 1, f"{agent.node}'s full report")
+
+
 def test_old_and_new_agents_coexist_and_a_heartbeat_after_a_restart_gets_the_full_report(
     tmp_path: Path, sqlite_url: str
 ) -> None:
@@ -82,7 +88,7 @@ def test_old_and_new_agents_coexist_and_a_heartbeat_after_a_restart_gets_the_ful
     with cluster(
         tmp_path,
         sqlite_url,
-        ["new", "old"],
+        ["new", "old", "udp"],
         server_args=["--port", str(api_port)],
         models=[],
     ) as c:
@@ -93,21 +99,29 @@ def test_old_and_new_agents_coexist_and_a_heartbeat_after_a_restart_gets_the_ful
         old.thread.start()
         try:
             new = c.agent("new", "--full-report-every", "300")
+            udp = c.agent("udp", "--full-report-every", "300", "--heartbeat-transport", "udp")
             # The new agent reports once, then its ticks (every 0.2 s) are heartbeats.
             eventually(
                 lambda: _metric(c, "llmgw_node_heartbeats_total") >= 10, "ten heartbeats taken"
             )
-            assert _puts(c, "new") <= 2, "the new agent sends heartbeats, not reports"
-            before = datetime.fromisoformat(_nodes(c)["new"]["reported_at"])
+            for name in ("new", "udp"):
+                assert _puts(c, name) <= 2, f"the {name} agent sends heartbeats, not reports"
+            before = {
+                n: datetime.fromisoformat(_nodes(c)[n]["reported_at"]) for n in ("new", "udp")
+            }
 
             def renewed() -> bool:
-                node = _nodes(c)["new"]
-                return node["state"] == "fresh" and (
-                    datetime.fromisoformat(node["reported_at"]) > before
+                nodes = _nodes(c)
+                return all(
+                    nodes[n]["state"] == "fresh"
+                    and datetime.fromisoformat(nodes[n]["reported_at"]) > before[n]
+                    for n in ("new", "udp")
                 )
 
             # The lease is written (a batch a second): the node's reported_at moves on.
-            eventually(renewed, "the new node's lease renewed by heartbeats alone")
+            eventually(renewed, "the new nodes' leases renewed by heartbeats alone")
+            for name in ("new", "udp"):
+                assert _puts(c, name) <= 2, f"the {name} agent sends heartbeats, not reports"
             old_puts = _puts(c, "old")
             eventually(lambda: _puts(c, "old") > old_puts, "the old agent still reports")
             assert _nodes(c)["old"]["state"] == "fresh"
@@ -116,22 +130,24 @@ def test_old_and_new_agents_coexist_and_a_heartbeat_after_a_restart_gets_the_ful
             # send the full report, and does. The agent is paused meanwhile, so its next
             # tick is a heartbeat to the new process (not a full report sent while the
             # server was down, which would heal it too, by the old way).
-            assert new.proc is not None
-            new.proc.send_signal(signal.SIGSTOP)
+            paused = [a.proc for a in (new, udp) if a.proc is not None]
+            for proc in paused:
+                proc.send_signal(signal.SIGSTOP)
             try:
                 c.server.stop()
                 c.server.start()
             finally:
-                new.proc.send_signal(signal.SIGCONT)
-            eventually(lambda: new.logs("agent.report_asked"), "the agent asked for its report")
-            eventually(lambda: _puts(c, "new") >= 1, "the full report after the restart")
+                for proc in paused:
+                    proc.send_signal(signal.SIGCONT)
+            for agent in (new, udp):
+                _healed(c, agent)
             eventually(
                 lambda: _metric(c, "llmgw_node_heartbeats_total") >= 5,
                 "heartbeats taken again after the full report",
             )
             assert _metric(c, "llmgw_node_heartbeats_refused_total") >= 1
             nodes = _nodes(c)
-            assert nodes["new"]["state"] == nodes["old"]["state"] == "fresh"
+            assert {nodes[n]["state"] for n in ("new", "old", "udp")} == {"fresh"}
             assert old.answers[-1] == 200
         finally:
             old.stop.set()

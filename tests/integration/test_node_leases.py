@@ -181,3 +181,34 @@ def test_the_writer_thread_writes_leases_until_stopped_and_once_more(
     stopping.set()
     thread.join(30)
     assert _reported(store) == {"a": at}
+
+
+def test_heartbeats_as_datagrams_are_answered_to_their_sender_and_bounded(engine: Engine) -> None:
+    store = _store(engine, "a")
+
+    async def scenario() -> None:
+        listener, book, tokens = await _listening(store)
+        port = listener.leases.port or 0
+        held = book.accepted("a")
+        loop = asyncio.get_running_loop()
+        answers: asyncio.Queue[bytes] = asyncio.Queue()
+
+        class Client(asyncio.DatagramProtocol):
+            def datagram_received(self, data: bytes, addr: object) -> None:
+                answers.put_nowait(data)
+
+        transport, _ = await loop.create_datagram_endpoint(Client, remote_addr=("127.0.0.1", port))
+        try:
+            transport.sendto(f"HB a {tokens['a']} {held}\nHB a {tokens['a']} other\n".encode())
+            assert await asyncio.wait_for(answers.get(), 30) == b"OK a\nREPORT a\n"
+            transport.sendto(b"x" * (MAX_LINE + 1))
+            assert (await asyncio.wait_for(answers.get(), 30)).startswith(b"BAD ")
+            transport.sendto(f"HB a {tokens['b']} {held}\n".encode())
+            assert (await asyncio.wait_for(answers.get(), 30)).startswith(b"DENIED a ")
+            assert book.flush() == 1  # the OK renewed the lease
+        finally:
+            transport.close()
+            await listener.stop()
+
+    asyncio.run(scenario())
+    assert _reported(store)["a"] > T0

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 import structlog
 
@@ -59,6 +59,7 @@ class HeartbeatListener:
         self.idle_timeout_s = idle_timeout_s
         self.open: set[_Connection] = set()
         self._server: asyncio.Server | None = None
+        self._datagrams: asyncio.DatagramTransport | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -69,14 +70,23 @@ class HeartbeatListener:
         )
         self._sweeper = loop.create_task(self._sweep())
         bound: int = self._server.sockets[0].getsockname()[1]
+        try:
+            # The same port number for datagrams: no descriptor per agent.
+            self._datagrams, _ = await loop.create_datagram_endpoint(
+                lambda: _Datagrams(self), local_addr=(host, bound)
+            )
+        except OSError as exc:
+            log.warning("api.heartbeat_datagrams_off", port=bound, error=str(exc))
         self.leases.port = bound
-        log.info("api.heartbeats_listening", host=host, port=bound)
+        log.info("api.heartbeats_listening", host=host, port=bound, datagrams=bool(self._datagrams))
         return bound
 
     async def stop(self) -> None:
         self.leases.port = None
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._datagrams is not None:
+            self._datagrams.close()
         if self._server is not None:
             self._server.close()
             for conn in list(self.open):
@@ -125,6 +135,37 @@ def _joined(out: list[bytes | None], beats: list[tuple[str, str]], leases: Lease
         else:
             parts.append(answer)
     return b"".join(parts)
+
+
+class _Datagrams(asyncio.DatagramProtocol):
+    """Heartbeats as datagrams: the same lines, each datagram answered by one to its sender.
+
+    Nothing is kept per sender, so a fleet larger than a process's descriptors can beat
+    to one server. A datagram is at most 64 KiB by nature; its lines are bounded as a
+    connection's are, and a bad one is answered ``BAD`` with the rest of it unread.
+    """
+
+    def __init__(self, listener: HeartbeatListener) -> None:
+        self.listener = listener
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        if self.transport is None:
+            return
+        lines = data.split(b"\n")
+        if lines and not lines[-1]:
+            lines.pop()
+        if not lines or any(len(line) > MAX_LINE for line in lines):
+            self.transport.sendto(b"BAD a line is empty or longer than %d bytes\n" % MAX_LINE, addr)
+            return
+        answer, _ = self.listener.answer(lines)
+        self.transport.sendto(answer, addr)
+
+    def error_received(self, exc: Exception) -> None:
+        pass  # an unreachable sender (ICMP): nothing to do, nothing kept
 
 
 class _Connection(asyncio.Protocol):

