@@ -108,9 +108,17 @@ class Agent:
         # What the last placements read said of each replica: a change there (a new
         # version placed, the server's state of it) is reported in full too.
         self.placed: list[tuple[str, int, str | None, str]] = []
-        host = urllib.parse.urlsplit(server.url).hostname or "127.0.0.1"
-        self.channel = HeartbeatChannel(
-            host, timeout=min(5.0, max(config.interval, 2.0)), datagrams=config.heartbeat_datagrams
+        where = urllib.parse.urlsplit(server.url)
+        # A heartbeat carries the token in the clear: never beside a server reached by
+        # https (its reports then go encrypted, in full, every tick, as before heartbeats).
+        self.channel = (
+            HeartbeatChannel(
+                where.hostname or "127.0.0.1",
+                timeout=min(5.0, max(config.interval, 2.0)),
+                datagrams=config.heartbeat_datagrams,
+            )
+            if where.scheme == "http"
+            else None
         )
 
     # -- the loop -------------------------------------------------------------
@@ -347,7 +355,7 @@ class Agent:
         """Say "nothing changed since report N" if so; whether the server took it (if
         not, the full report is sent)."""
         accepted = self.accepted
-        if accepted is None or accepted.digest != said:
+        if self.channel is None or accepted is None or accepted.digest != said:
             return False
         if self.clock() - accepted.at >= self.config.full_report_every:
             return False
@@ -491,7 +499,8 @@ class Agent:
             )
 
     def shutdown(self) -> None:
-        self.channel.close()
+        if self.channel is not None:
+            self.channel.close()
         if self.config.leave_engines:
             log.info(
                 "agent.engines_left",
