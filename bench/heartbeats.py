@@ -798,6 +798,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 (the phase
                     p.wait(30)
                 except subprocess.TimeoutExpired:
                     p.kill()
+    # The messages' figures now (stderr): the round at a large size takes minutes.
+    common.progress(
+        "heartbeats: "
+        + json.dumps({"new": [new.answered, new.due, new_cpu, new.heartbeats, new.reports,
+                              _p99(new.latencies)],
+                      "old": [old.answered, old.due, old_cpu, old.reports, _p99(old.latencies)],
+                      "stale": stale_s, "lost": lost_s, **idle})
+    )  # fmt: skip
     rounds = _rounds(nodes, db_url) if args.rounds else {}
     per_report = old_cpu / old.reports if old.reports else None
     # The window's server CPU, less its full reports at today's cost, over its heartbeats.
