@@ -30,7 +30,7 @@ HISTORY_KEYS = ["position", "recorded_at", "type", "model", "actor", "reason"]
 def _token_reason(event: StoredEvent) -> str:
     """Which token and its role, then the reason given: as replay reads the payload
     (never a token or a hash: the event holds neither), or why it cannot be read."""
-    from catalog.documents import read_json
+    from catalog.reading.documents import read_json
     from events.core.token_change import check_token_change
     from events.core.upcast import UnreadableEvent, upcast
     from events.read.replay import STORED_LIMITS
