@@ -18,9 +18,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
 from llmgw.api.guards.tokens import issue_token
+from llmgw.api.runtime.changes import CHANNEL
 from tests.api.server import ApiServer
 from tests.e2e.cli import Cli
 from tests.e2e.gateways import GatewayProc
@@ -235,3 +237,41 @@ def test_on_sqlite_a_revoked_token_is_refused_within_a_second_too(
         assert status(server.url, reader) == 401
     finally:
         server.stop()
+
+
+def test_a_replica_that_loses_its_listening_connection_polls_then_listens_again(
+    replicas: tuple[ApiServer, ApiServer, Cli, str], pg_url: str
+) -> None:
+    a, b, _, operator = replicas
+    database = pg_url.rsplit("/", 1)[1]
+    admin = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+    def listeners() -> list[int]:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND query = %s",
+                (database, f"LISTEN {CHANNEL}"),
+            ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    wait_until(lambda: len(listeners()) == 2, "both replicas listen")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for pid in listeners():
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    wait_until(lambda: bool(b.logs("api.listen_failed")), "b names the lost connection")
+    wait_until(lambda: bool(b.logs("api.listen_back")), "b listens again")
+    wait_until(lambda: len(listeners()) == 2, "both replicas listen again")
+    headers = {"Authorization": f"Bearer {operator}"}
+    with (
+        httpx.Client(headers=headers, timeout=30) as http,
+        http.stream("GET", b.url + "/v1/events/stream", params={"after": "0"}) as stream,
+    ):
+        lines = stream.iter_lines()
+        assert next(lines).startswith("retry:")
+        written = time.monotonic()
+        assert http.post(a.url + "/v1/catalog/models", json=definition("after")).status_code == 201
+        for line in lines:
+            if line.startswith("data:") and '"after"' in line:
+                break
+    # Notified again: not B's 5 s poll.
+    assert time.monotonic() - written < WITHIN_S
