@@ -6,8 +6,10 @@ its event's position and grows with every change). The caller checks a token's n
 role and scope first (llmgw.api.guards.tokens); here only what the table itself
 decides: one token in force per name, and a hash never issued twice, revoked or not.
 
-Reading the table (``read_tokens``) judges nothing either: a row whose lists are not
-JSON comes back with the reason in ``unreadable``, for the reader to skip and name.
+Reading the table (``read_tokens``) judges nothing of a token either: a row whose columns
+cannot be read as their types (a list that is not JSON, a time that is not one, text
+that is not text: SQLite stores what it is given) comes back with the reason in
+``unreadable``, for the reader to skip and name; the other rows are read as usual.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, Table, func, insert, select, update
+from sqlalchemy import Engine, Table, Text, TypeDecorator, func, insert, select, type_coerce, update
 
+from catalog.errors import CatalogError
+from catalog.reading.documents import Limits, read_json
 from events.core.token_change import TokenChange, event_for
 from events.database.tables import TokenRow
 from events.storage.sql_log import SqlLockedLog, SqlLog
@@ -55,6 +59,8 @@ class StoredToken:
     revision: int
     # Why the row cannot be used (a list column that is not a JSON list of text), or None.
     unreadable: str | None = None
+    # Whether it was revoked (``revoked_at`` is there, even if it cannot be read).
+    revoked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +141,12 @@ def revoke(log: SqlLog, name: str, *, actor: str, reason: str = "") -> Revoked |
 
 
 def read_tokens(engine: Engine, *, revoked: bool = False) -> list[StoredToken]:
-    """The table's rows in issue order: those in force, and with ``revoked`` the rest."""
-    query = select(t).order_by(t.c.id)
+    """The table's rows in issue order: those in force, and with ``revoked`` the rest.
+
+    Every column is read as the driver gives it (no type's processing, which would fail
+    the whole read on one row's garbage) and judged row by row (``_stored``)."""
+    columns = [type_coerce(c, _Raw()) if c.name in _TIMES else c for c in t.c]
+    query = select(*columns).order_by(t.c.id)
     if not revoked:
         query = query.where(t.c.revoked_at.is_(None))
     with engine.connect() as conn:
@@ -202,28 +212,77 @@ def _clashes(section: SqlLockedLog, record: TokenRecord) -> list[str]:
     return problems
 
 
+class _Raw(TypeDecorator[Any]):
+    """A column read as the driver gives it (a time as text on SQLite)."""
+
+    impl = Text
+    cache_ok = True
+
+    def result_processor(self, dialect: Any, coltype: Any) -> None:
+        return None
+
+
+_TIMES = frozenset({"issued_at", "revoked_at"})
+# A name list is a few names; a megabyte of one is a hand-edited row, read no further.
+_LIST_LIMITS = Limits(max_bytes=1 << 20, max_nodes=100_000)
+
+
 def _stored(row: Any) -> StoredToken:
-    problem = None
+    """One row, with the first reason it cannot be used in ``unreadable`` (or None)."""
+    problems: list[str] = []
+    texts: dict[str, str] = {}
+    for key in ("name", "role", "sha256", "issued_by"):
+        value = row[key]
+        if not isinstance(value, str):
+            problems.append(f"{key} is not text")
+            value = ""
+        texts[key] = value
     lists: dict[str, tuple[str, ...]] = {}
     for key in ("nodes", "models"):
+        lists[key] = ()
         try:
-            value = json.loads(row[key]) if isinstance(row[key], str) else None
-        except ValueError:
+            value = read_json(row[key], key, _LIST_LIMITS) if isinstance(row[key], str) else None
+        except CatalogError:
             value = None
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            problem = f"{key} is not a JSON list of names"
-            value = []
+            problems.append(f"{key} is not a JSON list of names")
+            continue
         lists[key] = tuple(value)
+    times: dict[str, datetime | None] = {}
+    for key in _TIMES:
+        try:
+            times[key] = _time(row[key])
+        except (TypeError, ValueError):
+            problems.append(f"{key} is not a time")
+            times[key] = None
+    revoked_by = row["revoked_by"]
+    revision = row["revision"]
+    if not isinstance(revision, int):
+        problems.append("revision is not a number")
     record = TokenRecord(
-        str(row["name"]), str(row["role"]), str(row["sha256"]), lists["nodes"], lists["models"]
+        texts["name"], texts["role"], texts["sha256"], lists["nodes"], lists["models"]
     )
     return StoredToken(
         id=int(row["id"]),
         record=record,
-        issued_at=row["issued_at"],
-        issued_by=str(row["issued_by"]),
-        revoked_at=row["revoked_at"],
-        revoked_by=row["revoked_by"],
-        revision=int(row["revision"]),
-        unreadable=problem,
+        issued_at=times["issued_at"],
+        issued_by=texts["issued_by"],
+        # A row whose revocation time cannot be read but is there is taken as revoked:
+        # a damaged row never brings a revoked token back.
+        revoked_at=times["revoked_at"],
+        revoked_by=revoked_by if isinstance(revoked_by, str) else None,
+        revision=revision if isinstance(revision, int) else 0,
+        unreadable=problems[0] if problems else None,
+        revoked=row["revoked_at"] is not None,
     )
+
+
+def _time(value: Any) -> datetime | None:
+    """A stored time, as ``UTCDateTime`` reads it: SQLite's text, or the driver's value."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if not isinstance(value, datetime):
+        raise TypeError(f"not a time: {type(value).__name__}")
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

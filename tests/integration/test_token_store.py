@@ -184,3 +184,39 @@ def test_a_gateway_tells_a_token_event_from_a_catalog_event(engine: Engine) -> N
     sneaky = {"type": "model.added", "payload": {"model": {"name": '"type":"token.issued"'}}}
     assert not _is_token_event(json.dumps(sneaky).encode())
     assert not _is_token_event(b'{"type": "token.revoked"')  # cut short: not read as one
+
+
+def test_a_row_sqlite_stores_garbage_in_is_skipped_and_named_and_the_rest_read(
+    sqlite_url: str,
+) -> None:
+    # SQLite keeps whatever it is given: a time that is not one, bytes for text, a list
+    # nested past any parser's depth. Each such row is named; the others still work.
+    from events.database.connection import make_engine
+
+    engine = make_engine(sqlite_url)
+    log = open_log(engine)
+    tokens = {n: record(n) for n in ("good", "timeless", "bytes", "deep", "gone")}
+    for _, rec in tokens.values():
+        issue(log, rec, actor="alice")
+    revoke(log, "gone", actor="bob")
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE tokens SET issued_at = 'last tuesday' WHERE name = 'timeless'"))
+        conn.execute(text("UPDATE tokens SET role = CAST(x'ff' AS TEXT) WHERE name = 'bytes'"))
+        conn.execute(
+            text("UPDATE tokens SET nodes = :deep WHERE name = 'deep'"), {"deep": "[" * 100_000}
+        )
+        conn.execute(text("UPDATE tokens SET revoked_at = 'soon' WHERE name = 'gone'"))
+    rows = {r.record.name: r for r in read_tokens(engine, revoked=True)}
+    assert rows["timeless"].unreadable == "issued_at is not a time"
+    assert rows["deep"].unreadable == "nodes is not a JSON list of names"
+    assert rows["bytes"].unreadable == "role is not text"
+    # A revocation whose time cannot be read still revokes.
+    assert rows["gone"].revoked and rows["gone"].unreadable == "revoked_at is not a time"
+    live = LiveTokens([], engine)
+    with capture_logs() as logs:
+        live.refresh()
+    named = sorted(e["row"] for e in logs if e["event"] == "api.token_row_skipped")
+    assert named == sorted(rows[n].id for n in ("timeless", "bytes", "deep"))
+    assert live.book.verify(tokens["good"][0]) is not None
+    for name in ("timeless", "bytes", "deep", "gone"):
+        assert live.book.verify(tokens[name][0]) is None

@@ -90,10 +90,10 @@ class LiveTokens:
             return True
 
     def _made(self, rows: Sequence[StoredToken]) -> tuple[TokenBook, tuple[TokenEntry, ...]]:
-        revoked = {r.record.sha256 for r in rows if r.revoked_at is not None}
+        revoked = {r.record.sha256 for r in rows if r.revoked}
         stored: list[TokenEntry] = []
         for row in rows:
-            if row.revoked_at is not None:
+            if row.revoked:
                 continue
             try:
                 stored.append(entry_of(row))

@@ -106,6 +106,12 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
 
     rows: list[dict[str, Any]] = []
     for row in read_tokens(app.engine, revoked=args.all):
+        if row.unreadable is not None:
+            print(
+                f"warning: tokens row {row.id} cannot be used ({row.unreadable}): every "
+                "server skips it; revoke it or issue the token again",
+                file=sys.stderr,
+            )
         r = row.record
         rows.append(
             {
