@@ -195,7 +195,7 @@ def test_a_row_sqlite_stores_garbage_in_is_skipped_and_named_and_the_rest_read(
 
     engine = make_engine(sqlite_url)
     log = open_log(engine)
-    tokens = {n: record(n) for n in ("good", "timeless", "bytes", "deep", "gone")}
+    tokens = {n: record(n) for n in ("good", "timeless", "bytes", "deep", "big", "gone")}
     for _, rec in tokens.values():
         issue(log, rec, actor="alice")
     revoke(log, "gone", actor="bob")
@@ -205,10 +205,15 @@ def test_a_row_sqlite_stores_garbage_in_is_skipped_and_named_and_the_rest_read(
         conn.execute(
             text("UPDATE tokens SET nodes = :deep WHERE name = 'deep'"), {"deep": "[" * 100_000}
         )
+        conn.execute(
+            text("UPDATE tokens SET models = :big WHERE name = 'big'"),
+            {"big": json.dumps(["m"] * 300_000)},  # 1.5 MB, past the 1 MiB a list may be
+        )
         conn.execute(text("UPDATE tokens SET revoked_at = 'soon' WHERE name = 'gone'"))
     rows = {r.record.name: r for r in read_tokens(engine, revoked=True)}
     assert rows["timeless"].unreadable == "issued_at is not a time"
     assert rows["deep"].unreadable == "nodes is not a JSON list of names"
+    assert rows["big"].unreadable == "models is not a JSON list of names"
     assert rows["bytes"].unreadable == "role is not text"
     # A revocation whose time cannot be read still revokes.
     assert rows["gone"].revoked and rows["gone"].unreadable == "revoked_at is not a time"
@@ -216,7 +221,7 @@ def test_a_row_sqlite_stores_garbage_in_is_skipped_and_named_and_the_rest_read(
     with capture_logs() as logs:
         live.refresh()
     named = sorted(e["row"] for e in logs if e["event"] == "api.token_row_skipped")
-    assert named == sorted(rows[n].id for n in ("timeless", "bytes", "deep"))
+    assert named == sorted(rows[n].id for n in ("timeless", "bytes", "deep", "big"))
     assert live.book.verify(tokens["good"][0]) is not None
-    for name in ("timeless", "bytes", "deep", "gone"):
+    for name in ("timeless", "bytes", "deep", "big", "gone"):
         assert live.book.verify(tokens[name][0]) is None
