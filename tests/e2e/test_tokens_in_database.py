@@ -81,6 +81,14 @@ def takes(server: ApiServer, token: str) -> None:
     wait_until(lambda: status(server.url, token) == 200, f"{server.url} takes the token")
 
 
+def metrics(server: ApiServer, token: str) -> str:
+    answer = httpx.get(
+        server.url + "/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    return answer.text
+
+
 def wait_until(check: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
     deadline = time.monotonic() + deadline_s
     while not check():
@@ -102,7 +110,7 @@ def refused_after(since: float, url: str, token: str, path: str) -> float:
 def test_a_database_token_works_on_both_replicas_and_is_refused_everywhere_within_a_second(
     replicas: tuple[ApiServer, ApiServer, Cli, str],
 ) -> None:
-    a, b, cli, _ = replicas
+    a, b, cli, boot = replicas
     reader = issue(cli, "carol", "reader", "--reason", "dashboards")
     for server in (a, b):
         takes(server, reader)
@@ -129,6 +137,9 @@ def test_a_database_token_works_on_both_replicas_and_is_refused_everywhere_withi
         for server in (a, b):
             assert status(server.url, reader) == 401
             assert status(server.url, gateway_token, "/v1/gateway/client-tokens") == 200
+            page = metrics(server, boot)
+            assert 'llmgw_api_tokens{source="database"} 1.0' in page  # gw-db alone
+            assert 'llmgw_api_tokens{source="configured"} 1.0' in page  # the bootstrap
         assert status(gw.url, client, "/v1/models") == 401
     finally:
         gw.stop()
@@ -255,12 +266,14 @@ def test_a_replica_that_loses_its_listening_connection_polls_then_listens_again(
         return [int(r[0]) for r in rows]
 
     wait_until(lambda: len(listeners()) == 2, "both replicas listen")
+    assert "llmgw_api_change_notifications 1.0" in metrics(b, operator)
     with psycopg.connect(admin, autocommit=True) as conn:
         for pid in listeners():
             conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
     wait_until(lambda: bool(b.logs("api.listen_failed")), "b names the lost connection")
     wait_until(lambda: bool(b.logs("api.listen_back")), "b listens again")
     wait_until(lambda: len(listeners()) == 2, "both replicas listen again")
+    wait_until(lambda: "llmgw_api_change_notifications 1.0" in metrics(b, operator), "b says so")
     headers = {"Authorization": f"Bearer {operator}"}
     with (
         httpx.Client(headers=headers, timeout=30) as http,

@@ -81,9 +81,15 @@ class Changes:
 class ChangeListener:
     """A thread listening on ``CHANNEL`` on a connection of its own (PostgreSQL only)."""
 
-    def __init__(self, engine: Engine, changes: Changes) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        changes: Changes,
+        on_listening: Callable[[bool], None] = lambda listening: None,
+    ) -> None:
         self.engine = engine
         self.changes = changes
+        self.on_listening = on_listening
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="llmgw-listen", daemon=True)
         self.listening = threading.Event()
@@ -115,6 +121,7 @@ class ChangeListener:
             try:
                 conn = self._connect()
                 self.listening.set()
+                self.on_listening(True)
                 if lost:
                     log.info("api.listen_back", channel=CHANNEL)
                     lost = False
@@ -125,6 +132,7 @@ class ChangeListener:
                         self.changes.notify(str(note.payload))
             except Exception as exc:  # any failure means the same: listen again, poll meanwhile
                 self.listening.clear()
+                self.on_listening(False)
                 if not lost:
                     lost = True
                     log.warning(

@@ -66,6 +66,11 @@ class LiveTokens:
         """The table's tokens in force, as of the last refresh."""
         return self._stored
 
+    def counts(self) -> dict[str, int]:
+        """How many tokens the book holds, by source: ``database`` and ``configured``."""
+        stored = len(self._stored)
+        return {"database": stored, "configured": len(self._book) - stored}
+
     def first_refresh(self) -> None:
         """``refresh``, where a failure leaves the configured tokens alone in force until
         the refresher's next attempt (a database without the table yet: an app built to
