@@ -172,13 +172,17 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
 def cmd_token_revoke(app: App, args: argparse.Namespace) -> int:
     from events.write.tokens import revoke
 
-    done = revoke(app.store, args.name, actor=_actor(args), reason=args.reason)
     path = app.settings.auth_file
-    in_file = (
-        [e for e in _file_entries(path) if e.name == args.name]
-        if path is not None and path.exists()
-        else []
-    )
+    # Read first: a file the server would refuse must not turn a revocation that took
+    # place into an error; it matters only when the name is not in the database.
+    in_file: list[TokenEntry] = []
+    unusable: Refused | None = None
+    if path is not None and path.exists():
+        try:
+            in_file = [e for e in _file_entries(path) if e.name == args.name]
+        except Refused as exc:
+            unusable = exc
+    done = revoke(app.store, args.name, actor=_actor(args), reason=args.reason)
     listed = bool(in_file)
     if done is not None:
         role = done.change.role
@@ -199,6 +203,8 @@ def cmd_token_revoke(app: App, args: argparse.Namespace) -> int:
                 "its revocation); remove the entry there to tidy up"
             )
         return 0
+    if unusable is not None:
+        raise unusable
     if not listed or path is None:
         raise Refused(
             f"no token named {args.name!r} is in force in the database"
