@@ -144,7 +144,7 @@ class TokenRefresher:
                 if self._failing:
                     self._failing = False
                     log.info("api.tokens_refresh_back")
-            except SQLAlchemyError as exc:
+            except Exception as exc:  # any failure means the same: keep the last book, retry
                 # The last book stays in force: a database outage refuses nobody new.
                 if not self._failing:
                     self._failing = True
