@@ -54,6 +54,7 @@ from llmgw.api.reports.heartbeat_listener import HeartbeatListener
 from llmgw.api.routes import autoscale, catalog, events, fleet, gateway, health, nodes, service
 from llmgw.api.routes.report_fast_path import ReportPath
 from llmgw.api.runtime.autoscale_gauges import AutoscaleCollector
+from llmgw.api.runtime.changes_watch import watch_changes
 from llmgw.api.runtime.fleet_gauges import FleetCollector
 from llmgw.api.runtime.scheduler_thread import SchedulerThread
 from llmgw.api.runtime.services import Services
@@ -88,10 +89,12 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
         heartbeats = await _heartbeats(services)
         if scheduler is not None:
             scheduler.start()
+        watching = watch_changes(services)
         try:
             yield
         finally:
             services.stopping.set()
+            await to_thread.run_sync(watching.stop)
             if heartbeats is not None:
                 listener, flusher = heartbeats
                 await listener.stop()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.heartbeats import KEYS
+from bench.api.heartbeats import KEYS
 
 pytestmark = pytest.mark.slow
 
