@@ -23,6 +23,7 @@ from catalog.state import CatalogState
 from catalog.text import shown
 from events.write.apply import ApplyResult, plan_apply
 from llmgw.cli.shared.context import App, print_json
+from llmgw.policy_view import judging_policy
 from llmgw.views import placement_json, rollout_json, unplaced_json
 from scheduler.persistence.store import SchedulerStore
 from scheduler.planner.demands import demands
@@ -48,7 +49,8 @@ def _next_round(app: App, catalog: Catalog) -> tuple[Plan, int]:
         nodes,
         state.placements,
         datetime.now(UTC),
-        app.settings.policy,
+        # The policy the server runs with, as recorded (llmgw.policy_view).
+        judging_policy(app.settings, app.engine).policy,
         lifecycle=state.lifecycle,
     )
     return plan, len(nodes)

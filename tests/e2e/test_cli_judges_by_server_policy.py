@@ -1,0 +1,102 @@
+"""The CLI judges nodes by the policy the running server records, not by its own defaults.
+
+Issue 36, item 6: with `llmgw serve --stale-after 3 --grace 3`, once an agent was killed
+the scheduler had given up its node, yet `llmgw status` counted the node fresh, `nodes
+list` showed it fresh, `place --dry-run` would have placed a replica on it and `explain`
+said a replica was placed there while `placements` listed none: each command judged by
+its own defaults (90 s / 5 min). Here a real server, real agents and sim engines: one
+agent is killed, the server unplaces its replica, and the four commands, run without
+any flag and without the server's settings, agree with it and say what they judged by.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.agents import SIM, cluster, eventually
+from tests.e2e.cli import Cli
+
+pytestmark = pytest.mark.slow
+
+# Short, so that the test waits seconds; any policy far from the defaults would do.
+SERVER = ["--with-scheduler", "--interval", "0.3", "--stale-after", "2", "--grace", "2"]
+# Two nodes of one card each, two replicas wanted: once a node is lost, its replica
+# has nowhere to go. A command that still thought the node fresh would place it there.
+CHAT = {**SIM, "scaling": {"min": 2}}
+
+
+def test_status_nodes_place_and_explain_agree_with_the_server_on_a_lost_node(
+    tmp_path: Path, db_url: str
+) -> None:
+    with cluster(tmp_path, db_url, ["n1", "n2"], server_args=SERVER, models=[CHAT]) as c:
+        for node in ("n1", "n2"):
+            c.agent(node, gpus="SIM:1")
+        placed = eventually(lambda: c.ready("chat", 2), "2 chat replicas ready")
+        victim = placed[0]["nodes"][0]
+        survivor = "n2" if victim == "n1" else "n1"
+        c.agents[victim].stop(signal.SIGKILL)
+        c.agents[victim].kill_engines()
+
+        def unplaced() -> list[dict[str, Any]] | None:
+            now = c.placements()
+            return now if all(victim not in p["nodes"] for p in now) else None
+
+        # The server gave the node up: its replica is no longer placed (nowhere to go).
+        on_server = eventually(unplaced, f"the server unplaced the replica on {victim}")
+        cli = Cli(tmp_path, db_url)
+
+        status = cli.json("status")
+        assert status["nodes"] | {"total": 2} == {"total": 2, "fresh": 1, "stale": 0, "lost": 1}
+        judged = status["judged_by"]
+        assert (judged["stale_after"], judged["grace"]) == ("2s", "2s")
+        assert judged["source"] in ("round", "started", "placing")
+        assert judged["overridden_by_flags"] == []
+        text = cli("status").stdout
+        assert "1 fresh, 0 stale, 1 lost" in text
+        assert "judged by the policy " in text and "stale-after 2s, grace 2s" in text
+
+        nodes = {n["name"]: n for n in cli.json("nodes", "list")}
+        assert (nodes[victim]["state"], nodes[survivor]["state"]) == ("lost", "fresh")
+        assert nodes[victim]["judged_by"]["stale_after"] == "2s"
+        assert "stale-after 2s, grace 2s" in cli("nodes", "list").stdout
+
+        plan = cli.json("place", "--dry-run")
+        assert all(victim not in p["nodes"] for p in plan["placed"]), plan["placed"]
+        assert [u["model"] for u in plan["unplaced"]] == ["chat"]
+        assert plan["judged_by"]["grace"] == "2s"
+
+        why = cli.json("explain", "chat")
+        where = sorted(tuple(s["nodes"]) for s in why["replicas"] if s["outcome"] != "unplaced")
+        assert where == sorted(tuple(p["nodes"]) for p in on_server) == [(survivor,)]
+        assert [s["outcome"] for s in why["replicas"]].count("unplaced") == 1
+        assert "stale-after 2s, grace 2s" in cli("explain", "chat").stdout
+
+        # A flag still wins, for this command only, and the command says so.
+        (looser,) = [
+            n
+            for n in cli.json("nodes", "list", "--stale-after", "1h", "--grace", "1h")
+            if n["name"] == victim
+        ]
+        assert looser["state"] == "fresh"
+        assert looser["judged_by"]["overridden_by_flags"] == ["stale_after", "grace"]
+        shown = cli("nodes", "list", "--grace", "1h").stdout
+        assert "--grace 1h given here wins over the recorded grace 2s" in shown
+
+
+def test_with_nothing_recorded_a_command_judges_by_its_own_settings_and_says_so(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    cli = Cli(tmp_path, sqlite_url)
+    node = {"name": "gpu-1", "gpu_class": "T4", "gpus": 1}
+    assert cli("nodes", "report", cli.write("node.yaml", node)).returncode == 0
+    (listed,) = cli.json("nodes", "list")
+    judged = listed["judged_by"]
+    assert (judged["source"], judged["stale_after"], judged["grace"]) == ("settings", "1m30s", "5m")
+    assert judged["recorded_at"] is None
+    text = cli("nodes", "list").stdout
+    assert "judged by this command's own settings (no server has recorded its policy" in text
+    assert "stale-after: default, grace: default" in text
