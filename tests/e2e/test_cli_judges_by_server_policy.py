@@ -11,14 +11,18 @@ any flag and without the server's settings, agree with it and say what they judg
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.agents import SIM, cluster, eventually
-from tests.e2e.cli import Cli
+from tests.e2e.cli import LLMGW, Cli
 
 pytestmark = pytest.mark.slow
 
@@ -74,6 +78,9 @@ def test_status_nodes_place_and_explain_agree_with_the_server_on_a_lost_node(
         assert where == sorted(tuple(p["nodes"]) for p in on_server) == [(survivor,)]
         assert [s["outcome"] for s in why["replicas"]].count("unplaced") == 1
         assert "stale-after 2s, grace 2s" in cli("explain", "chat").stdout
+        # A recorded round is explained by the policy it ran with, and says so too.
+        again = cli.json("explain", "chat", "--round", "1")["judged_by"]
+        assert (again["source"], again["round"], again["grace"]) == ("round", 1, "2s")
 
         # A flag still wins, for this command only, and the command says so.
         (looser,) = [
@@ -83,6 +90,8 @@ def test_status_nodes_place_and_explain_agree_with_the_server_on_a_lost_node(
         ]
         assert looser["state"] == "fresh"
         assert looser["judged_by"]["overridden_by_flags"] == ["stale_after", "grace"]
+        loose = cli.json("status", "--stale-after", "1h", "--grace", "1h")
+        assert (loose["nodes"]["fresh"], loose["judged_by"]["stale_after"]) == (2, "1h")
         shown = cli("nodes", "list", "--grace", "1h").stdout
         assert "--grace 1h given here wins over the recorded grace 2s" in shown
 
@@ -100,3 +109,57 @@ def test_with_nothing_recorded_a_command_judges_by_its_own_settings_and_says_so(
     text = cli("nodes", "list").stdout
     assert "judged by this command's own settings (no server has recorded its policy" in text
     assert "stale-after: default, grace: default" in text
+
+
+@contextmanager
+def daemon(cli: Cli, log: Path, *flags: str) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as stderr:  # the child keeps its own copy
+        proc = subprocess.Popen(
+            [LLMGW, "daemon", "--interval", "0.3", *flags],
+            cwd=cli.workdir,
+            env={**cli.env, "LLMGW_LOG_LEVEL": "INFO"},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def _events(log: Path) -> list[str]:
+    lines = log.read_text().splitlines()
+    return [json.loads(line)["event"] for line in lines if line.startswith("{")]
+
+
+def test_the_daemon_that_places_is_the_reference_even_after_a_standby_starts(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """`llmgw daemon` records its policy when it starts; a standby started later with
+    another policy is the newest record until the leader's next round records its own
+    again (its rounds change nothing here, so no round records it)."""
+    cli = Cli(tmp_path, sqlite_url)
+
+    def judged() -> dict[str, Any]:
+        (node,) = cli.json("nodes", "list")
+        return dict(node["judged_by"])
+
+    assert cli("nodes", "report", cli.write("n.yaml", {"name": "n1", "gpus": 0})).returncode == 0
+    leader_log = tmp_path / "leader.log"
+    with daemon(cli, leader_log, "--stale-after", "3s", "--grace", "3s") as leader:
+        first = eventually(lambda: (j := judged())["source"] != "settings" and j, "a record")
+        assert (first["process"], first["pid"]) == ("daemon", leader.pid)
+        assert (first["source"], first["stale_after"], first["grace"]) == ("started", "3s", "3s")
+        standby_log = tmp_path / "standby.log"
+        with daemon(cli, standby_log, "--stale-after", "1h"):
+            # It recorded its start before its first round, which finds the leader leading.
+            eventually(lambda: "placement.waiting" in _events(standby_log), "a standby waiting")
+            eventually(
+                lambda: "placement.policy_recorded" in _events(leader_log),
+                "the leader's round to record its policy again",
+            )
+            back = judged()
+            assert (back["pid"], back["source"]) == (leader.pid, "placing")
+            assert (back["stale_after"], back["grace"]) == ("3s", "3s")
+        assert leader.poll() is None
