@@ -73,6 +73,11 @@ def test_status_nodes_place_and_explain_agree_with_the_server_on_a_lost_node(
         assert [u["model"] for u in plan["unplaced"]] == ["chat"]
         assert plan["judged_by"]["grace"] == "2s"
 
+        extra = cli.write("extra.yaml", {**SIM, "name": "extra", "scaling": {"min": 1}})
+        preview = cli.json("add", extra, "--dry-run")
+        assert all(victim not in p["nodes"] for p in preview["would_place"]), preview
+        assert preview["judged_by"]["stale_after"] == "2s"
+
         why = cli.json("explain", "chat")
         where = sorted(tuple(s["nodes"]) for s in why["replicas"] if s["outcome"] != "unplaced")
         assert where == sorted(tuple(p["nodes"]) for p in on_server) == [(survivor,)]
