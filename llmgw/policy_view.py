@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from catalog.durations import format_duration
-from catalog.text import shown
+from catalog.forms.durations import format_duration
+from catalog.forms.text import shown
 from llmgw.views import iso
 
 if TYPE_CHECKING:
