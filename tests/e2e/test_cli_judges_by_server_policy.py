@@ -26,8 +26,10 @@ from tests.e2e.cli import LLMGW, Cli
 
 pytestmark = pytest.mark.slow
 
-# Short, so that the test waits seconds; any policy far from the defaults would do.
-SERVER = ["--with-scheduler", "--interval", "0.3", "--stale-after", "2", "--grace", "2"]
+# Short, so that the test waits seconds; any policy far from the defaults would do. The
+# survivor's agent reports every 0.2 s: on a starved machine it may look stale (silent 3 s),
+# never lost (5 s), so the assertions below allow it stale.
+SERVER = ["--with-scheduler", "--interval", "0.3", "--stale-after", "3", "--grace", "2"]
 # Two nodes of one card each, two replicas wanted: once a node is lost, its replica
 # has nowhere to go. A command that still thought the node fresh would place it there.
 CHAT = {**SIM, "scaling": {"min": 2}}
@@ -54,19 +56,22 @@ def test_status_nodes_place_and_explain_agree_with_the_server_on_a_lost_node(
         cli = Cli(tmp_path, db_url)
 
         status = cli.json("status")
-        assert status["nodes"] | {"total": 2} == {"total": 2, "fresh": 1, "stale": 0, "lost": 1}
+        assert (status["nodes"]["lost"], status["nodes"]["fresh"] + status["nodes"]["stale"]) == (
+            1,
+            1,
+        )
         judged = status["judged_by"]
-        assert (judged["stale_after"], judged["grace"]) == ("2s", "2s")
+        assert (judged["stale_after"], judged["grace"]) == ("3s", "2s")
         assert judged["source"] in ("round", "started", "placing")
         assert judged["overridden_by_flags"] == []
         text = cli("status").stdout
-        assert "1 fresh, 0 stale, 1 lost" in text
-        assert "judged by the policy " in text and "stale-after 2s, grace 2s" in text
+        assert " stale, 1 lost)" in text
+        assert "judged by the policy " in text and "stale-after 3s, grace 2s" in text
 
         nodes = {n["name"]: n for n in cli.json("nodes", "list")}
-        assert (nodes[victim]["state"], nodes[survivor]["state"]) == ("lost", "fresh")
-        assert nodes[victim]["judged_by"]["stale_after"] == "2s"
-        assert "stale-after 2s, grace 2s" in cli("nodes", "list").stdout
+        assert nodes[victim]["state"] == "lost" and nodes[survivor]["state"] != "lost"
+        assert nodes[victim]["judged_by"]["stale_after"] == "3s"
+        assert "stale-after 3s, grace 2s" in cli("nodes", "list").stdout
 
         plan = cli.json("place", "--dry-run")
         assert all(victim not in p["nodes"] for p in plan["placed"]), plan["placed"]
@@ -76,13 +81,13 @@ def test_status_nodes_place_and_explain_agree_with_the_server_on_a_lost_node(
         extra = cli.write("extra.yaml", {**SIM, "name": "extra", "scaling": {"min": 1}})
         preview = cli.json("add", extra, "--dry-run")
         assert all(victim not in p["nodes"] for p in preview["would_place"]), preview
-        assert preview["judged_by"]["stale_after"] == "2s"
+        assert preview["judged_by"]["stale_after"] == "3s"
 
         why = cli.json("explain", "chat")
         where = sorted(tuple(s["nodes"]) for s in why["replicas"] if s["outcome"] != "unplaced")
         assert where == sorted(tuple(p["nodes"]) for p in on_server) == [(survivor,)]
         assert [s["outcome"] for s in why["replicas"]].count("unplaced") == 1
-        assert "stale-after 2s, grace 2s" in cli("explain", "chat").stdout
+        assert "stale-after 3s, grace 2s" in cli("explain", "chat").stdout
         # A recorded round is explained by the policy it ran with, and says so too.
         again = cli.json("explain", "chat", "--round", "1")["judged_by"]
         assert (again["source"], again["round"], again["grace"]) == ("round", 1, "2s")
