@@ -16,11 +16,15 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import insert
 
+from events.database.connection import make_engine
+from scheduler.persistence.tables import PlacementRoundRow, table
 from tests.e2e.agents import SIM, cluster, eventually
 from tests.e2e.cli import LLMGW, Cli
 
@@ -119,6 +123,32 @@ def test_with_nothing_recorded_a_command_judges_by_its_own_settings_and_says_so(
     text = cli("nodes", "list").stdout
     assert "judged by this command's own settings (no server has recorded its policy" in text
     assert "stale-after: default, grace: default" in text
+
+    # A round whose stored policy cannot be read is skipped and named, never a crash.
+    engine = make_engine(sqlite_url)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(table(PlacementRoundRow)),
+            {
+                "id": 1,
+                "planned_at": datetime.now(UTC),
+                "catalog_position": 0,
+                "inventory_digest": "",
+                "reported_at": "{}",
+                "current": "[]",
+                "policy": '{"grace_s": 3, "schema_version": 2}',
+                "placed": 0,
+                "removed": 0,
+                "unplaced": 0,
+            },
+        )
+    engine.dispose()
+    done = cli("status")
+    assert done.returncode == 0, done.stderr
+    assert "skipped, cannot be read: round 1: stale_after_s is missing" in done.stdout
+    (listed,) = cli.json("nodes", "list")
+    assert listed["judged_by"]["source"] == "settings"
+    assert listed["judged_by"]["skipped"] == ["round 1: stale_after_s is missing"]
 
 
 @contextmanager

@@ -163,6 +163,10 @@ def test_a_round_recorded_before_versions_reads_as_it_ran(engine: Engine) -> Non
         ({**_v2(SHORT), "stale_after_s": "3"}, "stale_after_s '3' is not int or float"),
         ({**_v2(SHORT), "stale_after_s": 1e300}, "policy"),
         ([1, 2], "not a JSON object"),
+        (
+            {"grace_s": 3, "mass_loss_fraction": 0.5, "schema_version": 2},
+            "stale_after_s is missing",
+        ),
     ],
 )
 def test_an_unreadable_stored_policy_is_skipped_and_named_never_a_crash(
