@@ -1,7 +1,7 @@
 """The policy each serving process runs with, so that the CLI judges as the server does.
 
-Revision ID: 0013_serving_policies
-Revises: 0012_placement_moves
+Revision ID: 0014_serving_policies
+Revises: 0013_tokens
 Create Date: 2026-12-07
 
 ``llmgw status``, ``nodes list``, ``place --dry-run`` and ``explain`` read the database
@@ -24,8 +24,8 @@ import sqlalchemy as sa
 from alembic import op
 from events.database.tables import UTCDateTime
 
-revision: str = "0013_serving_policies"
-down_revision: str | Sequence[str] | None = "0012_placement_moves"
+revision: str = "0014_serving_policies"
+down_revision: str | Sequence[str] | None = "0013_tokens"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
