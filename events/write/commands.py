@@ -28,6 +28,7 @@ from typing import ClassVar
 import structlog
 
 from catalog import CatalogError, Model, RefusalKind
+from catalog.bind_args import check_no_bind_args
 from catalog.declared import require_models
 from catalog.diff import FieldChange, diff_models
 from catalog.digest import catalog_digest
@@ -103,6 +104,7 @@ class CatalogCommands:
         for m in models:
             # At the write only: replay reads what older releases stored as it was.
             check_no_plain_secrets(m.profiles, m.name)
+            check_no_bind_args(m.profiles, m.name)
             check_engines(m)
 
         def build() -> list[tuple[NewEvent, Model | None]]:
@@ -134,6 +136,7 @@ class CatalogCommands:
         """Add ``model``, or replace the runtime model of its name with it in one event
         (events.write.apply); nothing is written when the catalog already holds it."""
         check_no_plain_secrets(model.profiles, model.name)
+        check_no_bind_args(model.profiles, model.name)
         check_engines(model)
         plans: list[ApplyPlan] = []
 
