@@ -150,7 +150,7 @@ def redact(value: Any) -> Any:
     path ends in such an env variable or in ``args``. References ({secret: name}) are
     shown: they are names, not values.
     """
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     if not isinstance(value, dict):
         return value
@@ -161,8 +161,8 @@ def redact(value: Any) -> Any:
                 k: REDACTED if isinstance(v, str) and looks_secret(str(k)) else redact(v)
                 for k, v in item.items()
             }
-        elif key == "args" and isinstance(item, list):
-            out[key] = redact_args(item, REDACTED)
+        elif key == "args" and isinstance(item, list | tuple):
+            out[key] = redact_args(list(item), REDACTED)
         else:
             out[key] = redact(item)
     path = value.get("path")
@@ -174,6 +174,6 @@ def redact(value: Any) -> Any:
                     out[side] = REDACTED
         if _ARGS_PATH.search(path):
             for side in ("before", "after"):
-                if isinstance(out.get(side), list):
-                    out[side] = redact_args(out[side], REDACTED)
+                if isinstance(out.get(side), list | tuple):
+                    out[side] = redact_args(list(out[side]), REDACTED)
     return out
