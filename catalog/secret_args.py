@@ -21,8 +21,8 @@ Two things make an item a secret:
   ``MIN_PREFIXED`` key characters, a JSON Web Token, a private key, or a run of at least
   ``MIN_RANDOM_RUN`` letters and digits mixing upper case, lower case and digits (base62 /
   base64 key material). Deliberately allowed, because args carry them every day: paths
-  and repositories (a ``/`` or ``.`` stops a prefixed match, and a random-looking run must
-  stand alone between separators), hex of any length (``--revision`` takes a 40-digit
+  and repositories (a ``/`` or ``.`` stops a prefixed match; a component of a path is
+  refused only if it is itself such a run), hex of any length (``--revision`` takes a 40-digit
   commit, files are named by their SHA-256), UUIDs, numbers, and model names such as
   ``Meta-Llama-3.1-70B-Instruct-AWQ-INT4`` (short runs between separators).
 """

@@ -120,9 +120,14 @@ def test_a_value_that_looks_like_a_key_is_refused_whatever_flag_it_follows(
 
 
 hex_strings = st.text(st.sampled_from("0123456789abcdefABCDEF"), min_size=1, max_size=128)
-paths = st.lists(
-    st.text(st.sampled_from(KEY_CHARS + "."), min_size=1, max_size=30), min_size=2
-).map("/".join)
+# Paths as deployments name them: words, versions, hex digests (a component that is
+# itself 24+ letters and digits mixing cases is key material, path or not).
+path_parts = st.one_of(
+    st.text(st.sampled_from(string.ascii_lowercase + string.digits + "_-."), min_size=1),
+    hex_strings,
+    st.sampled_from(["Llama-3.1-70B", "Qwen2.5-7B-Instruct", "models--org--Name", "GGUF"]),
+)
+paths = st.lists(path_parts, min_size=2, max_size=6).map("/".join)
 model_names = st.lists(
     st.text(st.sampled_from(string.ascii_letters + string.digits), min_size=1, max_size=12),
     min_size=1,
