@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from autoscale.signals import MAX_WORKERS
 from gateway.settings import GatewaySettings
 from llmgw.settings import KEYS, SettingsError, _convert, _read
 
@@ -78,6 +79,13 @@ def resolve_gateway(
         raise SettingsError(f"cannot read a token from {token_file}") from None
     defaults = GatewaySettings(server="", token="")
     gateway_id = value("gateway_id", None)
+    workers = max(value("workers", defaults.workers), 1)
+    if workers > MAX_WORKERS:
+        raise SettingsError(
+            f"--workers {workers}: at most {MAX_WORKERS} (the control plane counts a gateway "
+            f"token as at most {MAX_WORKERS} workers in the autoscaler's signals); run "
+            "another gateway with its own token for more"
+        )
     return GatewaySettings(
         server=server,
         token=token,
@@ -93,7 +101,7 @@ def resolve_gateway(
         resync_s=value("resync", defaults.resync_s),
         tokenize_cache_s=value("tokenize_cache", defaults.tokenize_cache_s),
         admin_open=value("admin_open", defaults.admin_open),
-        workers=max(value("workers", defaults.workers), 1),
+        workers=workers,
     )
 
 
