@@ -5,7 +5,7 @@ sends with each placement), the port, the cards; out comes argv and env. The
 profile's own ``args`` go last so an operator can override any flag an
 adapter sets (both vLLM and llama-server take the last value of a flag), except
 where the engine listens: ``--host``, ``--port`` and ``--uds`` in args are
-dropped (catalog.bind_args), whatever a stored event says. The catalog refuses
+dropped (catalog.definition.bind_args), whatever a stored event says. The catalog refuses
 them at its doors, but an event written before that rule still replays as it
 was, and the agent's ``--engine-host`` is the boundary it promises.
 """
@@ -16,8 +16,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from catalog.bind_args import drop_bind_args
-from catalog.engine_names import KNOWN_ENGINES
+from catalog.definition.bind_args import drop_bind_args
+from catalog.definition.engine_names import KNOWN_ENGINES
 
 # Checked on every tick; each engine answers it once its model is loaded.
 HEALTH_PATH = "/health"
@@ -74,12 +74,12 @@ class Command:
     argv: tuple[str, ...]
     env: dict[str, str]
     # What of the profile's args was not passed on: flags choosing where the engine
-    # listens, which are the agent's (catalog.bind_args). The caller logs them.
+    # listens, which are the agent's (catalog.definition.bind_args). The caller logs them.
     dropped: tuple[str, ...] = ()
 
 
 # The engines this agent has adapters for; the catalog refuses any other name
-# when a definition is loaded or added (catalog.engines), with a did-you-mean.
+# when a definition is loaded or added (catalog.definition.engines), with a did-you-mean.
 ENGINES = KNOWN_ENGINES
 # Where the agent looks for llama.cpp's server, in order (agent.binaries).
 SERVER_SEARCH = (

@@ -37,8 +37,8 @@ from agent.reconcile import Backoff, Decision, Have, Start, decide
 from agent.secrets import SecretMissing, resolve_env
 from agent.state import Record, StateDir
 from agent.states import replica_states
-from catalog.secret_args import redact_args
-from catalog.secrets import REDACTED
+from catalog.secrecy.secret_args import redact_args
+from catalog.secrecy.secrets import REDACTED
 
 log = structlog.get_logger("llmgw.agent")
 

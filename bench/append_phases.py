@@ -73,7 +73,7 @@ def _timer() -> tuple[dict[str, float], Callable[..., Any]]:
 def _ours(adds: int, synchronous: str) -> dict[str, float]:  # noqa: PLR0915 (imports, wraps)
     from bench import append, gen
     from bench.common import quiet_logs
-    from catalog import state
+    from catalog.whole import state
     from events.read import model as read_model
     from events.storage import log as event_log
     from events.storage import sql_log, sqlite_log

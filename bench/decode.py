@@ -1,4 +1,4 @@
-"""Decoding one stored add: pydantic's paths against ``catalog.fast_decode``, per payload.
+"""Decoding one stored add: pydantic's paths against ``catalog.stored.fast_decode``, per payload.
 
 The payloads are the adds of a generated log (``bench.gen``), exactly what
 ``CatalogService`` writes. Each way of decoding them runs over the whole list,
@@ -29,10 +29,10 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import common, gen
-from catalog import fast_decode
-from catalog.model import Model
-from catalog.model_rules import normalize, validate
-from catalog.parse import parse_wrapped_model_json
+from catalog.definition.model import Model
+from catalog.definition.model_rules import normalize, validate
+from catalog.definition.parse import parse_wrapped_model_json
+from catalog.stored import fast_decode
 from events.core.types import MODEL_ADDED
 from events.read.replay import STORED_LIMITS
 

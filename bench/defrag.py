@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bench.fleets import NOW, synthetic_demands, synthetic_nodes
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.inputs import ModelLifecycle
 from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.planner.fleet.inventory import Node

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement

@@ -50,7 +50,7 @@ def main() -> None:
     args = parser.parse_args()
     quiet_logs()
     from catalog import Catalog
-    from catalog.parse import parse_model
+    from catalog.definition.parse import parse_model
     from events.catalog_service import CatalogService
     from events.database.connection import make_engine
     from events.database.migrate import ensure_schema

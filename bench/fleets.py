@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from bench import common
 from bench.openb import load_openb_csv, load_openb_pods_csv
 from bench.spot import GPU_MEMORY_GB, load_spot_csv
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand
 

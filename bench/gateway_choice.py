@@ -276,7 +276,7 @@ def routing_decision(replicas: int = 64, n: int = 20000) -> None:
     """The gateway's routing decision (eligible + choose) with ``replicas`` replicas."""
     import timeit
 
-    from gateway.routing import Load, choose, eligible
+    from gateway.stages.routing import Load, choose, eligible
     from gateway.table import Replica, stable_hash
 
     rs = [

@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand
 

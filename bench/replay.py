@@ -27,7 +27,8 @@ import psycopg
 from sqlalchemy import Engine
 
 from bench import common, gen
-from catalog import Catalog, CatalogError, fast_decode
+from catalog import Catalog, CatalogError
+from catalog.stored import fast_decode
 from events.core.rows import ReplayEvent
 from events.core.types import CURRENT_SCHEMA, DEFINITION_TYPES, StoredEvent
 from events.database.connection import make_engine
@@ -144,7 +145,7 @@ def lean_floor(engine: Engine, until: int) -> int:
 
 def lean_decode(engine: Engine, until: int) -> int:
     """The lean read with each payload decoded as replay needs it: a current-version add or
-    replacement into its validated ``Model`` (``catalog.fast_decode``, falling back to the
+    replacement into its validated ``Model`` (``catalog.stored.fast_decode``, falling back to the
     general path), anything else ``json.loads``-ed. Nothing is judged against the catalog."""
     loads = json.loads
     decode = fast_decode.decode_added
@@ -324,7 +325,7 @@ def read_paths(url: str, size: int, stats: gen.LogStats) -> common.Table:
     )
     table.note(
         "prototype: bench/replay.py `_FastReplayer`, replay's `Replayer` with "
-        "`catalog.fast_decode.decode_definition` tried first; it skipped the same "
+        "`catalog.stored.fast_decode.decode_definition` tried first; it skipped the same "
         f"{expected[0]:,} events and built the same {expected[1]:,}-model catalog"
     )
     return table

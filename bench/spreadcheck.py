@@ -35,7 +35,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement
 

@@ -28,10 +28,10 @@ import msgspec
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway import admission
-from gateway.admission import Refusal
 from gateway.proxy import INLINE_JSON, Call, Proxy, Trace
 from gateway.settings import GatewaySettings
+from gateway.stages import admission
+from gateway.stages.admission import Refusal
 from gateway.state import Client, State
 from httpguard.protocol import HOOKS, RequestHooks
 

@@ -19,8 +19,8 @@ import json
 import time
 from typing import Any
 
-from gateway import admission
 from gateway.enginepool import Answer, BrokenAnswer, EnginePool, Unreachable
+from gateway.stages import admission
 
 __all__ = ["Answer", "BrokenAnswer", "Unreachable", "Upstream"]
 

@@ -63,7 +63,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.repair_groups import BUILD_AFTER, Group, Shape, shape_of

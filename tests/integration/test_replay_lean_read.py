@@ -1,4 +1,4 @@
-"""Replay as start-up runs it (the read model: the lean read, catalog.fast_decode) gives
+"""Replay as start-up runs it (the read model: the lean read, catalog.stored.fast_decode) gives
 exactly what the general path gives over whole events: on a generated log with bad events
 (bench/gen.py), the same catalog, the same applied positions and the same skips, reasons
 included."""

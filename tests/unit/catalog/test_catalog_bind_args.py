@@ -1,7 +1,8 @@
-"""Where an engine listens is the agent's (catalog.bind_args), by property: --host, --port
-and vLLM's --uds in args, in any form (``=value``, an abbreviation argparse expands), are
-refused at the doors saying the agent chooses them, and dropped by the agent from the
-command it runs (for events stored before the rule), whatever surrounds them."""
+"""Where an engine listens is the agent's (catalog.definition.bind_args), by property:
+--host, --port and vLLM's --uds in args, in any form (``=value``, an abbreviation
+argparse expands), are refused at the doors saying the agent chooses them, and dropped by
+the agent from the command it runs (for events stored before the rule), whatever
+surrounds them."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from hypothesis import strategies as st
 
 from agent.engines import Launch, command
 from catalog import CatalogError, parse_model
-from catalog.bind_args import BIND_FLAGS, bind_flag, check_no_bind_args, drop_bind_args
-from catalog.declared import load_declared
+from catalog.definition.bind_args import BIND_FLAGS, bind_flag, check_no_bind_args, drop_bind_args
+from catalog.reading.declared import load_declared
 from tests.support import dump_yaml
 
 

@@ -1,4 +1,4 @@
-"""The secrets rule for a profile's args (catalog.secret_args, catalog.secrets), by
+"""The secrets rule for a profile's args (catalog.secrecy.secret_args and .secrets), by
 property: a flag that carries a key, in any form, and a value that looks like one are
 refused naming the model, the profile, args[i] and the engine's own variable, never
 repeating the value; what args carry every day (paths, repositories, hashes, numbers,
@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from catalog import CatalogError, parse_model
-from catalog.declared import load_declared
-from catalog.secret_args import (
+from catalog.reading.declared import load_declared
+from catalog.secrecy.secret_args import (
     KEY_PREFIXES,
     MIN_PREFIXED,
     MIN_RANDOM_RUN,
@@ -26,7 +26,7 @@ from catalog.secret_args import (
     looks_like_key,
     secret_args,
 )
-from catalog.secrets import REDACTED, check_no_plain_secrets, redact
+from catalog.secrecy.secrets import REDACTED, check_no_plain_secrets, redact
 from tests.support import dump_yaml
 
 VLLM_FLAGS = json.loads((Path(__file__).parents[2] / "data" / "vllm_serve_flags.json").read_text())

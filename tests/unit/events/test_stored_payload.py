@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 
 from bench.gen import TEXT_FORMATS
 from catalog import Catalog, Model, parse_model
-from catalog.fast_decode import decode_definition
+from catalog.stored.fast_decode import decode_definition
 from events.core.types import MODEL_ADDED, StoredEvent
 from events.read.replay import replay
 from events.write.apply import definition_event

@@ -26,7 +26,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bench import firstfit, spreadcheck
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.fit import selector_key

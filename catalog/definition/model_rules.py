@@ -1,8 +1,8 @@
 """A model's own rules: its defaults (``normalize``) and its checks (``validate``).
 
 Defaults are applied in one place and checks in another, in that order, as the
-Go control plane did (see ``catalog.model`` for the fields). The rules between
-models (names, aliases, fallbacks) are ``catalog.rules``. Both functions are
+Go control plane did (see ``catalog.definition.model`` for the fields). The rules between
+models (names, aliases, fallbacks) are ``catalog.whole.rules``. Both functions are
 pure; what they remember of definitions already checked (by identity of frozen
 parts, bounded) only saves work, never changes a verdict: the tests in
 ``tests/unit/catalog/test_validate_remembered.py`` hold them to that.
@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import math
 
-from catalog.errors import CatalogError
-from catalog.identifiers import check_model_names, plainly_valid
-from catalog.model import (
+from catalog.definition.identifiers import check_model_names, plainly_valid
+from catalog.definition.model import (
     _ZERO,
     DEFAULT_ENGINE,
     DEFAULT_STARTUP_TIMEOUT,
@@ -30,9 +29,10 @@ from catalog.model import (
     Seq,
     cpu_capable,
 )
-from catalog.printable import printable
-from catalog.routing_profiles import check_routing_profile
-from catalog.secrets import secret_name_problem
+from catalog.definition.routing_profiles import check_routing_profile
+from catalog.errors import CatalogError
+from catalog.forms.printable import printable
+from catalog.secrecy.secrets import secret_name_problem
 
 
 def normalize(model: Model) -> Model:
@@ -123,7 +123,7 @@ def validate(model: Model) -> None:
     """
     name = model.name
     # Everything but the names and the source (which differ from model to model)
-    # reads only fields that repeat across a log: sections catalog.fast_decode
+    # reads only fields that repeat across a log: sections catalog.stored.fast_decode
     # shares between models, and a few values. What passed before passes again;
     # the other checks still run, in their order, so a refusal is the same one.
     profiles = model.profiles
@@ -264,7 +264,7 @@ def _validate_rest(name: str, profiles: Seq[Profile], placement: PlacementRules)
 
 
 # Profile lists that passed ``validate``, by identity, each kept alive by its entry
-# (so no other list can take its id). catalog.fast_decode hands out one tuple per
+# (so no other list can take its id). catalog.stored.fast_decode hands out one tuple per
 # distinct list of profiles it has read, and a log holds a handful of distinct
 # lists among tens of thousands of definitions: replay checks each list once. The
 # models are frozen; the dicts inside a profile (env, node_selector) are never

@@ -10,14 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from catalog.bind_args import check_no_bind_args
-from catalog.catalog import Catalog
-from catalog.documents import read_data, read_file
-from catalog.engines import check_engines
+from catalog.definition.bind_args import check_no_bind_args
+from catalog.definition.engines import check_engines
+from catalog.definition.model import Model
+from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
-from catalog.model import Model
-from catalog.parse import parse_model
-from catalog.secrets import check_no_plain_secrets
+from catalog.reading.documents import read_data, read_file
+from catalog.secrecy.secrets import check_no_plain_secrets
+from catalog.whole.catalog import Catalog
 
 __all__ = ["load_declared", "load_definitions", "parse_definitions", "read_data"]
 

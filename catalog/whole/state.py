@@ -6,7 +6,7 @@ and revalidating the whole catalog for each would make replay quadratic, so
 this keeps the indexes a check needs (every name and alias, and who falls
 back to whom) and answers in time proportional to the change, not to the
 catalog. The rules between models are ``Catalog.build``'s, the same code
-(catalog.rules), judged against these indexes instead of an empty catalog.
+(catalog.whole.rules), judged against these indexes instead of an empty catalog.
 
 Configuration wins every conflict, and the direction matters: a request for
 a reviewed production model must never be answered by something added from a
@@ -19,11 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from catalog.catalog import Catalog
+from catalog.definition.identifiers import fold
+from catalog.definition.model import Model
 from catalog.errors import NotInCatalog, RuleConflict
-from catalog.identifiers import fold
-from catalog.model import Model
-from catalog.rules import Accepted, check_batch, check_not_accepted, missing_fallback_of_change
+from catalog.whole.catalog import Catalog
+from catalog.whole.rules import (
+    Accepted,
+    check_batch,
+    check_not_accepted,
+    missing_fallback_of_change,
+)
 
 
 class CatalogState:
@@ -40,7 +45,7 @@ class CatalogState:
         self._models: dict[str, Model] = {m.name: m for m in declared.models()}
         self._index: dict[str, str] = {}
         # Every name and alias by its case-folded form, to the string as written:
-        # names and aliases are unique regardless of case (catalog.identifiers).
+        # names and aliases are unique regardless of case (catalog.definition.identifiers).
         self._folded: dict[str, str] = {}
         # canonical target -> names of the models that fall back to it; what a
         # removal must consult, kept so that consulting it is one lookup.
@@ -147,7 +152,7 @@ class CatalogState:
         not: the caller then asks ``check_add``, which refuses it in its usual words.
         Replay applies nearly every stored add this way, so it is one call."""
         name = model.name
-        key = name.casefold()  # catalog.identifiers.fold
+        key = name.casefold()  # catalog.definition.identifiers.fold
         folded = self._folded
         if key in folded:
             return False
@@ -176,7 +181,7 @@ class CatalogState:
         return True
 
     def _check_batch(self, models: Sequence[Model]) -> dict[str, str]:
-        """The names and fallbacks of ``models`` checked as one batch (catalog.rules):
+        """The names and fallbacks of ``models`` checked as one batch (catalog.whole.rules):
         the batch's names and aliases (each mapped to its model) when all is well."""
         return check_batch(models, self._accepted(), change=True)[1]
 
@@ -324,7 +329,7 @@ class CatalogState:
         model = self._models.pop(name)
         folded = self._folded
         del index[name]
-        del folded[name.casefold()]  # catalog.identifiers.fold
+        del folded[name.casefold()]  # catalog.definition.identifiers.fold
         for alias in model.aliases:
             del index[alias]
             del folded[alias.casefold()]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from catalog.catalog import Catalog
-from catalog.model import Model
+from catalog.definition.model import Model
+from catalog.whole.catalog import Catalog
 
 
 def model_version(model: Model) -> str:

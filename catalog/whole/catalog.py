@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from catalog.model import Model
-from catalog.model_rules import normalize, validate
-from catalog.rules import NOTHING, check_batch
+from catalog.definition.model import Model
+from catalog.definition.model_rules import normalize, validate
+from catalog.whole.rules import NOTHING, check_batch
 
 
 def _prepared(raw: Model) -> Model:
@@ -44,7 +44,7 @@ class Catalog:
 
         This is the whole-catalog check the declared file goes through: each
         model is normalised and validated, then the rules between models
-        (catalog.rules, the same ones a runtime change is judged by): names
+        (catalog.whole.rules, the same ones a runtime change is judged by): names
         are unique, aliases share one namespace with names, and every
         fallback resolves.
         """

@@ -33,10 +33,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET, Raw
 
-from catalog.documents import Limits, read_json
-from catalog.errors import CatalogError
-from catalog.fast_build import _construct, _ListMemo, _Memo, _spec
-from catalog.model import (
+from catalog.definition.model import (
     SLO,
     Capabilities,
     Disruption,
@@ -46,9 +43,12 @@ from catalog.model import (
     Rollout,
     Scaling,
 )
-from catalog.model_rules import normalize, validate
-from catalog.parse import parse_model
-from catalog.stored_shapes import (
+from catalog.definition.model_rules import normalize, validate
+from catalog.definition.parse import parse_model
+from catalog.errors import CatalogError
+from catalog.reading.documents import Limits, read_json
+from catalog.stored.fast_build import _construct, _ListMemo, _Memo, _spec
+from catalog.stored.stored_shapes import (
     _SLO,
     _Capabilities,
     _Disruption,
@@ -114,7 +114,8 @@ _SLO_CACHE = _SECTIONS["slo"].cache
 _CAPABILITIES_CACHE = _SECTIONS["capabilities"].cache
 _MODEL_DEFAULTS = {name: default for name, _, default in _MODEL_SPEC}
 # One default of each section for every definition that leaves it out, shared as the
-# remembered sections are (frozen; catalog.model_rules.validate then knows it by identity).
+# remembered sections are (frozen; catalog.definition.model_rules.validate then knows it
+# by identity).
 _SHARED_PLACEMENT = _MODEL_DEFAULTS["placement"]()
 _SHARED_ROLLOUT = _MODEL_DEFAULTS["rollout"]()
 _SHARED_DISRUPTION = _MODEL_DEFAULTS["disruption"]()

@@ -15,9 +15,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.catalog import Catalog
-from catalog.model import Model
-from catalog.text import shown
+from catalog.definition.model import Model
+from catalog.forms.text import shown
+from catalog.whole.catalog import Catalog
 
 
 class _Absent:

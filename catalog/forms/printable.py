@@ -1,9 +1,9 @@
 """What "printable" means, for every text the control plane stores and prints.
 
 One rule, defined here and used everywhere a text is judged: the identifier
-grammar (catalog.identifiers, for every path: the declared file, a runtime file,
+grammar (catalog.definition.identifiers, for every path: the declared file, a runtime file,
 an API body, a node report, a stored row on replay), the reasons and reports the
-scheduler takes, ``catalog.text.shown`` when a value is printed, and the API's
+scheduler takes, ``catalog.forms.text.shown`` when a value is printed, and the API's
 document (llmgw.api.rendering.schemas), whose patterns are built from ``character_class``
 so that the document calls valid exactly what the server accepts.
 

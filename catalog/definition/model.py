@@ -4,8 +4,8 @@ The field names are the YAML keys operators write in ``catalog.yaml`` and in a
 runtime definition; the two are the same shape on purpose, so a model tried at
 runtime can be moved into reviewed configuration by copying it.
 
-Defaults are applied in one place (``catalog.model_rules.normalize``) and
-checks in another (``catalog.model_rules.validate``), in that order, as the Go
+Defaults are applied in one place (``catalog.definition.model_rules.normalize``) and
+checks in another (``catalog.definition.model_rules.validate``), in that order, as the Go
 control plane did. Parsing refuses
 unknown fields: a typo such as ``gpu_clas`` must stop the change, not be
 silently dropped and turn a GPU profile into a CPU one.
@@ -19,16 +19,16 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, Strict
 from pydantic_core import PydanticCustomError
 
-from catalog.durations import format_duration, parse_duration
-from catalog.engine_names import KNOWN_ENGINES
-from catalog.routing_profiles import KNOWN as ROUTING_PROFILES
-from catalog.secret_words import SECRET_NAMES_PATTERN, SECRET_PATTERN
-from catalog.views import EngineProfile, PlacementProfile
+from catalog.definition.engine_names import KNOWN_ENGINES
+from catalog.definition.routing_profiles import KNOWN as ROUTING_PROFILES
+from catalog.definition.views import EngineProfile, PlacementProfile
+from catalog.forms.durations import format_duration, parse_duration
+from catalog.secrecy.secret_words import SECRET_NAMES_PATTERN, SECRET_PATTERN
 
 T = TypeVar("T")
 
 # Written as operators write it, held as a timedelta; parse and format remember
-# their answers (catalog.durations), since replay and every add meet the same few.
+# their answers (catalog.forms.durations), since replay and every add meet the same few.
 Duration = Annotated[
     timedelta,
     BeforeValidator(parse_duration),
@@ -167,12 +167,12 @@ MAX_SPREAD_BY = 253
 class SecretRef(BaseModel):
     """An env value held by the agent on its node, named here (``{secret: hf-token}``).
 
-    The catalog stores and shows only the name; see ``catalog.secrets``.
+    The catalog stores and shows only the name; see ``catalog.secrecy.secrets``.
     """
 
     model_config = _STRICT
 
-    # The grammar is checked by the rules (catalog.model_rules), with a refusal that
+    # The grammar is checked by the rules (catalog.definition.model_rules), with a refusal that
     # says what a name may hold; the schema states it for clients.
     secret: str = Field(json_schema_extra={"pattern": SECRET_PATTERN, "maxLength": 128})
 
@@ -187,7 +187,7 @@ def _env_value(value: object) -> object:
         raise PydanticCustomError(
             "env_reference", "a mapping in env is a secret's name and nothing else: {secret: NAME}"
         )
-    # The type a plain value's refusal has always had, and so its advice (catalog.parse).
+    # The type a plain value's refusal has always had, and so its advice (catalog.definition.parse).
     raise PydanticCustomError(
         "string_type", "Input should be text, or a secret the agent holds: {secret: NAME}"
     )
@@ -210,7 +210,7 @@ class Profile(BaseModel):
     model_config = _STRICT
 
     name: str = ""
-    # One of the engines agents run (catalog.engines); empty: the default, vllm.
+    # One of the engines agents run (catalog.definition.engines); empty: the default, vllm.
     engine: str = Field(default="", json_schema_extra={"enum": ["", *KNOWN_ENGINES]})
     gpu_class: str = ""
     tp: int = 0
@@ -221,7 +221,7 @@ class Profile(BaseModel):
     nodes: int = 0
     args: Seq[str] = ()
     # A secret is given by reference ({secret: name}), never as a plain value: the
-    # schema says so for names that look like a secret's (catalog.secrets).
+    # schema says so for names that look like a secret's (catalog.secrecy.secrets).
     env: dict[str, EnvValue] = Field(
         default_factory=dict,
         json_schema_extra=_secret_names_take_references,
@@ -279,7 +279,7 @@ class Model(BaseModel):
     profiles: Seq[Profile] = ()
     scaling: Scaling = Field(default_factory=Scaling)
     fallbacks: Seq[str] = ()
-    # How the router scores endpoints for this model (catalog.routing_profiles); empty:
+    # How the router scores endpoints for this model (catalog.definition.routing_profiles); empty:
     # the default, least-loaded.
     routing_profile: str = Field(default="", json_schema_extra={"enum": ["", *ROUTING_PROFILES]})
     slo: SLO = Field(default_factory=SLO)

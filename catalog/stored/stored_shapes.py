@@ -1,6 +1,6 @@
-"""The shapes a stored definition's JSON may take, as msgspec Structs (catalog.fast_decode).
+"""The shapes a stored definition's JSON may take, as msgspec Structs (catalog.stored.fast_decode).
 
-Each mirrors a pydantic class of ``catalog.model`` field for field (the decoder
+Each mirrors a pydantic class of ``catalog.definition.model`` field for field (the decoder
 checks this when it is imported, so a field added to a model and not here
 fails at once). The ``Complete`` variants are the stored form, every field
 present, which decodes without looking up defaults.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.routing import Load
+from gateway.stages.routing import Load
 
 BASE_S = 1.0
 MAX_S = 30.0

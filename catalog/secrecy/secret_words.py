@@ -1,4 +1,4 @@
-"""The words of the secrets rule (catalog.secrets), shared with the model's schema. Pure."""
+"""The words of the secrets rule (catalog.secrecy.secrets), shared with the model's schema. Pure."""
 
 from __future__ import annotations
 

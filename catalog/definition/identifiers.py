@@ -6,7 +6,7 @@ one of them is printed in tables an operator reads. So each kind of name has
 a grammar, checked here and nowhere else, for every path (the declared file,
 a runtime file, an API body, a node report, a stored event on replay):
 
-- **Printable** (``catalog.printable``: ``str.isprintable`` at a fixed Unicode
+- **Printable** (``catalog.forms.printable``: ``str.isprintable`` at a fixed Unicode
   version). No control, format, bidi, zero-width, private-use, unassigned or
   line-separator characters: a name ``x\\ny`` forged a row of ``llmgw
   history``, and a U+202E made a name read backwards.
@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from catalog.errors import CatalogError
-from catalog.printable import first_unprintable, printable
-from catalog.text import shown
+from catalog.forms.printable import first_unprintable, printable
+from catalog.forms.text import shown
 
 if TYPE_CHECKING:
-    from catalog.model import Model, Profile
+    from catalog.definition.model import Model, Profile
 
 
 class IdentifierError(CatalogError):
@@ -80,7 +80,7 @@ class Grammar:
                 f"is {len(value)} characters long; at most {self.max_length} are allowed, "
                 "so shorten it"
             )
-        culprit = first_unprintable(value)  # catalog.printable: the one rule
+        culprit = first_unprintable(value)  # catalog.forms.printable: the one rule
         if culprit is not None:
             i, ch = culprit
             return (
@@ -293,7 +293,8 @@ def check_model_names(
     for fallback in model.fallbacks:
         check(MODEL_NAME, fallback, field="fallbacks", model=name, who=who)
     if profiles_valid:
-        # The same list of profiles passed these checks before (catalog.model_rules.validate).
+        # The same list of profiles passed these checks before
+        # (catalog.definition.model_rules.validate).
         return
     profiles: dict[str, str] = {}
     for p in model.profiles:
@@ -328,7 +329,7 @@ assert ALIAS.pattern is MODEL_NAME.pattern and ALIAS.max_length == MODEL_NAME.ma
 
 def plainly_valid(model: Model) -> bool:
     """Whether the names and source of a definition pass every check of them, in a few
-    steps (``catalog.model_rules.validate`` asks it of every stored add whose other
+    steps (``catalog.definition.model_rules.validate`` asks it of every stored add whose other
     fields passed before). Only sure answers: False runs the checks, which then
     refuse or accept as they always do.
 
@@ -347,7 +348,7 @@ def plainly_valid(model: Model) -> bool:
         and _NAME_MATCH(name)
         and type(source) is str
         and 0 < len(source) <= _SOURCE_MAX
-        # The one rule (catalog.printable); printable ASCII, the common case, in C.
+        # The one rule (catalog.forms.printable); printable ASCII, the common case, in C.
         and ((source.isascii() and source.isprintable()) or printable(source))
     ):
         return False

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from difflib import get_close_matches
 
-from catalog.engine_names import KNOWN_ENGINES
+from catalog.definition.engine_names import KNOWN_ENGINES
+from catalog.definition.identifiers import brief
+from catalog.definition.model import Model
 from catalog.errors import CatalogError
-from catalog.identifiers import brief
-from catalog.model import Model
 
 
 def did_you_mean(engine: str) -> str | None:

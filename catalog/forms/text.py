@@ -1,6 +1,6 @@
 """Showing stored text on a terminal without letting it act on the terminal.
 
-Rows written before the identifier grammar (catalog.identifiers) still exist,
+Rows written before the identifier grammar (catalog.definition.identifiers) still exist,
 and a row can be edited by hand: a model named ``x\\ny`` would print as two
 lines and forge a row of ``llmgw history``, an ANSI escape would recolour or
 clear the screen, and a U+202E RIGHT-TO-LEFT OVERRIDE would make a name read
@@ -9,13 +9,13 @@ backwards. Every value the command line prints goes through ``shown``.
 
 from __future__ import annotations
 
-from catalog.printable import printable
+from catalog.forms.printable import printable
 
 
 def shown(value: object) -> str:
     """``value`` as text that prints as exactly what it is, on one line.
 
-    Text whose every character is printable (``catalog.printable``, the rule
+    Text whose every character is printable (``catalog.forms.printable``, the rule
     the identifier grammar checks: no control, format, bidi, zero-width, line
     or paragraph separator, private-use or unassigned characters; the ASCII
     space is printable) is returned as it is, so ordinary names and reasons

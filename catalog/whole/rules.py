@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from catalog.definition.identifiers import fold
+from catalog.definition.model import Model
 from catalog.errors import CatalogError, RuleConflict
-from catalog.identifiers import fold
-from catalog.model import Model
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ applied, and in the declared file; values the log already holds from before
 this rule are redacted in every read by anyone but an operator (``redact``).
 
 The same holds for ``args``: a flag that carries a key (``--api-key``, ``--hf-token``,
-...) or a value that looks like one (catalog.secret_args) is refused, pointing to the
+...) or a value that looks like one (catalog.secrecy.secret_args) is refused, pointing to the
 engine's own variable given as a reference (vLLM reads ``VLLM_API_KEY``, llama.cpp
 ``LLAMA_API_KEY``, both ``HF_TOKEN``), and what the log already holds is redacted.
 """
@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from catalog.errors import CatalogError
-from catalog.secret_args import SecretArg, redact_args, secret_args
-from catalog.secret_words import SECRET_PATTERN, SECRET_WORDS
+from catalog.secrecy.secret_args import SecretArg, redact_args, secret_args
+from catalog.secrecy.secret_words import SECRET_PATTERN, SECRET_WORDS
 
 # What a value shown in place of a secret reads as.
 REDACTED = "[redacted]"
@@ -117,7 +117,7 @@ def plain_secret_arg_problem(
 
 def check_no_plain_secrets(profiles: Any, model: str) -> None:
     """Refuse (``CatalogError``) a profile whose env holds a secret-looking plain value, or
-    whose args hold a secret (catalog.secret_args).
+    whose args hold a secret (catalog.secrecy.secret_args).
 
     ``profiles`` are a model's profiles (anything with ``name``, ``engine``, ``env`` and
     ``args``).
@@ -143,7 +143,7 @@ _ARGS_PATH = re.compile(r"(?:^|\.)args$")
 
 def redact(value: Any) -> Any:
     """``value`` (JSON-ready) with every plain secret-looking env value, and every secret
-    in args (catalog.secret_args), replaced.
+    in args (catalog.secrecy.secret_args), replaced.
 
     Any mapping under an ``env`` key counts (a definition, an engine view, an event's
     payload), and any list of strings under an ``args`` key; so does a diff entry whose

@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from catalog.definition.model import Model, Profile
+from catalog.definition.model_rules import normalize, validate
 from catalog.errors import CatalogError
-from catalog.model import Model, Profile
-from catalog.model_rules import normalize, validate
 
 _KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "model": frozenset(Model.model_fields),

@@ -2,8 +2,8 @@
 
 ``args`` are served to every reader and kept in the log for ever, as ``env`` is, so a key
 written there is public and permanent. An engine is given its key by its own environment
-variable instead, and that variable takes a secret by reference (catalog.secrets). This
-module only finds them; catalog.secrets refuses them at the doors and redacts them in
+variable instead, and that variable takes a secret by reference (catalog.secrecy.secrets). This
+module only finds them; catalog.secrecy.secrets refuses them at the doors and redacts them in
 every read by anyone but an operator.
 
 Two things make an item a secret:

@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from catalog.routing_profiles import LATENCY, ROUND_ROBIN, SESSION
+from catalog.definition.routing_profiles import LATENCY, ROUND_ROBIN, SESSION
 from gateway.table import Replica, stable_hash
 
 _MASK = (1 << 64) - 1

@@ -1,11 +1,11 @@
-"""A catalog diff with secret-looking env values hidden (``catalog.secrets.redact``). Pure."""
+"""A catalog diff with secret-looking env values hidden (``secrecy.secrets.redact``). Pure."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from catalog.diff import CatalogDiff, FieldChange, ModelChange
-from catalog.secrets import redact
+from catalog.changes.diff import CatalogDiff, FieldChange, ModelChange
+from catalog.secrecy.secrets import redact
 
 
 def redact_diff(diff: CatalogDiff) -> CatalogDiff:

@@ -1,9 +1,9 @@
 """Pydantic models built from decoded msgspec Structs without validating twice
-(catalog.fast_decode), and the bounded memos of what was built, by raw JSON text.
+(catalog.stored.fast_decode), and the bounded memos of what was built, by raw JSON text.
 
 ``_construct`` sets exactly what pydantic's own validation would set, including
 ``model_fields_set``; the values come from Structs that already hold the types
-pydantic would accept, and ``catalog.model_rules`` then checks the model as a
+pydantic would accept, and ``catalog.definition.model_rules`` then checks the model as a
 whole. The equivalence is proven in tests/unit/catalog/test_fast_decode.py.
 """
 
@@ -17,8 +17,8 @@ import msgspec
 from msgspec import UNSET, Raw
 from pydantic import BaseModel
 
-from catalog.durations import parse_duration
-from catalog.model import SLO, Profile
+from catalog.definition.model import SLO, Profile
+from catalog.forms.durations import parse_duration
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -81,8 +81,8 @@ def _spec(
     """
     if tuple(cls.model_fields) != struct.__struct_fields__:
         raise RuntimeError(
-            f"catalog.fast_decode: {struct.__name__} fields {struct.__struct_fields__} do not "
-            f"mirror {cls.__name__} fields {tuple(cls.model_fields)}"
+            f"catalog.stored.fast_decode: {struct.__name__} fields {struct.__struct_fields__} "
+            f"do not mirror {cls.__name__} fields {tuple(cls.model_fields)}"
         )
     out = []
     for name, info in cls.model_fields.items():
