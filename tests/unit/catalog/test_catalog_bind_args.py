@@ -6,6 +6,7 @@ surrounds them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,24 @@ def test_the_agent_drops_them_from_the_command_it_runs(
         assert "0.0.0.0" not in argv
         rest = [*before, *after]  # the profile's other args, last and in order
         assert argv[len(argv) - len(rest) :] == rest
+
+
+def test_of_the_engines_own_flags_only_host_port_and_uds_are_the_agents() -> None:
+    """vLLM's 205 options and llama-server's 413 (tests/data/): only --host, --port and
+    vLLM's --uds choose where the engine listens (llama-server's --no-host, --reuse-port
+    and --path do not), and the sim engine spells them the same."""
+    data = Path(__file__).parents[2] / "data"
+    vllm = json.loads((data / "vllm_serve_flags.json").read_text())
+    llama = json.loads((data / "llamacpp_server_flags.json").read_text())
+    assert sorted(f for f in [*vllm["value"], *vllm["switch"]] if bind_flag(f)) == [
+        "--host",
+        "--port",
+        "--uds",
+    ]
+    assert sorted(f for f in llama["flags"] if bind_flag(f)) == ["--host", "--port"]
+    assert {"--no-host", "--reuse-port", "--path"} <= set(llama["flags"])
+    sim = command(Launch("sim", "p", "sim", "m"), host="127.0.0.1", port=1, devices=()).argv
+    assert [a for a in sim if bind_flag(a)] == ["--host", "--port"]
 
 
 def test_drop_keeps_everything_else_in_order() -> None:

@@ -29,7 +29,9 @@ from catalog.secrecy.secret_args import (
 from catalog.secrecy.secrets import REDACTED, check_no_plain_secrets, redact
 from tests.support import dump_yaml
 
-VLLM_FLAGS = json.loads((Path(__file__).parents[2] / "data" / "vllm_serve_flags.json").read_text())
+DATA = Path(__file__).parents[2] / "data"
+VLLM_FLAGS = json.loads((DATA / "vllm_serve_flags.json").read_text())
+LLAMACPP_FLAGS = json.loads((DATA / "llamacpp_server_flags.json").read_text())
 ENGINES = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY", "": "VLLM_API_KEY"}
 KEY_CHARS = string.ascii_letters + string.digits + "_-"
 
@@ -161,16 +163,19 @@ def test_values_args_carry_every_day_are_accepted(value: str) -> None:
     check_no_plain_secrets(model.profiles, model.name)
 
 
-def test_no_other_vllm_flag_is_taken_for_a_secret() -> None:
-    """vLLM's own flags (tests/data/vllm_serve_flags.json): exactly --api-key and
+def test_of_the_engines_own_flags_exactly_the_key_flags_are_secret() -> None:
+    """vLLM's 205 options (tests/data/vllm_serve_flags.json): exactly --api-key and
     --hf-token carry a secret; --max-num-batched-tokens, --ssl-keyfile, the token
     thresholds and --allow-credentials do not."""
     flags = [*VLLM_FLAGS["value"], *VLLM_FLAGS["switch"]]
     assert sorted(f for f in flags if is_secret_flag(f)) == ["--api-key", "--hf-token"]
-    # llama.cpp's: --api-key and --hf-token / -hft carry one; --api-key-file and
-    # --ssl-key-file carry a path.
-    assert all(is_secret_flag(f) for f in ("--api-key", "--hf-token", "-hft"))
-    assert not any(is_secret_flag(f) for f in ("--api-key-file", "--ssl-key-file"))
+    # llama-server's 413 (tests/data/llamacpp_server_flags.json): --api-key and
+    # --hf-token / -hft carry one; --api-key-file and --ssl-key-file carry a path.
+    llama = [f for f in LLAMACPP_FLAGS["flags"] if is_secret_flag(f)]
+    assert sorted(llama) == ["--api-key", "--hf-token", "-hft"]
+    assert {"--api-key-file", "--ssl-key-file"} <= set(LLAMACPP_FLAGS["flags"])
+    # The variables the refusal points to are the ones llama-server reads.
+    assert LLAMACPP_FLAGS["env"]["--api-key"] == ENGINES["llamacpp"]
     # argparse abbreviations of a secret flag are one; --api- could be --api-server-count.
     assert is_secret_flag("--api-k") and is_secret_flag("--hf-t")
     assert not is_secret_flag("--api-") and not is_secret_flag("--api-server-count")
