@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 # A long flag whose last word (split on - and _) is one of these carries a secret.
 SECRET_FLAG_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd"})
@@ -74,8 +75,30 @@ _RUN = re.compile(f"[A-Za-z0-9]{{{MIN_RANDOM_RUN},}}")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 
 
+# The shortest value any of the above can match ("sk-" and 8 characters): shorter ones
+# (most args: "--max-model-len", "8192") are never looked at further.
+_SHORTEST = min(len(p) for p in KEY_PREFIXES) + MIN_PREFIXED
+# Every read by anyone but an operator redacts (the gateways' placements included), and
+# the same few args repeat across every replica of a profile: the checks are cached, for
+# items up to _CACHED_CHARS long (so the caches hold at most ~_CACHED x that: a hostile
+# definition's megabyte-long args are checked, not kept).
+_CACHED = 4096
+_CACHED_CHARS = 256
+
+
 def looks_like_key(value: str) -> bool:
     """Whether ``value`` (one argv item, or the value of a ``--flag=value``) looks like a key."""
+    if len(value) < _SHORTEST:
+        return False
+    return _looks_like_key(value) if len(value) <= _CACHED_CHARS else _key_like(value)
+
+
+@lru_cache(maxsize=_CACHED)
+def _looks_like_key(value: str) -> bool:
+    return _key_like(value)
+
+
+def _key_like(value: str) -> bool:
     if _PREFIXED.fullmatch(value) or _JWT.search(value) or _PRIVATE_KEY.search(value):
         return True
     for run in _RUN.findall(value):
@@ -92,6 +115,15 @@ def looks_like_key(value: str) -> bool:
 
 def is_secret_flag(flag: str) -> bool:
     """Whether ``flag`` (without any ``=value``) is a flag that carries a secret."""
+    return _is_secret_flag(flag) if len(flag) <= _CACHED_CHARS else _secret_flag(flag)
+
+
+@lru_cache(maxsize=_CACHED)
+def _is_secret_flag(flag: str) -> bool:
+    return _secret_flag(flag)
+
+
+def _secret_flag(flag: str) -> bool:
     if flag in SECRET_SHORT_FLAGS:
         return True
     if not flag.startswith("--") or len(flag) < 3:
@@ -149,17 +181,35 @@ def redact_args(args: list[object], redacted: str) -> list[object]:
     so a reader still sees that a key is given (and where)."""
     if not all(isinstance(a, str) for a in args):
         return args
-    texts = [str(a) for a in args]
-    out: list[object] = list(texts)
-    for s in secret_args(texts):
-        item = texts[s.index]
+    items = tuple(str(a) for a in args)
+    small = len(items) <= 64 and sum(map(len, items)) <= 16 * _CACHED_CHARS
+    changes = _redactions(items, redacted) if small else _changes(items, redacted)
+    if not changes:
+        return list(args)
+    out = list(args)
+    for index, shown in changes:
+        out[index] = shown
+    return out
+
+
+@lru_cache(maxsize=1024)
+def _redactions(args: tuple[str, ...], redacted: str) -> tuple[tuple[int, str], ...]:
+    # Cached: every replica of a profile carries the same args, every read redacts them.
+    return _changes(args, redacted)
+
+
+def _changes(args: tuple[str, ...], redacted: str) -> tuple[tuple[int, str], ...]:
+    """What ``redact_args`` replaces in ``args``: (index, shown) pairs."""
+    changes: list[tuple[int, str]] = []
+    for s in secret_args(args):
+        item = args[s.index]
         flag, eq, _ = item.partition("=")
         if s.flag and s.flag_index is None:
             if eq:
-                out[s.index] = f"{flag}={redacted}"
+                changes.append((s.index, f"{flag}={redacted}"))
             continue
         if item.startswith("-") and eq and not s.flag:
-            out[s.index] = f"{flag}={redacted}"
+            changes.append((s.index, f"{flag}={redacted}"))
         else:
-            out[s.index] = redacted
-    return out
+            changes.append((s.index, redacted))
+    return tuple(changes)
