@@ -250,3 +250,13 @@ def test_a_diff_entry_of_args_is_redacted() -> None:
         "after": ["--max-model-len", "4096"],
     }
     assert redact(change) == {**change, "before": ["--api-key", REDACTED]}
+
+
+def test_long_items_are_judged_as_short_ones_are_without_being_cached() -> None:
+    """Items past the caches' 256 characters take the same path uncached."""
+    key = "sk-" + "aB3" * 200
+    assert looks_like_key(key) and not looks_like_key("/" + "a" * 600)
+    assert is_secret_flag("--" + "x-" * 200 + "token")
+    args = ["--api-key", key, "--x", "y" * 5000, *(["--max-model-len", "8"] * 40)]
+    shown = redact({"args": args})["args"]
+    assert shown[:4] == ["--api-key", REDACTED, "--x", "y" * 5000] and key not in shown
