@@ -101,12 +101,17 @@ def plain_secret_arg_problem(
         what = f"{where} looks like a key or token"
     variable = engine_variable(engine, found.flag)
     secret = re.sub(r"[^a-z0-9]+", "-", variable.lower()).strip("-")
-    reader = {"vllm": "vLLM", "llamacpp": "llama.cpp"}.get(engine or "vllm", engine)
+    reader = {"vllm": "vLLM", "llamacpp": "llama.cpp"}.get(engine or "vllm")
+    reads = (
+        f"{reader} reads {variable}"
+        if reader
+        else f"the {engine} engine reads no key; vLLM reads {variable}"
+    )
     return CatalogError(
         f"model {model!r} profile {profile!r}: {what}; a secret is never given in plain "
         "text (the catalog is shown to every reader and kept in the log for ever), only by "
         f"reference. Remove it from args and give the engine its own variable: write "
-        f"`env: {{{variable}: {{secret: {secret}}}}}` ({reader} reads {variable}) and give "
+        f"`env: {{{variable}: {{secret: {secret}}}}}` ({reads}) and give "
         f"the agents the value as the file {secret} in their secrets_dir (or env "
         f"{env_var_for(secret)})",
         model=model,
