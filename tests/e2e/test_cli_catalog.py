@@ -197,7 +197,22 @@ def test_a_key_an_older_release_stored_in_args_reads_redacted_unless_asked(
     assert key in cli("diff", "1", "2", "--json", "--show-secrets").stdout
 
     cli.write("again.yaml", {**legacy, "name": "again"})
-    refused = cli("add", "again.yaml")
-    assert refused.returncode != 0
-    assert "model 'again' profile 't4': args[1] is the value of --api-key" in refused.stderr
-    assert "VLLM_API_KEY" in refused.stderr and key not in refused.stderr
+    for dry in ((), ("--dry-run",)):
+        for verb in ("add", "apply"):
+            refused = cli(verb, "again.yaml", *dry)
+            assert refused.returncode != 0, (verb, dry)
+            assert "model 'again' profile 't4': args[1] is the value of --api-key" in (
+                refused.stderr
+            )
+            assert "VLLM_API_KEY" in refused.stderr and key not in refused.stderr
+    bind = {
+        **legacy,
+        "name": "bind",
+        "profiles": [{"name": "t4", "gpu_class": "T4", "args": ["--port=80"]}],
+    }
+    cli.write("bind.yaml", bind)
+    for dry in ((), ("--dry-run",)):
+        refused = cli("add", "bind.yaml", *dry)
+        assert "args[0] sets --port; the host and port an engine listens on are the agent's" in (
+            refused.stderr
+        )
