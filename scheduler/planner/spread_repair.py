@@ -105,7 +105,7 @@ def repair(
     ``index_after``: nodes a shape's scans read per member before its partner index
     (``Group.partner_keys``) is built; None scans every node of the shape for each
     candidate, as before the index. The plan is the same either way: the others are
-    kept for ``bench.spread_repair`` and the test that holds them equal.
+    kept for ``bench.placement.spread_repair`` and the test that holds them equal.
     """
     out = Repaired(list(placed))
     if not placed:

@@ -173,7 +173,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
         "llmgw.cli.scheduler",
         "llmgw.cli.shared",
     ),
-    # The benches measure the whole, as the tests do (bench.fleet_ab times llmgw's route).
+    # The benches measure the whole, as the tests do (bench.api.fleet_ab times llmgw's route).
     "bench": ANYTHING,
 }
 

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from pydantic import BaseModel
 
-from bench import gen
+from bench.shared import gen
 from catalog import CatalogError, Model, parse_model
 from catalog.definition.model import Scaling
 from catalog.definition.parse import parse_wrapped_model_json
