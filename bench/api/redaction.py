@@ -1,4 +1,4 @@
-"""What redaction costs a read: ``python -m bench.redaction [BASE_TREE] [--placements N]``.
+"""What redaction costs a read: ``python -m bench.api.redaction [BASE_TREE] [--placements N]``.
 
 Every read by anyone but an operator goes through ``catalog.secrecy.secrets.redact``,
 ``GET /v1/placements`` from every gateway included, and since issue 36 it looks at each
@@ -54,13 +54,13 @@ def measure(tree: Path, placements: int, rounds: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.redaction", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.api.redaction", description=__doc__)
     parser.add_argument("base", nargs="?", type=Path, help="another version's tree")
     parser.add_argument("--placements", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--alternations", type=int, default=3)
     args = parser.parse_args()
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]
     trees = [("this tree", here)] + ([("base", args.base)] if args.base else [])
     best = {name: float("inf") for name, _ in trees}
     for _ in range(args.alternations):
