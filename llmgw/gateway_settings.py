@@ -14,7 +14,7 @@ settings file, then the defaults, the same order as every other command's settin
     resync = "5s"
     max_body_mb = 8
     admin_open = false                  # true: /metrics and /routing take no token
-    workers = 1                         # processes serving the port (one core each)
+    workers = 1                         # processes serving the port (one core each; <= 64)
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ def resolve_gateway(
     workers = max(value("workers", defaults.workers), 1)
     if workers > MAX_WORKERS:
         raise SettingsError(
-            f"--workers {workers}: at most {MAX_WORKERS} (the control plane counts a gateway "
+            f"workers {workers} (--workers, LLMGW_GATEWAY_WORKERS or [gateway] workers): at "
+            f"most {MAX_WORKERS} (the control plane counts a gateway "
             f"token as at most {MAX_WORKERS} workers in the autoscaler's signals); run "
             "another gateway with its own token for more"
         )

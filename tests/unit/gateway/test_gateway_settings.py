@@ -39,5 +39,9 @@ def test_a_value_that_is_not_a_boolean_is_refused_naming_where(tmp_path: Path) -
 def test_workers_are_held_to_the_identities_a_token_has_in_the_signals(tmp_path: Path) -> None:
     path = settings_file(tmp_path, "")
     assert resolve_gateway({"workers": MAX_WORKERS}, path, env={}).workers == MAX_WORKERS
-    with pytest.raises(SettingsError, match=f"--workers {MAX_WORKERS + 1}: at most {MAX_WORKERS}"):
+    with pytest.raises(SettingsError) as caught:
         resolve_gateway({"workers": MAX_WORKERS + 1}, path, env={})
+    assert str(caught.value).startswith(
+        f"workers {MAX_WORKERS + 1} (--workers, LLMGW_GATEWAY_WORKERS or [gateway] workers): "
+        f"at most {MAX_WORKERS}"
+    )
