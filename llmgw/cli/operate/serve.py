@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from datetime import UTC, datetime
 
 import structlog
 
@@ -41,6 +42,7 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     from llmgw.api.runtime.scheduler_thread import SchedulerThread
     from llmgw.api.runtime.services import Services
     from scheduler.daemon.leader import leadership_for
+    from scheduler.persistence.serving_policy import STARTED, ServingProcess, policy_fields
     from scheduler.persistence.store import SchedulerStore
 
     engine = app.engine  # migrates an empty database, as every command does
@@ -52,6 +54,15 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             "api.no_tokens",
             detail="no token is configured: every write is refused (401); see `llmgw token new`",
         )
+    # Recorded before serving, so that the CLI's views judge by what this server runs
+    # with even before its first round (scheduler.persistence.serving_policy).
+    serving = ServingProcess(
+        "serve",
+        places=conf.server.with_scheduler,
+        interval_s=conf.interval_s if conf.server.with_scheduler else None,
+    )
+    SchedulerStore(engine).record_policy(serving, policy, why=STARTED, now=datetime.now(UTC))
+    log.info("api.policy_recorded", places=serving.places, **policy_fields(policy))
     scheduler = None
     if conf.server.with_scheduler:
         scheduler = SchedulerThread.build(
@@ -65,6 +76,7 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             metrics=services.metrics,
             engine=engine,
             autoscale=conf.autoscale,
+            serving=serving,
         )
     # The declared file is watched (and SIGHUP looks now): an edit is taken whole or
     # refused whole, by the API's catalog and the scheduler's alike (declared.reload).
