@@ -173,7 +173,7 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     from llmgw.api.app import create_app
     from llmgw.api.runtime.scheduler_thread import SchedulerThread
     from llmgw.api.runtime.services import Services
-    from scheduler.daemon.leader import leadership_for
+    from scheduler.daemon.leader import LeaseLeadership, leadership_for
     from scheduler.persistence.store import SchedulerStore
 
     engine = app.engine  # migrates an empty database, as every command does
@@ -186,17 +186,22 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             detail="no token is configured: every write is refused (401); see `llmgw token new`",
         )
     scheduler = None
+    leadership = None
     if conf.server.with_scheduler:
+        # The scheduler's connections are its own, with the leader's keepalives and
+        # timeouts (scheduler.daemon.leader), not the API's pool.
+        scheduler_engine = app.scheduler_engine
+        leadership = leadership_for(conf.database_url, conf.lease_s, engine=scheduler_engine)
         scheduler = SchedulerThread.build(
             catalog=CatalogService(
                 app.store, app.declared, app.config_label, snapshot_key=app.snapshot_key
             ),
-            store=SchedulerStore(engine),
+            store=SchedulerStore(scheduler_engine),
             policy=policy,
-            leadership=leadership_for(app.settings.database_url),
+            leadership=leadership,
             interval=conf.interval_s,
             metrics=services.metrics,
-            engine=engine,
+            engine=scheduler_engine,
             autoscale=conf.autoscale,
         )
     # The declared file is watched (and SIGHUP looks now): an edit is taken whole or
@@ -223,6 +228,9 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     except OSError as exc:
         raise Refused(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     where = server.url_of(sock)
+    if isinstance(leadership, LeaseLeadership):
+        # `llmgw status` names the leader by the URL it serves on.
+        leadership.holder = f"{where} {leadership.holder}"
     log.info("api.listening", url=where, reads_open=settings.reads_open, tokens=len(services.book))
     # uvicorn raises the signal that stopped it again once it has shut down; this handler
     # takes it, so a stop by SIGTERM or Ctrl-C exits 0, like `llmgw daemon`. A signal

@@ -128,20 +128,24 @@ def _placer(app: App, args: argparse.Namespace) -> Placer:
     from llmgw import autoscaling
 
     wanted = autoscaling.wanted(app.engine, app.settings.autoscale)
-    return Placer(app.service, SchedulerStore(app.engine), policy(app), wanted)
+    return Placer(app.service, SchedulerStore(app.scheduler_engine), policy(app), wanted)
 
 
 def cmd_place(app: App, args: argparse.Namespace) -> int:
     leadership = None
     if not args.dry_run:
-        leadership = leadership_for(app.settings.database_url)
+        leadership = leadership_for(
+            app.settings.database_url, app.settings.lease_s, engine=app.scheduler_engine
+        )
         if not leadership.ensure():
             raise Refused(
                 "a placement daemon is running against this database and places every round; "
                 "use `llmgw place --dry-run` to see what it would do"
             )
     try:
-        outcome = _placer(app, args).run(dry_run=args.dry_run)
+        outcome = _placer(app, args).run(
+            dry_run=args.dry_run, fence=None if leadership is None else leadership.fence()
+        )
     finally:
         if leadership is not None:
             leadership.release()
@@ -287,10 +291,12 @@ def _placements_table(replicas: Sequence[tuple[Placement, ReplicaStatus]]) -> st
 def cmd_daemon(app: App, args: argparse.Namespace) -> int:
     from llmgw import autoscaling
 
-    scaler = autoscaling.autoscaler(app.engine, app.service, app.settings.autoscale)
+    scaler = autoscaling.autoscaler(app.scheduler_engine, app.service, app.settings.autoscale)
     daemon = Daemon(
         _placer(app, args),
-        leadership_for(app.settings.database_url),
+        leadership_for(
+            app.settings.database_url, app.settings.lease_s, engine=app.scheduler_engine
+        ),
         app.settings.interval_s,
         autoscaling.hook(scaler),
     )

@@ -48,6 +48,20 @@ class App:
         return engine
 
     @cached_property
+    def scheduler_engine(self) -> Engine:
+        """The scheduler's engine: on PostgreSQL its own, with the leader's keepalives and
+        timeouts (``events.database.connection.bounded_engine``); on SQLite, ``engine``
+        (an in-memory database is private to its engine)."""
+        from sqlalchemy.engine import make_url
+
+        from events.database.connection import bounded_engine
+
+        engine = self.engine  # migrated first
+        if make_url(self.settings.database_url).get_backend_name() == "sqlite":
+            return engine
+        return bounded_engine(self.settings.database_url, self.settings.lease_s)
+
+    @cached_property
     def store(self) -> SqlLog:
         from events.storage.backends import open_log
 
