@@ -2,7 +2,7 @@
 settings file, then the defaults, the same order as every other command's settings::
 
     [gateway]
-    server = "http://cp.internal:8080"
+    server = "http://cp.internal:8080"  # or a list of the replicas' URLs
     token_file = "gateway.token"        # relative to this file
     host = "0.0.0.0"
     port = 8090
@@ -79,7 +79,8 @@ def resolve_gateway(
     defaults = GatewaySettings(server="", token="")
     gateway_id = value("gateway_id", None)
     return GatewaySettings(
-        server=server,
+        server=server[0],
+        servers=server,
         token=token,
         host=value("host", defaults.host),
         port=value("port", defaults.port),

@@ -63,6 +63,7 @@ from typing import Any
 
 from autoscale.policy import DEFAULT_POLICY, Policy, PolicyError, parse_policy
 from catalog.durations import format_duration, parse_duration
+from catalog.servers import parse_servers
 from events.database import DEFAULT_URL
 from httpguard.limits import HeadLimits
 from scheduler.daemon.lease_terms import lease_seconds
@@ -106,7 +107,7 @@ KEYS: dict[str, dict[str, str]] = {
     "autoscale": {},
     # `llmgw agent` on a node (llmgw.agent_settings resolves these for it).
     "agent": {
-        "server": "str",
+        "server": "servers",
         "token_file": "path",
         "node": "str",
         "labels": "str",
@@ -127,7 +128,7 @@ KEYS: dict[str, dict[str, str]] = {
     },
     # `llmgw gateway` (llmgw.gateway_settings resolves these for it).
     "gateway": {
-        "server": "str",
+        "server": "servers",
         "token_file": "path",
         "host": "str",
         "port": "port",
@@ -493,6 +494,8 @@ def _convert(kind: str, raw: Any, origin: str, base: Path | None) -> Any:
             return count
         if kind == "networks":
             return parse_networks(raw)
+        if kind == "servers":
+            return parse_servers(raw)
         if kind == "port":
             if isinstance(raw, bool) or not isinstance(raw, int | str):
                 raise ValueError(f"{raw!r} is not a port number")

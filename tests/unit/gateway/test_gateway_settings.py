@@ -33,3 +33,20 @@ def test_admin_open_from_the_file_the_environment_or_the_flag(tmp_path: Path) ->
 def test_a_value_that_is_not_a_boolean_is_refused_naming_where(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match=r"\[gateway\] admin_open"):
         resolve_gateway({}, settings_file(tmp_path, 'admin_open = "maybe"\n'), env={})
+
+
+def test_the_control_planes_replicas_as_a_list_a_comma_separated_variable_or_flags(
+    tmp_path: Path,
+) -> None:
+    both = ("http://cp-a:8080", "http://cp-b:8080")
+    one = resolve_gateway({}, settings_file(tmp_path, ""), env={})
+    assert one.server_list == ("http://cp:8080",) and one.server == "http://cp:8080"
+    env = {"LLMGW_SERVER": "http://cp-a:8080,http://cp-b:8080"}
+    assert resolve_gateway({}, settings_file(tmp_path, ""), env=env).server_list == both
+    flags = {"server": ["http://cp-a:8080", "http://cp-b:8080"]}
+    got = resolve_gateway(flags, settings_file(tmp_path, ""), env={})
+    assert got.server_list == both and got.server == "http://cp-a:8080"
+    (tmp_path / "list.toml").write_text(
+        '[gateway]\nserver = ["http://cp-a:8080", "http://cp-b:8080"]\ntoken_file = "gw.token"\n'
+    )
+    assert resolve_gateway({}, tmp_path / "list.toml", env={}).server_list == both
