@@ -158,6 +158,19 @@ class Replicas:
         with psycopg.connect(plain(self.db_url)) as conn:
             return conn.execute(sql).fetchall()
 
+    def diagnose(self) -> str:
+        """What a failed wait shows: the lease, and each replica's last leadership lines."""
+        lines = [f"lease: {self.lease()}"]
+        for i, server in enumerate(self.servers):
+            said = [
+                e
+                for e in server.logs()
+                if str(e.get("event", "")).startswith(("leadership.", "placement.round_failed",
+                                                         "placement.fenced", "placement.lease"))
+            ]  # fmt: skip
+            lines.append(f"replica {i} ({self.urls[i]}): {said[-6:]}")
+        return "\n".join(lines)
+
     def close(self) -> None:
         for i in list(self.stopped):
             self.signal(i, signal.SIGCONT)

@@ -217,11 +217,14 @@ def test_three_replicas_survive_kills_freezes_and_restarts_costing_clients_nothi
                 faults.append(("SIGSTOP of the leader", leader, time.time(), holder))
                 cluster.signal(leader, signal.SIGSTOP)
                 # Longer than the lease: another must take over meanwhile.
-                wait_until(
-                    lambda frozen=leader: cluster.leader() not in (None, frozen),
-                    "another replica to take the lease from the frozen leader",
-                    timeout=60,
-                )
+                try:
+                    wait_until(
+                        lambda frozen=leader: cluster.leader() not in (None, frozen),
+                        "another replica to take the lease from the frozen leader",
+                        timeout=60,
+                    )
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}\n{cluster.diagnose()}") from None
                 time.sleep(1.0)
                 cluster.signal(leader, signal.SIGCONT)
             else:
