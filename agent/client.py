@@ -6,7 +6,7 @@ bound, and every failure becomes one of two errors: ``Unreachable`` (try
 again next tick; running engines are left alone) or ``Refused`` (the server
 answered no, with its reason).
 
-Given several servers (replicas of one control plane, ``catalog.servers``), a call
+Given several servers (replicas of one control plane, ``catalog.forms.servers``), a call
 that finds the current one unreachable (no connection, no answer within
 ``FAILOVER_TIMEOUT_S``, a 5xx) moves to the next at once and tries there, within
 the same call; only when every server failed is the call ``Unreachable``. The move
@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from agent.processes import printable
-from catalog.servers import FAILOVER_TIMEOUT_S, ServerList
+from catalog.forms.servers import FAILOVER_TIMEOUT_S, ServerList
 
 log = structlog.get_logger("agent")
 
@@ -53,7 +53,7 @@ def _switched(old: str, new: str, reason: str) -> None:
 
 class ControlPlane:
     def __init__(self, servers: str | ServerList, token: str, timeout: float = 10.0) -> None:
-        """``servers``: one URL, or the replicas' (``catalog.servers.ServerList``)."""
+        """``servers``: one URL, or the replicas' (``catalog.forms.servers.ServerList``)."""
         if isinstance(servers, str):
             servers = ServerList((servers.rstrip("/"),))
         self.servers = servers

@@ -12,7 +12,7 @@ When the control plane cannot be reached, the last table stays in force: the req
 path never waits on the control plane. ``/healthz`` and
 ``llmgw_gateway_control_plane_up`` say so, and the follower retries with a growing pause.
 
-Given several servers (the control plane's replicas, ``catalog.servers``), the
+Given several servers (the control plane's replicas, ``catalog.forms.servers``), the
 follower sticks to one; when it fails (no connection, no answer within
 ``FAILOVER_TIMEOUT_S``, a 5xx, the stream cut) it moves to the next at once
 (``gateway.server_switched``, ``llmgw_gateway_control_plane_switches_total``) and
@@ -32,10 +32,10 @@ from typing import Any
 import aiohttp
 import structlog
 
+from catalog.definition.model import Model
+from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
-from catalog.model import Model
-from catalog.parse import parse_model
-from catalog.servers import FAILOVER_TIMEOUT_S, ServerList
+from catalog.forms.servers import FAILOVER_TIMEOUT_S, ServerList
 from gateway.state import Client, State
 from gateway.table import build
 

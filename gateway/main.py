@@ -35,7 +35,7 @@ from types import FrameType
 import structlog
 import uvicorn
 
-from catalog.servers import ServerList
+from catalog.forms.servers import ServerList
 from gateway.follower import Follower
 from gateway.metrics import Metrics
 from gateway.proxy import Proxy

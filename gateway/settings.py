@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 class GatewaySettings:
     server: str  # the control plane's URL (the first of ``servers``)
     token: str = field(repr=False)  # the gateway token (read from its file)
-    # Every replica of the control plane, in order (catalog.servers); () : ``server`` alone.
+    # Every replica of the control plane, in order (catalog.forms.servers); (): ``server`` alone.
     servers: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     port: int = 8090

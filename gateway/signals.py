@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from catalog.servers import ServerList
+from catalog.forms.servers import ServerList
 from gateway.state import State
 
 log = structlog.get_logger("gateway")

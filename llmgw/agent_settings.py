@@ -24,7 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from catalog.durations import format_duration
+from catalog.forms.durations import format_duration
 from llmgw.settings import DEFAULT_ORIGIN, FILE_ORIGIN, KEYS, _convert, _read, origin_of
 
 # Each setting: the environment variable that may hold it, and its default.
@@ -45,7 +45,7 @@ AGENT_ENV: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class AgentSettings:
-    # The control plane's URLs (several: its replicas, catalog.servers); None: not set.
+    # The control plane's URLs (several: its replicas, catalog.forms.servers); None: not set.
     server: tuple[str, ...] | None
     token_file: Path | None
     node: str

@@ -62,8 +62,8 @@ from pathlib import Path
 from typing import Any
 
 from autoscale.policy import DEFAULT_POLICY, Policy, PolicyError, parse_policy
-from catalog.durations import format_duration, parse_duration
-from catalog.servers import parse_servers
+from catalog.forms.durations import format_duration, parse_duration
+from catalog.forms.servers import parse_servers
 from events.database import DEFAULT_URL
 from httpguard.limits import HeadLimits
 from scheduler.daemon.lease_terms import lease_seconds

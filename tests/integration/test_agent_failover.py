@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agent.client import ControlPlane, Refused, Unreachable
-from catalog.servers import ServerList
+from catalog.forms.servers import ServerList
 
 
 class _Answers(http.server.BaseHTTPRequestHandler):

@@ -28,7 +28,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     from agent.reconcile import Backoff
     from agent.runtime import Agent, AgentConfig, ReportsForbidden
     from agent.state import StateDirBusy, UnsafeDir, UnsafeFile
-    from catalog.servers import ServerList
+    from catalog.forms.servers import ServerList
     from llmgw.agent_settings import resolve_agent
     from llmgw.settings import SettingsError
 

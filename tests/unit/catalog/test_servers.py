@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from catalog.servers import MAX_SERVERS, ServerList, parse_servers
+from catalog.forms.servers import MAX_SERVERS, ServerList, parse_servers
 
 
 def test_a_string_a_comma_list_or_a_list_give_the_urls_in_order_without_duplicates() -> None:
