@@ -41,6 +41,26 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     return create_engine(url, **kwargs)
 
 
+# A transaction left idle this long is ended by PostgreSQL. Long enough for any pause of a
+# healthy process between two statements of one transaction; short enough that a process
+# frozen mid-transaction (SIGSTOP, a partition) does not hold its row and table locks,
+# and with them every other replica's writes, for more than a few seconds.
+IDLE_IN_TRANSACTION_S = 5.0
+
+
+def session_connect_args() -> dict[str, Any]:
+    """libpq settings for every connection the command line and ``llmgw serve`` open:
+    TCP keepalives (a dead peer noticed in about 10 s, not the kernel's two hours) and
+    ``IDLE_IN_TRANSACTION_S``."""
+    return {
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "options": f"-c idle_in_transaction_session_timeout={int(IDLE_IN_TRANSACTION_S * 1000)}",
+    }
+
+
 def bounded_connect_args(bound_s: float) -> dict[str, Any]:
     """libpq settings for connections that must never hang longer than about ``bound_s``
     (the scheduler leader's, bounded by its leadership lease).

@@ -173,3 +173,19 @@ def _try(leadership: LeaseLeadership) -> bool:
         return leadership.ensure()
     except Exception:  # a lock timeout while the frozen transaction lives: try again
         return False
+
+
+def test_every_connection_of_the_command_line_and_serve_ends_an_idle_transaction(
+    pg_url: str,
+) -> None:
+    """A replica frozen mid-transaction (an agent's report half written) held the node's
+    row, and every other replica's report of that node waited on it until it woke."""
+    from llmgw.cli.shared.context import open_engine
+
+    engine = open_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            shown = conn.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one()
+    finally:
+        engine.dispose()
+    assert shown == "5s"

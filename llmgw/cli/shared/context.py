@@ -99,11 +99,15 @@ class App:
 
 def open_engine(url: str) -> Engine:
     """An engine, or a one-line refusal that shows the forms a URL takes."""
+    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-    from events.database.connection import make_engine
+    from events.database.connection import make_engine, session_connect_args
 
     try:
+        if make_url(url).get_backend_name() == "postgresql":
+            # A replica frozen mid-transaction must not hold the others' writes for long.
+            return make_engine(url, connect_args=session_connect_args())
         return make_engine(url)
     except (ArgumentError, NoSuchModuleError) as exc:
         shown = url if len(url) <= 200 else url[:200] + "..."
