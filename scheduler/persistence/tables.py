@@ -95,7 +95,7 @@ class PlacementRoundRow(Base):
     # JSON: replica states, cordons, back-offs and their policy (None before 0005).
     lifecycle: Mapped[str | None] = mapped_column(Text)
     # The leadership lease the round was written under (``scheduler.persistence.lease_store``):
-    # its holder and epoch. None before 0013, and on SQLite, where leadership is a flock.
+    # its holder and epoch. None before 0014, and on SQLite, where leadership is a flock.
     leader: Mapped[str | None] = mapped_column(String(255))
     epoch: Mapped[int | None] = mapped_column(Position)
 

@@ -141,6 +141,7 @@ def refusals() -> Iterator[None]:
 _REFUSALS = (
     ("catalog.errors", "CatalogError"),
     ("events.write.commands", "CommandConflict"),
+    ("events.write.tokens", "TokenClash"),
     ("events.database.migrate", "UnknownSchema"),
 )
 _DATABASE = (("sqlalchemy.exc", "OperationalError"),)
