@@ -341,12 +341,14 @@ def register_ops(
 
     p = sub.add_parser(
         "status",
-        parents=[parent],
+        parents=[parent, staleness_flags()],
         help="the control plane at a glance: the declared file in force or refused, "
         "nodes, replicas, rollouts, and per model ready vs wanted vs scaling.min/max",
         description="Read from the database, so it says what `llmgw serve` and the daemon "
         "made of the declared catalog file (an edit that was refused: where and why; the "
-        "previous catalog keeps running), not what this command makes of it alone.",
+        "previous catalog keeps running), not what this command makes of it alone; and "
+        "counts nodes fresh, stale and lost by the policy the server recorded (a flag such "
+        "as --stale-after given here wins, and the output says so).",
     )
     p.add_argument("--json", action="store_true", help="as JSON, for programs")
     watch_flag(p)

@@ -1,7 +1,7 @@
 """Leadership is a fenced lease: the ``leadership_lease`` table, and each round's epoch.
 
-Revision ID: 0014_leadership_lease
-Revises: 0013_tokens
+Revision ID: 0015_leadership_lease
+Revises: 0014_serving_policies
 Create Date: 2026-12-07
 
 Leadership on PostgreSQL was a session advisory lock on an idle connection: a
@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from alembic import op
 from events.database.tables import Position, UTCDateTime
 
-revision: str = "0014_leadership_lease"
-down_revision: str | Sequence[str] | None = "0013_tokens"
+revision: str = "0015_leadership_lease"
+down_revision: str | Sequence[str] | None = "0014_serving_policies"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
