@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-steps lint typecheck docs pytest bench bench-peers bench-gateway postgres chromium llamacpp clean
+.PHONY: demo test test-steps lint typecheck docs pytest bench bench-peers bench-gateway postgres chromium haproxy llamacpp clean
 
 # Each step says what it does: the install takes about a minute, and a silent minute
 # looks like a hang.
@@ -44,7 +44,7 @@ test:
 # The type check (half a minute of one core) runs beside the suite, whose processes leave
 # a core idle a quarter of the time while they wait on servers and agents. Its output is
 # kept aside and printed once the suite is done, so the suite's progress shows as it goes.
-test-steps: $(DEV_STAMP) chromium llamacpp lint docs
+test-steps: $(DEV_STAMP) chromium haproxy llamacpp lint docs
 	@echo "==> mypy runs beside the suite; what it says is printed after the suite"
 	@log=$$(mktemp); \
 	$(MAKE) --no-print-directory typecheck > $$log 2>&1 & checker=$$!; \
@@ -69,6 +69,14 @@ chromium:
 	@if [ ! -x /usr/bin/chromium ]; then \
 		echo "==> installing chromium for the dashboard's browser tests"; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	fi
+
+## haproxy: Debian's HAProxy, for the test of the load-balancer configuration that
+## docs/operator/replicas.md gives (tests/e2e/test_replicas_balancer.py)
+haproxy:
+	@if ! command -v haproxy > /dev/null && [ ! -x /usr/sbin/haproxy ]; then \
+		echo "==> installing haproxy for the replicas' load-balancer test"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q haproxy; \
 	fi
 
 lint: $(DEV_STAMP)

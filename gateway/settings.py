@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class GatewaySettings:
-    server: str  # the control plane's URL
+    server: str  # the control plane's URL (the first of ``servers``)
     token: str = field(repr=False)  # the gateway token (read from its file)
+    # Every replica of the control plane, in order (catalog.forms.servers); (): ``server`` alone.
+    servers: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     port: int = 8090
     # Named in signal windows and logs; several gateways run side by side.
@@ -40,3 +42,7 @@ class GatewaySettings:
     # Which of them this process is (0 for one): posted with its signal windows, where the
     # control plane counts the token's name and this number as one gateway.
     worker: int = 0
+
+    @property
+    def server_list(self) -> tuple[str, ...]:
+        return self.servers or (self.server,)

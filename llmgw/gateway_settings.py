@@ -2,7 +2,7 @@
 settings file, then the defaults, the same order as every other command's settings::
 
     [gateway]
-    server = "http://cp.internal:8080"
+    server = "http://cp.internal:8080"  # or a list of the replicas' URLs
     token_file = "gateway.token"        # relative to this file
     host = "0.0.0.0"
     port = 8090
@@ -88,7 +88,8 @@ def resolve_gateway(
             "another gateway with its own token for more"
         )
     return GatewaySettings(
-        server=server,
+        server=server[0],
+        servers=server,
         token=token,
         host=value("host", defaults.host),
         port=value("port", defaults.port),

@@ -26,6 +26,7 @@ to the file, so ``--settings /etc/llmgw/llmgw.toml`` means the same from any dir
     [scheduler]
     defragment = true   # move replicas (surge-first) to make room, repair spreads
     repair_spread = false  # true: repair every movable model's spread, not only opted-in ones
+    leadership_lease = "20s"  # PostgreSQL: a frozen leader is replaced within this (+1 interval)
 
     [server]
     host = "127.0.0.1"
@@ -62,8 +63,10 @@ from typing import Any
 
 from autoscale.policy import DEFAULT_POLICY, Policy, PolicyError, parse_policy
 from catalog.forms.durations import format_duration, parse_duration
+from catalog.forms.servers import parse_servers
 from events.database import DEFAULT_URL
 from httpguard.limits import HeadLimits
+from scheduler.daemon.lease_terms import lease_seconds
 from scheduler.lifecycle.endpoints import EndpointPolicy, parse_networks
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 
@@ -85,7 +88,7 @@ KEYS: dict[str, dict[str, str]] = {
         "preemption": "bool",
     },
     # The placement scheduler's own switches (the round's policy, recorded with each round).
-    "scheduler": {"defragment": "bool", "repair_spread": "bool"},
+    "scheduler": {"defragment": "bool", "repair_spread": "bool", "leadership_lease": "positive"},
     "server": {
         "host": "str",
         "port": "port",
@@ -104,7 +107,7 @@ KEYS: dict[str, dict[str, str]] = {
     "autoscale": {},
     # `llmgw agent` on a node (llmgw.agent_settings resolves these for it).
     "agent": {
-        "server": "str",
+        "server": "servers",
         "token_file": "path",
         "node": "str",
         "labels": "str",
@@ -125,7 +128,7 @@ KEYS: dict[str, dict[str, str]] = {
     },
     # `llmgw gateway` (llmgw.gateway_settings resolves these for it).
     "gateway": {
-        "server": "str",
+        "server": "servers",
         "token_file": "path",
         "host": "str",
         "port": "port",
@@ -152,6 +155,7 @@ ENV = {
     ("policy", "preemption"): "LLMGW_PREEMPTION",
     ("scheduler", "defragment"): "LLMGW_DEFRAGMENT",
     ("scheduler", "repair_spread"): "LLMGW_REPAIR_SPREAD",
+    ("scheduler", "leadership_lease"): "LLMGW_LEADERSHIP_LEASE",
     ("auth", "file"): "LLMGW_AUTH_FILE",
     ("auth", "reads_open"): "LLMGW_OPEN_READS",
 }
@@ -165,6 +169,7 @@ FLAGS = {
     ("policy", "preemption"): "preemption",
     ("scheduler", "defragment"): "defragment",
     ("scheduler", "repair_spread"): "repair_spread",
+    ("scheduler", "leadership_lease"): "leadership_lease",
     ("server", "host"): "host",
     ("server", "port"): "port",
     ("server", "stream_poll"): "stream_poll",
@@ -201,6 +206,8 @@ class Settings:
     config_path: Path | None
     policy: StalenessPolicy = DEFAULT_STALENESS
     interval_s: float = 10.0
+    # [scheduler] leadership_lease; None: twice the interval, at least 2 s (lease_s).
+    leadership_lease_s: float | None = None
     server: ServerSettings = field(default_factory=ServerSettings)
     auth_file: Path | None = None
     # None: not set here; the auth file's `reads_open` then decides (else closed).
@@ -219,6 +226,11 @@ class Settings:
     origins: Mapping[str, Mapping[str, str]] = field(
         default_factory=dict, repr=False, compare=False
     )
+
+    @property
+    def lease_s(self) -> float:
+        """The scheduler's leadership lease (``scheduler.daemon.lease_terms``)."""
+        return lease_seconds(self.interval_s, self.leadership_lease_s)
 
     @property
     def snapshot_key(self) -> bytes | None:
@@ -300,6 +312,7 @@ class Settings:
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
         interval = value("policy", "interval", timedelta(seconds=10)).total_seconds()
+        lease = value("scheduler", "leadership_lease", None)
         defaults = ServerSettings()
         server = ServerSettings(
             host=value("server", "host", defaults.host),
@@ -330,6 +343,7 @@ class Settings:
             config_path=config_path,
             policy=policy,
             interval_s=interval,
+            leadership_lease_s=None if lease is None else lease.total_seconds(),
             server=server,
             auth_file=value("auth", "file", None),
             reads_open=value("auth", "reads_open", None),
@@ -353,6 +367,7 @@ class Settings:
             "scheduler": {
                 "defragment": self.policy.defragment,
                 "repair_spread": self.policy.repair_spread,
+                "leadership_lease": _seconds(self.lease_s),
             },
             "server": {
                 "host": self.server.host,
@@ -479,6 +494,8 @@ def _convert(kind: str, raw: Any, origin: str, base: Path | None) -> Any:
             return count
         if kind == "networks":
             return parse_networks(raw)
+        if kind == "servers":
+            return parse_servers(raw)
         if kind == "port":
             if isinstance(raw, bool) or not isinstance(raw, int | str):
                 raise ValueError(f"{raw!r} is not a port number")

@@ -45,3 +45,20 @@ def test_workers_are_held_to_the_identities_a_token_has_in_the_signals(tmp_path:
         f"workers {MAX_WORKERS + 1} (--workers, LLMGW_GATEWAY_WORKERS or [gateway] workers): "
         f"at most {MAX_WORKERS}"
     )
+
+
+def test_the_control_planes_replicas_as_a_list_a_comma_separated_variable_or_flags(
+    tmp_path: Path,
+) -> None:
+    both = ("http://cp-a:8080", "http://cp-b:8080")
+    one = resolve_gateway({}, settings_file(tmp_path, ""), env={})
+    assert one.server_list == ("http://cp:8080",) and one.server == "http://cp:8080"
+    env = {"LLMGW_SERVER": "http://cp-a:8080,http://cp-b:8080"}
+    assert resolve_gateway({}, settings_file(tmp_path, ""), env=env).server_list == both
+    flags = {"server": ["http://cp-a:8080", "http://cp-b:8080"]}
+    got = resolve_gateway(flags, settings_file(tmp_path, ""), env={})
+    assert got.server_list == both and got.server == "http://cp-a:8080"
+    (tmp_path / "list.toml").write_text(
+        '[gateway]\nserver = ["http://cp-a:8080", "http://cp-b:8080"]\ntoken_file = "gw.token"\n'
+    )
+    assert resolve_gateway({}, tmp_path / "list.toml", env={}).server_list == both
