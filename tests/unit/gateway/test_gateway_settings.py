@@ -33,3 +33,13 @@ def test_admin_open_from_the_file_the_environment_or_the_flag(tmp_path: Path) ->
 def test_a_value_that_is_not_a_boolean_is_refused_naming_where(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match=r"\[gateway\] admin_open"):
         resolve_gateway({}, settings_file(tmp_path, 'admin_open = "maybe"\n'), env={})
+
+
+def test_an_answers_bounds_default_and_come_from_the_file(tmp_path: Path) -> None:
+    default = resolve_gateway({}, settings_file(tmp_path, ""), env={})
+    assert (default.max_answer_bytes, default.max_answer_s) == (256 << 20, 3600.0)
+    given = settings_file(tmp_path, 'max_answer_mb = 1.5\nmax_answer_time = "30s"\n')
+    bounded = resolve_gateway({}, given, env={})
+    assert (bounded.max_answer_bytes, bounded.max_answer_s) == (3 << 19, 30.0)
+    with pytest.raises(SettingsError, match=r"\[gateway\] max_answer_time"):
+        resolve_gateway({}, settings_file(tmp_path, 'max_answer_time = "0s"\n'), env={})
