@@ -54,8 +54,17 @@ class Framing:
         it); else the offset in ``piece`` of the first line that is not SSE (the state
         is left as it was): what comes before it may be passed on."""
         line = self._line
+        # An engine's usual piece, one event of one data line ("data: ...\n\n"): three
+        # calls in C, about 60% of the expression's time.
+        if (
+            not line
+            and piece.endswith(b"\n\n")
+            and piece.startswith(b"data:")
+            and piece.count(b"\n") == 2
+        ):
+            return -1
         if not line and piece.endswith(b"\n") and _LINES.fullmatch(piece):
-            return -1  # whole lines, each SSE: a stream's usual piece
+            return -1  # whole lines, each SSE
         pos = 0
         if line:
             end = piece.find(b"\n")
