@@ -29,8 +29,11 @@ $(DEV_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/pip install --progress-bar off -e '.[dev]'
 	touch $(DEV_STAMP)
 
-## demo: set up and run a short realistic scenario on SQLite
+## demo: set up and run a short realistic scenario on SQLite; builds the manual first,
+## which `llmgw serve` then serves at /manual
 demo: $(STAMP)
+	@echo "==> building the manual into site/ (llmgw serve serves it at /manual; a few seconds)"
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --quiet
 	bash scripts/demo.sh
 
 ## test: lint, type-check, build the docs site strictly and run the whole test suite (with a
