@@ -34,7 +34,7 @@ from typing import Protocol
 import structlog
 
 from catalog import Catalog, CatalogError, load_declared
-from catalog.digest import catalog_digest
+from catalog.changes.digest import catalog_digest
 from declared.locate import line_of
 from declared.status import Refusal, read_status, write_loaded, write_refused
 from events.core.declared_change import DeclaredChange, declared_change

@@ -25,9 +25,9 @@ from typing import Any
 import aiohttp
 import structlog
 
+from catalog.definition.model import Model
+from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
-from catalog.model import Model
-from catalog.parse import parse_model
 from gateway.state import Client, State
 from gateway.table import build
 

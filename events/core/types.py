@@ -17,7 +17,7 @@ DECLARED_CHANGED = "catalog.declared_changed"
 # are upcast on read (events.core.upcast); stored rows are never rewritten.
 #   model.added 1: {"model": definition}
 #   model.added 2: {"model": definition, "declared_digest": hex or null}: the
-#     digest (catalog.digest) of the declared catalog the add was validated
+#     digest (catalog.changes.digest) of the declared catalog the add was validated
 #     against, so that a later skip ("collides with a model declared since")
 #     can be told apart from a bad write.
 #   model.removed 1: {"name": name}
@@ -26,7 +26,7 @@ DECLARED_CHANGED = "catalog.declared_changed"
 #     it, so that replay needs nothing but the event to apply it.
 #   catalog.declared_changed 1: {"path": file, "old_digest": hex, "new_digest": hex,
 #     "added": [names], "removed": [names], "changed": [names]}: the declared
-#     catalog's digests (catalog.digest) before and after, and its models that changed.
+#     catalog's digests (catalog.changes.digest) before and after, and its models that changed.
 CURRENT_SCHEMA: dict[str, int] = {
     MODEL_ADDED: 2,
     MODEL_REMOVED: 1,

@@ -144,7 +144,7 @@ class SnapshotRow(Base):
 class DeclaredCatalogRow(Base):
     """What the processes watching a declared catalog file last made of it.
 
-    One row per file: the digest in force (catalog.digest) and its definitions,
+    One row per file: the digest in force (catalog.changes.digest) and its definitions,
     and, when the file as it is now was refused, why. ``llmgw status`` and
     ``llmgw rollout status`` read it, so an operator sees from any terminal which
     catalog the control plane runs, and a refused edit, not only in a server's log.

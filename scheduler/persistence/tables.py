@@ -58,7 +58,7 @@ class PlacementRow(Base):
     endpoint: Mapped[str | None] = mapped_column(String(2048))
     # What the replica runs (scheduler.planner.rollout.fingerprint); "" if placed before it existed.
     fingerprint: Mapped[str] = mapped_column(String(64), server_default="")
-    # The model version it was placed with (catalog.digest.model_version); "" before
+    # The model version it was placed with (catalog.changes.digest.model_version); "" before
     # versions. Its agent is sent that version's definition (ModelVersionRow).
     version: Mapped[str] = mapped_column(String(64), server_default="")
     # What one request may really use on its engine, as the agent read it once ready
@@ -158,7 +158,7 @@ class CordonRow(Base):
 
 
 class ModelVersionRow(Base):
-    """A model's definition as of one version (catalog.digest.model_version).
+    """A model's definition as of one version (catalog.changes.digest.model_version).
 
     Written when a replica is first placed with that version, kept while any
     may still run it: a replica's agent is sent its version's definition, not

@@ -18,9 +18,8 @@ from autoscale.policy import parse_policy
 from autoscale.runner import Autoscaler
 from autoscale.store import CAPACITY, AutoscaleStore
 from autoscale.windows import ReplicaLoad, Window
-from catalog import Catalog
-from catalog.model import Model
-from catalog.parse import parse_model
+from catalog import Catalog, Model
+from catalog.definition.parse import parse_model
 from events.database.connection import make_engine
 from llmgw.cli.autoscale.commands import run_backtest
 from tests.e2e.cli import Cli

@@ -41,8 +41,18 @@ _LLMGW_LEAVES = (
     "llmgw.settings",
     "llmgw.views",
 )
+_CATALOG_GROUND = ("catalog.errors", "catalog.forms")
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    # The catalog's own floors, from the ground up; its root holds the errors and the
+    # front door (``catalog/__init__.py``, names loaded on first use).
     "catalog": (),
+    "catalog.forms": ("catalog.errors",),
+    "catalog.secrecy": ("catalog.errors",),
+    "catalog.definition": (*_CATALOG_GROUND, "catalog.secrecy"),
+    "catalog.whole": (*_CATALOG_GROUND, "catalog.definition"),
+    "catalog.changes": (*_CATALOG_GROUND, "catalog.secrecy", "catalog.definition", "catalog.whole"),
+    "catalog.reading": (*_CATALOG_GROUND, "catalog.secrecy", "catalog.definition", "catalog.whole"),
+    "catalog.stored": (*_CATALOG_GROUND, "catalog.definition", "catalog.reading"),
     # The package's own module is the front door (catalog_service: the read model and
     # the commands over one database); its floors below, from the ground up.
     "events": ("catalog", "events.core", "events.storage", "events.read", "events.write"),
@@ -77,7 +87,10 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "httpguard": (),
     "agent": ("catalog", "httpguard"),
     # The data plane: pure catalog rules; the control plane only over HTTP.
-    "gateway": ("catalog", "httpguard"),
+    "gateway": ("catalog", "httpguard", "gateway.stages"),
+    # The request path's stages (admission, routing, set-aside, ...): pure functions of a
+    # request, the routing table and the load; the proxy above calls them.
+    "gateway.stages": ("catalog", "gateway.table"),
     # The autoscaler: pure decisions on catalog limits; its store is of the log's kind.
     "autoscale": ("catalog", "events.database"),
     # The declared catalog file, watched and reloaded: records its changes in the log.
@@ -160,7 +173,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
         "llmgw.cli.scheduler",
         "llmgw.cli.shared",
     ),
-    # The benches measure the whole, as the tests do (bench.fleet_ab times llmgw's route).
+    # The benches measure the whole, as the tests do (bench.api.fleet_ab times llmgw's route).
     "bench": ANYTHING,
 }
 

@@ -36,7 +36,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import OperationalError
 from starlette.responses import Response
 
-from catalog.secrets import redact
+from catalog.secrecy.secrets import redact
 from events.core.types import StoredEvent
 from llmgw.api.rendering import schemas
 from llmgw.api.rendering.problems import ApiJSON, Problem, errors, json_text

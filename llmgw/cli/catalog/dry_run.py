@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from catalog import Catalog, Model
-from catalog.digest import catalog_digest
-from catalog.engines import check_engines
-from catalog.state import CatalogState
-from catalog.text import shown
+from catalog.changes.digest import catalog_digest
+from catalog.definition.engines import check_engines
+from catalog.forms.text import shown
+from catalog.whole.state import CatalogState
 from events.write.apply import ApplyResult, plan_apply
 from llmgw.cli.shared.context import App, print_json
 from llmgw.views import placement_json, rollout_json, unplaced_json

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from catalog import CatalogError
-from catalog.text import shown
+from catalog.forms.text import shown
 from llmgw.cli.autoscale.commands import model_rows, status_table
 from llmgw.cli.scheduler.lifecycle import service_in_force
 from llmgw.cli.shared import live

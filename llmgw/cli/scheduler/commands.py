@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from catalog.documents import read_file
-from catalog.text import shown
+from catalog.forms.text import shown
+from catalog.reading.documents import read_file
 from llmgw.cli.shared import live
 from llmgw.cli.shared.context import App, Refused, print_json
 from llmgw.cli.shared.tables import table

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime
 
-from catalog.text import shown
+from catalog.forms.text import shown
 from events.read.replay import replay
 from llmgw.cli.shared.context import App, Refused, parse_when, print_json
 from llmgw.views import iso

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.routing import choose, eligible, picked
+from gateway.stages.routing import choose, eligible, picked
 from gateway.state import State
 from gateway.table import build
 from tests.unit.gateway.test_admission_routing import model

@@ -1,4 +1,4 @@
-"""``gateway.sse.Framing``: a stream's SSE framing judged piece by piece, however the
+"""``gateway.stages.sse.Framing``: a stream's SSE framing judged piece by piece, however the
 engine's writes split it, as the whole stream would be judged at once."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.sse import Framing
+from gateway.stages.sse import Framing
 
 GOOD_LINES = st.sampled_from(
     [

@@ -1,0 +1,11 @@
+"""The API's and the command line's benchmarks: requests a server takes, what a start costs.
+
+``reports`` (node reports a second into one ``llmgw serve``), ``batch`` (a batch of
+reports' replica counts, apart from HTTP), ``headers`` (what bounding request heads
+costs), ``fleet_ab`` (``GET /v1/fleet``'s body at another commit and here), ``startup``
+(the CPU of starting each kind of process) and ``logcall`` (one structured log call on
+the production path).
+
+Results: docs/benchmarks/node-reports.md, docs/benchmarks/request-limits.md,
+docs/benchmarks/placement.md (``fleet_ab``) and docs/benchmarks/profiles-and-changes.md.
+"""
