@@ -61,12 +61,12 @@ class State:
         now = time.monotonic()
         for model, replicas in table.ready.items():
             known = {r.key for r in before.get(model, ())}
-            if not known:
-                continue  # the model's first replicas: nobody to spare them
+            new = [r for r in replicas if r.key not in known]
+            if not known or not new:
+                continue  # nothing joined, or the model's first replicas (nobody to spare)
             peers = [(self.load(r.key), r.weight) for r in replicas if r.key in known]
-            for r in replicas:
-                if r.key not in known:
-                    joined(self.load(r.key), peers, r.weight, now, self.slow_start_s)
+            for r in new:
+                joined(self.load(r.key), peers, r.weight, now, self.slow_start_s)
         live = {r.key for rs in table.ready.values() for r in rs}
         for key in list(self.loads):
             if key not in live and self.loads[key].inflight == 0:
