@@ -247,6 +247,9 @@ def _http_table(quick: bool) -> common.Table:
 
 
 if __name__ == "__main__":
-    quick = "--quick" in sys.argv[1:]
-    for table in run(quick):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.api.headers", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="short runs, to iterate")
+    for table in run(parser.parse_args().quick):
         print(table.render())

@@ -38,7 +38,12 @@ def _per_call(cache: bool, level: str, emit: bool) -> float:
     return (time.perf_counter_ns() - started) / CALLS
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m bench.api.logcall", description=__doc__).parse_args(
+        argv
+    )
     saved = sys.stderr
     with open(os.devnull, "w") as devnull:
         sys.stderr = devnull  # logs.configure prints to sys.stderr as it is then

@@ -3,8 +3,11 @@
 1. The CPU cost of one decision round (``autoscale.rounds.decide_round``: each model's
    summary and decision) with 1,000 models, each with 12 windows from 2 gateways (a
    minute of 5 s windows), half of them under load, a quarter breaching their SLO,
-   before (every window summarised every round; the old code is kept here to measure
-   against) and after (running summaries, ``autoscale.rolling``), interleaved.
+   summarising every window every round (written here from the definitions) against the
+   running summaries (``autoscale.rolling``), interleaved. With ``LLMGW_BENCH_BASE=TREE``
+   (a directory holding another version of the packages, see docs/benchmarks), the
+   running summaries of that tree are measured too, in fresh processes alternating with
+   this tree's: no old copy of product code is kept here.
    Target: under 10 ms for the whole round. Timed with ``time.process_time`` (CPU,
    not wall: the machine is shared), median of repeats.
 2. The round as the daemon runs it on SQLite (read the windows, decide, write the round
@@ -18,8 +21,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -29,7 +36,6 @@ from autoscale.policy import parse_policy
 from autoscale.rolling import Rolling
 from autoscale.rounds import ModelState, decide_round
 from autoscale.windows import EMPTY, ReplicaLoad, Summary, Window
-from bench.autoscale.rolling_before import Rolling as RollingBefore
 from bench.shared import common
 
 T0 = datetime(2026, 12, 4, 10, 0, tzinfo=UTC)
@@ -60,8 +66,9 @@ def fleet(models: int, seed: int = 7) -> tuple[dict[str, Limits], list[Window]]:
 
 
 def _summarise_before(windows: list[Window]) -> Summary:
-    """The round's summary as it was before ``autoscale.rolling`` (one pass over every
-    window of the model, every round), kept here only to measure against in the same run."""
+    """A model's summary from every one of its windows, one pass each round: the
+    straightforward way, written from the definitions, that the running summaries
+    (``autoscale.rolling``) are measured against."""
     weighted: dict[str, list[float]] = {}
     count = requests = errors = waiting = inflight_max = replicas = 0
     queue = ttft = tpot = None
@@ -133,13 +140,13 @@ def _cpu_round(
     limits: dict[str, Limits],
     windows: list[Window],
     arrivals: list[list[Window]],
-    kind: type[Rolling] | type[RollingBefore],
+    kind: type[Rolling],
 ) -> tuple[float, float, float, float, int]:
     """CPU ms of: folding the first interval after a full read in and out, folding one
     interval in and out in the steady state (``WARM`` intervals later), as the daemon
     reads them, then the round in that steady state (summaries from the running
     figures, maxima left stale by departures taken again, and decisions), and the
-    decisions alone. ``kind``: the running summaries' class (now, or as they were)."""
+    decisions alone. ``kind``: the running summaries' class."""
     rolling = kind.of(windows)
     rolling.expire(T0 - POLICY.window)
     first = 0.0
@@ -153,8 +160,7 @@ def _cpu_round(
             first = folding
     state = {m: ModelState(3, T0 - timedelta(minutes=10)) for m in limits}
     started = time.process_time()
-    # decide_round reads only ``summary(model)``, which both classes have.
-    decisions = decide_round(at, POLICY, limits, rolling, heard=True, state=state)  # type: ignore[arg-type]
+    decisions = decide_round(at, POLICY, limits, rolling, heard=True, state=state)
     whole = (time.process_time() - started) * 1000
     summaries = {m: _summarise_before(ws) for m, ws in _by_model(windows).items()}
     last = Last(T0 - timedelta(minutes=10))
@@ -227,50 +233,117 @@ def _db_round(limits: dict[str, Limits], windows: list[Window]) -> tuple[float, 
     return first, statistics.median(times)
 
 
+# One fresh process measures one tree's running summaries: that tree first on the path
+# (a directory holding the packages, e.g. ``git archive COMMIT autoscale catalog``), this
+# repository's bench after it. The tree's own ``bench`` is never used.
+_WORKER = r"""
+import json, sys
+tree, size, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if tree:
+    sys.path.insert(0, tree)
+import autoscale
+assert not tree or autoscale.__file__.startswith(tree), autoscale.__file__
+from bench.autoscale.rounds import fold_figures
+print(json.dumps(fold_figures(size, repeats)))
+"""
+
+
+def fold_figures(size: int, repeats: int) -> list[float]:
+    """Medians of ``repeats`` runs of ``_cpu_round`` with the ``autoscale.rolling`` this
+    process imports: round, first interval after a full read, one interval folded."""
+    limits, windows = fleet(size)
+    arrivals = [_next_interval(windows, k) for k in range(1, WARM + 2)]
+    runs = [_cpu_round(limits, windows, arrivals, Rolling) for _ in range(repeats)]
+    return [statistics.median(r[i] for r in runs) for i in range(3)]
+
+
+def _in_fresh_process(tree: str | None, size: int, repeats: int) -> list[float]:
+    out = subprocess.run(
+        [sys.executable, "-c", _WORKER, tree or "", str(size), str(repeats)],
+        cwd=common.REPO,
+        env={**os.environ, "PYTHONPATH": str(common.REPO)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"autoscale: the worker for {tree or 'this tree'} failed:\n{out.stderr}")
+    figures: list[float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def base_table(base: str, sizes: list[int], quick: bool) -> common.Table:
+    """The running summaries of another tree against this one's, alternating in fresh
+    processes (``LLMGW_BENCH_BASE=TREE``), medians of the alternations."""
+    table = common.Table(
+        "Autoscaling: running summaries, the base tree against this one (CPU ms, fresh "
+        "processes, alternating)",
+        ["models", "round p50 ms, base / this", "folding one interval p50 ms, base / this",
+         "first interval after a full read p50 ms, base / this"],
+    )  # fmt: skip
+    rounds = 3 if quick else 5
+    for size in sizes:
+        got: dict[str | None, list[list[float]]] = {base: [], None: []}
+        for _ in range(rounds):  # base and this alternate: a busy moment slows both
+            for tree in (base, None):
+                common.progress(f"autoscale: {size:,} models{' (base)' if tree else ''}")
+                got[tree].append(_in_fresh_process(tree, size, 3))
+        med = statistics.median
+        b, t = got[base], got[None]
+        table.add(
+            f"{size:,}",
+            f"{med(r[0] for r in b):.2f} / {med(r[0] for r in t):.2f}",
+            f"{med(r[2] for r in b):.2f} / {med(r[2] for r in t):.2f}",
+            f"{med(r[1] for r in b):.2f} / {med(r[1] for r in t):.2f}",
+        )
+    table.note(f"base: {base}; each figure the median of {rounds} processes' medians of 3")
+    return table
+
+
 def run(quick: bool) -> list[common.Table]:
     sizes = [100, 1000] if quick else [100, 1000, 5000]
     cpu = common.Table(
-        "Autoscaling: one decision round (pure), CPU ms, before and after running summaries "
-        "and batch folding",
-        ["models", "windows", "before: round p50 ms", "after: round p50 ms",
-         "folding one interval, window by window p50 ms", "folding one interval, by batch p50 ms",
-         "first interval after a full read, window by window / by batch p50 ms",
-         "after: round + folding p50 ms", "decide only p50 ms", "summaries that differ"],
+        "Autoscaling: one decision round (pure), CPU ms, every window summarised against "
+        "running summaries",
+        ["models", "windows", "every window summarised: round p50 ms",
+         "running summaries: round p50 ms", "folding one interval p50 ms",
+         "first interval after a full read p50 ms", "round + folding p50 ms",
+         "decide only p50 ms", "summaries that differ"],
     )  # fmt: skip
     for size in sizes:
         limits, windows = fleet(size)
         arrivals = [_next_interval(windows, k) for k in range(1, WARM + 2)]
         repeats = 5 if quick else 9
         runs = []
-        for _ in range(repeats):  # interleaved: before and after share the machine's moods
-            old = _cpu_round(limits, windows, arrivals, RollingBefore)
-            new = _cpu_round(limits, windows, arrivals, Rolling)
-            runs.append((_before_round(limits, windows), old, new))
+        for _ in range(repeats):  # interleaved: both ways share the machine's moods
+            runs.append(
+                (_before_round(limits, windows), _cpu_round(limits, windows, arrivals, Rolling))
+            )
         med = statistics.median
         cpu.add(
             f"{size:,}",
             f"{len(windows):,}",
             f"{med(r[0] for r in runs):.2f}",
-            f"{med(r[2][0] for r in runs):.2f}",
+            f"{med(r[1][0] for r in runs):.2f}",
             f"{med(r[1][2] for r in runs):.2f}",
-            f"{med(r[2][2] for r in runs):.2f}",
-            f"{med(r[1][1] for r in runs):.2f} / {med(r[2][1] for r in runs):.2f}",
-            f"{med(r[2][0] + r[2][2] for r in runs):.2f}",
-            f"{med(r[2][3] for r in runs):.2f}",
+            f"{med(r[1][1] for r in runs):.2f}",
+            f"{med(r[1][0] + r[1][2] for r in runs):.2f}",
+            f"{med(r[1][3] for r in runs):.2f}",
             _check_same(limits, windows),
         )
     cpu.note(
         "target: under 10 ms for a round of 1,000 models (time.process_time, median); "
-        "'before' summarised every model's 24 windows (2 gateways, a minute of 5 s windows) "
-        "each round; 'after' reads running figures kept by autoscale.rolling; 'folding one "
-        "interval' is the work of keeping them for the 15 s between rounds (6 windows a "
-        "model in, 6 out), done as the daemon reads the new windows, measured "
-        f"{WARM} intervals after a full read (the steady state): window by window as "
-        "before (bench/autoscale/rolling_before.py) and by batch (now), and the first interval "
-        "after a full read (the read's batches straddle the edge: what they keep is "
-        "chunked again); 'decide only' is the decision function alone; "
+        "'every window summarised' summarises every model's 24 windows (2 gateways, a minute "
+        "of 5 s windows) each round; 'running summaries' reads running figures kept by "
+        "autoscale.rolling; 'folding one interval' is the work of keeping them for the 15 s "
+        "between rounds (6 windows a model in, 6 out), done as the daemon reads the new "
+        f"windows, measured {WARM} intervals after a full read (the steady state), and the "
+        "first interval after a full read (the read's batches straddle the edge: what they "
+        "keep is chunked again); 'decide only' is the decision function alone; "
         "'summaries that differ' counts models whose summary is not bit-identical to the "
-        "old float code's (integer sums round differently in the last place)"
+        "per-window float summary's (integer sums round differently in the last place); "
+        "LLMGW_BENCH_BASE=TREE adds another tree's running summaries beside these"
     )
     db = common.Table(
         "Autoscaling: one round as the daemon runs it on SQLite (read, decide, write), wall ms",
@@ -284,6 +357,9 @@ def run(quick: bool) -> list[common.Table]:
         "decides every model and writes the round and one event per change"
     )
     tables = [cpu, db]
+    base = os.environ.get("LLMGW_BENCH_BASE")
+    if base:
+        tables.insert(1, base_table(base, sizes, quick))
     if not quick:
         from bench.autoscale.step import step_table
 
@@ -291,9 +367,14 @@ def run(quick: bool) -> list[common.Table]:
     return tables
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.autoscale.rounds", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes, no load step")
+    args = parser.parse_args(argv)
     common.quiet_logs()
-    for table in run(quick=False):
+    for table in run(quick=args.quick):
         common.emit(table)
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import gc
 import json
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -167,8 +166,13 @@ def run(quick: bool) -> list[common.Table]:  # noqa: PLR0915 - one job per way, 
 
 
 if __name__ == "__main__":
+    import argparse
+
     from bench.shared.common import quiet_logs
 
+    parser = argparse.ArgumentParser(prog="python -m bench.events.decode", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a small log, to iterate")
+    args = parser.parse_args()
     quiet_logs()
-    for t in run("--quick" in sys.argv[1:]):
+    for t in run(args.quick):
         common.emit(t)

@@ -554,8 +554,16 @@ def paths_only(size: int = LEAN_SIZE) -> list[common.Table]:
 if __name__ == "__main__":
     # ``python -m bench.events.replay [N]``: the read-paths table alone (N events, 100,000
     # by default).
+    import argparse
+
     from bench.shared.common import quiet_logs
 
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.events.replay",
+        description="The read-paths table alone (the whole area: python -m bench replay).",
+    )
+    parser.add_argument("events", nargs="?", type=int, default=LEAN_SIZE, help="log size")
+    args = parser.parse_args()
     quiet_logs()
-    for t in paths_only(int(sys.argv[1]) if len(sys.argv) > 1 else LEAN_SIZE):
+    for t in paths_only(args.events):
         common.emit(t)

@@ -265,8 +265,12 @@ async def run(job: Job) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    data: dict[str, Any] = json.loads(args[0])
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.gateway.load", description=__doc__)
+    parser.add_argument("job", metavar="JOB", help="the job as JSON (see Job)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    data: dict[str, Any] = json.loads(args.job)
     job = Job(**data)
     uvloop.run(run(job))
     return 0

@@ -216,13 +216,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     nothing on the synthetic fleets of ``bench.placement.fleets``, for the ``scheduler``
     first on the path (run it from another tree's directory, with this one on
     ``PYTHONPATH``, for a before)."""
+    import argparse
     import sys
 
     import scheduler
     from bench.placement import fleets
     from scheduler.planner.plan import plan
 
-    sizes = [int(a) for a in (sys.argv[1:] if argv is None else argv)] or [5_000, 10_000]
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.placement.spreadcheck", description=main.__doc__
+    )
+    parser.add_argument("nodes", nargs="*", type=int, help="fleet sizes (5,000 and 10,000)")
+    sizes = parser.parse_args(sys.argv[1:] if argv is None else argv).nodes or [5_000, 10_000]
     print(f"scheduler: {scheduler.__file__}")
     for size in sizes:
         nodes = fleets.synthetic_nodes(size)
