@@ -17,7 +17,7 @@ settings file, then the defaults, the same order as every other command's settin
     max_answer_time = "1h"              # from sending to an engine to its last byte
     slow_start = "30s"                  # a new replica's weight rises over this (0: off)
     admin_open = false                  # true: /metrics and /routing take no token
-    workers = 1                         # processes serving the port (one core each)
+    workers = 1                         # processes serving the port (one core each; <= 64)
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from autoscale.signals import MAX_WORKERS
 from gateway.settings import GatewaySettings
 from llmgw.settings import KEYS, SettingsError, _convert, _read
 
@@ -81,6 +82,14 @@ def resolve_gateway(
         raise SettingsError(f"cannot read a token from {token_file}") from None
     defaults = GatewaySettings(server="", token="")
     gateway_id = value("gateway_id", None)
+    workers = max(value("workers", defaults.workers), 1)
+    if workers > MAX_WORKERS:
+        raise SettingsError(
+            f"workers {workers} (--workers, LLMGW_GATEWAY_WORKERS or [gateway] workers): at "
+            f"most {MAX_WORKERS} (the control plane counts a gateway "
+            f"token as at most {MAX_WORKERS} workers in the autoscaler's signals); run "
+            "another gateway with its own token for more"
+        )
     return GatewaySettings(
         server=server,
         token=token,
@@ -101,7 +110,7 @@ def resolve_gateway(
         resync_s=value("resync", defaults.resync_s),
         tokenize_cache_s=value("tokenize_cache", defaults.tokenize_cache_s),
         admin_open=value("admin_open", defaults.admin_open),
-        workers=max(value("workers", defaults.workers), 1),
+        workers=workers,
     )
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from autoscale.signals import MAX_WORKERS
 from llmgw.gateway_settings import resolve_gateway
 from llmgw.settings import SettingsError
 
@@ -43,3 +44,14 @@ def test_an_answers_bounds_default_and_come_from_the_file(tmp_path: Path) -> Non
     assert (bounded.max_answer_bytes, bounded.max_answer_s) == (3 << 19, 30.0)
     with pytest.raises(SettingsError, match=r"\[gateway\] max_answer_time"):
         resolve_gateway({}, settings_file(tmp_path, 'max_answer_time = "0s"\n'), env={})
+
+
+def test_workers_are_held_to_the_identities_a_token_has_in_the_signals(tmp_path: Path) -> None:
+    path = settings_file(tmp_path, "")
+    assert resolve_gateway({"workers": MAX_WORKERS}, path, env={}).workers == MAX_WORKERS
+    with pytest.raises(SettingsError) as caught:
+        resolve_gateway({"workers": MAX_WORKERS + 1}, path, env={})
+    assert str(caught.value).startswith(
+        f"workers {MAX_WORKERS + 1} (--workers, LLMGW_GATEWAY_WORKERS or [gateway] workers): "
+        f"at most {MAX_WORKERS}"
+    )
