@@ -216,7 +216,11 @@ def _switched(state: State) -> Callable[[str, str, str], None]:
 
 
 async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: bool) -> int:
-    state = State(settings.gateway_id, Metrics(multiprocess) if multiprocess else None)
+    state = State(
+        settings.gateway_id,
+        Metrics(multiprocess) if multiprocess else None,
+        slow_start_s=settings.slow_start_s,
+    )
     upstream = Upstream(
         settings.connect_timeout_s, settings.read_timeout_s, settings.tokenize_cache_s
     )
