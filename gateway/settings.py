@@ -37,3 +37,5 @@ class GatewaySettings:
     admin_open: bool = False
     # Processes serving the port (``--workers``): Python serves from one core per process.
     workers: int = 1
+    # Connections one worker holds at once (httpguard's ``HeadLimits.max_connections``).
+    max_connections: int = 800

@@ -15,6 +15,7 @@ settings file, then the defaults, the same order as every other command's settin
     max_body_mb = 8
     admin_open = false                  # true: /metrics and /routing take no token
     workers = 1                         # processes serving the port (one core each)
+    max_connections = 800               # per worker; then a new one takes an unserved one's place
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def resolve_gateway(
         tokenize_cache_s=value("tokenize_cache", defaults.tokenize_cache_s),
         admin_open=value("admin_open", defaults.admin_open),
         workers=max(value("workers", defaults.workers), 1),
+        max_connections=value("max_connections", defaults.max_connections),
     )
 
 
