@@ -498,7 +498,7 @@ def guarded_protocol(
                 self._body_pending = True
                 self._keep_alive = cycle.keep_alive
                 cycle.keep_alive = False
-                cycle.transport = cast(asyncio.Transport, self._unread)
+                cycle.transport = self._unread  # type: ignore[assignment]
 
         def on_body(self, body: bytes) -> None:
             self._body_bytes += len(body)
@@ -506,7 +506,8 @@ def guarded_protocol(
 
         def _body_done(self) -> None:
             self._body_pending = False
-            self._disarm_body_timer()
+            if self._body_timer is not None:
+                self._disarm_body_timer()
             cycle = self.cycle
             if cycle is not None and not cycle.response_started:
                 cycle.keep_alive = self._keep_alive
