@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from catalog.engine_names import KNOWN_ENGINES
+from catalog.definition.engine_names import KNOWN_ENGINES
 
 # Checked on every tick; each engine answers it once its model is loaded.
 HEALTH_PATH = "/health"
@@ -71,7 +71,7 @@ class Command:
 
 
 # The engines this agent has adapters for; the catalog refuses any other name
-# when a definition is loaded or added (catalog.engines), with a did-you-mean.
+# when a definition is loaded or added (catalog.definition.engines), with a did-you-mean.
 ENGINES = KNOWN_ENGINES
 # Where the agent looks for llama.cpp's server, in order (agent.binaries).
 SERVER_SEARCH = (

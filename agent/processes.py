@@ -23,7 +23,7 @@ import psutil
 
 from agent.engines import Command
 from agent.safefs import open_regular
-from catalog.printable import printable as is_printable
+from catalog.forms.printable import printable as is_printable
 
 # The variable each engine is started with, holding its record's nonce: read back from
 # /proc/PID/environ, it is what tells an engine this agent started from any other process.
@@ -225,7 +225,7 @@ def _last_bytes(path: Path) -> str:
 
 
 def printable(text: str) -> str:
-    # The control plane's rule (catalog.printable, a fixed Unicode version), not this
+    # The control plane's rule (catalog.forms.printable, a fixed Unicode version), not this
     # Python's isprintable: a character a newer Python finds printable would otherwise
     # reach a report the server refuses whole.
     return "".join(c if is_printable(c) else "?" for c in text).strip()

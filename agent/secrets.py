@@ -1,6 +1,6 @@
 """Secrets a profile names (``{secret: hf-token}``), resolved on this node when an engine starts.
 
-The control plane stores and serves only a secret's name (catalog.secrets). The
+The control plane stores and serves only a secret's name (catalog.secrecy.secrets). The
 agent looks the value up, first as the file ``NAME`` in its ``secrets_dir`` (one
 file per secret, as Kubernetes and systemd credentials lay them out; a final
 newline is dropped), then in its own environment as ``LLMGW_SECRET_NAME``
@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from catalog.secrets import env_var_for, secret_name_problem
+from catalog.secrecy.secrets import env_var_for, secret_name_problem
 
 # A token or a password is short; a file larger than this is not one.
 MAX_SECRET_BYTES = 64 * 1024

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from autoscale.decide import Limits
 from catalog import Model
 
-# The weight a profile has when it declares none (catalog.model_rules.normalize).
+# The weight a profile has when it declares none (catalog.definition.model_rules.normalize).
 DEFAULT_WEIGHT = 1.0
 
 

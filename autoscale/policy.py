@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from catalog.durations import format_duration, parse_duration
+from catalog.forms.durations import format_duration, parse_duration
 
 # What a model's own table may change; the rest is one value for the whole cluster.
 MODEL_KEYS = (
@@ -58,7 +58,7 @@ KEYS = (
 )
 # More per-model tables than this is not a settings file someone wrote by hand.
 MAX_MODELS = 10_000
-# A step or capacity beyond this is a typo (catalog.model's MAX_REPLICAS is 10,000).
+# A step or capacity beyond this is a typo (catalog.definition.model's MAX_REPLICAS is 10,000).
 MAX_STEP = 10_000
 MAX_CAPACITY = 1_000_000.0
 

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import common
+from bench.shared import common
 
 AREAS = (
     "replay",
@@ -36,46 +36,46 @@ NAMED_ONLY = ("gateway",)
 
 def _runner(area: str) -> Callable[[bool], list[common.Table]]:
     if area == "replay":
-        from bench import replay
+        from bench.events import replay
 
         return replay.run
     if area == "append":
-        from bench import append
+        from bench.events import append
 
         return append.run
     if area == "peer":
-        from bench import peer
+        from bench.events import peer
 
         return peer.run
     if area == "writers":
-        from bench import writers
+        from bench.events import writers
 
         return writers.run
     if area == "decode":
-        from bench import decode
+        from bench.events import decode
 
         return decode.run
     if area == "reports":
-        from bench import reports
+        from bench.api import reports
 
         return reports.run
     if area == "batch":
-        from bench import batch
+        from bench.api import batch
 
         return batch.run
     if area == "headers":
-        from bench import headers
+        from bench.api import headers
 
         return headers.run
     if area == "autoscale":
-        from bench import autoscale
+        from bench.autoscale import rounds as autoscale
 
         return autoscale.run
     if area == "gateway":
-        from bench import gateway
+        from bench.gateway import side_by_side as gateway
 
         return gateway.run
-    from bench import placement
+    from bench.placement import rounds as placement
 
     return placement.run
 

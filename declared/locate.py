@@ -3,7 +3,7 @@
 A refusal names the model, profile and field (``catalog.CatalogError``); an
 operator editing a file of hundreds of models also wants the line. The file is
 composed into YAML nodes (which keep their marks) only after it was read within
-bounds (``catalog.documents``): this runs on a refused file that parsed.
+bounds (``catalog.reading.documents``): this runs on a refused file that parsed.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ from typing import Protocol
 import structlog
 
 from catalog import Catalog, CatalogError, load_declared
-from catalog.digest import catalog_digest
-from catalog.documents import FILE_LIMITS, read_regular
+from catalog.changes.digest import catalog_digest
+from catalog.reading.documents import FILE_LIMITS, read_regular
 from declared.locate import line_of
 from declared.status import Refusal, read_status, write_loaded, write_refused
 from events.core.declared_change import DeclaredChange, declared_change

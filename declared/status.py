@@ -18,7 +18,7 @@ from sqlalchemy import Engine, insert, update
 from sqlalchemy.exc import IntegrityError
 
 from catalog import Catalog, Model, parse_model
-from catalog.digest import catalog_digest
+from catalog.changes.digest import catalog_digest
 from events.database.connection import WRITE
 from events.database.tables import DeclaredCatalogRow
 from scheduler.persistence.record_format import checked

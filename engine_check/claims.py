@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.text import shown
+from catalog.forms.text import shown
 
 CONFIRMED = "confirmed"
 REFUSED = "refused"
@@ -78,7 +78,7 @@ class Verdict:
         return {"claim": self.claim, "outcome": self.outcome, "detail": self.detail}
 
     def line(self) -> str:
-        """One line for a terminal: whatever an engine said is escaped (catalog.text)."""
+        """One line for a terminal: whatever an engine said is escaped (catalog.forms.text)."""
         return f"{self.claim:<15} {self.outcome:<10} {shown(self.detail)}"
 
 

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
-from gateway import admission
-from gateway.admission import Refusal, Request
-from gateway.routing import Choice, choose, eligible, observe_ttft
 from gateway.settings import GatewaySettings
+from gateway.stages import admission
+from gateway.stages.admission import Refusal, Request
+from gateway.stages.routing import Choice, choose, eligible, observe_ttft
 from gateway.state import State
 from gateway.table import ModelEntry, Replica
 from gateway.upstream import Answer, BrokenAnswer, Unreachable, Upstream

@@ -1,6 +1,6 @@
 """The gateway's HTTP side: a raw ASGI app on uvicorn (httptools parser, uvloop loop).
 
-Chosen by measurement (``python -m bench.gateway_choice``, 2 cores under load): a raw
+Chosen by measurement (``python -m bench.gateway.choice``, 2 cores under load): a raw
 ASGI app on uvicorn with aiohttp's client added 0.34 ms p50 / 5.2 ms p99 at concurrency
 1, against 0.46 / 7.9 ms for aiohttp's own server with the same client, and about the
 same at 16. A framework (FastAPI, Starlette's routing) would add its dependency graph
@@ -28,10 +28,10 @@ import msgspec
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway import admission
-from gateway.admission import Refusal
 from gateway.proxy import INLINE_JSON, Call, Proxy, Trace
 from gateway.settings import GatewaySettings
+from gateway.stages import admission
+from gateway.stages.admission import Refusal
 from gateway.state import Client, State
 from httpguard.protocol import HOOKS, RequestHooks
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.metrics import Metrics
-from gateway.routing import Load, predicted_ttft
-from gateway.setaside import SetAside
+from gateway.stages.routing import Load, predicted_ttft
+from gateway.stages.setaside import SetAside
 from gateway.table import Table
 from gateway.windows import Windows
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from catalog.model import DEFAULT_STARTUP_TIMEOUT, Model
-from catalog.routing_profiles import effective
+from catalog.definition.model import DEFAULT_STARTUP_TIMEOUT, Model
+from catalog.definition.routing_profiles import effective
 
 
 def stable_hash(text: str) -> int:

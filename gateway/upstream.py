@@ -2,7 +2,7 @@
 
 The connections are ``gateway.enginepool``'s (a keep-alive HTTP/1.1 client on asyncio
 protocols with httptools' parser). It replaced aiohttp's client, which had been chosen
-first by ``python -m bench.gateway_choice`` (httpx added about 1.2 ms a request and fell
+first by ``python -m bench.gateway.choice`` (httpx added about 1.2 ms a request and fell
 over at 16 clients; a hand-written client was faster but needed chunked decoding and
 streaming of its own). httptools gives both, and a profile under load put a quarter of
 the gateway's CPU in aiohttp's request path: see ``enginepool`` for the figures' source.
@@ -19,8 +19,8 @@ import json
 import time
 from typing import Any
 
-from gateway import admission
 from gateway.enginepool import Answer, BrokenAnswer, EnginePool, Unreachable
+from gateway.stages import admission
 
 __all__ = ["Answer", "BrokenAnswer", "Unreachable", "Upstream"]
 

@@ -24,7 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from catalog.durations import format_duration
+from catalog.forms.durations import format_duration
 from llmgw.settings import DEFAULT_ORIGIN, FILE_ORIGIN, KEYS, _convert, _read, origin_of
 
 # Each setting: the environment variable that may hold it, and its default.

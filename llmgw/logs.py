@@ -6,7 +6,7 @@ key=value lines when a person is watching.
 Configured once per process, by the command that runs (``llmgw.cli``). Each module's
 ``structlog.get_logger`` proxy assembles its bound logger on first use and keeps it
 (``cache_logger_on_first_use``): without that, every call built a new logger, printer
-and wrapper before filtering (``python -m bench.logcall``). The price is that a second
+and wrapper before filtering (``python -m bench.api.logcall``). The price is that a second
 ``configure`` in the same process does not reach loggers already used; tests do not
 configure (they read logs with ``structlog.testing.capture_logs``, or from a process's
 stderr), and ``cache=False`` is there for one that must.

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscale.policy import DEFAULT_POLICY, Policy, PolicyError, parse_policy
-from catalog.durations import format_duration, parse_duration
+from catalog.forms.durations import format_duration, parse_duration
 from events.database import DEFAULT_URL
 from httpguard.limits import HeadLimits
 from scheduler.lifecycle.endpoints import EndpointPolicy, parse_networks

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from catalog import Catalog, Model
-    from catalog.views import EngineProfile
+    from catalog.definition.views import EngineProfile
     from events.core.types import StoredEvent
     from events.write.commands import CommandResult
     from scheduler.daemon.node_service import ReplicaCounts, ServiceChange
@@ -90,7 +90,7 @@ def openai_entry(catalog: Catalog, model: Model, created: int = 0) -> dict[str, 
 
 
 def event_json(event: StoredEvent) -> dict[str, Any]:
-    from catalog.documents import read_json
+    from catalog.reading.documents import read_json
     from events.read.replay import STORED_LIMITS
 
     try:

@@ -114,7 +114,7 @@ _HASHED = (
 
 class _PlainDumper(yaml.SafeDumper):
     """Writes a value shared by two places twice, as a person would, not as an alias
-    (which every reader refuses: catalog.documents)."""
+    (which every reader refuses: catalog.reading.documents)."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True

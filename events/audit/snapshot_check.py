@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from sqlalchemy import Row, select
 
 from catalog import Catalog, Model
-from catalog.digest import catalog_digest
+from catalog.changes.digest import catalog_digest
 from events.read.replay import Replayer
 from events.read.snapshots import (
     authenticity_problem,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog import Catalog
-from catalog.digest import catalog_digest
+from catalog.changes.digest import catalog_digest
 from events.core.types import CURRENT_SCHEMA, DECLARED_CHANGED, NewEvent
 from events.core.upcast import UnreadableEvent
 

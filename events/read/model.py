@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("llmgw.catalog")
 
-# A snapshot is taken after catching up on this many events (bench/replay.py
+# A snapshot is taken after catching up on this many events (bench/events/replay.py
 # measures replay's rate; at any rate it has measured, a start-up replays a
 # small fraction of a second past a snapshot), and whenever one was ignored.
 SNAPSHOT_EVERY = 2_000

@@ -15,10 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from catalog import Catalog, CatalogError, CatalogState, Model, parse_model
-from catalog.documents import Limits, read_json
-from catalog.fast_decode import decode_definition, decode_removal, fast_path_applies
+from catalog.reading.documents import Limits, read_json
+from catalog.stored.fast_decode import decode_definition, decode_removal, fast_path_applies
 from events.core.declared_change import check_declared_change
 from events.core.rows import ReplayEvent
+from events.core.token_change import check_token_change
 from events.core.types import (
     CURRENT_SCHEMA,
     DECLARED_CHANGED,
@@ -26,13 +27,14 @@ from events.core.types import (
     MODEL_ADDED,
     MODEL_REMOVED,
     MODEL_REPLACED,
+    TOKEN_TYPES,
     StoredEvent,
 )
 from events.core.upcast import UnreadableEvent, upcast
 
 # A stored payload is one definition: what a request body may hold, at most.
 STORED_LIMITS = Limits(max_bytes=16 << 20, max_nodes=100_000)
-# catalog.fast_decode answers only for payloads these limits could not refuse.
+# catalog.stored.fast_decode answers only for payloads these limits could not refuse.
 assert fast_path_applies(STORED_LIMITS)
 _ADDED_VERSION = CURRENT_SCHEMA[MODEL_ADDED]
 _REMOVED_VERSION = CURRENT_SCHEMA[MODEL_REMOVED]
@@ -119,7 +121,7 @@ class Replayer:
             )
         if decoded is None and event.unreadable is None:
             # The common cases first, in as few steps as they can be taken: an add or a
-            # removal as this release writes it, decoded by catalog.fast_decode and
+            # removal as this release writes it, decoded by catalog.stored.fast_decode and
             # accepted by look-ups. Whatever either declines (a payload it is not sure
             # of, a change the catalog refuses) goes the whole way below, which decides
             # and names the reason exactly as it always has.
@@ -196,7 +198,7 @@ class Replayer:
             raise UnreadableEvent(event.unreadable)
         if event.type in DEFINITION_TYPES and event.schema_version == CURRENT_SCHEMA[event.type]:
             # The common case, an add or a replacement as this release writes
-            # it (nothing to upcast): decoded by catalog.fast_decode, which
+            # it (nothing to upcast): decoded by catalog.stored.fast_decode, which
             # answers only when it is sure the general path below would give
             # the same model. Anything else takes the general path, which
             # accepts or names the problem exactly as it always has. (The
@@ -209,7 +211,7 @@ class Replayer:
                 self._apply_definition(event.type, model)
                 return
         elif event.type == MODEL_REMOVED and event.schema_version == CURRENT_SCHEMA[MODEL_REMOVED]:
-            # A removal as this release writes it: the name, when catalog.fast_decode
+            # A removal as this release writes it: the name, when catalog.stored.fast_decode
             # is sure of it; anything else is read the general way below.
             name = decode_removal(event.payload)
             if name is not None:
@@ -227,6 +229,9 @@ class Replayer:
             self._apply_definition(event.type, parse_model(payload.get("model")))
         elif event.type == DECLARED_CHANGED:
             check_declared_change(payload)
+        elif event.type in TOKEN_TYPES:
+            # The token table holds the tokens; the catalog has nothing to apply.
+            check_token_change(event.type, payload)
         elif event.type == MODEL_REMOVED:
             name = payload.get("name")
             if not isinstance(name, str):

@@ -18,9 +18,9 @@ from datetime import datetime
 from typing import Any
 
 from catalog import Catalog, CatalogState, Model
-from catalog.digest import catalog_digest
-from catalog.documents import read_json
-from catalog.text import shown
+from catalog.changes.digest import catalog_digest
+from catalog.forms.text import shown
+from catalog.reading.documents import read_json
 from events.core.chain import canonical_time
 from events.core.types import DEFINITION_TYPES, MODEL_REMOVED, MODEL_REPLACED, StoredEvent
 from events.read.replay import STORED_LIMITS, Replayer

@@ -8,7 +8,7 @@ themselves stay out: ``llmgw replay`` always replays in full and names them).
 It is only used when it provably belongs to the present:
 
 - **the declared configuration**: the digest of the declared catalog it was
-  built with (catalog.digest). Declared models win every conflict, so a changed
+  built with (catalog.changes.digest). Declared models win every conflict, so a changed
   catalog.yaml can change which runtime events apply; such a snapshot is ignored.
 - **the code**: the snapshot format, the event schema versions (CURRENT_SCHEMA)
   and the llmgw version that wrote it. A release may judge events differently.
@@ -52,7 +52,7 @@ from sqlalchemy import Engine, Row, Table, delete, func, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from catalog import Catalog, CatalogError, CatalogState, Model
-from catalog.digest import catalog_digest
+from catalog.changes.digest import catalog_digest
 from events.core.types import CURRENT_SCHEMA
 from events.database.connection import WRITE
 from events.database.tables import EventRow, SnapshotRow
@@ -62,7 +62,7 @@ log = structlog.get_logger("llmgw.catalog")
 
 # Bump when what a snapshot holds, or how it is read, changes, or when replay's
 # rules change what it accepts: a snapshot is trusted without being validated
-# again. 2: the identifier grammar (catalog.identifiers), under which an older
+# again. 2: the identifier grammar (catalog.definition.identifiers), under which an older
 # snapshot may hold a name that replay now skips.
 SNAPSHOT_FORMAT = 2
 # How many snapshots are kept; older ones are deleted when a new one is taken.

@@ -144,7 +144,7 @@ def _fetch_events(
 # ``REPLAY_COLUMNS`` alone. SQLite keeps whatever it is given, so there it selects the
 # other columns too (``REPLAY_CHECKED_COLUMNS``) and ``events.core.rows.replay_events`` checks
 # their types in Python, which costs a third of asking SQLite for a ``typeof()`` flag
-# (bench/replay.py's read-paths table). A row that fails the check is decoded whole by
+# (bench/events/replay.py's read-paths table). A row that fails the check is decoded whole by
 # ``events.core.rows.decode`` from the values already fetched, so it is skipped and named
 # exactly as a whole read would name it.
 #

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import msgspec
 
 from catalog import CatalogError, CatalogState, Model
-from catalog.diff import CatalogDiff, FieldChange, ModelChange, diff_models
+from catalog.changes.diff import CatalogDiff, FieldChange, ModelChange, diff_models
 from events.core.types import (
     CURRENT_SCHEMA,
     DEFINITION_TYPES,

@@ -1,7 +1,7 @@
 """The write side: add, remove and apply models, as short handlers over a ``Log``.
 
 Each handler loads the catalog (the read model, events.read.model), checks the
-change against it (catalog.state: incrementally, each check in time
+change against it (catalog.whole.state: incrementally, each check in time
 proportional to the change, against the rules the whole catalog obeys) and
 appends. A model naming a missing fallback, colliding with another, or
 malformed is refused rather than persisted and then skipped forever after: a
@@ -28,12 +28,12 @@ from typing import ClassVar
 import structlog
 
 from catalog import CatalogError, Model, RefusalKind
-from catalog.declared import require_models
-from catalog.diff import FieldChange, diff_models
-from catalog.digest import catalog_digest
-from catalog.engines import check_engines
-from catalog.identifiers import check_command
-from catalog.secrets import check_no_plain_secrets
+from catalog.changes.diff import FieldChange, diff_models
+from catalog.changes.digest import catalog_digest
+from catalog.definition.engines import check_engines
+from catalog.definition.identifiers import check_command
+from catalog.reading.declared import require_models
+from catalog.secrecy.secrets import check_no_plain_secrets
 from events.core.declared_change import DeclaredChange, event_for
 from events.core.types import DECLARED_CHANGED, MODEL_ADDED, MODEL_REMOVED, NewEvent, StoredEvent
 from events.read.model import CatalogReadModel

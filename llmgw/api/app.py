@@ -23,7 +23,7 @@ from fastapi.routing import APIRoute
 from starlette.types import ASGIApp
 
 from catalog import Model
-from catalog.identifiers import (
+from catalog.definition.identifiers import (
     ALIAS,
     ENGINE,
     GPU_CLASS,
@@ -37,7 +37,7 @@ from catalog.identifiers import (
     SOURCE,
     Grammar,
 )
-from catalog.model import MAX_MEMORY_GB, MAX_PARALLEL, MAX_PRIORITY, MAX_REPLICAS
+from catalog.definition.model import MAX_MEMORY_GB, MAX_PARALLEL, MAX_PRIORITY, MAX_REPLICAS
 from llmgw.api.guards.queries import known_query
 from llmgw.api.pages import dashboard, manual, swagger_ui
 from llmgw.api.rendering import problems
@@ -52,6 +52,7 @@ from llmgw.api.rendering.schemas import (
 from llmgw.api.routes import autoscale, catalog, events, fleet, gateway, health, nodes, service
 from llmgw.api.routes.report_fast_path import ReportPath
 from llmgw.api.runtime.autoscale_gauges import AutoscaleCollector
+from llmgw.api.runtime.changes_watch import watch_changes
 from llmgw.api.runtime.fleet_gauges import FleetCollector
 from llmgw.api.runtime.scheduler_thread import SchedulerThread
 from llmgw.api.runtime.services import Services
@@ -85,10 +86,12 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
         log.info("api.catalog_ready", position=view.position, models=len(view.catalog))
         if scheduler is not None:
             scheduler.start()
+        watching = watch_changes(services)
         try:
             yield
         finally:
             services.stopping.set()
+            await to_thread.run_sync(watching.stop)
             if scheduler is not None:
                 await to_thread.run_sync(scheduler.stop)
 
@@ -199,7 +202,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     profile = components["Profile"]
     profile["required"] = ["name"]
     profile["properties"]["name"]["minLength"] = 1
-    # Only an engine that can serve on CPU may leave the GPU class out (catalog.model).
+    # Only an engine that can serve on CPU may leave the GPU class out (catalog.definition.model).
     profile["anyOf"] = [
         {"required": ["gpu_class"], "properties": {"gpu_class": {"minLength": 1}}},
         {"required": ["engine"], "properties": {"engine": {"const": "llamacpp"}}},
@@ -231,8 +234,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 
 
 def _grammars(doc: dict[str, Any], components: dict[str, Any]) -> None:
-    """Each identifier's grammar (catalog.identifiers) where a request carries one, so the
-    document calls valid only what the server accepts."""
+    """Each identifier's grammar (catalog.definition.identifiers) where a request carries
+    one, so the document calls valid only what the server accepts."""
     for path, item in doc.get("paths", {}).items():
         for operation in item.values():
             for parameter in operation.get("parameters", []):
@@ -249,12 +252,13 @@ def _grammars(doc: dict[str, Any], components: dict[str, Any]) -> None:
     model["aliases"]["items"] = grammar_schema(ALIAS)
     model["fallbacks"]["items"] = grammar_schema(MODEL_NAME)
     _refine(profile, "name", PROFILE_NAME)
-    # Left empty, the engine and GPU class take their defaults (catalog.model_rules.normalize).
+    # Left empty, the engine and GPU class take their defaults
+    # (catalog.definition.model_rules.normalize).
     _refine(profile, "engine", ENGINE, empty=True)
     _refine(profile, "gpu_class", GPU_CLASS, empty=True)
     profile["node_selector"]["propertyNames"] = grammar_schema(LABEL_KEY)
     profile["node_selector"]["additionalProperties"] = grammar_schema(LABEL_VALUE)
-    # A node label to spread over: printable, no spaces (catalog.model_rules).
+    # A node label to spread over: printable, no spaces (catalog.definition.model_rules).
     placement = components["PlacementRules"]["properties"]
     placement["spread_by"]["anyOf"] = [spread_by_schema(), {"type": "null"}]
     _bounds(components)
@@ -263,7 +267,8 @@ def _grammars(doc: dict[str, Any], components: dict[str, Any]) -> None:
 
 
 def _bounds(components: dict[str, Any]) -> None:
-    """The numbers ``catalog.model_rules`` refuses as typos, where one field alone decides."""
+    """The numbers ``catalog.definition.model_rules`` refuses as typos, where one field
+    alone decides."""
     model, profile = components["ModelDefinition"], components["Profile"]["properties"]
     for name in ("tp", "pp", "nodes", "gpus_per_node"):
         profile[name]["maximum"] = MAX_PARALLEL
@@ -280,7 +285,7 @@ def _bounds(components: dict[str, Any]) -> None:
         "required": ["max_surge"],
         "properties": {"max_surge": {"const": 0}, "max_unavailable": {"const": 0}},
     }
-    # A count, or "N%" of the wanted replicas (catalog.model_rules._validate_disruption).
+    # A count, or "N%" of the wanted replicas (catalog.definition.model_rules._validate_disruption).
     components["Disruption"]["properties"]["max_unavailable"]["anyOf"] = [
         {"type": "integer", "minimum": 0, "maximum": MAX_REPLICAS},
         {"type": "string", "pattern": "^(100|[0-9]{1,2})%$"},
@@ -334,7 +339,7 @@ MAX_DURATION_SECONDS = timedelta.max.days * 86_400 + 86_399
 
 
 def _durations(node: Any) -> None:
-    """Durations are written ``90s``, ``20m``, ``1h30m`` or as seconds (catalog.durations),
+    """Durations are written ``90s``, ``20m``, ``1h30m`` or as seconds (catalog.forms.durations),
     not in the ISO 8601 form pydantic documents a timedelta with."""
     if isinstance(node, dict):
         for key, value in list(node.items()):
@@ -344,7 +349,7 @@ def _durations(node: Any) -> None:
                     "description": "a duration: 90s, 20m, 1h30m, 80ms, or seconds",
                     "anyOf": [
                         {"type": "string", "pattern": DURATION_PATTERN},
-                        # A timedelta holds at most 999,999,999 days (catalog.durations
+                        # A timedelta holds at most 999,999,999 days (catalog.forms.durations
                         # refuses more as "too large").
                         {"type": "number", "minimum": 0, "maximum": MAX_DURATION_SECONDS},
                     ],

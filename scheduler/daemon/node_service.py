@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from catalog import Catalog
-from catalog.printable import printable
+from catalog.forms.printable import printable
 from scheduler.lifecycle.inputs import CORDONED, DRAINING, Cordon
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.persistence.store import SchedulerStore

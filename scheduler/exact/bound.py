@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 
 from ortools.sat.python import cp_model
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.exact.fill import fresh_nodes
 from scheduler.planner.fleet.fit import gpu_class_matches, missing_label, selector_key
 from scheduler.planner.fleet.inventory import Node

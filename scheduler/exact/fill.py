@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 
 from ortools.sat.python import cp_model
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.fit import gpu_class_matches, missing_label
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement

@@ -42,7 +42,7 @@ from typing import Literal
 
 from ortools.sat.python import cp_model
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.exact.score import Score, score, tiers
 from scheduler.planner.fleet.fit import gpu_class_matches, missing_label, selector_key
 from scheduler.planner.fleet.inventory import Node

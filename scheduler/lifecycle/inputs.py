@@ -34,10 +34,10 @@ class ModelLifecycle:
     startup_timeouts: Mapping[str, timedelta] = field(default_factory=dict)
     max_surge: int = 1
     max_unavailable: int = 0
-    # The model's version (``catalog.digest.model_version``): what a new replica is
+    # The model's version (``catalog.changes.digest.model_version``): what a new replica is
     # pinned to. "" plans as before versions (nothing pinned).
     version: str = ""
-    # Its ``disruption:`` budget (catalog.model.Disruption) and ``scaling.min``: how many
+    # Its ``disruption:`` budget (catalog.definition.model.Disruption) and ``scaling.min``: how many
     # of its replicas defragmentation and spread repair may have in motion at once.
     min_ready: int = 0
     movable: bool = True

@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from catalog.printable import printable
+from catalog.forms.printable import printable
 
 # The states an agent may report. PLACED is the control plane's own: a round
 # placed the replica and its agent has not said anything about it since.
@@ -49,7 +49,7 @@ MAX_CONTEXT_TOKENS = 1 << 30
 def _printable(value: str) -> str:
     # Reports are shown in terminals (`llmgw placements`, `history`): a control
     # character in a message would be an escape sequence on an operator's screen.
-    if not printable(value):  # catalog.printable: the rule the API document states
+    if not printable(value):  # catalog.forms.printable: the rule the API document states
         raise ValueError("contains control or non-printable characters; send plain text")
     return value
 

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, select
 
-from catalog.documents import Limits
+from catalog.reading.documents import Limits
 from scheduler.persistence.backend import backend
 from scheduler.persistence.record_format import UnreadableRow
 from scheduler.persistence.row_decoding import Row, Unreadable, decode_one, json_column, raw

@@ -23,7 +23,7 @@ import structlog
 from sqlalchemy import Connection, Select, Table, select, type_coerce
 from sqlalchemy.types import NullType
 
-from catalog.documents import Limits, read_json
+from catalog.reading.documents import Limits, read_json
 from events.database.tables import UTCDateTime
 from scheduler.persistence.record_format import UnreadableRow
 

@@ -58,7 +58,7 @@ class PlacementRow(Base):
     endpoint: Mapped[str | None] = mapped_column(String(2048))
     # What the replica runs (scheduler.planner.rollout.fingerprint); "" if placed before it existed.
     fingerprint: Mapped[str] = mapped_column(String(64), server_default="")
-    # The model version it was placed with (catalog.digest.model_version); "" before
+    # The model version it was placed with (catalog.changes.digest.model_version); "" before
     # versions. Its agent is sent that version's definition (ModelVersionRow).
     version: Mapped[str] = mapped_column(String(64), server_default="")
     # What one request may really use on its engine, as the agent read it once ready
@@ -117,6 +117,29 @@ class PlacementOutcomeRow(Base):
     unplaced: Mapped[str] = mapped_column(Text)  # JSON [{model, replica, reason}]
 
 
+class ServingPolicyRow(Base):
+    """The policy a serving process runs with: written when ``llmgw serve`` or ``llmgw
+    daemon`` starts, and when a placer places while the policy in force differs from its
+    own (``scheduler.persistence.serving_policy``). What the CLI's views judge by, beside
+    the policy each recorded round keeps; only the newest ``KEPT_POLICIES`` rows are kept.
+    """
+
+    __tablename__ = "serving_policies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # One per process (a random id), so its own records can be told from another's.
+    instance: Mapped[str] = mapped_column(String(64))
+    process: Mapped[str] = mapped_column(String(32))  # serve or daemon
+    # Whether the process runs placement rounds (serve --with-scheduler, daemon).
+    places: Mapped[bool] = mapped_column(Boolean)
+    why: Mapped[str] = mapped_column(String(32))  # started or placing
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    interval_s: Mapped[float | None] = mapped_column(Float)  # between rounds; None: none
+    policy: Mapped[str] = mapped_column(Text)  # JSON, as placement_rounds.policy
+
+
 class InventoryRow(Base):
     """An inventory's content (everything but report times), stored once per distinct digest."""
 
@@ -158,7 +181,7 @@ class CordonRow(Base):
 
 
 class ModelVersionRow(Base):
-    """A model's definition as of one version (catalog.digest.model_version).
+    """A model's definition as of one version (catalog.changes.digest.model_version).
 
     Written when a replica is first placed with that version, kept while any
     may still run it: a replica's agent is sent its version's definition, not

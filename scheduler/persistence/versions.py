@@ -1,6 +1,6 @@
 """Pinned model versions: each placement runs the definition it was placed with.
 
-A placement records its model's version (``catalog.digest.model_version``, a
+A placement records its model's version (``catalog.changes.digest.model_version``, a
 digest of the whole definition). The definition of every version a replica was
 placed with is kept in ``model_versions`` (written by the round that places
 it), and the engine view an agent is sent for a placement is its version's, not
@@ -26,9 +26,9 @@ from datetime import datetime
 from sqlalchemy import Connection, Engine, insert, select, tuple_
 
 from catalog import Catalog, Model
-from catalog.digest import model_version
-from catalog.parse import parse_model
-from catalog.views import EngineProfile
+from catalog.changes.digest import model_version
+from catalog.definition.parse import parse_model
+from catalog.definition.views import EngineProfile
 from scheduler.persistence.record_format import checked
 from scheduler.persistence.row_decoding import STORED_LIMITS, Row, decode_rows, json_column, raw
 from scheduler.persistence.tables import ModelVersionRow, table

@@ -44,7 +44,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import count, islice
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.inputs import Lifecycle, ModelLifecycle
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.fit import gpus_fit, memory_fits

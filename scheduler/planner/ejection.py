@@ -46,7 +46,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.fit import gpu_class_matches, memory_fits, selector_key
 from scheduler.planner.fleet.placements import Demand, Placement

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count, islice
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.ejection import eject
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.fit import selector_key

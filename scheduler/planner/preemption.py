@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.fit import gpus_fit, memory_fits
 from scheduler.planner.fleet.placements import Demand, Placement, Removal
 from scheduler.planner.order import placement_order

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from catalog import Catalog
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.staleness import Freshness, StalenessPolicy, freshness
 from scheduler.planner.demands import demands

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from catalog import Model
-from catalog.digest import model_version
-from catalog.model import Profile
+from catalog.changes.digest import model_version
+from catalog.definition.model import Profile
 from scheduler.lifecycle.inputs import DEFAULT_STARTUP_TIMEOUT, Lifecycle, ModelLifecycle
 from scheduler.lifecycle.replica_reports import FAILED, PLACED, READY, STARTING, ReplicaStatus
 from scheduler.lifecycle.staleness import Freshness, format_age

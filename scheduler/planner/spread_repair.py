@@ -63,7 +63,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.repair_groups import BUILD_AFTER, Group, Shape, shape_of
@@ -105,7 +105,7 @@ def repair(
     ``index_after``: nodes a shape's scans read per member before its partner index
     (``Group.partner_keys``) is built; None scans every node of the shape for each
     candidate, as before the index. The plan is the same either way: the others are
-    kept for ``bench.spread_repair`` and the test that holds them equal.
+    kept for ``bench.placement.spread_repair`` and the test that holds them equal.
     """
     out = Repaired(list(placed))
     if not placed:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from operator import attrgetter
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.staleness import Freshness, StalenessPolicy, format_age
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.fit import gpus_fit, hardware_misfit, memory_fits, missing_label

@@ -33,7 +33,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from catalog import load_declared
-from catalog.durations import parse_duration
+from catalog.forms.durations import parse_duration
 from events.database.connection import make_engine
 from events.read.replay import Replayer
 from events.storage.backends import open_log
@@ -45,7 +45,7 @@ pytestmark = pytest.mark.slow
 # The document's printable strings carry their exact pattern (a class of 700 ranges) and
 # name the rule in a format. Drawn from the pattern, Hypothesis builds the class code point
 # by code point, over a second for each such field; drawn by category it is instant, and
-# at Python 3.11's Unicode version the categories are the rule (catalog.printable). The
+# at Python 3.11's Unicode version the categories are the rule (catalog.forms.printable). The
 # pattern still filters every value, so a generator that drifted could only draw less.
 _PRINTABLE_CHARACTERS = st.characters(
     exclude_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"), include_characters=" "
@@ -264,7 +264,7 @@ def _definition_within_rules(definition: dict[str, Any]) -> None:
         definition["aliases"] = aliases
     scaling = definition.get("scaling")
     if isinstance(scaling, dict) and scaling.get("max", 0) != 0:
-        # A negative min counts as 0 (catalog.model_rules.normalize).
+        # A negative min counts as 0 (catalog.definition.model_rules.normalize).
         scaling["max"] = max(scaling["max"], scaling.get("min", 0), 0)
     if definition.get("context_length", 0) and "max_output" in definition:
         definition["max_output"] = min(definition["max_output"], definition["context_length"])

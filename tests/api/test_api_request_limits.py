@@ -25,7 +25,7 @@ import httpx
 import psutil
 import pytest
 
-from bench.slowloris import Figures, attack
+from bench.gateway.slowloris import Figures, attack
 from tests.api.server import ApiServer, Tokens, running
 
 HEADER_TIMEOUT = 1.0

@@ -67,7 +67,7 @@ def test_the_printed_toml_and_env_entries_load_back_as_the_same_entry(tmp_path: 
         ('[[tokens]]\nname = "x"\nrole = "agent"\nsha256 = "' + "0" * 64 + '"', "names no node"),
         ('[[tokens]]\nname = "x"\nrole = "reader"\nsha256 = "abc"', "64 lowercase hex"),
         ('[[tokens]]\nname = "a b"\nrole = "reader"\nsha256 = "' + "0" * 64 + '"', "name 'a b'"),
-        (  # a node no report can name (catalog.identifiers): the token could never be used
+        (  # a node no report can name (catalog.definition.identifiers): the token is unusable
             '[[tokens]]\nname = "x"\nrole = "agent"\nnodes = ["odd \\"name\\""]\nsha256 = "'
             + "0" * 64
             + '"',

@@ -289,7 +289,7 @@ def test_a_revoked_client_token_is_refused_once_the_control_plane_restarts(
 ) -> None:
     """Tokens change with a restart of `llmgw serve`; the gateway re-reads them when it
     reconnects (its event stream broke), and refuses the revoked one from then on.
-    How soon is measured by `python -m bench.gateway_revocation`, not here."""
+    How soon is measured by `python -m bench.gateway.revocation`, not here."""
     with gateway_cluster(tmp_path, sqlite_url, [], [BACKUP], []) as (c, gw, t):
         eventually(lambda: gw.get("/healthz").json()["status"] == "ok", "the gateway synced")
         assert [m.id for m in gw.openai(t.client).models.list().data] == ["backup"]

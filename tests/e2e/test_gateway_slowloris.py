@@ -5,7 +5,7 @@ held the gateway's 800-connection cap for the whole attack (the gateway answered
 once, then kept reading the body), and every other request and ``/healthz`` got 503; 800
 unfinished heads renewed every 10 s did the same between header timeouts. Scaled down
 here (a cap of 40 set by ``[gateway] max_connections``, 50 attackers, a byte every 0.2 s,
-heads renewed every second), with ``bench.slowloris.attack`` (the same code as the
+heads renewed every second), with ``bench.gateway.slowloris.attack`` (the same code as the
 full-size script) while a client of the official OpenAI client asks the gateway for
 completions of a model served by a real agent's sim engine.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from bench.slowloris import attack
+from bench.gateway.slowloris import attack
 from tests.e2e.agents import eventually
 from tests.e2e.gateways import gateway_cluster
 
@@ -50,7 +50,7 @@ def test_connections_held_beyond_the_cap_leave_clients_and_healthz_answered(
         c.agent("n1")
         eventually(lambda: gw.ready("chat", 1), "the model ready at the gateway")
         # Real clients retry a request whose connection closed unanswered (the OpenAI
-        # client twice by default); once here, as bench.slowloris's clients do.
+        # client twice by default); once here, as bench.gateway.slowloris's clients do.
         client = gw.openai(t.client).with_options(max_retries=1)
         done = threading.Event()
         answered: list[str] = []

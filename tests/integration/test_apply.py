@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine
 
 from catalog import Catalog, CatalogError, load_declared
-from catalog.diff import diff_catalogs
+from catalog.changes.diff import diff_catalogs
 from events.catalog_service import CatalogService
 from events.core.chain import verify_chain
 from events.database.connection import make_engine

@@ -1,7 +1,7 @@
-"""The gateway benchmark's own parts (``bench.gateway``), with real processes: the upstream
-stub answers what the official OpenAI client expects, the load generator counts every answer
-and every streamed event it was sent, and the figures are the differences they claim to be.
-No timing is asserted here: speed is what the benchmark prints."""
+"""The gateway benchmark's own parts (``bench.gateway.side_by_side``), with real processes:
+the upstream stub answers what the official OpenAI client expects, the load generator counts
+every answer and every streamed event it was sent, and the figures are the differences they
+claim to be. No timing is asserted here: speed is what the benchmark prints."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.gateway import Figures, Load, Measured, Run, Settings, job_for, stub
-from bench.gateway_control import Unavailable
-from bench.gateway_load import percentiles
-from bench.gateway_targets import direct, ours
+from bench.gateway.control import Unavailable
+from bench.gateway.load import percentiles
+from bench.gateway.side_by_side import Figures, Load, Measured, Run, Settings, job_for, stub
+from bench.gateway.targets import direct, ours
 
 CHUNKS = 5
 # A streamed answer's events: the role, CHUNKS tokens, the finish, and [DONE].
@@ -104,7 +104,8 @@ def test_percentiles_are_ordered_values_of_the_sample(values: list[float]) -> No
     assert got["p50"] <= got["p90"] <= got["p99"] <= got["max"] == max(values)
     assert {got["p50"], got["p90"], got["p99"]} <= set(values)
     assert got["n"] == len(values)
-    assert min(values) <= got["mean"] <= max(values) + 1e-9
+    # A float sum can round either way: n equal tiny values may average a hair below them.
+    assert min(values) - 1e-9 <= got["mean"] <= max(values) + 1e-9
 
 
 def test_percentiles_of_nothing_are_empty() -> None:

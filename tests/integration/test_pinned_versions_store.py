@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, update
 
 from catalog import Catalog, parse_model
-from catalog.digest import model_version
+from catalog.changes.digest import model_version
 from events.catalog_service import CatalogService
 from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer

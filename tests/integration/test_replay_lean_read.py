@@ -1,13 +1,13 @@
-"""Replay as start-up runs it (the read model: the lean read, catalog.fast_decode) gives
+"""Replay as start-up runs it (the read model: the lean read, catalog.stored.fast_decode) gives
 exactly what the general path gives over whole events: on a generated log with bad events
-(bench/gen.py), the same catalog, the same applied positions and the same skips, reasons
+(bench/shared/gen.py), the same catalog, the same applied positions and the same skips, reasons
 included."""
 
 from __future__ import annotations
 
 from unittest.mock import patch
 
-from bench import gen
+from bench.shared import gen
 from catalog import Catalog
 from events.database.connection import make_engine
 from events.read.model import CatalogReadModel

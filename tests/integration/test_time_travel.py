@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, delete
 
 from catalog import Catalog
-from catalog.diff import diff_catalogs
+from catalog.changes.diff import diff_catalogs
 from events.catalog_service import CatalogService
 from events.core.types import NewEvent
 from events.database.tables import EventRow, SnapshotRow

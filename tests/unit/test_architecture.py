@@ -5,7 +5,10 @@ ARCHITECTURE.md draws the packages as floors: ``catalog`` at the bottom, ``event
 and ``agent`` beside them, talking to the control plane over HTTP only. Inside
 ``scheduler`` the same again: ``lifecycle``, ``planner``, ``persistence``, ``daemon``;
 inside ``events`` (``database``, ``core``, ``storage``, ``read``, ``write``, ``audit``),
-``llmgw.api`` and ``llmgw.cli`` too, each subpackage a floor of its own.
+``llmgw.api`` and ``llmgw.cli`` too, each subpackage a floor of its own; so are
+``catalog``'s rooms (``forms`` up to ``stored``), ``gateway.stages`` (the request path's
+stages, under the proxy) and ``bench``'s rooms (each on ``bench.shared`` only). No folder
+holds more than 20 modules (tests aside).
 The rules are data (``MAY_IMPORT``, ``NEVER``): a new package is one line in
 ``MAY_IMPORT``, and the test fails until it has one.
 
@@ -38,11 +41,35 @@ _LLMGW_LEAVES = (
     "llmgw.declared_watch",
     "llmgw.gateway_settings",
     "llmgw.logs",
+    "llmgw.policy_view",
     "llmgw.settings",
     "llmgw.views",
 )
+_CATALOG_GROUND = ("catalog.errors", "catalog.forms")
+# Every package of the product, for the benches' rooms (they may measure any of it).
+_PRODUCT = (
+    "agent",
+    "autoscale",
+    "catalog",
+    "declared",
+    "engine_check",
+    "events",
+    "gateway",
+    "httpguard",
+    "llmgw",
+    "scheduler",
+)
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    # The catalog's own floors, from the ground up; its root holds the errors and the
+    # front door (``catalog/__init__.py``, names loaded on first use).
     "catalog": (),
+    "catalog.forms": ("catalog.errors",),
+    "catalog.secrecy": ("catalog.errors",),
+    "catalog.definition": (*_CATALOG_GROUND, "catalog.secrecy"),
+    "catalog.whole": (*_CATALOG_GROUND, "catalog.definition"),
+    "catalog.changes": (*_CATALOG_GROUND, "catalog.secrecy", "catalog.definition", "catalog.whole"),
+    "catalog.reading": (*_CATALOG_GROUND, "catalog.secrecy", "catalog.definition", "catalog.whole"),
+    "catalog.stored": (*_CATALOG_GROUND, "catalog.definition", "catalog.reading"),
     # The package's own module is the front door (catalog_service: the read model and
     # the commands over one database); its floors below, from the ground up.
     "events": ("catalog", "events.core", "events.storage", "events.read", "events.write"),
@@ -77,7 +104,10 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "httpguard": (),
     "agent": ("catalog", "httpguard"),
     # The data plane: pure catalog rules; the control plane only over HTTP.
-    "gateway": ("catalog", "httpguard"),
+    "gateway": ("catalog", "httpguard", "gateway.stages"),
+    # The request path's stages (admission, routing, set-aside, ...): pure functions of a
+    # request, the routing table and the load; the proxy above calls them.
+    "gateway.stages": ("catalog", "gateway.table"),
     # The autoscaler: pure decisions on catalog limits; its store is of the log's kind.
     "autoscale": ("catalog", "events.database"),
     # The declared catalog file, watched and reloaded: records its changes in the log.
@@ -128,7 +158,14 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # settings) compose the command groups; each group is its parser and its commands.
     "llmgw.cli": ANYTHING,
     "llmgw.cli.shared": ("catalog", "events", "llmgw.settings"),
-    "llmgw.cli.catalog": ("catalog", "events", "scheduler", "llmgw.views", "llmgw.cli.shared"),
+    "llmgw.cli.catalog": (
+        "catalog",
+        "events",
+        "scheduler",
+        "llmgw.policy_view",
+        "llmgw.views",
+        "llmgw.cli.shared",
+    ),
     "llmgw.cli.scheduler": (
         *_LLMGW_LEAVES,
         "autoscale",
@@ -160,8 +197,16 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
         "llmgw.cli.scheduler",
         "llmgw.cli.shared",
     ),
-    # The benches measure the whole, as the tests do (bench.fleet_ab times llmgw's route).
+    # The benches measure the whole, as the tests do (bench.api.fleet_ab times llmgw's route).
+    # ``bench`` itself (``python -m bench AREA``) calls the rooms; each room measures one
+    # part and shares only ``bench.shared`` with the others, which builds on no room.
     "bench": ANYTHING,
+    "bench.shared": _PRODUCT,
+    "bench.events": (*_PRODUCT, "bench.shared"),
+    "bench.placement": (*_PRODUCT, "bench.shared"),
+    "bench.autoscale": (*_PRODUCT, "bench.shared"),
+    "bench.api": (*_PRODUCT, "bench.shared"),
+    "bench.gateway": (*_PRODUCT, "bench.shared"),
 }
 
 # What ARCHITECTURE.md forbids, whatever MAY_IMPORT says: (importer, imported, why).
@@ -398,6 +443,37 @@ def test_may_import_grants_nothing_the_architecture_forbids() -> None:
     assert clashes == []
 
 
+# A folder is a room one can find one's way in: past this many modules it wants rooms of
+# its own (bench/ had 40 side by side, catalog/ 26). Tests aside; the migrations are one
+# ordered history that Alembic reads from one folder.
+MAX_MODULES = 20
+NOT_ROOMS = ("tests/", "alembic/versions")
+
+
+def crowded_folders(files: Iterable[str], limit: int = MAX_MODULES) -> dict[str, int]:
+    """Each folder holding more than ``limit`` Python modules (``__init__`` counted)."""
+    counts: dict[str, int] = {}
+    for rel in files:
+        folder, _, name = rel.rpartition("/")
+        if not name.endswith(".py") or rel.startswith(NOT_ROOMS):
+            continue
+        counts[folder or "."] = counts.get(folder or ".", 0) + 1
+    return {folder: n for folder, n in sorted(counts.items()) if n > limit}
+
+
+def test_no_folder_holds_more_than_twenty_modules() -> None:
+    files = [str(p.relative_to(REPO)) for p in REPO.rglob("*.py") if _ours(p)]
+    assert crowded_folders(files) == {}, (
+        f"give these folders subpackages along their seams (at most {MAX_MODULES} modules "
+        "each; tests/unit/test_architecture.py's MAY_IMPORT then says how they layer)"
+    )
+
+
+def _ours(path: Path) -> bool:
+    parts = path.relative_to(REPO).parts
+    return not any(p.startswith(".") or p in SKIP or p == "__pycache__" for p in parts)
+
+
 def test_every_package_says_what_it_owns() -> None:
     silent = [
         str(path.relative_to(REPO))
@@ -465,6 +541,29 @@ def test_the_checker_sees_an_arrow_back_up(tmp_path: Path) -> None:
         "catalog.rules imports events.log: catalog holds pure rules that every other "
         "package builds on",
         "scheduler.planner.fit imports scheduler.persistence.tables: the planner is pure: no I/O",
+    ]
+
+
+def test_the_checker_counts_a_crowded_folder() -> None:
+    files = [f"bench/m{i}.py" for i in range(21)] + [f"catalog/m{i}.py" for i in range(20)]
+    files += [f"tests/unit/t{i}.py" for i in range(30)] + ["bench/data.csv", "setup.py"]
+    assert crowded_folders(files) == {"bench": 21}
+
+
+def test_the_checker_sees_a_bench_room_reaching_into_another() -> None:
+    graph = {
+        "bench.api.reports": {"bench.shared.common", "llmgw.api.app"},
+        "bench.api.batch": {"bench.api.reports", "bench.placement.fleets"},
+        "bench.shared.gen": {"bench.events.append", "catalog"},
+        "bench.__main__": {"bench.events.append"},
+    }
+    assert layer_violations(graph) == [
+        "bench.api.batch imports bench.placement.fleets: bench.api may import "
+        + ", ".join((*_PRODUCT, "bench.shared"))
+        + " (MAY_IMPORT)",
+        "bench.shared.gen imports bench.events.append: bench.shared may import "
+        + ", ".join(_PRODUCT)
+        + " (MAY_IMPORT)",
     ]
 
 

@@ -3,7 +3,7 @@
 A body is received on the event loop with a size cap (``receive``), and parsed
 in a worker thread (``parse``), never on the loop: parsing is the one step
 whose cost the client chooses, and one slow request must not stop other
-clients, ``/healthz`` or a SIGTERM. It is parsed by ``catalog.documents``, like
+clients, ``/healthz`` or a SIGTERM. It is parsed by ``catalog.reading.documents``, like
 a file given to ``llmgw add``: JSON or YAML within the body limits (no anchors
 or aliases, bounded depth and node count), and a key written twice is
 refused, not silently dropped. On top
@@ -22,7 +22,7 @@ from typing import Any
 from starlette.requests import Request
 
 from catalog import CatalogError
-from catalog.documents import BODY_LIMITS, DocumentRefused, read_data
+from catalog.reading.documents import BODY_LIMITS, DocumentRefused, read_data
 from llmgw.api.rendering.problems import Problem
 
 ORIGIN = "request body"

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.identifiers import MODEL_NAME, NODE_NAME
+from catalog.definition.identifiers import MODEL_NAME, NODE_NAME
 
 TOKEN_PREFIX = "llmgw_"
 # What a gateway token may read (path prefixes): the catalog, the placements, the event

@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from catalog.identifiers import Grammar
-from catalog.model import MAX_SPREAD_BY
-from catalog.printable import WHITESPACE_CLASS, character_class
+from catalog.definition.identifiers import Grammar
+from catalog.definition.model import MAX_SPREAD_BY
+from catalog.forms.printable import WHITESPACE_CLASS, character_class
 
 
 class _Open(BaseModel):
@@ -246,11 +246,11 @@ class Ready(BaseModel):
 # A request the document calls valid must not be refused (issue 11, item 10): a
 # ``?reason=`` with a control character, a node or model name outside its grammar,
 # or a duration such as "" were valid by the document and answered 422. Each
-# grammar of ``catalog.identifiers`` is written here as a JSON Schema pattern, so
+# grammar of ``catalog.definition.identifiers`` is written here as a JSON Schema pattern, so
 # the document refuses exactly what the server does.
 
 
-# Printable text as ``catalog.printable`` defines it for every path, written out as
+# Printable text as ``catalog.forms.printable`` defines it for every path, written out as
 # the class of its printable ranges at a fixed Unicode version: the same set the
 # server checks, character for character (tests/unit/catalog/test_printable.py),
 # and a class Hypothesis, hence schemathesis, draws from at ordinary speed.
@@ -299,7 +299,7 @@ def grammar_schema(grammar: Grammar, *, empty: bool | None = None) -> dict[str, 
     return schema
 
 
-# A duration as ``catalog.durations`` reads it: seconds, or parts such as 1h30m, with
+# A duration as ``catalog.forms.durations`` reads it: seconds, or parts such as 1h30m, with
 # what ``str.strip`` removes around it (not ``\s``, which ECMA-262 reads otherwise).
 DURATION_PATTERN = (
     f"^{WHITESPACE_CLASS}*(?:[0-9]+(?:\\.[0-9]+)?|(?:[0-9]+(?:\\.[0-9]+)?(?:us|ms|h|m|s))+)"
@@ -308,7 +308,7 @@ DURATION_PATTERN = (
 
 
 def spread_by_schema() -> dict[str, Any]:
-    """``placement.spread_by`` as ``catalog.model_rules`` takes it: stripped, then a node
+    """``placement.spread_by`` as ``catalog.definition.model_rules`` takes it: stripped, then a node
     label of printable characters without spaces (the length is the stripped one's)."""
     label = f"{character_class(space=False)}{{0,{MAX_SPREAD_BY}}}"
     return {

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from catalog.documents import NotJSON
+from catalog.reading.documents import NotJSON
 from llmgw.api.guards.bodies import ORIGIN, parse
 from llmgw.api.rendering.problems import Problem
 from llmgw.api.reports.group_commit import GroupCommit

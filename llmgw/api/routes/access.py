@@ -22,7 +22,7 @@ from typing import Annotated, Any, TypeVar, cast
 
 from fastapi import Depends, Request
 
-from catalog.secrets import redact
+from catalog.secrecy.secrets import redact
 from llmgw.api.guards.tokens import Principal, Role
 from llmgw.api.rendering.problems import Problem
 from llmgw.api.runtime.services import Services
@@ -45,7 +45,7 @@ class Caller:
         An operator sees them; so does an agent reading the placements of a node it
         reports (``?node=``): it runs the engines, and a value written in plain text
         before such values were refused must still reach them. Anyone else reads
-        ``[redacted]`` (catalog.secrets).
+        ``[redacted]`` (catalog.secrecy.secrets).
         """
         if self.who.role is Role.OPERATOR:
             return True

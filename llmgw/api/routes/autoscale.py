@@ -27,7 +27,7 @@ from autoscale.signals import (
     parse_signals,
 )
 from autoscale.store import AutoscaleStore
-from catalog.documents import NotJSON
+from catalog.reading.documents import NotJSON
 from llmgw.api.guards.bodies import parse, receive
 from llmgw.api.rendering.problems import ApiJSON, Problem, errors
 from llmgw.api.rendering.schemas import printable_schema

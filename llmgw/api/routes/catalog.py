@@ -20,8 +20,8 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from starlette.convertors import Convertor, register_url_convertor
 
 from catalog import Catalog, CatalogError, Model, RefusalKind, parse_definitions
-from catalog.declared import require_models
-from catalog.identifiers import KEY_PATTERN, IdentifierError
+from catalog.definition.identifiers import KEY_PATTERN, IdentifierError
+from catalog.reading.declared import require_models
 from events.write.apply import ApplyResult
 from events.write.commands import CommandConflict, CommandResult, KeyReused
 from llmgw.api.guards.bodies import ORIGIN, parse, receive, text_problem

@@ -27,7 +27,7 @@ from starlette.responses import Response
 
 from autoscale.runner import wanted_counts
 from autoscale.store import AutoscaleStore
-from catalog.diff import diff_catalogs
+from catalog.changes.diff import diff_catalogs
 from events.read.time_travel import catalogs_at
 from llmgw.api.rendering import schemas
 from llmgw.api.rendering.problems import ApiJSON, Problem, errors

@@ -15,7 +15,7 @@ from anyio import to_thread
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from catalog.identifiers import FABRIC, GPU_CLASS, LABEL_KEY, LABEL_VALUE, NODE_NAME
+from catalog.definition.identifiers import FABRIC, GPU_CLASS, LABEL_KEY, LABEL_VALUE, NODE_NAME
 from llmgw.api.guards.bodies import receive, text_problem
 from llmgw.api.rendering import schemas
 from llmgw.api.rendering.problems import ApiJSON, Problem, errors

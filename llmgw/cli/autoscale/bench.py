@@ -17,8 +17,8 @@ from autoscale import steps
 from autoscale.limits import model_limits
 from autoscale.loadgen import Target, run_step
 from autoscale.store import CAPACITY, AutoscaleStore
-from catalog.durations import parse_duration
-from catalog.text import shown
+from catalog.forms.durations import parse_duration
+from catalog.forms.text import shown
 from llmgw.cli.shared.context import App, Refused, print_json
 from llmgw.cli.shared.tables import table
 

@@ -15,7 +15,7 @@ from autoscale.rolling import Rolling
 from autoscale.rounds import summary_for
 from autoscale.store import DECISION, HOLD, AutoscaleStore, StoredEvent
 from catalog import Catalog
-from catalog.text import shown
+from catalog.forms.text import shown
 from llmgw.autoscale_view import autoscale_rows
 from llmgw.cli.shared.context import App, Refused, parse_when, print_json
 from llmgw.cli.shared.tables import table

@@ -9,9 +9,9 @@ import sys
 
 import structlog
 
-from catalog.diff import diff_catalogs
-from catalog.redaction import redact_diff
-from catalog.text import shown
+from catalog.changes.diff import diff_catalogs
+from catalog.changes.redaction import redact_diff
+from catalog.forms.text import shown
 from events.audit.adoption import AdoptionRefused, adopt_unhashed, verify_log
 from events.audit.snapshot_check import SnapshotCheck, audit_snapshots
 from events.read.replay import replay

@@ -12,8 +12,8 @@ import sys
 from typing import Any
 
 from catalog import load_definitions
-from catalog.secrets import redact
-from catalog.text import shown
+from catalog.forms.text import shown
+from catalog.secrecy.secrets import redact
 from events.database.migrate import current_revision, head_revision, upgrade
 from events.read.time_travel import catalog_at
 from events.write.commands import CommandResult
@@ -37,7 +37,7 @@ def login_user() -> str:
 
 def _shown(args: argparse.Namespace, value: Any) -> Any:
     # Output is pasted into tickets and chats: secret-looking values stored in plain text
-    # before they were refused read [redacted] unless asked for (catalog.secrets).
+    # before they were refused read [redacted] unless asked for (catalog.secrecy.secrets).
     return value if args.show_secrets else redact(value)
 
 

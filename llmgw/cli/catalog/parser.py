@@ -104,7 +104,7 @@ def register_audit(
     p.add_argument(
         "--type",
         help="only events of this type (model.added, model.replaced, model.removed, "
-        "catalog.declared_changed)",
+        "catalog.declared_changed, token.issued, token.revoked)",
     )
     p.add_argument(
         "--since", type=time_arg, metavar="TIME", help="only events recorded at or after TIME"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from catalog.text import shown
+from catalog.forms.text import shown
 from llmgw.cli.shared.context import App, Refused, print_json
 
 

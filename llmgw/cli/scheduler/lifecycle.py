@@ -6,7 +6,7 @@ import argparse
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from catalog.text import shown as shown_text
+from catalog.forms.text import shown as shown_text
 from llmgw.cli.catalog.commands import login_user
 from llmgw.cli.shared.context import App, Refused, print_json
 from llmgw.views import iso, replica_state_json, service_change_json
@@ -48,7 +48,7 @@ def service_in_force(app: App) -> tuple[CatalogService, str]:
     catalog makes, not one this command would imagine from the file.
     """
     from catalog import CatalogError
-    from catalog.digest import catalog_digest
+    from catalog.changes.digest import catalog_digest
     from declared.status import read_status
     from events.catalog_service import CatalogService
 

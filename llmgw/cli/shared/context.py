@@ -11,7 +11,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TextIO
 
-from catalog.text import guard_line
+from catalog.forms.text import guard_line
 from llmgw.cli.shared import times
 from llmgw.settings import Settings, SettingsError
 
@@ -123,6 +123,7 @@ def refusals() -> Iterator[None]:
 _REFUSALS = (
     ("catalog.errors", "CatalogError"),
     ("events.write.commands", "CommandConflict"),
+    ("events.write.tokens", "TokenClash"),
     ("events.database.migrate", "UnknownSchema"),
 )
 _DATABASE = (("sqlalchemy.exc", "OperationalError"),)
@@ -135,7 +136,7 @@ def _loaded(names: tuple[tuple[str, str], ...]) -> tuple[type[BaseException], ..
 class GuardedStream:
     """A text stream whose writes cannot put a control character on the terminal.
 
-    The net under ``shown`` (catalog.text): every value a command prints goes
+    The net under ``shown`` (catalog.forms.text): every value a command prints goes
     through ``shown``; anything unprintable a formatter still let through
     (other than the newlines that end lines) is escaped here.
     """

@@ -82,7 +82,7 @@ def watch_seconds(text: str) -> float:
     """``--watch``'s value: seconds (2, 0.5) or a duration (5s, 1m); at least 0.1 s."""
     import argparse
 
-    from catalog.durations import parse_duration
+    from catalog.forms.durations import parse_duration
 
     try:
         seconds = parse_duration(float(text) if _number(text) else text).total_seconds()

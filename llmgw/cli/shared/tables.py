@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from catalog.text import shown
+from catalog.forms.text import shown
 
 if TYPE_CHECKING:
     from catalog import Catalog
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
     """Columns for people. Every cell goes through ``shown``: a stored value with a
-    newline would otherwise print as a row of its own (catalog.text)."""
+    newline would otherwise print as a row of its own (catalog.forms.text)."""
     widths = column_widths(headers, rows)
     lines = [table_row(headers, widths)]
     lines.extend(table_row(row, widths) for row in rows)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, time, timedelta
 
-from catalog.durations import parse_duration
+from catalog.forms.durations import parse_duration
 
 # Long enough for any real time; a longer argument is a mistake, not a time.
 MAX_TIME_TEXT = 64

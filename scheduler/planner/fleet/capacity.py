@@ -23,7 +23,7 @@ import math
 from bisect import bisect_left, insort
 from collections.abc import Collection, Iterator, Sequence
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.fit import (
     gpu_class_matches,
     gpus_fit,

@@ -11,7 +11,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.inventory import Node
 
 

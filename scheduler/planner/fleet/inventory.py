@@ -15,7 +15,15 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from catalog.identifiers import FABRIC, GPU_CLASS, LABEL_KEY, LABEL_VALUE, NODE_NAME, Grammar, brief
+from catalog.definition.identifiers import (
+    FABRIC,
+    GPU_CLASS,
+    LABEL_KEY,
+    LABEL_VALUE,
+    NODE_NAME,
+    Grammar,
+    brief,
+)
 from scheduler.lifecycle.replica_reports import MAX_REPLICAS_PER_REPORT, ReplicaReport
 
 
@@ -91,7 +99,7 @@ class NodeReport(BaseModel):
         # and "no fabric"; both mean absent, not a class named "".
         return None if value == "" else value
 
-    # The grammar of each name (catalog.identifiers): printable ASCII that fits its
+    # The grammar of each name (catalog.definition.identifiers): printable ASCII that fits its
     # column, so a report cannot forge a line of `llmgw nodes list` or fail the insert.
     @field_validator("name")
     @classmethod

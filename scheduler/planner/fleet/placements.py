@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.inputs import ModelLifecycle
 from scheduler.planner.fleet.rejections import ProfileRejections
 
@@ -16,7 +16,7 @@ class Demand:
     ``profiles`` keep the catalog's declaration order, which breaks ties between
     profiles of equal priority. ``priority``, ``spread_by`` and
     ``spread_required`` are the model's ``placement:`` rules (see
-    ``catalog.model.PlacementRules``).
+    ``catalog.definition.model.PlacementRules``).
     """
 
     model: str

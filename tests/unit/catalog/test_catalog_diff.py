@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from catalog import Catalog, CatalogState, parse_model
-from catalog.diff import ABSENT, FieldChange, diff_catalogs, diff_models
-from catalog.digest import catalog_digest
+from catalog.changes.diff import ABSENT, FieldChange, diff_catalogs, diff_models
+from catalog.changes.digest import catalog_digest
 from tests.support import definition
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from catalog import parse_model
-from catalog.fast_decode import decode_definition
+from catalog.stored.fast_decode import decode_definition
 from tests.unit.catalog.catalog_builders import definition, refusal, where
 
 

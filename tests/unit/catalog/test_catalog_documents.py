@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from catalog import CatalogError, load_declared, load_definitions
-from catalog.documents import (
+from catalog.reading.documents import (
     BODY_LIMITS,
     DocumentRefused,
     Limits,

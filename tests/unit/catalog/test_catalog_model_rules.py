@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from catalog import Model, parse_model
-from catalog.model_rules import normalize
+from catalog.definition.model_rules import normalize
 from tests.unit.catalog.catalog_builders import (
     cpu_profile,
     definition,

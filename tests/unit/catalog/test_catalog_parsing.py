@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from catalog import parse_model
-from catalog.durations import format_duration, parse_duration
+from catalog.forms.durations import format_duration, parse_duration
 from tests.unit.catalog.catalog_builders import definition, gpu_profile, refusal, where
 
 # -- unknown fields ----------------------------------------------------------------------

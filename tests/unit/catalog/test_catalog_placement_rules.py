@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from catalog import CatalogError
-from catalog.parse import parse_model
+from catalog.definition.parse import parse_model
 from tests.support import definition, model
 
 

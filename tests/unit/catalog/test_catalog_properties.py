@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from catalog import Catalog, CatalogError, CatalogState, Model, parse_model
-from catalog.durations import format_duration, parse_duration
-from catalog.model_rules import normalize
-from catalog.routing_profiles import KNOWN as KNOWN_ROUTING
+from catalog.definition.model_rules import normalize
+from catalog.definition.routing_profiles import KNOWN as KNOWN_ROUTING
+from catalog.forms.durations import format_duration, parse_duration
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -22,7 +22,8 @@ _ENDS = "abcdefghijklmnopqrstuvwxyzABC0123456789"
 
 
 def tokens(extra: str, max_size: int = 12) -> st.SearchStrategy[str]:
-    """Identifiers of the grammar (catalog.identifiers): letters or digits at both ends."""
+    """Identifiers of the grammar (catalog.definition.identifiers): letters or digits at
+    both ends."""
     return st.one_of(
         st.sampled_from(_ENDS),
         st.builds(
@@ -40,7 +41,7 @@ profile_names = tokens("-._")
 ROUTING_PROFILES = sorted(KNOWN_ROUTING)
 # Text an operator might type, quotes, spaces and unicode included.
 any_text = st.text(max_size=12)
-# The same, printable (catalog.text): what a source or a reason may hold.
+# The same, printable (catalog.forms.text): what a source or a reason may hold.
 printable_text = st.text(
     alphabet=st.characters(exclude_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"))
     | st.just(" "),
@@ -283,7 +284,7 @@ def test_any_definition_is_accepted_whole_or_refused_with_a_catalog_error(raw: o
 
 # -- (c) any sequence of changes keeps the catalog consistent ----------------------------
 #
-# The rules between models are one implementation (catalog.rules), used by Catalog.build
+# The rules between models are one implementation (catalog.whole.rules), used by Catalog.build
 # from nothing and by CatalogState against its indexes. What this still checks is the
 # state's own bookkeeping: after any sequence of additions (in dependency order) and
 # removals, its incremental indexes judge exactly as a rebuild of the whole catalog does.

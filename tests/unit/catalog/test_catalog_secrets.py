@@ -1,4 +1,4 @@
-"""The secrets rule (catalog.secrets), by property: which plain values are refused, what
+"""The secrets rule (catalog.secrecy.secrets), by property: which plain values are refused, what
 every refusal says, and that redaction leaves no secret-looking plain value behind."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from catalog import CatalogError, parse_model
-from catalog.declared import load_declared
-from catalog.secret_words import SECRET_WORDS
-from catalog.secrets import (
+from catalog.reading.declared import load_declared
+from catalog.secrecy.secret_words import SECRET_WORDS
+from catalog.secrecy.secrets import (
     REDACTED,
     check_no_plain_secrets,
     env_var_for,

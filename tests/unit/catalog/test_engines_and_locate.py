@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from agent.engines import ENGINES
 from catalog import CatalogError, Model, load_declared, parse_model
-from catalog.engine_names import KNOWN_ENGINES
-from catalog.engines import check_engines, did_you_mean
+from catalog.definition.engine_names import KNOWN_ENGINES
+from catalog.definition.engines import check_engines, did_you_mean
 from declared.locate import line_of
 from tests.support import dump_yaml
 
@@ -96,9 +96,9 @@ def test_a_refusal_points_at_the_line_of_the_field_in_the_model_and_profile_it_n
     text = dump_yaml({"models": models})
     path = Path("/nonexistent/catalog.yaml")
     try:
-        from catalog.declared import parse_definitions
-        from catalog.documents import read_data
-        from catalog.engines import check_engines as check
+        from catalog.definition.engines import check_engines as check
+        from catalog.reading.declared import parse_definitions
+        from catalog.reading.documents import read_data
 
         for i, model in enumerate(
             parse_definitions(read_data(text, str(path)), str(path), allow_single=False)

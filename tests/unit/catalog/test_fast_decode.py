@@ -1,6 +1,6 @@
 """The msgspec decoder of stored definitions accepts nothing the general path refuses.
 
-``catalog.fast_decode`` decodes a stored add or replacement without pydantic's
+``catalog.stored.fast_decode`` decodes a stored add or replacement without pydantic's
 validation; these properties hold it to the general path (``read_json`` within
 replay's limits, then ``parse_model``), which is the judge:
 
@@ -33,12 +33,13 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from pydantic import BaseModel
 
-from bench import gen
-from catalog import CatalogError, Model, fast_build, parse_model
-from catalog import fast_decode as fd
-from catalog.documents import Limits
-from catalog.model import Scaling
-from catalog.parse import parse_wrapped_model_json
+from bench.shared import gen
+from catalog import CatalogError, Model, parse_model
+from catalog.definition.model import Scaling
+from catalog.definition.parse import parse_wrapped_model_json
+from catalog.reading.documents import Limits
+from catalog.stored import fast_build
+from catalog.stored import fast_decode as fd
 from events.core.types import MODEL_ADDED, StoredEvent
 from events.read.replay import STORED_LIMITS, replay
 
@@ -629,7 +630,7 @@ def test_a_removal_is_never_read_unless_the_general_path_reads_the_same_name(
     event("fast" if fast is not None else "general")
     if fast is None:
         return
-    from catalog.documents import read_json
+    from catalog.reading.documents import read_json
 
     payload = read_json(text, "payload", STORED_LIMITS)
     assert isinstance(payload, dict)

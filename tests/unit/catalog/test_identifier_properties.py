@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog import CatalogError, parse_model
-from catalog.identifiers import check_command
-from catalog.text import guard_line, shown
+from catalog.definition.identifiers import check_command
+from catalog.forms.text import guard_line, shown
 from scheduler.planner.fleet.inventory import NodeReportError, parse_node_report
 from tests.support import definition
 

@@ -1,4 +1,4 @@
-"""The identifier grammar (catalog.identifiers): one rule per kind of name, for every path.
+"""The identifier grammar (catalog.definition.identifiers): one rule per kind of name, every path.
 
 Pure: definitions, the declared file, node reports and a command's actor, reason
 and key are judged here without a database; the stores are in tests/e2e.
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from catalog import Catalog, CatalogError, CatalogState, load_declared, parse_model
-from catalog.identifiers import IdentifierError, check_command
+from catalog.definition.identifiers import IdentifierError, check_command
 from events.core.types import StoredEvent
 from events.read.replay import replay
 from scheduler.planner.fleet.inventory import NodeReportError, parse_node_report

@@ -1,6 +1,6 @@
 """The one rule for printable text, and the API document's patterns, agree exactly.
 
-``catalog.printable`` is what every path checks (identifiers, reasons, node and
+``catalog.forms.printable`` is what every path checks (identifiers, reasons, node and
 replica reports, ``shown``); ``llmgw.api.rendering.schemas`` writes the same rule into the
 document. Before, the document's class refused only the common culprits, so an
 unassigned (Cn), private-use (Co) or rarer format (Cf) character was valid by the
@@ -18,10 +18,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from catalog import CatalogError, identifiers, parse_model
-from catalog.durations import parse_duration
-from catalog.identifiers import Grammar
-from catalog.printable import (
+from catalog import CatalogError, parse_model
+from catalog.definition import identifiers
+from catalog.definition.identifiers import Grammar
+from catalog.forms.durations import parse_duration
+from catalog.forms.printable import (
     PRINTABLE_RANGES,
     UNICODE_VERSION,
     character_class,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from catalog import CatalogError, load_declared
-from catalog.documents import FILE_LIMITS, DocumentRefused, read_regular
+from catalog.reading.documents import FILE_LIMITS, DocumentRefused, read_regular
 
 BOUND = 30.0
 GOOD = "models:\n  - name: m\n    source: org/m\n    profiles: [{name: p, gpu_class: T4}]\n"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from catalog import CatalogError, Model, parse_model
-from catalog import model_rules as catalog_model
-from catalog.model_rules import validate
+from catalog.definition import model_rules as catalog_model
+from catalog.definition.model_rules import validate
 from tests.support import definition
 
 VARIANTS: list[dict[str, Any]] = [

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from catalog import Catalog
-from catalog.parse import parse_model
+from catalog.definition.parse import parse_model
 from engine_check.claims import (
     CONFIRMED,
     REFUSED,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from catalog import Catalog
-from catalog.digest import catalog_digest
+from catalog.changes.digest import catalog_digest
 from events.core.types import StoredEvent
 from events.read.replay import replay
 from events.read.replay_reasons import Step, explain, render_context

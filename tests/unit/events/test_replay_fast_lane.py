@@ -1,6 +1,6 @@
 """Replay's quick steps for the common events judge exactly as the whole way does.
 
-``Replayer.apply`` takes a current add through ``catalog.fast_decode`` and
+``Replayer.apply`` takes a current add through ``catalog.stored.fast_decode`` and
 ``CatalogState.add_if_fits``, and a current removal through ``remove_if_allowed``;
 ``validate`` checks the names of a definition whose other fields passed before in a
 few steps (``identifiers.plainly_valid``). Each answers only when sure. Here the same
@@ -131,7 +131,7 @@ def test_the_quick_steps_judge_every_event_as_the_whole_way_does(
     with (
         patch("events.read.replay.decode_definition", return_value=None),
         patch("events.read.replay.decode_removal", return_value=None),
-        patch("catalog.model_rules.plainly_valid", return_value=False),
+        patch("catalog.definition.model_rules.plainly_valid", return_value=False),
     ):
         whole = _replay(log, lean=False)
 
@@ -143,8 +143,8 @@ def test_a_log_as_the_commands_write_it_takes_the_quick_steps() -> None:
     add = json.dumps({"model": definition("m", aliases=["m-latest"]), "declared_digest": None})
     log = [("model.added", 2, add), ("model.removed", 1, json.dumps({"name": "m"}))]
     with (
-        patch("catalog.state.CatalogState.check_add", side_effect=AssertionError),
-        patch("catalog.state.CatalogState.check_remove", side_effect=AssertionError),
+        patch("catalog.whole.state.CatalogState.check_add", side_effect=AssertionError),
+        patch("catalog.whole.state.CatalogState.check_remove", side_effect=AssertionError),
     ):
         replayer = _replay(log, lean=True)
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog import CatalogError, parse_model
-from catalog.parse import parse_wrapped_model_json
+from catalog.definition.parse import parse_wrapped_model_json
 
 _SCALARS = st.one_of(
     st.none(),

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog import Catalog, CatalogError, Model
-from catalog.digest import catalog_digest
+from catalog.changes.digest import catalog_digest
 from events.core.types import NewEvent, StoredEvent
 from events.read.replay import Replayer, replay
 from events.read.replay_reasons import explain, render_context

@@ -18,9 +18,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
-from bench.gen import TEXT_FORMATS
+from bench.shared.gen import TEXT_FORMATS
 from catalog import Catalog, Model, parse_model
-from catalog.fast_decode import decode_definition
+from catalog.stored.fast_decode import decode_definition
 from events.core.types import MODEL_ADDED, StoredEvent
 from events.read.replay import replay
 from events.write.apply import definition_event
@@ -38,7 +38,7 @@ def test_a_stored_add_is_the_definition_and_reads_back_equal(raw: dict[str, Any]
     event = definition_event(MODEL_ADDED, model, DIGEST)
     data = json.loads(event.payload)
     assert data == {"model": model.to_definition(), "declared_digest": DIGEST}
-    # The generated benchmark logs (bench/gen.py) write the same text from the definition.
+    # The generated benchmark logs (bench/shared/gen.py) write the same text from the definition.
     compact = TEXT_FORMATS["compact"]
     assert compact({"model": model.to_definition(), "declared_digest": DIGEST}) == event.payload
     assert parse_model(data["model"]) == model

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
-from catalog.parse import parse_model
-from gateway import admission
-from gateway.admission import Refusal
-from gateway.routing import Load, choose, eligible, observe_ttft
-from gateway.setaside import SetAside
+from gateway.stages import admission
+from gateway.stages.admission import Refusal
+from gateway.stages.routing import Load, choose, eligible, observe_ttft
+from gateway.stages.setaside import SetAside
 from gateway.table import Replica, Table, build, stable_hash
 from gateway.windows import Windows
 

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import admission
-from gateway.admission import MAX_DEPTH, Refusal
 from gateway.server import _loads
+from gateway.stages import admission
+from gateway.stages.admission import MAX_DEPTH, Refusal
 
 ACCEPTED_BY_JSON_ONLY = [
     b'{"temperature": NaN}',

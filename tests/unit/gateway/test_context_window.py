@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.parse import parse_model
-from gateway import admission
-from gateway.admission import Refusal
+from catalog.definition.parse import parse_model
+from gateway.stages import admission
+from gateway.stages.admission import Refusal
 from gateway.table import MAX_CONTEXT_DETAIL, Table, build
 
 ARITHMETIC = "--ctx-size 2048 / --parallel 4 = 512"

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from gateway import admission
 from gateway.enginepool import HIGH_WATER, BrokenAnswer, EnginePool, Unreachable
+from gateway.stages import admission
 from gateway.upstream import Upstream
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]

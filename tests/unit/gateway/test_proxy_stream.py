@@ -8,9 +8,9 @@ import contextlib
 import time
 from typing import Any
 
-from gateway import admission
 from gateway.proxy import Call, Proxy, Trace
 from gateway.settings import GatewaySettings
+from gateway.stages import admission
 from gateway.state import State
 from gateway.table import build
 from gateway.upstream import Upstream

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from bench import append, append_floor
+from bench.events import append, append_floor
 
 BENCHMARKS = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "index.md"
 

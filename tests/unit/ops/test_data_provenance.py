@@ -36,5 +36,5 @@ def test_the_openb_trace_names_its_source_and_that_no_licence_is_stated() -> Non
     assert "https://github.com/alibaba/clusterdata" in text
     assert "none is stated" in text
     assert "research or study purpose" in text
-    for user in ("bench/openb.py", "tests/unit/scheduler/"):
+    for user in ("bench/placement/openb.py", "tests/unit/scheduler/"):
         assert user in text

@@ -1,7 +1,7 @@
 """Rounds whose plans are pinned, to prove that making the planner faster changed no plan.
 
 Each scenario is a deterministic set of planner inputs: the real openb inventory
-(``tests/data``) and the synthetic fleets of ``bench/placement.py``, planned from
+(``tests/data``) and the synthetic fleets of ``bench/placement/rounds.py``, planned from
 nothing, again with nothing changed, and after a seeded mix of what happens
 between rounds (nodes going silent or lost, shrinking, vanishing; the catalog
 asking for more or fewer replicas, changing a profile's labels or shape; replica
@@ -50,7 +50,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from bench import fleets
+from bench.placement import fleets
 from scheduler.lifecycle.inputs import Cordon, FailureRecord, Lifecycle, ModelLifecycle
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy

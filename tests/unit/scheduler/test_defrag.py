@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.defrag import Defrag, moves_for
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.inventory import Node

@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.inputs import Lifecycle, ModelLifecycle
 from scheduler.lifecycle.replica_reports import READY, STARTING, ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy

@@ -13,8 +13,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.fleets import NOW as FLEET_NOW
-from bench.fleets import synthetic_demands, synthetic_nodes
+from bench.placement.fleets import NOW as FLEET_NOW
+from bench.placement.fleets import synthetic_demands, synthetic_nodes
 from scheduler.exact.program import solve
 from scheduler.exact.score import score
 from scheduler.planner.fleet.inventory import Node

@@ -1,14 +1,14 @@
 """The planner on the spot-GPU inventory (issue 29, item 1), within 1% of the exact optimum.
 
-The whole inventory (4,278 nodes, the HP demand of ``bench.fleets.spot_demands``) is held
+The whole inventory (4,278 nodes, the HP demand of ``bench.placement.fleets.spot_demands``) is held
 to the node-type bound (``scheduler.exact.bound``: CP-SAT on identical nodes taken
 together, proven, 0.02 s), not to the node-by-node program: that one takes a minute and a
 half there (87.5 s wall at load 2-3, work 10) and proves nothing within its work limit
-(``bench.exact`` reports it). The program itself is run on a slice CP-SAT settles in a
+(``bench.placement.exact`` reports it). The program itself is run on a slice CP-SAT settles in a
 fraction of a second: every 20th node in class order (214 nodes, 522 cards, every card
 type) with the demand scaled to 1/20.
 
-Host memory and the undisclosed cards' GPU memory are assumed (``bench.spot``); the demand
+Host memory and the undisclosed cards' GPU memory are assumed (``bench.placement.spot``); the demand
 is made up (the trace's job list is not in the repository copy read), so these hold the
 planner on this inventory's shape, not on its real workload.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.fleets import NOW, spot_demands, spot_nodes
-from bench.spot import GPU_MEMORY_LABEL, HOST_GB_PER_VCPU, load_spot_csv
+from bench.placement.fleets import NOW, spot_demands, spot_nodes
+from bench.placement.spot import GPU_MEMORY_LABEL, HOST_GB_PER_VCPU, load_spot_csv
 from scheduler.exact.bound import gpu_bound
 from scheduler.exact.program import solve
 from scheduler.exact.score import score

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from bench.openb import load_openb_csv
+from bench.placement.openb import load_openb_csv
 from scheduler.planner.fleet.inventory import Node, NodeReportError, parse_node_report
 from tests.unit.scheduler.placement_builders import NOW, OPENB_CSV_CANDIDATES
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.inputs import ModelLifecycle
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.placements import Demand, Placement

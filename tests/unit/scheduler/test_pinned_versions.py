@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from catalog import Catalog, parse_model
-from catalog.digest import model_version
+from catalog.changes.digest import model_version
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.replica_reports import READY, ReplicaStatus
 from scheduler.persistence.versions import definitions_to_record

@@ -14,7 +14,7 @@ from datetime import timedelta
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.fit import gpu_class_matches, missing_label
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement

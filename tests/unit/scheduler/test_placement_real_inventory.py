@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.openb import load_openb_csv
+from bench.placement.openb import load_openb_csv
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand
 from tests.unit.scheduler.placement_builders import (

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.views import PlacementProfile
+from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.fit import Check, misfit
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.rejections import ClassIndex, count_rejections

@@ -2,7 +2,7 @@
 round's new replicas are spread by same-shape swaps and moves into free room.
 
 The invariant held here, checked by an independent brute-force checker
-(``bench.spreadcheck``): after the repair, no new replica shares a node with
+(``bench.placement.spreadcheck``): after the repair, no new replica shares a node with
 another replica of its model while
 
 - a new replica of another model with the same shape could trade nodes with it
@@ -25,8 +25,8 @@ from datetime import timedelta
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bench import firstfit, spreadcheck
-from catalog.views import PlacementProfile
+from bench.placement import firstfit, spreadcheck
+from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.fit import selector_key

@@ -1,0 +1,13 @@
+"""The API's and the command line's benchmarks: requests a server takes, what a start costs.
+
+``reports`` (node reports a second into one ``llmgw serve``), ``batch`` (a batch of
+reports' replica counts, apart from HTTP), ``headers`` (what bounding request heads
+costs), ``fleet_ab`` (``GET /v1/fleet``'s body at another commit and here), ``startup``
+(the CPU of starting each kind of process), ``logcall`` (one structured log call on
+the production path) and ``stream_replicas`` (a write through one replica seen on another's
+event stream).
+
+Results: docs/benchmarks/node-reports.md, docs/benchmarks/request-limits.md,
+docs/benchmarks/placement.md (``fleet_ab``), docs/benchmarks/profiles-and-changes.md and
+docs/operator/api.md (``stream_replicas``).
+"""

@@ -1,0 +1,9 @@
+"""The printable forms: what text the control plane stores and prints may look like.
+
+``printable`` (the one definition of printable text, for every path and the API
+document), ``text`` (stored text shown on a terminal without letting it act on the
+terminal), ``durations`` (durations as operators write them, parsed and printed).
+
+The ground floor of the catalog with ``catalog.errors``: imports nothing else of ours,
+and nothing heavy (the command line imports it for every command).
+"""

@@ -1,0 +1,113 @@
+"""Secrets in a profile's ``env``: held by reference, never by value. Pure.
+
+A profile's ``env`` is served to every reader (``/v1/placements``, the event
+log, the catalog) and kept in the log for ever, so a token written there is
+public and permanent. A value can instead name a secret the agent holds on
+its node::
+
+    env:
+      HF_TOKEN: {secret: hf-token}
+
+and the agent resolves it when it starts the engine (its ``secrets_dir``, a
+file per secret, or its environment: ``agent.secrets``). The reference is all
+the catalog ever stores.
+
+A plain value under a name that looks like a secret (``*TOKEN*``, ``*KEY*``,
+``*SECRET*``, ``*PASSWORD*``, in any case) is refused when a model is added or
+applied, and in the declared file; values the log already holds from before
+this rule are redacted in every read by anyone but an operator (``redact``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from catalog.errors import CatalogError
+from catalog.secrecy.secret_words import SECRET_PATTERN, SECRET_WORDS
+
+# What a value shown in place of a secret reads as.
+REDACTED = "[redacted]"
+SECRET_NAME = re.compile(SECRET_PATTERN)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether an environment variable of this name is taken to hold a secret."""
+    upper = name.upper()
+    return any(word in upper for word in SECRET_WORDS)
+
+
+def secret_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a secret, or None."""
+    if not isinstance(name, str) or not SECRET_NAME.fullmatch(name):
+        return (
+            "must be 1-128 letters, digits or ._- starting with a letter or digit "
+            "(it is a file name in the agent's secrets_dir)"
+        )
+    return None
+
+
+def env_var_for(secret: str) -> str:
+    """The environment variable an agent reads a secret from: hf-token -> LLMGW_SECRET_HF_TOKEN."""
+    return "LLMGW_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", secret).upper()
+
+
+def plain_secret_problem(model: str, profile: str, name: str) -> CatalogError:
+    """The refusal of a plain value under a secret's name (the value is never repeated)."""
+    suggestion = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "my-secret"
+    return CatalogError(
+        f"model {model!r} profile {profile!r}: env {name} holds its value in plain text, "
+        "and its name says it is a secret; the catalog is shown to every reader and kept "
+        f"in the log for ever. Write `{name}: {{secret: {suggestion}}}` and give the "
+        f"agents the value as the file {suggestion} in their secrets_dir (or env "
+        f"{env_var_for(suggestion)})",
+        model=model,
+        profile=profile,
+        field=f"profiles.env.{name}",
+    )
+
+
+def check_no_plain_secrets(profiles: Any, model: str) -> None:
+    """Refuse (``CatalogError``) a profile whose env holds a secret-looking plain value.
+
+    ``profiles`` are a model's profiles (anything with ``name`` and ``env``).
+    """
+    for p in profiles:
+        for name, value in p.env.items():
+            if isinstance(value, str) and looks_secret(name):
+                raise plain_secret_problem(model, p.name, name)
+
+
+# A diff's path to an env entry: profiles[t4].env.HF_TOKEN or profiles[t4].env["A.B"].
+_ENV_PATH = re.compile(r'\.env(?:\.([^.\[\]"]+)|\["((?:[^"\\]|\\.)*)"\])$')
+
+
+def redact(value: Any) -> Any:
+    """``value`` (JSON-ready) with every plain secret-looking env value replaced.
+
+    Any mapping under an ``env`` key counts (a definition, an engine view, an event's
+    payload), and so does a diff entry whose path ends in such an env variable.
+    References ({secret: name}) are shown: they are names, not values.
+    """
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key == "env" and isinstance(item, Mapping):
+            out[key] = {
+                k: REDACTED if isinstance(v, str) and looks_secret(str(k)) else redact(v)
+                for k, v in item.items()
+            }
+        else:
+            out[key] = redact(item)
+    path = value.get("path")
+    if isinstance(path, str):
+        found = _ENV_PATH.search(path)
+        if found is not None and looks_secret(found.group(1) or found.group(2)):
+            for side in ("before", "after"):
+                if isinstance(out.get(side), str):
+                    out[side] = REDACTED
+    return out

@@ -1,0 +1,167 @@
+"""The routing profiles, as pure functions of (the candidates, their load, the request).
+
+``choose`` picks one of a model's ready replicas and says why, so ``GET /routing`` can
+explain a choice and a test can check one without sockets. The load view
+(``Load``, one per replica) is kept by the edge: it counts in-flight requests, picks
+and measured times, and this module only reads it.
+
+- ``least-loaded`` (the default): fewest in-flight requests per unit of weight; ties go
+  to the replica picked least per unit of weight, so an idle model still spreads.
+- ``round-robin``: in turn, in proportion to weight (the replica with the fewest picks
+  per unit of weight, which for equal weights is strict turns).
+- ``session``: rendezvous hashing of a stable key (weighted): the key sticks to one
+  replica and moves only when that replica leaves, for the engines' prefix caches.
+  Without a key, least-loaded.
+- ``latency``: the lowest predicted time to first token, from the replica's queue (its
+  in-flight requests) and its measured seconds per queued request; a replica not yet
+  measured is predicted 0 so that it gets measured. ``meets_slo`` says whether the
+  choice is predicted within the model's ``slo.ttft_p99``: when it is not, the edge
+  tries the model's fallbacks before sending.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from catalog.definition.routing_profiles import LATENCY, ROUND_ROBIN, SESSION
+from gateway.table import Replica, stable_hash
+
+_MASK = (1 << 64) - 1
+
+
+@dataclass(slots=True)
+class Load:
+    """What the gateway knows of one replica's load (mutated by the edge only)."""
+
+    inflight: int = 0
+    picks: int = 0
+    # Seconds to first token per queued request (TTFT / (in-flight when sent + 1)), EWMA.
+    ttft_per_slot: float = 0.0
+    measured: bool = False
+    set_aside_until: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    replica: Replica
+    reason: str
+    predicted_ttft_s: float | None = None
+    meets_slo: bool = True
+
+
+_IDLE = Load()
+
+
+def _mix(x: int) -> int:
+    # One round of a multiplicative hash: spreads the bits of (key ^ replica) over the
+    # word (both are already blake2b hashes; this only breaks the xor's symmetry).
+    x = (x ^ (x >> 31)) * 0x9E3779B97F4A7C15 & _MASK
+    return x ^ (x >> 29)
+
+
+def eligible(replicas: Sequence[Replica], loads: Mapping[str, Load], now: float) -> list[Replica]:
+    """The replicas not set aside at ``now``."""
+    return [r for r in replicas if loads.get(r.key, _IDLE).set_aside_until <= now]
+
+
+def choose(
+    profile: str,
+    replicas: Sequence[Replica],
+    loads: Mapping[str, Load],
+    *,
+    session: str | None = None,
+    ttft_slo_s: float = 0.0,
+) -> Choice | None:
+    """One of ``replicas`` (already the eligible ones) by ``profile``; None when empty."""
+    if not replicas:
+        return None
+    if len(replicas) == 1 and profile != LATENCY:
+        return Choice(replicas[0], f"{profile}: the only eligible replica")
+    if profile == ROUND_ROBIN:
+        return _round_robin(replicas, loads)
+    if profile == SESSION and session is not None:
+        return _session(replicas, session)
+    if profile == LATENCY:
+        return _latency(replicas, loads, ttft_slo_s)
+    return _least_loaded(replicas, loads, profile if profile != SESSION else "session (no key)")
+
+
+def _least_loaded(replicas: Sequence[Replica], loads: Mapping[str, Load], label: str) -> Choice:
+    best = replicas[0]
+    best_score = (math.inf, math.inf)
+    for r in replicas:
+        load = loads.get(r.key, _IDLE)
+        score = (load.inflight / r.weight, load.picks / r.weight)
+        if score < best_score:
+            best, best_score = r, score
+    return Choice(
+        best,
+        f"{label}: {best_score[0]:.2g} in flight per unit of weight, lowest of {len(replicas)}",
+    )
+
+
+def _round_robin(replicas: Sequence[Replica], loads: Mapping[str, Load]) -> Choice:
+    best = replicas[0]
+    best_score = math.inf
+    for r in replicas:
+        score = (loads.get(r.key, _IDLE).picks + 1) / r.weight
+        if score < best_score:
+            best, best_score = r, score
+    return Choice(best, f"round-robin: its turn among {len(replicas)} (by weight)")
+
+
+def _session(replicas: Sequence[Replica], session: str) -> Choice:
+    key = stable_hash(session)
+    w0 = replicas[0].weight
+    if all(r.weight == w0 for r in replicas):
+        # Equal weights: the highest mixed hash wins (the log below would not change
+        # the order), at a third of the cost.
+        best = max(replicas, key=lambda r: _mix(key ^ r.hash))
+    else:
+        best = replicas[0]
+        best_score = -math.inf
+        for r in replicas:
+            # Weighted rendezvous hashing: score = -weight / ln(u), u uniform in (0, 1).
+            u = (_mix(key ^ r.hash) + 1) / (_MASK + 2)
+            score = -r.weight / math.log(u)
+            if score > best_score:
+                best, best_score = r, score
+    return Choice(best, f"session: key hashed to it among {len(replicas)}")
+
+
+def predicted_ttft(load: Load) -> float:
+    return load.ttft_per_slot * (load.inflight + 1) if load.measured else 0.0
+
+
+def _latency(replicas: Sequence[Replica], loads: Mapping[str, Load], slo: float) -> Choice:
+    best = replicas[0]
+    best_t = math.inf
+    for r in replicas:
+        t = predicted_ttft(loads.get(r.key, _IDLE))
+        if t < best_t:
+            best, best_t = r, t
+    meets = slo <= 0 or best_t <= slo
+    verdict = (
+        "no SLO"
+        if slo <= 0
+        else f"within slo.ttft_p99 {slo:g}s"
+        if meets
+        else f"above slo.ttft_p99 {slo:g}s"
+    )
+    return Choice(
+        best,
+        f"latency: predicted TTFT {best_t:.3f}s, lowest of {len(replicas)} ({verdict})",
+        predicted_ttft_s=best_t,
+        meets_slo=meets,
+    )
+
+
+def observe_ttft(load: Load, ttft_s: float, inflight_when_sent: int, alpha: float = 0.2) -> None:
+    """Fold one measured time to first token into the replica's rate (EWMA)."""
+    per_slot = ttft_s / (inflight_when_sent + 1)
+    if load.measured:
+        load.ttft_per_slot += alpha * (per_slot - load.ttft_per_slot)
+    else:
+        load.ttft_per_slot, load.measured = per_slot, True
