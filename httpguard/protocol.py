@@ -18,9 +18,11 @@ ours): it is never held open to read a body nobody will use.
 
 The connection cap is shared by every client, so what fills it must give way: when
 ``max_connections`` are open, a new connection takes the place of the oldest one
-with no request being served (``_room_key``), first those that sent nothing or only
-part of a head, or were answered and are closing; then idle keep-alive ones; then
-those still sending a body. A connection whose request's head and body are in is
+with no request being served (``_room_key``): first those answered and closing, then
+those that sent part of a head, then those that sent nothing yet (a real client's head
+comes with its first packet, so the newest of them is the likeliest to be one), then
+idle keep-alive ones, then those still sending a body. A connection whose request's head
+and body are in is
 never closed to make room; only when every connection holds one is the new one
 answered 503. Why not a cap per client address: behind a load balancer or a NAT
 every client has one address, and an attacker with an IPv6 prefix has millions.
