@@ -114,44 +114,56 @@ def test_an_answer_given_before_the_body_closes_the_connection() -> None:
     _run(main)
 
 
-def test_a_body_too_slow_or_too_long_is_answered_408_and_closed() -> None:
-    limits = HeadLimits(header_timeout_s=0.5, body_min_rate=1000, body_timeout_s=2.0)
+async def _drip(port: int, every: float, piece: bytes) -> tuple[bytes, float]:
+    """A body of 10 MB sent ``piece`` by ``piece``: the answer's status line and when it came."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 10000000\r\n\r\n")
+    started = time.monotonic()
+    answer = asyncio.ensure_future(_answer(reader))
+    while not answer.done() and time.monotonic() - started < BOUND:
+        with contextlib.suppress(ConnectionError):
+            writer.write(piece)
+        await asyncio.wait([answer], timeout=every)
+    writer.close()
+    assert answer.done(), f"no answer within {BOUND:g}s"
+    return answer.result()[0], time.monotonic() - started
 
-    async def drip(port: int, every: float, piece: bytes) -> tuple[bytes, float]:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 10000000\r\n\r\n")
-        started = time.monotonic()
-        answer = asyncio.ensure_future(_answer(reader))
-        while not answer.done() and time.monotonic() - started < BOUND:
-            with contextlib.suppress(ConnectionError):
-                writer.write(piece)
-            await asyncio.wait([answer], timeout=every)
-        writer.close()
-        return answer.result()[0], time.monotonic() - started
+
+def test_a_body_behind_the_minimum_rate_is_answered_408_and_closed() -> None:
+    # A byte every 0.1 s: far under 1,000 bytes a second once the first 0.5 s are over.
+    # The total time (60 s) is beyond the bound: only the rate can end it.
+    limits = HeadLimits(header_timeout_s=0.5, body_min_rate=1000, body_timeout_s=60.0)
 
     async def main() -> None:
         async with guarded_server(app, limits, coalesce=False) as sock:
-            port = sock.getsockname()[1]
-            # A byte every 0.1 s: far under 1,000 bytes a second, cut after the first 0.5 s.
-            status, after = await drip(port, 0.1, b"x")
+            status, _ = await _drip(sock.getsockname()[1], 0.1, b"x")
             assert status == b"HTTP/1.1 408 Request Timeout"
-            assert after < 1.5, f"answered after {after:.1f}s"
-            # 500 bytes every 0.1 s keeps up with the rate: cut by the total time, 2 s.
-            status, after = await drip(port, 0.1, b"x" * 500)
+
+    _run(main)
+
+
+def test_a_body_that_keeps_up_but_takes_longer_than_the_total_is_answered_408() -> None:
+    # 500 bytes every 0.1 s is far over 1 byte a second: only the total time (2 s) ends it.
+    limits = HeadLimits(header_timeout_s=0.5, body_min_rate=1, body_timeout_s=2.0)
+
+    async def main() -> None:
+        async with guarded_server(app, limits, coalesce=True) as sock:
+            status, after = await _drip(sock.getsockname()[1], 0.1, b"x" * 500)
             assert status == b"HTTP/1.1 408 Request Timeout"
-            assert 1.9 < after < BOUND
+            assert after > 1.9, f"answered after {after:.1f}s, before the total time"
 
     _run(main)
 
 
 def test_a_slow_body_that_keeps_up_with_the_rate_is_read_whole() -> None:
-    limits = HeadLimits(header_timeout_s=0.5, body_min_rate=1000, body_timeout_s=10.0)
+    # 3,000 bytes in pieces of 200 every 0.1 s (2,000 bytes a second, slower than the
+    # client could): far over 100 a second after 5 s, however late the pieces go out.
+    limits = HeadLimits(header_timeout_s=5.0, body_min_rate=100, body_timeout_s=60.0)
 
     async def main() -> None:
         async with guarded_server(app, limits, coalesce=True) as sock:
             reader, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
             writer.write(b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 3000\r\n\r\n")
-            # 3,000 bytes over about 1.5 s: slower than the client could, faster than the rate.
             for _ in range(15):
                 writer.write(b"x" * 200)
                 await asyncio.sleep(0.1)
