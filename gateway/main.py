@@ -254,10 +254,14 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     config = uvicorn.Config(
         app,
         loop="none",
-        # Bounded request heads (64 KiB, 100 headers -> 431; header timeout -> 408; a cap
-        # on connections -> 503), as on every server of ours: httpguard's protocol.
-        # An answer's head and body in one system call (``CoalescedTransport``).
-        **uvicorn_options(HeadLimits(keep_alive_timeout_s=30.0), coalesce_writes=True),
+        # Bounded request heads (64 KiB, 100 headers -> 431; header timeout -> 408),
+        # bodies (a minimum rate and a total time -> 408) and connections (the cap; the
+        # oldest not being served give way), as on every server of ours: httpguard's
+        # protocol. An answer's head and body in one system call (``CoalescedTransport``).
+        **uvicorn_options(
+            HeadLimits(keep_alive_timeout_s=30.0, max_connections=settings.max_connections),
+            coalesce_writes=True,
+        ),
         lifespan="on",
         # No X-Forwarded-For rewriting: nothing here reads the client's address, and the
         # middleware was a layer of every request (1.5% of its CPU).

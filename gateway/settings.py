@@ -54,6 +54,8 @@ class GatewaySettings:
     # Which of them this process is (0 for one): posted with its signal windows, where the
     # control plane counts the token's name and this number as one gateway.
     worker: int = 0
+    # Connections one worker holds at once (httpguard's ``HeadLimits.max_connections``).
+    max_connections: int = 800
 
     @property
     def server_list(self) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ settings file, then the defaults, the same order as every other command's settin
     slow_start = "30s"                  # a new replica's weight rises over this (0: off)
     admin_open = false                  # true: /metrics and /routing take no token
     workers = 1                         # processes serving the port (one core each; <= 64)
+    max_connections = 800               # per worker; then the oldest not being served give way
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ def resolve_gateway(
         tokenize_cache_s=value("tokenize_cache", defaults.tokenize_cache_s),
         admin_open=value("admin_open", defaults.admin_open),
         workers=workers,
+        max_connections=value("max_connections", defaults.max_connections),
     )
 
 
