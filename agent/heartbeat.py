@@ -34,9 +34,10 @@ class Accepted:
     report_id: str
     port: int
     at: float  # the agent's clock
+    server: str  # the URL of the server that accepted it: its listener is on that host
 
     @classmethod
-    def of(cls, answer: Any, digest: str, at: float) -> Accepted | None:
+    def of(cls, answer: Any, digest: str, at: float, server: str) -> Accepted | None:
         """From a report's answer; None from a control plane without heartbeats."""
         if not isinstance(answer, dict):
             return None
@@ -45,7 +46,7 @@ class Accepted:
             return None
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
             return None
-        return cls(digest, report_id, port, at)
+        return cls(digest, report_id, port, at, server)
 
 
 def digest(body: Any) -> str:

@@ -38,6 +38,8 @@ from agent.reconcile import Backoff, Decision, Have, Start, decide
 from agent.secrets import SecretMissing, resolve_env
 from agent.state import Record, StateDir
 from agent.states import replica_states
+from catalog.secrecy.secret_args import redact_args
+from catalog.secrecy.secrets import REDACTED
 
 log = structlog.get_logger("llmgw.agent")
 
@@ -108,17 +110,9 @@ class Agent:
         # What the last placements read said of each replica: a change there (a new
         # version placed, the server's state of it) is reported in full too.
         self.placed: list[tuple[str, int, str | None, str]] = []
-        where = urllib.parse.urlsplit(server.url)
-        # A heartbeat carries the token in the clear: never beside a server reached by
-        # https (its reports then go encrypted, in full, every tick, as before heartbeats).
-        self.channel = (
-            HeartbeatChannel(
-                where.hostname or "127.0.0.1",
-                timeout=min(5.0, max(config.interval, 2.0)),
-                datagrams=config.heartbeat_datagrams,
-            )
-            if where.scheme == "http"
-            else None
+        # Its host is the server that accepted the last report (with several, it changes).
+        self.channel = HeartbeatChannel(
+            "", timeout=min(5.0, max(config.interval, 2.0)), datagrams=config.heartbeat_datagrams
         )
 
     # -- the loop -------------------------------------------------------------
@@ -326,7 +320,7 @@ class Agent:
             return True
         try:
             answer = self.server.report(self.config.node, body)
-            self.accepted = Accepted.of(answer, said, self.clock())
+            self.accepted = Accepted.of(answer, said, self.clock(), self.server.url)
             return True
         except Unreachable as exc:
             log.warning(
@@ -355,10 +349,18 @@ class Agent:
         """Say "nothing changed since report N" if so; whether the server took it (if
         not, the full report is sent)."""
         accepted = self.accepted
-        if self.channel is None or accepted is None or accepted.digest != said:
+        if accepted is None or accepted.digest != said:
             return False
         if self.clock() - accepted.at >= self.config.full_report_every:
             return False
+        where = urllib.parse.urlsplit(accepted.server)
+        if where.scheme != "http" or not where.hostname:
+            # A heartbeat carries the token in the clear: never beside a server reached by
+            # https (its reports go encrypted, in full, every tick, as before heartbeats).
+            return False
+        if self.channel.host != where.hostname:
+            self.channel.close()
+            self.channel.host = where.hostname
         try:
             word, reason = self.channel.beat(self.config.node, self.server.token, accepted)
         except Unreachable as exc:
@@ -446,9 +448,21 @@ class Agent:
                 gang=gang,
                 llamacpp_server=cfg.llamacpp_server,
             )
+            if cmd.dropped:
+                log.warning(
+                    "agent.engine_args_dropped",
+                    model=key.model,
+                    replica=key.replica,
+                    dropped=list(redact_args(list(cmd.dropped), REDACTED)),
+                    detail="where an engine listens is the agent's (--engine-host and "
+                    "a port it picks); these args were not passed on",
+                )
             fd = processes.open_log(log_path)
+            # The engine's log is read by whoever reads the node's files: its command
+            # line is written there without the secrets an old profile may carry.
+            shown = " ".join(str(a) for a in redact_args(list(cmd.argv), REDACTED))
             try:
-                os.write(fd, f"llmgw agent: starting {' '.join(cmd.argv)}\n".encode())
+                os.write(fd, f"llmgw agent: starting {shown}\n".encode())
             finally:
                 os.close(fd)
             proc = processes.spawn(cmd, log_path, self.state.root, record.nonce)
@@ -499,8 +513,7 @@ class Agent:
             )
 
     def shutdown(self) -> None:
-        if self.channel is not None:
-            self.channel.close()
+        self.channel.close()
         if self.config.leave_engines:
             log.info(
                 "agent.engines_left",

