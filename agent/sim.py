@@ -16,6 +16,14 @@ as a real engine loading weights), ``--exit-after`` and ``--exit-code`` (it
 dies on its own, to show a failure), ``--max-model-len`` (listed in ``/v1/models``
 as vLLM lists it, so the agent's reading of an engine's context can be tested).
 
+Usage as the real engines report it: every answer's ``usage`` carries
+``prompt_tokens_details.cached_tokens``, the prompt's leading words found in a simulated
+prefix cache (``--prefix-cache-blocks`` blocks of ``--block-size`` words, least recently
+used evicted, as vLLM's automatic prefix caching keeps whole blocks), so a router's
+guesses can be checked against what the engine says it reused. A stream ends with a
+``usage`` chunk (``choices: []``) only when asked with ``stream_options.include_usage``,
+as OpenAI's API and vLLM do.
+
 As vLLM does, a request whose client goes away is abandoned (streamed or not, waiting
 for a slot or generating): its slot is freed. ``GET /metrics`` shows it, with vLLM's
 names where vLLM has one: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
@@ -44,6 +52,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +85,47 @@ class Counts:
     running: int = 0
     waiting: int = 0
     cancelled: int = 0
+
+
+class PrefixCache:
+    """The prompt prefixes this engine holds, as whole blocks of words, least recently
+    used evicted first (vLLM's automatic prefix caching keeps whole blocks of tokens and
+    evicts the least recently used; llama.cpp reuses a slot's common prefix).
+
+    A block is named by the digest of its words and of every block before it, so a block
+    matches only where the whole prefix up to it matches. Memory is bounded by
+    ``capacity`` blocks (a 32-byte digest each)."""
+
+    __slots__ = ("_blocks", "block", "capacity")
+
+    def __init__(self, capacity: int, block: int) -> None:
+        self.capacity = capacity
+        self.block = block
+        self._blocks: OrderedDict[bytes, None] = OrderedDict()
+
+    def prefill(self, words: list[str]) -> int:
+        """Take a prompt in: the leading words it found cached, then holds all of its
+        whole blocks. At least the last word is always computed, as an engine computes
+        the last prompt token to produce the first answer token."""
+        if self.capacity <= 0 or self.block <= 0:
+            return 0
+        chain = hashlib.sha256()
+        cached, hit = 0, True
+        for start in range(0, len(words) - self.block + 1, self.block):
+            chain.update("\x1f".join(words[start : start + self.block]).encode() + b"\x1e")
+            key = chain.copy().digest()
+            if key in self._blocks:
+                # A later block can outlive an earlier one it was chained to; it is
+                # touched but counts only while every block before it was found too.
+                self._blocks.move_to_end(key)
+                if hit:
+                    cached = start + self.block
+                continue
+            hit = False
+            self._blocks[key] = None
+            if len(self._blocks) > self.capacity:
+                self._blocks.popitem(last=False)
+        return min(cached, max(len(words) - 1, 0))
 
 
 _GONE = object()
@@ -111,6 +161,7 @@ async def _events(
     chunk: Callable[..., str],
     *,
     chat: bool,
+    usage: Callable[[], str] | None = None,
 ) -> AsyncIterator[str]:
     """A streamed answer. The slot is taken here, after the headers, as vLLM sends them
     before the request is scheduled; Starlette cancels this generator when the client
@@ -130,6 +181,8 @@ async def _events(
                 await asyncio.sleep(token_delay)
             yield chunk(word if i == 0 else " " + word, None)
         yield chunk(None, "length")
+        if usage is not None:
+            yield usage()
         yield "data: [DONE]\n\n"
         stage = "finished"
     finally:
@@ -169,11 +222,17 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
     gang_ready: threading.Event | None = None,
     slots: int = 0,
     max_model_len: int | None = None,
+    *,
+    prefix_cache_blocks: int = 4096,
+    block_size: int = 16,
 ) -> Starlette:
     """``slots``: requests answered at once (0: no limit); the rest wait their turn, as
-    on llama.cpp's ``--parallel`` or vLLM's batch limit, so latency grows with load."""
+    on llama.cpp's ``--parallel`` or vLLM's batch limit, so latency grows with load.
+    ``prefix_cache_blocks``: blocks of ``block_size`` words the prefix cache holds (0:
+    none, every prompt computed whole)."""
     gate = asyncio.Semaphore(slots) if slots > 0 else None
     counts = Counts()
+    cache = PrefixCache(prefix_cache_blocks, block_size)
 
     async def metrics(request: Request) -> Response:
         label = json.dumps(model)
@@ -291,14 +350,23 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
         limit = DEFAULT_MAX_TOKENS if limit is None else limit
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             return _error(400, "max_tokens must be a positive integer")
+        options = body.get("stream_options")
+        if options is not None and (
+            not isinstance(options, dict)
+            or not isinstance(options.get("include_usage", False), bool)
+        ):
+            return _error(400, "stream_options must be an object with a boolean include_usage")
+        include_usage = bool(body.get("stream") and options and options.get("include_usage"))
         words = synthetic(prompt, min(limit, MAX_TOKENS))
         prefix = "chatcmpl" if chat else "cmpl"
         ident, created = f"{prefix}-{uuid.uuid4().hex[:24]}", int(time.time())
         kind = "chat.completion" if chat else "text_completion"
+        prompt_words = prompt.split()
         usage = {
-            "prompt_tokens": len(prompt.split()),
+            "prompt_tokens": len(prompt_words),
             "completion_tokens": len(words),
-            "total_tokens": len(prompt.split()) + len(words),
+            "total_tokens": len(prompt_words) + len(words),
+            "prompt_tokens_details": {"cached_tokens": cache.prefill(prompt_words)},
         }
         if not body.get("stream"):
             if not await slot(request):
@@ -350,7 +418,19 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
             }
             return f"data: {json.dumps(data)}\n\n"
 
-        events = _events(counts, gate, token_delay, words, chunk, chat=chat)
+        def usage_chunk() -> str:
+            data = {
+                "id": ident,
+                "object": f"{kind}.chunk" if chat else kind,
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            }
+            return f"data: {json.dumps(data)}\n\n"
+
+        final = usage_chunk if include_usage else None
+        events = _events(counts, gate, token_delay, words, chunk, chat=chat, usage=final)
         return StreamingResponse(events, media_type="text/event-stream")
 
     app = Starlette(
@@ -403,6 +483,20 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the context one request may use, listed in /v1/models as vLLM lists it",
     )
+    p.add_argument(
+        "--prefix-cache-blocks",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="blocks of prompt words the simulated prefix cache holds (0: no cache)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=16,
+        metavar="WORDS",
+        help="words in a prefix-cache block (vLLM's default block is 16 tokens)",
+    )
     p.add_argument("--nnodes", type=int, default=1, help="nodes the replica spans")
     p.add_argument("--node-rank", type=int, default=0, help="this node's rank; 0 is the head")
     p.add_argument("--master-addr", default="127.0.0.1", help="the head's address")
@@ -436,7 +530,15 @@ def main(argv: list[str] | None = None) -> int:
     from httpguard.limits import HeadLimits
     from httpguard.protocol import uvicorn_options
 
-    app = create_app(args.model, args.token_delay, gang_ready, args.slots, args.max_model_len)
+    app = create_app(
+        args.model,
+        args.token_delay,
+        gang_ready,
+        args.slots,
+        args.max_model_len,
+        prefix_cache_blocks=args.prefix_cache_blocks,
+        block_size=args.block_size,
+    )
     counts: Counts = app.state.counts
 
     class Server(uvicorn.Server):

@@ -5,8 +5,11 @@ A full read (``GET /v1/catalog``, ``GET /v1/placements``, ``GET
 and installs it; between two full reads (every ``resync``), the event stream
 (``/v1/events/stream?placements=true``) says when something changed: a catalog event
 re-reads the catalog and the placements, a placement event (``replica.ready``,
-``placement.removed``, ...) the placements. A replica that becomes ready thus takes
-traffic within the stream's poll (half a second by default) and one read.
+``placement.removed``, ...) the placements, a token event (``token.issued``,
+``token.revoked``: ``llmgw token new|revoke``) the tokens. A replica that becomes ready
+thus takes traffic within the stream's poll (half a second by default; a few
+milliseconds on PostgreSQL, which notifies every write) and one read, and a revoked client
+token is refused here as soon.
 
 When the control plane cannot be reached, the last table stays in force: the request
 path never waits on the control plane. ``/healthz`` and
@@ -38,9 +41,9 @@ _NOT_DEFINITION = frozenset({"declared", "replicas", "resilience"})
 # A feed larger than this is not one.
 MAX_FEED_BYTES = 64 << 20
 # The longest pause between two attempts to reach the control plane. Short, because the
-# first full read after a restart of `llmgw serve` is also when a revoked client token
-# stops working here (tokens change only with a restart); a failed attempt costs one
-# refused connection. Jittered, so a fleet of gateways does not come back in step.
+# first full read after a restart of `llmgw serve` is also when a change of its auth file
+# takes effect here; a failed attempt costs one refused connection. Jittered, so a fleet
+# of gateways does not come back in step.
 MAX_PAUSE_S = 1.0
 # Events closer together than this are one change.
 BATCH_S = 0.03
@@ -208,13 +211,13 @@ class Follower:
             if resp.status != 200:
                 raise FeedError(f"the event stream answered {resp.status}")
             name: bytes | None = None
-            data = False
-            catalog = placements = False
+            data = token = False
+            catalog = placements = tokens = False
             while True:
                 left = until - time.monotonic()
                 if left <= 0:
                     return
-                pending = catalog or placements
+                pending = catalog or placements or tokens
                 try:
                     line = await asyncio.wait_for(
                         resp.content.readline(), min(left, BATCH_S) if pending else left
@@ -223,12 +226,15 @@ class Follower:
                     line = None
                 if line is None or not line:
                     if pending:
+                        if tokens:
+                            await asyncio.gather(self.read_clients(), self.read_readers())
                         if catalog:
                             await asyncio.gather(self.read_catalog(), self.read_placements())
-                        else:
+                        elif placements:
                             await self.read_placements()
-                        self.install()
-                        catalog = placements = False
+                        if catalog or placements:
+                            self.install()
+                        catalog = placements = tokens = False
                     if line is not None:
                         return  # the server ended the stream: resync, then follow again
                     continue
@@ -237,10 +243,28 @@ class Follower:
                     name = text[6:].strip()
                 elif text.startswith(b"data:"):
                     data = True
+                    token = token or _is_token_event(text[5:])
                 elif not text:  # the end of a message
                     if data:
                         if name is not None and name.startswith(b"placement"):
                             placements = True
+                        elif token:
+                            tokens = True
                         else:
                             catalog = True
-                    name, data = None, False
+                    name, data, token = None, False, False
+
+
+def _is_token_event(data: bytes) -> bool:
+    """Whether a catalog message's ``data:`` is a token's event (its type ``token.*``).
+
+    Decoded only when the text could be one: a model's definition is read as a catalog
+    change whatever its text holds."""
+    if b'"token.' not in data:
+        return False
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return False
+    kind = event.get("type") if isinstance(event, dict) else None
+    return isinstance(kind, str) and kind.startswith("token.")

@@ -8,12 +8,13 @@ to ``GRACE_S``), then stops following the control plane.
 processes serve one port. The supervisor makes the listening socket, then forks the
 workers, which all accept on it (the kernel hands each connection to one of them); each
 worker is a whole gateway: it follows the control plane on its own (so each keeps its
-routing table fresh whatever the others do), posts its own signal windows under
-``<gateway_id>-w<i>`` (the autoscaler adds gateways' loads, so each worker counts as one
-gateway of its share), and writes its metrics where any worker's ``/metrics`` reads them
-all (``gateway.metrics``). SIGTERM or SIGINT to the supervisor is passed to every worker,
-each drains its requests as above, and the supervisor exits when all have; a worker that
-dies otherwise is started again.
+routing table fresh whatever the others do), posts its own signal windows as worker
+``i`` (the control plane counts them as ``<token name>-w<i>``, and the autoscaler adds
+gateways' loads, so each worker counts as one gateway of its share), and writes its
+metrics where any worker's ``/metrics`` reads them all (``gateway.metrics``). SIGTERM
+or SIGINT to the supervisor is passed to every worker, each drains its requests as
+above, and the supervisor exits when all have; a worker that dies otherwise is started
+again.
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def _worker(settings: GatewaySettings, sock: socket.socket, index: int, supervis
     # prometheus_client chose its value class when first imported (in the supervisor,
     # before the shared directory was named); this worker's figures go to the files.
     values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
-    own = replace(settings, gateway_id=f"{settings.gateway_id}-w{index}")
+    own = replace(settings, gateway_id=f"{settings.gateway_id}-w{index}", worker=index)
     return run(own, sock, multiprocess=True)
 
 
@@ -208,7 +209,9 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         settings.connect_timeout_s, settings.read_timeout_s, settings.tokenize_cache_s
     )
     follower = Follower(state, settings.server, settings.token, settings.resync_s)
-    signals = Signals(state, settings.server, settings.token, settings.signals_interval_s)
+    signals = Signals(
+        state, settings.server, settings.token, settings.signals_interval_s, settings.worker
+    )
     tasks: list[asyncio.Task[None]] = []
 
     async def startup() -> None:

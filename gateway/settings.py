@@ -37,3 +37,6 @@ class GatewaySettings:
     admin_open: bool = False
     # Processes serving the port (``--workers``): Python serves from one core per process.
     workers: int = 1
+    # Which of them this process is (0 for one): posted with its signal windows, where the
+    # control plane counts the token's name and this number as one gateway.
+    worker: int = 0

@@ -33,8 +33,12 @@ WAKE_GAP_S = 0.5
 
 
 class Signals:
-    def __init__(self, state: State, server: str, token: str, interval_s: float) -> None:
+    def __init__(
+        self, state: State, server: str, token: str, interval_s: float, worker: int = 0
+    ) -> None:
         self.state = state
+        # Who posts is the token's name and this number, as the control plane counts it.
+        self.worker = worker
         self.url = server.rstrip("/") + "/v1/signals"
         self.interval_s = interval_s
         self.session = aiohttp.ClientSession(
@@ -68,7 +72,7 @@ class Signals:
             await self._post(windows[first : first + MAX_WINDOWS])
 
     async def _post(self, windows: list[dict[str, Any]]) -> None:
-        body = {"gateway": self.state.gateway_id, "windows": windows}
+        body = {"gateway": self.state.gateway_id, "worker": self.worker, "windows": windows}
         try:
             async with self.session.post(self.url, json=body) as resp:
                 if resp.status == 404:

@@ -14,7 +14,7 @@ settings file, then the defaults, the same order as every other command's settin
     resync = "5s"
     max_body_mb = 8
     admin_open = false                  # true: /metrics and /routing take no token
-    workers = 1                         # processes serving the port (one core each)
+    workers = 1                         # processes serving the port (one core each; <= 64)
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from autoscale.signals import MAX_WORKERS
 from gateway.settings import GatewaySettings
 from llmgw.settings import KEYS, SettingsError, _convert, _read
 
@@ -78,6 +79,14 @@ def resolve_gateway(
         raise SettingsError(f"cannot read a token from {token_file}") from None
     defaults = GatewaySettings(server="", token="")
     gateway_id = value("gateway_id", None)
+    workers = max(value("workers", defaults.workers), 1)
+    if workers > MAX_WORKERS:
+        raise SettingsError(
+            f"workers {workers} (--workers, LLMGW_GATEWAY_WORKERS or [gateway] workers): at "
+            f"most {MAX_WORKERS} (the control plane counts a gateway "
+            f"token as at most {MAX_WORKERS} workers in the autoscaler's signals); run "
+            "another gateway with its own token for more"
+        )
     return GatewaySettings(
         server=server,
         token=token,
@@ -93,7 +102,7 @@ def resolve_gateway(
         resync_s=value("resync", defaults.resync_s),
         tokenize_cache_s=value("tokenize_cache", defaults.tokenize_cache_s),
         admin_open=value("admin_open", defaults.admin_open),
-        workers=max(value("workers", defaults.workers), 1),
+        workers=workers,
     )
 
 

@@ -17,24 +17,22 @@ if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
 say() { printf '\n%s%s%s\n' "$bold" "$*" "$plain"; }
 
 say "# A cluster on loopback: tokens for an operator, three agents, a gateway and a client"
-"$bin/llmgw" token new ops --role operator > ops.token
-: > auth.toml
-tail -n +2 ops.token >> auth.toml
+# Each token is printed once (the first line) and goes into the database, which keeps its
+# name, role and SHA-256: a running server takes it within a second.
+"$bin/llmgw" token new ops --role operator | head -1 > ops.token
 # The gateway reads the catalog and placements with its own token; an application calls
 # the gateway with a client token (the control plane answers that one nothing).
 for who in "gw-1 gateway" "app-1 client"; do
   set -- $who
-  "$bin/llmgw" token new "$1" --role "$2" > "$1.entry"
-  head -1 "$1.entry" > "$1.token" && tail -n +2 "$1.entry" >> auth.toml
+  "$bin/llmgw" token new "$1" --role "$2" | head -1 > "$1.token"
 done
 for n in node-a node-b node-c; do
-  "$bin/llmgw" token new "agent-$n" --role agent --node "$n" > "$n.entry"
-  head -1 "$n.entry" > "$n.token" && tail -n +2 "$n.entry" >> auth.toml
+  "$bin/llmgw" token new "agent-$n" --role agent --node "$n" | head -1 > "$n.token"
 done
-grep -c '^\[\[tokens\]\]' auth.toml | sed 's/$/ tokens in auth.toml/'
+"$bin/llmgw" token list
 
-say '$ llmgw serve --auth-file auth.toml --port 0 --with-scheduler --interval 1 --stale-after 3 --grace 3 &'
-"$bin/llmgw" serve --auth-file auth.toml --port 0 --with-scheduler --interval 1 \
+say '$ llmgw serve --port 0 --with-scheduler --interval 1 --stale-after 3 --grace 3 &'
+"$bin/llmgw" serve --port 0 --with-scheduler --interval 1 \
   --stale-after 3 --grace 3 > serve.out 2> serve.log &
 pids=($!)
 gateway=""

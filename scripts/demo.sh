@@ -60,15 +60,12 @@ fi
 say "llmgw token new dave --role operator > dave.token; llmgw token new agent-t4-01 --role agent --node t4-01 > agent.token"
 "$llmgw" token new dave --role operator > dave.token 2>/dev/null
 "$llmgw" token new agent-t4-01 --role agent --node t4-01 > agent.token 2>/dev/null
-echo "(each token is shown once, on the first line of its file; auth.toml gets the rest)"
-# Each file: the token, then its TOML block (whose first comment speaks to whoever ran the command).
-tail -n +2 dave.token | grep -v '^# The token above' > auth.toml
-tail -n +2 agent.token | grep -v '^# The token above' >> auth.toml
-cat auth.toml
+echo "(each token is shown once, on the first line of its file; the database keeps its name, role and SHA-256)"
+"$llmgw" token list
 ops=$(head -1 dave.token) agent=$(head -1 agent.token)
 
-say "llmgw serve --auth-file auth.toml --port 0 &"
-"$llmgw" serve --auth-file auth.toml --port 0 > serve.out 2> serve.log &
+say "llmgw serve --port 0 &"
+"$llmgw" serve --port 0 > serve.out 2> serve.log &
 server=$!
 stop_server() { kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null; }
 trap stop_server EXIT

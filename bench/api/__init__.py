@@ -3,9 +3,12 @@
 ``reports`` (node reports a second into one ``llmgw serve``), ``batch`` (a batch of
 reports' replica counts, apart from HTTP), ``headers`` (what bounding request heads
 costs), ``fleet_ab`` (``GET /v1/fleet``'s body at another commit and here), ``startup``
-(the CPU of starting each kind of process) and ``logcall`` (one structured log call on
-the production path).
+(the CPU of starting each kind of process), ``logcall`` (one structured log call on
+the production path), ``stream_replicas`` (a write through one replica seen on another's
+event stream) and ``redaction`` (what hiding secrets in env and args costs a read).
 
 Results: docs/benchmarks/node-reports.md, docs/benchmarks/request-limits.md,
-docs/benchmarks/placement.md (``fleet_ab``) and docs/benchmarks/profiles-and-changes.md.
+docs/benchmarks/placement.md (``fleet_ab``), docs/benchmarks/profiles-and-changes.md,
+docs/operator/api.md (``stream_replicas``) and
+docs/security/hostile-input-agent-and-headers.md (``redaction``).
 """

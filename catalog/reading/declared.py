@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from catalog.definition.bind_args import check_no_bind_args
 from catalog.definition.engines import check_engines
 from catalog.definition.model import Model
 from catalog.definition.parse import parse_model
@@ -54,6 +55,7 @@ def load_declared(path: Path) -> Catalog:
     try:
         for m in models:
             check_no_plain_secrets(m.profiles, m.name)
+            check_no_bind_args(m.profiles, m.name)
         return Catalog.build(models, declared=True)
     except CatalogError as exc:
         raise CatalogError(

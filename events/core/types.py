@@ -12,6 +12,12 @@ MODEL_REPLACED = "model.replaced"
 # change to the catalog's state on replay (the file is the declared catalog's
 # source); recorded so that `history` shows when configuration changed.
 DECLARED_CHANGED = "catalog.declared_changed"
+# A bearer token was issued into, or revoked from, the database's token table
+# (``llmgw token new|revoke|import``). No change to the catalog's state on replay:
+# the table is the tokens' state and these events their audit trail, in the hash
+# chain. The payload names the token and its scope, never the token or its hash.
+TOKEN_ISSUED = "token.issued"
+TOKEN_REVOKED = "token.revoked"
 
 # The version of each event type's payload this code writes. Older versions
 # are upcast on read (events.core.upcast); stored rows are never rewritten.
@@ -27,12 +33,19 @@ DECLARED_CHANGED = "catalog.declared_changed"
 #   catalog.declared_changed 1: {"path": file, "old_digest": hex, "new_digest": hex,
 #     "added": [names], "removed": [names], "changed": [names]}: the declared
 #     catalog's digests (catalog.changes.digest) before and after, and its models that changed.
+#   token.issued 1: {"name": name, "role": role, "nodes": [names], "models": [names],
+#     "via": "new" or "import"}: who holds the token and what it may do.
+#   token.revoked 1: {"name": name, "role": role}.
 CURRENT_SCHEMA: dict[str, int] = {
     MODEL_ADDED: 2,
     MODEL_REMOVED: 1,
     MODEL_REPLACED: 1,
     DECLARED_CHANGED: 1,
+    TOKEN_ISSUED: 1,
+    TOKEN_REVOKED: 1,
 }
+# The types that record a token's change (events.core.token_change).
+TOKEN_TYPES = frozenset({TOKEN_ISSUED, TOKEN_REVOKED})
 # The types whose payload is a whole definition under "model".
 DEFINITION_TYPES = frozenset({MODEL_ADDED, MODEL_REPLACED})
 

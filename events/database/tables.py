@@ -7,11 +7,13 @@ from datetime import UTC, datetime
 from sqlalchemy import (
     BigInteger,
     DateTime,
+    Index,
     Integer,
     String,
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -163,3 +165,50 @@ class DeclaredCatalogRow(Base):
     refused_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # The process that wrote this row last (its role, host and pid).
     by: Mapped[str] = mapped_column(String(255), server_default="")
+
+
+class TokenRow(Base):
+    """A bearer token issued into the database (``llmgw token new|revoke|import``).
+
+    Only its SHA-256 is kept, never the token. Every replica checks bearer tokens
+    against the rows not revoked (llmgw.api.runtime.live_tokens), and gateways read the
+    client tokens' rows through ``/v1/gateway/client-tokens``. A revoked row stays, with
+    who revoked it and when, so its hash can never be issued or imported again and an
+    auth file still listing it is overruled. Each issue and revocation is also an event
+    of the catalog's log (``token.issued``, ``token.revoked``: events.core.token_change),
+    appended in the same transaction; ``revision`` is that event's position, so a
+    server sees that the table changed from ``max(revision)`` alone.
+
+    What a token may do beyond its role is a column each: ``nodes`` (an agent's) and
+    ``models`` (a client's) today; a client's limits (requests and tokens a minute, a
+    budget) are further columns of the same row.
+    """
+
+    __tablename__ = "tokens"
+    __table_args__ = (
+        UniqueConstraint("sha256", name="uq_tokens_sha256"),
+        # One token in force per name (the actor of its events); a revoked name may
+        # be issued again.
+        Index(
+            "uq_tokens_active_name",
+            "name",
+            unique=True,
+            sqlite_where=text("revoked_at IS NULL"),
+            postgresql_where=text("revoked_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64))
+    role: Mapped[str] = mapped_column(String(32))
+    # Lowercase hex of the token's SHA-256 (llmgw.api.guards.tokens.digest).
+    sha256: Mapped[str] = mapped_column(String(64))
+    # JSON lists of names: the nodes an agent token reports, the models a client token uses.
+    nodes: Mapped[str] = mapped_column(Text, server_default="[]")
+    models: Mapped[str] = mapped_column(Text, server_default="[]")
+    issued_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    issued_by: Mapped[str] = mapped_column(String(255))
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_by: Mapped[str | None] = mapped_column(String(255))
+    # The log position of the event of this row's last change (issue or revocation).
+    revision: Mapped[int] = mapped_column(Position, index=True)

@@ -19,6 +19,7 @@ from catalog.reading.documents import Limits, read_json
 from catalog.stored.fast_decode import decode_definition, decode_removal, fast_path_applies
 from events.core.declared_change import check_declared_change
 from events.core.rows import ReplayEvent
+from events.core.token_change import check_token_change
 from events.core.types import (
     CURRENT_SCHEMA,
     DECLARED_CHANGED,
@@ -26,6 +27,7 @@ from events.core.types import (
     MODEL_ADDED,
     MODEL_REMOVED,
     MODEL_REPLACED,
+    TOKEN_TYPES,
     StoredEvent,
 )
 from events.core.upcast import UnreadableEvent, upcast
@@ -227,6 +229,9 @@ class Replayer:
             self._apply_definition(event.type, parse_model(payload.get("model")))
         elif event.type == DECLARED_CHANGED:
             check_declared_change(payload)
+        elif event.type in TOKEN_TYPES:
+            # The token table holds the tokens; the catalog has nothing to apply.
+            check_token_change(event.type, payload)
         elif event.type == MODEL_REMOVED:
             name = payload.get("name")
             if not isinstance(name, str):

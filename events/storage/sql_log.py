@@ -377,6 +377,30 @@ class SqlLockedLog(WriteSection):
     def by_command(self, key: str) -> tuple[StoredEvent, ...]:
         return _by_command(self.conn, self.dialect, key)
 
+    def execute(self, stmt: Any) -> list[tuple[Any, ...]]:
+        """Run one more SQLAlchemy Core statement in this section's transaction (a table
+        whose change must commit with the events appended here, e.g. the tokens'); its
+        rows, if it returns any. Compiled each time: for the rare writes beside the log,
+        not the log's own. Values are bound through their column types (a ``UTCDateTime``
+        as that type writes it) and come back as the driver gives them."""
+        compiled = stmt.compile(dialect=self.dialect)
+        processors = compiled._bind_processors
+        values = {
+            name: processors[name](value) if name in processors else value
+            for name, value in compiled.construct_params().items()
+        }
+        params: Any = (
+            tuple(values[name] for name in compiled.positiontup or ())
+            if self.dialect.positional
+            else values
+        )
+        cursor = self.conn.cursor()
+        try:
+            cursor.execute(compiled.string, params)
+            return [tuple(r) for r in cursor.fetchall()] if cursor.description else []
+        finally:
+            cursor.close()
+
     def tail(self) -> tuple[int, datetime | None]:
         last = self._last_row()
         return (int(last[0]), self._writes.from_db(last[1])) if last else (0, None)

@@ -52,6 +52,7 @@ from llmgw.api.rendering.schemas import (
 from llmgw.api.routes import autoscale, catalog, events, fleet, gateway, health, nodes, service
 from llmgw.api.routes.report_fast_path import ReportPath
 from llmgw.api.runtime.autoscale_gauges import AutoscaleCollector
+from llmgw.api.runtime.changes_watch import watch_changes
 from llmgw.api.runtime.fleet_gauges import FleetCollector
 from llmgw.api.runtime.scheduler_thread import SchedulerThread
 from llmgw.api.runtime.services import Services
@@ -85,10 +86,12 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
         log.info("api.catalog_ready", position=view.position, models=len(view.catalog))
         if scheduler is not None:
             scheduler.start()
+        watching = watch_changes(services)
         try:
             yield
         finally:
             services.stopping.set()
+            await to_thread.run_sync(watching.stop)
             if scheduler is not None:
                 await to_thread.run_sync(scheduler.stop)
 

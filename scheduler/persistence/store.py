@@ -10,6 +10,7 @@ API and the daemon use, and the one the contract suite
 - ``scheduler.persistence.recorded_rounds``: recording a round's inputs and rebuilding them;
 - ``scheduler.persistence.lifecycle_store``: replica states, cordons, failures;
 - ``scheduler.persistence.outcome_store``: what the last round left unplaced, and why;
+- ``scheduler.persistence.serving_policy``: the policy the server runs with, for the CLI's views;
 - ``scheduler.persistence.record_format``: the versioned JSON of recorded rounds (pure);
 - ``scheduler.persistence.row_decoding``: every row read is decoded there, or skipped and named;
 - ``scheduler.persistence.backend``: what differs between SQLite and PostgreSQL.
@@ -47,6 +48,13 @@ from scheduler.persistence.round_store import (
     RoundStore,
 )
 from scheduler.persistence.row_decoding import Unreadable
+from scheduler.persistence.serving_policy import (
+    PolicyInForce,
+    ServingProcess,
+    claim_policy,
+    read_policy_in_force,
+    record_policy,
+)
 from scheduler.persistence.versions import VersionBook
 from scheduler.planner.fleet.inventory import Node, NodeReport
 from scheduler.planner.fleet.placements import Placement, Plan
@@ -154,6 +162,23 @@ class SchedulerStore:
         """What the last round left unplaced; None before any round wrote it."""
         with self.engine.connect() as conn:
             return read_outcome(conn)
+
+    # -- the serving policy -----------------------------------------------
+
+    def record_policy(
+        self, who: ServingProcess, policy: StalenessPolicy, *, why: str, now: datetime
+    ) -> None:
+        """Record the policy a serving process runs with (``serving_policy``)."""
+        record_policy(self.engine, who, policy, why=why, now=now)
+
+    def claim_policy(self, who: ServingProcess, policy: StalenessPolicy, now: datetime) -> bool:
+        """Record a placer's policy if the policy in force is another; whether it did."""
+        return claim_policy(self.engine, who, policy, now)
+
+    def policy_in_force(self) -> PolicyInForce:
+        """The policy the server runs with, as recorded, and the rows skipped to find it."""
+        with self.engine.connect() as conn:
+            return read_policy_in_force(conn)
 
     # -- audit ------------------------------------------------------------
 

@@ -117,6 +117,29 @@ class PlacementOutcomeRow(Base):
     unplaced: Mapped[str] = mapped_column(Text)  # JSON [{model, replica, reason}]
 
 
+class ServingPolicyRow(Base):
+    """The policy a serving process runs with: written when ``llmgw serve`` or ``llmgw
+    daemon`` starts, and when a placer places while the policy in force differs from its
+    own (``scheduler.persistence.serving_policy``). What the CLI's views judge by, beside
+    the policy each recorded round keeps; only the newest ``KEPT_POLICIES`` rows are kept.
+    """
+
+    __tablename__ = "serving_policies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # One per process (a random id), so its own records can be told from another's.
+    instance: Mapped[str] = mapped_column(String(64))
+    process: Mapped[str] = mapped_column(String(32))  # serve or daemon
+    # Whether the process runs placement rounds (serve --with-scheduler, daemon).
+    places: Mapped[bool] = mapped_column(Boolean)
+    why: Mapped[str] = mapped_column(String(32))  # started or placing
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    interval_s: Mapped[float | None] = mapped_column(Float)  # between rounds; None: none
+    policy: Mapped[str] = mapped_column(Text)  # JSON, as placement_rounds.policy
+
+
 class InventoryRow(Base):
     """An inventory's content (everything but report times), stored once per distinct digest."""
 

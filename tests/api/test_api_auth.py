@@ -127,16 +127,18 @@ def test_an_operator_changes_the_catalog_and_may_report_any_node(
 def test_tokens_from_llmgw_token_new_in_an_auth_file_with_open_reads(
     tmp_path: Path, module_sqlite_url: str
 ) -> None:
+    auth = tmp_path / "auth.toml"
+    auth.write_text("reads_open = true\n")
+    # The file alone (--append-to, deprecated since tokens live in the database): still works.
     issued = subprocess.run(
-        [LLMGW, "token", "new", "alice", "--role", "operator"],
+        [LLMGW, "token", "new", "alice", "--role", "operator", "--append-to", str(auth)],
         capture_output=True,
         text=True,
         check=True,
     )
-    token, *entry = issued.stdout.splitlines()
-    assert token.startswith("llmgw_") and token not in "\n".join(entry)
-    auth = tmp_path / "auth.toml"
-    auth.write_text("reads_open = true\n" + "\n".join(entry) + "\n")
+    token = issued.stdout.splitlines()[0]
+    assert token.startswith("llmgw_") and token not in auth.read_text()
+    assert "--append-to is deprecated" in issued.stderr
     server = ApiServer(tmp_path, module_sqlite_url, args=["--auth-file", str(auth)])
     with running(server), server.client() as anonymous, server.client(token) as alice:
         assert anonymous.get("/v1/models").status_code == 200

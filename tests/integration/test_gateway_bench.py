@@ -104,7 +104,8 @@ def test_percentiles_are_ordered_values_of_the_sample(values: list[float]) -> No
     assert got["p50"] <= got["p90"] <= got["p99"] <= got["max"] == max(values)
     assert {got["p50"], got["p90"], got["p99"]} <= set(values)
     assert got["n"] == len(values)
-    assert min(values) <= got["mean"] <= max(values) + 1e-9
+    # A float sum can round either way: n equal tiny values may average a hair below them.
+    assert min(values) - 1e-9 <= got["mean"] <= max(values) + 1e-9
 
 
 def test_percentiles_of_nothing_are_empty() -> None:

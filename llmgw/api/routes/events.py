@@ -25,10 +25,10 @@ them would hold the follower in place for good.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-import anyio
 import structlog
 from anyio import to_thread
 from fastapi import APIRouter, Header, Query
@@ -176,9 +176,11 @@ async def _follow(
     on the stream (ids are positions); else both logs, ids ``CATALOG:PLACEMENTS``."""
     last, placed = after, placements_after
     yield f"retry: {RETRY_MS}\n\n"
-    idle = 0.0
     poll = svc.settings.stream_poll_s
+    quiet_since = time.monotonic()
     while not svc.stopping.is_set():
+        # Taken before the read: a write notified while reading wakes the wait below at once.
+        seen = svc.changes.generation
         try:
             batch = await to_thread.run_sync(_read, svc, last)
             more = [] if placed is None else await to_thread.run_sync(_read_placed, svc, placed)
@@ -204,13 +206,14 @@ async def _follow(
                 placed = p.position
                 messages.append(_placement_message(p, f"{last}:{placed}"))
             yield "".join(messages)
-            idle = 0.0
+            quiet_since = time.monotonic()
             continue
-        await anyio.sleep(poll)
-        idle += poll
-        if idle >= svc.settings.keepalive_s:
+        # Until the next poll, or sooner when PostgreSQL notifies a write by any process
+        # (llmgw.api.runtime.changes); on SQLite, the poll alone.
+        await svc.changes.wait(poll, seen)
+        if time.monotonic() - quiet_since >= svc.settings.keepalive_s:
             yield ": keep-alive\n\n"
-            idle = 0.0
+            quiet_since = time.monotonic()
 
 
 def _read(svc: Services, after: int) -> list[StoredEvent]:

@@ -5,19 +5,35 @@ client tokens on its OpenAI routes, and operator and reader tokens on its ``/met
 and ``/routing`` (which show replica endpoints and routing internals: the same tokens
 this server asks for its own ``/metrics``). So it reads their names, roles, models and
 SHA-256, never a token itself (the control plane holds none; a SHA-256 of 256 random
-bits gives nothing to guess from). Read with a gateway token; the lists change when the
-auth file does, at the server's next start.
+bits gives nothing to guess from). Read with a gateway token. The lists are the auth
+file's tokens (read at the server's start) and the database's (``llmgw token new|revoke``),
+read afresh for each answer: a gateway asks when the event stream brings a
+``token.issued`` or ``token.revoked`` event (gateway.follower), and must not be answered
+from a book this server has not refreshed yet.
 """
 
 from __future__ import annotations
 
+import structlog
+from anyio import to_thread
 from fastapi import APIRouter
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.responses import Response
 
 from llmgw.api.rendering.problems import ApiJSON, errors
-from llmgw.api.routes.access import SECURED, Gateway
+from llmgw.api.routes.access import SECURED, Caller, Gateway
+
+log = structlog.get_logger("llmgw.api")
 
 router = APIRouter()
+
+
+async def _fresh(call: Caller) -> None:
+    try:
+        await to_thread.run_sync(call.svc.tokens.refresh)
+    except SQLAlchemyError as exc:
+        # The book this server holds still answers; the gateway asks again on its resync.
+        log.warning("api.tokens_refresh_failed", error=str(getattr(exc, "orig", exc))[:300])
 
 
 @router.get(
@@ -28,6 +44,7 @@ router = APIRouter()
     summary="The client tokens' names, models and SHA-256 (for `llmgw gateway`)",
 )
 async def client_tokens(call: Gateway) -> Response:
+    await _fresh(call)
     return ApiJSON(
         [
             {"name": e.name, "sha256": e.sha256, "models": list(e.models)}
@@ -44,6 +61,7 @@ async def client_tokens(call: Gateway) -> Response:
     summary="The operator and reader tokens' names, roles and SHA-256 (for `llmgw gateway`)",
 )
 async def reader_tokens(call: Gateway) -> Response:
+    await _fresh(call)
     return ApiJSON(
         [
             {"name": e.name, "role": e.role.value, "sha256": e.sha256}

@@ -27,6 +27,7 @@ from scheduler.daemon.leader import Leadership
 from scheduler.daemon.loop import Daemon
 from scheduler.daemon.round_runner import Placer, RoundOutcome
 from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.persistence.serving_policy import ServingProcess
 from scheduler.persistence.store import SchedulerStore
 
 log = structlog.get_logger("llmgw.scheduler")
@@ -42,8 +43,10 @@ class ObservedPlacer(Placer):
         policy: StalenessPolicy,
         metrics: Metrics,
         wanted: Callable[[], Mapping[str, int]] | None = None,
+        *,
+        serving: ServingProcess | None = None,
     ) -> None:
-        super().__init__(catalog, store, policy, wanted)
+        super().__init__(catalog, store, policy, wanted, serving=serving)
         self.metrics = metrics
 
     def run(self, *, dry_run: bool = False, now: datetime | None = None) -> RoundOutcome:
@@ -92,14 +95,16 @@ class SchedulerThread:
         metrics: Metrics,
         engine: Engine | None = None,
         autoscale: Policy | None = None,
+        serving: ServingProcess | None = None,
     ) -> SchedulerThread:
         """``catalog`` must be a service of its own, not the API's (see the module).
-        With ``engine`` and ``autoscale``, the autoscaler ticks before each round."""
+        With ``engine`` and ``autoscale``, the autoscaler ticks before each round.
+        ``serving``: the server, whose policy its rounds record when another is in force."""
         wanted, hook = None, None
         if engine is not None and autoscale is not None:
             wanted = autoscaling.wanted(engine, autoscale)
             hook = autoscaling.hook(autoscaling.autoscaler(engine, catalog, autoscale))
-        placer = ObservedPlacer(catalog, store, policy, metrics, wanted)
+        placer = ObservedPlacer(catalog, store, policy, metrics, wanted, serving=serving)
         return cls(Daemon(placer, ObservedLeadership(leadership, metrics), interval, hook))
 
     def start(self) -> None:

@@ -36,6 +36,8 @@ from llmgw.api.guards.tokens import TokenBook
 from llmgw.api.rendering.openai import CreatedIndex
 from llmgw.api.reports.group_commit import GroupCommit
 from llmgw.api.reports.node_reports import Recorded, Sent, node_report_writer
+from llmgw.api.runtime.changes import Changes
+from llmgw.api.runtime.live_tokens import LiveTokens
 from llmgw.api.runtime.settings import ApiSettings
 from llmgw.api.telemetry.metrics import Metrics
 from llmgw.views import iso
@@ -134,7 +136,8 @@ class Services:
     declared: Catalog
     config_label: str
     settings: ApiSettings
-    book: TokenBook
+    # The tokens configured at start and the database's, kept current (live_tokens).
+    tokens: LiveTokens
     metrics: Metrics
     # Set when the server starts shutting down: open event streams end.
     stopping: threading.Event
@@ -150,6 +153,13 @@ class Services:
     reports: GroupCommit[Sent, Recorded]
     # The declared file's reloader (llmgw serve sets it; declared.reload).
     declared_watch: DeclaredWatch = field(default_factory=DeclaredWatch)
+    # Wake-ups on a write by any process (PostgreSQL's NOTIFY; llmgw.api.runtime.changes).
+    changes: Changes = field(default_factory=Changes)
+
+    @property
+    def book(self) -> TokenBook:
+        """The tokens in force now: a request's check never waits on the database."""
+        return self.tokens.book
 
     @classmethod
     def build(
@@ -173,6 +183,8 @@ class Services:
             max_age=settings.catalog_max_age_s,
         )
         nodes = SchedulerStore(engine)
+        tokens = LiveTokens(settings.tokens, engine)
+        tokens.first_refresh()  # the table's tokens work from the first request
         writing: AbstractContextManager[Any] = (
             threading.Lock() if is_sqlite(engine) else contextlib.nullcontext()
         )
@@ -184,7 +196,7 @@ class Services:
             declared=declared,
             config_label=config_label,
             settings=settings,
-            book=settings.book(),
+            tokens=tokens,
             metrics=metrics,
             stopping=stopping or threading.Event(),
             writing=writing,

@@ -65,6 +65,20 @@ class Metrics:
         self.catalog_position = Gauge(
             "llmgw_catalog_position", "The log position this server's catalog is at.", registry=r
         )
+        self.change_notifications = Gauge(
+            "llmgw_api_change_notifications",
+            "1 while this server listens for PostgreSQL's notifications of writes (LISTEN "
+            "llmgw_changes: its event streams and token checks are woken at once); 0 while it "
+            "polls alone (SQLite, or the listening connection lost).",
+            registry=r,
+        )
+        self.tokens = Gauge(
+            "llmgw_api_tokens",
+            "Bearer tokens this server accepts, by where they come from: the database, or "
+            "the auth file and LLMGW_TOKENS read at start (configured).",
+            ["source"],
+            registry=r,
+        )
         self.node_reports = Counter(
             "llmgw_node_reports", "Node reports recorded through this server.", registry=r
         )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from events.core.types import TOKEN_TYPES
 from events.storage.history import HistoryQuery, history
 from llmgw.cli.shared.context import EXIT_USAGE, App, SystemExitWith, parse_when, print_json
 from llmgw.cli.shared.live import json_line
@@ -24,6 +25,24 @@ if TYPE_CHECKING:
     from scheduler.persistence.record_format import PlacementEvent
 
 HISTORY_KEYS = ["position", "recorded_at", "type", "model", "actor", "reason"]
+
+
+def _token_reason(event: StoredEvent) -> str:
+    """Which token and its role, then the reason given: as replay reads the payload
+    (never a token or a hash: the event holds neither), or why it cannot be read."""
+    from catalog.reading.documents import read_json
+    from events.core.token_change import check_token_change
+    from events.core.upcast import UnreadableEvent, upcast
+    from events.read.replay import STORED_LIMITS
+
+    try:
+        payload = read_json(event.payload, "payload", STORED_LIMITS)
+        if not isinstance(payload, dict):
+            raise UnreadableEvent("payload is not a JSON object")
+        change = check_token_change(event.type, upcast(event.type, event.schema_version, payload))
+    except Exception as exc:  # any row a reader must still see, named as replay names it
+        return f"unreadable row: {str(exc)[:200]}"
+    return f"{change.describe()}: {event.reason}" if event.reason else change.describe()
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +63,8 @@ class HistoryEntry:
     def of(cls, event: StoredEvent) -> HistoryEntry:
         # A row that cannot be read is listed and named, as replay names it.
         reason = event.reason if event.unreadable is None else f"unreadable row: {event.unreadable}"
+        if event.unreadable is None and event.type in TOKEN_TYPES:
+            reason = _token_reason(event)
         return cls(event.position, event.recorded_at, event.type, event.model, event.actor, reason)
 
     @classmethod

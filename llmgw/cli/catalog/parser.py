@@ -17,7 +17,8 @@ def register(
     p.add_argument(
         "--show-secrets",
         action="store_true",
-        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) as stored; "
+        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) and keys in args "
+        "as stored; "
         "by default they read [redacted]",
     )
     p.set_defaults(run="catalog.commands:cmd_models")
@@ -71,7 +72,8 @@ def register(
     p.add_argument(
         "--show-secrets",
         action="store_true",
-        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) as stored; "
+        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) and keys in args "
+        "as stored; "
         "by default they read [redacted]",
     )
     p.set_defaults(run="catalog.commands:cmd_show")
@@ -104,7 +106,7 @@ def register_audit(
     p.add_argument(
         "--type",
         help="only events of this type (model.added, model.replaced, model.removed, "
-        "catalog.declared_changed)",
+        "catalog.declared_changed, token.issued, token.revoked)",
     )
     p.add_argument(
         "--since", type=time_arg, metavar="TIME", help="only events recorded at or after TIME"
@@ -156,7 +158,8 @@ def register_audit(
     p.add_argument(
         "--show-secrets",
         action="store_true",
-        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) as stored; "
+        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) and keys in args "
+        "as stored; "
         "by default they read [redacted]",
     )
     p.set_defaults(run="catalog.audit:cmd_diff")

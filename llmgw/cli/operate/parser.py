@@ -79,14 +79,22 @@ def register(
     )
     p.set_defaults(run="operate.serve:cmd_serve")
 
-    t = sub.add_parser("token", parents=[parent], help="bearer tokens for `llmgw serve`")
+    t = sub.add_parser(
+        "token",
+        parents=[parent],
+        help="bearer tokens for `llmgw serve` and gateways, in the database",
+        description="Tokens live in the database: each replica and gateway takes an issue "
+        "or a revocation within a second, and `llmgw history` shows who did it (never the "
+        "token or its hash). An auth file still works for a bootstrap operator; `token "
+        "import` moves its tokens into the database.",
+    )
     t_sub = t.add_subparsers(dest="token_command", required=True)
     n = t_sub.add_parser(
         "new",
         parents=[parent],
-        help="issue a token: printed once, with the entry to configure (its hash)",
-        description="Prints the token on the first line (shown once; store it now), then "
-        "the [[tokens]] entry for the auth file, which holds only the token's SHA-256.",
+        help="issue a token into the database: printed once, never stored",
+        description="Prints the token on the first line (shown once; store it now). The "
+        "database keeps its name, role, scope and SHA-256, and the log a token.issued event.",
     )
     n.add_argument("name", help="who holds it; recorded as the actor of its changes")
     n.add_argument(
@@ -113,11 +121,13 @@ def register(
         "--append-to",
         type=Path,
         metavar="PATH",
-        help="also append the entry to this auth file (created if missing; refused if the "
-        "name is already there)",
+        help="deprecated: write the entry to this auth file instead of the database "
+        "(created if missing; refused if the name is already there; applies when that "
+        "server next starts)",
     )
+    _token_audit(n)
     n.add_argument("--json", action="store_true", help="as JSON, for programs")
-    n.set_defaults(run="operate.serve:cmd_token_new")
+    n.set_defaults(run="operate.tokens:cmd_token_new")
 
     auth_file = argparse.ArgumentParser(add_help=False)
     auth_file.add_argument(
@@ -129,18 +139,46 @@ def register(
     ls = t_sub.add_parser(
         "list",
         parents=[parent, auth_file],
-        help="the configured tokens: names, roles, nodes (never the tokens)",
+        help="the tokens in force: the database's, the auth file's and LLMGW_TOKENS' "
+        "(names, roles, scope; never the tokens)",
+    )
+    ls.add_argument(
+        "--all", action="store_true", help="also the database's revoked tokens, and by whom"
     )
     ls.add_argument("--json", action="store_true", help="as JSON, for programs")
-    ls.set_defaults(run="operate.serve:cmd_token_list")
+    ls.set_defaults(run="operate.tokens:cmd_token_list")
     rv = t_sub.add_parser(
         "revoke",
         parents=[parent, auth_file],
-        help="remove a token from the auth file (applies when the server next starts)",
+        help="revoke a token: in the database (refused everywhere within a second), else "
+        "remove it from the auth file (applies when the server next starts)",
     )
     rv.add_argument("name", help="the token's name (as in `llmgw token list`)")
+    _token_audit(rv)
     rv.add_argument("--json", action="store_true", help="as JSON, for programs")
-    rv.set_defaults(run="operate.serve:cmd_token_revoke")
+    rv.set_defaults(run="operate.tokens:cmd_token_revoke")
+    im = t_sub.add_parser(
+        "import",
+        parents=[parent],
+        help="move an auth file's tokens into the database (run again: changes nothing)",
+        description="Every [[tokens]] entry of the file goes into the database, with a "
+        "token.issued event each, all or none: a name already in force there with another "
+        "token, or a token already revoked there, is named and nothing is imported. Tokens "
+        "already imported are skipped.",
+    )
+    im.add_argument("path", type=Path, help="the auth file (auth.toml)")
+    _token_audit(im)
+    im.add_argument("--json", action="store_true", help="as JSON, for programs")
+    im.set_defaults(run="operate.tokens:cmd_token_import")
+
+
+def _token_audit(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--actor",
+        default=None,
+        help="who issues or revokes (recorded in the log; default: the login user)",
+    )
+    p.add_argument("--reason", default="", help="why (recorded in the log)")
 
 
 def register_agent(
@@ -300,12 +338,14 @@ def register_ops(
 
     p = sub.add_parser(
         "status",
-        parents=[parent],
+        parents=[parent, staleness_flags()],
         help="the control plane at a glance: the declared file in force or refused, "
         "nodes, replicas, rollouts, and per model ready vs wanted vs scaling.min/max",
         description="Read from the database, so it says what `llmgw serve` and the daemon "
         "made of the declared catalog file (an edit that was refused: where and why; the "
-        "previous catalog keeps running), not what this command makes of it alone.",
+        "previous catalog keeps running), not what this command makes of it alone; and "
+        "counts nodes fresh, stale and lost by the policy the server recorded (a flag such "
+        "as --stale-after given here wins, and the output says so).",
     )
     p.add_argument("--json", action="store_true", help="as JSON, for programs")
     watch_flag(p)

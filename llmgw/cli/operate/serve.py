@@ -1,4 +1,4 @@
-"""``llmgw serve`` (the HTTP API) and ``llmgw token new`` (its bearer tokens).
+"""``llmgw serve`` (the HTTP API); its bearer tokens are llmgw.cli.operate.tokens.
 
 The web framework is imported only when ``serve`` runs, so the other commands
 start as fast as before.
@@ -7,149 +7,17 @@ start as fast as before.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
-from pathlib import Path
+from datetime import UTC, datetime
 
 import structlog
 
-from llmgw.api.guards.tokens import TokenConfigError, issue_token, parse_env_tokens
 from llmgw.api.runtime.settings import ApiSettings
-from llmgw.cli.operate import token_file
-from llmgw.cli.shared.context import EXIT_REFUSED, App, Refused, print_json
-from llmgw.cli.shared.tables import table
+from llmgw.cli.shared.context import EXIT_REFUSED, App, Refused
 from llmgw.settings import SettingsError
 
 log = structlog.get_logger("llmgw.api")
-
-
-def _auth_path(app: App) -> Path:
-    path = app.settings.auth_file
-    if path is None:
-        raise Refused(
-            "no auth file is configured: give --auth-file, LLMGW_AUTH_FILE, or [auth] file "
-            "in llmgw.toml"
-        )
-    return path
-
-
-def cmd_token_list(app: App, args: argparse.Namespace) -> int:
-    path = _auth_path(app)
-    try:
-        tokens = token_file.entries(path)
-    except SettingsError as exc:
-        raise Refused(str(exc)) from None
-    rows = [
-        {
-            "name": e.name,
-            "role": e.role.value,
-            "nodes": list(e.nodes),
-            "models": list(e.models),
-            "sha256": e.sha256[:12],
-            "source": str(path),
-        }
-        for e in tokens
-    ]
-    from_env = os.environ.get("LLMGW_TOKENS")
-    if from_env:
-        try:
-            extra = parse_env_tokens(from_env)
-        except TokenConfigError as exc:
-            raise Refused(str(exc)) from None
-        rows += [
-            {
-                "name": e.name,
-                "role": e.role.value,
-                "nodes": list(e.nodes),
-                "models": list(e.models),
-                "sha256": e.sha256[:12],
-                "source": "LLMGW_TOKENS",
-            }
-            for e in extra
-        ]
-    if args.json:
-        print_json(rows)
-        return 0
-    headers = ["name", "role", "nodes", "models", "sha256", "source"]
-    sys.stdout.write(
-        table(
-            headers,
-            [
-                [
-                    str(r[h]) if h not in ("nodes", "models") else ",".join(r[h]) or "-"
-                    for h in headers
-                ]
-                for r in rows
-            ],
-        )
-    )
-    return 0
-
-
-def cmd_token_revoke(app: App, args: argparse.Namespace) -> int:
-    path = _auth_path(app)
-    try:
-        dropped = token_file.revoke(path, args.name)
-    except SettingsError as exc:
-        raise Refused(str(exc)) from None
-    if not dropped:
-        raise Refused(
-            f"{path}: no token named {args.name!r} (see `llmgw token list`); a token given "
-            "in LLMGW_TOKENS is revoked by removing it there"
-        )
-    if args.json:
-        print_json({"revoked": args.name, "auth_file": str(path)})
-        return 0
-    print(f"revoked {args.name} in {path}; it is refused once `llmgw serve` restarts")
-    return 0
-
-
-def cmd_token_new(app: App, args: argparse.Namespace) -> int:
-    try:
-        models = [m.strip() for m in args.models.split(",") if m.strip()]
-        issued = issue_token(args.name, args.role, args.node, models)
-    except TokenConfigError as exc:
-        raise Refused(str(exc)) from None
-    entry = issued.entry
-    if args.json and args.append_to is not None:
-        try:
-            token_file.append(args.append_to, entry)
-        except SettingsError as exc:
-            raise Refused(str(exc)) from None
-    if args.json:
-        print_json(
-            {
-                "name": entry.name,
-                "role": entry.role.value,
-                "nodes": list(entry.nodes),
-                "models": list(entry.models),
-                "token": issued.token,
-                "sha256": entry.sha256,
-                "toml": entry.to_toml(),
-                "env": entry.to_env(),
-            }
-        )
-        return 0
-    if args.append_to is not None:
-        try:
-            token_file.append(args.append_to, entry)
-        except SettingsError as exc:
-            raise Refused(str(exc)) from None
-    print(issued.token)
-    if args.append_to is not None:
-        print(
-            f"# The token above is shown once: give it to {entry.name} now. Its SHA-256 "
-            f"was appended to {args.append_to} (applies when `llmgw serve` next starts)."
-        )
-        return 0
-    print(
-        f"# The token above is shown once: give it to {entry.name} now. Only its SHA-256 "
-        "is configured.\n# Add this to the auth file (--auth-file / LLMGW_AUTH_FILE):"
-    )
-    print(entry.to_toml())
-    print(f"# or add this entry to LLMGW_TOKENS (entries separated by ';'): {entry.to_env()}")
-    return 0
 
 
 def cmd_serve(app: App, args: argparse.Namespace) -> int:
@@ -174,6 +42,7 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     from llmgw.api.runtime.scheduler_thread import SchedulerThread
     from llmgw.api.runtime.services import Services
     from scheduler.daemon.leader import leadership_for
+    from scheduler.persistence.serving_policy import STARTED, ServingProcess, policy_fields
     from scheduler.persistence.store import SchedulerStore
 
     engine = app.engine  # migrates an empty database, as every command does
@@ -185,6 +54,15 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             "api.no_tokens",
             detail="no token is configured: every write is refused (401); see `llmgw token new`",
         )
+    # Recorded before serving, so that the CLI's views judge by what this server runs
+    # with even before its first round (scheduler.persistence.serving_policy).
+    serving = ServingProcess(
+        "serve",
+        places=conf.server.with_scheduler,
+        interval_s=conf.interval_s if conf.server.with_scheduler else None,
+    )
+    SchedulerStore(engine).record_policy(serving, policy, why=STARTED, now=datetime.now(UTC))
+    log.info("api.policy_recorded", places=serving.places, **policy_fields(policy))
     scheduler = None
     if conf.server.with_scheduler:
         scheduler = SchedulerThread.build(
@@ -198,6 +76,7 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             metrics=services.metrics,
             engine=engine,
             autoscale=conf.autoscale,
+            serving=serving,
         )
     # The declared file is watched (and SIGHUP looks now): an edit is taken whole or
     # refused whole, by the API's catalog and the scheduler's alike (declared.reload).

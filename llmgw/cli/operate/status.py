@@ -2,7 +2,8 @@
 
 What the catalog is at, what the processes watching the declared file made of it
 (a refused edit: where and why, and that the previous catalog keeps running),
-the nodes by freshness, the replicas wanted, placed and ready, and the rollouts
+the nodes by freshness (judged by the policy the server recorded, ``judged_by``:
+``llmgw.policy_view``), the replicas wanted, placed and ready, and the rollouts
 that are really in progress (replicas of more than one model version placed), and
 per model its replicas ready and placed against what is wanted and scaling.min..max,
 with the autoscaler's load and p99s (``models``; the policy in force is ``policy``),
@@ -25,6 +26,7 @@ from llmgw.cli.autoscale.commands import model_rows, status_table
 from llmgw.cli.scheduler.lifecycle import service_in_force
 from llmgw.cli.shared import live
 from llmgw.cli.shared.context import App, Refused
+from llmgw.policy_view import judge
 from llmgw.views import iso, replica_context_json
 
 
@@ -40,10 +42,12 @@ def _view(app: App) -> tuple[dict[str, Any], str]:
     now = datetime.now(UTC)
     declared = read_status(app.engine)
     store = SchedulerStore(app.engine)
+    # The policy the server runs with, as it recorded it: not this command's defaults.
+    judged = judge(app.settings, store.policy_in_force())
     nodes = store.nodes()
     states: dict[str, int] = {"fresh": 0, "stale": 0, "lost": 0}
     for n in nodes:
-        states[freshness(n.reported_at, now, app.settings.policy).value] += 1
+        states[freshness(n.reported_at, now, judged.policy).value] += 1
     replicas = store.replicas()
     versions: dict[str, set[str]] = {}
     for p, _ in replicas:
@@ -78,6 +82,7 @@ def _view(app: App) -> tuple[dict[str, Any], str]:
         "declared": [d.to_json() for d in declared],
         "own_read_refused": own_refusal,
         "nodes": {"total": len(nodes), **states},
+        "judged_by": judged.json,
         "replicas": {
             "wanted": wanted,
             "placed": len(replicas),
@@ -116,6 +121,7 @@ def _text(out: dict[str, Any]) -> str:
         lines.append(f"this command's own read of the file: {shown(out['own_read_refused'])}")
     n = out["nodes"]
     lines.append(f"nodes: {n['total']} ({n['fresh']} fresh, {n['stale']} stale, {n['lost']} lost)")
+    lines.append(f"  {out['judged_by']['text']}")
     r = out["replicas"]
     wanted = "?" if r["wanted"] is None else r["wanted"]
     lines.append(f"replicas: {wanted} wanted, {r['placed']} placed, {r['ready']} ready")

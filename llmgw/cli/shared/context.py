@@ -123,6 +123,7 @@ def refusals() -> Iterator[None]:
 _REFUSALS = (
     ("catalog.errors", "CatalogError"),
     ("events.write.commands", "CommandConflict"),
+    ("events.write.tokens", "TokenClash"),
     ("events.database.migrate", "UnknownSchema"),
 )
 _DATABASE = (("sqlalchemy.exc", "OperationalError"),)

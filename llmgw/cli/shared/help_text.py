@@ -94,14 +94,19 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "llmgw serve --auth-file auth.toml",
         "llmgw serve --host 0.0.0.0 --port 8080 --with-scheduler",
     ),
-    "token": ("llmgw token new alice --role operator --append-to auth.toml", "llmgw token list"),
-    "token new": (
-        "llmgw token new alice --role operator --append-to auth.toml",
-        "llmgw token new agent-gpu-7 --role agent --node gpu-7",
-        "llmgw token new app-1 --role client --models chat,coder --append-to auth.toml",
+    "token": (
+        "llmgw token new alice --role operator --actor root",
+        "llmgw token list",
+        "llmgw token import auth.toml",
     ),
-    "token list": ("llmgw token list --auth-file auth.toml",),
-    "token revoke": ("llmgw token revoke alice --auth-file auth.toml",),
+    "token new": (
+        "llmgw token new alice --role operator --reason 'on call'",
+        "llmgw token new agent-gpu-7 --role agent --node gpu-7",
+        "llmgw token new app-1 --role client --models chat,coder",
+    ),
+    "token list": ("llmgw token list", "llmgw token list --all --auth-file auth.toml"),
+    "token revoke": ("llmgw token revoke alice --reason 'left the team'",),
+    "token import": ("llmgw token import /etc/llmgw/auth.toml --actor root",),
     "settings": ("llmgw settings", "llmgw --settings /etc/llmgw/llmgw.toml settings --json"),
     "completion": (
         'eval "$(llmgw completion bash)"',
