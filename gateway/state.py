@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 from gateway.metrics import Metrics
 from gateway.stages.routing import Load, predicted_ttft
 from gateway.stages.setaside import SetAside
@@ -21,10 +22,12 @@ RECENT = 20
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    """A client token: its name (logged) and the models it may use (None: all)."""
+    """A client token: its name (logged), the models it may use (None: all) and its
+    limits (gateway.stages.quota enforces them)."""
 
     name: str
     models: tuple[str, ...] | None
+    limits: ClientLimits = NO_LIMITS
 
 
 class State:
