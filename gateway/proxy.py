@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -35,13 +34,16 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
+from catalog.forms.client_limits import NO_LIMITS, ClientLimits
+from gateway import usage
 from gateway.settings import GatewaySettings
-from gateway.stages import admission
+from gateway.stages import admission, quota
 from gateway.stages.admission import Refusal, Request
 from gateway.stages.routing import Choice, choose, eligible, observe_ttft
 from gateway.state import State
 from gateway.table import ModelEntry, Replica
 from gateway.upstream import Answer, BrokenAnswer, Unreachable, Upstream
+from gateway.usage import Usage
 
 if TYPE_CHECKING:  # (the proxy needs no server at run time: httpguard.protocol loads uvicorn)
     from httpguard.protocol import RequestHooks
@@ -58,8 +60,6 @@ HOLD_BYTES = 1 << 20
 # A large whole answer's last bytes, where its ``usage`` is (OpenAI's and the engines'
 # answers end with it), kept to count its tokens.
 USAGE_TAIL = 4096
-_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,9})')
-_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,9})')
 ROUTES = {
     admission.CHAT: "/v1/chat/completions",
     admission.COMPLETIONS: "/v1/completions",
@@ -90,6 +90,12 @@ class Trace:
     # The client has every byte of the answer ([DONE] sent): a hang-up after it is no
     # cancellation.
     complete: bool = False
+    # The engine's own counts (its answer's ``usage``), when it gave them.
+    usage: Usage | None = None
+    # The client token's limits, and its reservation until it settles
+    # (gateway.stages.quota).
+    limits: ClientLimits = NO_LIMITS
+    ticket: quota.Ticket | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +137,25 @@ class Proxy:
 
     async def serve(self, call: Call, entry: ModelEntry) -> None:
         """Answer the request on ``send``; a ``Refusal`` when nothing is sent."""
+        try:
+            await self._serve(call, entry)
+        finally:
+            if call.trace.ticket is not None:
+                self._settle(call.trace, call.trace.ticket)
+
+    def _settle(self, trace: Trace, ticket: quota.Ticket) -> None:
+        """The reservation settles to the engine's usage; without it (a stream cut
+        before its usage event, an engine that gives none), to the prompt reserved and
+        the completion counted; a request that sent nothing used nothing."""
+        if trace.usage is not None:
+            used = trace.usage.total
+        elif trace.bytes_sent:
+            used = ticket.prompt + (trace.completion_tokens or 0)
+        else:
+            used = 0
+        self.state.quotas.settle(ticket, used, time.monotonic())
+
+    async def _serve(self, call: Call, entry: ModelEntry) -> None:
         trace = call.trace
         deadline: float | None = None
         while True:
@@ -182,6 +207,17 @@ class Proxy:
                 w = admission.window(m, self.state.table.ready.get(m.name, ()))
                 if admission.needs_count(req, m, w):
                     await self._count(req, m, trace, w)
+                if trace.ticket is None and trace.limits is not NO_LIMITS:
+                    # Reserved once, on the first model the request is admitted to.
+                    tokens, prompt = quota.reservation(req, m, trace.prompt_tokens, w)
+                    trace.ticket = self.state.quotas.admit(
+                        trace.client,
+                        trace.limits,
+                        m.name,
+                        tokens,
+                        prompt=prompt,
+                        now=time.monotonic(),
+                    )
             except Refusal as refusal:
                 if m is entry:
                     raise
@@ -274,18 +310,30 @@ class Proxy:
                 )
         return False
 
-    async def _body(self, body: dict[str, Any], raw: bytes, name: str) -> bytes:
-        """The body with ``model`` set to the catalog name the engine serves it by."""
+    async def _body(self, body: dict[str, Any], raw: bytes, name: str, stream: bool) -> bytes:
+        """The body with ``model`` set to the catalog name the engine serves it by, and
+        a stream's usage asked for (gateway.usage)."""
+        ask = stream and not usage.asked(body)
         if body.get("model") == name:
-            return raw
+            if not ask:
+                return raw
+            spliced = usage.ask(body, raw)
+            if spliced is not None:
+                return spliced
         rewritten = {**body, "model": name}
+        if ask:
+            options = body.get("stream_options")
+            rewritten["stream_options"] = {
+                **(options if isinstance(options, dict) else {}),
+                "include_usage": True,
+            }
         if len(raw) > INLINE_JSON:
             return await asyncio.to_thread(_dumps, rewritten)
         return _dumps(rewritten)
 
     async def _send(self, call: Call, m: ModelEntry, replica: Replica) -> None:
         state, req, trace = self.state, call.req, call.trace
-        data = await self._body(call.body, call.raw, m.name)
+        data = await self._body(call.body, call.raw, m.name, req.stream)
         load = state.load(replica.key)
         before = load.inflight
         load.inflight += 1
@@ -313,16 +361,21 @@ class Proxy:
                     resp.close()
 
     def _headers(
-        self, m: ModelEntry, replica: Replica, trace: Trace, content_type: str
+        self, call: Call, m: ModelEntry, replica: Replica, content_type: str
     ) -> list[tuple[bytes, bytes]]:
-        overhead = (time.monotonic() - trace.started - trace.upstream_s - trace.waited_s) * 1e3
-        return [
+        trace = call.trace
+        now = time.monotonic()
+        overhead = (now - trace.started - trace.upstream_s - trace.waited_s) * 1e3
+        headers = [
             (b"content-type", content_type.encode("latin-1")),
             (b"x-llmgw-model", m.name.encode()),
             (b"x-llmgw-replica", replica.key.encode()),
             (b"x-llmgw-overhead-ms", f"{max(overhead, 0.0):.3f}".encode()),
             (b"x-request-id", trace.request_id.encode()),
         ]
+        if trace.limits is not NO_LIMITS:
+            headers += self.state.quotas.headers(trace.client, trace.limits, m.name, now)
+        return headers
 
     async def _whole(
         self,
@@ -358,7 +411,7 @@ class Proxy:
             trace.ttft_s = trace.upstream_s
             observe_ttft(self.state.load(replica.key), trace.ttft_s, before)
         headers = self._headers(
-            m, replica, trace, resp.headers.get("content-type", "application/json")
+            call, m, replica, resp.headers.get("content-type", "application/json")
         )
         declared = resp.headers.get("content-length")
         if complete:
@@ -400,11 +453,11 @@ class Proxy:
         """The engine's own token counts, from its answer's ``usage``."""
         if status >= 400:
             return
-        found = _COMPLETION_TOKENS.search(payload)
-        trace.completion_tokens = int(found.group(1)) if found else None
-        found = _PROMPT_TOKENS.search(payload)
+        found = usage.parse(payload)
+        trace.usage = found
+        trace.completion_tokens = found.completion if found else None
         if found:
-            trace.prompt_tokens = int(found.group(1))
+            trace.prompt_tokens = found.prompt
 
     async def _stream(
         self,
@@ -430,17 +483,21 @@ class Proxy:
         trace.upstream_s = first - sent_at
         trace.ttft_s = trace.upstream_s
         observe_ttft(self.state.load(replica.key), trace.ttft_s, before)
-        headers = self._headers(m, replica, trace, "text/event-stream")
+        headers = self._headers(call, m, replica, "text/event-stream")
         headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
         trace.served, trace.replica, trace.status = m.name, replica.key, 200
         trace.bytes_sent = True
+        # Cut at event ends: the usage event the gateway asked for is taken out again
+        # unless the client asked for it too (gateway.usage).
+        events = usage.Events(strip=not usage.asked(call.body))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": bytes(held), "more_body": True})
+        body = events.take(bytes(held))
+        await send({"type": "http.response.body", "body": body, "more_body": True})
         # Events after the first content one (a fast engine's may have come with it).
         tally = _Tally(bytes(held[scanner.offset :]), first)
         trace.complete = tally.ended
         del held
-        sink = None if call.hooks is None else _relay(call.hooks.write_body, tally, trace)
+        sink = None if call.hooks is None else _relay(call.hooks.write_body, events, tally, trace)
         try:
             while True:
                 if sink is not None:
@@ -454,7 +511,9 @@ class Proxy:
                 if chunk is None:
                     break
                 tally.take(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                out = events.take(chunk)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
                 # The client has the whole answer: one that hangs up now (the SDKs stop
                 # at [DONE]) did not cancel anything.
                 trace.complete = tally.ended
@@ -483,28 +542,38 @@ class Proxy:
                 }
             )
         finally:
-            # Counted however the stream ended (a client gone included).
-            # Tokens after the first: the events after it, less the final chunk (its
-            # finish_reason) and [DONE] when the answer ended. An estimate (an engine
-            # may put two tokens in one event) unless the engine counted them (usage).
-            tokens = max(tally.events - 2, 0) if tally.ended else tally.events
-            counted = tally.counted
-            trace.completion_tokens = counted if counted is not None else tokens + 1
-            if tokens > 0:
-                trace.tpot_s = (tally.last - first) / tokens
+            _counted(trace, tally, events, first)
+        rest = events.rest()
+        if rest:
+            await send({"type": "http.response.body", "body": rest, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
+
+
+def _counted(trace: Trace, tally: _Tally, events: usage.Events, first: float) -> None:
+    """A stream's tokens, however it ended (a client gone included). Tokens after the
+    first: the events after it, less the final chunk (its finish_reason) and [DONE]
+    when the answer ended, and the usage event when there was one. An estimate (an
+    engine may put two tokens in one event) unless the engine counted them (usage)."""
+    tokens = max(tally.events - 2, 0) if tally.ended else tally.events
+    trace.usage = events.usage
+    if events.usage is not None:
+        tokens = max(tokens - 1, 0)
+        trace.completion_tokens = events.usage.completion
+    else:
+        trace.completion_tokens = tokens + 1
+    if tokens > 0:
+        trace.tpot_s = (tally.last - first) / tokens
 
 
 class _Tally:
     """What a stream's events after its first content one say: how many there were,
-    the engine's own count of tokens (``usage``), whether ``[DONE]`` came, and when the
-    last piece did."""
+    whether ``[DONE]`` came, and when the last piece did (the engine's own counts are
+    ``usage.Events``')."""
 
-    __slots__ = ("counted", "ended", "events", "last")
+    __slots__ = ("ended", "events", "last")
 
     def __init__(self, rest: bytes, first: float) -> None:
         self.events = 0
-        self.counted: int | None = None
         self.ended = False
         self.last = first
         if rest:
@@ -513,15 +582,13 @@ class _Tally:
 
     def take(self, chunk: bytes) -> None:
         self.events += chunk.count(b"data:")
-        if b"completion_tokens" in chunk:
-            found = _COMPLETION_TOKENS.search(chunk)
-            if found:
-                self.counted = int(found.group(1))
         self.ended = self.ended or b"[DONE]" in chunk
         self.last = time.monotonic()
 
 
-def _relay(write: Callable[[bytes], bool], tally: _Tally, trace: Trace) -> Callable[[bytes], bool]:
+def _relay(
+    write: Callable[[bytes], bool], events: usage.Events, tally: _Tally, trace: Trace
+) -> Callable[[bytes], bool]:
     """The sink of ``Answer.relay``: a piece written to the client, counted; False
     (nothing written) when the client cannot take it now. It runs in the engine
     connection's parser and must not raise: a failure is a refusal, and the piece
@@ -529,10 +596,12 @@ def _relay(write: Callable[[bytes], bool], tally: _Tally, trace: Trace) -> Calla
 
     def sink(chunk: bytes) -> bool:
         try:
-            if not write(chunk):
+            out, held, found = events.peek(chunk)
+            if out and not write(out):
                 return False
         except Exception:
             return False
+        events.commit(held, found)
         tally.take(chunk)
         # The client has the whole answer: one that hangs up now (the SDKs stop at
         # [DONE]) did not cancel anything.

@@ -12,6 +12,7 @@ from typing import Any
 
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 from gateway.metrics import Metrics
+from gateway.stages.quota import Quotas
 from gateway.stages.routing import Load, predicted_ttft
 from gateway.stages.setaside import SetAside
 from gateway.table import Table
@@ -41,6 +42,8 @@ class State:
         self.windows = Windows(time.monotonic(), time.time())
         # sha256 -> client; replaced whole by the follower.
         self.clients: dict[str, Client] = {}
+        # What the limited client tokens' limits count (gateway.stages.quota).
+        self.quotas = Quotas()
         # sha256 -> name of the cluster's operator and reader tokens: who may read
         # /metrics and /routing. Replaced whole by the follower.
         self.readers: dict[str, str] = {}

@@ -283,7 +283,7 @@ def from_json(data: Any) -> ClientLimits:
         period = _bounded(raw_budget.get("period_s"), "budget period_s", MAX_PERIOD_S)
         if budget is None or period is None or period < MIN_PERIOD_S:
             raise LimitError("limits budget: needs tokens and a period_s of 60 to 366 days")
-    return ClientLimits(
+    limits = ClientLimits(
         rpm=_bounded(data.get("rpm"), "rpm", MAX_RPM),
         tpm=_bounded(data.get("tpm"), "tpm", MAX_TPM),
         model_tpm=tuple(sorted(models)),
@@ -291,3 +291,5 @@ def from_json(data: Any) -> ClientLimits:
         budget=budget,
         budget_period_s=period,
     )
+    # NO_LIMITS itself when none: the request path tells an unlimited token by identity.
+    return NO_LIMITS if limits == NO_LIMITS else limits
