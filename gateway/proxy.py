@@ -559,6 +559,7 @@ def _counted(trace: Trace, tally: _Tally, events: usage.Events, first: float) ->
     if events.usage is not None:
         tokens = max(tokens - 1, 0)
         trace.completion_tokens = events.usage.completion
+        trace.prompt_tokens = events.usage.prompt
     else:
         trace.completion_tokens = tokens + 1
     if tokens > 0:
