@@ -40,6 +40,7 @@ from gateway.proxy import Proxy
 from gateway.server import GatewayApp
 from gateway.settings import GatewaySettings
 from gateway.signals import Signals
+from gateway.stages.quota import Quotas
 from gateway.state import State
 from gateway.upstream import Upstream
 from httpguard import HeadLimits
@@ -204,6 +205,8 @@ def _die_with_parent(supervisor: int) -> None:
 
 async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: bool) -> int:
     state = State(settings.gateway_id, Metrics(multiprocess) if multiprocess else None)
+    # Each of N workers holds 1/N of every client's limits (gateway.stages.quota).
+    state.quotas = Quotas(share=settings.workers if multiprocess else 1)
     upstream = Upstream(
         settings.connect_timeout_s, settings.read_timeout_s, settings.tokenize_cache_s
     )

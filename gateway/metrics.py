@@ -177,9 +177,13 @@ class Metrics:
                 self.tokens.labels(client, model, "cached"),
                 self.tokens.labels(client, model, "completion"),
             )
-        found[0].inc(prompt)
-        found[1].inc(cached)
-        found[2].inc(completion)
+        # (Each increment takes the counter's lock: none for nothing to add.)
+        if prompt:
+            found[0].inc(prompt)
+        if cached:
+            found[1].inc(cached)
+        if completion:
+            found[2].inc(completion)
 
     def request(self, model: str, outcome: str) -> Counter:
         """``requests{model,outcome}``'s child, looked up once per pair: ``labels`` took

@@ -40,11 +40,16 @@ class Usage:
 
 def parse(payload: bytes) -> Usage | None:
     """The counts of an answer's (or an event's) ``usage``; None without one."""
-    completion = _COMPLETION.search(payload)
-    prompt = _PROMPT.search(payload)
+    # From the last "usage" on: an answer ends with it, and the text before it (the
+    # answer's own) is not scanned three times.
+    start = payload.rfind(b'"usage"')
+    if start < 0:
+        return None
+    completion = _COMPLETION.search(payload, start)
+    prompt = _PROMPT.search(payload, start)
     if completion is None and prompt is None:
         return None
-    cached = _CACHED.search(payload)
+    cached = _CACHED.search(payload, start)
     return Usage(
         int(prompt.group(1)) if prompt else 0,
         int(cached.group(1)) if cached else 0,

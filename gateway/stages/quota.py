@@ -24,6 +24,12 @@ Over a limit: ``Refusal`` 429, OpenAI's error shape, ``code`` naming the limit
 (``rate_limit_requests``, ``rate_limit_tokens``, ``max_inflight``,
 ``budget_exhausted``) and ``retry_after`` when it will fit again. ``headers`` gives
 OpenAI's ``x-ratelimit-*`` headers for every answer of a limited token.
+
+With ``llmgw gateway --workers N`` each worker is a ``Quotas(share=N)`` and holds 1/N
+of every limit (rounded down, at least 1): the workers share no memory, and the
+kernel spreads connections over them, so together they never serve more than the
+limit. Sharing a limit across processes and gateways (allowance chunks drawn from the
+control plane) is issue 39's second half.
 """
 
 from __future__ import annotations
@@ -81,14 +87,21 @@ class Budget:
 
     size: int
     period_s: int
+    # Slot -> tokens, oldest first (slots are made in time order).
     slots: dict[int, int] = field(default_factory=dict)
     total: int = 0
+    # The slot ``expire`` last ran in: within one slot nothing can leave the window.
+    checked: int = -1
 
     def _slot(self, now: float) -> int:
         return int(now * BUDGET_SLOTS // self.period_s)
 
     def expire(self, now: float) -> None:
-        oldest = self._slot(now) - BUDGET_SLOTS
+        current = self._slot(now)
+        if current == self.checked:
+            return
+        self.checked = current
+        oldest = current - BUDGET_SLOTS
         for slot in [s for s in self.slots if s <= oldest]:
             self.total -= self.slots.pop(slot)
 
@@ -123,6 +136,9 @@ class Use:
     models: dict[str, Bucket] = field(default_factory=dict)
     inflight: int = 0
     budget: Budget | None = None
+    # The x-ratelimit-* headers' buckets and names (``_shown``), made once.
+    shown: tuple[tuple[Bucket, bytes, bytes, tuple[bytes, bytes]], ...] | None = None
+    shown_model: str | None = None
 
 
 @dataclass(slots=True)
@@ -166,24 +182,34 @@ def _retry(seconds: float) -> int:
 class Quotas:
     """Every limited client token's counts in this gateway process."""
 
-    def __init__(self) -> None:
+    def __init__(self, share: int = 1) -> None:
         self.uses: dict[str, Use] = {}
+        # This process's share of each limit: 1/share of it (``--workers``).
+        self.share = max(share, 1)
 
     def use(self, client: str, limits: ClientLimits, now: float) -> Use:
         found = self.uses.get(client)
         if found is not None and found.limits is limits:
             return found
         if found is None or found.limits != limits:
-            found = self._renew(found, limits, now)
+            found = self._renew(found, limits, now, self.share)
             self.uses[client] = found
+        else:
+            # The same limits read again (every resync makes new objects): the next
+            # look-up is an identity check again.
+            found.limits = limits
         return found
 
     @staticmethod
-    def _renew(old: Use | None, limits: ClientLimits, now: float) -> Use:
+    def _renew(old: Use | None, limits: ClientLimits, now: float, share: int) -> Use:
         """A client's counts under (new) limits: a bucket of the same size keeps its
         level, a new size starts full at its new size less what the old one lacked."""
 
+        def part(size: int | None) -> int | None:
+            return None if size is None else max(size // share, 1)
+
         def bucket(size: int | None, was: Bucket | None) -> Bucket | None:
+            size = part(size)
             if size is None:
                 return None
             if was is None:
@@ -201,7 +227,7 @@ class Quotas:
             use.models[name] = made
         if limits.budget is not None and limits.budget_period_s is not None:
             was = old.budget if old else None
-            use.budget = Budget(limits.budget, limits.budget_period_s)
+            use.budget = Budget(part(limits.budget) or 1, limits.budget_period_s)
             if was is not None and was.period_s == limits.budget_period_s:
                 use.budget.slots, use.budget.total = was.slots, was.total
         use.inflight = old.inflight if old else 0
@@ -213,11 +239,14 @@ class Quotas:
         """Reserve one request and ``tokens`` for ``client`` on ``model``; a 429
         ``Refusal`` naming the limit when one is over (nothing is taken then)."""
         use = self.use(client, limits, now)
-        if limits.max_inflight is not None and use.inflight >= limits.max_inflight:
+        most = limits.max_inflight
+        if most is not None and use.inflight >= max(most // self.share, 1):
             raise Refusal(
                 429,
                 f"client {client!r}: {use.inflight} requests in flight, its limit "
-                f"max_inflight is {limits.max_inflight}; wait for one to finish",
+                f"max_inflight is {most}"
+                + (f" ({max(most // self.share, 1)} on this worker)" if self.share > 1 else "")
+                + "; wait for one to finish",
                 code="max_inflight",
                 type="requests",
                 retry_after=1,
@@ -232,9 +261,13 @@ class Quotas:
                 type="requests",
                 retry_after=_retry(requests.wait_s(1)),
             )
-        for bucket, what in ((use.tokens, "tpm"), (use.models.get(model), f"tpm {model}")):
+        model_bucket = use.models.get(model) if use.models else None
+        for bucket in (use.tokens, model_bucket):
             if bucket is None:
                 continue
+            if tokens <= bucket.size and bucket.refill(now) >= tokens:
+                continue
+            what = "tpm" if bucket is use.tokens else f"tpm {model}"
             if tokens > bucket.size:
                 raise Refusal(
                     429,
@@ -246,16 +279,15 @@ class Quotas:
                     type="tokens",
                     retry_after=MAX_RETRY_AFTER_S,
                 )
-            if bucket.refill(now) < tokens:
-                raise Refusal(
-                    429,
-                    f"client {client!r}: over its limit {what} of {bucket.size} tokens a "
-                    f"minute (the request reserves {tokens}: its prompt and max_tokens); "
-                    "retry after the Retry-After header's seconds, or ask for fewer max_tokens",
-                    code="rate_limit_tokens",
-                    type="tokens",
-                    retry_after=_retry(bucket.wait_s(tokens)),
-                )
+            raise Refusal(
+                429,
+                f"client {client!r}: over its limit {what} of {bucket.size} tokens a "
+                f"minute (the request reserves {tokens}: its prompt and max_tokens); "
+                "retry after the Retry-After header's seconds, or ask for fewer max_tokens",
+                code="rate_limit_tokens",
+                type="tokens",
+                retry_after=_retry(bucket.wait_s(tokens)),
+            )
         budget = use.budget
         if budget is not None:
             budget.expire(now)
@@ -274,7 +306,7 @@ class Quotas:
         use.inflight += 1
         if requests is not None:
             requests.level -= 1
-        for bucket in (use.tokens, use.models.get(model)):
+        for bucket in (use.tokens, model_bucket):
             if bucket is not None:
                 bucket.level -= tokens
         slot = None
@@ -293,7 +325,7 @@ class Quotas:
             return
         use.inflight = max(use.inflight - 1, 0)
         delta = used - ticket.reserved
-        for bucket in (use.tokens, use.models.get(ticket.model)):
+        for bucket in (use.tokens, use.models.get(ticket.model) if use.models else None):
             if bucket is not None:
                 bucket.refill(now)
                 bucket.level = min(bucket.size, bucket.level - delta)
@@ -307,20 +339,36 @@ class Quotas:
         """OpenAI's ``x-ratelimit-*`` headers for a limited token's answer: the requests
         bucket, and the tokens one (``tpm``, else the model's own)."""
         use = self.use(client, limits, now)
+        shown = use.shown
+        if shown is None or (use.tokens is None and use.shown_model != model):
+            shown = use.shown = _shown(use, model)
+            use.shown_model = model
         out: list[tuple[bytes, bytes]] = []
-        for bucket, kind in (
-            (use.requests, b"requests"),
-            (use.tokens or (use.models.get(model) if model else None), b"tokens"),
-        ):
-            if bucket is None:
-                continue
+        for bucket, remaining, reset, limit in shown:
             level = bucket.refill(now)
-            out += [
-                (b"x-ratelimit-limit-" + kind, b"%d" % bucket.size),
-                (b"x-ratelimit-remaining-" + kind, b"%d" % max(0, math.floor(level))),
-                (b"x-ratelimit-reset-" + kind, _duration(bucket.reset_s())),
-            ]
+            out += (
+                limit,
+                (remaining, b"%d" % level if level > 0 else b"0"),
+                (reset, _duration(bucket.reset_s())),
+            )
         return out
+
+
+def _shown(
+    use: Use, model: str | None
+) -> tuple[tuple[Bucket, bytes, bytes, tuple[bytes, bytes]], ...]:
+    """The buckets the headers show, with their names and limit header made once."""
+    out = []
+    for bucket, kind in (
+        (use.requests, b"requests"),
+        (use.tokens or (use.models.get(model) if model else None), b"tokens"),
+    ):
+        if bucket is not None:
+            limit = (b"x-ratelimit-limit-" + kind, b"%d" % bucket.size)
+            out.append(
+                (bucket, b"x-ratelimit-remaining-" + kind, b"x-ratelimit-reset-" + kind, limit)
+            )
+    return tuple(out)
 
 
 def _duration(seconds: float) -> bytes:
@@ -328,6 +376,6 @@ def _duration(seconds: float) -> bytes:
     if seconds < 1:
         return b"%dms" % math.ceil(seconds * 1000)
     if seconds < 60:
-        return (b"%.3f" % seconds).rstrip(b"0").rstrip(b".") + b"s"
+        return b"%gs" % round(seconds, 3)
     minutes, rest = divmod(seconds, 60)
     return b"%dm%ds" % (minutes, math.ceil(rest))

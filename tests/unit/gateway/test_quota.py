@@ -130,3 +130,16 @@ def test_the_usage_event_is_asked_for_without_encoding_the_body_again() -> None:
         b' {"stream_options":{"include_usage":true},"model":"chat","stream":true}'
     )
     assert ask({"stream_options": {}}, raw) is None
+
+
+def test_each_of_n_workers_holds_a_nth_of_every_limit() -> None:
+    # `llmgw gateway --workers 2`: the workers share no memory; each holding half of a
+    # limit, together they never serve more than it.
+    q = Quotas(share=2)
+    limits = ClientLimits(rpm=4, max_inflight=3)
+    q.admit("a", limits, "chat", 1, prompt=1, now=0.0)
+    with pytest.raises(Refusal) as refused:  # max_inflight 3: 1 on this worker
+        q.admit("a", limits, "chat", 1, prompt=1, now=0.0)
+    assert "max_inflight is 3 (1 on this worker)" in refused.value.message
+    headers = dict(q.headers("a", limits, "chat", 0.0))
+    assert headers[b"x-ratelimit-limit-requests"] == b"2"
