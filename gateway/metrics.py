@@ -7,7 +7,7 @@ the ``llmgw_gateway_ttft_seconds`` and ``llmgw_gateway_tpot_seconds`` histograms
 served, ``llmgw_gateway_tokens_total{client,model,kind}`` (kind: ``prompt``, ``cached``,
 ``completion``; the engine's own ``usage``, cached being part of prompt); and the
 control plane's reachability (``llmgw_gateway_control_plane_up``,
-``llmgw_gateway_table_age_seconds``).
+``llmgw_gateway_table_age_seconds``, ``llmgw_gateway_control_plane_switches_total{server}``).
 Label children are looked up once per model and kept: a labelled look-up costs more
 than the increment.
 
@@ -133,6 +133,13 @@ class Metrics:
             "served and kind: prompt, cached (the part of prompt the engine reused), "
             "completion",
             ["client", "model", "kind"],
+            registry=r,
+        )
+        self.server_switches = Counter(
+            "llmgw_gateway_control_plane_switches",
+            "Moves from one control-plane replica to the next after it failed (no "
+            "connection, no answer in time, a 5xx), by the server moved to",
+            ["server"],
             registry=r,
         )
         self.control_plane_up: Gauge | _Value

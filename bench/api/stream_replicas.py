@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.gateway.revocation import LLMGW, free_port, wait_for
+from bench.shared.processes import LLMGW, free_port, wait_for
 from llmgw.api.guards.tokens import issue_token
 
 

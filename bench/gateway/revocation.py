@@ -26,7 +26,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,29 +38,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.shared.processes import LLMGW, free_port, wait_for
 from llmgw.api.guards.tokens import issue_token
-
-LLMGW = str(Path(sys.executable).parent / "llmgw")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 60) -> float:
-    """Poll ``check`` every 10 ms until it is true; the monotonic time it became so."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return time.monotonic()
-        except httpx.TransportError:
-            pass
-        time.sleep(0.01)
-    raise SystemExit("timed out: see the logs in the work directory")
 
 
 def gateway(

@@ -15,15 +15,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import structlog
+
 from events.catalog_service import CatalogService
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
+from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.outcome_store import UnplacedReason, reasons_of
+from scheduler.persistence.serving_policy import ServingProcess, policy_fields
 from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Placement, Plan
 from scheduler.planner.plan_cache import memoised_plan as make_plan
+
+log = structlog.get_logger("llmgw.scheduler")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,19 +59,36 @@ class Placer:
         store: SchedulerStore,
         policy: StalenessPolicy = DEFAULT_STALENESS,
         wanted: Callable[[], Mapping[str, int]] | None = None,
+        *,
+        serving: ServingProcess | None = None,
     ) -> None:
-        """``wanted``: the replica counts the autoscaler asks for, read every round."""
+        """``wanted``: the replica counts the autoscaler asks for, read every round.
+        ``serving``: the serving process this placer runs in (``serve --with-scheduler``,
+        ``daemon``): each round first records its policy if the policy in force is
+        another (``scheduler.persistence.serving_policy``), so that the CLI's views judge
+        by what places even when its rounds change nothing and are not recorded."""
         self.catalog = catalog
         self.store = store
         self.policy = policy
         self.wanted = wanted
+        self.serving = serving
         # What this placer last wrote as the unplaced replicas and their reasons: written
         # again only when a round's differ (None: not yet, so the first round writes).
         self._outcome: tuple[UnplacedReason, ...] | None = None
 
-    def run(self, *, dry_run: bool = False, now: datetime | None = None) -> RoundOutcome:
+    def run(
+        self, *, dry_run: bool = False, now: datetime | None = None, fence: Fence | None = None
+    ) -> RoundOutcome:
+        """Plan and (unless ``dry_run``) write; every write checks ``fence``, the leader's
+        leadership lease, in its transaction (``LeadershipLost`` when it no longer holds)."""
         started = time.perf_counter()
         now = now or datetime.now(UTC)
+        if (
+            not dry_run
+            and self.serving is not None
+            and self.store.claim_policy(self.serving, self.policy, now)
+        ):
+            log.info("placement.policy_recorded", **policy_fields(self.policy))
         catalog = self.catalog.catalog()
         position = self.catalog.position
         nodes = self.store.nodes()
@@ -90,10 +113,13 @@ class Placer:
                 # Every placement pinned to the current version, placed now or pinned
                 # now: its definition is recorded with the round (scheduler.persistence.versions).
                 definitions=definitions_to_record(catalog, _pinned_now(plan, state.placements)),
+                fence=fence,
             )
             unplaced = reasons_of(plan.unplaced)
             if unplaced != self._outcome:
-                self.store.record_outcome(unplaced, planned_at=now, catalog_position=position)
+                self.store.record_outcome(
+                    unplaced, planned_at=now, catalog_position=position, fence=fence
+                )
                 self._outcome = unplaced
         return RoundOutcome(
             plan=plan,

@@ -169,6 +169,16 @@ UPCASTERS: dict[tuple[str, int], Callable[[Record], Record]] = {
 
 
 def upcast(kind: str, version: Any, record: Record) -> Record:
+    readable_version(kind, version)
+    current = CURRENT_SCHEMA[kind]
+    while version < current:
+        record = UPCASTERS[(kind, version)](record)
+        version += 1
+    return record
+
+
+def readable_version(kind: str, version: Any) -> int:
+    """``version`` if this code reads records of ``kind`` at it; else why not."""
     current = CURRENT_SCHEMA[kind]
     if type(version) is not int:
         raise UnreadableRow(f"{kind} {VERSION} {_shown(version)} is not a version")
@@ -179,10 +189,7 @@ def upcast(kind: str, version: Any, record: Record) -> Record:
         )
     if version < 1:
         raise UnreadableRow(f"{kind} {VERSION} {version} is not a version")
-    while version < current:
-        record = UPCASTERS[(kind, version)](record)
-        version += 1
-    return record
+    return version
 
 
 # -- reading ------------------------------------------------------------------
@@ -248,14 +255,34 @@ def recorded_round(
         if type(when) is not str:
             raise UnreadableRow(f"no report time for node {_shown(name)}")
         nodes.append(node_from_content(content, datetime.fromisoformat(when)))
-    p = record["policy"]
     return RecordedRound(
         id=checked(columns, "id", int),
         planned_at=columns["planned_at"],
         catalog_position=checked(columns, "catalog_position", int),
         nodes=tuple(nodes),
         current=tuple(placement_from_record(c) for c in _list(record["current"], "current")),
-        policy=StalenessPolicy(
+        policy=_policy(record["policy"]),
+        placed=checked(columns, "placed", int),
+        removed=checked(columns, "removed", int),
+        unplaced=checked(columns, "unplaced", int),
+        lifecycle=_lifecycle(record["lifecycle"]),
+    )
+
+
+def policy_from_record(data: Any) -> StalenessPolicy:
+    """A policy object alone, as a round records it (any version): what ``llmgw status``
+    and the other views judge by (``scheduler.persistence.serving_policy``), read without
+    the rest of its round's row."""
+    policy = _object(data, "policy")
+    if readable_version(ROUND, policy.get(VERSION, 1)) == 1:
+        policy = {"preemption": True, **policy}  # as _round_v1_to_v2 upcasts it
+    return _policy(policy)
+
+
+def _policy(p: Any) -> StalenessPolicy:
+    p = _object(p, "policy")
+    try:
+        return StalenessPolicy(
             stale_after=timedelta(seconds=checked(p, "stale_after_s", int, float)),
             grace=timedelta(seconds=checked(p, "grace_s", int, float)),
             mass_loss_fraction=checked(p, "mass_loss_fraction", int, float),
@@ -264,12 +291,9 @@ def recorded_round(
             defragment=checked({"defragment": False, **p}, "defragment", bool),
             # Rounds recorded before the policy repaired spreads by model opt-in only.
             repair_spread=checked({"repair_spread": False, **p}, "repair_spread", bool),
-        ),
-        placed=checked(columns, "placed", int),
-        removed=checked(columns, "removed", int),
-        unplaced=checked(columns, "unplaced", int),
-        lifecycle=_lifecycle(record["lifecycle"]),
-    )
+        )
+    except (ValueError, OverflowError) as exc:  # negative, NaN or past timedelta's range
+        raise UnreadableRow(f"policy: {exc}") from None
 
 
 _LIFECYCLE_ENTRIES: dict[str, dict[str, tuple[type | None, ...]]] = {

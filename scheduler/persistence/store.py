@@ -10,6 +10,7 @@ API and the daemon use, and the one the contract suite
 - ``scheduler.persistence.recorded_rounds``: recording a round's inputs and rebuilding them;
 - ``scheduler.persistence.lifecycle_store``: replica states, cordons, failures;
 - ``scheduler.persistence.outcome_store``: what the last round left unplaced, and why;
+- ``scheduler.persistence.serving_policy``: the policy the server runs with, for the CLI's views;
 - ``scheduler.persistence.record_format``: the versioned JSON of recorded rounds (pure);
 - ``scheduler.persistence.row_decoding``: every row read is decoded there, or skipped and named;
 - ``scheduler.persistence.backend``: what differs between SQLite and PostgreSQL.
@@ -36,6 +37,7 @@ from scheduler.persistence.audit_trail import (
     read_events,
 )
 from scheduler.persistence.inventory_store import InventoryStore, write_reports
+from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.lifecycle_store import read_cordons
 from scheduler.persistence.outcome_store import Outcome, UnplacedReason, read_outcome, write_outcome
 from scheduler.persistence.record_format import PlacementEvent, RecordedRound
@@ -47,6 +49,13 @@ from scheduler.persistence.round_store import (
     RoundStore,
 )
 from scheduler.persistence.row_decoding import Unreadable
+from scheduler.persistence.serving_policy import (
+    PolicyInForce,
+    ServingProcess,
+    claim_policy,
+    read_policy_in_force,
+    record_policy,
+)
 from scheduler.persistence.versions import VersionBook
 from scheduler.planner.fleet.inventory import Node, NodeReport
 from scheduler.planner.fleet.placements import Placement, Plan
@@ -128,6 +137,7 @@ class SchedulerStore:
         now: datetime,
         policy: StalenessPolicy,
         definitions: Mapping[tuple[str, str], str] | None = None,
+        fence: Fence | None = None,
     ) -> int | None:
         return self.rounds.apply(
             plan,
@@ -137,6 +147,7 @@ class SchedulerStore:
             now=now,
             policy=policy,
             definitions=definitions,
+            fence=fence,
         )
 
     def record_outcome(
@@ -145,15 +156,35 @@ class SchedulerStore:
         *,
         planned_at: datetime,
         catalog_position: int,
+        fence: Fence | None = None,
     ) -> None:
         """Replace what the last round left unplaced (``scheduler.persistence.outcome_store``)."""
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            if fence is not None:
+                fence(conn)
             write_outcome(conn, unplaced, planned_at=planned_at, catalog_position=catalog_position)
 
     def outcome(self) -> Outcome | Unreadable | None:
         """What the last round left unplaced; None before any round wrote it."""
         with self.engine.connect() as conn:
             return read_outcome(conn)
+
+    # -- the serving policy -----------------------------------------------
+
+    def record_policy(
+        self, who: ServingProcess, policy: StalenessPolicy, *, why: str, now: datetime
+    ) -> None:
+        """Record the policy a serving process runs with (``serving_policy``)."""
+        record_policy(self.engine, who, policy, why=why, now=now)
+
+    def claim_policy(self, who: ServingProcess, policy: StalenessPolicy, now: datetime) -> bool:
+        """Record a placer's policy if the policy in force is another; whether it did."""
+        return claim_policy(self.engine, who, policy, now)
+
+    def policy_in_force(self) -> PolicyInForce:
+        """The policy the server runs with, as recorded, and the rows skipped to find it."""
+        with self.engine.connect() as conn:
+            return read_policy_in_force(conn)
 
     # -- audit ------------------------------------------------------------
 

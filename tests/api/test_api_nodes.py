@@ -68,7 +68,11 @@ def test_a_report_is_recorded_with_the_path_name_and_listed_as_the_cli_lists_it(
         served = agent.get("/v1/nodes").json()
     printed = cli(api, "nodes", "list", "--json")
     assert printed.returncode == 0, printed.stderr
-    assert served == json.loads(printed.stdout)
+    listed = json.loads(printed.stdout)
+    # The CLI says what it judged the node's state by: the policy this server recorded.
+    judged = [row.pop("judged_by") for row in listed]
+    assert served == listed
+    assert {(j["source"], j["process"]) for j in judged} == {("started", "serve")}
 
 
 def test_an_invalid_report_is_422_naming_the_node_the_field_and_the_fix(

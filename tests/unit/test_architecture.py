@@ -41,6 +41,7 @@ _LLMGW_LEAVES = (
     "llmgw.declared_watch",
     "llmgw.gateway_settings",
     "llmgw.logs",
+    "llmgw.policy_view",
     "llmgw.settings",
     "llmgw.views",
 )
@@ -157,7 +158,14 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # settings) compose the command groups; each group is its parser and its commands.
     "llmgw.cli": ANYTHING,
     "llmgw.cli.shared": ("catalog", "events", "llmgw.settings"),
-    "llmgw.cli.catalog": ("catalog", "events", "scheduler", "llmgw.views", "llmgw.cli.shared"),
+    "llmgw.cli.catalog": (
+        "catalog",
+        "events",
+        "scheduler",
+        "llmgw.policy_view",
+        "llmgw.views",
+        "llmgw.cli.shared",
+    ),
     "llmgw.cli.scheduler": (
         *_LLMGW_LEAVES,
         "autoscale",

@@ -18,11 +18,14 @@ from typing import Any
 
 from catalog import Catalog, Model
 from catalog.changes.digest import catalog_digest
+from catalog.definition.bind_args import check_no_bind_args
 from catalog.definition.engines import check_engines
 from catalog.forms.text import shown
+from catalog.secrecy.secrets import check_no_plain_secrets
 from catalog.whole.state import CatalogState
 from events.write.apply import ApplyResult, plan_apply
 from llmgw.cli.shared.context import App, print_json
+from llmgw.policy_view import Judged, judge
 from llmgw.views import placement_json, rollout_json, unplaced_json
 from scheduler.persistence.store import SchedulerStore
 from scheduler.planner.demands import demands
@@ -38,20 +41,22 @@ def _current(app: App) -> tuple[CatalogState, int]:
     return CatalogState.restore(app.declared, runtime, config_path=app.config_label), position
 
 
-def _next_round(app: App, catalog: Catalog) -> tuple[Plan, int]:
-    """The round the daemon would plan next over ``catalog``; and how many nodes it saw."""
+def _next_round(app: App, catalog: Catalog) -> tuple[Plan, int, Judged]:
+    """The round the daemon would plan next over ``catalog``; how many nodes it saw; and
+    the policy it was planned by: the one the server runs with, as recorded."""
     store = SchedulerStore(app.engine)
     nodes = store.nodes()
     state = store.state()
+    judged = judge(app.settings, store.policy_in_force())
     plan = make_plan(
         demands(catalog),
         nodes,
         state.placements,
         datetime.now(UTC),
-        app.settings.policy,
+        judged.policy,
         lifecycle=state.lifecycle,
     )
-    return plan, len(nodes)
+    return plan, len(nodes), judged
 
 
 def _round_json(plan: Plan, names: Collection[str]) -> dict[str, Any]:
@@ -97,11 +102,14 @@ def _replica(p: Placement) -> str:
 def show_add(app: App, models: Sequence[Model], *, as_json: bool) -> int:
     state, position = _current(app)
     for m in models:
-        check_engines(m)  # the refusal a real add would give
+        # The refusals a real add would give, in its order (events.write.commands).
+        check_no_plain_secrets(m.profiles, m.name)
+        check_no_bind_args(m.profiles, m.name)
+        check_engines(m)
     ordered = state.check_add(models)  # raises the refusal a real add would
     for model in ordered:
         state.add(model)
-    plan, nodes = _next_round(app, state.snapshot())
+    plan, nodes, judged = _next_round(app, state.snapshot())
     names = {m.name for m in ordered}
     if as_json:
         view = _round_json(plan, names)
@@ -112,6 +120,7 @@ def show_add(app: App, models: Sequence[Model], *, as_json: bool) -> int:
                 "would_add": [m.name for m in ordered],
                 "would_place": view["would_place"],
                 "unplaced": view["unplaced"],
+                "judged_by": judged.json,
             }
         )
         return 0
@@ -122,7 +131,7 @@ def show_add(app: App, models: Sequence[Model], *, as_json: bool) -> int:
     lines = _round_lines(plan, names, nodes)
     if lines[1:] == ["  change nothing for them"]:
         lines[1] = "  place nothing for them (scaling.min is 0)"
-    out.write("\n".join(lines) + "\n")
+    out.write("\n".join([*lines, f"  {judged.text}"]) + "\n")
     return 0
 
 
@@ -131,13 +140,15 @@ def show_apply(app: App, model: Model, *, as_json: bool) -> int:
     what the next round would then do for the model: place, replace (a rollout), remove."""
     state, position = _current(app)
     # The same judgement as a real apply, refusals included (a declared model, a collision).
+    check_no_plain_secrets(model.profiles, model.name)
+    check_no_bind_args(model.profiles, model.name)
     check_engines(model)
     planned = plan_apply(state, model, catalog_digest(app.declared))
     if planned.outcome == "added":
         state.add(model)
     elif planned.outcome == "replaced":
         state.replace(model)
-    plan, nodes = _next_round(app, state.snapshot())
+    plan, nodes, judged = _next_round(app, state.snapshot())
     names = {model.name}
     # The diff in the words a real apply answers with (events.write.apply.ApplyResult).
     diff = ApplyResult(planned.outcome, model.name, planned.changes, (), False).diff()
@@ -150,6 +161,7 @@ def show_apply(app: App, model: Model, *, as_json: bool) -> int:
                 "model": model.name,
                 "diff": diff.to_json(),
                 **_round_json(plan, names),
+                "judged_by": judged.json,
             }
         )
         return 0
@@ -160,5 +172,5 @@ def show_apply(app: App, model: Model, *, as_json: bool) -> int:
     else:
         verb = "add" if planned.outcome == "added" else "replace"
         out.write(f"would {verb} {shown(model.name)}\n{diff.render()}")
-    out.write("\n".join(_round_lines(plan, names, nodes)) + "\n")
+    out.write("\n".join([*_round_lines(plan, names, nodes), f"  {judged.text}"]) + "\n")
     return 0

@@ -228,7 +228,10 @@ def register_agent(
     p.add_argument(
         "--server",
         metavar="URL",
-        help="the control plane's URL (env LLMGW_SERVER)",
+        action="append",
+        help="the control plane's URL; its replicas' URLs: repeat it or separate them by "
+        "commas (the agent sticks to one and moves to the next when it fails; env "
+        "LLMGW_SERVER; [agent] server, a string or a list)",
     )
     p.add_argument(
         "--token-file",
@@ -371,12 +374,14 @@ def register_ops(
 
     p = sub.add_parser(
         "status",
-        parents=[parent],
+        parents=[parent, staleness_flags()],
         help="the control plane at a glance: the declared file in force or refused, "
         "nodes, replicas, rollouts, and per model ready vs wanted vs scaling.min/max",
         description="Read from the database, so it says what `llmgw serve` and the daemon "
         "made of the declared catalog file (an edit that was refused: where and why; the "
-        "previous catalog keeps running), not what this command makes of it alone.",
+        "previous catalog keeps running), not what this command makes of it alone; and "
+        "counts nodes fresh, stale and lost by the policy the server recorded (a flag such "
+        "as --stale-after given here wins, and the output says so).",
     )
     p.add_argument("--json", action="store_true", help="as JSON, for programs")
     watch_flag(p)

@@ -2,7 +2,8 @@
 
 What the catalog is at, what the processes watching the declared file made of it
 (a refused edit: where and why, and that the previous catalog keeps running),
-the nodes by freshness, the replicas wanted, placed and ready, and the rollouts
+the nodes by freshness (judged by the policy the server recorded, ``judged_by``:
+``llmgw.policy_view``), the replicas wanted, placed and ready, and the rollouts
 that are really in progress (replicas of more than one model version placed), and
 per model its replicas ready and placed against what is wanted and scaling.min..max,
 with the autoscaler's load and p99s (``models``; the policy in force is ``policy``),
@@ -25,6 +26,7 @@ from llmgw.cli.autoscale.commands import model_rows, status_table
 from llmgw.cli.scheduler.lifecycle import service_in_force
 from llmgw.cli.shared import live
 from llmgw.cli.shared.context import App, Refused
+from llmgw.policy_view import judge
 from llmgw.views import iso, replica_context_json
 
 
@@ -40,10 +42,12 @@ def _view(app: App) -> tuple[dict[str, Any], str]:
     now = datetime.now(UTC)
     declared = read_status(app.engine)
     store = SchedulerStore(app.engine)
+    # The policy the server runs with, as it recorded it: not this command's defaults.
+    judged = judge(app.settings, store.policy_in_force())
     nodes = store.nodes()
     states: dict[str, int] = {"fresh": 0, "stale": 0, "lost": 0}
     for n in nodes:
-        states[freshness(n.reported_at, now, app.settings.policy).value] += 1
+        states[freshness(n.reported_at, now, judged.policy).value] += 1
     replicas = store.replicas()
     versions: dict[str, set[str]] = {}
     for p, _ in replicas:
@@ -78,12 +82,14 @@ def _view(app: App) -> tuple[dict[str, Any], str]:
         "declared": [d.to_json() for d in declared],
         "own_read_refused": own_refusal,
         "nodes": {"total": len(nodes), **states},
+        "judged_by": judged.json,
         "replicas": {
             "wanted": wanted,
             "placed": len(replicas),
             "ready": sum(s.counts_as_ready for _, s in replicas),
         },
         "rollouts": rolling,
+        "leader": _leader(app),
         "context_warnings": warnings,
         "models": rows,
         "policy": app.settings.autoscale.to_json(),
@@ -91,6 +97,32 @@ def _view(app: App) -> tuple[dict[str, Any], str]:
     }
     text = _text(out)
     return out, text + ("\n\n" + status_table(rows) if rows else "")
+
+
+def _leader(app: App) -> dict[str, Any] | None:
+    """Who holds the scheduler's leadership lease, under which epoch, until when (PostgreSQL;
+    None on SQLite, where leadership is a flock on the database file)."""
+    from sqlalchemy.engine import make_url
+
+    from scheduler.persistence.lease_store import read_lease
+
+    if make_url(app.settings.database_url).get_backend_name() == "sqlite":
+        return None
+    with app.engine.connect() as conn:
+        lease = read_lease(conn)
+    return {"lease": "none"} if lease is None else lease.to_json()
+
+
+def _leader_line(leader: dict[str, Any] | None) -> str:
+    if leader is None:
+        return "leader: the scheduler holding the database file's lock (SQLite)"
+    if "holder" not in leader:
+        return "leader: none yet (no scheduler has taken the leadership lease)"
+    state = "lapsed at" if leader["lapsed"] else "until"
+    return (
+        f"leader: {shown(leader['holder'])}, epoch {leader['epoch']}, leadership lease "
+        f"{state} {leader['expires_at']} (since {leader['acquired_at']})"
+    )
 
 
 def _text(out: dict[str, Any]) -> str:
@@ -114,8 +146,10 @@ def _text(out: dict[str, Any]) -> str:
             lines.append(f"  refused at {d['refused_at']}: {shown(d['refusal']['detail'])}")
     if out["own_read_refused"]:
         lines.append(f"this command's own read of the file: {shown(out['own_read_refused'])}")
+    lines.append(_leader_line(out["leader"]))
     n = out["nodes"]
     lines.append(f"nodes: {n['total']} ({n['fresh']} fresh, {n['stale']} stale, {n['lost']} lost)")
+    lines.append(f"  {out['judged_by']['text']}")
     r = out["replicas"]
     wanted = "?" if r["wanted"] is None else r["wanted"]
     lines.append(f"replicas: {wanted} wanted, {r['placed']} placed, {r['ready']} ready")

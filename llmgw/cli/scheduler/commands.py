@@ -13,6 +13,7 @@ from catalog.reading.documents import read_file
 from llmgw.cli.shared import live
 from llmgw.cli.shared.context import App, Refused, print_json
 from llmgw.cli.shared.tables import table
+from llmgw.policy_view import judge, judging_policy
 from llmgw.views import (
     iso,
     move_json,
@@ -28,14 +29,11 @@ from scheduler.daemon.loop import Daemon
 from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.persistence.serving_policy import STARTED, ServingProcess
 from scheduler.persistence.store import SchedulerStore
 from scheduler.planner.fleet.inventory import Node, NodeReport, NodeReportError, parse_node_report
 from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.resilience import resilience
-
-
-def policy(app: App) -> StalenessPolicy:
-    return app.settings.policy
 
 
 def load_reports(path: Path) -> list[NodeReport]:
@@ -77,17 +75,21 @@ def cmd_nodes_report(app: App, args: argparse.Namespace) -> int:
 
 
 def cmd_nodes_list(app: App, args: argparse.Namespace) -> int:
-    rules = policy(app)
     store = SchedulerStore(app.engine)
 
     def view() -> tuple[Any, str]:
+        # Read each refresh: a server restarted with another policy is followed.
+        judged = judge(app.settings, store.policy_in_force())
         now = datetime.now(UTC)
         cordons, hosted = store.service()
         rows: list[dict[str, Any]] = [
-            node_json(n, now, rules, cordons.get(n.name), hosted.get(n.name, 0))
+            {
+                **node_json(n, now, judged.policy, cordons.get(n.name), hosted.get(n.name, 0)),
+                "judged_by": judged.json,
+            }
             for n in store.nodes()
         ]
-        return rows, _nodes_table(rows)
+        return rows, _nodes_table(rows) + judged.text + "\n"
 
     return live.show(view, watch=args.watch, as_json=args.json, title="llmgw nodes list")
 
@@ -124,24 +126,31 @@ def cmd_nodes_forget(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-def _placer(app: App, args: argparse.Namespace) -> Placer:
+def _placer(app: App, policy: StalenessPolicy) -> Placer:
     from llmgw import autoscaling
 
     wanted = autoscaling.wanted(app.engine, app.settings.autoscale)
-    return Placer(app.service, SchedulerStore(app.engine), policy(app), wanted)
+    return Placer(app.service, SchedulerStore(app.scheduler_engine), policy, wanted)
 
 
 def cmd_place(app: App, args: argparse.Namespace) -> int:
+    # A round by the policy the server runs (and its dry run, what that round would do),
+    # not by this command's defaults; this command's flags still win.
+    judged = judging_policy(app.settings, app.engine)
     leadership = None
     if not args.dry_run:
-        leadership = leadership_for(app.settings.database_url)
+        leadership = leadership_for(
+            app.settings.database_url, app.settings.lease_s, engine=app.scheduler_engine
+        )
         if not leadership.ensure():
             raise Refused(
                 "a placement daemon is running against this database and places every round; "
                 "use `llmgw place --dry-run` to see what it would do"
             )
     try:
-        outcome = _placer(app, args).run(dry_run=args.dry_run)
+        outcome = _placer(app, judged.policy).run(
+            dry_run=args.dry_run, fence=None if leadership is None else leadership.fence()
+        )
     finally:
         if leadership is not None:
             leadership.release()
@@ -169,6 +178,7 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
                 # replicas still being moved (each one stops once its copy is ready).
                 "moves": [move_json(m) for m in plan.moves],
                 "moving": [placement_json(p) for p in plan.moving],
+                "judged_by": judged.json,
             }
         )
         return 0
@@ -179,6 +189,7 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
         f"{'would remove' if args.dry_run else 'removed'} {len(plan.remove)}, "
         f"kept {len(plan.keep)}, unplaced {len(plan.unplaced)}"
     )
+    print(f"  {judged.text}")
     for p in plan.place:
         print(f"  + {_replica(p)}")
     for r in plan.remove:
@@ -287,10 +298,20 @@ def _placements_table(replicas: Sequence[tuple[Placement, ReplicaStatus]]) -> st
 def cmd_daemon(app: App, args: argparse.Namespace) -> int:
     from llmgw import autoscaling
 
-    scaler = autoscaling.autoscaler(app.engine, app.service, app.settings.autoscale)
+    scaler = autoscaling.autoscaler(app.scheduler_engine, app.service, app.settings.autoscale)
+    placer = _placer(app, app.settings.policy)
+    if not args.once:
+        # What the CLI's views judge by from now on (scheduler.persistence.serving_policy);
+        # a one-off round records its policy with the round, if it changes anything.
+        placer.serving = ServingProcess("daemon", places=True, interval_s=app.settings.interval_s)
+        placer.store.record_policy(
+            placer.serving, placer.policy, why=STARTED, now=datetime.now(UTC)
+        )
     daemon = Daemon(
-        _placer(app, args),
-        leadership_for(app.settings.database_url),
+        placer,
+        leadership_for(
+            app.settings.database_url, app.settings.lease_s, engine=app.scheduler_engine
+        ),
         app.settings.interval_s,
         autoscaling.hook(scaler),
     )

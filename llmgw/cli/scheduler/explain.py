@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from catalog.forms.text import shown
 from events.read.replay import replay
 from llmgw.cli.shared.context import App, Refused, parse_when, print_json
+from llmgw.policy_view import judged_by_round, judging_policy
 from llmgw.views import iso
 from scheduler.persistence.store import PLACED, REMOVED, RoundUnreadable, SchedulerStore
 from scheduler.planner.replica_stories import explain
@@ -23,7 +24,9 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
         state = store.state()
         current, lifecycle = state.placements, state.lifecycle
         now = datetime.now(UTC)
-        rules = app.settings.policy
+        # The policy the server runs with, as recorded: what its next round judges by.
+        judged = judging_policy(app.settings, app.engine)
+        rules = judged.policy
         header = f"now ({iso(now)}), catalog position {position}, {len(nodes)} nodes"
         recorded = None
     else:
@@ -55,6 +58,7 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
             recorded.policy,
         )
         lifecycle = recorded.lifecycle
+        judged = judged_by_round(recorded)
         header = (
             f"round {recorded.id} at {iso(now)}, catalog position {position}, {len(nodes)} nodes"
         )
@@ -109,10 +113,12 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
                     for s in result.stories
                 ],
                 "notes": list(result.notes),
+                "judged_by": judged.json,
             }
         )
         return 0
     print(f"{shown(result.model)}: {header}")
+    print(f"  {judged.text}")
     if matches is not None:
         print(
             "  planned again: identical to what the round wrote"

@@ -86,14 +86,17 @@ def audit_args(p: argparse.ArgumentParser) -> None:
 
 def staleness_flags() -> argparse.ArgumentParser:
     """--stale-after and --grace: unset here, so that llmgw.toml and the environment apply
-    (llmgw.settings resolves them once for every command, the server and the daemon)."""
+    (llmgw.settings resolves them once for every command, the server and the daemon).
+    The commands that judge nodes (status, nodes list, place, explain) judge by the policy
+    the server recorded; given to one of them, a flag wins over it (llmgw.policy_view)."""
     staleness = argparse.ArgumentParser(add_help=False)
     staleness.add_argument(
         "--stale-after",
         default=argparse.SUPPRESS,
         metavar="DURATION",
         help="a node silent this long gets nothing new, e.g. 90s (env LLMGW_STALE_AFTER; "
-        "[policy] stale_after; default 90s)",
+        "[policy] stale_after; default 90s; status, nodes list, place and explain judge by "
+        "the policy the server recorded unless this flag is given)",
     )
     staleness.add_argument(
         "--grace",
@@ -126,6 +129,14 @@ def staleness_flags() -> argparse.ArgumentParser:
         help="repair every movable model's worsened spread (one surge-first move at a time), "
         "not only models with disruption.repair_spread (env LLMGW_REPAIR_SPREAD=1; "
         "[scheduler] repair_spread = true; default off)",
+    )
+    staleness.add_argument(
+        "--leadership-lease",
+        default=argparse.SUPPRESS,
+        metavar="SECONDS",
+        help="on PostgreSQL, how long the scheduler's leadership lease lasts unrenewed: a "
+        "frozen leader is replaced within it plus one interval (env LLMGW_LEADERSHIP_LEASE; "
+        "[scheduler] leadership_lease; default twice the interval, at least 2s)",
     )
     return staleness
 

@@ -1,7 +1,7 @@
 """A client token's limits, stored with the token.
 
-Revision ID: 0014_token_limits
-Revises: 0013_tokens
+Revision ID: 0016_token_limits
+Revises: 0015_leadership_lease
 Create Date: 2026-12-07
 
 ``tokens.limits`` holds a client token's limits (requests and tokens a minute, per model
@@ -20,8 +20,8 @@ import sqlalchemy as sa
 
 from alembic import op
 
-revision: str = "0014_token_limits"
-down_revision: str | Sequence[str] | None = "0013_tokens"
+revision: str = "0016_token_limits"
+down_revision: str | Sequence[str] | None = "0015_leadership_lease"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
