@@ -18,7 +18,7 @@ each with that node's own agent token, and reads one line back per heartbeat, in
 
 A connection may carry the heartbeats of many nodes (a simulator, or a host agent for
 several nodes): every line is checked on its own. The port is open to anyone who can
-reach it, so everything is bounded (docs/security/hostile-input.md):
+reach it, so everything is bounded (docs/security/hostile-input-agent-and-headers.md):
 
 - a line of at most ``MAX_LINE`` bytes; longer, not ASCII or not four words is answered
   ``BAD <reason>`` and the connection closed, as is the first ``DENIED``: a sender
