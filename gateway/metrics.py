@@ -3,7 +3,9 @@
 Per model: ``llmgw_gateway_requests_total{model,outcome}``, ``llmgw_gateway_inflight{model}``,
 the ``llmgw_gateway_ttft_seconds`` and ``llmgw_gateway_tpot_seconds`` histograms,
 ``llmgw_gateway_fallbacks_total{model,to}`` and
-``llmgw_gateway_refusals_total{model,reason}``; and the control plane's reachability
+``llmgw_gateway_refusals_total{model,reason}``,
+``llmgw_gateway_prefix_predicted_tokens_total{model}`` (the ``prefix`` profile's guesses,
+beside the engines' own counts in ``GET /routing``); and the control plane's reachability
 (``llmgw_gateway_control_plane_up``, ``llmgw_gateway_table_age_seconds``).
 Label children are looked up once per model and kept: a labelled look-up costs more
 than the increment.
@@ -124,6 +126,13 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.prefix_predicted_tokens = Counter(
+            "llmgw_gateway_prefix_predicted_tokens",
+            "Prompt tokens the prefix router guessed the engine had cached, by model "
+            "(checked answers only: beside the engines' own cached tokens)",
+            ["model"],
+            registry=r,
+        )
         self.control_plane_up: Gauge | _Value
         self.table_age: Gauge | _Value
         if multiprocess:
@@ -155,6 +164,7 @@ class Metrics:
         )
         self._models: dict[str, _PerModel] = {}
         self._requests: dict[tuple[str, str], Counter] = {}
+        self._prefix: dict[str, Counter] = {}
 
     def request(self, model: str, outcome: str) -> Counter:
         """``requests{model,outcome}``'s child, looked up once per pair: ``labels`` took
@@ -162,6 +172,12 @@ class Metrics:
         found = self._requests.get((model, outcome))
         if found is None:
             found = self._requests[model, outcome] = self.requests.labels(model, outcome)
+        return found
+
+    def prefix_predicted(self, model: str) -> Counter:
+        found = self._prefix.get(model)
+        if found is None:
+            found = self._prefix[model] = self.prefix_predicted_tokens.labels(model)
         return found
 
     def model(self, name: str) -> _PerModel:

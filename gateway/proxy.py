@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
+from catalog.definition.routing_profiles import PREFIX
 from gateway.settings import GatewaySettings
-from gateway.stages import admission
+from gateway.stages import admission, prefix
 from gateway.stages.admission import Refusal, Request
 from gateway.stages.routing import Choice, choose, eligible, observe_ttft
 from gateway.state import State
@@ -60,6 +61,8 @@ HOLD_BYTES = 1 << 20
 USAGE_TAIL = 4096
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,9})')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,9})')
+# What the engine reused of the prompt: vLLM's and the sim's usage, llama.cpp's timings.
+_CACHED_TOKENS = re.compile(rb'"(?:cached_tokens|cache_n)"\s*:\s*(\d{1,9})')
 ROUTES = {
     admission.CHAT: "/v1/chat/completions",
     admission.COMPLETIONS: "/v1/completions",
@@ -85,6 +88,8 @@ class Trace:
     tpot_s: float | None = None
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
+    # The prompt tokens the engine said it took from its cache (None: it did not say).
+    cached_tokens: int | None = None
     waited_s: float = 0.0
     bytes_sent: bool = False
     # The client has every byte of the answer ([DONE] sent): a hang-up after it is no
@@ -217,6 +222,7 @@ class Proxy:
         state, req, trace = self.state, call.req, call.trace
         tried: set[str] = set()
         session = req.session
+        prompt = prefix.prompt_of(call.body, req.kind) if m.routing_profile == PREFIX else None
         for _ in range(self.settings.attempts):
             now = time.monotonic()
             if first is not None and first.replica.key in {
@@ -233,6 +239,8 @@ class Proxy:
                     state.loads,
                     session=session,
                     ttft_slo_s=m.ttft_slo_s,
+                    prompt=prompt,
+                    prefixes=state.prefix,
                 )
                 if picked is None:
                     if ready:
@@ -258,8 +266,15 @@ class Proxy:
                 m.name,
                 {"at": round(time.time(), 3), "replica": replica.key, "reason": choice.reason},
             )
+            ticket = (
+                None
+                if prompt is None
+                else state.prefix.record(replica.key, prompt, choice.prefix_blocks)
+            )
             try:
                 await self._send(call, m, replica)
+                if ticket is not None:
+                    self._check(m.name, ticket, trace)
                 return True
             except Unreachable as exc:
                 trace.tried.append(f"{replica.key}: {exc.reason}")
@@ -273,6 +288,14 @@ class Proxy:
                     for_s=round(until - time.monotonic(), 2),
                 )
         return False
+
+    def _check(self, model: str, ticket: prefix.Ticket, trace: Trace) -> None:
+        """A prefix guess against the engine's own count, when it gave one."""
+        if trace.status >= 400 or trace.cached_tokens is None:
+            return
+        predicted = self.state.prefix.check(ticket, trace.prompt_tokens, trace.cached_tokens)
+        if predicted:
+            self.state.metrics.prefix_predicted(model).inc(predicted)
 
     async def _body(self, body: dict[str, Any], raw: bytes, name: str) -> bytes:
         """The body with ``model`` set to the catalog name the engine serves it by."""
@@ -405,6 +428,9 @@ class Proxy:
         found = _PROMPT_TOKENS.search(payload)
         if found:
             trace.prompt_tokens = int(found.group(1))
+        found = _CACHED_TOKENS.search(payload)
+        if found:
+            trace.cached_tokens = int(found.group(1))
 
     async def _stream(
         self,
@@ -490,6 +516,9 @@ class Proxy:
             tokens = max(tally.events - 2, 0) if tally.ended else tally.events
             counted = tally.counted
             trace.completion_tokens = counted if counted is not None else tokens + 1
+            if tally.prompt is not None:
+                trace.prompt_tokens = tally.prompt
+            trace.cached_tokens = tally.cached
             if tokens > 0:
                 trace.tpot_s = (tally.last - first) / tokens
         await send({"type": "http.response.body", "body": b""})
@@ -500,11 +529,13 @@ class _Tally:
     the engine's own count of tokens (``usage``), whether ``[DONE]`` came, and when the
     last piece did."""
 
-    __slots__ = ("counted", "ended", "events", "last")
+    __slots__ = ("cached", "counted", "ended", "events", "last", "prompt")
 
     def __init__(self, rest: bytes, first: float) -> None:
         self.events = 0
         self.counted: int | None = None
+        self.prompt: int | None = None
+        self.cached: int | None = None
         self.ended = False
         self.last = first
         if rest:
@@ -513,10 +544,18 @@ class _Tally:
 
     def take(self, chunk: bytes) -> None:
         self.events += chunk.count(b"data:")
-        if b"completion_tokens" in chunk:
+        # Only the final chunk carries usage (llama.cpp: timings): one scan in C of
+        # each piece, and a parse of none.
+        if b"completion_tokens" in chunk or b"cache_n" in chunk:
             found = _COMPLETION_TOKENS.search(chunk)
             if found:
                 self.counted = int(found.group(1))
+            found = _PROMPT_TOKENS.search(chunk)
+            if found:
+                self.prompt = int(found.group(1))
+            found = _CACHED_TOKENS.search(chunk)
+            if found:
+                self.cached = int(found.group(1))
         self.ended = self.ended or b"[DONE]" in chunk
         self.last = time.monotonic()
 

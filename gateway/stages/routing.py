@@ -17,6 +17,9 @@ and measured times, and this module only reads it.
   measured is predicted 0 so that it gets measured. ``meets_slo`` says whether the
   choice is predicted within the model's ``slo.ttft_p99``: when it is not, the edge
   tries the model's fallbacks before sending.
+- ``prefix``: where the prompt's longest prefix was sent recently, unless that replica
+  is loaded; an unseen prefix by a rendezvous hash of its first blocks
+  (``gateway.stages.prefix``). Without a prompt to key on (token ids), least-loaded.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from catalog.definition.routing_profiles import LATENCY, ROUND_ROBIN, SESSION
+from catalog.definition.routing_profiles import LATENCY, PREFIX, ROUND_ROBIN, SESSION
+from gateway.stages import prefix as prefix_stage
 from gateway.table import Replica, stable_hash
 
 _MASK = (1 << 64) - 1
@@ -49,6 +53,8 @@ class Choice:
     reason: str
     predicted_ttft_s: float | None = None
     meets_slo: bool = True
+    # prefix: the prompt's blocks guessed cached on the replica chosen
+    prefix_blocks: int = 0
 
 
 _IDLE = Load()
@@ -73,11 +79,13 @@ def choose(
     *,
     session: str | None = None,
     ttft_slo_s: float = 0.0,
+    prompt: prefix_stage.Prompt | None = None,
+    prefixes: prefix_stage.PrefixTable | None = None,
 ) -> Choice | None:
     """One of ``replicas`` (already the eligible ones) by ``profile``; None when empty."""
     if not replicas:
         return None
-    if len(replicas) == 1 and profile != LATENCY:
+    if len(replicas) == 1 and profile not in (LATENCY, PREFIX):
         return Choice(replicas[0], f"{profile}: the only eligible replica")
     if profile == ROUND_ROBIN:
         return _round_robin(replicas, loads)
@@ -85,6 +93,12 @@ def choose(
         return _session(replicas, session)
     if profile == LATENCY:
         return _latency(replicas, loads, ttft_slo_s)
+    if profile == PREFIX and prompt is not None and prefixes is not None:
+        inflight = [loads.get(r.key, _IDLE).inflight / r.weight for r in replicas]
+        pick = prefix_stage.choose(replicas, inflight, prompt, prefixes)
+        return Choice(pick.replica, pick.reason, prefix_blocks=pick.matched)
+    if profile == PREFIX:
+        return _least_loaded(replicas, loads, "prefix (no prompt text)")
     return _least_loaded(replicas, loads, profile if profile != SESSION else "session (no key)")
 
 

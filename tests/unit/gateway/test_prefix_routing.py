@@ -1,0 +1,205 @@
+"""The ``prefix`` profile's pure core: block hashing, the table's LRU bound, the balance
+rule, rendezvous agreement and the check against the engine's count. No sockets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.stages import prefix
+from gateway.stages.prefix import BALANCE, BLOCK_CHARS, PrefixTable, prompt_of
+from gateway.stages.routing import Load, choose
+from gateway.table import Replica, stable_hash
+
+
+def replicas(n: int) -> list[Replica]:
+    return [
+        Replica(f"m/{i}", "m", f"http://h:{i}", 1.0, "p", stable_hash(f"m/{i}")) for i in range(n)
+    ]
+
+
+def chat(*contents: str) -> dict[str, Any]:
+    roles = ["system"] + ["user", "assistant"] * len(contents)
+    return {"messages": [{"role": r, "content": c} for r, c in zip(roles, contents, strict=False)]}
+
+
+texts = st.text(min_size=0, max_size=3 * BLOCK_CHARS)
+
+
+@given(st.lists(texts, min_size=1, max_size=6), st.lists(texts, min_size=1, max_size=4))
+@settings(max_examples=60, deadline=None)
+def test_a_block_matches_only_where_the_whole_prefix_up_to_it_matches(
+    head: list[str], tail: list[str]
+) -> None:
+    a = prompt_of(chat(*head), "chat")
+    b = prompt_of(chat(*head, *tail), "chat")
+    assert a is not None and b is not None
+    # A conversation that resends its history resends the same blocks, in order.
+    assert b.blocks[: len(a.blocks)] == a.blocks
+    # Any change to an earlier message changes every block from there on.
+    changed = prompt_of(chat("x" + head[0], *head[1:], *tail), "chat")
+    assert changed is not None and not set(changed.blocks) & set(b.blocks)
+
+
+def test_blocks_follow_the_messages_and_a_long_text_is_cut_and_bounded() -> None:
+    p = prompt_of(chat("s" * (BLOCK_CHARS * 2 + 1), "hello"), "chat")
+    assert p is not None and len(p.blocks) == 4  # 3 for the system prompt, 1 for the user's
+    huge = prompt_of({"prompt": "y" * BLOCK_CHARS * (prefix.MAX_BLOCKS + 50)}, "completions")
+    assert huge is not None and len(huge.blocks) == prefix.MAX_BLOCKS
+    assert prompt_of({"prompt": [1, 2, 3]}, "completions") is None
+    assert prompt_of({"messages": "no"}, "chat") is None
+
+
+@given(st.integers(min_value=1, max_value=40), st.integers(min_value=1, max_value=30))
+@settings(max_examples=40, deadline=None)
+def test_the_table_holds_at_most_its_bound_per_replica_and_forgets_the_oldest(
+    bound: int, prompts: int
+) -> None:
+    table = PrefixTable(per_replica=bound)
+    sent = []
+    for i in range(prompts):
+        p = prompt_of({"prompt": f"{i}-" + "z" * BLOCK_CHARS}, "completions")
+        assert p is not None
+        sent.append(p)
+        table.record("m/0", p, 0)
+        assert table.blocks("m/0") <= bound
+    r = replicas(1)
+    # The most recent prompt is held whole when it fits; the oldest is the first forgotten.
+    last = sent[-1]
+    if len(last.blocks) <= bound:
+        assert table.match(last, r)["m/0"] == len(last.blocks)
+    blocks = len(sent[0].blocks)
+    if prompts * blocks > bound:
+        # Past the bound the oldest goes first, its tail before its head (the head is
+        # what a later prompt may share), and all of it once later ones fill the table.
+        assert table.match(sent[0], r)["m/0"] < blocks
+    if (prompts - 1) * blocks >= bound:
+        assert table.match(sent[0], r)["m/0"] == 0
+
+
+def test_the_longest_cached_prefix_wins_while_the_load_is_within_the_bound() -> None:
+    rs = replicas(4)
+    table = PrefixTable()
+    conv = chat("system prompt " * 40, "question one", "answer one")
+    p1 = prompt_of(conv, "chat")
+    assert p1 is not None
+    table.record("m/2", p1, 0)
+    p2 = prompt_of({"messages": [*conv["messages"], {"role": "user", "content": "q2"}]}, "chat")
+    assert p2 is not None
+    loads = {r.key: Load() for r in rs}
+    got = choose("prefix", rs, loads, prompt=p2, prefixes=table)
+    assert got is not None and got.replica.key == "m/2" and got.prefix_blocks == len(p1.blocks)
+    # Within the bound: still there.
+    loads["m/2"].inflight = int(BALANCE)
+    got = choose("prefix", rs, loads, prompt=p2, prefixes=table)
+    assert got is not None and got.replica.key == "m/2"
+    # Past it: spilled, and the reason says so (a hot replica is not piled on).
+    loads["m/2"].inflight = int(BALANCE) + 1
+    got = choose("prefix", rs, loads, prompt=p2, prefixes=table)
+    assert got is not None and got.replica.key != "m/2" and "passed over" in got.reason
+
+
+@given(st.lists(st.integers(min_value=0, max_value=50), min_size=2, max_size=16), st.data())
+@settings(max_examples=60, deadline=None)
+def test_a_hot_prefix_never_goes_to_a_replica_loaded_past_the_bound(
+    inflight: list[int], data: st.DataObject
+) -> None:
+    rs = replicas(len(inflight))
+    table = PrefixTable()
+    p = prompt_of({"prompt": "hot " * 500}, "completions")
+    assert p is not None
+    for r in data.draw(st.lists(st.sampled_from(rs), max_size=len(rs))):
+        table.record(r.key, p, 0)
+    loads = {r.key: Load(inflight=n) for r, n in zip(rs, inflight, strict=True)}
+    got = choose("prefix", rs, loads, prompt=p, prefixes=table)
+    assert got is not None
+    assert loads[got.replica.key].inflight - min(inflight) <= BALANCE
+
+
+@given(st.text(min_size=1, max_size=2000), st.integers(min_value=2, max_value=64))
+@settings(max_examples=60, deadline=None)
+def test_two_independent_routers_send_an_unseen_prefix_to_the_same_replica(
+    text: str, n: int
+) -> None:
+    rs = replicas(n)
+    # Two gateways: their own tables (each saw other traffic), their own prompt objects.
+    a, b = PrefixTable(), PrefixTable()
+    other = prompt_of({"prompt": "unrelated " + text[::-1]}, "completions")
+    assert other is not None
+    a.record("m/0", other, 0)
+    pa = prompt_of({"prompt": text}, "completions")
+    pb = prompt_of({"prompt": text}, "completions")
+    assert pa is not None and pb is not None
+    loads: dict[str, Load] = {}
+    ga = choose("prefix", rs, loads, prompt=pa, prefixes=a)
+    gb = choose("prefix", rs, loads, prompt=pb, prefixes=b)
+    assert ga is not None and gb is not None
+    if not a.match(pa, rs)["m/0"]:
+        assert ga.replica.key == gb.replica.key
+
+
+def test_conversations_sharing_a_system_prompt_spread_under_load_and_each_stays() -> None:
+    rs = replicas(4)
+    table = PrefixTable()
+    loads = {r.key: Load() for r in rs}
+    homes = {}
+    for i in range(40):
+        # Eight conversations at a time in flight: the shared system prompt's replica
+        # fills up to the bound, then new ones spill (and cache it there too).
+        if i % 8 == 0:
+            for load in loads.values():
+                load.inflight = 0
+        p = prompt_of(chat("shared system prompt " * 30, f"conversation {i}"), "chat")
+        assert p is not None
+        got = choose("prefix", rs, loads, prompt=p, prefixes=table)
+        assert got is not None
+        table.record(got.replica.key, p, got.prefix_blocks)
+        loads[got.replica.key].inflight += 1
+        homes[i] = got.replica.key
+    assert len(set(homes.values())) >= 3
+    for load in loads.values():
+        load.inflight = 0
+    for i in range(40):
+        p = prompt_of(chat("shared system prompt " * 30, f"conversation {i}", "ok", "more"), "chat")
+        got = choose("prefix", rs, loads, prompt=p, prefixes=table)
+        assert got is not None and got.replica.key == homes[i]
+
+
+def test_a_guess_the_engine_denies_forgets_the_prefix_and_all_sent_there_before_it() -> None:
+    table = PrefixTable()
+    r = replicas(1)
+    old = prompt_of({"prompt": "old " * 300}, "completions")
+    p = prompt_of({"prompt": "mine " * 300}, "completions")
+    later = prompt_of({"prompt": "later " * 300}, "completions")
+    assert old is not None and p is not None and later is not None
+    table.record("m/0", old, 0)
+    table.record("m/0", p, 0)
+    table.record("m/0", later, 0)
+    matched = table.match(p, r)["m/0"]
+    assert matched == len(p.blocks)
+    ticket = table.record("m/0", p, matched)
+    # The engine says it had none of it: the guess was wrong.
+    predicted = table.check(ticket, prompt_tokens=300, cached_tokens=0)
+    assert predicted == 300 * p.ends[matched - 1] // p.chars
+    assert table.match(old, r)["m/0"] == 0  # sent before it: gone from the engine too
+    assert table.match(later, r)["m/0"] == len(later.blocks)  # sent after: kept
+    # The prompt itself was just computed again: the engine holds it now.
+    assert table.match(p, r)["m/0"] == len(p.blocks)
+    stats = table.stats["m/0"]
+    assert stats.misses == 1 and stats.cached_tokens == 0 and stats.predicted_tokens == predicted
+    # A confirmed guess is kept.
+    ticket = table.record("m/0", p, len(p.blocks))
+    table.check(ticket, prompt_tokens=300, cached_tokens=299)
+    assert table.stats["m/0"].misses == 1 and table.match(p, r)["m/0"] == len(p.blocks)
+
+
+def test_replicas_that_left_the_table_are_forgotten() -> None:
+    table = PrefixTable()
+    p = prompt_of({"prompt": "x" * 2000}, "completions")
+    assert p is not None
+    table.record("m/0", p, 0)
+    table.record("m/1", p, 0)
+    table.retain({"m/1"})
+    assert table.blocks("m/0") == 0 and table.match(p, replicas(2)) == {"m/0": 0, "m/1": 4}
