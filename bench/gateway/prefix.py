@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -367,8 +367,9 @@ def main(argv: list[str] | None = None) -> int:
             work = work_dir / f"g{gateways}"
             work.mkdir()
             with cluster(work, args.engine_args.split(), gateways) as (urls, token):
-                seed = args.seed * 100 + gateways * 10
-                loads = {
+                # A fresh cluster per count of gateways: the same workloads in each.
+                seed = args.seed * 100
+                loads: dict[str, Callable[[int], list[list[Req]]]] = {
                     "(a) shared prompts x conversations": lambda s: conversations(
                         s, args.systems, args.conversations, args.turns, None
                     ),
@@ -379,8 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for i, (name, make) in enumerate(loads.items()):
                     for profile in PROFILES:
-                        # The same workload for every profile, but text of its own per
-                        # model (its engines' caches are its own anyway).
+                        # The same workload for every profile (each model's engines and
+                        # caches are its own).
                         work_load = make(seed + i)
                         run = replay(urls, token, MODEL[profile], work_load, args.clients)
                         print(row(name, profile, gateways, run), flush=True)
