@@ -6,7 +6,8 @@ the ``llmgw_gateway_ttft_seconds`` and ``llmgw_gateway_tpot_seconds`` histograms
 ``llmgw_gateway_refusals_total{model,reason}``,
 ``llmgw_gateway_prefix_predicted_tokens_total{model}`` (the ``prefix`` profile's guesses,
 beside the engines' own counts in ``GET /routing``); and the control plane's reachability
-(``llmgw_gateway_control_plane_up``, ``llmgw_gateway_table_age_seconds``).
+(``llmgw_gateway_control_plane_up``, ``llmgw_gateway_table_age_seconds``,
+``llmgw_gateway_control_plane_switches_total{server}``).
 Label children are looked up once per model and kept: a labelled look-up costs more
 than the increment.
 
@@ -131,6 +132,13 @@ class Metrics:
             "Prompt tokens the prefix router guessed the engine had cached, by model "
             "(checked answers only: beside the engines' own cached tokens)",
             ["model"],
+            registry=r,
+        )
+        self.server_switches = Counter(
+            "llmgw_gateway_control_plane_switches",
+            "Moves from one control-plane replica to the next after it failed (no "
+            "connection, no answer in time, a 5xx), by the server moved to",
+            ["server"],
             registry=r,
         )
         self.control_plane_up: Gauge | _Value

@@ -48,7 +48,8 @@ def parse_definitions(data: Any, origin: str, *, allow_single: bool = True) -> l
 
 def load_declared(path: Path) -> Catalog:
     """Load and check the declared configuration; any refusal names the file to edit."""
-    data = read_file(path, "declared catalog")
+    # A server rereads it on every change: it must be a regular file (``read_regular``).
+    data = read_file(path, "declared catalog", regular=True)
     models = parse_definitions(data, str(path), allow_single=False)
     for i, m in enumerate(models):
         check_engines(m, f"{path} models[{i}]")

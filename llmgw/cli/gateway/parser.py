@@ -20,7 +20,14 @@ def register(
         "from the control plane with a gateway token, and keeps serving from the last "
         "table it had while the control plane is unreachable. See docs/operator/gateway.md.",
     )
-    p.add_argument("--server", metavar="URL", help="the control plane's URL (env LLMGW_SERVER)")
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        action="append",
+        help="the control plane's URL; its replicas' URLs: repeat it or separate them by "
+        "commas (the gateway sticks to one and moves to the next when it fails; env "
+        "LLMGW_SERVER; [gateway] server, a string or a list)",
+    )
     p.add_argument(
         "--token-file",
         type=Path,
