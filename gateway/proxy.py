@@ -63,6 +63,9 @@ _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,9})')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,9})')
 # What the engine reused of the prompt: vLLM's and the sim's usage, llama.cpp's timings.
 _CACHED_TOKENS = re.compile(rb'"(?:cached_tokens|cache_n)"\s*:\s*(\d{1,9})')
+# llama.cpp's prompt tokens computed (a stream's final chunk has its timings, and usage
+# only when asked): with cache_n, the prompt's tokens.
+_PROMPT_N = re.compile(rb'"prompt_n"\s*:\s*(\d{1,9})')
 ROUTES = {
     admission.CHAT: "/v1/chat/completions",
     admission.COMPLETIONS: "/v1/completions",
@@ -670,6 +673,9 @@ class _Tally:
             found = _CACHED_TOKENS.search(chunk)
             if found:
                 self.cached = int(found.group(1))
+                computed = _PROMPT_N.search(chunk) if self.prompt is None else None
+                if computed:
+                    self.prompt = self.cached + int(computed.group(1))
         self.ended = self.ended or b"[DONE]" in chunk
         self.last = time.monotonic()
 

@@ -203,3 +203,37 @@ def test_replicas_that_left_the_table_are_forgotten() -> None:
     table.record("m/1", p, 0)
     table.retain({"m/1"})
     assert table.blocks("m/0") == 0 and table.match(p, replicas(2)) == {"m/0": 0, "m/1": 4}
+
+
+# -- the engine's own counts, as a stream's final chunk carries them ---------------------
+
+LLAMACPP_LAST = (
+    b'data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}],'
+    b'"object":"chat.completion.chunk","timings":{"cache_n":690,"prompt_n":1,'
+    b'"prompt_ms":3.2,"predicted_n":2}}\n\ndata: [DONE]\n\n'
+)
+VLLM_LAST = (
+    b'data: {"choices":[],"usage":{"prompt_tokens":691,"completion_tokens":2,'
+    b'"total_tokens":693,"prompt_tokens_details":{"cached_tokens":672}}}\n\ndata: [DONE]\n\n'
+)
+
+
+def test_a_streams_final_chunk_gives_the_engines_prompt_and_cached_tokens() -> None:
+    # llama-server (the version `make llamacpp` installs) ends a stream with its timings
+    # (cache_n: reused, prompt_n: computed) and no usage unless asked; vLLM and the sim
+    # with usage when asked (stream_options.include_usage).
+    from gateway.proxy import Trace, _Tally
+    from gateway.stages import sse
+
+    for last, prompt, cached in ((LLAMACPP_LAST, 691, 690), (VLLM_LAST, 691, 672)):
+        tally = _Tally(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n', 0.0, sse.Framing(), 0)
+        tally.take(last)
+        trace = Trace("r", "c", 0.0)
+        tally.count(trace, 0.0)
+        assert (trace.prompt_tokens, trace.cached_tokens) == (prompt, cached)
+    # A stream with no usage says nothing: no guess is checked against it.
+    tally = _Tally(b"", 0.0, sse.Framing(), 0)
+    tally.take(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n')
+    trace = Trace("r", "c", 0.0)
+    tally.count(trace, 0.0)
+    assert trace.cached_tokens is None
