@@ -19,10 +19,12 @@ The choice (``choose``). A replica whose in-flight requests (per unit of weight)
 the least loaded one's by more than ``BALANCE`` is not chosen for its cache: a hot
 prefix spills to the next replica instead of queueing on one (the failure of
 sgl-project/sglang#21199, where a cache-aware router sent a hot prefix's traffic to one
-overloaded replica). Among the others: the longest cached prefix; a tie, or a prefix
-seen nowhere, goes by a rendezvous hash of the prompt's first ``RENDEZVOUS_BLOCKS``
-blocks, so every gateway sends an unseen prefix to the same replica without talking to
-the others, and their tables converge.
+overloaded replica). Among the others: the longest cached prefix, when it covers the
+rendezvous key's blocks (a chat's first message and the first block of its
+second; a completion's first ``RENDEZVOUS_BLOCKS``); a tie, a shorter prefix (a system
+prompt many replicas hold) or a prefix seen nowhere goes by a rendezvous hash of those
+blocks, so every gateway sends a conversation to the same replica without talking to
+the others, whatever part of the traffic each has seen.
 
 The check (``PrefixTable.check``). The engine says what it reused (vLLM and the sim:
 ``usage.prompt_tokens_details.cached_tokens``; llama.cpp: ``timings.cache_n``). A guess
@@ -55,10 +57,10 @@ BLOCKS_PER_REPLICA = 16384
 # A replica more than this many in-flight requests (per unit of weight) above the least
 # loaded one is not chosen for its cache.
 BALANCE = 2.0
-# The blocks whose chained hash keys the rendezvous choice (the tie-break and the default
-# for an unseen prefix): a chat's system prompt and first user message, so conversations
-# sharing a system prompt spread while each stays put.
-RENDEZVOUS_BLOCKS = 2
+# A completion prompt's leading blocks that key the rendezvous choice (a chat's are its
+# first message and the first block of its second): the first 512 characters, which in
+# a trace of conversations (mooncake's) already name the conversation.
+RENDEZVOUS_BLOCKS = 1
 # A guess answered with less than this share of it is a miss (the engine evicted).
 MISS_BELOW = 0.5
 
@@ -72,7 +74,8 @@ class Prompt:
     blocks: tuple[int, ...]
     ends: tuple[int, ...]
     chars: int
-    key: int  # the rendezvous key: the chained hash of the first RENDEZVOUS_BLOCKS blocks
+    key: int  # the rendezvous key: a stable hash of the blocks below
+    key_blocks: int  # how many leading blocks the key covers
 
 
 def _texts(body: Mapping[str, Any], kind: str) -> list[str] | None:
@@ -116,7 +119,7 @@ def prompt_of(body: Mapping[str, Any], kind: str) -> Prompt | None:
     head: list[str] = []
     chars = 0
     h = 0
-    for text in texts:
+    for m, text in enumerate(texts):
         for start in range(0, max(len(text), 1), BLOCK_CHARS):
             if len(blocks) >= MAX_BLOCKS:
                 break
@@ -128,13 +131,17 @@ def prompt_of(body: Mapping[str, Any], kind: str) -> Prompt | None:
             chars += len(piece)
             blocks.append(h)
             ends.append(chars)
-            if len(head) < RENDEZVOUS_BLOCKS:
+            # The key's blocks: a chat's first message whole and the first block of its
+            # second (the system prompt and the conversation's opening), else the first
+            # RENDEZVOUS_BLOCKS.
+            opening = (m == 0 and len(texts) > 1) or (m == 1 and start == 0)
+            if opening or (len(texts) == 1 and len(head) < RENDEZVOUS_BLOCKS):
                 head.append(piece)
     key = int.from_bytes(
         hashlib.blake2b("\x00".join(head).encode("utf-8", "surrogatepass"), digest_size=8).digest(),
         "big",
     )
-    return Prompt(tuple(blocks), tuple(ends), chars, key)
+    return Prompt(tuple(blocks), tuple(ends), chars, key, len(head))
 
 
 def _mix(x: int) -> int:
@@ -341,21 +348,29 @@ def choose(
     least = min(inflight)
     near = [r for r, n in zip(replicas, inflight, strict=True) if n - least <= BALANCE]
     n, holders = table.deepest(prompt, {r.key for r in near})
-    tied = [r for r in near if r.key in holders] if n else near
+    # A cached prefix shorter than the key's blocks (a system prompt many conversations
+    # share) says nothing the rendezvous hash does not: every gateway sends it alike,
+    # whatever each happened to see.
+    tied = [r for r in near if r.key in holders] if n >= prompt.key_blocks else near
     key = prompt.key
     if all(r.weight == tied[0].weight for r in tied):
         # Equal weights: the highest mixed hash wins, as the weighted score would pick.
         best = max(tied, key=lambda r: _mix(key ^ r.hash))
     else:
         best = max(tied, key=lambda r: rendezvous_score(key, r))
+    if best.key not in holders:
+        n = table.deepest(prompt, {best.key})[0]
     skipped = len(replicas) - len(near)
     spill = (
         f"; {skipped} more than {BALANCE:g} in flight above the least loaded passed over"
         if skipped
         else ""
     )
-    if n:
+    if tied is not near:
         why = f"prefix: {n} of {len(prompt.blocks)} blocks cached there, longest of {len(near)}"
     else:
-        why = f"prefix: not cached on any of {len(near)}, rendezvous of its first blocks"
+        why = (
+            f"prefix: rendezvous of its first blocks among {len(near)} ({n} of "
+            f"{len(prompt.blocks)} blocks cached there)"
+        )
     return Pick(best, n, why + spill)

@@ -237,3 +237,26 @@ def test_a_streams_final_chunk_gives_the_engines_prompt_and_cached_tokens() -> N
     trace = Trace("r", "c", 0.0)
     tally.count(trace, 0.0)
     assert trace.cached_tokens is None
+
+
+def test_gateways_that_saw_different_traffic_agree_on_a_conversation() -> None:
+    # Gateway A saw other conversations with the same system prompt go to m/0; gateway
+    # B saw nothing. A shared head shorter than the key (the system prompt and the
+    # opening of the conversation) does not outweigh the rendezvous hash, so both send a
+    # new conversation, and each of its later turns, to the same replica.
+    rs = replicas(8)
+    a, b = PrefixTable(), PrefixTable()
+    system = "shared system prompt " * 60
+    for i in range(5):
+        seen = prompt_of(chat(system, f"someone else {i}"), "chat")
+        assert seen is not None
+        a.record("m/0", seen, 0)
+    loads: dict[str, Load] = {}
+    agree = 0
+    for i in range(40):
+        turn = prompt_of(chat(system, f"conversation {i}", "answer", "again"), "chat")
+        ga = choose("prefix", rs, loads, prompt=turn, prefixes=a)
+        gb = choose("prefix", rs, loads, prompt=turn, prefixes=b)
+        assert ga is not None and gb is not None
+        agree += ga.replica.key == gb.replica.key
+    assert agree == 40
