@@ -74,7 +74,7 @@ class Prompt:
     blocks: tuple[int, ...]
     ends: tuple[int, ...]
     chars: int
-    key: int  # the rendezvous key: a stable hash of the blocks below
+    key: int  # the rendezvous key: a stable hash of the first block of each key message
     key_blocks: int  # how many leading blocks the key covers
 
 
@@ -116,7 +116,8 @@ def prompt_of(body: Mapping[str, Any], kind: str) -> Prompt | None:
         return None
     blocks: list[int] = []
     ends: list[int] = []
-    head: list[str] = []
+    head: list[str] = []  # the key's first block of each of its messages
+    key_blocks = 0
     chars = 0
     h = 0
     for m, text in enumerate(texts):
@@ -133,15 +134,19 @@ def prompt_of(body: Mapping[str, Any], kind: str) -> Prompt | None:
             ends.append(chars)
             # The key's blocks: a chat's first message whole and the first block of its
             # second (the system prompt and the conversation's opening), else the first
-            # RENDEZVOUS_BLOCKS.
+            # RENDEZVOUS_BLOCKS. Only the first block of each is hashed into the key
+            # (a long system prompt hashed whole cost 34 us on a loaded machine); the
+            # chained blocks still tell whether a replica holds all of them.
             opening = (m == 0 and len(texts) > 1) or (m == 1 and start == 0)
-            if opening or (len(texts) == 1 and len(head) < RENDEZVOUS_BLOCKS):
-                head.append(piece)
+            if opening or (len(texts) == 1 and key_blocks < RENDEZVOUS_BLOCKS):
+                key_blocks += 1
+                if start == 0 or len(texts) == 1:
+                    head.append(piece)
     key = int.from_bytes(
         hashlib.blake2b("\x00".join(head).encode("utf-8", "surrogatepass"), digest_size=8).digest(),
         "big",
     )
-    return Prompt(tuple(blocks), tuple(ends), chars, key, len(head))
+    return Prompt(tuple(blocks), tuple(ends), chars, key, key_blocks)
 
 
 def _mix(x: int) -> int:
