@@ -318,7 +318,10 @@ def cluster(work: Path, engine_args: list[str], gateways: int) -> Iterator[tuple
             for u in urls:
                 table = httpx.get(u + "/routing", timeout=5).json()
                 for m in MODEL.values():
-                    if len(table.get("models", {}).get(m, {}).get("replicas", [])) != 2:
+                    replicas = table.get("models", {}).get(m, {}).get("replicas", [])
+                    # Both ready, and out of slow start (a replica ramping up takes
+                    # fewer requests: round-robin's first rows were skewed to 0.9).
+                    if len(replicas) != 2 or any(r.get("slow_start") for r in replicas):
                         return False
             return True
 
