@@ -12,6 +12,15 @@ When the control plane cannot be reached, steps 2 and 3 are skipped and
 nothing is stopped: a network partition must not take down replicas that
 are serving. The engines are stopped only when the control plane says so,
 or when the agent itself is stopped (unless ``leave_engines``).
+
+Back from a time away (a report failed, or none went for ``AWAY_TICKS``
+intervals and a second, as when the agent itself was frozen; or the agent just
+started), the engines running then are *held* for ``readopt_grace`` seconds: one
+no longer placed on this node is not stopped yet. A control plane that gave the
+node up meanwhile unplaced its replicas; the agent's report makes the node fresh,
+and the next round places the replicas again where they run (the engine kept, its
+fingerprint unchanged), unless another node already serves them: then the engine
+is stopped once the grace is over.
 """
 
 from __future__ import annotations
@@ -51,6 +60,13 @@ class ReportsForbidden(Exception):
     to its auth file and restarted, so the agent keeps trying then.)"""
 
 
+# Back from a time away: engines no longer placed are held this long (seconds).
+READOPT_GRACE = 30.0
+# No report for this many intervals (and a second) is a time away, though no report
+# failed: the agent itself was frozen (SIGSTOP, a suspended machine).
+AWAY_TICKS = 3
+
+
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
     node: str
@@ -70,6 +86,10 @@ class AgentConfig:
     # llama.cpp's server, as found at start (agent.binaries); None: not found, and a
     # llamacpp replica then fails saying where it was looked for.
     llamacpp_server: str | None = "llama-server"
+    # How long, back from a time away, an engine no longer placed is held (the module):
+    # two rounds' worth at the default 10 s intervals (the report, then the round that
+    # places it again, then this agent's next read of its placements), and a margin.
+    readopt_grace: float = READOPT_GRACE
 
 
 class Agent:
@@ -97,6 +117,12 @@ class Agent:
         self.looping = False
         self._send_replicas = True
         self._send_address = True
+        # Time away from the control plane (see the module): True until the first report.
+        self._away = True
+        self._last_contact: float | None = None
+        # Engines held back from a stop, and until when (the agent's clock).
+        self.held: dict[Key, float] = {}
+        self._held_logged: set[Key] = set()
 
     # -- the loop -------------------------------------------------------------
 
@@ -122,6 +148,9 @@ class Agent:
             self.stopping.wait(self.config.interval)
 
     def tick(self) -> None:
+        last = self._last_contact
+        if last is not None and self.clock() - last > AWAY_TICKS * self.config.interval + 1.0:
+            self._away = True  # no failed report, but no tick either: the agent was frozen
         self.observe()
         if not self.report():
             return
@@ -131,12 +160,20 @@ class Agent:
         self.worker_keys = {w.key for w in wants if w.worker}
         self.known_failed = {w.key for w in wants if w.server_state == "failed"}
         now = self.clock()
-        decision = decide(wants, self.haves(), self.inventory.devices, now, self.config.backoff)
+        placed = {w.key for w in wants}
+        self.held = {k: until for k, until in self.held.items() if until > now and k not in placed}
+        decision = decide(
+            wants, self.haves(), self.inventory.devices, now, self.config.backoff, hold=self.held
+        )
+        self._log_held(decision)
         self.apply(decision)
         if decision.starts:
             # Said at once, not at the next tick: an engine that loads within a tick
             # would otherwise go from placed to ready with its start never reported.
             self.report()
+        # Counted from the end of the tick: a tick's own work (stopping an engine takes
+        # up to stop_grace) is no time away.
+        self._last_contact = self.clock()
         log.debug(
             "agent.reconciled",
             placed=len(wants),
@@ -298,8 +335,8 @@ class Agent:
     def report(self) -> bool:
         try:
             self.server.report(self.config.node, self.report_body())
-            return True
         except Unreachable as exc:
+            self._away = True
             log.warning(
                 "agent.server_unreachable",
                 server=self.server.url,
@@ -320,7 +357,39 @@ class Agent:
             log.error("agent.report_refused", status=exc.status, detail=exc.detail)
             if exc.status == FORBIDDEN:
                 raise ReportsForbidden(exc.detail) from None
-        return False
+            return False
+        self._back()
+        return True
+
+    def _back(self) -> None:
+        """After a report went through: hold the engines running now if it ends a time away."""
+        now = self.clock()
+        if self._away and self.procs:
+            until = now + self.config.readopt_grace
+            self.held = dict.fromkeys(self.procs, until)
+            log.info(
+                "agent.back",
+                engines=len(self.procs),
+                hold_s=self.config.readopt_grace,
+                detail="engines no longer placed here are kept that long, for the "
+                "control plane to place them again where they run",
+            )
+        self._away = False
+
+    def _log_held(self, decision: Decision) -> None:
+        self._held_logged &= set(self.held)
+        for key in decision.held:
+            if key in self._held_logged:
+                continue
+            self._held_logged.add(key)
+            log.info(
+                "agent.stop_held",
+                model=key.model,
+                replica=key.replica,
+                until=self.held[key],
+                reason="no longer placed on this node, held after a time away from the "
+                "control plane: it may place the replica again here",
+            )
 
     def placements(self) -> list[Want] | None:
         try:
