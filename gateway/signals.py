@@ -35,10 +35,17 @@ WAKE_GAP_S = 0.5
 
 class Signals:
     def __init__(
-        self, state: State, servers: str | ServerList, token: str, interval_s: float
+        self,
+        state: State,
+        servers: str | ServerList,
+        token: str,
+        interval_s: float,
+        worker: int = 0,
     ) -> None:
         """``servers``: the follower's (one list: both stick to the same replica)."""
         self.state = state
+        # Who posts is the token's name and this number, as the control plane counts it.
+        self.worker = worker
         if isinstance(servers, str):
             servers = ServerList((servers.rstrip("/"),))
         self.servers = servers
@@ -78,7 +85,7 @@ class Signals:
             await self._post(windows[first : first + MAX_WINDOWS])
 
     async def _post(self, windows: list[dict[str, Any]]) -> None:
-        body = {"gateway": self.state.gateway_id, "windows": windows}
+        body = {"gateway": self.state.gateway_id, "worker": self.worker, "windows": windows}
         server, url = self.servers.current, self.url
         try:
             async with self.session.post(url, json=body) as resp:

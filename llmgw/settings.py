@@ -38,7 +38,9 @@ to the file, so ``--settings /etc/llmgw/llmgw.toml`` means the same from any dir
     max_headers = 100          # header lines; more is answered 431
     header_timeout = "10s"     # to send the request line and headers; then 408
     keep_alive_timeout = "5s"  # an idle connection is closed after this
-    max_connections = 800      # open at once; a new one beyond is answered 503
+    max_connections = 800      # open at once; then a new one takes an unserved one's place
+    body_timeout = "120s"      # for a request's whole body, from its head; then 408
+    body_min_rate = 1024       # bytes a second a body keeps up with after header_timeout
     # Where agents may say their engines answer, beside their own node's address.
     agent_endpoint_networks = ["10.0.0.0/8"]
 
@@ -100,6 +102,8 @@ KEYS: dict[str, dict[str, str]] = {
         "header_timeout": "positive",
         "keep_alive_timeout": "positive",
         "max_connections": "count",
+        "body_timeout": "positive",
+        "body_min_rate": "count",
         "agent_endpoint_networks": "networks",
     },
     "auth": {"file": "path", "reads_open": "bool"},
@@ -134,6 +138,9 @@ KEYS: dict[str, dict[str, str]] = {
         "port": "port",
         "gateway_id": "str",
         "max_body_mb": "number",
+        "max_answer_mb": "number",
+        "max_answer_time": "positive",
+        "slow_start": "duration",
         "attempts": "count",
         "connect_timeout": "positive",
         "read_timeout": "positive",
@@ -143,6 +150,7 @@ KEYS: dict[str, dict[str, str]] = {
         "tokenize_cache": "duration",
         "admin_open": "bool",
         "workers": "count",
+        "max_connections": "count",
     },
 }
 # The environment variable for each setting (flags are named after the key).
@@ -382,6 +390,8 @@ class Settings:
                 "header_timeout": _seconds(self.server.limits.header_timeout_s),
                 "keep_alive_timeout": _seconds(self.server.limits.keep_alive_timeout_s),
                 "max_connections": self.server.limits.max_connections,
+                "body_timeout": _seconds(self.server.limits.body_timeout_s),
+                "body_min_rate": self.server.limits.body_min_rate,
                 "agent_endpoint_networks": [str(n) for n in self.server.endpoints.networks],
             },
             "auth": {
@@ -403,7 +413,7 @@ def _seconds(value: float) -> str:
 def _limits(value: Any, defaults: HeadLimits) -> HeadLimits:
     """The request limits of ``[server]`` (httpguard); a refusal names the key."""
     counts = {}
-    for key in ("max_header_bytes", "max_headers", "max_connections"):
+    for key in ("max_header_bytes", "max_headers", "max_connections", "body_min_rate"):
         counts[key] = value("server", key, getattr(defaults, key))
         if counts[key] < 1:
             raise SettingsError(f"[server] {key} must be at least 1, not {counts[key]}")
@@ -413,6 +423,9 @@ def _limits(value: Any, defaults: HeadLimits) -> HeadLimits:
         ).total_seconds(),
         keep_alive_timeout_s=value(
             "server", "keep_alive_timeout", timedelta(seconds=defaults.keep_alive_timeout_s)
+        ).total_seconds(),
+        body_timeout_s=value(
+            "server", "body_timeout", timedelta(seconds=defaults.body_timeout_s)
         ).total_seconds(),
         **counts,
     )

@@ -56,8 +56,9 @@ def register(
         "--workers",
         type=int,
         metavar="N",
-        help="worker processes serving the port ([gateway] workers; default 1): one "
-        "process uses one core, so N up to the cores you give it; each follows the control "
-        "plane, posts its signals as ID-wN and shares /metrics with the others",
+        help="worker processes serving the port ([gateway] workers; default 1, at most 64): "
+        "one process uses one core, so N up to the cores you give it; each follows the "
+        "control plane, posts its signals as worker N (counted as TOKEN-NAME-wN) and "
+        "shares /metrics with the others",
     )
     p.set_defaults(run="gateway.command:cmd_gateway")
