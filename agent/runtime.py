@@ -119,6 +119,7 @@ class Agent:
         self.looping = False
         self._send_replicas = True
         self._send_address = True
+        self._send_profiles = True
         # Time away from the control plane (see the module): True until the first report.
         self._away = True
         self._last_contact: float | None = None
@@ -323,6 +324,9 @@ class Agent:
             body["address"] = self.config.advertise
         if self._send_replicas:
             body["replicas"] = self.replica_states()
+            if not self._send_profiles:
+                for entry in body["replicas"]:
+                    entry.pop("profile", None)
         return body
 
     def replica_states(self) -> list[dict[str, Any]]:
@@ -350,6 +354,11 @@ class Agent:
                 # A control plane older than registered addresses: report without it.
                 log.warning("agent.address_unsupported", detail=exc.detail)
                 self._send_address = False
+                return self.report()
+            if self._send_profiles and exc.status == 422 and "profile" in exc.detail:
+                # A control plane older than running copies: report without profiles.
+                log.warning("agent.profiles_unsupported", detail=exc.detail)
+                self._send_profiles = False
                 return self.report()
             if self._send_replicas and exc.status == 422 and "replicas" in exc.detail:
                 # A control plane older than replica states: report the node alone.
@@ -438,6 +447,7 @@ class Agent:
             replica=key.replica,
             fingerprint=want.fingerprint,
             version=want.version,
+            profile=want.launch.profile,
             engine=want.launch.engine,
             argv=(),
             pid=0,

@@ -31,6 +31,7 @@ from tests.support import model
 pytestmark = pytest.mark.postgres
 
 LEASE_S = 1.0
+TAKEOVER_LEASE_S = 60.0
 
 
 @pytest.fixture
@@ -79,7 +80,9 @@ def test_a_lapsed_lease_is_taken_under_the_next_epoch_and_the_old_leaders_writes
 ) -> None:
     placer = _placer(pg_engine)
     old = LeaseLeadership(pg_engine, LEASE_S, holder="replica-a")
-    new = LeaseLeadership(pg_engine, LEASE_S, holder="replica-b")
+    # The new leader's own lease is long: its round below must not outlast it on a busy
+    # machine (a 1 s lease lapsed under a round slowed by CPU load: LeadershipLost).
+    new = LeaseLeadership(pg_engine, TAKEOVER_LEASE_S, holder="replica-b")
     assert old.ensure()
     frozen = old.fence()  # what the old leader will write under when it wakes
     assert frozen is not None and frozen.epoch == 1
@@ -111,7 +114,9 @@ def test_an_old_leaders_serving_policy_record_is_fenced_too(pg_engine: Engine) -
     placer.serving = ServingProcess("serve", places=True, interval_s=1.0)
     placer.policy = StalenessPolicy(stale_after=timedelta(seconds=7))  # none recorded yet
     old = LeaseLeadership(pg_engine, LEASE_S, holder="replica-a")
-    new = LeaseLeadership(pg_engine, LEASE_S, holder="replica-b")
+    # The new leader's own lease is long: its round below must not outlast it on a busy
+    # machine (a 1 s lease lapsed under a round slowed by CPU load: LeadershipLost).
+    new = LeaseLeadership(pg_engine, TAKEOVER_LEASE_S, holder="replica-b")
     assert old.ensure()
     frozen = old.fence()
     assert frozen is not None
