@@ -92,3 +92,12 @@ def test_a_returning_nodes_engines_are_placed_again_there_ready(engine: Engine) 
     # The node's next report, of placed replicas only, clears what it ran unplaced.
     store.report([report("n1", running)], LOST + timedelta(seconds=3))
     assert store.state().lifecycle.running == ()
+
+
+def test_a_forgotten_node_takes_what_it_ran_unplaced_with_it(engine: Engine) -> None:
+    store = SchedulerStore(engine)
+    ghost = {"model": "llama", "replica": 0, "state": "ready", "version": "ab", "profile": "p"}
+    store.report([report("n1", [ghost])], T0)
+    assert [c.node for c in store.state().lifecycle.running] == ["n1"]
+    assert store.forget("n1")
+    assert store.state().lifecycle.running == ()
