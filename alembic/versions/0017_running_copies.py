@@ -1,7 +1,7 @@
 """Engines agents run that are not placed on their node: the ``running_copies`` table.
 
-Revision ID: 0016_running_copies
-Revises: 0015_leadership_lease
+Revision ID: 0017_running_copies
+Revises: 0016_token_limits
 Create Date: 2026-12-07
 
 A node silent for ``stale_after`` plus ``grace`` is given up and its replicas unplaced,
@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from alembic import op
 from events.database.tables import UTCDateTime
 
-revision: str = "0016_running_copies"
-down_revision: str | Sequence[str] | None = "0015_leadership_lease"
+revision: str = "0017_running_copies"
+down_revision: str | Sequence[str] | None = "0016_token_limits"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
