@@ -47,7 +47,7 @@ from itertools import count, islice
 from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.inputs import Lifecycle, ModelLifecycle
 from scheduler.planner.fleet.capacity import Capacity
-from scheduler.planner.fleet.fit import gpus_fit, memory_fits
+from scheduler.planner.fleet.fit import gpus_fit, memory_fits, selector_key
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Move, Placement
 from scheduler.planner.order import placement_order
@@ -102,7 +102,7 @@ def moves_for(
     replicas where one of the best-fitting few is, else to the best-fitting node."""
     if index is None:
         index = _Index(placements, domain or _by_node, required)
-    on_node, spread = index.on_node, index.spread
+    on_node = index.on_node
     blocked: set[str] = set()
     mobile = movable or {}
     if profile.nodes > 1:
@@ -116,7 +116,7 @@ def moves_for(
     # first, stopping once no node left can need as few moves as the best found: the
     # same answer as trying every node, for a fraction of the trials.
     trials: list[tuple[int, str, list[Placement]]] = []
-    for name in capacity.eligible(profile):
+    for name in capacity.eligible_names(profile):
         if name in avoid:
             continue
         bound = _candidates(
@@ -128,27 +128,17 @@ def moves_for(
     trials.sort(key=lambda t: (t[0], t[1]))
     best: tuple[tuple[int, int, str], tuple[Move, ...]] | None = None
     for least, name, candidates in trials:
-        if best is not None and least > best[0][0]:
-            break
-        trial = _Trial(frozenset((name,)))
-        try:
-            found = _clear(
-                name,
-                model,
-                profile,
-                capacity,
-                candidates=candidates,
-                budget=budget,
-                blocked_by_budget=blocked,
-                profiles=profiles,
-                spread=spread,
-                most=None if best is None else best[0][0],
-                near=index.near,
-                trial=trial,
-            )
-        finally:
-            # The spread counts are shared between the nodes tried: undo this node's trial.
-            trial.undo(spread)
+        if best is not None:
+            if least > best[0][0]:
+                break
+            lacks = max(profile.gpus_per_node - capacity.free_gpus(name), 0)
+            if least == best[0][0] and _cannot_beat(best[0], lacks, name):
+                continue
+        found = _clear_alone(
+            name, model, profile, capacity, index, candidates,
+            budget=budget, blocked=blocked, profiles=profiles,
+            most=None if best is None else best[0][0],
+        )  # fmt: skip
         if found is None:
             continue
         key = (len(found), sum(m.placement.gpus_per_node for m in found), name)
@@ -158,6 +148,80 @@ def moves_for(
         text = "no node can be cleared by moving replicas of equal or lower priority"
         return _refused(model, profile, text, blocked, why or {})
     return Defrag(model, profile.name, best[0][2], best[1], nodes=(best[0][2],))
+
+
+def _clear_alone(  # noqa: PLR0917
+    name: str,
+    model: str,
+    profile: PlacementProfile,
+    capacity: Capacity,
+    index: _Index,
+    candidates: list[Placement],
+    *,
+    budget: Mapping[str, int],
+    blocked: set[str],
+    profiles: Mapping[tuple[str, str], PlacementProfile],
+    most: int | None,
+) -> tuple[Move, ...] | None:
+    """``_clear`` of one node on its own, remembered for the round (``_Index.cleared``).
+
+    A single node's trial starts from nothing (its own ``_Trial``, the spread counts
+    restored after each), so its outcome depends only on the node, the replica's cards
+    and memory and the candidates, never on the model it is for (save the moves'
+    reason) or on the trials before it: the models left unplaced by a round, each
+    searching the same nodes, clear each of them once rather than once a model.
+
+    Remembered without ``most``: a node cleared in L moves is given up under ``most``
+    exactly when L > ``most`` (``_clear`` stops at the first fit, before counting
+    against ``most``), and one that cannot be cleared cannot under ``most`` either. The
+    budgets that stood in the way are remembered too, for the refusal."""
+    key = (name, profile.gpus_per_node, profile.min_memory_gb, *map(id, candidates))
+    known = index.cleared.get(key)
+    if known is None:
+        trial = _Trial(frozenset((name,)))
+        stood: set[str] = set()
+        try:
+            found = _clear(
+                name,
+                model,
+                profile,
+                capacity,
+                candidates=candidates,
+                budget=budget,
+                blocked_by_budget=stood,
+                profiles=profiles,
+                spread=index.spread,
+                most=None,
+                near=index.near,
+                trial=trial,
+            )
+        finally:
+            # The spread counts are shared between the nodes tried: undo this node's trial.
+            trial.undo(index.spread)
+        known = index.cleared[key] = (
+            None if found is None else tuple((m.placement, m.to) for m in found),
+            frozenset(stood),
+        )
+    moves, stood_in_the_way = known
+    blocked.update(stood_in_the_way)
+    if moves is None or (most is not None and len(moves) > most):
+        return None
+    reason = f"to make room for model {model}, profile {profile.name} on node {name}"
+    return tuple(Move(victim, to, reason) for victim, to in moves)
+
+
+def _cannot_beat(best: tuple[int, int, str], lacks: int, name: str) -> bool:
+    """Whether a node whose bound equals the best's moves can only lose to it, untried.
+
+    Its moves cannot be fewer than its bound (``_candidates``: the largest candidates
+    first free the most cards), and to fit, they free at least the cards it lacks; so
+    with that many moves it moves at least those cards, and a tie on both goes to the
+    name. Skipping such trials is what keeps a search from clearing (and failing to
+    clear) every node of equal bound once one is found: the answer is the same, and
+    the ``blocked`` models a skipped trial might have named are only said when nothing
+    is found at all."""
+    _, gpus, best_name = best
+    return lacks > gpus or (lacks == gpus and name > best_name)
 
 
 def _refused(
@@ -201,7 +265,7 @@ def _gang(
     as few moves as the best found; ties go to the fewest GPUs moved, then the node names."""
     size = profile.nodes
     by_fabric: dict[str, list[tuple[int, str, list[Placement]]]] = {}
-    for name in capacity.eligible(profile):
+    for name in capacity.eligible_names(profile):
         fabric = capacity.node(name).fabric
         if fabric is None or name in avoid:
             continue
@@ -305,10 +369,20 @@ class _Index:
         for p in placements:
             if len(p.nodes) == 1:
                 self.on_node.setdefault(p.nodes[0], []).append(p)
+        # In ``_candidates``' order once a round, rather than sorted again per search:
+        # a stable sort, filtered, is the filtered list sorted.
+        for here in self.on_node.values():
+            here.sort(key=_largest_first)
         self.spread = _Spread(placements, domain, required)
         # id(profile) -> its best-fitting nodes (``_destination``); the profiles are the
         # round's demands', alive as long as this index.
         self.near: dict[int, list[str]] = {}
+        # (node, cards, memory, candidates by identity) -> a single node's trial
+        # (``_clear_alone``). Like ``near``, it holds for one capacity and one set of
+        # budgets: an index serves the searches of one round's step, before any move.
+        self.cleared: dict[
+            tuple[object, ...], tuple[tuple[tuple[Placement, str], ...] | None, frozenset[str]]
+        ] = {}
 
 
 class _Spread:
@@ -373,8 +447,7 @@ def _candidates(  # noqa: PLR0917
             blocked.add(p.model)
             continue
         candidates.append(p)
-    # Largest first: the fewest moves free the most cards.
-    candidates.sort(key=lambda p: (-p.gpus_per_node, -p.memory_gb_per_node, p.model, p.replica))
+    # Largest first (``here`` is in that order already): the fewest moves free the most cards.
     need, freed, least = profile.gpus_per_node - gpus, 0, 0
     for p in candidates:
         if freed >= need:
@@ -384,6 +457,10 @@ def _candidates(  # noqa: PLR0917
     if freed < need:
         return None
     return least, candidates
+
+
+def _largest_first(p: Placement) -> tuple[int, int, str, int]:
+    return (-p.gpus_per_node, -p.memory_gb_per_node, p.model, p.replica)
 
 
 def _clear(
@@ -626,6 +703,8 @@ def defragment(
     required = {d.model for d in demands if d.spread_required}
     # Built once for every search of the round (a search moves and restores its counts).
     index: _Index | None = None
+    # ``_fits_in_total`` by what it reads: capacity does not change until a move starts.
+    totals: dict[tuple[object, ...], bool] = {}
     # A model in a rollout is moved by nothing else meanwhile.
     for model in rolling:
         movable[model] = False
@@ -637,7 +716,7 @@ def defragment(
         refusals = []
         for profile in tried:
             # Said nothing of when defragmenting cannot help: what the counts say is why.
-            if not _fits_in_total(profile, capacity):
+            if not _fits_in_total(profile, capacity, totals):
                 continue
             found = moves_for(
                 demand.model,
@@ -695,17 +774,36 @@ def defragment(
     return out
 
 
-def _fits_in_total(profile: PlacementProfile, capacity: Capacity) -> bool:
+def _fits_in_total(
+    profile: PlacementProfile, capacity: Capacity, known: dict[tuple[object, ...], bool]
+) -> bool:
     """Whether the free cards of the profile's eligible nodes add up to one replica; for a
     gang, those of one fabric, among at least ``profile.nodes`` of its nodes large enough
-    to hold a share each."""
+    to hold a share each.
+
+    ``known``: the answers so far, by what they read (class, labels, cards, nodes), for
+    a capacity that has not changed since: one scan of the eligible nodes per shape, not
+    per unplaced profile (which grew with the fleet times the models left unplaced)."""
     if profile.gpus_per_node == 0:
         return False  # a CPU replica needs no cards: nothing to gain by moving others
+    key = (
+        profile.gpu_class,
+        selector_key(profile.node_selector),
+        profile.gpus_per_node,
+        profile.nodes,
+    )
+    answer = known.get(key)
+    if answer is None:
+        answer = known[key] = _fits_in_total_now(profile, capacity)
+    return answer
+
+
+def _fits_in_total_now(profile: PlacementProfile, capacity: Capacity) -> bool:
     if profile.nodes > 1:
         need = profile.gpus_per_node * profile.nodes
         # fabric -> (free cards, nodes with enough cards in all)
         fabrics: dict[str, tuple[int, int]] = {}
-        for name in capacity.eligible(profile):
+        for name in capacity.eligible_names(profile):
             n = capacity.node(name)
             if n.fabric is None or n.gpus - n.gpus_reserved < profile.gpus_per_node:
                 continue
@@ -718,7 +816,7 @@ def _fits_in_total(profile: PlacementProfile, capacity: Capacity) -> bool:
                 return True
         return False
     total = 0
-    for name in capacity.eligible(profile):
+    for name in capacity.eligible_names(profile):
         total += capacity.free_gpus(name)
         if total >= profile.gpus_per_node:
             return True
