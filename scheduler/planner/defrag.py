@@ -111,39 +111,42 @@ def moves_for(
             priorities=priorities, budget=budget, profiles=profiles, movable=mobile,
             why=why or {}, avoid=avoid, blocked=blocked,
         )  # fmt: skip
-    # First the cheap part for every node: which replicas could go, and the fewest of them
-    # that free enough cards (a lower bound on the moves). Then the trials, fewest bound
-    # first, stopping once no node left can need as few moves as the best found: the
-    # same answer as trying every node, for a fraction of the trials.
-    trials: list[tuple[int, str, list[Placement]]] = []
-    for name in capacity.eligible_names(profile):
+    # Every node is searched once a round for each shape and priority (``_Search``), as
+    # if for a model running nowhere: a model's own replicas are never its candidates,
+    # so only the nodes running one of them are searched again for it. The answer is the
+    # least (moves, GPUs moved, name) of the nodes that can be cleared, whatever order
+    # they are tried in (each trial starts from nothing), so the nodes searched for
+    # nobody in particular give it for every model that runs none of its replicas there.
+    search = _Search.of(profile, priority, capacity, index, priorities, mobile, budget, profiles)
+    mine = index.hosts.get(model, frozenset()) & search.eligible
+    best: tuple[tuple[int, int, str], tuple[Move, ...]] | None = None
+    for key, pairs in search.cleared:
+        if key[2] not in mine and key[2] not in avoid:
+            reason = f"to make room for model {model}, profile {profile.name} on node {key[2]}"
+            best = (key, tuple(Move(victim, to, reason) for victim, to in pairs))
+            break
+    for name in sorted(mine):
         if name in avoid:
             continue
         bound = _candidates(
             name, model, priority, profile, capacity, on_node.get(name, []),
             priorities=priorities, movable=mobile, blocked=blocked,
         )  # fmt: skip
-        if bound is not None:
-            trials.append((bound[0], name, bound[1]))
-    trials.sort(key=lambda t: (t[0], t[1]))
-    best: tuple[tuple[int, int, str], tuple[Move, ...]] | None = None
-    for least, name, candidates in trials:
-        if best is not None:
-            if least > best[0][0]:
-                break
-            lacks = max(profile.gpus_per_node - capacity.free_gpus(name), 0)
-            if least == best[0][0] and _cannot_beat(best[0], lacks, name):
-                continue
+        if bound is None:
+            continue
         found = _clear_alone(
-            name, model, profile, capacity, index, candidates,
-            budget=budget, blocked=blocked, profiles=profiles,
-            most=None if best is None else best[0][0],
+            name, model, profile, capacity, index, bound[1],
+            budget=budget, blocked=blocked, profiles=profiles, most=None,
         )  # fmt: skip
         if found is None:
             continue
         key = (len(found), sum(m.placement.gpus_per_node for m in found), name)
         if best is None or key < best[0]:
             best = (key, found)
+    if best is None:
+        # What stood in the way on the other nodes: every search of them found nothing.
+        skipped = mine | (search.eligible & frozenset(avoid))
+        blocked.update(search.blocked_without(skipped))
     if best is None:
         text = "no node can be cleared by moving replicas of equal or lower priority"
         return _refused(model, profile, text, blocked, why or {})
@@ -208,20 +211,6 @@ def _clear_alone(  # noqa: PLR0917
         return None
     reason = f"to make room for model {model}, profile {profile.name} on node {name}"
     return tuple(Move(victim, to, reason) for victim, to in moves)
-
-
-def _cannot_beat(best: tuple[int, int, str], lacks: int, name: str) -> bool:
-    """Whether a node whose bound equals the best's moves can only lose to it, untried.
-
-    Its moves cannot be fewer than its bound (``_candidates``: the largest candidates
-    first free the most cards), and to fit, they free at least the cards it lacks; so
-    with that many moves it moves at least those cards, and a tie on both goes to the
-    name. Skipping such trials is what keeps a search from clearing (and failing to
-    clear) every node of equal bound once one is found: the answer is the same, and
-    the ``blocked`` models a skipped trial might have named are only said when nothing
-    is found at all."""
-    _, gpus, best_name = best
-    return lacks > gpus or (lacks == gpus and name > best_name)
 
 
 def _refused(
@@ -377,12 +366,100 @@ class _Index:
         # id(profile) -> its best-fitting nodes (``_destination``); the profiles are the
         # round's demands', alive as long as this index.
         self.near: dict[int, list[str]] = {}
+        # model -> the nodes running one of its single-node replicas.
+        self.hosts: dict[str, frozenset[str]] = {}
+        hosts: dict[str, set[str]] = {}
+        for name, here in self.on_node.items():
+            for p in here:
+                hosts.setdefault(p.model, set()).add(name)
+        self.hosts = {model: frozenset(names) for model, names in hosts.items()}
+        # (class, labels, cards, memory, priority) -> every eligible node searched (``_Search``).
+        self.searches: dict[tuple[object, ...], _Search] = {}
         # (node, cards, memory, candidates by identity) -> a single node's trial
         # (``_clear_alone``). Like ``near``, it holds for one capacity and one set of
         # budgets: an index serves the searches of one round's step, before any move.
         self.cleared: dict[
             tuple[object, ...], tuple[tuple[tuple[Placement, str], ...] | None, frozenset[str]]
         ] = {}
+
+
+# A model name no model has: ``_Search`` looks for replicas to move for nobody in particular.
+_NOBODY = "\0"
+
+
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """Every eligible node of one shape searched for a replica of one priority, as if for a
+    model with no replicas there: which can be cleared, and what stood in the way.
+
+    ``cleared``: ((moves, GPUs moved, node), the moves as (victim, destination)), least
+    first; ``blocked``: per model, on how many nodes it stood in the way (not movable, or
+    out of budget), and ``blocked_on``: on which, by node, to take a node's share out."""
+
+    eligible: frozenset[str]
+    cleared: tuple[tuple[tuple[int, int, str], tuple[tuple[Placement, str], ...]], ...]
+    blocked: Counter[str]
+    blocked_on: dict[str, frozenset[str]]
+
+    @staticmethod
+    def of(  # noqa: PLR0917
+        profile: PlacementProfile,
+        priority: int,
+        capacity: Capacity,
+        index: _Index,
+        priorities: Mapping[str, int],
+        movable: Mapping[str, bool],
+        budget: Mapping[str, int],
+        profiles: Mapping[tuple[str, str], PlacementProfile],
+    ) -> _Search:
+        """The round's search for this shape and priority, made on first use: O(N) once.
+
+        Holds for the one capacity, priorities, movability and budgets of the round's
+        step, as ``_Index.near`` and ``_Index.cleared`` do."""
+        key = (
+            profile.gpu_class,
+            selector_key(profile.node_selector),
+            profile.gpus_per_node,
+            profile.min_memory_gb,
+            priority,
+        )
+        known = index.searches.get(key)
+        if known is not None:
+            return known
+        names = capacity.eligible_names(profile)
+        cleared = []
+        blocked: Counter[str] = Counter()
+        blocked_on: dict[str, frozenset[str]] = {}
+        for name in names:
+            stood: set[str] = set()
+            bound = _candidates(
+                name, _NOBODY, priority, profile, capacity, index.on_node.get(name, []),
+                priorities=priorities, movable=movable, blocked=stood,
+            )  # fmt: skip
+            if bound is not None:
+                found = _clear_alone(
+                    name, _NOBODY, profile, capacity, index, bound[1],
+                    budget=budget, blocked=stood, profiles=profiles, most=None,
+                )  # fmt: skip
+                if found is not None:
+                    pairs = tuple((m.placement, m.to) for m in found)
+                    moved = sum(m.placement.gpus_per_node for m in found)
+                    cleared.append(((len(found), moved, name), pairs))
+            if stood:
+                blocked.update(stood)
+                blocked_on[name] = frozenset(stood)
+        cleared.sort(key=lambda c: c[0])
+        search = index.searches[key] = _Search(
+            frozenset(names), tuple(cleared), blocked, blocked_on
+        )
+        return search
+
+    def blocked_without(self, nodes: Collection[str]) -> list[str]:
+        """The models that stood in the way on some eligible node not among ``nodes``."""
+        left = Counter(self.blocked)
+        for name in nodes:
+            left.subtract(self.blocked_on.get(name, ()))
+        return [model for model, n in left.items() if n > 0]
 
 
 class _Spread:
