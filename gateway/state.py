@@ -10,7 +10,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 from gateway.metrics import Metrics
+from gateway.stages.quota import Quotas
 from gateway.stages.routing import Load, joined, predicted_ttft, ramp
 from gateway.stages.setaside import SetAside
 from gateway.table import Table
@@ -21,10 +23,12 @@ RECENT = 20
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    """A client token: its name (logged) and the models it may use (None: all)."""
+    """A client token: its name (logged), the models it may use (None: all) and its
+    limits (gateway.stages.quota enforces them)."""
 
     name: str
     models: tuple[str, ...] | None
+    limits: ClientLimits = NO_LIMITS
 
 
 class State:
@@ -42,6 +46,8 @@ class State:
         self.windows = Windows(time.monotonic(), time.time())
         # sha256 -> client; replaced whole by the follower.
         self.clients: dict[str, Client] = {}
+        # What the limited client tokens' limits count (gateway.stages.quota).
+        self.quotas = Quotas()
         # sha256 -> name of the cluster's operator and reader tokens: who may read
         # /metrics and /routing. Replaced whole by the follower.
         self.readers: dict[str, str] = {}

@@ -23,6 +23,14 @@ from typing import Any
 from sqlalchemy import Engine, Table, Text, TypeDecorator, func, insert, select, type_coerce, update
 
 from catalog.errors import CatalogError
+from catalog.forms.client_limits import (
+    NO_LIMITS,
+    ClientLimits,
+    LimitChange,
+    LimitError,
+    apply,
+    from_json,
+)
 from catalog.reading.documents import Limits, read_json
 from events.core.token_change import TokenChange, event_for
 from events.database.tables import TokenRow
@@ -44,6 +52,7 @@ class TokenRecord:
     sha256: str
     nodes: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
+    limits: ClientLimits = NO_LIMITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +149,50 @@ def revoke(log: SqlLog, name: str, *, actor: str, reason: str = "") -> Revoked |
         return Revoked(change, str(sha256))
 
 
+@dataclass(frozen=True, slots=True)
+class LimitsChanged:
+    change: TokenChange
+    position: int
+
+
+def set_limits(
+    log: SqlLog, name: str, change: LimitChange, *, actor: str, reason: str = ""
+) -> LimitsChanged | None:
+    """Change the limits of the client token in force named ``name`` and append
+    ``token.limits_changed`` (before and after); None when no token of that name is in
+    force. A change that changes nothing appends nothing (``position`` 0)."""
+    with log.writing() as section:
+        assert isinstance(section, SqlLockedLog)
+        rows = section.execute(
+            select(t.c.id, t.c.role, t.c.limits).where(t.c.name == name, t.c.revoked_at.is_(None))
+        )
+        if not rows:
+            return None
+        row_id, role, stored = rows[0]
+        if role != "client":
+            raise TokenClash(f"token {name!r} has the {role} role: only a client token has limits")
+        try:
+            before = from_json(read_json(stored, "limits", _LIST_LIMITS))
+        except (CatalogError, LimitError):
+            # A damaged column is replaced whole by what the change gives.
+            before = NO_LIMITS
+        try:
+            after = apply(before, change)
+        except LimitError as exc:
+            raise TokenClash(str(exc)) from None
+        done = TokenChange(name, str(role), limits=after, before=before)
+        if after == before:
+            return LimitsChanged(done, 0)
+        appended = section.append([event_for(done)], expected_head=None, actor=actor, reason=reason)
+        event = appended.events[0]
+        section.execute(
+            update(t)
+            .where(t.c.id == row_id)
+            .values(limits=json.dumps(after.to_json()), revision=event.position)
+        )
+        return LimitsChanged(done, event.position)
+
+
 def read_tokens(engine: Engine, *, revoked: bool = False) -> list[StoredToken]:
     """The table's rows in issue order: those in force, and with ``revoked`` the rest.
 
@@ -163,7 +216,8 @@ def _issue(
     section: SqlLockedLog, records: Sequence[TokenRecord], via: str, actor: str, reason: str
 ) -> list[int]:
     changes = [
-        TokenChange(r.name, r.role, nodes=r.nodes, models=r.models, via=via) for r in records
+        TokenChange(r.name, r.role, nodes=r.nodes, models=r.models, via=via, limits=r.limits)
+        for r in records
     ]
     appended = section.append(
         [event_for(c) for c in changes], expected_head=None, actor=actor, reason=reason
@@ -176,6 +230,7 @@ def _issue(
                 sha256=record.sha256,
                 nodes=json.dumps(list(record.nodes)),
                 models=json.dumps(list(record.models)),
+                limits=json.dumps(record.limits.to_json()),
                 issued_at=event.recorded_at,
                 issued_by=actor,
                 revision=event.position,
@@ -248,6 +303,12 @@ def _stored(row: Any) -> StoredToken:
             problems.append(f"{key} is not a JSON list of names")
             continue
         lists[key] = tuple(value)
+    limits = NO_LIMITS
+    try:
+        raw = row["limits"]
+        limits = from_json(read_json(raw, "limits", _LIST_LIMITS) if isinstance(raw, str) else 0)
+    except (CatalogError, LimitError) as exc:
+        problems.append(f"limits cannot be read ({exc})"[:300])
     times: dict[str, datetime | None] = {}
     for key in _TIMES:
         try:
@@ -260,7 +321,7 @@ def _stored(row: Any) -> StoredToken:
     if not isinstance(revision, int):
         problems.append("revision is not a number")
     record = TokenRecord(
-        texts["name"], texts["role"], texts["sha256"], lists["nodes"], lists["models"]
+        texts["name"], texts["role"], texts["sha256"], lists["nodes"], lists["models"], limits
     )
     return StoredToken(
         id=int(row["id"]),

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog.definition.identifiers import MODEL_NAME, NODE_NAME
+from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 
 TOKEN_PREFIX = "llmgw_"
 # What a gateway token may read (path prefixes): the catalog, the placements, the event
@@ -81,6 +82,8 @@ class TokenEntry:
     nodes: tuple[str, ...] = ()
     # A client token's models (names or aliases); empty: every model.
     models: tuple[str, ...] = ()
+    # A client token's limits (only the database's tokens have any: `llmgw token limits`).
+    limits: ClientLimits = NO_LIMITS
 
     @classmethod
     def of(cls, data: dict[str, Any], where: str) -> TokenEntry:
@@ -116,6 +119,7 @@ class TokenEntry:
         where: str,
         *,
         models: tuple[str, ...] = (),
+        limits: ClientLimits = NO_LIMITS,
     ) -> TokenEntry:
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
             raise TokenConfigError(
@@ -158,7 +162,12 @@ class TokenEntry:
             problem = MODEL_NAME.problem(model)
             if problem is not None:
                 raise TokenConfigError(f"{where}: token {name!r}: model {model!r} {problem}")
-        return cls(name, parsed_role, digest, nodes, models)
+        if not limits.empty and parsed_role is not Role.CLIENT:
+            raise TokenConfigError(
+                f"{where}: token {name!r} has the {parsed_role.value} role and cannot have "
+                "limits (--rpm, --tpm, --max-inflight, --budget); only client tokens do"
+            )
+        return cls(name, parsed_role, digest, nodes, models, limits)
 
     def to_toml(self) -> str:
         lines = ["[[tokens]]", f'name = "{self.name}"', f'role = "{self.role.value}"']
@@ -283,11 +292,21 @@ class IssuedToken:
 
 
 def issue_token(
-    name: str, role: str, nodes: Iterable[str] = (), models: Iterable[str] = ()
+    name: str,
+    role: str,
+    nodes: Iterable[str] = (),
+    models: Iterable[str] = (),
+    limits: ClientLimits = NO_LIMITS,
 ) -> IssuedToken:
     """A fresh random token and the entry (holding only its hash) to configure."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     entry = TokenEntry.checked(
-        name, role, digest(token), tuple(nodes), "llmgw token new", models=tuple(models)
+        name,
+        role,
+        digest(token),
+        tuple(nodes),
+        "llmgw token new",
+        models=tuple(models),
+        limits=limits,
     )
     return IssuedToken(token, entry)
