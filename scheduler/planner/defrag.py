@@ -29,7 +29,11 @@ while a move is under way no other is planned, so each is a surge of a few
 replicas whose effect the next rounds can see.
 
 Cost: O(N x k log k) for N nodes of the profile's class and k replicas per node, plus
-O(m x L log N) per candidate move (best-fit search for its destination). A gang of g
+O(m x L log N) per candidate move (best-fit search for its destination). Within a
+round's step that is paid once per shape and priority (``_Search``) and each node's
+trial once (``_Index.cleared``): a further model searching the same shape costs only
+the nodes running its own replicas, so the many models a large fleet leaves unplaced
+no longer make the step O(N) each. A gang of g
 nodes adds a sort of each fabric's nodes (O(N log N) in all) and, per fabric tried,
 at most ``_RETRIES`` trials of g nodes; fabrics are tried by their lower bound and the
 search stops at the first that cannot beat the best, so most fabrics cost only their
