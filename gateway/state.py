@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.metrics import Metrics
+from gateway.stages.queue import STANDARD, ModelQueue
 from gateway.stages.routing import Load, predicted_ttft
 from gateway.stages.setaside import SetAside
 from gateway.table import Table
@@ -21,10 +23,13 @@ RECENT = 20
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    """A client token: its name (logged) and the models it may use (None: all)."""
+    """A client token: its name (logged), the models it may use (None: all), and where
+    it stands in a full model's queue (its priority class and share)."""
 
     name: str
     models: tuple[str, ...] | None
+    priority_class: str = STANDARD
+    share: float = 1.0
 
 
 class State:
@@ -47,6 +52,10 @@ class State:
         self.last_error = ""
         self.changed = asyncio.Event()  # set (and replaced) on each new table
         self.wake_signals = asyncio.Event()  # a request started waiting: post now
+        # model -> its queue, made when a request first waits for a full model's slot.
+        self.queues: dict[str, ModelQueue] = {}
+        # Called after each new table is installed (the proxy wakes its queues' waiters).
+        self.installed: list[Callable[[], None]] = []
 
     def install(self, table: Table) -> None:
         """A new table: requests from now on route by it; waiters are woken."""
@@ -59,6 +68,8 @@ class State:
             self.metrics.ready_replicas.labels(model).set(len(table.ready.get(model, ())))
         changed, self.changed = self.changed, asyncio.Event()
         changed.set()
+        for hook in self.installed:
+            hook()
 
     def load(self, key: str) -> Load:
         found = self.loads.get(key)
@@ -95,6 +106,7 @@ class State:
                         "set_aside_for_s": round(load.set_aside_until - now, 3) if aside else None,
                         "failures": self.aside.count(r.key),
                         "inflight": load.inflight,
+                        "slots": r.slots or None,
                         "weight": r.weight,
                         "effective_context_length": r.context,
                         "context_detail": r.context_detail,
@@ -110,6 +122,7 @@ class State:
                 "starting": self.table.coming.get(name, 0),
                 "replicas": replicas,
                 "recent": list(self.recent.get(name, ())),
+                "queue": self.queues[name].snapshot(now) if name in self.queues else None,
             }
         return {
             "gateway": self.gateway_id,

@@ -140,6 +140,10 @@ KEYS: dict[str, dict[str, str]] = {
         "tokenize_cache": "duration",
         "admin_open": "bool",
         "workers": "count",
+        "queue_max_length": "count",
+        "queue_max_wait": "positive",
+        "queue_starvation": "positive",
+        "slot_share": "positive",
     },
 }
 # The environment variable for each setting (flags are named after the key).
