@@ -31,6 +31,7 @@ import structlog
 from catalog.definition.model import Model
 from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
+from gateway.stages.queue import CLASSES, MAX_SHARE, STANDARD
 from gateway.state import Client, State
 from gateway.table import build
 
@@ -121,7 +122,7 @@ class Follower:
             listed = (
                 tuple(m for m in models if isinstance(m, str)) if isinstance(models, list) else ()
             )
-            clients[digest] = Client(name, listed or None)
+            clients[digest] = Client(name, listed or None, *_place(entry))
         self.state.clients = clients
 
     async def read_readers(self) -> None:
@@ -268,3 +269,14 @@ def _is_token_event(data: bytes) -> bool:
         return False
     kind = event.get("type") if isinstance(event, dict) else None
     return isinstance(kind, str) and kind.startswith("token.")
+
+
+def _place(entry: dict[str, Any]) -> tuple[str, float]:
+    """A client token's priority class and share in the feed; what is not one (an older
+    control plane's feed says neither) is the default, standard and 1."""
+    klass, share = entry.get("priority_class"), entry.get("share")
+    if klass not in CLASSES:
+        klass = STANDARD
+    if type(share) is not int or not 1 <= share <= MAX_SHARE:
+        share = 1
+    return str(klass), float(share)

@@ -386,9 +386,10 @@ class GatewayApp:
         )
 
 
-# The OpenAI SDKs send their timeout (seconds) in this header; a request waits in a full
-# model's queue no longer than that (nor than [gateway] queue_max_wait).
-TIMEOUT_HEADER = b"x-stainless-timeout"
+# The OpenAI SDKs send their read timeout (seconds) in this header: how long the client
+# waits for an answer. A request waits in a full model's queue no longer than that (nor
+# than [gateway] queue_max_wait): a client that gave up must not hold a place.
+TIMEOUT_HEADER = b"x-stainless-read-timeout"
 PRIORITY_HEADER = b"x-llmgw-priority-class"
 
 

@@ -143,7 +143,7 @@ KEYS: dict[str, dict[str, str]] = {
         "queue_max_length": "count",
         "queue_max_wait": "positive",
         "queue_starvation": "positive",
-        "slot_share": "positive",
+        "slot_share": "number",
     },
 }
 # The environment variable for each setting (flags are named after the key).

@@ -29,6 +29,10 @@ MAX_SCOPE = 10_000
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 _ROLE = re.compile(r"[a-z]{1,32}")
 VIA = frozenset({"new", "import"})
+# A client token's priority classes at the gateway's queue (gateway.stages.queue.CLASSES),
+# and the largest share one may have.
+PRIORITY_CLASSES = ("critical", "standard", "batch")
+MAX_SHARE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,10 @@ class TokenChange:
     models: tuple[str, ...] = ()
     # How an issued token came: "new" (`llmgw token new`) or "import" (from an auth file).
     via: str = "new"
+    # A client token's place in a full model's queue; in the payload only when not the
+    # defaults, so every event written before reads as it did.
+    priority_class: str = "standard"
+    share: int = 1
 
     @property
     def type(self) -> str:
@@ -54,6 +62,8 @@ class TokenChange:
             scope = f", nodes {','.join(self.nodes)}"
         elif self.models:
             scope = f", models {','.join(self.models)}"
+        if self.priority_class != "standard" or self.share != 1:
+            scope += f", class {self.priority_class}, share {self.share}"
         if self.revoked:
             return f"token {self.name} ({self.role}) revoked"
         how = " (imported from an auth file)" if self.via == "import" else ""
@@ -62,13 +72,17 @@ class TokenChange:
     def payload(self) -> dict[str, Any]:
         if self.revoked:
             return {"name": self.name, "role": self.role}
-        return {
+        payload: dict[str, Any] = {
             "name": self.name,
             "role": self.role,
             "nodes": list(self.nodes),
             "models": list(self.models),
             "via": self.via,
         }
+        if self.priority_class != "standard" or self.share != 1:
+            payload["priority_class"] = self.priority_class
+            payload["share"] = self.share
+        return payload
 
 
 def event_for(change: TokenChange) -> NewEvent:
@@ -104,4 +118,17 @@ def check_token_change(event_type: str, payload: dict[str, Any]) -> TokenChange:
     via = payload.get("via", "new")
     if via not in VIA:
         raise UnreadableEvent(f"payload via of token {name!r} is not one of {sorted(VIA)}")
-    return TokenChange(name, role, nodes=scope["nodes"], models=scope["models"], via=str(via))
+    klass, share = payload.get("priority_class", "standard"), payload.get("share", 1)
+    if klass not in PRIORITY_CLASSES:
+        raise UnreadableEvent(f"payload priority_class of token {name!r} is not a class")
+    if type(share) is not int or not 1 <= share <= MAX_SHARE:
+        raise UnreadableEvent(f"payload share of token {name!r} is not a share")
+    return TokenChange(
+        name,
+        role,
+        nodes=scope["nodes"],
+        models=scope["models"],
+        via=str(via),
+        priority_class=str(klass),
+        share=share,
+    )

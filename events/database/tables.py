@@ -206,6 +206,9 @@ class TokenRow(Base):
     # JSON lists of names: the nodes an agent token reports, the models a client token uses.
     nodes: Mapped[str] = mapped_column(Text, server_default="[]")
     models: Mapped[str] = mapped_column(Text, server_default="[]")
+    # A client token's place in a full model's queue at the gateway (gateway.stages.queue).
+    priority_class: Mapped[str] = mapped_column(String(16), server_default="standard")
+    share: Mapped[int] = mapped_column(Integer, server_default="1")
     issued_at: Mapped[datetime] = mapped_column(UTCDateTime())
     issued_by: Mapped[str] = mapped_column(String(255))
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

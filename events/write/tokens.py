@@ -44,6 +44,8 @@ class TokenRecord:
     sha256: str
     nodes: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
+    priority_class: str = "standard"
+    share: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +165,16 @@ def _issue(
     section: SqlLockedLog, records: Sequence[TokenRecord], via: str, actor: str, reason: str
 ) -> list[int]:
     changes = [
-        TokenChange(r.name, r.role, nodes=r.nodes, models=r.models, via=via) for r in records
+        TokenChange(
+            r.name,
+            r.role,
+            nodes=r.nodes,
+            models=r.models,
+            via=via,
+            priority_class=r.priority_class,
+            share=r.share,
+        )
+        for r in records
     ]
     appended = section.append(
         [event_for(c) for c in changes], expected_head=None, actor=actor, reason=reason
@@ -176,6 +187,8 @@ def _issue(
                 sha256=record.sha256,
                 nodes=json.dumps(list(record.nodes)),
                 models=json.dumps(list(record.models)),
+                priority_class=record.priority_class,
+                share=record.share,
                 issued_at=event.recorded_at,
                 issued_by=actor,
                 revision=event.position,
@@ -255,12 +268,25 @@ def _stored(row: Any) -> StoredToken:
         except (TypeError, ValueError):
             problems.append(f"{key} is not a time")
             times[key] = None
+    priority_class, share = row["priority_class"], row["share"]
+    if not isinstance(priority_class, str):
+        problems.append("priority_class is not text")
+        priority_class = "standard"
+    if not isinstance(share, int) or isinstance(share, bool) or share < 1:
+        problems.append("share is not a positive whole number")
+        share = 1
     revoked_by = row["revoked_by"]
     revision = row["revision"]
     if not isinstance(revision, int):
         problems.append("revision is not a number")
     record = TokenRecord(
-        texts["name"], texts["role"], texts["sha256"], lists["nodes"], lists["models"]
+        texts["name"],
+        texts["role"],
+        texts["sha256"],
+        lists["nodes"],
+        lists["models"],
+        priority_class,
+        share,
     )
     return StoredToken(
         id=int(row["id"]),

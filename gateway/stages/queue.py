@@ -41,6 +41,8 @@ from gateway.table import Replica
 CRITICAL, STANDARD, BATCH = "critical", "standard", "batch"
 CLASSES = (CRITICAL, STANDARD, BATCH)
 RANK = {name: i for i, name in enumerate(CLASSES)}
+# The largest share a client token may have (the control plane refuses more).
+MAX_SHARE = 1000
 # What a request that has never completed is charged when it leaves the queue (tokens):
 # about a short chat turn; corrected when it completes.
 FIRST_GUESS = 64.0

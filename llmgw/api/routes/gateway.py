@@ -41,13 +41,20 @@ async def _fresh(call: Caller) -> None:
     responses=errors(401, 403),
     openapi_extra=SECURED,
     tags=["gateway"],
-    summary="The client tokens' names, models and SHA-256 (for `llmgw gateway`)",
+    summary="The client tokens' names, models, priority classes, shares and SHA-256 "
+    "(for `llmgw gateway`)",
 )
 async def client_tokens(call: Gateway) -> Response:
     await _fresh(call)
     return ApiJSON(
         [
-            {"name": e.name, "sha256": e.sha256, "models": list(e.models)}
+            {
+                "name": e.name,
+                "sha256": e.sha256,
+                "models": list(e.models),
+                "priority_class": e.priority_class,
+                "share": e.share,
+            }
             for e in call.svc.book.clients()
         ]
     )

@@ -43,7 +43,15 @@ def _actor(args: argparse.Namespace) -> str:
 def _record(entry: TokenEntry) -> Any:
     from events.write.tokens import TokenRecord
 
-    return TokenRecord(entry.name, entry.role.value, entry.sha256, entry.nodes, entry.models)
+    return TokenRecord(
+        entry.name,
+        entry.role.value,
+        entry.sha256,
+        entry.nodes,
+        entry.models,
+        entry.priority_class,
+        entry.share,
+    )
 
 
 def cmd_token_new(app: App, args: argparse.Namespace) -> int:
@@ -51,7 +59,14 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
 
     try:
         models = [m.strip() for m in args.models.split(",") if m.strip()]
-        issued = issue_token(args.name, args.role, args.node, models)
+        issued = issue_token(
+            args.name,
+            args.role,
+            args.node,
+            models,
+            priority_class=args.priority_class,
+            share=args.share,
+        )
     except TokenConfigError as exc:
         raise Refused(str(exc)) from None
     entry = issued.entry
@@ -79,6 +94,8 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
                 "role": entry.role.value,
                 "nodes": list(entry.nodes),
                 "models": list(entry.models),
+                "priority_class": entry.priority_class,
+                "share": entry.share,
                 "token": issued.token,
                 "sha256": entry.sha256,
                 "stored": stored,
@@ -119,6 +136,8 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
                 "role": r.role,
                 "nodes": list(r.nodes),
                 "models": list(r.models),
+                "priority_class": r.priority_class,
+                "share": r.share,
                 "sha256": r.sha256[:12],
                 "source": "database",
                 "issued_by": row.issued_by,
@@ -143,6 +162,8 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
                 "role": e.role.value,
                 "nodes": list(e.nodes),
                 "models": list(e.models),
+                "priority_class": e.priority_class,
+                "share": e.share,
                 "sha256": e.sha256[:12],
                 "source": source,
             }
@@ -151,7 +172,7 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
-    headers = ["name", "role", "nodes", "models", "sha256", "source"]
+    headers = ["name", "role", "nodes", "models", "priority_class", "share", "sha256", "source"]
     if args.all:
         headers.append("revoked_at")
     sys.stdout.write(
