@@ -125,6 +125,9 @@ class Proxy:
         self.state = state
         self.upstream = upstream
         self.settings = settings
+        # This process's part of each replica's slots: the gateway's ([gateway]
+        # slot_share), split evenly between its workers (each counts its own in flight).
+        self.share = settings.slot_share / max(settings.workers, 1)
         # A new table may bring replicas with free slots: the queues' waiters take them.
         state.installed.append(self.pump_all)
 
@@ -296,7 +299,7 @@ class Proxy:
     ) -> tuple[list[Replica], Waiter | None]:
         """The candidates with a free slot: at once when one has one and nobody waits
         for one, else after waiting in the model's queue (``gateway.stages.queue``)."""
-        state, share = self.state, self.settings.slot_share
+        state, share = self.state, self.share
         free = open_replicas(candidates, state.loads, share)
         q = state.queues.get(m.name)
         if free and (q is None or not (q.length or q.granted)):
@@ -395,7 +398,7 @@ class Proxy:
             return
         loads, now = self.state.loads, time.monotonic()
         ready = eligible(self.state.table.ready.get(model, ()), loads, now)
-        free = free_slots(ready, loads, self.settings.slot_share)
+        free = free_slots(ready, loads, self.share)
         while q.length and free > q.granted:
             w = q.pop(now)
             if w is None or w.ticket is None or w.ticket.done():
