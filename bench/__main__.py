@@ -1,7 +1,9 @@
 """``python -m bench [AREA ...] [--quick]``: print one table per area.
 
 Areas: replay, append, peer, placement, writers, decode, reports, batch, headers, autoscale
-(all when none is named), and gateway (only when named: it needs the peers' venv, ``make
+(all when none is named), fairness (only when named: the gateway's queue against FIFO on
+sim engines, about 8 minutes; ``python -m bench.gateway.fairness --help``) and gateway
+(only when named: it needs the peers' venv, ``make
 bench-peers``, and takes about a quarter of an hour; ``python -m bench.gateway --help`` has its
 options). The default sizes are the ones the issue asks for; ``--quick`` uses small ones so
 that a change can be tried in a minute. Logs are generated once and cached
@@ -31,7 +33,7 @@ AREAS = (
     "headers",
     "autoscale",
 )
-NAMED_ONLY = ("gateway",)
+NAMED_ONLY = ("gateway", "fairness")
 
 
 def _runner(area: str) -> Callable[[bool], list[common.Table]]:
@@ -71,6 +73,10 @@ def _runner(area: str) -> Callable[[bool], list[common.Table]]:
         from bench.autoscale import rounds as autoscale
 
         return autoscale.run
+    if area == "fairness":
+        from bench.gateway import fairness
+
+        return fairness.run
     if area == "gateway":
         from bench.gateway import side_by_side as gateway
 
