@@ -5,6 +5,13 @@ machine and needs no HTTP stack of its own. Every answer is read with a
 bound, and every failure becomes one of two errors: ``Unreachable`` (try
 again next tick; running engines are left alone) or ``Refused`` (the server
 answered no, with its reason).
+
+Given several servers (replicas of one control plane, ``catalog.forms.servers``), a call
+that finds the current one unreachable (no connection, no answer within
+``FAILOVER_TIMEOUT_S``, a 5xx) moves to the next at once and tries there, within
+the same call; only when every server failed is the call ``Unreachable``. The move
+is logged (``agent.server_switched``). A refusal is not a reason to move: every
+replica would refuse alike.
 """
 
 from __future__ import annotations
@@ -15,7 +22,12 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+import structlog
+
 from agent.processes import printable
+from catalog.forms.servers import FAILOVER_TIMEOUT_S, ServerList
+
+log = structlog.get_logger("agent")
 
 # A node's placements are a few kilobytes each; a bigger answer is not one.
 MAX_ANSWER = 8 << 20
@@ -35,11 +47,25 @@ class Refused(Exception):
         self.detail = detail
 
 
+def _switched(old: str, new: str, reason: str) -> None:
+    log.warning("agent.server_switched", server=old, to=new, reason=reason)
+
+
 class ControlPlane:
-    def __init__(self, url: str, token: str, timeout: float = 10.0) -> None:
-        self.url = url.rstrip("/")
+    def __init__(self, servers: str | ServerList, token: str, timeout: float = 10.0) -> None:
+        """``servers``: one URL, or the replicas' (``catalog.forms.servers.ServerList``)."""
+        if isinstance(servers, str):
+            servers = ServerList((servers.rstrip("/"),))
+        self.servers = servers
+        if servers.on_switch is None:
+            servers.on_switch = _switched
         self._token = token
         self.timeout = timeout
+
+    @property
+    def url(self) -> str:
+        """The server calls go to now."""
+        return self.servers.current
 
     def report(self, node: str, body: dict[str, Any]) -> Any:
         return self._call("PUT", f"/v1/nodes/{urllib.parse.quote(node, safe='')}", body)
@@ -48,9 +74,27 @@ class ControlPlane:
         return self._call("GET", "/v1/placements?" + urllib.parse.urlencode({"node": node}))
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
+        """The call on the current server, then on each next one while they are unreachable
+        (each given ``FAILOVER_TIMEOUT_S`` but the last, which has the full timeout)."""
+        servers = self.servers
+        tries = len(servers.urls)
+        for attempt in range(tries):
+            url = servers.current
+            last = attempt == tries - 1
+            try:
+                return self._call_one(
+                    url, method, path, body, self.timeout if last else FAILOVER_TIMEOUT_S
+                )
+            except Unreachable as exc:
+                servers.failed(url, str(exc))
+                if last:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover: the loop returns or raises
+
+    def _call_one(self, url: str, method: str, path: str, body: Any, timeout: float) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
-            self.url + path,
+            url + path,
             data=data,
             method=method,
             headers={
@@ -60,7 +104,7 @@ class ControlPlane:
             },
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
                 return json.loads(_read(answer))
         except urllib.error.HTTPError as exc:
             detail = _detail(exc)

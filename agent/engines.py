@@ -3,7 +3,11 @@
 One function per engine, pure: the profile's view (what the control plane
 sends with each placement), the port, the cards; out comes argv and env. The
 profile's own ``args`` go last so an operator can override any flag an
-adapter sets (both vLLM and llama-server take the last value of a flag).
+adapter sets (both vLLM and llama-server take the last value of a flag), except
+where the engine listens: ``--host``, ``--port`` and ``--uds`` in args are
+dropped (catalog.definition.bind_args), whatever a stored event says. The catalog refuses
+them at its doors, but an event written before that rule still replays as it
+was, and the agent's ``--engine-host`` is the boundary it promises.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from catalog.definition.bind_args import drop_bind_args
 from catalog.definition.engine_names import KNOWN_ENGINES
 
 # Checked on every tick; each engine answers it once its model is loaded.
@@ -68,6 +73,9 @@ class Gang:
 class Command:
     argv: tuple[str, ...]
     env: dict[str, str]
+    # What of the profile's args was not passed on: flags choosing where the engine
+    # listens, which are the agent's (catalog.definition.bind_args). The caller logs them.
+    dropped: tuple[str, ...] = ()
 
 
 # The engines this agent has adapters for; the catalog refuses any other name
@@ -131,7 +139,8 @@ def command(
         )
     if gang is not None:
         argv += gang.flags()
-    return Command(argv=(*argv, *launch.args), env=env)
+    args, dropped = drop_bind_args(launch.args)
+    return Command(argv=(*argv, *args), env=env, dropped=dropped)
 
 
 def _vllm(launch: Launch, host: str, port: int) -> list[str]:

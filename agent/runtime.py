@@ -37,6 +37,8 @@ from agent.reconcile import Backoff, Decision, Have, Start, decide
 from agent.secrets import SecretMissing, resolve_env
 from agent.state import Record, StateDir
 from agent.states import replica_states
+from catalog.secrecy.secret_args import redact_args
+from catalog.secrecy.secrets import REDACTED
 
 log = structlog.get_logger("llmgw.agent")
 
@@ -394,9 +396,21 @@ class Agent:
                 gang=gang,
                 llamacpp_server=cfg.llamacpp_server,
             )
+            if cmd.dropped:
+                log.warning(
+                    "agent.engine_args_dropped",
+                    model=key.model,
+                    replica=key.replica,
+                    dropped=list(redact_args(list(cmd.dropped), REDACTED)),
+                    detail="where an engine listens is the agent's (--engine-host and "
+                    "a port it picks); these args were not passed on",
+                )
             fd = processes.open_log(log_path)
+            # The engine's log is read by whoever reads the node's files: its command
+            # line is written there without the secrets an old profile may carry.
+            shown = " ".join(str(a) for a in redact_args(list(cmd.argv), REDACTED))
             try:
-                os.write(fd, f"llmgw agent: starting {' '.join(cmd.argv)}\n".encode())
+                os.write(fd, f"llmgw agent: starting {shown}\n".encode())
             finally:
                 os.close(fd)
             proc = processes.spawn(cmd, log_path, self.state.root, record.nonce)

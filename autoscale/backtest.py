@@ -80,6 +80,9 @@ class Result:
     until: datetime
     policy: str  # "recorded" or the file's digest
     models: dict[str, tuple[Side, Side]] = field(default_factory=dict)
+    # Models whose scaling.min was at least their scaling.max in every round replayed:
+    # no policy can change their count (the count they were held at).
+    fixed: dict[str, int] = field(default_factory=dict)
 
     @property
     def same(self) -> bool:
@@ -142,6 +145,8 @@ def backtest(
     previous_limits: Mapping[str, Limits] = {}
     live = Rolling()
     folded = 0  # windows[:folded] have been folded into ``live``
+    held: dict[str, int] = {}  # models with min >= max in every round so far
+    movable: set[str] = set()
 
     def side(model: str) -> tuple[Side, Side]:
         return result.models.setdefault(model, (Side(), Side()))
@@ -160,6 +165,11 @@ def backtest(
             continue
         accrue(tick.at)
         previous_at, previous_limits = tick.at, tick.limits
+        for model, limit in tick.limits.items():
+            if limit.max > limit.min:
+                movable.add(model)
+            else:
+                held[model] = limit.min
         in_force = policy or tick.policy
         start_at = tick.at - in_force.window
         lo, hi = bisect.bisect_right(times, start_at), bisect.bisect_right(times, tick.at)
@@ -183,6 +193,7 @@ def backtest(
             side(r.model)[0].decisions.append((r.at, r.current, r.wanted, r.code))
             next_recorded += 1
     accrue(until)
+    result.fixed = {m: n for m, n in sorted(held.items()) if m not in movable}
     # Recorded changes after the last tick in range (none, when the range ends at a tick).
     for r in pending[next_recorded:]:
         if r.at <= until:

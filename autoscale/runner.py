@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
+from sqlalchemy import Connection
 
 from autoscale.decide import HOLD, Decision, Limits
 from autoscale.limits import model_limits
@@ -151,13 +152,16 @@ class Autoscaler:
             for model in waiting
         )
 
-    def tick(self, now: datetime) -> RoundReport | None:
-        """A round if one is due (see the module), else None."""
+    def tick(
+        self, now: datetime, fence: Callable[[Connection], None] | None = None
+    ) -> RoundReport | None:
+        """A round if one is due (see the module), else None. ``fence`` is called first in
+        the round's transaction and raises to refuse it (the scheduler's leadership lease)."""
         if not self.policy.enabled or not self.due(now):
             return None
-        return self.run(now - SETTLE)
+        return self.run(now - SETTLE, fence)
 
-    def run(self, at: datetime) -> RoundReport:
+    def run(self, at: datetime, fence: Callable[[Connection], None] | None = None) -> RoundReport:
         started = time.perf_counter()
         policy = self.policy
         limits, digest = self.limits()
@@ -167,6 +171,8 @@ class Autoscaler:
         report = RoundReport(at)
         report.decisions = decide_round(at, policy, limits, windows, heard=heard, state=state)
         with self.store.engine.begin() as conn:
+            if fence is not None:
+                fence(conn)
             self.store.record_round(
                 conn, at, policy, limits, changes=len(report.changes), limits_digest=digest
             )

@@ -1,6 +1,6 @@
 """A gateway's ``POST /v1/signals`` body, checked field by field. Pure.
 
-    {"gateway": "gw-1",
+    {"gateway": "gw-1", "worker": 0,
      "windows": [{"model": "chat", "start": "2026-12-04T10:00:00Z", "end": "...05Z",
                   "requests": 12, "errors": 0, "waiting": 0,
                   "inflight_mean": 1.5, "inflight_max": 3,
@@ -13,6 +13,14 @@ can grow a table beyond what a window is: at most ``MAX_WINDOWS`` windows and
 ``MAX_REPLICAS`` replicas per window, counts and latencies within sane ranges, a
 window at most ``MAX_WINDOW`` long. Every problem is named with its path
 (``windows[3].ttft_p99_s``) and the limit, and nothing is stored unless all is valid.
+
+Who posted is not the body's to say. A gateway's identity in the signals, the one the
+autoscaler sums over, is its token's name and its worker number (``identity``):
+``gw-a-w0``, ``gw-a-w1`` for the two workers of ``llmgw gateway --workers 2`` holding
+the gateway token ``gw-a``. The body's ``gateway`` (the gateway's ``--id``) is a label
+for the log, never a key: a token posting under invented ids posts as itself, and a
+token has at most ``MAX_WORKERS`` identities (``worker`` from 0 to ``MAX_WORKERS - 1``),
+so no one token counts as more gateways than that.
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ MAX_LATENCY_S = 86_400.0
 MAX_WINDOW = timedelta(hours=1)
 MAX_NAME = 255
 MAX_PROBLEMS = 20
+# Worker numbers a token may post under: the identities one token has in the signals
+# (llmgw gateway --workers is held to this many too).
+MAX_WORKERS = 64
 # A gateway id becomes a column and a log field: printable, no spaces, no quoting needed.
 GATEWAY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 # Model names and replica keys are the catalog's and the gateway's; bounded and printable.
@@ -66,16 +77,24 @@ class SignalsError(ValueError):
         self.problems = problems
 
 
+def identity(token: str, worker: int) -> str:
+    """Who posted, as the autoscaler counts gateways: the token's name and the worker."""
+    return f"{token}-w{worker}"
+
+
 @dataclass(frozen=True, slots=True)
 class Signals:
+    # The gateway's own id (its --id): a label for the log, not who posted.
     gateway: str
     windows: tuple[Window, ...]
+    worker: int = 0
 
-    def received(self, at: datetime) -> tuple[Window, ...]:
-        """The windows stamped with the control plane's time of receipt."""
+    def received(self, at: datetime, poster: str) -> tuple[Window, ...]:
+        """The windows stamped with the control plane's time of receipt and ``poster``, the
+        identity that posted them (``identity``)."""
         return tuple(
             Window(
-                gateway=self.gateway,
+                gateway=poster,
                 model=w.model,
                 start=w.start,
                 end=w.end,
@@ -151,9 +170,11 @@ def parse_signals(data: Any) -> Signals:
     c = _Checker()
     if not isinstance(data, Mapping):
         raise SignalsError(["the body must be a JSON object with gateway and windows"])
-    extra = sorted(set(data) - {"gateway", "windows"})
+    extra = sorted(set(data) - {"gateway", "worker", "windows"})
     if extra:
-        c.fail(f"unknown key(s) {', '.join(map(_v, extra))}; a report has gateway and windows")
+        c.fail(
+            f"unknown key(s) {', '.join(map(_v, extra))}; a report has gateway, worker and windows"
+        )
     gateway = data.get("gateway")
     if not isinstance(gateway, str) or not GATEWAY.fullmatch(gateway):
         c.fail(
@@ -161,6 +182,15 @@ def parse_signals(data: Any) -> Signals:
             "(the gateway's id, as in its --id or host name)"
         )
         gateway = ""
+    worker = data.get("worker", 0)
+    if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < MAX_WORKERS:
+        c.fail(
+            f"worker {_v(worker)} must be a whole number from 0 to {MAX_WORKERS - 1}: a "
+            "gateway token posts as its name and a worker number, at most "
+            f"{MAX_WORKERS} of them (llmgw gateway --workers); give each gateway its own "
+            "token (llmgw token new NAME --role gateway)"
+        )
+        worker = 0
     raw = data.get("windows")
     if not isinstance(raw, list):
         c.fail("windows must be a list (empty when the gateway served nothing)")
@@ -170,7 +200,7 @@ def parse_signals(data: Any) -> Signals:
     windows = [w for i, item in enumerate(raw) if (w := _window(c, item, f"windows[{i}]"))]
     if c.problems:
         raise SignalsError(c.problems)
-    return Signals(gateway, tuple(windows))
+    return Signals(gateway, tuple(windows), worker)
 
 
 def _window(c: _Checker, item: Any, at: str) -> Window | None:

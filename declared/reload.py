@@ -35,6 +35,7 @@ import structlog
 
 from catalog import Catalog, CatalogError, load_declared
 from catalog.changes.digest import catalog_digest
+from catalog.reading.documents import FILE_LIMITS, read_regular
 from declared.locate import line_of
 from declared.status import Refusal, read_status, write_loaded, write_refused
 from events.core.declared_change import DeclaredChange, declared_change
@@ -98,10 +99,15 @@ class DeclaredReloader:
         self.last: Outcome = Outcome(UNCHANGED, catalog_digest(current), at=datetime.now(UTC))
 
     def _content_digest(self) -> str | None:
+        # Never blocks, never reads without end: a FIFO or a device put in the file's
+        # place once froze this thread, and every later reload with it (issue 36).
         try:
-            return hashlib.sha256(self.path.read_bytes()).hexdigest()
-        except OSError:
+            return hashlib.sha256(self._read()).hexdigest()
+        except CatalogError:
             return None
+
+    def _read(self) -> bytes:
+        return read_regular(self.path, "declared catalog", FILE_LIMITS.max_bytes)
 
     def start(self) -> None:
         """Record the catalog in force at start-up; if the file changed while nothing
@@ -173,8 +179,8 @@ class DeclaredReloader:
 
     def _refused(self, exc: CatalogError, now: datetime) -> Outcome:
         text = ""
-        with suppress(OSError):
-            text = self.path.read_text(encoding="utf-8", errors="replace")
+        with suppress(CatalogError):
+            text = self._read().decode("utf-8", errors="replace")
         message = exc.message
         # The refusal names the file itself (load_declared's prefix); ``text()`` adds
         # the file and the line in front, once.

@@ -14,6 +14,13 @@ token is refused here as soon.
 When the control plane cannot be reached, the last table stays in force: the request
 path never waits on the control plane. ``/healthz`` and
 ``llmgw_gateway_control_plane_up`` say so, and the follower retries with a growing pause.
+
+Given several servers (the control plane's replicas, ``catalog.forms.servers``), the
+follower sticks to one; when it fails (no connection, no answer within
+``FAILOVER_TIMEOUT_S``, a 5xx, the stream cut) it moves to the next at once
+(``gateway.server_switched``, ``llmgw_gateway_control_plane_switches_total``) and
+reads everything again there. A frozen server's stream only goes quiet: it is left
+at the next full read, every ``resync``.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import structlog
 from catalog.definition.model import Model
 from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
+from catalog.forms.servers import FAILOVER_TIMEOUT_S, ServerList
 from gateway.stages.queue import CLASSES, MAX_SHARE, STANDARD
 from gateway.state import Client, State
 from gateway.table import build
@@ -54,10 +62,18 @@ class FeedError(Exception):
     pass
 
 
+class ServerFailed(FeedError):
+    """The server failed us (unreachable, too slow, a 5xx): the next one is tried."""
+
+
 class Follower:
-    def __init__(self, state: State, server: str, token: str, resync_s: float) -> None:
+    def __init__(
+        self, state: State, servers: str | ServerList, token: str, resync_s: float
+    ) -> None:
         self.state = state
-        self.server = server.rstrip("/")
+        if isinstance(servers, str):
+            servers = ServerList((servers.rstrip("/"),))
+        self.servers = servers
         self.resync_s = resync_s
         self.session = aiohttp.ClientSession(
             headers={"Authorization": f"Bearer {token}"},
@@ -70,20 +86,41 @@ class Follower:
         self._skipped: set[str] = set()
         self._readers_absent = False
 
+    @property
+    def server(self) -> str:
+        """The server followed now."""
+        return self.servers.current
+
     async def close(self) -> None:
         await self.session.close()
 
+    def _timeout(self) -> aiohttp.ClientTimeout:
+        if self.servers.several:
+            # Another replica is as good: a slow or frozen one is left within about a second.
+            return aiohttp.ClientTimeout(
+                total=10, connect=FAILOVER_TIMEOUT_S, sock_read=FAILOVER_TIMEOUT_S
+            )
+        return aiohttp.ClientTimeout(total=10)
+
     async def _get(self, path: str) -> tuple[Any, Mapping[str, str]]:
-        async with self.session.get(
-            self.server + path, timeout=aiohttp.ClientTimeout(total=10)
-        ) as resp:
-            if resp.status != 200:
-                text = (await resp.content.read(300)).decode("utf-8", "replace")
-                raise FeedError(f"GET {path} answered {resp.status}: {text}")
-            raw = await resp.content.read(MAX_FEED_BYTES + 1)
-            if len(raw) > MAX_FEED_BYTES:
-                raise FeedError(f"GET {path}: larger than {MAX_FEED_BYTES} bytes")
-            return json.loads(raw), resp.headers
+        server = self.server
+        try:
+            async with self.session.get(server + path, timeout=self._timeout()) as resp:
+                if resp.status != 200:
+                    text = (await resp.content.read(300)).decode("utf-8", "replace")
+                    failed = ServerFailed if resp.status >= 500 else FeedError
+                    raise failed(f"GET {path} answered {resp.status}: {text}")
+                raw = await resp.content.read(MAX_FEED_BYTES + 1)
+                if len(raw) > MAX_FEED_BYTES:
+                    raise FeedError(f"GET {path}: larger than {MAX_FEED_BYTES} bytes")
+                return json.loads(raw), resp.headers
+        except (aiohttp.ClientError, TimeoutError, ServerFailed) as exc:
+            self._failed(server, exc)
+            raise
+
+    def _failed(self, server: str, exc: BaseException) -> None:
+        """``server`` failed: move on from it (once, however many reads failed together)."""
+        self.servers.failed(server, f"{type(exc).__name__}: {exc}"[:300])
 
     async def read_catalog(self) -> None:
         data, headers = await self._get("/v1/catalog")
@@ -186,6 +223,7 @@ class Follower:
     async def run(self) -> None:
         pause = 0.2
         while True:
+            server = self.server
             try:
                 await self.sync()
                 pause = 0.2
@@ -193,6 +231,8 @@ class Follower:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # every failure means the same: keep the last table
+                if self.server != server:
+                    continue  # moved to the next replica: read it at once
                 self._lost(exc)
                 await asyncio.sleep(pause * random.uniform(0.8, 1.2))
                 pause = min(pause * 2, MAX_PAUSE_S)
@@ -203,14 +243,24 @@ class Follower:
         Events that come together (a round places many replicas) are taken as one
         change: the re-read waits until the stream is quiet for ``BATCH_S``.
         """
+        server = self.server
+        try:
+            await self._stream(server, until)
+        except (aiohttp.ClientError, ServerFailed) as exc:
+            self._failed(server, exc)
+            raise
+
+    async def _stream(self, server: str, until: float) -> None:
         params = {"placements": "true", "after": str(self.position)}
+        connect = FAILOVER_TIMEOUT_S if self.servers.several else 3
         async with self.session.get(
-            self.server + "/v1/events/stream",
+            server + "/v1/events/stream",
             params=params,
-            timeout=aiohttp.ClientTimeout(total=None, connect=3, sock_read=None),
+            timeout=aiohttp.ClientTimeout(total=None, connect=connect, sock_read=None),
         ) as resp:
             if resp.status != 200:
-                raise FeedError(f"the event stream answered {resp.status}")
+                failed = ServerFailed if resp.status >= 500 else FeedError
+                raise failed(f"the event stream answered {resp.status}")
             name: bytes | None = None
             data = token = False
             catalog = placements = tokens = False

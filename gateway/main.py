@@ -8,12 +8,13 @@ to ``GRACE_S``), then stops following the control plane.
 processes serve one port. The supervisor makes the listening socket, then forks the
 workers, which all accept on it (the kernel hands each connection to one of them); each
 worker is a whole gateway: it follows the control plane on its own (so each keeps its
-routing table fresh whatever the others do), posts its own signal windows under
-``<gateway_id>-w<i>`` (the autoscaler adds gateways' loads, so each worker counts as one
-gateway of its share), and writes its metrics where any worker's ``/metrics`` reads them
-all (``gateway.metrics``). SIGTERM or SIGINT to the supervisor is passed to every worker,
-each drains its requests as above, and the supervisor exits when all have; a worker that
-dies otherwise is started again.
+routing table fresh whatever the others do), posts its own signal windows as worker
+``i`` (the control plane counts them as ``<token name>-w<i>``, and the autoscaler adds
+gateways' loads, so each worker counts as one gateway of its share), and writes its
+metrics where any worker's ``/metrics`` reads them all (``gateway.metrics``). SIGTERM
+or SIGINT to the supervisor is passed to every worker, each drains its requests as
+above, and the supervisor exits when all have; a worker that dies otherwise is started
+again.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from types import FrameType
 
 import structlog
 import uvicorn
 
+from catalog.forms.servers import ServerList
 from gateway.follower import Follower
 from gateway.metrics import Metrics
 from gateway.proxy import Proxy
@@ -179,7 +182,7 @@ def _worker(settings: GatewaySettings, sock: socket.socket, index: int, supervis
     # prometheus_client chose its value class when first imported (in the supervisor,
     # before the shared directory was named); this worker's figures go to the files.
     values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
-    own = replace(settings, gateway_id=f"{settings.gateway_id}-w{index}")
+    own = replace(settings, gateway_id=f"{settings.gateway_id}-w{index}", worker=index)
     return run(own, sock, multiprocess=True)
 
 
@@ -202,13 +205,28 @@ def _die_with_parent(supervisor: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _switched(state: State) -> Callable[[str, str, str], None]:
+    """What a move to the next control-plane replica does: a log line and the counter."""
+
+    def switched(old: str, new: str, reason: str) -> None:
+        log.warning("gateway.server_switched", server=old, to=new, reason=reason)
+        state.metrics.server_switches.labels(new).inc()
+
+    return switched
+
+
 async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: bool) -> int:
-    state = State(settings.gateway_id, Metrics(multiprocess) if multiprocess else None)
+    state = State(
+        settings.gateway_id,
+        Metrics(multiprocess) if multiprocess else None,
+        slow_start_s=settings.slow_start_s,
+    )
     upstream = Upstream(
         settings.connect_timeout_s, settings.read_timeout_s, settings.tokenize_cache_s
     )
-    follower = Follower(state, settings.server, settings.token, settings.resync_s)
-    signals = Signals(state, settings.server, settings.token, settings.signals_interval_s)
+    servers = ServerList(settings.server_list, on_switch=_switched(state))
+    follower = Follower(state, servers, settings.token, settings.resync_s)
+    signals = Signals(state, servers, settings.token, settings.signals_interval_s, settings.worker)
     tasks: list[asyncio.Task[None]] = []
 
     async def startup() -> None:
@@ -236,10 +254,14 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     config = uvicorn.Config(
         app,
         loop="none",
-        # Bounded request heads (64 KiB, 100 headers -> 431; header timeout -> 408; a cap
-        # on connections -> 503), as on every server of ours: httpguard's protocol.
-        # An answer's head and body in one system call (``CoalescedTransport``).
-        **uvicorn_options(HeadLimits(keep_alive_timeout_s=30.0), coalesce_writes=True),
+        # Bounded request heads (64 KiB, 100 headers -> 431; header timeout -> 408),
+        # bodies (a minimum rate and a total time -> 408) and connections (the cap; the
+        # oldest not being served give way), as on every server of ours: httpguard's
+        # protocol. An answer's head and body in one system call (``CoalescedTransport``).
+        **uvicorn_options(
+            HeadLimits(keep_alive_timeout_s=30.0, max_connections=settings.max_connections),
+            coalesce_writes=True,
+        ),
         lifespan="on",
         # No X-Forwarded-For rewriting: nothing here reads the client's address, and the
         # middleware was a layer of every request (1.5% of its CPU).
@@ -250,7 +272,12 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     )
     server = uvicorn.Server(config)
     host, port = sock.getsockname()[:2]
-    log.info("gateway.listening", url=f"http://{host}:{port}", control_plane=settings.server)
+    log.info(
+        "gateway.listening",
+        url=f"http://{host}:{port}",
+        control_plane=settings.server,
+        servers=list(settings.server_list),
+    )
     # One write, newline included: with several workers on one stdout (and
     # PYTHONUNBUFFERED, where print writes the text and its newline apart) two workers'
     # lines would otherwise run together ("...:43931llmgw gateway: ...").

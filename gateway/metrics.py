@@ -4,7 +4,8 @@ Per model: ``llmgw_gateway_requests_total{model,outcome}``, ``llmgw_gateway_infl
 the ``llmgw_gateway_ttft_seconds`` and ``llmgw_gateway_tpot_seconds`` histograms,
 ``llmgw_gateway_fallbacks_total{model,to}`` and
 ``llmgw_gateway_refusals_total{model,reason}``; and the control plane's reachability
-(``llmgw_gateway_control_plane_up``, ``llmgw_gateway_table_age_seconds``).
+(``llmgw_gateway_control_plane_up``, ``llmgw_gateway_table_age_seconds``,
+``llmgw_gateway_control_plane_switches_total{server}``).
 Label children are looked up once per model and kept: a labelled look-up costs more
 than the increment.
 
@@ -138,6 +139,13 @@ class Metrics:
             "llmgw_gateway_retries",
             "Attempts that failed before the first byte and were retried elsewhere",
             ["model"],
+            registry=r,
+        )
+        self.server_switches = Counter(
+            "llmgw_gateway_control_plane_switches",
+            "Moves from one control-plane replica to the next after it failed (no "
+            "connection, no answer in time, a 5xx), by the server moved to",
+            ["server"],
             registry=r,
         )
         self.control_plane_up: Gauge | _Value

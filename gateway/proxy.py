@@ -36,10 +36,10 @@ import msgspec
 import structlog
 
 from gateway.settings import GatewaySettings
-from gateway.stages import admission
+from gateway.stages import admission, sse
 from gateway.stages.admission import Refusal, Request
 from gateway.stages.queue import STANDARD, Bounds, ModelQueue, Waiter, free_slots, open_replicas
-from gateway.stages.routing import Choice, choose, eligible, observe_ttft
+from gateway.stages.routing import Choice, choose, eligible, observe_ttft, picked
 from gateway.state import State
 from gateway.table import ModelEntry, Replica
 from gateway.upstream import Answer, BrokenAnswer, Unreachable, Upstream
@@ -94,6 +94,8 @@ class Trace:
     # The client has every byte of the answer ([DONE] sent): a hang-up after it is no
     # cancellation.
     complete: bool = False
+    # A stream's last message was sent (nothing may follow it).
+    finished: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +252,7 @@ class Proxy:
                     state.loads,
                     session=session,
                     ttft_slo_s=m.ttft_slo_s,
+                    now=now,
                 )
                 if picked is None:
                     if ready:
@@ -421,18 +424,31 @@ class Proxy:
         load = state.load(replica.key)
         before = load.inflight
         load.inflight += 1
-        load.picks += 1
         trace.attempts += 1
         sent_at = time.monotonic()
+        picked(load, sent_at)
         state.windows.sent(m.name, replica.key, sent_at, sent_at - trace.started)
         resp: Answer | None = None
         try:
-            resp = await self.upstream.open(replica.endpoint + ROUTES[req.kind], data)
-            if req.stream and resp.status == 200:
-                await self._stream(call, resp, m, replica, sent_at=sent_at, before=before)
-            else:
-                await self._whole(call, resp, m, replica, sent_at=sent_at, before=before)
+            # The whole exchange is bounded (``max_answer_time``): the read timeout
+            # bounds a silence, not an engine that trickles its answer for ever.
+            async with asyncio.timeout(self.settings.max_answer_s):
+                resp = await self.upstream.open(replica.endpoint + ROUTES[req.kind], data)
+                if req.stream and resp.status == 200:
+                    await self._stream(call, resp, m, replica, sent_at=sent_at, before=before)
+                else:
+                    await self._whole(call, resp, m, replica, sent_at=sent_at, before=before)
             state.aside.answered(replica.key, load)
+        except TimeoutError:
+            took = f"{self.settings.max_answer_s:g} s ([gateway] max_answer_time)"
+            if not trace.bytes_sent:
+                raise Unreachable(f"no answer within {took}") from None
+            # Sent in part: no retry. A stream ends with an error event; a whole
+            # answer is left short, which closes the client's connection.
+            await self._cut(call, replica, "answer_timeout", f"did not finish within {took}")
+            if req.stream and trace.status == 200 and not trace.finished:
+                trace.finished = True
+                await call.send({"type": "http.response.body", "body": b""})
         finally:
             load.inflight -= 1
             if state.queues:
@@ -458,6 +474,86 @@ class Proxy:
             (b"x-request-id", trace.request_id.encode()),
         ]
 
+    @staticmethod
+    async def _broken(call: Call, replica: Replica, exc: BrokenAnswer) -> None:
+        """A stream the engine broke off: ended with one error event."""
+        trace = call.trace
+        trace.outcome = "failed"
+        log.warning(
+            "gateway.stream_broken",
+            request_id=trace.request_id,
+            replica=replica.key,
+            error=f"{exc!r:.120}",
+        )
+        error = {
+            "error": {
+                "message": f"the replica {replica.key} stopped in the middle of the "
+                "answer; the text so far is incomplete. Retry the request.",
+                "type": "upstream_error",
+                "param": None,
+                "code": "stream_interrupted",
+            }
+        }
+        await call.send(
+            {
+                "type": "http.response.body",
+                "body": b"data: " + _dumps(error) + b"\n\n",
+                "more_body": True,
+            }
+        )
+
+    async def _within_bounds(
+        self, call: Call, replica: Replica, tally: _Tally, chunk: bytes, limit: int
+    ) -> bool:
+        """Whether a stream's next piece may be passed on (counted if so); if not, the
+        stream is ended: over ``limit`` bytes in all, or not SSE (its well-formed
+        lines before the first that is not are passed on)."""
+        if tally.size + len(chunk) > limit:
+            await self._cut(call, replica, "answer_too_large", _over(limit))
+            return False
+        # (A piece the relay judged and the client could not take then is not judged
+        # twice: the framing's state has moved past it.)
+        bad = -1 if chunk is tally.judged else tally.framing.check(chunk)
+        if bad >= 0:
+            if bad:
+                await call.send(
+                    {"type": "http.response.body", "body": chunk[:bad], "more_body": True}
+                )
+            await self._cut(
+                call, replica, "malformed_stream", "is not server-sent events past this point"
+            )
+            return False
+        tally.size += len(chunk)
+        return True
+
+    async def _cut(self, call: Call, replica: Replica, code: str, why: str) -> None:
+        """End an answer begun but not finished: a stream with one error event (after
+        a blank line, which ends any event the engine left open), a whole answer short
+        of its end (the client's connection closes: it sees a failure)."""
+        trace = call.trace
+        trace.outcome = "failed"
+        log.warning(
+            "gateway.answer_cut", request_id=trace.request_id, replica=replica.key, reason=code
+        )
+        if not call.req.stream or trace.status != 200:
+            return
+        error = {
+            "error": {
+                "message": f"the replica {replica.key}'s answer {why}; the text so far is "
+                "incomplete",
+                "type": "upstream_error",
+                "param": None,
+                "code": code,
+            }
+        }
+        await call.send(
+            {
+                "type": "http.response.body",
+                "body": b"\ndata: " + _dumps(error) + b"\n\n",
+                "more_body": True,
+            }
+        )
+
     async def _whole(
         self,
         call: Call,
@@ -475,16 +571,24 @@ class Proxy:
         send, trace = call.send, call.trace
         held: list[bytes] = []
         size, complete = 0, True
+        limit = self.settings.max_answer_bytes
         chunks = resp.chunks()
         try:
             async for chunk in chunks:
                 held.append(chunk)
                 size += len(chunk)
-                if size > HOLD_BYTES:
+                if size > HOLD_BYTES or size > limit:
                     complete = False
                     break
         except BrokenAnswer as exc:
             raise Unreachable(f"the answer broke off ({exc})") from None
+        if size > limit:  # (a bound below HOLD_BYTES) nothing sent: refused whole
+            raise Refusal(
+                502,
+                f"model {m.name!r}: the replica's answer {_over(limit)}",
+                code="answer_too_large",
+                type="upstream_error",
+            )
         trace.upstream_s = time.monotonic() - sent_at
         payload = b"".join(held)
         del held
@@ -512,6 +616,10 @@ class Proxy:
         del payload
         try:
             async for chunk in chunks:
+                size += len(chunk)
+                if size > limit:
+                    await self._cut(call, replica, "answer_too_large", _over(limit))
+                    return
                 tail = (tail + chunk)[-USAGE_TAIL:]
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except BrokenAnswer as exc:
@@ -560,6 +668,11 @@ class Proxy:
                     break
         except BrokenAnswer as exc:
             raise Unreachable(f"the stream broke off before its first token ({exc})") from None
+        # Nothing sent yet: a stream that is not SSE from its start is a failure
+        # before the first byte (retried elsewhere), not garbage passed on.
+        framing = sse.Framing()
+        if framing.check(bytes(held)) >= 0:
+            raise Unreachable("the stream is not server-sent events")
         first = time.monotonic()
         trace.upstream_s = first - sent_at
         trace.ttft_s = trace.upstream_s
@@ -571,21 +684,25 @@ class Proxy:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": bytes(held), "more_body": True})
         # Events after the first content one (a fast engine's may have come with it).
-        tally = _Tally(bytes(held[scanner.offset :]), first)
+        tally = _Tally(bytes(held[scanner.offset :]), first, framing, len(held))
         trace.complete = tally.ended
         del held
-        sink = None if call.hooks is None else _relay(call.hooks.write_body, tally, trace)
+        limit = self.settings.max_answer_bytes
+        sink = None if call.hooks is None else _relay(call.hooks.write_body, tally, trace, limit)
         try:
             while True:
                 if sink is not None:
                     # As the events come, from the engine connection's read callback
                     # straight to the client's (``Answer.relay``,
                     # ``RequestHooks.write_body``): no task woken per event. It stops at
-                    # the end, at a break, or at a piece the client cannot take now (not
-                    # reading: ``send`` below waits for it, then the relay goes on).
+                    # the end, at a break, at a piece the client cannot take now (not
+                    # reading: ``send`` below waits for it, then the relay goes on), or
+                    # at one that breaks a bound (judged again below).
                     await resp.relay(sink, call.hooks.flush if call.hooks else None)
                 chunk = await resp.piece()
                 if chunk is None:
+                    break
+                if not await self._within_bounds(call, replica, tally, chunk, limit):
                     break
                 tally.take(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -593,57 +710,44 @@ class Proxy:
                 # at [DONE]) did not cancel anything.
                 trace.complete = tally.ended
         except BrokenAnswer as exc:
-            trace.outcome = "failed"
-            log.warning(
-                "gateway.stream_broken",
-                request_id=trace.request_id,
-                replica=replica.key,
-                error=f"{exc!r:.120}",
-            )
-            error = {
-                "error": {
-                    "message": f"the replica {replica.key} stopped in the middle of the "
-                    "answer; the text so far is incomplete. Retry the request.",
-                    "type": "upstream_error",
-                    "param": None,
-                    "code": "stream_interrupted",
-                }
-            }
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": b"data: " + _dumps(error) + b"\n\n",
-                    "more_body": True,
-                }
-            )
+            await self._broken(call, replica, exc)
         finally:
-            # Counted however the stream ended (a client gone included).
-            # Tokens after the first: the events after it, less the final chunk (its
-            # finish_reason) and [DONE] when the answer ended. An estimate (an engine
-            # may put two tokens in one event) unless the engine counted them (usage).
-            tokens = max(tally.events - 2, 0) if tally.ended else tally.events
-            counted = tally.counted
-            trace.completion_tokens = counted if counted is not None else tokens + 1
-            if tokens > 0:
-                trace.tpot_s = (tally.last - first) / tokens
+            tally.count(trace, first)  # however the stream ended (a client gone included)
+        trace.finished = True
         await send({"type": "http.response.body", "body": b""})
 
 
 class _Tally:
     """What a stream's events after its first content one say: how many there were,
     the engine's own count of tokens (``usage``), whether ``[DONE]`` came, and when the
-    last piece did."""
+    last piece did; and the stream's bounds: its size so far and its framing."""
 
-    __slots__ = ("counted", "ended", "events", "last")
+    __slots__ = ("counted", "ended", "events", "framing", "judged", "last", "size")
 
-    def __init__(self, rest: bytes, first: float) -> None:
+    def __init__(self, rest: bytes, first: float, framing: sse.Framing, size: int) -> None:
         self.events = 0
         self.counted: int | None = None
         self.ended = False
         self.last = first
+        self.framing = framing
+        self.size = size  # bytes passed on
+        # A piece whose framing was judged (the state moved past it) but not passed on.
+        self.judged: bytes | None = None
         if rest:
             self.take(rest)
             self.last = first
+
+    def count(self, trace: Trace, first: float) -> None:
+        """The stream's completion tokens and time per token, into ``trace``.
+
+        Tokens after the first: the events after it, less the final chunk (its
+        finish_reason) and [DONE] when the answer ended. An estimate (an engine may put
+        two tokens in one event) unless the engine counted them (usage)."""
+        tokens = max(self.events - 2, 0) if self.ended else self.events
+        counted = self.counted
+        trace.completion_tokens = counted if counted is not None else tokens + 1
+        if tokens > 0:
+            trace.tpot_s = (self.last - first) / tokens
 
     def take(self, chunk: bytes) -> None:
         self.events += chunk.count(b"data:")
@@ -655,18 +759,28 @@ class _Tally:
         self.last = time.monotonic()
 
 
-def _relay(write: Callable[[bytes], bool], tally: _Tally, trace: Trace) -> Callable[[bytes], bool]:
+def _relay(
+    write: Callable[[bytes], bool], tally: _Tally, trace: Trace, limit: int
+) -> Callable[[bytes], bool]:
     """The sink of ``Answer.relay``: a piece written to the client, counted; False
-    (nothing written) when the client cannot take it now. It runs in the engine
-    connection's parser and must not raise: a failure is a refusal, and the piece
-    goes through ``send``."""
+    (nothing written) when the client cannot take it now, or when it would break a
+    bound (over ``limit`` bytes in all, not SSE): the caller judges it again and ends
+    the stream. It runs in the engine connection's parser and must not raise: a
+    failure is a refusal, and the piece goes through ``send``."""
+    check = tally.framing.check
 
     def sink(chunk: bytes) -> bool:
+        size = tally.size + len(chunk)
+        if size > limit or check(chunk) >= 0:
+            return False
         try:
             if not write(chunk):
+                tally.judged = chunk
                 return False
         except Exception:
+            tally.judged = chunk
             return False
+        tally.size = size
         tally.take(chunk)
         # The client has the whole answer: one that hangs up now (the SDKs stop at
         # [DONE]) did not cancel anything.
@@ -728,6 +842,10 @@ def _has_content(payload: bytes) -> bool:
         ):
             return True
     return False
+
+
+def _over(limit: int) -> str:
+    return f"is over {limit} bytes ([gateway] max_answer_mb)"
 
 
 def _granted(ticket: asyncio.Future[None]) -> bool:

@@ -114,18 +114,24 @@ class GatewayApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
+    def _new_id(self) -> str:
+        return f"{self._id_prefix}{next(self._ids) & 0xFFFFFFFF:08x}"
+
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
         kind = INFERENCE.get(path)
-        if kind is not None:
-            if method != "POST":
-                await _error(send, Refusal(405, f"{path} takes POST", code="method_not_allowed"))
-                return
+        if kind is not None and method == "POST":
             await self._inference(scope, receive, send, kind)
             return
+        # Every answer carries an x-request-id (the docs promise it), a refusal's and a
+        # health check's too: a client quoting it finds the answer in the logs.
+        rid = self._new_id().encode()
+        if kind is not None:
+            await _error(send, Refusal(405, f"{path} takes POST", code="method_not_allowed"), rid)
+            return
         if method not in ("GET", "HEAD"):
-            await _error(send, Refusal(405, f"{path} takes GET", code="method_not_allowed"))
+            await _error(send, Refusal(405, f"{path} takes GET", code="method_not_allowed"), rid)
             return
         now = time.monotonic()
         if path == "/healthz":
@@ -143,20 +149,20 @@ class GatewayApp:
                 "models": len(self.state.table.models),
                 "ready_replicas": sum(len(r) for r in self.state.table.ready.values()),
             }
-            await _json(send, 200 if ready else 503, body)
+            await _json(send, 200 if ready else 503, body, rid)
         elif path in ADMIN and not self.settings.admin_open and (denied := self._reader(scope)):
-            await _error(send, denied)
+            await _error(send, denied, rid)
         elif path == "/metrics":
             m = self.state.metrics
             m.control_plane_up.set(1 if self.state.reachable else 0)
             if self.state.synced:
                 m.table_age.set(now - self.state.last_sync)
             data = generate_latest(m.registry)
-            await _raw(send, 200, data, CONTENT_TYPE_LATEST)
+            await _raw(send, 200, data, CONTENT_TYPE_LATEST, rid)
         elif path == "/routing":
-            await _json(send, 200, self.state.routing(now))
+            await _json(send, 200, self.state.routing(now), rid)
         elif path == "/v1/models" or path.startswith("/v1/models/"):
-            await self._models(scope, send, path)
+            await self._models(scope, send, path, rid)
         else:
             await _error(
                 send,
@@ -166,6 +172,7 @@ class GatewayApp:
                     "/v1/completions, /v1/embeddings, /v1/models",
                     code="not_found",
                 ),
+                rid,
             )
 
     def _reader(self, scope: Scope) -> Refusal | None:
@@ -240,11 +247,11 @@ class GatewayApp:
             )
         return client
 
-    async def _models(self, scope: Scope, send: Send, path: str) -> None:
+    async def _models(self, scope: Scope, send: Send, path: str, rid: bytes) -> None:
         try:
             client = self._client(scope)
         except Refusal as refusal:
-            await _error(send, refusal)
+            await _error(send, refusal, rid)
             return
         allowed = self.state.allowed(client)
         table = self.state.table
@@ -252,15 +259,15 @@ class GatewayApp:
             data = [
                 m.openai() for name, m in table.models.items() if allowed is None or name in allowed
             ]
-            await _json(send, 200, {"object": "list", "data": data})
+            await _json(send, 200, {"object": "list", "data": data}, rid)
             return
         wanted = path[len("/v1/models/") :]
         try:
             entry = admission.resolve(table, wanted[: admission.MAX_MODEL_NAME + 1], allowed)
         except Refusal as refusal:
-            await _error(send, refusal)
+            await _error(send, refusal, rid)
             return
-        await _json(send, 200, entry.openai())
+        await _json(send, 200, entry.openai(), rid)
 
     def _current_task(self) -> asyncio.Task[Any] | None:
         # current_task() with no loop finds the running one, and CPython checks that
@@ -273,7 +280,7 @@ class GatewayApp:
 
     async def _inference(self, scope: Scope, receive: Receive, send: Send, kind: str) -> None:
         state = self.state
-        trace = Trace(f"{self._id_prefix}{next(self._ids) & 0xFFFFFFFF:08x}", "-", time.monotonic())
+        trace = Trace(self._new_id(), "-", time.monotonic())
         label = UNRESOLVED
         asked = ""
         req: admission.Request | None = None
@@ -314,7 +321,7 @@ class GatewayApp:
                 state.metrics.refusals.labels(label, refusal.reason).inc()
             trace.status = refusal.status
             if not trace.bytes_sent:
-                await _error(send, refusal)
+                await _error(send, refusal, trace.request_id.encode())
         except asyncio.CancelledError:
             if not gone.happened:
                 raise
@@ -326,7 +333,9 @@ class GatewayApp:
             log.exception("gateway.request_failed", request_id=trace.request_id)
             if not trace.bytes_sent:
                 await _error(
-                    send, Refusal(500, "the gateway failed; see its log", type="server_error")
+                    send,
+                    Refusal(500, "the gateway failed; see its log", type="server_error"),
+                    trace.request_id.encode(),
                 )
         finally:
             if unwatch is not None:
@@ -526,6 +535,49 @@ _decode = msgspec.json.Decoder().decode
 _NOT_MSGSPEC = (msgspec.DecodeError, RecursionError)
 
 
+class _Huge:
+    """An integer literal too long to convert (``admission.MAX_INT_DIGITS``): kept as
+    its length, and refused by ``_pairs`` naming the field it is in."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _int(text: str) -> int | _Huge:
+    digits = len(text) - text.startswith("-")
+    if digits > admission.MAX_INT_DIGITS:
+        return _Huge(digits)
+    return int(text)
+
+
+def _huge_in(value: Any) -> _Huge | None:
+    """A too-long integer in ``value`` itself or in its lists (an object's own are
+    found by its own ``_pairs``)."""
+    if isinstance(value, _Huge):
+        return value
+    if isinstance(value, list):
+        for item in value:
+            if isinstance(item, _Huge | list) and (found := _huge_in(item)) is not None:
+                return found
+    return None
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    for key, value in pairs:
+        huge = _huge_in(value)
+        if huge is not None:
+            raise Refusal(
+                400,
+                f"`{key[:64]}` holds an integer of {huge.digits} digits; an integer in a "
+                f"request has at most {admission.MAX_INT_DIGITS}",
+                param=key[:64],
+                code="invalid_value",
+            )
+    return dict(pairs)
+
+
 def _loads(raw: bytes) -> Any:
     # msgspec first: 1.1 us for a small chat body against json.loads' 2.9 us, the same
     # objects whenever it succeeds (checked by tests/unit/gateway/test_body_decode.py).
@@ -534,7 +586,9 @@ def _loads(raw: bytes) -> Any:
     except _NOT_MSGSPEC:
         pass
     try:
-        return json.loads(raw)
+        # An integer too long for int() names its field, not Python's limit (whose
+        # words told the client to call ``sys.set_int_max_str_digits``).
+        value = json.loads(raw, parse_int=_int, object_pairs_hook=_pairs)
     except UnicodeDecodeError as exc:
         raise Refusal(400, f"the body is not UTF-8 ({exc.reason})", code="invalid_body") from None
     except RecursionError:
@@ -543,6 +597,9 @@ def _loads(raw: bytes) -> Any:
         ) from None
     except ValueError as exc:
         raise Refusal(400, f"the body is not JSON: {exc}"[:200], code="invalid_body") from None
+    if _huge_in(value) is not None:  # (a list, or the integer itself, as the whole body)
+        raise Refusal(400, "the body must be a JSON object", code="invalid_body")
+    return value
 
 
 async def _parse(raw: bytes) -> Any:
@@ -553,7 +610,9 @@ async def _parse(raw: bytes) -> Any:
     return _loads(raw)
 
 
-async def _raw(send: Send, status: int, body: bytes, content_type: str, extra: Any = ()) -> None:
+async def _raw(
+    send: Send, status: int, body: bytes, content_type: str, rid: bytes, *, extra: Any = ()
+) -> None:
     await send(
         {
             "type": "http.response.start",
@@ -561,6 +620,7 @@ async def _raw(send: Send, status: int, body: bytes, content_type: str, extra: A
             "headers": [
                 (b"content-type", content_type.encode()),
                 (b"content-length", str(len(body)).encode()),
+                (b"x-request-id", rid),
                 *extra,
             ],
         }
@@ -568,15 +628,15 @@ async def _raw(send: Send, status: int, body: bytes, content_type: str, extra: A
     await send({"type": "http.response.body", "body": body})
 
 
-async def _json(send: Send, status: int, value: Any, extra: Any = ()) -> None:
+async def _json(send: Send, status: int, value: Any, rid: bytes, *, extra: Any = ()) -> None:
     body = json.dumps(value, separators=(",", ":")).encode()
-    await _raw(send, status, body, "application/json", extra)
+    await _raw(send, status, body, "application/json", rid, extra=extra)
 
 
-async def _error(send: Send, refusal: Refusal) -> None:
+async def _error(send: Send, refusal: Refusal, rid: bytes) -> None:
     extra: list[tuple[bytes, bytes]] = []
     if refusal.retry_after is not None:
         extra.append((b"retry-after", str(refusal.retry_after).encode()))
     if refusal.status == 401:
         extra.append((b"www-authenticate", b"Bearer"))
-    await _json(send, refusal.status, refusal.body(), extra)
+    await _json(send, refusal.status, refusal.body(), rid, extra=extra)

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class GatewaySettings:
-    server: str  # the control plane's URL
+    server: str  # the control plane's URL (the first of ``servers``)
     token: str = field(repr=False)  # the gateway token (read from its file)
+    # Every replica of the control plane, in order (catalog.forms.servers); (): ``server`` alone.
+    servers: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     port: int = 8090
     # Named in signal windows and logs; several gateways run side by side.
@@ -22,6 +24,18 @@ class GatewaySettings:
     connect_timeout_s: float = 2.0
     # Between two reads from an engine (a long answer's first byte included).
     read_timeout_s: float = 300.0
+    # An engine's answer toward the client, at most (a whole answer, or a stream's
+    # events): past it the answer is cut (a stream ends with an error event). A long
+    # generation's stream is a few MB; an embeddings batch of 2,048 inputs x 4,096
+    # dimensions is about 170 MB of JSON.
+    max_answer_bytes: int = 256 << 20
+    # From sending a request to an engine to its answer's last byte, at most: the read
+    # timeout bounds a silence, this an engine that trickles. 32k tokens at 10 tokens/s
+    # take 55 min.
+    max_answer_s: float = 3600.0
+    # A replica that joins a model already served gets a rising share of its weight
+    # over this window (Envoy's slow start): 10% at first, all of it at the end. 0: off.
+    slow_start_s: float = 30.0
     # The longest a request waits for a starting replica (and its profile's
     # startup_timeout, if shorter); then 503 with Retry-After.
     max_wait_s: float = 300.0
@@ -37,6 +51,11 @@ class GatewaySettings:
     admin_open: bool = False
     # Processes serving the port (``--workers``): Python serves from one core per process.
     workers: int = 1
+    # Which of them this process is (0 for one): posted with its signal windows, where the
+    # control plane counts the token's name and this number as one gateway.
+    worker: int = 0
+    # Connections one worker holds at once (httpguard's ``HeadLimits.max_connections``).
+    max_connections: int = 800
     # The queue per model when every ready replica is full (gateway.stages.queue): its
     # length, the longest a request waits in it (or its client's shorter timeout), and
     # how long a lower class may be passed over before it goes first anyway.
@@ -46,3 +65,8 @@ class GatewaySettings:
     # This gateway's part of each replica's slots (1: all of them; with N gateways in
     # front of the same replicas, 1/N each).
     slot_share: float = 1.0
+
+    @property
+    def server_list(self) -> tuple[str, ...]:
+        return self.servers or (self.server,)
+

@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from catalog.forms.servers import ServerList
 from gateway.state import State
 
 log = structlog.get_logger("gateway")
@@ -33,9 +34,21 @@ WAKE_GAP_S = 0.5
 
 
 class Signals:
-    def __init__(self, state: State, server: str, token: str, interval_s: float) -> None:
+    def __init__(
+        self,
+        state: State,
+        servers: str | ServerList,
+        token: str,
+        interval_s: float,
+        worker: int = 0,
+    ) -> None:
+        """``servers``: the follower's (one list: both stick to the same replica)."""
         self.state = state
-        self.url = server.rstrip("/") + "/v1/signals"
+        # Who posts is the token's name and this number, as the control plane counts it.
+        self.worker = worker
+        if isinstance(servers, str):
+            servers = ServerList((servers.rstrip("/"),))
+        self.servers = servers
         self.interval_s = interval_s
         self.session = aiohttp.ClientSession(
             headers={"Authorization": f"Bearer {token}"},
@@ -44,6 +57,10 @@ class Signals:
         self._absent_named = False
         self._failing = False
         self._last_post = -WAKE_GAP_S
+
+    @property
+    def url(self) -> str:
+        return self.servers.current + "/v1/signals"
 
     async def close(self) -> None:
         await self.session.close()
@@ -68,9 +85,10 @@ class Signals:
             await self._post(windows[first : first + MAX_WINDOWS])
 
     async def _post(self, windows: list[dict[str, Any]]) -> None:
-        body = {"gateway": self.state.gateway_id, "windows": windows}
+        body = {"gateway": self.state.gateway_id, "worker": self.worker, "windows": windows}
+        server, url = self.servers.current, self.url
         try:
-            async with self.session.post(self.url, json=body) as resp:
+            async with self.session.post(url, json=body) as resp:
                 if resp.status == 404:
                     if not self._absent_named:
                         self._absent_named = True
@@ -92,6 +110,9 @@ class Signals:
                     )
             self._failing = False
         except (aiohttp.ClientError, TimeoutError) as exc:
+            refused = isinstance(exc, aiohttp.ClientResponseError) and exc.status < 500
+            if not refused:  # every replica would refuse alike; an outage is this one's
+                self.servers.failed(server, f"{type(exc).__name__}: {exc}"[:300])
             if not self._failing:
                 self._failing = True
                 log.warning("gateway.signals_failed", url=self.url, error=f"{exc!r:.600}")

@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.metrics import Metrics
 from gateway.stages.queue import STANDARD, ModelQueue
-from gateway.stages.routing import Load, predicted_ttft
+from gateway.stages.routing import Load, joined, predicted_ttft, ramp
 from gateway.stages.setaside import SetAside
 from gateway.table import Table
 from gateway.windows import Windows
@@ -33,8 +33,12 @@ class Client:
 
 
 class State:
-    def __init__(self, gateway_id: str, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, gateway_id: str, metrics: Metrics | None = None, slow_start_s: float = 0.0
+    ) -> None:
         self.gateway_id = gateway_id
+        # A replica that joins a model already served ramps up over this (0: at once).
+        self.slow_start_s = slow_start_s
         self.metrics = metrics or Metrics()
         self.table = Table()
         self.loads: dict[str, Load] = {}
@@ -58,8 +62,20 @@ class State:
         self.installed: list[Callable[[], None]] = []
 
     def install(self, table: Table) -> None:
-        """A new table: requests from now on route by it; waiters are woken."""
+        """A new table: requests from now on route by it; waiters are woken. A replica
+        new to a model already served enters at the current turn, slow-started
+        (``routing.joined``)."""
+        before = self.table.ready
         self.table = table
+        now = time.monotonic()
+        for model, replicas in table.ready.items():
+            known = {r.key for r in before.get(model, ())}
+            new = [r for r in replicas if r.key not in known]
+            if not known or not new:
+                continue  # nothing joined, or the model's first replicas (nobody to spare)
+            peers = [(self.load(r.key), r.weight) for r in replicas if r.key in known]
+            for r in new:
+                joined(self.load(r.key), peers, r.weight, now, self.slow_start_s)
         live = {r.key for rs in table.ready.values() for r in rs}
         for key in list(self.loads):
             if key not in live and self.loads[key].inflight == 0:
@@ -111,6 +127,8 @@ class State:
                         "effective_context_length": r.context,
                         "context_detail": r.context_detail,
                         "picks": load.picks,
+                        # Slow start: the share of its weight it has now, while < 1.
+                        "slow_start": round(ramp(load, now), 3) if now < load.warm_until else None,
                         "predicted_ttft_s": round(predicted_ttft(load), 4)
                         if load.measured
                         else None,

@@ -8,6 +8,25 @@ server hold more than ``max_header_bytes`` plus one read (asyncio reads at most
 exact size of a head that completes within one read are checked in the parser's
 callbacks, before the application sees the request.
 
+A request's body, once its head is in, must arrive within ``body_timeout_s`` and,
+after its first ``header_timeout_s``, at ``body_min_rate`` bytes a second on
+average (one timer, armed only for a body that did not arrive with its head); else
+408 and the connection is closed. An answer given before the request's body is in
+(401, 403, 413: the application did not want it) says ``connection: close`` and the
+connection closes once the answer is out (a lingering close, as after a refusal of
+ours): it is never held open to read a body nobody will use.
+
+The connection cap is shared by every client, so what fills it must give way: when
+``max_connections`` are open, a new connection takes the place of the oldest one
+with no request being served (``_room_key``): first those answered and closing, then
+those that sent part of a head, then those that sent nothing yet (a real client's head
+comes with its first packet, so the newest of them is the likeliest to be one), then
+idle keep-alive ones, then those still sending a body. A connection whose request's head
+and body are in is
+never closed to make room; only when every connection holds one is the new one
+answered 503. Why not a cap per client address: behind a load balancer or a NAT
+every client has one address, and an attacker with an IPv6 prefix has millions.
+
 The refusals are logged, at most one line per kind every ``LOG_EVERY_S``
 seconds with the number since the last one: a client opening connections must
 not also get to write the log.
@@ -17,6 +36,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -36,6 +57,14 @@ LOG_EVERY_S = 10.0
 # close does the same).
 LINGER_S = 2.0
 LINGER_MAX_BYTES = 4 << 20
+# How many of the oldest reclaimable connections one look over every connection keeps,
+# to make room for as many new ones without looking again (``_make_room``).
+ROOM_BATCH = 64
+# The kinds of connection that give way to a new one when the cap is full, first to last
+# (``_room_key``): answered and closing; part of a head sent; nothing sent yet; idle
+# between requests; a body still arriving.
+_CLOSING, _PARTIAL, _SILENT, _IDLE, _SENDING_BODY = range(5)
+_KINDS = ("closing", "partial_head", "silent", "idle", "sending_body")
 
 
 class _HeadTooLarge(Exception):
@@ -121,6 +150,24 @@ class CoalescedTransport:
         return getattr(self._transport, name)
 
 
+class _CloseUnread:
+    """The transport a request's cycle writes to while its body is still arriving:
+    uvicorn closes the connection after an answer given then (``keep_alive`` off), and
+    this makes that close a lingering one (``_close_unread``): closing a socket with
+    unread bytes resets it, and the client, still sending, would lose the answer."""
+
+    __slots__ = ("_protocol",)
+
+    def __init__(self, protocol: Any) -> None:
+        self._protocol = protocol
+
+    def close(self) -> None:
+        self._protocol._close_unread()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._protocol.transport, name)
+
+
 # The ASGI scope extension (``scope["extensions"][HOOKS]``, a ``RequestHooks``) by which
 # an application of the guarded protocol learns that its client went away, and writes a
 # streamed body's pieces without going through ``send``.
@@ -200,6 +247,8 @@ def guarded_protocol(
     too_slow = _Throttled("http.head_timeout")
     too_many = _Throttled("http.connections_full")
     not_reading = _Throttled("http.write_timeout")
+    body_slow = _Throttled("http.body_timeout")
+    reclaimed = _Throttled("http.connection_reclaimed")
     max_bytes, max_headers = limits.max_header_bytes, limits.max_headers
     large = _answer(
         b"431 Request Header Fields Too Large",
@@ -215,6 +264,20 @@ def guarded_protocol(
         f"this server already holds {limits.max_connections} connections, its limit; "
         "retry shortly, or reuse a connection\n",
     )
+    body_late = _answer(
+        b"408 Request Timeout",
+        f"the request's body did not arrive within {limits.body_timeout_s:g}s, or at "
+        f"{limits.body_min_rate} bytes a second after its first {limits.header_timeout_s:g}s\n",
+    )
+    # Connections closed to make room whose ``connection_lost`` has not come yet: still
+    # in uvicorn's set of connections, but their place is taken.
+    leaving: set[Any] = set()
+    # The oldest connections of the kind that gave way last, from the last look over
+    # all of them, oldest last: ``(key, connection)`` (``_make_room``).
+    oldest_first: list[tuple[tuple[int, float, int], Any]] = []
+    # Connections in the order they were made: the loop's clock is the same for every
+    # connection accepted in one turn, and the first of them is the oldest.
+    serials = itertools.count()
 
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # Bytes received since the head began, while it is incomplete.
@@ -237,19 +300,109 @@ def guarded_protocol(
         # request is in progress), and the one timer that checks it.
         _idle_since: float | None = None
         _idle_timer: asyncio.TimerHandle | None = None
+        # Since when no request has been served on it (connected, or its last answer
+        # complete): the age by which the oldest gives way to a new connection.
+        _free_since = 0.0
+        _serial = 0
+        # Between a request's head and the end of its body: the body's bytes since
+        # ``_body_since`` (when its timer was armed), the timer, and whether the
+        # connection may be kept alive once the body is in (uvicorn's ``keep_alive``,
+        # held off until then).
+        _body_pending = False
+        _body_since = 0.0
+        _body_bytes = 0
+        _body_timer: asyncio.TimerHandle | None = None
+        _keep_alive = True
+        _unread: _CloseUnread | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if coalesce_writes:
                 transport = cast(asyncio.Transport, CoalescedTransport(transport, self.loop))
             super().connection_made(transport)
-            if len(self.connections) > limits.max_connections:
+            self._free_since = self.loop.time()
+            self._serial = next(serials)
+            self._unread = _CloseUnread(self)
+            full_now = len(self.connections) - len(leaving) > limits.max_connections
+            if full_now and not self._make_room():
                 too_many(limit=limits.max_connections)
                 self._refuse(full)
                 return
             # Covers a client that connects and sends nothing at all.
             self._arm_head_timer()
 
+        def _room_key(self) -> tuple[int, float, int] | None:
+            """Which kind of connection this is, and since when, if it may give way to
+            a new one (None: its request is being served)."""
+            if self._lingering is not None:
+                kind = _CLOSING
+            elif self._in_head and self._head_raw:
+                kind = _PARTIAL
+            elif self.cycle is None:
+                kind = _SILENT
+            elif self.cycle.response_complete:
+                kind = _IDLE
+            elif self._body_pending:
+                return _SENDING_BODY, self._body_since, self._serial
+            else:
+                return None
+            return kind, self._free_since, self._serial
+
+        def _make_room(self) -> bool:
+            """Close the connection that gives way to this new one (False: none may)."""
+            while oldest_first:
+                key, victim = oldest_first.pop()
+                if self._may_close(victim) and victim._room_key() == key:
+                    self._close_for_room(victim, key)
+                    return True
+            found: list[tuple[tuple[int, float, int], Any]] = []
+            for other in self.connections:
+                if other in leaving:
+                    continue
+                if other.transport.is_closing():
+                    # Closed already, gone at the loop's next turn: its place is free.
+                    leaving.add(other)
+                # (A connection upgraded to a WebSocket is another protocol's: it stays.)
+                elif isinstance(other, GuardedHttpToolsProtocol) and other is not self:
+                    room = other._room_key()
+                    if room is not None:
+                        found.append((room, other))
+            if len(self.connections) - len(leaving) <= limits.max_connections:
+                return True
+            if not found:
+                return False
+            oldest = heapq.nsmallest(ROOM_BATCH, found, key=_first)
+            key, victim = oldest[0]
+            self._close_for_room(victim, key)
+            if key[0] <= _PARTIAL:
+                # The next ones of the same kind, kept for the next new connections: a
+                # connection opened since is newer than each of them, and one that
+                # starts closing since empties the list (``_linger``). Never the later
+                # kinds: a connection sends part of a head at any read.
+                oldest_first[:] = [kv for kv in reversed(oldest[1:]) if kv[0][0] == key[0]]
+            return True
+
+        def _may_close(self, other: Any) -> bool:
+            return (
+                other in self.connections
+                and other not in leaving
+                and not other.transport.is_closing()
+            )
+
+        def _close_for_room(self, victim: Any, key: tuple[int, float, int]) -> None:
+            leaving.add(victim)
+            reclaimed(
+                limit=limits.max_connections,
+                kind=_KINDS[key[0]],
+                client=_client(victim.client),
+            )
+            if key[0] == _IDLE:
+                victim.transport.close()  # nothing unread: a clean close its pool sees
+            else:
+                victim.transport.abort()
+
         def connection_lost(self, exc: Exception | None) -> None:
+            leaving.discard(self)
+            self._disarm_body_timer()
             self._disarm_head_timer()
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
@@ -303,6 +456,14 @@ def guarded_protocol(
                     # Armed only for a head that did not arrive whole (a real client's
                     # does, in one write): the common request pays for no timer.
                     self._arm_head_timer()
+            elif self._body_pending and self._body_timer is None and self._lingering is None:
+                # Likewise only for a body that did not arrive with its head.
+                self._body_since = self.loop.time()
+                self._body_bytes = 0
+                self._body_timer = self.loop.call_at(
+                    self._body_since + min(limits.header_timeout_s, limits.body_timeout_s),
+                    self._body_check,
+                )
 
         def on_message_begin(self) -> None:
             self._in_head = True
@@ -331,8 +492,85 @@ def guarded_protocol(
             # (uvicorn types an extension's value as a dict; ASGI leaves it to the server.)
             cast(dict[str, Any], self.scope)["extensions"] = {HOOKS: hooks}
             super().on_headers_complete()
-            if self.cycle is not None and self.cycle.scope is self.scope:
+            cycle = self.cycle
+            if cycle is not None and cycle.scope is self.scope:
                 self._hooks = hooks
+                # Until the body is in (``_body_done``), an answer closes the
+                # connection: ``connection: close``, and a lingering close.
+                self._body_pending = True
+                self._keep_alive = cycle.keep_alive
+                cycle.keep_alive = False
+                cycle.transport = self._unread  # type: ignore[assignment]
+
+        def on_body(self, body: bytes) -> None:
+            self._body_bytes += len(body)
+            super().on_body(body)
+
+        def _body_done(self) -> None:
+            self._body_pending = False
+            if self._body_timer is not None:
+                self._disarm_body_timer()
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_started:
+                cycle.keep_alive = self._keep_alive
+                cycle.transport = self.transport
+
+        def shutdown(self) -> None:
+            # uvicorn's stop turns keep-alive off on a request in progress: not to be
+            # turned back on when its body completes.
+            self._keep_alive = False
+            super().shutdown()
+
+        def _close_unread(self) -> None:
+            """uvicorn closing after an answer given before the request's body was in."""
+            if not self._body_pending or self.transport.is_closing():
+                self.transport.close()
+                return
+            self._disarm_body_timer()
+            self._unset_keepalive_if_required()
+            self._linger()
+
+        def _body_check(self) -> None:
+            self._body_timer = None
+            if not self._body_pending or self._lingering is not None:
+                return
+            if self.transport.is_closing():
+                return
+            now = self.loop.time()
+            cycle = self.cycle
+            if self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue):
+                # The server is not reading it (the application has not asked for the
+                # body yet): that time is not the client's.
+                self._body_since, self._body_bytes = now, 0
+            since = self._body_since
+            due = min(
+                since + limits.body_timeout_s,
+                since + limits.header_timeout_s + self._body_bytes / limits.body_min_rate,
+            )
+            if now < due:
+                self._body_timer = self.loop.call_at(due, self._body_check)
+                return
+            body_slow(
+                timeout_s=limits.body_timeout_s,
+                min_rate=limits.body_min_rate,
+                client=_client(self.client),
+            )
+            if cycle is None or cycle.response_started or self.pipeline:
+                self.transport.abort()
+                return
+            # The application waits for the body: it is told the client is gone (what
+            # it sends from now on is dropped, as after an ``http.disconnect``).
+            cycle.disconnected = True
+            cycle.message_event.set()
+            hooks, self._hooks = self._hooks, None
+            if hooks is not None:
+                hooks._fire()
+            self._refuse(body_late)
+
+        def _disarm_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
 
         # uvicorn arms a keep-alive timer at the end of every response and cancels it
         # at the next request's first byte: a timer made and dropped per request, 3% of
@@ -346,7 +584,7 @@ def guarded_protocol(
         def on_response_complete(self) -> None:
             # uvicorn's, but for the timer, and the answer sent now (``flush_alone``).
             self.server_state.total_requests += 1
-            if self.transport.is_closing():
+            if self.transport.is_closing() or self._lingering is not None:
                 return
             self.flush_alone()
             self._idle_since = None
@@ -355,7 +593,7 @@ def guarded_protocol(
                 cycle, app = self.pipeline.pop()
                 self._start_asgi_task(cycle, app)
                 return
-            self._idle_since = now = self.loop.time()
+            self._idle_since = self._free_since = now = self.loop.time()
             if self._idle_timer is None:
                 self._idle_timer = self.loop.call_at(
                     now + self.timeout_keep_alive, self._idle_check
@@ -386,6 +624,8 @@ def guarded_protocol(
             # Whatever arrives next on this connection is the next request's head.
             self._in_head = True
             self._head_raw = 0
+            if self._body_pending:
+                self._body_done()
             super().on_message_complete()
 
         def pause_writing(self) -> None:
@@ -435,13 +675,25 @@ def guarded_protocol(
         def _refuse(self, answer: bytes) -> None:
             """Answer, stop sending, and close once the client has had time to read it."""
             self._disarm_head_timer()
+            self._disarm_body_timer()
             self._unset_keepalive_if_required()
             self.transport.write(answer)
+            self._linger()
+
+        def _linger(self) -> None:
+            """Stop sending, drop what arrives, and close once the client has had time
+            to read what it was sent (``LINGER_S``, or ``LINGER_MAX_BYTES`` dropped)."""
             if self.transport.can_write_eof():
                 self.transport.write_eof()
             self._lingering = self.loop.call_later(LINGER_S, self.transport.close)
+            if oldest_first and oldest_first[0][0][0] != _CLOSING:
+                oldest_first.clear()  # this one gives way before any of them
 
     return GuardedHttpToolsProtocol
+
+
+def _first(item: tuple[tuple[int, float, int], Any]) -> tuple[int, float, int]:
+    return item[0]
 
 
 def _client(addr: tuple[str, int] | None) -> str:

@@ -6,7 +6,7 @@ A node is usually set up once, by configuration management: one ``llmgw.toml`` (
 service unit that runs plain ``llmgw agent``::
 
     [agent]
-    server = "http://cp.internal:8080"
+    server = "http://cp.internal:8080"  # or a list of the replicas' URLs
     token_file = "agent.token"          # relative to this file
     labels = "zone=eu,rack=r7"
     interval = "10s"
@@ -45,7 +45,8 @@ AGENT_ENV: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class AgentSettings:
-    server: str | None
+    # The control plane's URLs (several: its replicas, catalog.forms.servers); None: not set.
+    server: tuple[str, ...] | None
     token_file: Path | None
     node: str
     labels: str
@@ -74,7 +75,7 @@ class AgentSettings:
             return format_duration(timedelta(seconds=seconds))
 
         return {
-            "server": self.server,
+            "server": _shown_servers(self.server),
             "token_file": None if self.token_file is None else str(self.token_file),
             "node": self.node,
             "labels": self.labels,
@@ -144,6 +145,13 @@ def resolve_agent(
         llamacpp_server=value("llamacpp_server", None),
         origins=origins,
     )
+
+
+def _shown_servers(servers: tuple[str, ...] | None) -> str | list[str] | None:
+    """One URL as the string it was written as; several as the file's list."""
+    if servers is None:
+        return None
+    return servers[0] if len(servers) == 1 else list(servers)
 
 
 def _seconds(value: Any) -> Any:

@@ -19,6 +19,7 @@ from autoscale.runner import Autoscaler, wanted_counts
 from autoscale.store import AutoscaleStore
 from catalog import Model
 from events.catalog_service import CatalogService
+from scheduler.persistence.lease_store import Fence, LeadershipLost
 
 log = structlog.get_logger("llmgw.autoscale")
 
@@ -30,16 +31,20 @@ def autoscaler(engine: Engine, catalog: CatalogService, policy: Policy) -> Autos
     return Autoscaler(AutoscaleStore(engine), models, policy)
 
 
-def hook(scaler: Autoscaler) -> Callable[[datetime], None]:
+def hook(scaler: Autoscaler) -> Callable[[datetime, Fence | None], None]:
     """The daemon's ``before_round``: a tick that never stops placement.
 
     A database error or a bug in a decision is logged (``autoscale.round_failed``) and
-    the placement round goes on with the counts last recorded.
+    the placement round goes on with the counts last recorded. A tick refused by the
+    leadership lease's fence wrote nothing (``autoscale.fenced``); the round's own
+    writes are refused by the same fence.
     """
 
-    def tick(now: datetime) -> None:
+    def tick(now: datetime, fence: Fence | None) -> None:
         try:
-            scaler.tick(now)
+            scaler.tick(now, fence)
+        except LeadershipLost as lost:
+            log.warning("autoscale.fenced", reason=str(lost))
         except DBAPIError as exc:
             log.error("autoscale.round_failed", error=str(exc.orig or exc).strip().splitlines()[0])
         except Exception as exc:  # a bug must not stop placement

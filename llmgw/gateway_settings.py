@@ -2,7 +2,7 @@
 settings file, then the defaults, the same order as every other command's settings::
 
     [gateway]
-    server = "http://cp.internal:8080"
+    server = "http://cp.internal:8080"  # or a list of the replicas' URLs
     token_file = "gateway.token"        # relative to this file
     host = "0.0.0.0"
     port = 8090
@@ -13,8 +13,12 @@ settings file, then the defaults, the same order as every other command's settin
     signals_interval = "5s"
     resync = "5s"
     max_body_mb = 8
+    max_answer_mb = 256                 # an engine's answer toward the client, at most
+    max_answer_time = "1h"              # from sending to an engine to its last byte
+    slow_start = "30s"                  # a new replica's weight rises over this (0: off)
     admin_open = false                  # true: /metrics and /routing take no token
-    workers = 1                         # processes serving the port (one core each)
+    workers = 1                         # processes serving the port (one core each; <= 64)
+    max_connections = 800               # per worker; then the oldest not being served give way
     queue_max_length = 1024             # requests waiting for a full model's free slot
     queue_max_wait = "60s"              # at most (or the client's shorter timeout)
     queue_starvation = "30s"            # a lower class waits at most this long
@@ -29,6 +33,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from autoscale.signals import MAX_WORKERS
 from gateway.settings import GatewaySettings
 from llmgw.settings import KEYS, SettingsError, _convert, _read
 
@@ -82,8 +87,17 @@ def resolve_gateway(
         raise SettingsError(f"cannot read a token from {token_file}") from None
     defaults = GatewaySettings(server="", token="")
     gateway_id = value("gateway_id", None)
+    workers = max(value("workers", defaults.workers), 1)
+    if workers > MAX_WORKERS:
+        raise SettingsError(
+            f"workers {workers} (--workers, LLMGW_GATEWAY_WORKERS or [gateway] workers): at "
+            f"most {MAX_WORKERS} (the control plane counts a gateway "
+            f"token as at most {MAX_WORKERS} workers in the autoscaler's signals); run "
+            "another gateway with its own token for more"
+        )
     return GatewaySettings(
-        server=server,
+        server=server[0],
+        servers=server,
         token=token,
         host=value("host", defaults.host),
         port=value("port", defaults.port),
@@ -92,12 +106,18 @@ def resolve_gateway(
         attempts=max(value("attempts", defaults.attempts), 1),
         connect_timeout_s=value("connect_timeout", defaults.connect_timeout_s),
         read_timeout_s=value("read_timeout", defaults.read_timeout_s),
+        max_answer_bytes=int(
+            value("max_answer_mb", defaults.max_answer_bytes / (1 << 20)) * (1 << 20)
+        ),
+        max_answer_s=value("max_answer_time", defaults.max_answer_s),
+        slow_start_s=value("slow_start", defaults.slow_start_s),
         max_wait_s=value("max_wait", defaults.max_wait_s),
         signals_interval_s=value("signals_interval", defaults.signals_interval_s),
         resync_s=value("resync", defaults.resync_s),
         tokenize_cache_s=value("tokenize_cache", defaults.tokenize_cache_s),
         admin_open=value("admin_open", defaults.admin_open),
-        workers=max(value("workers", defaults.workers), 1),
+        workers=workers,
+        max_connections=value("max_connections", defaults.max_connections),
         queue_max_length=max(value("queue_max_length", defaults.queue_max_length), 1),
         queue_max_wait_s=value("queue_max_wait", defaults.queue_max_wait_s),
         queue_starvation_s=value("queue_starvation", defaults.queue_starvation_s),

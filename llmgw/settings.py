@@ -26,6 +26,7 @@ to the file, so ``--settings /etc/llmgw/llmgw.toml`` means the same from any dir
     [scheduler]
     defragment = true   # move replicas (surge-first) to make room, repair spreads
     repair_spread = false  # true: repair every movable model's spread, not only opted-in ones
+    leadership_lease = "20s"  # PostgreSQL: a frozen leader is replaced within this (+1 interval)
 
     [server]
     host = "127.0.0.1"
@@ -37,7 +38,9 @@ to the file, so ``--settings /etc/llmgw/llmgw.toml`` means the same from any dir
     max_headers = 100          # header lines; more is answered 431
     header_timeout = "10s"     # to send the request line and headers; then 408
     keep_alive_timeout = "5s"  # an idle connection is closed after this
-    max_connections = 800      # open at once; a new one beyond is answered 503
+    max_connections = 800      # open at once; then a new one takes an unserved one's place
+    body_timeout = "120s"      # for a request's whole body, from its head; then 408
+    body_min_rate = 1024       # bytes a second a body keeps up with after header_timeout
     # Where agents may say their engines answer, beside their own node's address.
     agent_endpoint_networks = ["10.0.0.0/8"]
 
@@ -62,8 +65,10 @@ from typing import Any
 
 from autoscale.policy import DEFAULT_POLICY, Policy, PolicyError, parse_policy
 from catalog.forms.durations import format_duration, parse_duration
+from catalog.forms.servers import parse_servers
 from events.database import DEFAULT_URL
 from httpguard.limits import HeadLimits
+from scheduler.daemon.lease_terms import lease_seconds
 from scheduler.lifecycle.endpoints import EndpointPolicy, parse_networks
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 
@@ -85,7 +90,7 @@ KEYS: dict[str, dict[str, str]] = {
         "preemption": "bool",
     },
     # The placement scheduler's own switches (the round's policy, recorded with each round).
-    "scheduler": {"defragment": "bool", "repair_spread": "bool"},
+    "scheduler": {"defragment": "bool", "repair_spread": "bool", "leadership_lease": "positive"},
     "server": {
         "host": "str",
         "port": "port",
@@ -97,6 +102,8 @@ KEYS: dict[str, dict[str, str]] = {
         "header_timeout": "positive",
         "keep_alive_timeout": "positive",
         "max_connections": "count",
+        "body_timeout": "positive",
+        "body_min_rate": "count",
         "agent_endpoint_networks": "networks",
     },
     "auth": {"file": "path", "reads_open": "bool"},
@@ -104,7 +111,7 @@ KEYS: dict[str, dict[str, str]] = {
     "autoscale": {},
     # `llmgw agent` on a node (llmgw.agent_settings resolves these for it).
     "agent": {
-        "server": "str",
+        "server": "servers",
         "token_file": "path",
         "node": "str",
         "labels": "str",
@@ -125,12 +132,15 @@ KEYS: dict[str, dict[str, str]] = {
     },
     # `llmgw gateway` (llmgw.gateway_settings resolves these for it).
     "gateway": {
-        "server": "str",
+        "server": "servers",
         "token_file": "path",
         "host": "str",
         "port": "port",
         "gateway_id": "str",
         "max_body_mb": "number",
+        "max_answer_mb": "number",
+        "max_answer_time": "positive",
+        "slow_start": "duration",
         "attempts": "count",
         "connect_timeout": "positive",
         "read_timeout": "positive",
@@ -140,6 +150,7 @@ KEYS: dict[str, dict[str, str]] = {
         "tokenize_cache": "duration",
         "admin_open": "bool",
         "workers": "count",
+        "max_connections": "count",
         "queue_max_length": "count",
         "queue_max_wait": "positive",
         "queue_starvation": "positive",
@@ -156,6 +167,7 @@ ENV = {
     ("policy", "preemption"): "LLMGW_PREEMPTION",
     ("scheduler", "defragment"): "LLMGW_DEFRAGMENT",
     ("scheduler", "repair_spread"): "LLMGW_REPAIR_SPREAD",
+    ("scheduler", "leadership_lease"): "LLMGW_LEADERSHIP_LEASE",
     ("auth", "file"): "LLMGW_AUTH_FILE",
     ("auth", "reads_open"): "LLMGW_OPEN_READS",
 }
@@ -169,6 +181,7 @@ FLAGS = {
     ("policy", "preemption"): "preemption",
     ("scheduler", "defragment"): "defragment",
     ("scheduler", "repair_spread"): "repair_spread",
+    ("scheduler", "leadership_lease"): "leadership_lease",
     ("server", "host"): "host",
     ("server", "port"): "port",
     ("server", "stream_poll"): "stream_poll",
@@ -205,6 +218,8 @@ class Settings:
     config_path: Path | None
     policy: StalenessPolicy = DEFAULT_STALENESS
     interval_s: float = 10.0
+    # [scheduler] leadership_lease; None: twice the interval, at least 2 s (lease_s).
+    leadership_lease_s: float | None = None
     server: ServerSettings = field(default_factory=ServerSettings)
     auth_file: Path | None = None
     # None: not set here; the auth file's `reads_open` then decides (else closed).
@@ -223,6 +238,11 @@ class Settings:
     origins: Mapping[str, Mapping[str, str]] = field(
         default_factory=dict, repr=False, compare=False
     )
+
+    @property
+    def lease_s(self) -> float:
+        """The scheduler's leadership lease (``scheduler.daemon.lease_terms``)."""
+        return lease_seconds(self.interval_s, self.leadership_lease_s)
 
     @property
     def snapshot_key(self) -> bytes | None:
@@ -304,6 +324,7 @@ class Settings:
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
         interval = value("policy", "interval", timedelta(seconds=10)).total_seconds()
+        lease = value("scheduler", "leadership_lease", None)
         defaults = ServerSettings()
         server = ServerSettings(
             host=value("server", "host", defaults.host),
@@ -334,6 +355,7 @@ class Settings:
             config_path=config_path,
             policy=policy,
             interval_s=interval,
+            leadership_lease_s=None if lease is None else lease.total_seconds(),
             server=server,
             auth_file=value("auth", "file", None),
             reads_open=value("auth", "reads_open", None),
@@ -357,6 +379,7 @@ class Settings:
             "scheduler": {
                 "defragment": self.policy.defragment,
                 "repair_spread": self.policy.repair_spread,
+                "leadership_lease": _seconds(self.lease_s),
             },
             "server": {
                 "host": self.server.host,
@@ -371,6 +394,8 @@ class Settings:
                 "header_timeout": _seconds(self.server.limits.header_timeout_s),
                 "keep_alive_timeout": _seconds(self.server.limits.keep_alive_timeout_s),
                 "max_connections": self.server.limits.max_connections,
+                "body_timeout": _seconds(self.server.limits.body_timeout_s),
+                "body_min_rate": self.server.limits.body_min_rate,
                 "agent_endpoint_networks": [str(n) for n in self.server.endpoints.networks],
             },
             "auth": {
@@ -392,7 +417,7 @@ def _seconds(value: float) -> str:
 def _limits(value: Any, defaults: HeadLimits) -> HeadLimits:
     """The request limits of ``[server]`` (httpguard); a refusal names the key."""
     counts = {}
-    for key in ("max_header_bytes", "max_headers", "max_connections"):
+    for key in ("max_header_bytes", "max_headers", "max_connections", "body_min_rate"):
         counts[key] = value("server", key, getattr(defaults, key))
         if counts[key] < 1:
             raise SettingsError(f"[server] {key} must be at least 1, not {counts[key]}")
@@ -402,6 +427,9 @@ def _limits(value: Any, defaults: HeadLimits) -> HeadLimits:
         ).total_seconds(),
         keep_alive_timeout_s=value(
             "server", "keep_alive_timeout", timedelta(seconds=defaults.keep_alive_timeout_s)
+        ).total_seconds(),
+        body_timeout_s=value(
+            "server", "body_timeout", timedelta(seconds=defaults.body_timeout_s)
         ).total_seconds(),
         **counts,
     )
@@ -483,6 +511,8 @@ def _convert(kind: str, raw: Any, origin: str, base: Path | None) -> Any:
             return count
         if kind == "networks":
             return parse_networks(raw)
+        if kind == "servers":
+            return parse_servers(raw)
         if kind == "port":
             if isinstance(raw, bool) or not isinstance(raw, int | str):
                 raise ValueError(f"{raw!r} is not a port number")

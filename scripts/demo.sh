@@ -74,6 +74,9 @@ url=$(sed -n 's/.*listening on //p' serve.out)
 if [ -z "$url" ]; then echo "the server did not start:"; cat serve.log; exit 1; fi
 for _ in $(seq 100); do curl -sf "$url/healthz" >/dev/null && break; sleep 0.1; done
 echo "$(cat serve.out)"
+# The manual (`make demo` built it into site/): any server started from this tree serves it.
+say "curl -s -o /dev/null -w '%{http_code}' $url/manual/"
+curl -s -o /dev/null -w '(HTTP %{http_code}: the manual, at /manual/ of any llmgw serve started from this tree)\n' "$url/manual/"
 
 # curl with a token ($1: ops or agent), printing the command, the body and the status.
 api() {

@@ -4,10 +4,11 @@
 reports' replica counts, apart from HTTP), ``headers`` (what bounding request heads
 costs), ``fleet_ab`` (``GET /v1/fleet``'s body at another commit and here), ``startup``
 (the CPU of starting each kind of process), ``logcall`` (one structured log call on
-the production path) and ``stream_replicas`` (a write through one replica seen on another's
-event stream).
+the production path), ``stream_replicas`` (a write through one replica seen on another's
+event stream) and ``redaction`` (what hiding secrets in env and args costs a read).
 
 Results: docs/benchmarks/node-reports.md, docs/benchmarks/request-limits.md,
-docs/benchmarks/placement.md (``fleet_ab``), docs/benchmarks/profiles-and-changes.md and
-docs/operator/api.md (``stream_replicas``).
+docs/benchmarks/placement.md (``fleet_ab``), docs/benchmarks/profiles-and-changes.md,
+docs/operator/api.md (``stream_replicas``) and
+docs/security/hostile-input-agent-and-headers.md (``redaction``).
 """

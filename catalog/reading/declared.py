@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from catalog.definition.bind_args import check_no_bind_args
 from catalog.definition.engines import check_engines
 from catalog.definition.model import Model
 from catalog.definition.parse import parse_model
@@ -47,13 +48,15 @@ def parse_definitions(data: Any, origin: str, *, allow_single: bool = True) -> l
 
 def load_declared(path: Path) -> Catalog:
     """Load and check the declared configuration; any refusal names the file to edit."""
-    data = read_file(path, "declared catalog")
+    # A server rereads it on every change: it must be a regular file (``read_regular``).
+    data = read_file(path, "declared catalog", regular=True)
     models = parse_definitions(data, str(path), allow_single=False)
     for i, m in enumerate(models):
         check_engines(m, f"{path} models[{i}]")
     try:
         for m in models:
             check_no_plain_secrets(m.profiles, m.name)
+            check_no_bind_args(m.profiles, m.name)
         return Catalog.build(models, declared=True)
     except CatalogError as exc:
         raise CatalogError(

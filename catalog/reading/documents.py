@@ -24,7 +24,9 @@ refused without recursing); JSON is checked on its brackets before
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,13 +69,19 @@ class DocumentRefused(CatalogError):
         self.limit = limit
 
 
-def read_file(path: Path, what: str, limits: Limits = FILE_LIMITS) -> Any:
-    """Read and parse a file, never reading more than ``limits.max_bytes`` (+1) of it."""
-    try:
-        with path.open("rb") as f:
-            raw = f.read(limits.max_bytes + 1)
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot read the {what}: {exc.strerror}") from None
+def read_file(path: Path, what: str, limits: Limits = FILE_LIMITS, *, regular: bool = False) -> Any:
+    """Read and parse a file, never reading more than ``limits.max_bytes`` (+1) of it.
+
+    ``regular``: for a file read by a server, which must never wait on it
+    (``read_regular``); a command given ``/dev/stdin`` or ``<(...)`` may read a pipe."""
+    if regular:
+        raw = read_regular(path, what, limits.max_bytes)
+    else:
+        try:
+            with path.open("rb") as f:
+                raw = f.read(limits.max_bytes + 1)
+        except OSError as exc:
+            raise CatalogError(f"{path}: cannot read the {what}: {exc.strerror}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -81,6 +89,50 @@ def read_file(path: Path, what: str, limits: Limits = FILE_LIMITS) -> Any:
             _too_large(str(path), limits)
         raise CatalogError(f"{path}: not UTF-8 text ({exc.reason})") from None
     return read_data(text, str(path), limits)
+
+
+# What ``read_regular`` calls a file that is not a regular one.
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (a named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_regular(path: Path, what: str, limit: int) -> bytes:
+    """At most ``limit`` + 1 bytes of ``path``, which must be a regular file, read
+    without ever blocking: opened ``O_NONBLOCK`` (opening a FIFO with no writer would
+    wait for one for ever, and with it the thread that asked) and checked with
+    ``fstat`` before a byte is read (a FIFO or a device such as ``/dev/zero`` never
+    ends, a directory is not a document). A symbolic link is followed: a Kubernetes
+    ConfigMap is a link to the file. ``CatalogError`` names the file and what to do."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read the {what}: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise CatalogError(
+                f"{path}: cannot read the {what}: it is {kind}, not a regular file, and "
+                "reading it could wait or run for ever; put the file itself at this path"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read the {what}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 class NotJSON(ValueError):

@@ -16,6 +16,11 @@ A plain value under a name that looks like a secret (``*TOKEN*``, ``*KEY*``,
 ``*SECRET*``, ``*PASSWORD*``, in any case) is refused when a model is added or
 applied, and in the declared file; values the log already holds from before
 this rule are redacted in every read by anyone but an operator (``redact``).
+
+The same holds for ``args``: a flag that carries a key (``--api-key``, ``--hf-token``,
+...) or a value that looks like one (catalog.secrecy.secret_args) is refused, pointing to the
+engine's own variable given as a reference (vLLM reads ``VLLM_API_KEY``, llama.cpp
+``LLAMA_API_KEY``, both ``HF_TOKEN``), and what the log already holds is redacted.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from catalog.errors import CatalogError
+from catalog.secrecy.secret_args import SecretArg, redact_args, secret_args
 from catalog.secrecy.secret_words import SECRET_PATTERN, SECRET_WORDS
 
 # What a value shown in place of a secret reads as.
@@ -68,29 +74,88 @@ def plain_secret_problem(model: str, profile: str, name: str) -> CatalogError:
     )
 
 
-def check_no_plain_secrets(profiles: Any, model: str) -> None:
-    """Refuse (``CatalogError``) a profile whose env holds a secret-looking plain value.
+# The variable each engine reads its API key from, instead of a flag in args.
+ENGINE_KEY_VARIABLES = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
+# Both engines (and huggingface_hub under them) read a Hugging Face token from here.
+HF_TOKEN_VARIABLE = "HF_TOKEN"
 
-    ``profiles`` are a model's profiles (anything with ``name`` and ``env``).
+
+def engine_variable(engine: str, flag: str) -> str:
+    """The environment variable ``engine`` reads the secret that ``flag`` would give."""
+    flat = flag.lower().replace("_", "-")
+    if "hf" in flat.split("-") or flat == "-hft":
+        return HF_TOKEN_VARIABLE
+    return ENGINE_KEY_VARIABLES.get(engine or "vllm", "VLLM_API_KEY")
+
+
+def plain_secret_arg_problem(
+    model: str, profile: str, engine: str, found: SecretArg
+) -> CatalogError:
+    """The refusal of a secret in ``args`` (the value is never repeated)."""
+    where = f"args[{found.index}]"
+    if found.flag and found.flag_index is not None:
+        what = f"{where} is the value of {found.flag} (args[{found.flag_index}])"
+    elif found.flag:
+        what = f"{where} is {found.flag}, a flag that carries a secret"
+    else:
+        what = f"{where} looks like a key or token"
+    variable = engine_variable(engine, found.flag)
+    secret = re.sub(r"[^a-z0-9]+", "-", variable.lower()).strip("-")
+    reader = {"vllm": "vLLM", "llamacpp": "llama.cpp"}.get(engine or "vllm")
+    reads = (
+        f"{reader} reads {variable}"
+        if reader
+        else f"the {engine} engine reads no key; vLLM reads {variable}"
+    )
+    return CatalogError(
+        f"model {model!r} profile {profile!r}: {what}; a secret is never given in plain "
+        "text (the catalog is shown to every reader and kept in the log for ever), only by "
+        f"reference. Remove it from args and give the engine its own variable: write "
+        f"`env: {{{variable}: {{secret: {secret}}}}}` ({reads}) and give "
+        f"the agents the value as the file {secret} in their secrets_dir (or env "
+        f"{env_var_for(secret)})",
+        model=model,
+        profile=profile,
+        field=f"profiles.args[{found.index}]",
+    )
+
+
+def check_no_plain_secrets(profiles: Any, model: str) -> None:
+    """Refuse (``CatalogError``) a profile whose env holds a secret-looking plain value, or
+    whose args hold a secret (catalog.secrecy.secret_args).
+
+    ``profiles`` are a model's profiles (anything with ``name``, ``engine``, ``env`` and
+    ``args``).
     """
     for p in profiles:
         for name, value in p.env.items():
             if isinstance(value, str) and looks_secret(name):
                 raise plain_secret_problem(model, p.name, name)
+        found = secret_args(list(p.args))
+        if found:
+            # A flag and its value: name the value, the secret itself.
+            first = (
+                found[1] if len(found) > 1 and found[1].flag_index == found[0].index else found[0]
+            )
+            raise plain_secret_arg_problem(model, p.name, p.engine, first)
 
 
 # A diff's path to an env entry: profiles[t4].env.HF_TOKEN or profiles[t4].env["A.B"].
 _ENV_PATH = re.compile(r'\.env(?:\.([^.\[\]"]+)|\["((?:[^"\\]|\\.)*)"\])$')
+# A diff's path to a profile's args (a list, changed whole): profiles[t4].args.
+_ARGS_PATH = re.compile(r"(?:^|\.)args$")
 
 
 def redact(value: Any) -> Any:
-    """``value`` (JSON-ready) with every plain secret-looking env value replaced.
+    """``value`` (JSON-ready) with every plain secret-looking env value, and every secret
+    in args (catalog.secrecy.secret_args), replaced.
 
     Any mapping under an ``env`` key counts (a definition, an engine view, an event's
-    payload), and so does a diff entry whose path ends in such an env variable.
-    References ({secret: name}) are shown: they are names, not values.
+    payload), and any list of strings under an ``args`` key; so does a diff entry whose
+    path ends in such an env variable or in ``args``. References ({secret: name}) are
+    shown: they are names, not values.
     """
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     if not isinstance(value, dict):
         return value
@@ -101,6 +166,8 @@ def redact(value: Any) -> Any:
                 k: REDACTED if isinstance(v, str) and looks_secret(str(k)) else redact(v)
                 for k, v in item.items()
             }
+        elif key == "args" and isinstance(item, list | tuple):
+            out[key] = redact_args(list(item), REDACTED)
         else:
             out[key] = redact(item)
     path = value.get("path")
@@ -110,4 +177,8 @@ def redact(value: Any) -> Any:
             for side in ("before", "after"):
                 if isinstance(out.get(side), str):
                     out[side] = REDACTED
+        if _ARGS_PATH.search(path):
+            for side in ("before", "after"):
+                if isinstance(out.get(side), list | tuple):
+                    out[side] = redact_args(list(out[side]), REDACTED)
     return out

@@ -41,6 +41,57 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     return create_engine(url, **kwargs)
 
 
+# A transaction left idle this long is ended by PostgreSQL. Long enough for any pause of a
+# healthy process between two statements of one transaction; short enough that a process
+# frozen mid-transaction (SIGSTOP, a partition) does not hold its row and table locks,
+# and with them every other replica's writes, for more than a few seconds.
+IDLE_IN_TRANSACTION_S = 5.0
+
+
+def session_connect_args() -> dict[str, Any]:
+    """libpq settings for every connection the command line and ``llmgw serve`` open:
+    TCP keepalives (a dead peer noticed in about 10 s, not the kernel's two hours) and
+    ``IDLE_IN_TRANSACTION_S``."""
+    return {
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "options": f"-c idle_in_transaction_session_timeout={int(IDLE_IN_TRANSACTION_S * 1000)}",
+    }
+
+
+def bounded_connect_args(bound_s: float) -> dict[str, Any]:
+    """libpq settings for connections that must never hang longer than about ``bound_s``
+    (the scheduler leader's, bounded by its leadership lease).
+
+    Keepalives notice a dead peer within about the bound; a statement, a wait for a
+    lock and a transaction left idle (its process frozen mid-write) end within it, so
+    none of them can hold a row or a table lock past it.
+    """
+    ms = max(1000, int(bound_s * 1000))
+    return {
+        "keepalives": 1,
+        "keepalives_idle": max(1, int(bound_s / 2)),
+        "keepalives_interval": 1,
+        "keepalives_count": 3,
+        "tcp_user_timeout": ms,
+        "connect_timeout": max(2, int(bound_s)),
+        "options": (
+            f"-c statement_timeout={ms} -c lock_timeout={ms} "
+            f"-c idle_in_transaction_session_timeout={max(1000, ms // 2)}"
+        ),
+    }
+
+
+def bounded_engine(url: str, bound_s: float) -> Engine:
+    """An engine whose connections are bounded (``bounded_connect_args``) on PostgreSQL;
+    on SQLite, an engine like any other (its waits are bounded by the busy timeout)."""
+    if make_url(url).get_backend_name() == "sqlite":
+        return make_engine(url)
+    return make_engine(url, connect_args=bounded_connect_args(bound_s), pool_size=2)
+
+
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -30,6 +30,7 @@ import structlog
 from catalog import CatalogError, Model, RefusalKind
 from catalog.changes.diff import FieldChange, diff_models
 from catalog.changes.digest import catalog_digest
+from catalog.definition.bind_args import check_no_bind_args
 from catalog.definition.engines import check_engines
 from catalog.definition.identifiers import check_command
 from catalog.reading.declared import require_models
@@ -103,6 +104,7 @@ class CatalogCommands:
         for m in models:
             # At the write only: replay reads what older releases stored as it was.
             check_no_plain_secrets(m.profiles, m.name)
+            check_no_bind_args(m.profiles, m.name)
             check_engines(m)
 
         def build() -> list[tuple[NewEvent, Model | None]]:
@@ -134,6 +136,7 @@ class CatalogCommands:
         """Add ``model``, or replace the runtime model of its name with it in one event
         (events.write.apply); nothing is written when the catalog already holds it."""
         check_no_plain_secrets(model.profiles, model.name)
+        check_no_bind_args(model.profiles, model.name)
         check_engines(model)
         plans: list[ApplyPlan] = []
 

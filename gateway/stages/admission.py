@@ -36,6 +36,14 @@ EMBEDDINGS = "embeddings"
 MAX_DEPTH = 32
 # A model name longer than this is refused before any look-up or suggestion.
 MAX_MODEL_NAME = 256
+# The largest integer the gateway takes in a field it reads (``max_tokens``,
+# ``max_completion_tokens``, token ids): an engine's int32. A larger one is refused
+# naming its field, not carried into arithmetic, messages and the engine.
+MAX_INT = 2**31 - 1
+# An integer literal longer than this (anywhere in a body) is refused naming its field:
+# Python's own limit on converting text to int (``sys.get_int_max_str_digits``), past
+# which json.loads failed with a message about ``set_int_max_str_digits``.
+MAX_INT_DIGITS = 4300
 # Chat templates wrap each message in a few special tokens (Llama 3: 5; ChatML: 4).
 TEMPLATE_TOKENS_PER_MESSAGE = 8
 TEMPLATE_TOKENS = 16
@@ -119,8 +127,18 @@ def _completion_limit(body: Mapping[str, Any]) -> tuple[int | None, str]:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise _refuse_field(name, "must be a positive integer")
+        if value > MAX_INT:
+            raise _refuse_field(
+                name, f"is {_digits(value)}; it must be a positive integer at most {MAX_INT}"
+            )
         return value, name
     return None, "max_tokens"
+
+
+def _digits(value: int) -> str:
+    """An integer for a refusal's words: itself if short, else its number of digits."""
+    text = str(value) if value.bit_length() < 128 else ""
+    return text or f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
 
 
 def _shallow(raw: bytes | None) -> bool:
@@ -193,7 +211,7 @@ def resolve(table: Table, name: str, allowed: frozenset[str] | None) -> ModelEnt
         close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         if entry is not None:
-            return _not_allowed(entry, name)
+            return _not_allowed(name)
         return _not_found(name, hint)
     return entry
 
@@ -212,11 +230,12 @@ def _not_found(name: str, hint: str) -> ModelEntry:
     )
 
 
-def _not_allowed(entry: ModelEntry, name: str) -> ModelEntry:
-    shown = name if name == entry.name else f"{name} ({entry.name})"
+def _not_allowed(name: str) -> ModelEntry:
+    # Only the name the client sent: which model an alias maps to is the catalog's,
+    # not a client's to learn from a refusal (a token not allowed the model).
     raise Refusal(
         403,
-        f"model {shown!r}: this client token is not allowed to use it; ask the operator for "
+        f"model {name!r}: this client token is not allowed to use it; ask the operator for "
         "a token that lists it (`llmgw token new NAME --role client --models ...`)",
         param="model",
         code="model_not_allowed",
@@ -387,11 +406,25 @@ def _prompt_texts(body: Mapping[str, Any], name: str) -> tuple[list[str], int]:
         if isinstance(item, str):
             texts.append(item)
         elif isinstance(item, int) and not isinstance(item, bool):
+            _token_id(name, item)
             token_ids += 1
         elif isinstance(item, list) and all(
             isinstance(t, int) and not isinstance(t, bool) for t in item
         ):
+            for t in item:
+                _token_id(name, t)
             token_ids += len(item)
         else:
             raise Refusal(400, f"`{name}` must be text, a list of texts, or token ids", param=name)
     return texts, token_ids
+
+
+def _token_id(name: str, value: int) -> None:
+    if not 0 <= value <= MAX_INT:
+        raise Refusal(
+            400,
+            f"`{name}` holds the token id {_digits(value)}; a token id is an integer from 0 "
+            f"to {MAX_INT}",
+            param=name,
+            code="invalid_value",
+        )

@@ -17,6 +17,17 @@ and measured times, and this module only reads it.
   measured is predicted 0 so that it gets measured. ``meets_slo`` says whether the
   choice is predicted within the model's ``slo.ttft_p99``: when it is not, the edge
   tries the model's fallbacks before sending.
+
+**Slow start** (as Envoy's): a replica that joins a model already served (a scale-up, a
+replacement) enters at the current turn, not at zero picks, and its weight rises from
+``SLOW_START_MIN`` of it to all of it over the gateway's ``slow_start`` window (linear,
+Envoy's aggression 1). Without this a new replica had the fewest picks by far, won every
+tie (least-loaded idle, round-robin) and took every request until its picks caught up,
+all on a cold engine. A pick during the ramp counts 1/ramp turns (``picked``), so the
+replica owes no burst of catch-up picks when it reaches full weight. The ``session``
+profile is not ramped: moving keys while a weight rises would cost the prefix caches
+more than the ramp saves. A model's first replicas (and all of them at a gateway's
+start) are not ramped: there is nobody to spare them.
 """
 
 from __future__ import annotations
@@ -29,6 +40,9 @@ from catalog.definition.routing_profiles import LATENCY, ROUND_ROBIN, SESSION
 from gateway.table import Replica, stable_hash
 
 _MASK = (1 << 64) - 1
+# The share of its weight a replica has when its slow start begins (Envoy's
+# min_weight_percent default, 10%).
+SLOW_START_MIN = 0.1
 
 
 @dataclass(slots=True)
@@ -37,10 +51,42 @@ class Load:
 
     inflight: int = 0
     picks: int = 0
+    # Picks in units of full weight (a pick during slow start counts 1/ramp), compared
+    # per unit of weight: round-robin's turns and least-loaded's tie-break.
+    turns: float = 0.0
     # Seconds to first token per queued request (TTFT / (in-flight when sent + 1)), EWMA.
     ttft_per_slot: float = 0.0
     measured: bool = False
     set_aside_until: float = 0.0
+    # Slow start: the weight rises from warm_from to warm_until (monotonic seconds).
+    warm_from: float = 0.0
+    warm_until: float = 0.0
+
+
+def ramp(load: Load, now: float) -> float:
+    """The share of its weight a replica has at ``now`` (1 once warm)."""
+    if now >= load.warm_until:
+        return 1.0
+    return max(SLOW_START_MIN, (now - load.warm_from) / (load.warm_until - load.warm_from))
+
+
+def picked(load: Load, now: float) -> None:
+    """A request was sent to the replica: one pick, 1/ramp turns."""
+    load.picks += 1
+    load.turns += 1.0 if now >= load.warm_until else 1.0 / ramp(load, now)
+
+
+def joined(
+    load: Load, peers: Sequence[tuple[Load, float]], weight: float, now: float, window_s: float
+) -> None:
+    """A replica joins a model served by ``peers`` (their loads and weights): it enters
+    at the current turn (the least turns per unit of weight among them) and, with a
+    ``window_s``, starts slow."""
+    if not peers:
+        return
+    load.turns = min(p.turns / w for p, w in peers) * weight
+    if window_s > 0:
+        load.warm_from, load.warm_until = now, now + window_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,27 +119,34 @@ def choose(
     *,
     session: str | None = None,
     ttft_slo_s: float = 0.0,
+    now: float = 0.0,
 ) -> Choice | None:
-    """One of ``replicas`` (already the eligible ones) by ``profile``; None when empty."""
+    """One of ``replicas`` (already the eligible ones) by ``profile``; None when empty.
+
+    ``now`` (monotonic): for the weight of a replica in its slow start."""
     if not replicas:
         return None
     if len(replicas) == 1 and profile != LATENCY:
         return Choice(replicas[0], f"{profile}: the only eligible replica")
     if profile == ROUND_ROBIN:
-        return _round_robin(replicas, loads)
+        return _round_robin(replicas, loads, now)
     if profile == SESSION and session is not None:
         return _session(replicas, session)
     if profile == LATENCY:
-        return _latency(replicas, loads, ttft_slo_s)
-    return _least_loaded(replicas, loads, profile if profile != SESSION else "session (no key)")
+        return _latency(replicas, loads, ttft_slo_s, now)
+    label = profile if profile != SESSION else "session (no key)"
+    return _least_loaded(replicas, loads, label, now)
 
 
-def _least_loaded(replicas: Sequence[Replica], loads: Mapping[str, Load], label: str) -> Choice:
+def _least_loaded(
+    replicas: Sequence[Replica], loads: Mapping[str, Load], label: str, now: float
+) -> Choice:
     best = replicas[0]
     best_score = (math.inf, math.inf)
     for r in replicas:
         load = loads.get(r.key, _IDLE)
-        score = (load.inflight / r.weight, load.picks / r.weight)
+        weight = r.weight if now >= load.warm_until else r.weight * ramp(load, now)
+        score = (load.inflight / weight, load.turns / r.weight)
         if score < best_score:
             best, best_score = r, score
     return Choice(
@@ -102,11 +155,14 @@ def _least_loaded(replicas: Sequence[Replica], loads: Mapping[str, Load], label:
     )
 
 
-def _round_robin(replicas: Sequence[Replica], loads: Mapping[str, Load]) -> Choice:
+def _round_robin(replicas: Sequence[Replica], loads: Mapping[str, Load], now: float) -> Choice:
     best = replicas[0]
     best_score = math.inf
     for r in replicas:
-        score = (loads.get(r.key, _IDLE).picks + 1) / r.weight
+        load = loads.get(r.key, _IDLE)
+        # Where its next turn would put it (a pick during slow start costs 1/ramp).
+        step = 1.0 if now >= load.warm_until else 1.0 / ramp(load, now)
+        score = (load.turns + step) / r.weight
         if score < best_score:
             best, best_score = r, score
     return Choice(best, f"round-robin: its turn among {len(replicas)} (by weight)")
@@ -135,11 +191,16 @@ def predicted_ttft(load: Load) -> float:
     return load.ttft_per_slot * (load.inflight + 1) if load.measured else 0.0
 
 
-def _latency(replicas: Sequence[Replica], loads: Mapping[str, Load], slo: float) -> Choice:
+def _latency(
+    replicas: Sequence[Replica], loads: Mapping[str, Load], slo: float, now: float
+) -> Choice:
     best = replicas[0]
     best_t = math.inf
     for r in replicas:
-        t = predicted_ttft(loads.get(r.key, _IDLE))
+        load = loads.get(r.key, _IDLE)
+        t = predicted_ttft(load)
+        if now < load.warm_until:  # warming up: looks slower, so it takes less
+            t /= ramp(load, now)
         if t < best_t:
             best, best_t = r, t
     meets = slo <= 0 or best_t <= slo

@@ -50,7 +50,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser_operate.register_ops(sub, common)
     parser_autoscale.register(sub, common)
     add_examples(parser)
+    _help_when_bare(parser)
     return parser
+
+
+def _help_when_bare(parser: argparse.ArgumentParser) -> None:
+    """``llmgw``, ``llmgw nodes``, ``llmgw token`` ... without a subcommand print their
+    help (and exit 0) rather than argparse's "the following arguments are required:
+    nodes_command": a command group alone is a question about what it holds. Every
+    group, at any depth (checked for each by tests/unit/ops/test_cli_groups.py)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            action.required = False
+            # A subcommand's own ``run`` wins (set after this one when it is parsed).
+            parser.set_defaults(run=None, bare_group=parser)
+            for child in {id(c): c for c in action.choices.values()}.values():
+                _help_when_bare(child)
 
 
 # Commands that run until stopped, whose info lines (rounds, requests, reconciles) are
@@ -76,6 +91,9 @@ def no_rich() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.run is None:  # a command group alone: its help
+        args.bare_group.print_help()
+        return 0
     no_rich()
     # Imported after parsing: --help, --version and usage errors never pay for them.
     from llmgw import logs

@@ -2,7 +2,7 @@
 
 Owns one placement round with its I/O (``round_runner``: read catalog,
 inventory and placements, plan, write), the timer loop that runs rounds as
-leader only (``loop``), leader election (``leader``), and taking nodes out of
+leader only (``loop``), leader election (``leader``, ``lease_terms``), and taking nodes out of
 service for the CLI and API (``node_service``).
 
 May import every floor below (``scheduler.lifecycle``, ``scheduler.planner``,

@@ -1,10 +1,24 @@
 """Only one scheduler acts on a database at a time.
 
-On PostgreSQL several daemons may run (one per control-plane replica): each
-tries a session-level advisory lock on a dedicated connection, the holder
-leads, and the others wait. When the leader dies its session ends, the lock is
-released, and the next daemon to try takes over. Leadership is checked every
-round, because a connection can die without the process noticing.
+On PostgreSQL several daemons may run (one per control-plane replica), and
+leadership is a *leadership lease* (``scheduler.persistence.lease_store``): a
+row naming the holder, an epoch and a deadline on the database's clock,
+renewed every round. The leader stops acting the moment its own (monotonic)
+clock says the lease may have lapsed: it counts the lease from *before* the
+renewal was sent, so its deadline is never later than the database's. Another
+replica takes the lease once the deadline has passed, under the next epoch, and
+every write a round makes checks its epoch in its own transaction (the fence),
+so a leader frozen by SIGSTOP, a long pause or a partition is replaced within
+the lease and writes nothing when it wakes. The leader's connections carry TCP
+keepalives and statement, lock and idle-in-transaction timeouts
+(``events.database.connection.bounded_engine``): a frozen leader's open
+transaction cannot hold the lease row, or the tables a round locks, for longer
+than the lease either.
+
+This replaced a session advisory lock, held on an idle connection that nobody
+checked: a frozen leader kept it as long as the server kept its session (two
+hours with PostgreSQL's default ``tcp_keepalives_idle``), and nothing fenced
+its late writes.
 
 On SQLite, where every process is on one machine, an exclusive ``flock`` on
 the database file itself does the same; the kernel releases it when the
@@ -19,81 +33,136 @@ kept until the daemon stops, never opened and closed per round.
 
 Leading is necessary but not sufficient for writing: a paused leader may wake
 after it lost the lock, so the write itself is fenced too (see
-``SchedulerStore.apply``).
+``SchedulerStore.apply``). On SQLite that fence is the round's own (a round is
+written only on the round it was planned from); on PostgreSQL the lease's epoch
+is checked as well.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 
-from sqlalchemy import Connection, Engine, text
+import structlog
+from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import NullPool
 
-from events.database.connection import make_engine, sqlite_path
+from events.database.connection import bounded_engine, sqlite_path
+from scheduler.daemon.lease_terms import MIN_LEASE_S, lease_seconds
+from scheduler.persistence.lease_store import Fence, Lease, claim, give_up
 
-# pg advisory locks are keyed by a bigint; this one is "llmgw-scheduler".
-ADVISORY_KEY = 0x6C6C6D6777_5343
+__all__ = ["MIN_LEASE_S", "Leadership", "LeaseLeadership", "leadership_for", "lease_seconds"]
+
+log = structlog.get_logger("llmgw.scheduler")
 
 
 class Leadership(Protocol):
     def ensure(self) -> bool:
         """Whether this process leads now (trying to become leader if it does not)."""
 
+    def holds(self) -> bool:
+        """Whether this process may still act as leader, by its own clock."""
+
+    def fence(self) -> Fence | None:
+        """The check a leader's writes make in their transaction; None: none needed."""
+
     def release(self) -> None: ...
 
 
-class PostgresLeadership:
-    def __init__(self, url: str) -> None:
-        # A dedicated connection outside any pool: the lock lives as long as it does.
-        self._engine: Engine = make_engine(url, poolclass=NullPool)
-        self._conn: Connection | None = None
-        self._held = False
+def default_holder() -> str:
+    """A holder name that is this process's alone (a restarted replica is a new holder)."""
+    return f"{socket.gethostname()} pid {os.getpid()} {secrets.token_hex(3)}"
+
+
+class LeaseLeadership:
+    """Leadership as a leadership lease in the database (PostgreSQL; see the module)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        lease_s: float,
+        holder: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.lease_s = lease_s
+        # Shown by `llmgw status`; `llmgw serve` adds its URL once it listens.
+        self.holder = holder or default_holder()
+        self._clock = clock
+        self._epoch: int | None = None
+        self._deadline = 0.0
+        # The lease as this process last saw it (its own or another's).
+        self.lease: Lease | None = None
+
+    @property
+    def epoch(self) -> int | None:
+        return self._epoch
 
     def ensure(self) -> bool:
+        sent = self._clock()
         try:
-            if self._conn is None:
-                self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-                self._held = False
-            if self._held:
-                # Still the same session? If it died, the lock went with it.
-                still = self._conn.execute(
-                    text(
-                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                        "AND pid = pg_backend_pid() AND granted"
-                    )
-                ).scalar_one()
-                self._held = bool(still)
-            if not self._held:
-                self._held = bool(
-                    self._conn.execute(
-                        text("SELECT pg_try_advisory_lock(:key)"), {"key": ADVISORY_KEY}
-                    ).scalar_one()
+            with self.engine.begin() as conn:
+                leading, lease = claim(
+                    conn, self.holder, self._epoch, timedelta(seconds=self.lease_s)
                 )
         except DBAPIError:
-            self._drop()
+            # Renewed or not, nobody knows: the deadline already counted stands.
             raise
-        return self._held
+        self.lease = lease
+        if leading and lease is not None:
+            if lease.epoch != self._epoch:
+                log.info(
+                    "leadership.lease_acquired",
+                    holder=self.holder,
+                    epoch=lease.epoch,
+                    expires_at=lease.expires_at.isoformat(),
+                )
+            self._epoch = lease.epoch
+            self._deadline = sent + self.lease_s
+        else:
+            if self._epoch is not None:
+                log.warning(
+                    "leadership.lease_lost",
+                    holder=self.holder,
+                    epoch=self._epoch,
+                    now_held_by=None if lease is None else lease.holder,
+                    now_epoch=None if lease is None else lease.epoch,
+                )
+            self._epoch = None
+        return self.holds()
 
-    def _drop(self) -> None:
-        self._held = False
-        if self._conn is not None:
-            with contextlib.suppress(DBAPIError):
-                self._conn.invalidate()
-                self._conn.close()
-            self._conn = None
+    def holds(self) -> bool:
+        return self._epoch is not None and self._clock() < self._deadline
+
+    def fence(self) -> Fence | None:
+        if self._epoch is None:
+            # Never None for a leader: a fence no lease can pass refuses every write.
+            return Fence(self.holder, 0)
+        return Fence(self.holder, self._epoch)
 
     def release(self) -> None:
-        if self._conn is not None and self._held:
-            with contextlib.suppress(DBAPIError):
-                self._conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_KEY})
-        self._drop()
-        self._engine.dispose()
+        """Give the lease up now, so another replica takes over at its next round."""
+        if self._epoch is not None:
+            try:
+                with self.engine.begin() as conn:
+                    give_up(conn, self.holder, self._epoch)
+                log.info("leadership.lease_released", holder=self.holder, epoch=self._epoch)
+            except DBAPIError as exc:
+                log.warning(
+                    "leadership.lease_release_failed",
+                    holder=self.holder,
+                    error=str(exc.orig or exc).strip().splitlines()[0],
+                )
+        self._epoch = None
+        self._deadline = 0.0
 
 
 class FileLeadership:
@@ -103,6 +172,12 @@ class FileLeadership:
         self._path = path
         self._fd: int | None = None
         self._held = False
+
+    def holds(self) -> bool:
+        return self._held
+
+    def fence(self) -> Fence | None:
+        return None  # the kernel holds the flock until this process dies
 
     def ensure(self) -> bool:
         if self._held:
@@ -132,13 +207,23 @@ class ProcessLeadership:
     def ensure(self) -> bool:
         return True
 
+    def holds(self) -> bool:
+        return True
+
+    def fence(self) -> Fence | None:
+        return None
+
     def release(self) -> None:
         pass
 
 
-def leadership_for(url: str) -> Leadership:
+def leadership_for(
+    url: str, lease_s: float, *, engine: Engine | None = None, holder: str | None = None
+) -> Leadership:
+    """The leadership for ``url``: a leadership lease of ``lease_s`` on PostgreSQL (on
+    ``engine``, the scheduler's, when given), a flock on a SQLite file."""
     if make_url(url).get_backend_name() != "sqlite":
-        return PostgresLeadership(url)
+        return LeaseLeadership(engine or bounded_engine(url, lease_s), lease_s, holder)
     path = sqlite_path(url)
     if path is None:
         return ProcessLeadership()

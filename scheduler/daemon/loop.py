@@ -8,7 +8,10 @@
   and tried again next round; nothing is duplicated when it comes back,
   because a round's writes are one fenced transaction.
 - Only the leader places (see ``scheduler.daemon.leader``); the others log
-  ``placement.waiting`` and try again every round.
+  ``placement.waiting`` and try again every round. A leader whose leadership lease
+  may have lapsed by its own clock stops before its next write
+  (``placement.lease_lapsed``), and a write refused because another took the lease
+  over is logged as ``placement.fenced``: nothing of that round was written.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from sqlalchemy.exc import DBAPIError
 
 from scheduler.daemon.leader import Leadership
 from scheduler.daemon.round_runner import Placer
+from scheduler.persistence.lease_store import Fence, LeadershipLost
 from scheduler.persistence.round_store import RoundConflict
 
 log = structlog.get_logger("llmgw.scheduler")
@@ -37,10 +41,11 @@ class Daemon:
         placer: Placer,
         leadership: Leadership,
         interval: float,
-        before_round: Callable[[datetime], object] | None = None,
+        before_round: Callable[[datetime, Fence | None], object] | None = None,
     ) -> None:
-        """``before_round(now)`` runs as leader before each round (the autoscaler's tick,
-        wired by the composition root), so the round places what it just decided."""
+        """``before_round(now, fence)`` runs as leader before each round (the autoscaler's
+        tick, wired by the composition root), so the round places what it just decided;
+        its writes check ``fence`` in their transaction, as the round's do."""
         self.placer = placer
         self.before_round = before_round
         self.leadership = leadership
@@ -62,8 +67,18 @@ class Daemon:
                     log.info("placement.waiting", round=self.rounds)
                     return
                 if self.before_round is not None:
-                    self.before_round(datetime.now(UTC))
-                outcome = self.placer.run()
+                    self.before_round(datetime.now(UTC), self.leadership.fence())
+                if not self.leadership.holds():
+                    # A slow tick or a pause: the lease may have lapsed and another
+                    # replica may lead now. Nothing more this round.
+                    log.warning("placement.lease_lapsed", round=self.rounds)
+                    self._leading = False
+                    return
+                outcome = self.placer.run(fence=self.leadership.fence())
+            except LeadershipLost as fenced:
+                self._leading = False
+                log.warning("placement.fenced", round=self.rounds, reason=str(fenced))
+                return
             except RoundConflict as conflict:
                 log.warning("placement.round_conflict", round=self.rounds, reason=str(conflict))
                 return

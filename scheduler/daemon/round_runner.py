@@ -19,6 +19,7 @@ import structlog
 
 from events.catalog_service import CatalogService
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
+from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.outcome_store import UnplacedReason, reasons_of
 from scheduler.persistence.serving_policy import ServingProcess, policy_fields
 from scheduler.persistence.store import SchedulerStore
@@ -75,7 +76,11 @@ class Placer:
         # again only when a round's differ (None: not yet, so the first round writes).
         self._outcome: tuple[UnplacedReason, ...] | None = None
 
-    def run(self, *, dry_run: bool = False, now: datetime | None = None) -> RoundOutcome:
+    def run(
+        self, *, dry_run: bool = False, now: datetime | None = None, fence: Fence | None = None
+    ) -> RoundOutcome:
+        """Plan and (unless ``dry_run``) write; every write checks ``fence``, the leader's
+        leadership lease, in its transaction (``LeadershipLost`` when it no longer holds)."""
         started = time.perf_counter()
         now = now or datetime.now(UTC)
         if (
@@ -108,10 +113,13 @@ class Placer:
                 # Every placement pinned to the current version, placed now or pinned
                 # now: its definition is recorded with the round (scheduler.persistence.versions).
                 definitions=definitions_to_record(catalog, _pinned_now(plan, state.placements)),
+                fence=fence,
             )
             unplaced = reasons_of(plan.unplaced)
             if unplaced != self._outcome:
-                self.store.record_outcome(unplaced, planned_at=now, catalog_position=position)
+                self.store.record_outcome(
+                    unplaced, planned_at=now, catalog_position=position, fence=fence
+                )
                 self._outcome = unplaced
         return RoundOutcome(
             plan=plan,

@@ -66,8 +66,10 @@ def record_round(
     policy: StalenessPolicy,
     lifecycle: Lifecycle,
     counts: tuple[int, int, int],
+    leader: tuple[str, int] | None = None,
 ) -> None:
-    """Write a round's row, and its inventory unless one with the same digest is stored."""
+    """Write a round's row, and its inventory unless one with the same digest is stored;
+    ``leader``: the holder and epoch of the leadership lease it was written under."""
     digest = inventory_digest(nodes)
     stored = conn.execute(
         select(inventories_t.c.digest).where(inventories_t.c.digest == digest)
@@ -91,6 +93,8 @@ def record_round(
             "removed": removed,
             "unplaced": unplaced,
             "lifecycle": json.dumps(lifecycle.to_json()),
+            "leader": None if leader is None else leader[0],
+            "epoch": None if leader is None else leader[1],
         },
     )
 

@@ -33,6 +33,7 @@ from scheduler.persistence.audit_trail import (
     lock_trail,
     moves_between,
 )
+from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.lifecycle_store import (
     read_cordons,
     read_failures,
@@ -209,8 +210,12 @@ class RoundStore:
         now: datetime,
         policy: StalenessPolicy,
         definitions: Mapping[tuple[str, str], str] | None = None,
+        fence: Fence | None = None,
     ) -> int | None:
         """Write a plan's changes and its audit trail in one transaction.
+
+        ``fence``: the leader's leadership lease, checked first in the transaction
+        (``LeadershipLost`` if it is no longer current) and recorded with the round.
 
         ``definitions``: (model, version) -> definition JSON of the versions the
         plan's placements are pinned to (``scheduler.persistence.versions``), recorded in the
@@ -225,6 +230,8 @@ class RoundStore:
         if not (plan.place or plan.remove or updated):
             return None
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            if fence is not None:
+                fence(conn)
             lock_trail(conn)
             head = _round_head(conn)
             if head != based_on.round_id:
@@ -242,6 +249,7 @@ class RoundStore:
                 policy=policy,
                 lifecycle=based_on.lifecycle,
                 counts=(len(plan.place), len(plan.remove), len(plan.unplaced)),
+                leader=None if fence is None else (fence.holder, fence.epoch),
             )
             for removal in plan.remove:
                 p = removal.placement

@@ -37,6 +37,7 @@ from scheduler.persistence.audit_trail import (
     read_events,
 )
 from scheduler.persistence.inventory_store import InventoryStore, write_reports
+from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.lifecycle_store import read_cordons
 from scheduler.persistence.outcome_store import Outcome, UnplacedReason, read_outcome, write_outcome
 from scheduler.persistence.record_format import PlacementEvent, RecordedRound
@@ -136,6 +137,7 @@ class SchedulerStore:
         now: datetime,
         policy: StalenessPolicy,
         definitions: Mapping[tuple[str, str], str] | None = None,
+        fence: Fence | None = None,
     ) -> int | None:
         return self.rounds.apply(
             plan,
@@ -145,6 +147,7 @@ class SchedulerStore:
             now=now,
             policy=policy,
             definitions=definitions,
+            fence=fence,
         )
 
     def record_outcome(
@@ -153,9 +156,12 @@ class SchedulerStore:
         *,
         planned_at: datetime,
         catalog_position: int,
+        fence: Fence | None = None,
     ) -> None:
         """Replace what the last round left unplaced (``scheduler.persistence.outcome_store``)."""
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            if fence is not None:
+                fence(conn)
             write_outcome(conn, unplaced, planned_at=planned_at, catalog_position=catalog_position)
 
     def outcome(self) -> Outcome | Unreadable | None:

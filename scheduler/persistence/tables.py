@@ -94,6 +94,10 @@ class PlacementRoundRow(Base):
     unplaced: Mapped[int] = mapped_column(Integer)
     # JSON: replica states, cordons, back-offs and their policy (None before 0005).
     lifecycle: Mapped[str | None] = mapped_column(Text)
+    # The leadership lease the round was written under (``scheduler.persistence.lease_store``):
+    # its holder and epoch. None before 0015, and on SQLite, where leadership is a flock.
+    leader: Mapped[str | None] = mapped_column(String(255))
+    epoch: Mapped[int | None] = mapped_column(Position)
 
 
 class PlacementOutcomeRow(Base):
@@ -115,6 +119,25 @@ class PlacementOutcomeRow(Base):
     # The last recorded round (placement_rounds.id) when it was written; 0 if none.
     round_id: Mapped[int] = mapped_column(Position)
     unplaced: Mapped[str] = mapped_column(Text)  # JSON [{model, replica, reason}]
+
+
+class LeadershipLeaseRow(Base):
+    """Who leads the scheduler, under which epoch, and until when (one row per role).
+
+    ``expires_at`` is the database's clock, so replicas whose clocks disagree still
+    agree on when the lease lapsed. ``epoch`` grows by one at every change of
+    holder: every write a leader makes checks, in its own transaction, that its
+    epoch is still the current one (``scheduler.persistence.lease_store``).
+    """
+
+    __tablename__ = "leadership_lease"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    epoch: Mapped[int] = mapped_column(Position)
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    renewed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class ServingPolicyRow(Base):

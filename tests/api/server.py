@@ -48,20 +48,24 @@ class Tokens:
     agent: str
     agents: dict[str, str] = field(default_factory=dict)
     env: str = ""
+    # Gateway tokens by name (``gateways=`` of ``issue``).
+    gateways: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def issue(cls, agent_nodes: Iterable[str] = ()) -> Tokens:
+    def issue(cls, agent_nodes: Iterable[str] = (), gateways: Iterable[str] = ()) -> Tokens:
         ops = issue_token("ops", "operator")
         viewer = issue_token("viewer", "reader")
         agent = issue_token("agent-a", "agent", ["node-0", "node-1"])
         per_node = {n: issue_token(f"agent-{n}", "agent", [n]) for n in agent_nodes}
-        entries = [ops, viewer, agent, *per_node.values()]
+        per_gateway = {g: issue_token(g, "gateway") for g in gateways}
+        entries = [ops, viewer, agent, *per_node.values(), *per_gateway.values()]
         return cls(
             operator=ops.token,
             reader=viewer.token,
             agent=agent.token,
             agents={n: t.token for n, t in per_node.items()},
             env=";".join(e.entry.to_env() for e in entries),
+            gateways={g: t.token for g, t in per_gateway.items()},
         )
 
 

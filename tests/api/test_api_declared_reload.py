@@ -174,6 +174,45 @@ def test_sighup_looks_at_the_file_even_when_its_stat_did_not_change(
     assert server.proc.poll() is None  # SIGHUP did not stop the server
 
 
+def test_a_fifo_in_the_files_place_is_refused_and_later_reloads_still_work(
+    server: ApiServer, tokens: Tokens, tmp_path: Path
+) -> None:
+    # Issue 36: the reload thread blocked for ever opening the FIFO (waiting for a
+    # writer): nothing recorded, no later reload, and SIGTERM took 13 s.
+    config = tmp_path / "catalog.yaml"
+    good = config.read_text()
+    loaded = ready(server)["declared"]
+    config.unlink()
+    os.mkfifo(config)
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGHUP)
+    refused = eventually(lambda: declared_state(server, "refused"), "the FIFO refused", 60)
+    refusal = refused["refusal"]
+    assert refusal["file"] == str(config)
+    assert "it is a FIFO (a named pipe), not a regular file" in refusal["message"]
+    assert "put the file itself at this path" in refusal["message"]
+    assert refused["digest"] == loaded["digest"]  # the catalog in force keeps running
+    assert any(
+        "it is a FIFO" in str(x.get("reason")) for x in server.logs("catalog.declared_refused")
+    )
+
+    # The file back, changed: the next SIGHUP takes it.
+    config.unlink()
+    config.write_text(good.replace("org/base-7b", "org/base-7c"))
+    server.proc.send_signal(signal.SIGHUP)
+
+    def reloaded() -> bool:
+        with server.client(tokens.reader) as http:
+            return _source(http.get("/v1/catalog").json()) == "org/base-7c"
+
+    eventually(reloaded, "the restored file read on SIGHUP", 60)
+    # (Recorded as loaded just after the catalog is taken.)
+    eventually(lambda: declared_state(server, "loaded"), "the refusal cleared", 60)
+    # Nothing is left blocked: SIGTERM stops the server at once, cleanly (a watcher
+    # blocked in the FIFO held it 13 s before; ApiServer.stop kills after 20 s).
+    assert server.stop() == 0
+
+
 def _source(models: list[dict[str, Any]]) -> str:
     (model,) = [m for m in models if m["name"] == "base-7b"]
     return str(model["source"])

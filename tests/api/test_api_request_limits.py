@@ -5,12 +5,16 @@ memory stays flat while 50 connections send them at once), 10,000 headers (431),
 half-sent requests held open (closed after the header timeout, 408), a head dripped a
 byte at a time (the timeout counts from its first byte, not from the last), idle
 keep-alive connections (closed), and more connections than the cap (503, and the
-health check still answers).
+health check still answers). Issue 36's: a body dripped (408), an answer before the
+body (the connection closed), and more connections than the cap held by half-sent
+heads or bodies (they give way; other clients and the health check are answered).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import select
 import socket
 import threading
 import time
@@ -21,6 +25,7 @@ import httpx
 import psutil
 import pytest
 
+from bench.gateway.slowloris import Figures, attack
 from tests.api.server import ApiServer, Tokens, running
 
 HEADER_TIMEOUT = 1.0
@@ -28,6 +33,8 @@ KEEP_ALIVE = 1.0
 # Hang guards only: a verdict never depends on them.
 BOUND = 30.0
 MiB = 1 << 20
+# Issue 36's attack scaled down: more attackers than the connection cap.
+CAP, ATTACKERS = 40, 50
 
 
 def _server(workdir: Path, db_url: str, tokens: Tokens, settings: str) -> ApiServer:
@@ -203,13 +210,43 @@ def test_an_idle_keep_alive_connection_is_closed(api: ApiServer) -> None:
     assert _status(answer) == b"HTTP/1.1 200 OK"
 
 
-def test_connections_beyond_the_cap_are_answered_503(
+def test_half_sent_heads_give_way_to_new_connections_when_the_cap_is_full(
     module_sqlite_url: str, module_dir: Path, tokens: Tokens
 ) -> None:
+    # Issue 36: ten half-sent heads held the cap of ten for the header timeout (60 s
+    # here), and the health check got 503. Now the oldest gives way to each new one.
     settings = '[server]\nmax_connections = 10\nheader_timeout = "60s"\n'
     with running(_server(module_dir / "cap", module_sqlite_url, tokens, settings)) as capped:
-        held = [_half_sent(capped, b"") for _ in range(10)]
+        held = [_half_sent(capped, b"GET /healthz HTTP/1.1\r\n") for _ in range(10)]
         try:
+            for _ in range(3):
+                extra = _send(
+                    capped, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                )
+                assert _status(extra) == b"HTTP/1.1 200 OK"
+            # The oldest one was closed to make room, unanswered.
+            readable, _, _ = select.select(held, [], [], BOUND)
+            assert readable, "no held connection was closed"
+            assert _read_all(readable[0]) == b""
+            assert capped.logs("http.connection_reclaimed")
+        finally:
+            for conn in held:
+                conn.close()
+
+
+def test_only_requests_being_served_fill_the_cap_then_a_new_connection_gets_503(
+    module_sqlite_url: str, module_dir: Path, tokens: Tokens
+) -> None:
+    settings = "[server]\nmax_connections = 10\n"
+    stream = (
+        f"GET /v1/events/stream HTTP/1.1\r\nHost: llmgw\r\n"
+        f"Authorization: Bearer {tokens.reader}\r\n\r\n"
+    ).encode()
+    with running(_server(module_dir / "cap2", module_sqlite_url, tokens, settings)) as capped:
+        held = [_half_sent(capped, stream) for _ in range(10)]
+        try:
+            for conn in held:  # each stream has started: a request being served
+                assert conn.recv(12) == b"HTTP/1.1 200"
             extra = _send(capped, b"GET /healthz HTTP/1.1\r\nHost: llmgw\r\n\r\n")
             assert _status(extra) == b"HTTP/1.1 503 Service Unavailable"
             assert b"already holds 10 connections, its limit" in extra
@@ -226,6 +263,71 @@ def test_connections_beyond_the_cap_are_answered_503(
             time.sleep(0.05)
         else:
             pytest.fail("the server did not serve again once the held connections closed")
+
+
+def test_an_answer_before_the_body_closes_the_connection(api: ApiServer) -> None:
+    # No token: 401 without reading the body, and the connection is not held for it.
+    with socket.create_connection(_address(api), timeout=BOUND) as conn:
+        conn.sendall(
+            b"POST /v1/catalog/models HTTP/1.1\r\nHost: llmgw\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{"
+        )
+        answer = _read_all(conn)  # returns once the server closes
+    assert _status(answer) == b"HTTP/1.1 401 Unauthorized"
+    assert b"\r\nconnection: close\r\n" in answer.lower()
+
+
+def test_a_body_dripped_byte_by_byte_is_cut_off(api: ApiServer, tokens: Tokens) -> None:
+    # With the operator's token the body is read: at a byte every 0.2 s it is behind
+    # 1 KiB/s once the header timeout (1 s here) has passed: 408.
+    with socket.create_connection(_address(api), timeout=BOUND) as conn:
+        conn.sendall(
+            b"POST /v1/catalog/models HTTP/1.1\r\nHost: llmgw\r\n"
+            + f"Authorization: Bearer {tokens.operator}\r\n".encode()
+            + b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+        )
+        started = time.monotonic()
+        conn.settimeout(0.2)
+        answer = b""
+        while time.monotonic() - started < BOUND:
+            try:
+                conn.sendall(b" ")
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            answer += chunk
+    assert _status(answer) == b"HTTP/1.1 408 Request Timeout"
+    assert b"body did not arrive" in answer
+    assert api.logs("http.body_timeout")
+
+
+def _attacked(capped: ApiServer, mode: str, tokens: Tokens) -> Figures:
+    return asyncio.run(
+        attack(
+            capped.url, mode, attackers=ATTACKERS, seconds=4.0, token=tokens.reader,
+            client_path="/v1/catalog", attack_path="/v1/catalog/models", drip=0.2, renew=1.0,
+        )
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["body", "heads"])
+def test_more_connections_than_the_cap_held_leave_clients_and_healthz_answered(
+    mode: str, module_sqlite_url: str, module_dir: Path, tokens: Tokens
+) -> None:
+    """Issue 36 scaled down: 50 attackers against a cap of 40, each connection sending a
+    head with ``Content-Length: 1000000`` and a byte of body every 0.2 s (``body``), or
+    part of a head renewed every second (``heads``), opened again when closed."""
+    settings = f"[server]\nmax_connections = {CAP}\n"
+    with running(
+        _server(module_dir / f"att-{mode}", module_sqlite_url, tokens, settings)
+    ) as capped:
+        fig = _attacked(capped, mode, tokens)
+    assert fig.statuses and set(fig.statuses) == {200}, fig.statuses
+    assert fig.health and set(fig.health) == {200}, fig.health
 
 
 def test_refusals_are_logged_but_not_once_per_connection(api: ApiServer) -> None:

@@ -29,6 +29,8 @@ from tests.support import insert_raw_event
 pytestmark = pytest.mark.slow
 
 VALUE = "hf_SUPERSECRETVALUE123"
+# A key an older release let an operator give vLLM in args (issue 36).
+ARG_VALUE = "sk-plaintext-123"
 DECLARED = {
     "models": [
         {
@@ -43,7 +45,13 @@ LEGACY = {
     "source": "org/legacy",
     "scaling": {"min": 1, "max": 1},
     "profiles": [
-        {"name": "t4", "gpu_class": "T4", "tp": 1, "env": {"HF_TOKEN": VALUE, "LOG": "debug"}}
+        {
+            "name": "t4",
+            "gpu_class": "T4",
+            "tp": 1,
+            "env": {"HF_TOKEN": VALUE, "LOG": "debug"},
+            "args": ["--api-key", ARG_VALUE, "--max-model-len", "4096"],
+        }
     ],
 }
 
@@ -60,7 +68,7 @@ def api(module_sqlite_url: str, module_dir: Path) -> Iterator[ApiServer]:
         model="legacy",
     )
     engine.dispose()
-    tokens = Tokens.issue(["node-a"])
+    tokens = Tokens.issue(["node-a"], gateways=["gw-a"])
     settings = module_dir / "llmgw.toml"
     settings.write_text('[server]\nagent_endpoint_networks = ["10.1.0.0/16"]\n')
     server = ApiServer(
@@ -98,6 +106,39 @@ def test_a_plain_secret_is_refused_at_add_and_apply_with_the_fix(api: ApiServer)
     answer = ops.put("/v1/catalog/models/plain", json=_definition("plain", {"HF_TOKEN": VALUE}))
     assert answer.status_code == 422 and VALUE not in answer.text
     assert "plain" not in [m["name"] for m in ops.get("/v1/catalog").json()]
+
+
+def test_a_key_in_args_is_refused_at_add_and_apply_naming_the_engines_variable(
+    api: ApiServer,
+) -> None:
+    ops = api.client(_tokens(api).operator)
+    for args, where in (
+        (["--api-key", ARG_VALUE], "args[1] is the value of --api-key (args[0])"),
+        ([f"--api-key={ARG_VALUE}"], "args[0] is --api-key, a flag that carries a secret"),
+        (["--max-model-len", "4096", ARG_VALUE], "args[2] looks like a key or token"),
+    ):
+        definition = _definition("in-args", {})
+        definition["profiles"][0]["args"] = args
+        for answer in (
+            ops.post("/v1/catalog/models", json=definition),
+            ops.put("/v1/catalog/models/in-args", json=definition),
+        ):
+            assert answer.status_code == 422, answer.text
+            problem = answer.json()
+            assert f"model 'in-args' profile 't4': {where}" in problem["detail"]
+            assert "`env: {VLLM_API_KEY: {secret: vllm-api-key}}`" in problem["detail"]
+            assert ARG_VALUE not in answer.text
+    assert "in-args" not in [m["name"] for m in ops.get("/v1/catalog").json()]
+
+
+def test_args_choosing_where_the_engine_listens_are_refused(api: ApiServer) -> None:
+    ops = api.client(_tokens(api).operator)
+    for args in (["--host", "0.0.0.0"], ["--port=80"], ["--uds", "/tmp/e.sock"]):
+        definition = _definition("bind", {})
+        definition["profiles"][0]["args"] = args
+        answer = ops.post("/v1/catalog/models", json=definition)
+        assert answer.status_code == 422, answer.text
+        assert "the agent's (`llmgw agent --engine-host`" in answer.json()["detail"]
 
 
 def test_a_secret_by_reference_is_stored_and_served_as_its_name(api: ApiServer) -> None:
@@ -144,19 +185,29 @@ def test_a_reader_never_sees_a_secret_stored_in_plain_text(api: ApiServer) -> No
         "/v1/fleet",
         f"/v1/diff?a=0&b={head}",
     ]
+    gateway = api.client(tokens.gateways["gw-a"])
     for path in reads:
-        text = reader.get(path).text
-        assert VALUE not in text, path
+        for who in (reader, agent, gateway):
+            text = who.get(path).text
+            if who is gateway and not path.startswith(("/v1/catalog", "/v1/placements")):
+                continue  # a gateway token reads the catalog and the placements only
+            if who is agent and path.endswith("node=node-a"):
+                continue  # the agent of the node that runs it gets it (below)
+            assert VALUE not in text, path
+            assert ARG_VALUE not in text, path
     assert VALUE not in _first_stream_message(reader)
+    assert ARG_VALUE not in _first_stream_message(reader)
     (placed,) = [p for p in reader.get("/v1/placements").json() if p["model"] == "legacy"]
     assert placed["engine"]["env"] == {"HF_TOKEN": "[redacted]", "LOG": "debug"}
+    assert placed["engine"]["args"] == ["--api-key", "[redacted]", "--max-model-len", "4096"]
     # The operator sees what is stored; so does the agent of the node that runs it.
-    assert VALUE in ops.get("/v1/catalog/legacy").text
-    assert VALUE in _first_stream_message(ops)
-    assert VALUE in agent.get("/v1/placements", params={"node": "node-a"}).text
-    # An agent reading another node's placements, or all of them, is a reader there.
-    assert VALUE not in agent.get("/v1/placements").text
-    assert VALUE not in agent.get("/v1/placements", params={"node": "node-b"}).text
+    for value in (VALUE, ARG_VALUE):
+        assert value in ops.get("/v1/catalog/legacy").text
+        assert value in _first_stream_message(ops)
+        assert value in agent.get("/v1/placements", params={"node": "node-a"}).text
+        # An agent reading another node's placements, or all of them, is a reader there.
+        assert value not in agent.get("/v1/placements").text
+        assert value not in agent.get("/v1/placements", params={"node": "node-b"}).text
 
 
 def _report(api: ApiServer, endpoint: str, address: str = "10.0.0.7") -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """POST /v1/signals (a gateway's windows) and GET /v1/autoscale on a real server.
 
 Who may post, what is refused (hostile bodies included) and that nothing of a refused
-body is stored; the health check answers while a large body is refused.
+body is stored; the health check answers while a large body is refused. Who posted is
+the token's name and the worker number, never the body's gateway id: one gateway token
+posting under invented ids counts as one gateway, and as at most MAX_WORKERS.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from autoscale.signals import MAX_WORKERS
 from tests.api.server import ApiServer, Tokens, running
 
 W = {"model": "chat", "start": "2026-12-04T10:00:00Z", "end": "2026-12-04T10:00:05Z"}
@@ -26,9 +29,25 @@ DECLARED = {
             "scaling": {"min": 1, "max": 4},
             "slo": {"ttft_p99": "1s", "tpot_p99": "100ms"},
             "profiles": [{"name": "sim", "engine": "sim", "gpu_class": "SIM"}],
-        }
+        },
+        *(
+            {
+                "name": name,
+                "source": f"sim/{name}",
+                "scaling": {"min": 1, "max": 8},
+                "slo": {"ttft_p99": "1s"},
+                "profiles": [{"name": "sim", "engine": "sim", "gpu_class": "SIM"}],
+            }
+            for name in ("posed", "workers")
+        ),
     ]
 }
+
+
+@pytest.fixture(scope="module")
+def tokens() -> Tokens:
+    """The suite's tokens and two gateways' (gw-a, gw-b)."""
+    return Tokens.issue(gateways=["gw-a", "gw-b"])
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +62,59 @@ def _windows(api: ApiServer, tokens: Tokens) -> dict[str, Any]:
     assert answer.status_code == 200, answer.text
     windows: dict[str, Any] = answer.json()
     return windows
+
+
+def _signals(api: ApiServer, tokens: Tokens, model: str) -> dict[str, Any]:
+    (row,) = [r for r in _windows(api, tokens)["models"] if r["model"] == model]
+    signals: dict[str, Any] = row["signals"]
+    return signals
+
+
+def test_one_gateway_token_posting_under_invented_ids_counts_as_one_gateway(
+    api: ApiServer, tokens: Tokens
+) -> None:
+    """Issue 36: windows posted with one gateway token under gw-fake1..3 were summed as
+    three gateways. Who posted is the token's name and worker: one gateway, one load."""
+    window = {**W, "model": "posed", "requests": 50, "inflight_mean": 10.0}
+    with api.client(tokens.gateways["gw-a"]) as c:
+        for fake in ("gw-fake1", "gw-fake2", "gw-fake3"):
+            answer = c.post("/v1/signals", json={"gateway": fake, "windows": [window]})
+            assert answer.status_code == 202, answer.text
+            assert answer.json()["gateway"] == "gw-a-w0"
+            assert answer.json()["label"] == fake
+    signals = _signals(api, tokens, "posed")
+    assert signals["gateways"] == 1
+    assert signals["load"] == pytest.approx(10.0)
+
+
+def test_each_token_and_worker_is_one_gateway_and_the_loads_add(
+    api: ApiServer, tokens: Tokens
+) -> None:
+    window = {**W, "model": "workers", "requests": 10, "inflight_mean": 2.0}
+    for name, worker in (("gw-a", 0), ("gw-a", 1), ("gw-b", 0)):
+        with api.client(tokens.gateways[name]) as c:
+            body = {"gateway": "same-id", "worker": worker, "windows": [window]}
+            answer = c.post("/v1/signals", json=body)
+        assert answer.status_code == 202, answer.text
+        assert answer.json()["gateway"] == f"{name}-w{worker}"
+    signals = _signals(api, tokens, "workers")
+    assert signals["gateways"] == 3
+    assert signals["load"] == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize("worker", [MAX_WORKERS, -1, 10**6, "1", True, 1.5])
+def test_a_worker_beyond_the_limit_is_refused_and_nothing_is_stored(
+    api: ApiServer, tokens: Tokens, worker: object
+) -> None:
+    before = _signals(api, tokens, "posed")
+    window = {**W, "model": "posed", "requests": 50, "inflight_mean": 10.0}
+    with api.client(tokens.gateways["gw-a"]) as c:
+        answer = c.post("/v1/signals", json={"gateway": "g", "worker": worker, "windows": [window]})
+    assert answer.status_code == 422, answer.text
+    detail = answer.json()["detail"]
+    assert f"must be a whole number from 0 to {MAX_WORKERS - 1}" in detail
+    assert "give each gateway its own token" in detail
+    assert _signals(api, tokens, "posed") == before
 
 
 def test_an_operator_token_posts_windows_and_they_are_counted(

@@ -28,17 +28,21 @@ class GatewayTokens:
     client: str  # every model
     limited: str  # only "backup"
     env: str
+    # A second gateway's token ("gw-2"): its signals count as another gateway's.
+    gateway_b: str = ""
 
     @classmethod
     def issue(cls) -> GatewayTokens:
         gw = issue_token("gw-1", "gateway")
+        gw_b = issue_token("gw-2", "gateway")
         app = issue_token("app-1", "client")
         limited = issue_token("app-b", "client", models=["backup"])
         return cls(
             gw.token,
             app.token,
             limited.token,
-            ";".join(t.entry.to_env() for t in (gw, app, limited)),
+            ";".join(t.entry.to_env() for t in (gw, gw_b, app, limited)),
+            gw_b.token,
         )
 
 

@@ -87,10 +87,13 @@ def test_bench_finds_the_highest_concurrency_that_meets_the_slo_and_records_it(
     assert [s["concurrency"] for s in out["steps"]] == [1, 2, 4]
     assert all(s["meets_slo"] and s["requests"] > 0 and s["errors"] == 0 for s in out["steps"])
     assert out["capacity"] == 4 and out["recorded"] is True
+    # Every step met up to --max-concurrency: a floor, not a measured capacity.
+    assert out["capped"] is True and out["max_concurrency"] == 4
     assert 0.005 < out["steps"][0]["tpot_p99_s"] < 1.0
     text = cli(*args, "--max-concurrency", "2")
     assert text.returncode == 0, text.stderr
-    assert "capacity of chat (sim): 2 concurrent requests within the SLO" in text.stdout
+    assert "capacity of chat (sim): at least 2 concurrent requests within the SLO" in text.stdout
+    assert "capped by --max-concurrency 2" in text.stdout
     assert "|" in text.stdout and "trend" in text.stdout  # the chart, the SLO line
 
 
@@ -105,6 +108,26 @@ def test_a_step_that_misses_the_slo_stops_the_bench_and_nothing_is_recorded(
     )  # fmt: skip
     assert done.returncode == 1
     assert "missed the SLO" in done.stderr and "nothing recorded" in done.stderr
+
+
+def test_record_with_two_replicas_placed_is_refused_before_any_step(cli: Cli) -> None:
+    # It ran every step (minutes of load) and only then refused to record because two
+    # replicas had served. The placements say so before the first request.
+    cli("nodes", "report", cli.write("nodes.yaml", {"name": "n1", "gpu_class": "SIM", "gpus": 4}))
+    placed = cli.json("place")
+    assert len([p for p in placed["placed"] if p["model"] == "chat"]) == 1, placed
+    cli.write("catalog.yaml", {"models": [_model("chat", scaling={"min": 2, "max": 4},
+                                                 slo={"ttft_p99": "5s"})]})  # fmt: skip
+    cli.json("place")
+    started = time.monotonic()
+    done = cli(
+        "bench", "chat", "--gateway", "http://127.0.0.1:9", "--token-file", "t.token",
+        "--step-time", "5s", "--record",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout
+    assert "2 replicas of model 'chat' are placed (chat/0 (placed), chat/1 (placed))" in done.stderr
+    assert "Nothing run" in done.stderr and "concurrency 1" not in done.stdout
+    assert time.monotonic() - started < 60  # (a hang bound: no step of 5 s ran)
 
 
 def test_a_model_without_an_slo_is_refused_with_the_reason(cli: Cli, sim: str) -> None:

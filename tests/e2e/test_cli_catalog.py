@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from events.database.connection import make_engine
 from tests.e2e.cli import Cli
+from tests.support import insert_raw_event
 
 DECLARED: dict[str, Any] = {
     "models": [
@@ -151,3 +153,66 @@ def test_db_upgrade_migrates_explicitly(cli: Cli) -> None:
     done = cli("db", "upgrade")
     assert done.returncode == 0, done.stderr
     assert "schema at" in done.stdout
+
+
+def test_a_key_an_older_release_stored_in_args_reads_redacted_unless_asked(
+    cli: Cli,
+) -> None:
+    """Issue 36: args stored before keys in args were refused (the log is never rewritten)
+    read [redacted] in `models --json`, `show --at` and `diff`, as env values do; an
+    operator asks for them with --show-secrets. A new one is refused at `add`."""
+    key = "sk-plaintext-123"
+    legacy = {
+        "name": "legacy",
+        "source": "org/legacy",
+        "profiles": [
+            {"name": "t4", "gpu_class": "T4", "args": ["--api-key", key, "--max-model-len", "4096"]}
+        ],
+    }
+    assert cli("models").returncode == 0  # migrates the empty database
+    engine = make_engine(str(cli.env["LLMGW_DATABASE_URL"]))
+    try:
+        insert_raw_event(
+            engine, 1, payload={"model": legacy, "declared_digest": None}, schema_version=2,
+            model="legacy",
+        )  # fmt: skip
+    finally:
+        engine.dispose()
+    redacted = ["--api-key", "[redacted]", "--max-model-len", "4096"]
+    for command in (("models", "--json"), ("show", "--at", "1", "--json")):
+        (shown,) = [m for m in cli.json(*command) if m["name"] == "legacy"]
+        assert shown["profiles"][0]["args"] == redacted, command
+        (stored,) = [m for m in cli.json(*command, "--show-secrets") if m["name"] == "legacy"]
+        assert key in stored["profiles"][0]["args"]
+    # A change of those args: the diff's entry of them reads [redacted] too.
+    fixed = {**legacy, "profiles": [{"name": "t4", "gpu_class": "T4", "args": ["-v"]}]}
+    cli.write("fixed.yaml", fixed)
+    applied = cli("apply", "fixed.yaml")
+    assert applied.returncode == 0, applied.stderr
+    diff = cli("diff", "1", "2", "--json")
+    assert diff.returncode == 0, diff.stderr
+    assert key not in diff.stdout and "profiles[t4].args" in diff.stdout
+    assert '"[redacted]"' in diff.stdout
+    assert key not in cli("diff", "1", "2").stdout
+    assert key in cli("diff", "1", "2", "--json", "--show-secrets").stdout
+
+    cli.write("again.yaml", {**legacy, "name": "again"})
+    for dry in ((), ("--dry-run",)):
+        for verb in ("add", "apply"):
+            refused = cli(verb, "again.yaml", *dry)
+            assert refused.returncode != 0, (verb, dry)
+            assert "model 'again' profile 't4': args[1] is the value of --api-key" in (
+                refused.stderr
+            )
+            assert "VLLM_API_KEY" in refused.stderr and key not in refused.stderr
+    bind = {
+        **legacy,
+        "name": "bind",
+        "profiles": [{"name": "t4", "gpu_class": "T4", "args": ["--port=80"]}],
+    }
+    cli.write("bind.yaml", bind)
+    for dry in ((), ("--dry-run",)):
+        refused = cli("add", "bind.yaml", *dry)
+        assert "args[0] sets --port; the host and port an engine listens on are the agent's" in (
+            refused.stderr
+        )

@@ -218,3 +218,69 @@ def test_the_daemon_survives_an_unreachable_database_without_duplicating(pg_env:
     assert len(history) == 3, "each replica was placed once, across the outage"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
+
+
+def _epochs(url: str) -> dict[int, set[str]]:
+    """Which holders wrote rounds under each epoch of the leadership lease."""
+    plain = url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain) as conn:
+        rows = conn.execute("SELECT epoch, leader FROM placement_rounds").fetchall()
+    found: dict[int, set[str]] = {}
+    for epoch, leader in rows:
+        found.setdefault(epoch, set()).add(leader)
+    return found
+
+
+@pytest.mark.postgres
+def test_on_postgres_a_frozen_leader_is_replaced_within_its_lease_and_writes_nothing_after(
+    pg_env: Env,
+) -> None:
+    env = pg_env
+    env.llmgw("nodes", "report", env.write("nodes.yaml", NODES))
+    env.llmgw("add", env.write("a.yaml", _model("first", 1)))
+    (a, a_log), (b, b_log) = env.start_daemon(), env.start_daemon()
+
+    def holder(log: Path) -> str | None:
+        taken = [e for e in logs(log) if e["event"] == "leadership.lease_acquired"]
+        return str(taken[-1]["holder"]) if taken else None
+
+    wait_for(lambda: len(env.placements()) == 1, "a leader to place the first model")
+    leader, leader_log = (a, a_log) if holder(a_log) else (b, b_log)
+    follower_log = b_log if leader is a else a_log
+    old = holder(leader_log)
+    assert old is not None and holder(follower_log) is None
+
+    leader.send_signal(signal.SIGSTOP)  # frozen, not dead: its connections stay open
+    try:
+        env.llmgw("add", env.write("b.yaml", _model("second", 1)))
+        wait_for(lambda: len(env.placements()) == 2, "the follower to take over and place")
+        new = holder(follower_log)
+        assert new is not None and new != old
+        status = json.loads(env.llmgw("status", "--json").stdout)["leader"]
+        assert status["holder"] == new and not status["lapsed"]
+        _one_writer_per_epoch(env.url, old, new)
+    finally:
+        leader.send_signal(signal.SIGCONT)
+    # Awake, the old leader learns it lost the lease and writes nothing more.
+    wait_for(lambda: _said(leader_log, "leadership.lease_lost"), "the old leader to step down")
+    env.llmgw("add", env.write("c.yaml", _model("third", 1)))
+    wait_for(lambda: len(env.placements()) == 3, "the new leader to place the third")
+    _one_writer_per_epoch(env.url, old, new)
+    assert not any(
+        e["event"] == "placement.round" for e in logs(leader_log)[_resumed_at(leader_log) :]
+    ), "the old leader ran a round after waking"
+
+
+def _one_writer_per_epoch(url: str, old: str, new: str) -> None:
+    """Every epoch's rounds were written by one holder, the old leader's before the new's."""
+    epochs = _epochs(url)
+    assert all(len(holders) == 1 for holders in epochs.values()), epochs
+    by = {epoch: next(iter(holders)) for epoch, holders in epochs.items()}
+    assert set(by.values()) == {old, new}, by
+    assert max(e for e, h in by.items() if h == old) < min(e for e, h in by.items() if h == new)
+
+
+def _resumed_at(log: Path) -> int:
+    """The index of the old leader's first log line after it learnt it lost the lease."""
+    events = logs(log)
+    return next(i for i, e in enumerate(events) if e["event"] == "leadership.lease_lost")

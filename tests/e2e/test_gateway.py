@@ -104,6 +104,8 @@ def test_alias_stream_refusals_client_limits_and_hostile_bodies(
 
         e = refused(model="chta")
         assert e.status_code == 404 and "Did you mean 'chat'?" in e.message
+        # A refusal carries its x-request-id too (the SDK reads it), as its log line does.
+        assert e.request_id and len(e.request_id) == 16
         e = refused(max_tokens=1000)
         assert e.status_code == 400 and "max_output 128" in e.message
         assert isinstance(e.body, dict)
@@ -127,6 +129,10 @@ def test_alias_stream_refusals_client_limits_and_hostile_bodies(
         with pytest.raises(openai.PermissionDeniedError) as denied:
             limited.chat.completions.create(model="chat", messages=HI)
         assert "not allowed" in denied.value.message
+        # By alias: the refusal names what was asked, never the model it maps to.
+        with pytest.raises(openai.PermissionDeniedError) as denied:
+            limited.chat.completions.create(model="assistant", messages=HI)
+        assert "'assistant'" in denied.value.message and "chat" not in denied.value.message
         assert limited.chat.completions.create(model="backup", messages=HI, max_tokens=2)
         # No token, a wrong one, or a control-plane token: 401.
         for key in ("wrong", t.gateway):

@@ -58,17 +58,18 @@ def test_an_idle_gateway_keeps_reporting_and_a_waiting_request_is_posted_at_once
         _gw,
         t,
     ):
-        # Idle: empty reports, one per interval, from the gateway's token.
+        # Idle: empty reports, one per interval, from the gateway's token: who posted is the
+        # token's name (gw-1) and the worker (0), not the gateway's --gateway-id (gw-test).
         eventually(
             lambda: len([r for r in _rows(c.server.db_url, reports_t) if r["windows"] == 0]) >= 3,
             "three empty reports from the idle gateway",
         )
         reports = _rows(c.server.db_url, reports_t)
-        assert {r["gateway"] for r in reports} == {"gw-test"}
+        assert {r["gateway"] for r in reports} == {"gw-1-w0"}
         assert all(r["windows"] == 0 for r in reports)
 
         wake = GatewayProc(
-            tmp_path, c.server.url, t.gateway, "--gateway-id", "gw-wake",
+            tmp_path, c.server.url, t.gateway_b, "--gateway-id", "gw-wake",
             "--settings", str(tmp_path / "wake.toml"), admin=c.tokens.reader,
         ).start()  # fmt: skip
         try:
@@ -86,7 +87,7 @@ def test_an_idle_gateway_keeps_reporting_and_a_waiting_request_is_posted_at_once
             woke = [
                 w
                 for w in _rows(c.server.db_url, windows_t)
-                if w["gateway"] == "gw-wake" and w["model"] == "zero" and w["waiting"] == 1
+                if w["gateway"] == "gw-2-w0" and w["model"] == "zero" and w["waiting"] == 1
             ]
             # Posted when the request started waiting, not at the next interval (10 min).
             assert len(woke) == 1, woke
@@ -98,7 +99,7 @@ def test_an_idle_gateway_keeps_reporting_and_a_waiting_request_is_posted_at_once
         last = [
             w
             for w in _rows(c.server.db_url, windows_t)
-            if w["gateway"] == "gw-wake" and w["requests"] == 1
+            if w["gateway"] == "gw-2-w0" and w["requests"] == 1
         ]
         assert len(last) == 1 and last[0]["errors"] == 1, last
 

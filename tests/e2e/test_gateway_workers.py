@@ -18,7 +18,10 @@ import httpx
 import psutil
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
+from sqlalchemy import select
 
+from autoscale.store import reports_t
+from events.database.connection import make_engine
 from tests.e2e.agents import eventually
 from tests.e2e.gateways import GatewayProc, gateway_cluster
 from tests.e2e.test_gateway import ROUNDS, chat
@@ -169,3 +172,12 @@ def test_two_workers_serve_one_port_share_metrics_restart_and_drain(
         assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in workers)
         stopped = gw.logs("gateway.worker_stopped")
         assert sorted(e["code"] for e in stopped) == [0, 0]
+        # Each worker posted its signal windows (at least its last, on SIGTERM) as the
+        # control plane names it: the token's name and the worker's number, not its --id.
+        engine = make_engine(c.server.db_url)
+        try:
+            with engine.connect() as conn:
+                posters = set(conn.execute(select(reports_t.c.gateway)).scalars())
+        finally:
+            engine.dispose()
+        assert posters == {"gw-1-w0", "gw-1-w1"}

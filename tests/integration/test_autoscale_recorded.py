@@ -9,6 +9,8 @@ then the autoscaler decides. A step of load (16 concurrent) and its removal.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -16,9 +18,12 @@ from autoscale.policy import parse_policy
 from autoscale.runner import Autoscaler
 from autoscale.store import CAPACITY, AutoscaleStore
 from autoscale.windows import ReplicaLoad, Window
-from catalog import Catalog
+from catalog import Catalog, Model
+from catalog.definition.parse import parse_model
+from events.database.connection import make_engine
 from llmgw.cli.autoscale.commands import run_backtest
-from tests.support import model
+from tests.e2e.cli import Cli
+from tests.support import dump_yaml, model
 
 T0 = datetime(2026, 12, 4, 10, 0, tzinfo=UTC)
 STEP = timedelta(seconds=5)
@@ -52,9 +57,9 @@ def _window(at: datetime, replicas: int) -> Window:
     )  # fmt: skip
 
 
-def _run(engine: Engine, minutes: int = 12) -> AutoscaleStore:
+def _run(engine: Engine, minutes: int = 12, chat: Model = CHAT) -> AutoscaleStore:
     store = AutoscaleStore(engine)
-    catalog = Catalog.build([CHAT])
+    catalog = Catalog.build([chat])
     with engine.begin() as conn:
         store.append(conn, CAPACITY, "chat", {"profile": "main", "capacity": 4}, at=T0)
     scaler = Autoscaler(store, lambda: (catalog.models(), 1), POLICY)
@@ -117,3 +122,60 @@ def test_a_more_eager_policy_gives_more_replica_hours_and_fewer_breached_windows
     assert replayed.replica_seconds > recorded.replica_seconds
     assert replayed.breached < recorded.breached
     assert recorded.breached > 0
+
+
+PINNED: dict[str, Any] = {
+    "name": "chat",
+    "source": "org/chat",
+    "profiles": [{"name": "main", "engine": "sim", "gpu_class": "SIM"}],
+    "scaling": {"min": 2, "max": 2},
+    "slo": {"ttft_p99": "1s", "tpot_p99": "100ms"},
+}
+
+
+def test_a_backtest_where_min_equals_max_says_any_policy_is_a_no_op(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    # It printed "0 / 0 decisions ... same decisions as recorded", as if the policy had
+    # been tried and agreed: with scaling.min == scaling.max no policy can move a count.
+    engine = make_engine(sqlite_url)
+    try:
+        _run(engine, minutes=2, chat=parse_model(PINNED))
+    finally:
+        engine.dispose()
+    (tmp_path / "catalog.yaml").write_text(dump_yaml({"models": [PINNED]}))
+    (tmp_path / "eager.toml").write_text(
+        '[autoscale]\ninterval = "5s"\nwindow = "20s"\ntarget = 0.4\nup_step = 8\n'
+    )
+    cli = Cli(tmp_path, sqlite_url)
+    span = ["--since", T0.isoformat(), "--until", (T0 + timedelta(minutes=2)).isoformat()]
+    done = cli("autoscale", "backtest", *span, "--policy", "eager.toml")
+    assert done.returncode == 0, done.stderr
+    assert "any policy is a no-op" in done.stdout, done.stdout
+    assert "same decisions as recorded" not in done.stdout
+    out = cli.json("autoscale", "backtest", *span, "--policy", "eager.toml")
+    assert out["models"]["chat"]["fixed"] is True
+
+
+def test_autoscale_explain_rounds_seconds_for_humans_and_keeps_json_exact(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    # It printed "ttft p99 0.0746024809999426".
+    ttft = 0.0746024809999426
+    engine = make_engine(sqlite_url)
+    now = datetime.now(UTC)
+    try:
+        w = Window(
+            "gw-1", "chat", now - STEP, now, now, requests=40, inflight_mean=1.0,
+            inflight_max=2, ttft_p99_s=ttft, tpot_p99_s=0.0312345678, replicas={},
+        )  # fmt: skip
+        AutoscaleStore(engine).record_signals("gw-1", [w], now)
+    finally:
+        engine.dispose()
+    (tmp_path / "catalog.yaml").write_text(dump_yaml({"models": [PINNED]}))
+    cli = Cli(tmp_path, sqlite_url)
+    done = cli("autoscale", "explain", "chat")
+    assert done.returncode == 0, done.stderr
+    assert "ttft p99 0.0746s, tpot p99 0.0312s (SLO 1s / 0.1s)" in done.stdout, done.stdout
+    assert "0.0746024809999426" not in done.stdout
+    assert cli.json("autoscale", "explain", "chat")["signals"]["ttft_p99_s"] == ttft

@@ -40,6 +40,7 @@ def install(app: FastAPI) -> None:
         raise Problem(
             404,
             "not-found",
-            f"the manual is not built where this server looks ({site}): run `make docs` in "
-            f"the source tree (it builds site/), or set {ENV} to a built site, and restart",
+            f"the manual is not built where this server looks ({site}): run `make docs` (or "
+            f"`make demo`, which builds it too) in the source tree (it builds site/), or set "
+            f"{ENV} to a built site, and restart",
         )

@@ -23,7 +23,9 @@ from autoscale.signals import (
     MAX_LATENCY_S,
     MAX_REPLICAS,
     MAX_WINDOWS,
+    MAX_WORKERS,
     SignalsError,
+    identity,
     parse_signals,
 )
 from autoscale.store import AutoscaleStore
@@ -94,7 +96,20 @@ _SIGNALS_BODY: dict[str, Any] = {
                     "required": ["gateway", "windows"],
                     "additionalProperties": False,
                     "properties": {
-                        "gateway": {"type": "string", "pattern": GATEWAY_PATTERN},
+                        "gateway": {
+                            "type": "string",
+                            "pattern": GATEWAY_PATTERN,
+                            "description": "The gateway's own id (its --id), a label for "
+                            "the log: who posted is the token's name and `worker`",
+                        },
+                        "worker": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "maximum": MAX_WORKERS - 1,
+                            "description": "The worker of `llmgw gateway --workers N` "
+                            "posting (0 for one); the autoscaler counts each token and "
+                            "worker as one gateway",
+                        },
                         "windows": {"type": "array", "maxItems": MAX_WINDOWS, "items": _WINDOW},
                     },
                 }
@@ -125,11 +140,11 @@ def measured_capacities(svc: Services) -> dict[tuple[str, str], float]:
 async def post_signals(request: Request, call: Signaller) -> Response:
     svc = call.svc
     body = await receive(request, svc.settings.max_body_bytes)
-    recorded = await to_thread.run_sync(_parse_and_record, svc, body)
+    recorded = await to_thread.run_sync(_parse_and_record, svc, body, call.who.name)
     return ApiJSON(recorded, status_code=202)
 
 
-def _parse_and_record(svc: Services, body: bytes) -> dict[str, Any]:
+def _parse_and_record(svc: Services, body: bytes, token: str) -> dict[str, Any]:
     try:
         data = parse(body, svc.settings.max_body_bytes, "invalid-signals", json_only=True)
     except NotJSON:
@@ -141,10 +156,13 @@ def _parse_and_record(svc: Services, body: bytes) -> dict[str, Any]:
     except SignalsError as exc:
         raise Problem(422, "invalid-signals", f"nothing recorded: {exc}") from None
     now = datetime.now(UTC)
+    # Who posted is the token's, never the body's (autoscale.signals).
+    poster = identity(token, signals.worker)
     with svc.writing:
-        AutoscaleStore(svc.engine).record_signals(signals.gateway, signals.received(now), now)
+        AutoscaleStore(svc.engine).record_signals(poster, signals.received(now, poster), now)
     return {
-        "gateway": signals.gateway,
+        "gateway": poster,
+        "label": signals.gateway,
         "windows": len(signals.windows),
         "received_at": now.isoformat(),
     }

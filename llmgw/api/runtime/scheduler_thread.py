@@ -1,7 +1,7 @@
 """The placement scheduler inside ``llmgw serve --with-scheduler``.
 
 The same ``Daemon`` as ``llmgw daemon``, with the same leadership
-(``scheduler.daemon.leader``: an advisory lock on PostgreSQL, a lock file on SQLite),
+(``scheduler.daemon.leader``: a leadership lease on PostgreSQL, a flock on SQLite),
 so a server with a scheduler, a separate daemon and other servers can run
 against one database and exactly one of them places. It runs in a thread of
 its own (APScheduler's blocking loop and signal handling belong to a process's
@@ -27,6 +27,7 @@ from scheduler.daemon.leader import Leadership
 from scheduler.daemon.loop import Daemon
 from scheduler.daemon.round_runner import Placer, RoundOutcome
 from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.serving_policy import ServingProcess
 from scheduler.persistence.store import SchedulerStore
 
@@ -49,15 +50,18 @@ class ObservedPlacer(Placer):
         super().__init__(catalog, store, policy, wanted, serving=serving)
         self.metrics = metrics
 
-    def run(self, *, dry_run: bool = False, now: datetime | None = None) -> RoundOutcome:
-        outcome = super().run(dry_run=dry_run, now=now)
+    def run(
+        self, *, dry_run: bool = False, now: datetime | None = None, fence: Fence | None = None
+    ) -> RoundOutcome:
+        outcome = super().run(dry_run=dry_run, now=now, fence=fence)
         if not dry_run:
             self.metrics.observe_round(outcome)
         return outcome
 
 
 class ObservedLeadership:
-    """Leadership whose state is the ``llmgw_scheduler_leader`` gauge."""
+    """Leadership whose state is the ``llmgw_scheduler_leader`` gauge, with the
+    leadership lease's epoch (``llmgw_scheduler_leadership_epoch``) where there is one."""
 
     def __init__(self, inner: Leadership, metrics: Metrics) -> None:
         self.inner = inner
@@ -67,14 +71,28 @@ class ObservedLeadership:
         try:
             leading = self.inner.ensure()
         except Exception:
-            self.metrics.leader.set(0)
+            self._show(False)
             raise
-        self.metrics.leader.set(1 if leading else 0)
+        self._show(leading)
         return leading
+
+    def _show(self, leading: bool) -> None:
+        self.metrics.leader.set(1 if leading else 0)
+        fence = self.inner.fence() if leading else None
+        self.metrics.leadership_epoch.set(0 if fence is None else fence.epoch)
+
+    def holds(self) -> bool:
+        held = self.inner.holds()
+        if not held:
+            self._show(False)
+        return held
+
+    def fence(self) -> Fence | None:
+        return self.inner.fence()
 
     def release(self) -> None:
         self.inner.release()
-        self.metrics.leader.set(0)
+        self._show(False)
 
 
 class SchedulerThread:

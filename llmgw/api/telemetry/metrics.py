@@ -141,6 +141,13 @@ class Metrics:
             registry=r,
         )
         self.leader.set(0)
+        self.leadership_epoch = Gauge(
+            "llmgw_scheduler_leadership_epoch",
+            "The epoch of the leadership lease this server's scheduler holds (PostgreSQL), "
+            "0 while it does not lead; it grows by one at every change of leader.",
+            registry=r,
+        )
+        self.leadership_epoch.set(0)
         self.declared_refused = Gauge(
             "llmgw_declared_catalog_refused",
             "1 while the declared catalog file as it is now was refused (the previous "

@@ -66,6 +66,8 @@ def cmd_bench(app: App, args: argparse.Namespace) -> int:
     if seconds <= 0:
         raise Refused("--step-time must be a positive duration, e.g. 10s")
     target = Target(args.gateway, read_token(args.token_file), model.name, args.max_tokens)
+    if args.record:
+        _one_replica_placed(app, model.name)
     verdicts: list[steps.Verdict] = []
     replicas: Counter[str] = Counter()
     errors: Counter[str] = Counter()
@@ -80,12 +82,19 @@ def cmd_bench(app: App, args: argparse.Namespace) -> int:
         if steps.should_stop(verdicts):
             break
     capacity = steps.capacity(verdicts)
+    # Every step met up to the last one allowed: the capacity is at least that, not
+    # measured (the load never found where the SLO breaks).
+    capped = capacity > 0 and capacity == verdicts[-1].step.concurrency == max(
+        steps.schedule(args.start_concurrency, args.max_concurrency)
+    )
     data: dict[str, Any] = {
         "model": model.name,
         "profile": profile,
         "gateway": args.gateway,
         "slo": {"ttft_p99_s": limits.ttft_p99_s, "tpot_p99_s": limits.tpot_p99_s},
         "capacity": capacity,
+        "capped": capped,
+        "max_concurrency": args.max_concurrency,
         "steps": [v.to_json() for v in verdicts],
         "replicas_seen": dict(replicas),
         "errors": dict(errors),
@@ -150,8 +159,33 @@ def _print(data: dict[str, Any], verdicts: list[steps.Verdict], slo: float | Non
         print(
             f"warning: {len(replicas)} replicas served this bench; the figure is not one replica's"
         )
+    least = "at least " if data["capped"] else ""
     print(
-        f"\ncapacity of {shown(data['model'])} ({shown(data['profile'])}): {data['capacity']} "
-        "concurrent requests within the SLO"
+        f"\ncapacity of {shown(data['model'])} ({shown(data['profile'])}): {least}"
+        f"{data['capacity']} concurrent requests within the SLO"
         + (" (recorded: routing weight and autoscaling use it)" if data["recorded"] else "")
     )
+    if data["capped"]:
+        print(
+            f"capped by --max-concurrency {data['max_concurrency']}: every step met the SLO, "
+            "so the replica's limit was not reached; raise --max-concurrency to measure it"
+        )
+
+
+def _one_replica_placed(app: App, model: str) -> None:
+    """Refuse ``--record`` before any load when the model has more than one replica
+    placed: the gateway would spread the bench over them, and a capacity is one
+    replica's (the same check after the run catches one that started meanwhile)."""
+    from scheduler.persistence.store import SchedulerStore
+
+    placed = sorted(
+        f"{p.model}/{p.replica} ({status.state})"
+        for p, status in SchedulerStore(app.engine).replicas(model=model)
+    )
+    if len(placed) > 1:
+        raise Refused(
+            f"{len(placed)} replicas of model {shown(model)!r} are placed ({', '.join(placed)}): a "
+            "capacity is one replica's, and the gateway would spread the bench over them; "
+            "scale the model to one replica (scaling.max: 1 while benching) and run it "
+            "again. Nothing run, nothing recorded."
+        )

@@ -178,14 +178,24 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
     )
     print(f"  capacity per replica: {cap}; target {own.target:g} of it")
     if summary is not None:
+        # Rounded for reading (JSON keeps every digit): 0.0746024809999426 read as 0.075s.
         print(
             f"  last {policy.to_json()['window']}: {summary.requests} requests, load "
-            f"{summary.load:.2f}, ttft p99 {summary.ttft_p99_s}, tpot p99 {summary.tpot_p99_s}"
-            f" (SLO {limits.ttft_p99_s} / {limits.tpot_p99_s})"
+            f"{summary.load:.2f}, ttft p99 {_seconds(summary.ttft_p99_s)}, tpot p99 "
+            f"{_seconds(summary.tpot_p99_s)} (SLO {_seconds(limits.ttft_p99_s)} / "
+            f"{_seconds(limits.tpot_p99_s)})"
         )
     if own.enabled:
         print(f"  if decided now: {nxt.wanted} ({nxt.code}): {shown(nxt.reason)}")
     return 0
+
+
+def _seconds(value: float | None) -> str:
+    """Seconds for a human: 3 significant digits (0.0746s, 12.3s), whole seconds from
+    100 (1234s, not 1.23e+03s), "-" for none."""
+    if value is None:
+        return "-"
+    return f"{value:.3g}s" if abs(value) < 100 else f"{value:.0f}s"
 
 
 def _policy_file(path: Any) -> Policy:
@@ -245,7 +255,7 @@ def cmd_backtest(app: App, args: argparse.Namespace) -> int:
         "same_decisions": result.same,
         "totals": result.totals(),
         "models": {
-            m: {"recorded": h.to_json(), "replayed": r.to_json()}
+            m: {"recorded": h.to_json(), "replayed": r.to_json(), "fixed": m in result.fixed}
             for m, (h, r) in result.models.items()
         },
     }
@@ -274,7 +284,14 @@ def cmd_backtest(app: App, args: argparse.Namespace) -> int:
     print("  (recorded / replayed)")
     totals = result.totals()
     h, r = totals["recorded"], totals["replayed"]
-    if result.same:
+    fixed = [m for m in result.models if m in result.fixed]
+    if fixed and len(fixed) == len(result.models):
+        print(
+            "nothing to compare: every model here has scaling.min == scaling.max in every "
+            "round, so any policy is a no-op (its count never moves); widen a model's "
+            "scaling.min..max to backtest a policy on it"
+        )
+    elif result.same:
         print("same decisions as recorded")
     else:
         print(
@@ -282,6 +299,12 @@ def cmd_backtest(app: App, args: argparse.Namespace) -> int:
             f"{r['replica_hours']:.3f} ({r['replica_hours'] - h['replica_hours']:+.3f}), "
             f"breached windows {h['breached_windows']:.0f} -> {r['breached_windows']:.0f} "
             f"({r['breached_windows'] - h['breached_windows']:+.0f})"
+        )
+    if fixed and len(fixed) < len(result.models):
+        held = ", ".join(f"{shown(m)} ({result.fixed[m]})" for m in fixed)
+        print(
+            f"  held by scaling.min == scaling.max (no policy moves them; compared as "
+            f"nothing): {held}"
         )
     for m, (h_side, r_side) in result.models.items():
         if [d[:3] for d in h_side.decisions] == [d[:3] for d in r_side.decisions]:

@@ -18,8 +18,10 @@ from typing import Any
 
 from catalog import Catalog, Model
 from catalog.changes.digest import catalog_digest
+from catalog.definition.bind_args import check_no_bind_args
 from catalog.definition.engines import check_engines
 from catalog.forms.text import shown
+from catalog.secrecy.secrets import check_no_plain_secrets
 from catalog.whole.state import CatalogState
 from events.write.apply import ApplyResult, plan_apply
 from llmgw.cli.shared.context import App, print_json
@@ -100,7 +102,10 @@ def _replica(p: Placement) -> str:
 def show_add(app: App, models: Sequence[Model], *, as_json: bool) -> int:
     state, position = _current(app)
     for m in models:
-        check_engines(m)  # the refusal a real add would give
+        # The refusals a real add would give, in its order (events.write.commands).
+        check_no_plain_secrets(m.profiles, m.name)
+        check_no_bind_args(m.profiles, m.name)
+        check_engines(m)
     ordered = state.check_add(models)  # raises the refusal a real add would
     for model in ordered:
         state.add(model)
@@ -135,6 +140,8 @@ def show_apply(app: App, model: Model, *, as_json: bool) -> int:
     what the next round would then do for the model: place, replace (a rollout), remove."""
     state, position = _current(app)
     # The same judgement as a real apply, refusals included (a declared model, a collision).
+    check_no_plain_secrets(model.profiles, model.name)
+    check_no_bind_args(model.profiles, model.name)
     check_engines(model)
     planned = plan_apply(state, model, catalog_digest(app.declared))
     if planned.outcome == "added":

@@ -17,7 +17,8 @@ def register(
     p.add_argument(
         "--show-secrets",
         action="store_true",
-        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) as stored; "
+        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) and keys in args "
+        "as stored; "
         "by default they read [redacted]",
     )
     p.set_defaults(run="catalog.commands:cmd_models")
@@ -71,7 +72,8 @@ def register(
     p.add_argument(
         "--show-secrets",
         action="store_true",
-        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) as stored; "
+        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) and keys in args "
+        "as stored; "
         "by default they read [redacted]",
     )
     p.set_defaults(run="catalog.commands:cmd_show")
@@ -156,7 +158,8 @@ def register_audit(
     p.add_argument(
         "--show-secrets",
         action="store_true",
-        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) as stored; "
+        help="show env values whose names look secret (*TOKEN*, *KEY*, ...) and keys in args "
+        "as stored; "
         "by default they read [redacted]",
     )
     p.set_defaults(run="catalog.audit:cmd_diff")

@@ -20,7 +20,14 @@ def register(
         "from the control plane with a gateway token, and keeps serving from the last "
         "table it had while the control plane is unreachable. See docs/operator/gateway.md.",
     )
-    p.add_argument("--server", metavar="URL", help="the control plane's URL (env LLMGW_SERVER)")
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        action="append",
+        help="the control plane's URL; its replicas' URLs: repeat it or separate them by "
+        "commas (the gateway sticks to one and moves to the next when it fails; env "
+        "LLMGW_SERVER; [gateway] server, a string or a list)",
+    )
     p.add_argument(
         "--token-file",
         type=Path,
@@ -49,9 +56,10 @@ def register(
         "--workers",
         type=int,
         metavar="N",
-        help="worker processes serving the port ([gateway] workers; default 1): one "
-        "process uses one core, so N up to the cores you give it; each follows the control "
-        "plane, posts its signals as ID-wN and shares /metrics with the others",
+        help="worker processes serving the port ([gateway] workers; default 1, at most 64): "
+        "one process uses one core, so N up to the cores you give it; each follows the "
+        "control plane, posts its signals as worker N (counted as TOKEN-NAME-wN) and "
+        "shares /metrics with the others",
     )
     p.add_argument(
         "--queue-max-length",

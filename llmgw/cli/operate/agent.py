@@ -28,6 +28,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     from agent.reconcile import Backoff
     from agent.runtime import Agent, AgentConfig, ReportsForbidden
     from agent.state import StateDirBusy, UnsafeDir, UnsafeFile
+    from catalog.forms.servers import ServerList
     from llmgw.agent_settings import resolve_agent
     from llmgw.settings import SettingsError
 
@@ -81,7 +82,7 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
     try:
-        agent = Agent(config, inventory, ControlPlane(s.server, token))
+        agent = Agent(config, inventory, ControlPlane(ServerList(s.server), token))
         agent.state.lock()
     except (UnsafeDir, UnsafeFile, StateDirBusy, OSError) as exc:
         log.error("agent.state_dir_refused", state_dir=str(state_dir), reason=str(exc))
@@ -90,7 +91,8 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
     log.info(
         "agent.started",
         node=config.node,
-        server=s.server,
+        server=s.server[0],
+        servers=list(s.server),
         gpu_class=inventory.gpu_class,
         gpus=inventory.gpus,
         devices=list(inventory.devices),
@@ -102,13 +104,13 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         llamacpp_server=server_path,
         llamacpp_server_from=server_from,
     )
-    print(f"llmgw agent: node {config.node} reporting to {s.server}", flush=True)
+    print(f"llmgw agent: node {config.node} reporting to {', '.join(s.server)}", flush=True)
     try:
         agent.run()
     except ReportsForbidden as exc:
         log.error("agent.refused_for_good", node=config.node, detail=str(exc))
         raise Refused(
-            f"the control plane at {s.server} refuses this agent's reports of node "
+            f"the control plane at {agent.server.url} refuses this agent's reports of node "
             f"{config.node!r}: {exc}. Issue a token for this node (`llmgw token new NAME "
             f"--role agent --node {config.node}`) and give it with --token-file"
         ) from None

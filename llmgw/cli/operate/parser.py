@@ -210,7 +210,10 @@ def register_agent(
     p.add_argument(
         "--server",
         metavar="URL",
-        help="the control plane's URL (env LLMGW_SERVER)",
+        action="append",
+        help="the control plane's URL; its replicas' URLs: repeat it or separate them by "
+        "commas (the agent sticks to one and moves to the next when it fails; env "
+        "LLMGW_SERVER; [agent] server, a string or a list)",
     )
     p.add_argument(
         "--token-file",

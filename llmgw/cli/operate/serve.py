@@ -10,6 +10,7 @@ import argparse
 import signal
 import sys
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -17,7 +18,43 @@ from llmgw.api.runtime.settings import ApiSettings
 from llmgw.cli.shared.context import EXIT_REFUSED, App, Refused
 from llmgw.settings import SettingsError
 
+if TYPE_CHECKING:  # the web framework loads only when serve runs (see the module)
+    from llmgw.api.runtime.scheduler_thread import SchedulerThread
+    from llmgw.api.runtime.services import Services
+    from scheduler.daemon.leader import Leadership
+    from scheduler.persistence.serving_policy import ServingProcess
+
 log = structlog.get_logger("llmgw.api")
+
+
+def _scheduler(
+    app: App, services: Services, serving: ServingProcess
+) -> tuple[SchedulerThread, Leadership]:
+    """The scheduler of ``serve --with-scheduler``, and its leadership. Its connections
+    are its own, with the leader's keepalives and timeouts (scheduler.daemon.leader),
+    not the API's pool."""
+    from events.catalog_service import CatalogService
+    from llmgw.api.runtime.scheduler_thread import SchedulerThread
+    from scheduler.daemon.leader import leadership_for
+    from scheduler.persistence.store import SchedulerStore
+
+    conf = app.settings
+    scheduler_engine = app.scheduler_engine
+    leadership = leadership_for(conf.database_url, conf.lease_s, engine=scheduler_engine)
+    scheduler = SchedulerThread.build(
+        catalog=CatalogService(
+            app.store, app.declared, app.config_label, snapshot_key=app.snapshot_key
+        ),
+        store=SchedulerStore(scheduler_engine),
+        policy=conf.policy,
+        leadership=leadership,
+        interval=conf.interval_s,
+        metrics=services.metrics,
+        engine=scheduler_engine,
+        autoscale=conf.autoscale,
+        serving=serving,
+    )
+    return scheduler, leadership
 
 
 def cmd_serve(app: App, args: argparse.Namespace) -> int:
@@ -36,12 +73,10 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     except (SettingsError, ValueError) as exc:
         raise Refused(str(exc)) from None
 
-    from events.catalog_service import CatalogService
     from llmgw.api import server
     from llmgw.api.app import create_app
-    from llmgw.api.runtime.scheduler_thread import SchedulerThread
     from llmgw.api.runtime.services import Services
-    from scheduler.daemon.leader import leadership_for
+    from scheduler.daemon.leader import LeaseLeadership
     from scheduler.persistence.serving_policy import STARTED, ServingProcess, policy_fields
     from scheduler.persistence.store import SchedulerStore
 
@@ -63,21 +98,9 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     )
     SchedulerStore(engine).record_policy(serving, policy, why=STARTED, now=datetime.now(UTC))
     log.info("api.policy_recorded", places=serving.places, **policy_fields(policy))
-    scheduler = None
-    if conf.server.with_scheduler:
-        scheduler = SchedulerThread.build(
-            catalog=CatalogService(
-                app.store, app.declared, app.config_label, snapshot_key=app.snapshot_key
-            ),
-            store=SchedulerStore(engine),
-            policy=policy,
-            leadership=leadership_for(app.settings.database_url),
-            interval=conf.interval_s,
-            metrics=services.metrics,
-            engine=engine,
-            autoscale=conf.autoscale,
-            serving=serving,
-        )
+    scheduler, leadership = (
+        _scheduler(app, services, serving) if conf.server.with_scheduler else (None, None)
+    )
     # The declared file is watched (and SIGHUP looks now): an edit is taken whole or
     # refused whole, by the API's catalog and the scheduler's alike (declared.reload).
     from llmgw.declared_watch import watch_declared
@@ -102,6 +125,9 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     except OSError as exc:
         raise Refused(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     where = server.url_of(sock)
+    if isinstance(leadership, LeaseLeadership):
+        # `llmgw status` names the leader by the URL it serves on.
+        leadership.holder = f"{where} {leadership.holder}"
     log.info("api.listening", url=where, reads_open=settings.reads_open, tokens=len(services.book))
     # uvicorn raises the signal that stopped it again once it has shut down; this handler
     # takes it, so a stop by SIGTERM or Ctrl-C exits 0, like `llmgw daemon`. A signal

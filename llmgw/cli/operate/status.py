@@ -89,6 +89,7 @@ def _view(app: App) -> tuple[dict[str, Any], str]:
             "ready": sum(s.counts_as_ready for _, s in replicas),
         },
         "rollouts": rolling,
+        "leader": _leader(app),
         "context_warnings": warnings,
         "models": rows,
         "policy": app.settings.autoscale.to_json(),
@@ -96,6 +97,32 @@ def _view(app: App) -> tuple[dict[str, Any], str]:
     }
     text = _text(out)
     return out, text + ("\n\n" + status_table(rows) if rows else "")
+
+
+def _leader(app: App) -> dict[str, Any] | None:
+    """Who holds the scheduler's leadership lease, under which epoch, until when (PostgreSQL;
+    None on SQLite, where leadership is a flock on the database file)."""
+    from sqlalchemy.engine import make_url
+
+    from scheduler.persistence.lease_store import read_lease
+
+    if make_url(app.settings.database_url).get_backend_name() == "sqlite":
+        return None
+    with app.engine.connect() as conn:
+        lease = read_lease(conn)
+    return {"lease": "none"} if lease is None else lease.to_json()
+
+
+def _leader_line(leader: dict[str, Any] | None) -> str:
+    if leader is None:
+        return "leader: the scheduler holding the database file's lock (SQLite)"
+    if "holder" not in leader:
+        return "leader: none yet (no scheduler has taken the leadership lease)"
+    state = "lapsed at" if leader["lapsed"] else "until"
+    return (
+        f"leader: {shown(leader['holder'])}, epoch {leader['epoch']}, leadership lease "
+        f"{state} {leader['expires_at']} (since {leader['acquired_at']})"
+    )
 
 
 def _text(out: dict[str, Any]) -> str:
@@ -119,6 +146,7 @@ def _text(out: dict[str, Any]) -> str:
             lines.append(f"  refused at {d['refused_at']}: {shown(d['refusal']['detail'])}")
     if out["own_read_refused"]:
         lines.append(f"this command's own read of the file: {shown(out['own_read_refused'])}")
+    lines.append(_leader_line(out["leader"]))
     n = out["nodes"]
     lines.append(f"nodes: {n['total']} ({n['fresh']} fresh, {n['stale']} stale, {n['lost']} lost)")
     lines.append(f"  {out['judged_by']['text']}")

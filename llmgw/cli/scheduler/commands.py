@@ -130,7 +130,7 @@ def _placer(app: App, policy: StalenessPolicy) -> Placer:
     from llmgw import autoscaling
 
     wanted = autoscaling.wanted(app.engine, app.settings.autoscale)
-    return Placer(app.service, SchedulerStore(app.engine), policy, wanted)
+    return Placer(app.service, SchedulerStore(app.scheduler_engine), policy, wanted)
 
 
 def cmd_place(app: App, args: argparse.Namespace) -> int:
@@ -139,14 +139,18 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
     judged = judging_policy(app.settings, app.engine)
     leadership = None
     if not args.dry_run:
-        leadership = leadership_for(app.settings.database_url)
+        leadership = leadership_for(
+            app.settings.database_url, app.settings.lease_s, engine=app.scheduler_engine
+        )
         if not leadership.ensure():
             raise Refused(
                 "a placement daemon is running against this database and places every round; "
                 "use `llmgw place --dry-run` to see what it would do"
             )
     try:
-        outcome = _placer(app, judged.policy).run(dry_run=args.dry_run)
+        outcome = _placer(app, judged.policy).run(
+            dry_run=args.dry_run, fence=None if leadership is None else leadership.fence()
+        )
     finally:
         if leadership is not None:
             leadership.release()
@@ -294,7 +298,7 @@ def _placements_table(replicas: Sequence[tuple[Placement, ReplicaStatus]]) -> st
 def cmd_daemon(app: App, args: argparse.Namespace) -> int:
     from llmgw import autoscaling
 
-    scaler = autoscaling.autoscaler(app.engine, app.service, app.settings.autoscale)
+    scaler = autoscaling.autoscaler(app.scheduler_engine, app.service, app.settings.autoscale)
     placer = _placer(app, app.settings.policy)
     if not args.once:
         # What the CLI's views judge by from now on (scheduler.persistence.serving_policy);
@@ -305,7 +309,9 @@ def cmd_daemon(app: App, args: argparse.Namespace) -> int:
         )
     daemon = Daemon(
         placer,
-        leadership_for(app.settings.database_url),
+        leadership_for(
+            app.settings.database_url, app.settings.lease_s, engine=app.scheduler_engine
+        ),
         app.settings.interval_s,
         autoscaling.hook(scaler),
     )

@@ -7,10 +7,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from catalog.forms.text import shown as shown_text
-from llmgw.cli.catalog.commands import login_user
 from llmgw.cli.shared.context import App, Refused, print_json
 from llmgw.views import iso, replica_state_json, service_change_json
-from scheduler.daemon.node_service import NodeServiceError, change_service
 from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.persistence.store import SchedulerStore
@@ -22,6 +20,9 @@ if TYPE_CHECKING:
 
 
 def cmd_service(app: App, args: argparse.Namespace) -> int:
+    from llmgw.cli.catalog.commands import login_user
+    from scheduler.daemon.node_service import NodeServiceError, change_service
+
     try:
         change = change_service(
             SchedulerStore(app.engine),

@@ -48,6 +48,20 @@ class App:
         return engine
 
     @cached_property
+    def scheduler_engine(self) -> Engine:
+        """The scheduler's engine: on PostgreSQL its own, with the leader's keepalives and
+        timeouts (``events.database.connection.bounded_engine``); on SQLite, ``engine``
+        (an in-memory database is private to its engine)."""
+        from sqlalchemy.engine import make_url
+
+        from events.database.connection import bounded_engine
+
+        engine = self.engine  # migrated first
+        if make_url(self.settings.database_url).get_backend_name() == "sqlite":
+            return engine
+        return bounded_engine(self.settings.database_url, self.settings.lease_s)
+
+    @cached_property
     def store(self) -> SqlLog:
         from events.storage.backends import open_log
 
@@ -85,11 +99,15 @@ class App:
 
 def open_engine(url: str) -> Engine:
     """An engine, or a one-line refusal that shows the forms a URL takes."""
+    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-    from events.database.connection import make_engine
+    from events.database.connection import make_engine, session_connect_args
 
     try:
+        if make_url(url).get_backend_name() == "postgresql":
+            # A replica frozen mid-transaction must not hold the others' writes for long.
+            return make_engine(url, connect_args=session_connect_args())
         return make_engine(url)
     except (ArgumentError, NoSuchModuleError) as exc:
         shown = url if len(url) <= 200 else url[:200] + "..."

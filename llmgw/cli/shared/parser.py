@@ -130,6 +130,14 @@ def staleness_flags() -> argparse.ArgumentParser:
         "not only models with disruption.repair_spread (env LLMGW_REPAIR_SPREAD=1; "
         "[scheduler] repair_spread = true; default off)",
     )
+    staleness.add_argument(
+        "--leadership-lease",
+        default=argparse.SUPPRESS,
+        metavar="SECONDS",
+        help="on PostgreSQL, how long the scheduler's leadership lease lasts unrenewed: a "
+        "frozen leader is replaced within it plus one interval (env LLMGW_LEADERSHIP_LEASE; "
+        "[scheduler] leadership_lease; default twice the interval, at least 2s)",
+    )
     return staleness
 
 

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoscale.signals import MAX_REPLICAS, MAX_WINDOWS, SignalsError, parse_signals
+from autoscale.signals import (
+    MAX_REPLICAS,
+    MAX_WINDOWS,
+    MAX_WORKERS,
+    SignalsError,
+    identity,
+    parse_signals,
+)
 
 W = {"model": "chat", "start": "2026-12-04T10:00:00Z", "end": "2026-12-04T10:00:05Z"}
 
@@ -84,3 +92,33 @@ def test_any_body_is_refused_or_parsed_into_values_within_the_bounds(body: dict[
         assert 0 <= w.errors <= w.requests and w.end > w.start
         assert w.ttft_p99_s is None or 0 <= w.ttft_p99_s <= 86_400
         assert len(w.replicas) <= MAX_REPLICAS
+
+
+@given(st.integers(0, MAX_WORKERS - 1), st.sampled_from(["gw-1", "gw-fake9", "x"]))
+def test_who_posted_is_the_tokens_name_and_the_worker_never_the_body(
+    worker: int, label: str
+) -> None:
+    s = parse_signals({"gateway": label, "worker": worker, "windows": [W]})
+    assert s.worker == worker and s.gateway == label
+    poster = identity("gw-a", worker)
+    assert poster == f"gw-a-w{worker}"
+    assert all(w.gateway == poster for w in s.received(datetime.now(UTC), poster))
+    # A body without worker is worker 0 (one gateway process, or a gateway before it).
+    assert parse_signals({"gateway": label, "windows": []}).worker == 0
+
+
+@given(
+    st.one_of(
+        st.integers(max_value=-1),
+        st.integers(min_value=MAX_WORKERS),
+        st.booleans(),
+        st.floats(),
+        st.text(max_size=3),
+        st.none(),
+    )
+)
+def test_a_worker_outside_the_tokens_limit_is_refused_naming_it(worker: object) -> None:
+    with pytest.raises(SignalsError) as caught:
+        parse_signals({"gateway": "g", "worker": worker, "windows": []})
+    assert f"from 0 to {MAX_WORKERS - 1}" in str(caught.value)
+    assert "its own token" in str(caught.value)

@@ -16,7 +16,7 @@ from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
 from gateway.stages import admission
 from gateway.stages.admission import Refusal
-from gateway.stages.routing import Load, choose, eligible, observe_ttft
+from gateway.stages.routing import Load, choose, eligible, observe_ttft, picked
 from gateway.stages.setaside import SetAside
 from gateway.table import Replica, Table, build, stable_hash
 from gateway.windows import Windows
@@ -157,7 +157,7 @@ def test_round_robin_follows_weights() -> None:
     for _ in range(400):
         choice = choose("round-robin", rs, loads)
         assert choice is not None
-        loads[choice.replica.key].picks += 1
+        picked(loads[choice.replica.key], 0.0)
         picks[choice.replica.key] += 1
     assert picks == {"m/0": 100, "m/1": 200, "m/2": 100}
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from autoscale.signals import MAX_WORKERS
 from llmgw.gateway_settings import resolve_gateway
 from llmgw.settings import SettingsError
 
@@ -33,3 +34,41 @@ def test_admin_open_from_the_file_the_environment_or_the_flag(tmp_path: Path) ->
 def test_a_value_that_is_not_a_boolean_is_refused_naming_where(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match=r"\[gateway\] admin_open"):
         resolve_gateway({}, settings_file(tmp_path, 'admin_open = "maybe"\n'), env={})
+
+
+def test_an_answers_bounds_default_and_come_from_the_file(tmp_path: Path) -> None:
+    default = resolve_gateway({}, settings_file(tmp_path, ""), env={})
+    assert (default.max_answer_bytes, default.max_answer_s) == (256 << 20, 3600.0)
+    given = settings_file(tmp_path, 'max_answer_mb = 1.5\nmax_answer_time = "30s"\n')
+    bounded = resolve_gateway({}, given, env={})
+    assert (bounded.max_answer_bytes, bounded.max_answer_s) == (3 << 19, 30.0)
+    with pytest.raises(SettingsError, match=r"\[gateway\] max_answer_time"):
+        resolve_gateway({}, settings_file(tmp_path, 'max_answer_time = "0s"\n'), env={})
+
+
+def test_workers_are_held_to_the_identities_a_token_has_in_the_signals(tmp_path: Path) -> None:
+    path = settings_file(tmp_path, "")
+    assert resolve_gateway({"workers": MAX_WORKERS}, path, env={}).workers == MAX_WORKERS
+    with pytest.raises(SettingsError) as caught:
+        resolve_gateway({"workers": MAX_WORKERS + 1}, path, env={})
+    assert str(caught.value).startswith(
+        f"workers {MAX_WORKERS + 1} (--workers, LLMGW_GATEWAY_WORKERS or [gateway] workers): "
+        f"at most {MAX_WORKERS}"
+    )
+
+
+def test_the_control_planes_replicas_as_a_list_a_comma_separated_variable_or_flags(
+    tmp_path: Path,
+) -> None:
+    both = ("http://cp-a:8080", "http://cp-b:8080")
+    one = resolve_gateway({}, settings_file(tmp_path, ""), env={})
+    assert one.server_list == ("http://cp:8080",) and one.server == "http://cp:8080"
+    env = {"LLMGW_SERVER": "http://cp-a:8080,http://cp-b:8080"}
+    assert resolve_gateway({}, settings_file(tmp_path, ""), env=env).server_list == both
+    flags = {"server": ["http://cp-a:8080", "http://cp-b:8080"]}
+    got = resolve_gateway(flags, settings_file(tmp_path, ""), env={})
+    assert got.server_list == both and got.server == "http://cp-a:8080"
+    (tmp_path / "list.toml").write_text(
+        '[gateway]\nserver = ["http://cp-a:8080", "http://cp-b:8080"]\ntoken_file = "gw.token"\n'
+    )
+    assert resolve_gateway({}, tmp_path / "list.toml", env={}).server_list == both

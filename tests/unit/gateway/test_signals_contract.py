@@ -62,7 +62,7 @@ def test_every_report_a_gateway_closes_is_accepted_whole(
             assert got.start < got.end
             seen_requests += got.requests
             seen_errors += got.errors
-        summarise(parsed.received(datetime.now(UTC)))
+        summarise(parsed.received(datetime.now(UTC), "gw-1-w0"))
 
     for action, index, dt, flag in actions:
         mono += dt

@@ -38,7 +38,7 @@ def write(tmp_path: Path, text: str = AGENT) -> Path:
 def test_the_file_sets_every_agent_setting_with_paths_relative_to_it(tmp_path: Path) -> None:
     source = write(tmp_path)
     s = resolve_agent(NO_FLAGS, source, env={})
-    assert s.server == "http://cp.internal:8080"
+    assert s.server == ("http://cp.internal:8080",)
     assert s.token_file == source.parent / "agent.token"
     assert s.state_dir == source.parent / "state"
     assert (s.node, s.labels, s.gpus, s.memory_gb) == ("gpu-7", "zone=eu,rack=r7", "A100:8", 512)
@@ -49,8 +49,8 @@ def test_the_file_sets_every_agent_setting_with_paths_relative_to_it(tmp_path: P
 def test_flags_beat_the_environment_which_beats_the_file(tmp_path: Path) -> None:
     source = write(tmp_path)
     env = {"LLMGW_SERVER": "http://from-env:1", "LLMGW_NODE": "env-node", "LLMGW_LABELS": ""}
-    s = resolve_agent({"server": "http://from-flag:2", "interval": 0.5}, source, env=env)
-    assert s.server == "http://from-flag:2"
+    s = resolve_agent({"server": ["http://from-flag:2"], "interval": 0.5}, source, env=env)
+    assert s.server == ("http://from-flag:2",)
     assert s.node == "env-node"
     assert s.labels == "zone=eu,rack=r7"  # an empty variable is not a setting
     assert s.interval_s == 0.5
@@ -91,3 +91,36 @@ def test_an_unknown_agent_key_is_refused_listing_the_known_ones(tmp_path: Path) 
 def test_a_bad_flag_names_the_flag(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="--stop-grace"):
         resolve_agent({"stop_grace": -1.0}, None, env={})
+
+
+def test_several_servers_from_repeated_or_comma_separated_flags_the_environment_or_a_list(
+    tmp_path: Path,
+) -> None:
+    """The control plane's replicas, in order; each way of giving them gives the same list."""
+    both = ("http://cp-a:8080", "http://cp-b:8080")
+    flags = {"server": ["http://cp-a:8080", "http://cp-b:8080/"]}
+    assert resolve_agent(flags, None, env={"LLMGW_NODE": "n"}).server == both
+    comma = {"server": ["http://cp-a:8080, http://cp-b:8080"]}
+    assert resolve_agent(comma, None, env={"LLMGW_NODE": "n"}).server == both
+    env = {"LLMGW_NODE": "n", "LLMGW_SERVER": "http://cp-a:8080,http://cp-b:8080"}
+    assert resolve_agent(NO_FLAGS, None, env=env).server == both
+    listed = write(tmp_path, '[agent]\nserver = ["http://cp-a:8080", "http://cp-b:8080"]\n')
+    s = resolve_agent(NO_FLAGS, listed, env={"LLMGW_NODE": "n"})
+    assert s.server == both
+    assert s.to_json()["server"] == list(both)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ('"cp-a:8080"', "is not a server URL"),
+        ('["http://cp-a:8080", 3]', "is not a URL"),
+        ('""', "no server URL given"),
+        ("[" + ", ".join(f'"http://cp-{i}:8080"' for i in range(17)) + "]", "more than 16"),
+    ],
+)
+def test_a_bad_server_list_is_refused_naming_the_key(tmp_path: Path, value: str, said: str) -> None:
+    source = write(tmp_path, f"[agent]\nserver = {value}\n")
+    with pytest.raises(SettingsError, match=r"\[agent\] server") as refused:
+        resolve_agent(NO_FLAGS, source, env={"LLMGW_NODE": "n"})
+    assert said in str(refused.value)

@@ -263,3 +263,26 @@ def test_a_sim_engine_loads_starlette_not_fastapi(tmp_path: Path) -> None:
     assert {"starlette", "uvicorn"} <= loaded
     heavy = loaded & (DATABASE_AND_API | {"pydantic", "rich"})
     assert not heavy, f"loaded {sorted(heavy)}"
+
+
+def test_rollout_status_loads_no_other_commands_code(tmp_path: Path) -> None:
+    """`llmgw rollout status` imported the catalog commands' module (and with it the dry
+    run's and the node service's) for one helper another command of its module uses:
+    every module a command loads is CPU at each start (its whole cost is imports: 0.46
+    s of CPU, the command's own work 25 ms)."""
+    env = {"LLMGW_DATABASE_URL": f"sqlite:///{tmp_path / 'x.db'}", "PATH": "/usr/bin:/bin"}
+    probe = "import json, sys\nfrom llmgw.cli import main\nmain(['rollout', 'status', 'nothing'])\n"
+    wrapped = (
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: sys.__stderr__.write('\\n' + json.dumps(sorted(sys.modules))))\n"
+        + probe
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", wrapped], capture_output=True, text=True, check=False, env=env
+    )
+    assert "not in the catalog" in done.stderr, done.stderr
+    loaded = set(json.loads(done.stderr.splitlines()[-1]))
+    assert "scheduler.daemon.round_runner" in loaded  # (what it runs: a dry-run round)
+    for other in ("llmgw.cli.catalog.commands", "llmgw.cli.catalog.dry_run",
+                  "scheduler.daemon.node_service"):  # fmt: skip
+        assert other not in loaded, other

@@ -129,7 +129,11 @@ def test_the_resolved_settings_read_back_in_the_files_shape(tmp_path: Path) -> N
         "interval": "2s",
         "preemption": True,
     }
-    assert data["scheduler"] == {"defragment": True, "repair_spread": False}
+    assert data["scheduler"] == {
+        "defragment": True,
+        "repair_spread": False,
+        "leadership_lease": "4s",  # twice the interval
+    }
     assert set(data) == {
         "settings_file", "database", "catalog", "policy", "scheduler", "server", "auth",
         "autoscale",
