@@ -243,9 +243,16 @@ class Proxy:
                 first = None
                 ready = [r for r in state.table.ready.get(m.name, ()) if r.key not in tried]
                 candidates = eligible(ready, state.loads, now)
-                if candidates and (state.queues or any(r.slots for r in candidates)):
-                    candidates, queued = await self._gate(call, m, candidates, tried)
-                    waiter = waiter or queued
+                if candidates and (state.queues or m.name in state.table.slotted):
+                    # Slots known: the replicas with a free one, at once when nobody
+                    # waits for one (no await on this path), else after the queue.
+                    free = open_replicas(candidates, state.loads, self.share)
+                    q = state.queues.get(m.name)
+                    if free and (q is None or not (q.length or q.granted)):
+                        candidates = free
+                    else:
+                        candidates, queued = await self._gate(call, m, tried)
+                        waiter = waiter or queued
                 picked = choose(
                     m.routing_profile,
                     candidates,
@@ -298,15 +305,12 @@ class Proxy:
         return False
 
     async def _gate(
-        self, call: Call, m: ModelEntry, candidates: list[Replica], tried: set[str]
+        self, call: Call, m: ModelEntry, tried: set[str]
     ) -> tuple[list[Replica], Waiter | None]:
-        """The candidates with a free slot: at once when one has one and nobody waits
-        for one, else after waiting in the model's queue (``gateway.stages.queue``)."""
+        """The replicas with a free slot after waiting in the model's queue
+        (``gateway.stages.queue``): every ready one is full, or others wait already."""
         state, share = self.state, self.share
-        free = open_replicas(candidates, state.loads, share)
         q = state.queues.get(m.name)
-        if free and (q is None or not (q.length or q.granted)):
-            return free, None
         if q is None:
             q = state.queues[m.name] = ModelQueue(
                 m.name,

@@ -69,4 +69,3 @@ class GatewaySettings:
     @property
     def server_list(self) -> tuple[str, ...]:
         return self.servers or (self.server,)
-

@@ -153,6 +153,8 @@ class Table:
     coming: Mapping[str, int] = field(default_factory=dict)
     # The catalog's log position the table was built at.
     position: int = 0
+    # The models with a ready replica whose slots are known: only they may queue.
+    slotted: frozenset[str] = frozenset()
 
     def resolve(self, name: str) -> ModelEntry | None:
         canonical = self.index.get(name)
@@ -220,6 +222,7 @@ def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], posi
         ready={m: tuple(sorted(rs, key=lambda r: r.key)) for m, rs in ready.items()},
         coming=coming,
         position=position,
+        slotted=frozenset(m for m, rs in ready.items() if any(r.slots for r in rs)),
     )
 
 

@@ -60,6 +60,8 @@ def test_a_replicas_slots_come_from_the_profile_field_or_its_engines_flag(
     m = model(**profile)
     table = build([m], ready(m), 1)
     assert [r.slots for r in table.ready["tiny"]] == [slots, slots]
+    # Only a model with known slots may queue: the others skip the queue's check whole.
+    assert table.slotted == (frozenset({"tiny"}) if slots else frozenset())
 
 
 def test_slots_in_the_catalog_are_validated_with_the_field_named() -> None:
