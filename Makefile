@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-steps lint typecheck docs pytest bench bench-peers bench-gateway postgres chromium haproxy llamacpp clean
+.PHONY: demo test test-steps lint ruff typecheck docs pytest bench bench-peers bench-gateway postgres chromium haproxy llamacpp clean
 
 # Each step says what it does: the install takes about a minute, and a silent minute
 # looks like a hang.
@@ -49,7 +49,7 @@ test:
 # The type check (half a minute of one core) runs beside the suite, whose processes leave
 # a core idle a quarter of the time while they wait on servers and agents. Its output is
 # kept aside and printed once the suite is done, so the suite's progress shows as it goes.
-test-steps: $(DEV_STAMP) chromium haproxy llamacpp lint docs
+test-steps: $(DEV_STAMP) chromium haproxy llamacpp ruff docs
 	@echo "==> mypy runs beside the suite; what it says is printed after the suite"
 	@log=$$(mktemp); \
 	$(MAKE) --no-print-directory typecheck > $$log 2>&1 & checker=$$!; \
@@ -84,11 +84,14 @@ haproxy:
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q haproxy; \
 	fi
 
-lint: $(DEV_STAMP)
+lint: ruff
+	@# The import graph's floors and circles (seconds; the suite runs it again, so
+	@# `make test` runs only ruff before the suite: one pytest start fewer on its way).
+	$(BIN)/pytest -q tests/unit/test_architecture.py
+
+ruff: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	@# The import graph's floors and circles (seconds; the suite runs it again).
-	$(BIN)/pytest -q tests/unit/test_architecture.py
 
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy catalog events scheduler declared llmgw agent gateway httpguard autoscale engine_check bench docsite tests

@@ -63,6 +63,11 @@ class ControlPlane:
         self.timeout = timeout
 
     @property
+    def token(self) -> str:
+        """The agent's token (a heartbeat carries it, as every request does)."""
+        return self._token
+
+    @property
     def url(self) -> str:
         """The server calls go to now."""
         return self.servers.current

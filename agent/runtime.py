@@ -30,6 +30,7 @@ import structlog
 
 from agent import context, engines, processes
 from agent.client import ControlPlane, Refused, Unreachable
+from agent.heartbeat import Accepted, HeartbeatChannel, digest
 from agent.inventory import Inventory
 from agent.logfiles import LogLimits, rotate_if_large
 from agent.placements import Key, PlacementsError, Want, parse_placements
@@ -60,6 +61,11 @@ class AgentConfig:
     labels: dict[str, str] = field(default_factory=dict)
     fabric: str | None = None
     interval: float = 10.0
+    # Between full reports, heartbeats (agent.heartbeat); the full report at least this
+    # often anyway, as the kubelet sends its status every 5 minutes.
+    full_report_every: float = 300.0
+    # Heartbeats as datagrams rather than on a connection (agent.heartbeat).
+    heartbeat_datagrams: bool = False
     # Where engines listen, and the address the control plane and routers reach them at.
     engine_host: str = "0.0.0.0"
     advertise: str = "127.0.0.1"
@@ -99,6 +105,15 @@ class Agent:
         self.looping = False
         self._send_replicas = True
         self._send_address = True
+        # The last report the control plane accepted, when it takes heartbeats.
+        self.accepted: Accepted | None = None
+        # What the last placements read said of each replica: a change there (a new
+        # version placed, the server's state of it) is reported in full too.
+        self.placed: list[tuple[str, int, str | None, str]] = []
+        # Its host is the server that accepted the last report (with several, it changes).
+        self.channel = HeartbeatChannel(
+            "", timeout=min(5.0, max(config.interval, 2.0)), datagrams=config.heartbeat_datagrams
+        )
 
     # -- the loop -------------------------------------------------------------
 
@@ -131,6 +146,7 @@ class Agent:
         if wants is None:
             return
         self.worker_keys = {w.key for w in wants if w.worker}
+        self.placed = sorted((w.key.model, w.key.replica, w.server_state, w.version) for w in wants)
         self.known_failed = {w.key for w in wants if w.server_state == "failed"}
         now = self.clock()
         decision = decide(wants, self.haves(), self.inventory.devices, now, self.config.backoff)
@@ -298,8 +314,13 @@ class Agent:
         )
 
     def report(self) -> bool:
+        body = self.report_body()
+        said = digest([body, self.placed])
+        if self._heartbeat(said):
+            return True
         try:
-            self.server.report(self.config.node, self.report_body())
+            answer = self.server.report(self.config.node, body)
+            self.accepted = Accepted.of(answer, said, self.clock(), self.server.url)
             return True
         except Unreachable as exc:
             log.warning(
@@ -322,6 +343,37 @@ class Agent:
             log.error("agent.report_refused", status=exc.status, detail=exc.detail)
             if exc.status == FORBIDDEN:
                 raise ReportsForbidden(exc.detail) from None
+        return False
+
+    def _heartbeat(self, said: str) -> bool:
+        """Say "nothing changed since report N" if so; whether the server took it (if
+        not, the full report is sent)."""
+        accepted = self.accepted
+        if accepted is None or accepted.digest != said:
+            return False
+        if self.clock() - accepted.at >= self.config.full_report_every:
+            return False
+        where = urllib.parse.urlsplit(accepted.server)
+        if where.scheme != "http" or not where.hostname:
+            # A heartbeat carries the token in the clear: never beside a server reached by
+            # https (its reports go encrypted, in full, every tick, as before heartbeats).
+            return False
+        if self.channel.host != where.hostname:
+            self.channel.close()
+            self.channel.host = where.hostname
+        try:
+            word, reason = self.channel.beat(self.config.node, self.server.token, accepted)
+        except Unreachable as exc:
+            log.info("agent.heartbeat_failed", reason=str(exc), detail="sending the full report")
+            self.accepted = None
+            return False
+        if word == "OK":
+            return True
+        self.accepted = None
+        if word == "REPORT":
+            log.info("agent.report_asked", detail="the server holds no such report")
+        else:
+            log.warning("agent.heartbeat_refused", answer=word, reason=reason)
         return False
 
     def placements(self) -> list[Want] | None:
@@ -461,6 +513,7 @@ class Agent:
             )
 
     def shutdown(self) -> None:
+        self.channel.close()
         if self.config.leave_engines:
             log.info(
                 "agent.engines_left",

@@ -5,8 +5,9 @@ Areas: replay, append, peer, placement, writers, decode, reports, batch, headers
 sim engines, about 8 minutes; ``python -m bench.gateway.fairness --help``) and gateway
 (only when named: it needs the peers' venv, ``make
 bench-peers``, and takes about a quarter of an hour; ``python -m bench.gateway --help`` has its
-options). The default sizes are the ones the issue asks for; ``--quick`` uses small ones so
-that a change can be tried in a minute. Logs are generated once and cached
+options), and heartbeats (only when named, with options of its own: ``python -m
+bench heartbeats --help``). The default sizes are the ones the issue asks for; ``--quick``
+uses small ones so that a change can be tried in a minute. Logs are generated once and cached
 under ``bench/.cache/`` (SQLite) and in ``llmgw_bench_*`` databases
 (PostgreSQL). Progress goes to stderr; stdout holds only markdown tables, ready
 to paste into BENCHMARKS.md.
@@ -87,6 +88,12 @@ def _runner(area: str) -> Callable[[bool], list[common.Table]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["heartbeats"]:
+        # Options of its own (--nodes, --interval, --servers, --store, --json): its own parser.
+        from bench.api import heartbeats
+
+        return heartbeats.main(given[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     known = AREAS + NAMED_ONLY
     parser.add_argument("areas", nargs="*", metavar="AREA", help=f"any of {', '.join(known)}")

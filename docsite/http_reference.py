@@ -8,6 +8,8 @@ Each route: its summary and description, parameters, body, and every status it a
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
 METHODS = ("get", "put", "post", "delete", "patch")
@@ -16,17 +18,22 @@ METHODS = ("get", "put", "post", "delete", "patch")
 def document() -> dict[str, Any]:
     from catalog import Catalog
     from events.database.connection import make_engine
+    from events.database.migrate import ensure_schema
     from llmgw.api.app import create_app
     from llmgw.api.runtime.services import Services
     from llmgw.api.runtime.settings import ApiSettings
 
-    engine = make_engine("sqlite://")
-    try:
-        services = Services.build(engine, Catalog.build([]), "catalog.yaml", ApiSettings())
-        doc: dict[str, Any] = create_app(services).openapi()
-        return doc
-    finally:
-        engine.dispose()
+    # A migrated database, as a server has: the app reads its tables (the tokens) as it is
+    # built, and an empty one only logged warnings into the site's build.
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = make_engine(f"sqlite:///{Path(tmp) / 'openapi.db'}")
+        try:
+            ensure_schema(engine)
+            services = Services.build(engine, Catalog.build([]), "catalog.yaml", ApiSettings())
+            doc: dict[str, Any] = create_app(services).openapi()
+            return doc
+        finally:
+            engine.dispose()
 
 
 def render(doc: dict[str, Any] | None = None) -> str:

@@ -261,6 +261,8 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         **uvicorn_options(
             HeadLimits(keep_alive_timeout_s=30.0, max_connections=settings.max_connections),
             coalesce_writes=True,
+            # Its own answers (408, 431, 503) carry the gateway's ids too.
+            request_id=app.new_request_id,
         ),
         lifespan="on",
         # No X-Forwarded-For rewriting: nothing here reads the client's address, and the

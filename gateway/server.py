@@ -114,7 +114,8 @@ class GatewayApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    def _new_id(self) -> str:
+    def new_request_id(self) -> str:
+        """A new id for an answer: this process's random prefix and a counter."""
         return f"{self._id_prefix}{next(self._ids) & 0xFFFFFFFF:08x}"
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -126,7 +127,7 @@ class GatewayApp:
             return
         # Every answer carries an x-request-id (the docs promise it), a refusal's and a
         # health check's too: a client quoting it finds the answer in the logs.
-        rid = self._new_id().encode()
+        rid = self.new_request_id().encode()
         if kind is not None:
             await _error(send, Refusal(405, f"{path} takes POST", code="method_not_allowed"), rid)
             return
@@ -280,7 +281,7 @@ class GatewayApp:
 
     async def _inference(self, scope: Scope, receive: Receive, send: Send, kind: str) -> None:
         state = self.state
-        trace = Trace(self._new_id(), "-", time.monotonic())
+        trace = Trace(self.new_request_id(), "-", time.monotonic())
         label = UNRESOLVED
         asked = ""
         req: admission.Request | None = None

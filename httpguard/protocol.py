@@ -236,19 +236,41 @@ class RequestHooks:
             callback()
 
 
+def _stamp(answer: bytes, request_id: str) -> bytes:
+    """``answer`` with an ``x-request-id`` header after its status line."""
+    status_end = answer.index(b"\r\n") + 2
+    rid = request_id.encode("ascii", "replace")
+    return answer[:status_end] + b"x-request-id: " + rid + b"\r\n" + answer[status_end:]
+
+
 def guarded_protocol(
-    limits: HeadLimits, *, coalesce_writes: bool = False
+    limits: HeadLimits,
+    *,
+    coalesce_writes: bool = False,
+    request_id: Callable[[], str] | None = None,
 ) -> type[HttpToolsProtocol]:
     """An ``HttpToolsProtocol`` subclass enforcing ``limits`` (give it as uvicorn's ``http``).
 
     ``coalesce_writes``: a response's writes within one loop turn go out as one system
-    call (``CoalescedTransport``), for a server whose answers are its hot path."""
+    call (``CoalescedTransport``), for a server whose answers are its hot path.
+    ``request_id``: the server's own request ids; given, the answers this protocol gives
+    on its own (408, 431, 503) carry one in ``x-request-id``, as the application's do,
+    and the refusal's log line names the last one (the gateway promises an id on every
+    answer, so a client quoting one finds it)."""
     too_large = _Throttled("http.head_too_large")
     too_slow = _Throttled("http.head_timeout")
     too_many = _Throttled("http.connections_full")
     not_reading = _Throttled("http.write_timeout")
     body_slow = _Throttled("http.body_timeout")
     reclaimed = _Throttled("http.connection_reclaimed")
+
+    def stamped(answer: bytes) -> tuple[bytes, dict[str, str]]:
+        """The answer to send, and the field naming its id for the log line."""
+        if request_id is None:
+            return answer, {}
+        rid = request_id()
+        return _stamp(answer, rid), {"request_id": rid}
+
     max_bytes, max_headers = limits.max_header_bytes, limits.max_headers
     large = _answer(
         b"431 Request Header Fields Too Large",
@@ -324,8 +346,9 @@ def guarded_protocol(
             self._unread = _CloseUnread(self)
             full_now = len(self.connections) - len(leaving) > limits.max_connections
             if full_now and not self._make_room():
-                too_many(limit=limits.max_connections)
-                self._refuse(full)
+                answer, named = stamped(full)
+                too_many(limit=limits.max_connections, **named)
+                self._refuse(answer)
                 return
             # Covers a client that connects and sends nothing at all.
             self._arm_head_timer()
@@ -550,10 +573,12 @@ def guarded_protocol(
             if now < due:
                 self._body_timer = self.loop.call_at(due, self._body_check)
                 return
+            late, named = stamped(body_late)
             body_slow(
                 timeout_s=limits.body_timeout_s,
                 min_rate=limits.body_min_rate,
                 client=_client(self.client),
+                **named,
             )
             if cycle is None or cycle.response_started or self.pipeline:
                 self.transport.abort()
@@ -565,7 +590,7 @@ def guarded_protocol(
             hooks, self._hooks = self._hooks, None
             if hooks is not None:
                 hooks._fire()
-            self._refuse(body_late)
+            self._refuse(late)
 
         def _disarm_body_timer(self) -> None:
             if self._body_timer is not None:
@@ -659,18 +684,23 @@ def guarded_protocol(
         def _head_timeout(self) -> None:
             self._head_timer = None
             if self._in_head and not self.transport.is_closing():
-                too_slow(timeout_s=limits.header_timeout_s, client=_client(self.client))
                 # A client that sent nothing gets no answer: nothing was asked.
-                if self._head_raw:
-                    self.transport.write(slow)
+                answer, named = stamped(slow) if self._head_raw else (b"", {})
+                too_slow(timeout_s=limits.header_timeout_s, client=_client(self.client), **named)
+                if answer:
+                    self.transport.write(answer)
                 self.transport.close()
 
         def _refuse_large(self) -> None:
             if not self.transport.is_closing() and self._lingering is None:
+                answer, named = stamped(large)
                 too_large(
-                    limit_bytes=max_bytes, limit_headers=max_headers, client=_client(self.client)
+                    limit_bytes=max_bytes,
+                    limit_headers=max_headers,
+                    client=_client(self.client),
+                    **named,
                 )
-                self._refuse(large)
+                self._refuse(answer)
 
         def _refuse(self, answer: bytes) -> None:
             """Answer, stop sending, and close once the client has had time to read it."""
@@ -700,9 +730,14 @@ def _client(addr: tuple[str, int] | None) -> str:
     return "unknown" if addr is None else f"{addr[0]}:{addr[1]}"
 
 
-def uvicorn_options(limits: HeadLimits, *, coalesce_writes: bool = False) -> dict[str, Any]:
+def uvicorn_options(
+    limits: HeadLimits,
+    *,
+    coalesce_writes: bool = False,
+    request_id: Callable[[], str] | None = None,
+) -> dict[str, Any]:
     """The ``uvicorn.Config`` keyword arguments that enforce ``limits``."""
     return {
-        "http": guarded_protocol(limits, coalesce_writes=coalesce_writes),
+        "http": guarded_protocol(limits, coalesce_writes=coalesce_writes, request_id=request_id),
         "timeout_keep_alive": limits.keep_alive_timeout_s,
     }

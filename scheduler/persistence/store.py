@@ -36,7 +36,7 @@ from scheduler.persistence.audit_trail import (
     follow_page,
     read_events,
 )
-from scheduler.persistence.inventory_store import InventoryStore, write_reports
+from scheduler.persistence.inventory_store import InventoryStore, renew_leases, write_reports
 from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.lifecycle_store import read_cordons
 from scheduler.persistence.outcome_store import Outcome, UnplacedReason, read_outcome, write_outcome
@@ -104,6 +104,11 @@ class SchedulerStore:
         # Only nodes that host replicas, as ``service`` counts them.
         hosted = {name: every[name] for name in names if name in every}
         return nodes, cordons, hosted
+
+    def renew_leases(self, leases: Mapping[str, datetime]) -> set[str]:
+        """Renew node leases (heartbeats) in one transaction; the names renewed."""
+        with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            return renew_leases(conn, leases)
 
     def forget(self, name: str) -> bool:
         return self.inventory.forget(name)

@@ -179,6 +179,9 @@ def test_alias_stream_refusals_client_limits_and_hostile_bodies(
             url, content=b"{}", headers={**auth, **{f"x-h{i}": "1" for i in range(200)}}
         )
         assert (big.status_code, many.status_code) == (431, 431)
+        # httpguard's own answers carry the gateway's request ids too, as every answer does.
+        ids = {big.headers.get("x-request-id"), many.headers.get("x-request-id")}
+        assert None not in ids and len(ids) == 2, ids
         assert gw.get("/healthz").status_code == 200
 
         # Observability: the named metrics, one log line per request without the text.

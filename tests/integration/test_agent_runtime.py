@@ -8,6 +8,7 @@ tick by tick. The real server is in tests/e2e/test_agent_cluster.py.
 from __future__ import annotations
 
 import http.server
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -188,3 +189,42 @@ def test_the_client_reads_an_answer_only_up_to_its_bound() -> None:
             client.placements("n1")
     finally:
         server.shutdown()
+
+
+class BeatingStandIn(StandIn):
+    """A control plane that takes heartbeats, at ``heartbeat_port`` on 127.0.0.1."""
+
+    token = "llmgw_test-token"
+
+    def __init__(self, url: str, heartbeat_port: int) -> None:
+        super().__init__([])
+        self.url = url
+        self.heartbeat_port = heartbeat_port
+
+    def report(self, node: str, body: dict[str, Any]) -> Any:
+        super().report(node, body)
+        return {"report_id": f"x.{len(self.reports)}", "heartbeat_port": self.heartbeat_port}
+
+
+@pytest.mark.parametrize(("scheme", "beats"), [("http", True), ("https", False)])
+def test_heartbeats_go_only_beside_a_server_reached_by_plain_http(
+    make_agent: Any, scheme: str, beats: bool
+) -> None:
+    # A heartbeat carries the token in the clear: an https server's agent reports in full.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.setblocking(False)
+        server = BeatingStandIn(f"{scheme}://127.0.0.1:1", listener.getsockname()[1])
+        agent = make_agent(server)
+        agent.tick()
+        assert len(server.reports) == 1
+        # Nothing changed: a heartbeat (nobody answers it: the full report follows), or not.
+        agent.tick()
+        assert len(server.reports) == 2
+        try:
+            listener.accept()[0].close()  # the agent's connection, if it made one
+            connected = True
+        except BlockingIOError:
+            connected = False
+        assert connected is beats

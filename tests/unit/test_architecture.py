@@ -21,6 +21,7 @@ Reading it takes well under a second and runs nothing of the project.
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -462,16 +463,21 @@ def crowded_folders(files: Iterable[str], limit: int = MAX_MODULES) -> dict[str,
 
 
 def test_no_folder_holds_more_than_twenty_modules() -> None:
-    files = [str(p.relative_to(REPO)) for p in REPO.rglob("*.py") if _ours(p)]
-    assert crowded_folders(files) == {}, (
+    assert crowded_folders(_python_files(REPO)) == {}, (
         f"give these folders subpackages along their seams (at most {MAX_MODULES} modules "
         "each; tests/unit/test_architecture.py's MAY_IMPORT then says how they layer)"
     )
 
 
-def _ours(path: Path) -> bool:
-    parts = path.relative_to(REPO).parts
-    return not any(p.startswith(".") or p in SKIP or p == "__pycache__" for p in parts)
+def _python_files(root: Path) -> list[str]:
+    """Every .py file of ours, relative to ``root``; hidden folders (the venv, caches) and
+    SKIP are not entered at all (walking the venv took seconds)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIP | {"__pycache__"}]
+        rel = Path(folder).relative_to(root)
+        found += [str(rel / f) if rel.parts else f for f in files if f.endswith(".py")]
+    return found
 
 
 def test_every_package_says_what_it_owns() -> None:

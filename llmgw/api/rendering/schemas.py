@@ -118,6 +118,15 @@ class NodeState(BaseModel):
     replicas: int
 
 
+class ReportAnswer(NodeState):
+    """The answer to a node report: the node, and what its heartbeats name."""
+
+    # The id of this report: a heartbeat naming it renews the node's lease.
+    report_id: str | None = None
+    # The heartbeat listener's port on this server (None: send full reports only).
+    heartbeat_port: int | None = None
+
+
 class SecretReference(_Open):
     """An env value the agent resolves on its node: only the secret's name is served."""
 

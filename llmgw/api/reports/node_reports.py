@@ -27,6 +27,7 @@ from catalog.reading.documents import NotJSON
 from llmgw.api.guards.bodies import ORIGIN, parse
 from llmgw.api.rendering.problems import Problem
 from llmgw.api.reports.group_commit import GroupCommit
+from llmgw.api.reports.leases import LeaseBook
 from llmgw.api.telemetry.metrics import Metrics
 from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy
 from scheduler.lifecycle.inputs import Cordon
@@ -48,8 +49,9 @@ __all__ = ["Body", "NotJSON", "Recorded", "Sent", "node_report_writer", "read_re
 # An agent's report (parsed, or its body) and the name of the token it came with (the
 # actor of its events).
 Sent = tuple[NodeReport | Body, str]
-# The node as recorded, its cordon if any, and how many replicas it hosts.
-Recorded = tuple[Node, Cordon | None, int]
+# The node as recorded, its cordon if any, how many replicas it hosts, and the id of the
+# report (what the node's heartbeats name: llmgw.api.reports.leases).
+Recorded = tuple[Node, Cordon | None, int, str]
 
 
 def read_report(name: str, body: bytes, limit: int, *, json_only: bool = False) -> NodeReport:
@@ -97,6 +99,7 @@ def node_report_writer(
     writing: AbstractContextManager[Any],
     metrics: Metrics,
     endpoints: EndpointPolicy = NO_NETWORKS,
+    leases: LeaseBook | None = None,
 ) -> GroupCommit[Sent, Recorded]:
     def write(batch: Sequence[Sent]) -> list[Recorded]:
         reports = [report for report, _ in batch if isinstance(report, NodeReport)]
@@ -111,6 +114,11 @@ def node_report_writer(
                 endpoints=endpoints,
             )
         metrics.node_report_commits.inc()
-        return [(n, cordons.get(n.name), hosted.get(n.name, 0)) for n in recorded]
+        # Held only once committed: a heartbeat naming it renews a node that is stored.
+        ids = [leases.accepted(n.name) if leases else "" for n in recorded]
+        return [
+            (n, cordons.get(n.name), hosted.get(n.name, 0), report_id)
+            for n, report_id in zip(recorded, ids, strict=True)
+        ]
 
     return GroupCommit(write, key=lambda sent: sent[0].name, prepare=_prepare)

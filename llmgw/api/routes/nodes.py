@@ -82,7 +82,7 @@ def _report_grammars(schema: dict[str, Any]) -> None:
 
 @router.put(
     "/v1/nodes/{name}",
-    response_model=schemas.NodeState,
+    response_model=schemas.ReportAnswer,
     responses=errors(401, 403, 413, 422, 503),
     openapi_extra={**_report_body(), **SECURED},
     tags=["nodes"],
@@ -102,8 +102,19 @@ async def report_node(name: str, request: Request, call: Reporter) -> Response:
             "each agent reports with the token issued for its own nodes",
         )
     body = await receive(request, svc.settings.max_body_bytes)
-    node, cordon, hosted = await to_thread.run_sync(_parse_and_record, svc, name, body, who.name)
-    return ApiJSON(node_json(node, datetime.now(UTC), svc.settings.policy, cordon, hosted))
+    recorded = await to_thread.run_sync(_parse_and_record, svc, name, body, who.name)
+    return ApiJSON(report_answer(svc, recorded))
+
+
+def report_answer(svc: Services, recorded: Recorded) -> dict[str, Any]:
+    """The node as recorded, the report's id and where to send heartbeats naming it."""
+    node, cordon, hosted, report_id = recorded
+    answer = node_json(node, datetime.now(UTC), svc.settings.policy, cordon, hosted)
+    port = svc.leases.port
+    if port is not None:
+        answer["report_id"] = report_id
+        answer["heartbeat_port"] = port
+    return answer
 
 
 def _parse_and_record(svc: Services, name: str, body: bytes, actor: str) -> Recorded:

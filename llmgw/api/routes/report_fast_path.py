@@ -28,7 +28,6 @@ serves everything this path declines.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -38,8 +37,8 @@ from llmgw.api.guards.bodies import declared_length, text_problem
 from llmgw.api.guards.tokens import Principal
 from llmgw.api.rendering.problems import json_text
 from llmgw.api.reports.node_reports import Body, NotJSON, unstorable
+from llmgw.api.routes.nodes import report_answer
 from llmgw.api.runtime.services import Services
-from llmgw.views import node_json
 
 PREFIX = "/v1/nodes/"
 # Larger bodies (a report of many replicas) take the general route: what the writer
@@ -101,13 +100,10 @@ class ReportPath:
         scope["route"] = self.route
         svc = self.svc
         try:
-            node, cordon, hosted = await svc.reports.submit_async(
+            recorded = await svc.reports.submit_async(
                 (Body(name, bytes(body), svc.settings.max_body_bytes), who.name)
             )
-            answer = json_text(
-                node_json(node, datetime.now(UTC), svc.settings.policy, cordon, hosted),
-                ensure_ascii=False,
-            ).encode("utf-8")
+            answer = json_text(report_answer(svc, recorded), ensure_ascii=False).encode("utf-8")
         except NotJSON:
             await self.app(scope, _replay(received, receive), send)
             return

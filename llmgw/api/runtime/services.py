@@ -35,6 +35,7 @@ from events.write.commands import CommandResult
 from llmgw.api.guards.tokens import TokenBook
 from llmgw.api.rendering.openai import CreatedIndex
 from llmgw.api.reports.group_commit import GroupCommit
+from llmgw.api.reports.leases import LeaseBook
 from llmgw.api.reports.node_reports import Recorded, Sent, node_report_writer
 from llmgw.api.runtime.changes import Changes
 from llmgw.api.runtime.live_tokens import LiveTokens
@@ -151,6 +152,8 @@ class Services:
     created: CreatedIndex
     # Agents' node reports, committed in shared transactions (llmgw.api.reports.node_reports).
     reports: GroupCommit[Sent, Recorded]
+    # Node leases renewed by heartbeats, written a batch a second (llmgw.api.reports.leases).
+    leases: LeaseBook
     # The declared file's reloader (llmgw serve sets it; declared.reload).
     declared_watch: DeclaredWatch = field(default_factory=DeclaredWatch)
     # Wake-ups on a write by any process (PostgreSQL's NOTIFY; llmgw.api.runtime.changes).
@@ -188,6 +191,7 @@ class Services:
         writing: AbstractContextManager[Any] = (
             threading.Lock() if is_sqlite(engine) else contextlib.nullcontext()
         )
+        leases = LeaseBook(nodes, writing, metrics)
         return cls(
             engine=engine,
             store=store,
@@ -201,5 +205,6 @@ class Services:
             stopping=stopping or threading.Event(),
             writing=writing,
             created=CreatedIndex(store),
-            reports=node_report_writer(nodes, writing, metrics, settings.endpoints),
+            reports=node_report_writer(nodes, writing, metrics, settings.endpoints, leases),
+            leases=leases,
         )

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from autoscale.policy import DEFAULT_POLICY, Policy
 from llmgw.api.guards.tokens import TokenBook, TokenConfigError, TokenEntry, parse_env_tokens
+from llmgw.api.reports.heartbeat_listener import MAX_CONNECTIONS
 from llmgw.settings import SettingsError
 from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
@@ -55,6 +56,11 @@ class ApiSettings:
     endpoints: EndpointPolicy = NO_NETWORKS
     # [autoscale]: what /v1/autoscale shows as the policy in force.
     autoscale: Policy = DEFAULT_POLICY
+    # Where agents' heartbeats are heard (llmgw.api.reports.heartbeat_listener): None, no
+    # listener (agents send full reports only); port 0, one the kernel picks.
+    heartbeat_host: str | None = None
+    heartbeat_port: int = 0
+    heartbeat_connections: int = MAX_CONNECTIONS
 
     def book(self) -> TokenBook:
         return TokenBook(self.tokens)
@@ -71,6 +77,9 @@ class ApiSettings:
         policy: StalenessPolicy = DEFAULT_STALENESS,
         endpoints: EndpointPolicy = NO_NETWORKS,
         autoscale: Policy = DEFAULT_POLICY,
+        heartbeat_host: str | None = None,
+        heartbeat_port: int = 0,
+        heartbeat_connections: int = MAX_CONNECTIONS,
     ) -> ApiSettings:
         """Tokens from ``auth_file`` (else ``LLMGW_AUTH_FILE``) and ``LLMGW_TOKENS``.
 
@@ -101,6 +110,9 @@ class ApiSettings:
                 policy=policy,
                 endpoints=endpoints,
                 autoscale=autoscale,
+                heartbeat_host=heartbeat_host,
+                heartbeat_port=heartbeat_port,
+                heartbeat_connections=heartbeat_connections,
             )
             settings.book()  # refuses two entries with one hash now, not at the first request
         except TokenConfigError as exc:

@@ -87,6 +87,21 @@ class Metrics:
             "Transactions that recorded node reports: reports that arrive together share one.",
             registry=r,
         )
+        self.node_heartbeats = Counter(
+            "llmgw_node_heartbeats",
+            "Heartbeats that renewed a node's lease (nothing changed since its last report).",
+            registry=r,
+        )
+        self.node_heartbeats_refused = Counter(
+            "llmgw_node_heartbeats_refused",
+            "Heartbeats naming a report this server does not hold: asked for the full report.",
+            registry=r,
+        )
+        self.node_lease_writes = Counter(
+            "llmgw_node_lease_writes",
+            "Statements that wrote node leases (one a second at most, however many nodes).",
+            registry=r,
+        )
         self.round_seconds = Histogram(
             "llmgw_placement_round_duration_seconds",
             "Duration of the placement rounds run by this server's scheduler.",

@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import threading
+from collections.abc import Mapping
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -69,6 +70,8 @@ def cmd_agent(app: App, args: argparse.Namespace) -> int:
         labels=labels,
         fabric=s.fabric or None,
         interval=s.interval_s,
+        full_report_every=s.full_report_every_s,
+        heartbeat_datagrams=_datagrams(s.heartbeat_transport, s.origins),
         engine_host=s.engine_host,
         advertise=s.advertise,
         stop_grace=s.stop_grace_s,
@@ -166,3 +169,11 @@ def _labels(text: str) -> dict[str, str]:
             raise ValueError(f"--labels item {item!r} is not KEY=VALUE; write zone=eu,rack=r7")
         labels[key.strip()] = value.strip()
     return labels
+
+
+def _datagrams(transport: str, origins: Mapping[str, str]) -> bool:
+    """Whether heartbeats go as datagrams (udp) or on a connection (tcp)."""
+    if transport not in ("tcp", "udp"):
+        where = origins.get("heartbeat_transport", "")
+        raise Refused(f"heartbeat_transport {transport!r} ({where}) is not tcp or udp")
+    return transport == "udp"

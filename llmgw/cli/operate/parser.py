@@ -242,6 +242,20 @@ def register_agent(
         help="report and reconcile every SECONDS (default 10)",
     )
     p.add_argument(
+        "--full-report-every",
+        type=float,
+        metavar="SECONDS",
+        help="send the full report at least every SECONDS even when nothing changed; "
+        "between, a heartbeat names the last one (env LLMGW_AGENT_FULL_REPORT_EVERY; "
+        "default 300)",
+    )
+    p.add_argument(
+        "--heartbeat-transport",
+        choices=("tcp", "udp"),
+        help="heartbeats on one TCP connection, or as UDP datagrams (no descriptor on the "
+        "server per agent) (env LLMGW_AGENT_HEARTBEAT_TRANSPORT; default tcp)",
+    )
+    p.add_argument(
         "--state-dir",
         type=Path,
         metavar="DIR",

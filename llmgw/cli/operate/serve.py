@@ -69,6 +69,9 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             policy=policy,
             endpoints=conf.server.endpoints,
             autoscale=conf.autoscale,
+            heartbeat_host=conf.server.host,
+            heartbeat_port=conf.server.heartbeat_port,
+            heartbeat_connections=conf.server.heartbeat_connections,
         )
     except (SettingsError, ValueError) as exc:
         raise Refused(str(exc)) from None

@@ -18,6 +18,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from httpguard import HeadLimits
 from tests.unit.httpguard.serving import guarded_server
 
@@ -263,3 +265,36 @@ def test_requests_being_served_are_never_closed_to_make_room() -> None:
                 writer.close()
 
     _run(main)
+
+
+def test_the_guards_own_answers_carry_the_servers_request_ids() -> None:
+    """A server that names its answers (the gateway) names the ones httpguard gives before
+    the application sees a request too: a 431 for an oversized head and a 408 for a head
+    that stalls each carry a fresh ``x-request-id``, and the log line names it."""
+    ids = iter(f"rid-{i}" for i in range(100))
+    limits = HeadLimits(header_timeout_s=0.3)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # never reached
+        raise AssertionError(scope)
+
+    async def scenario() -> tuple[bytes, bytes]:
+        async with guarded_server(app, limits, coalesce=True, request_id=lambda: next(ids)) as sock:
+            port = sock.getsockname()[1]
+
+            async def ask(raw: bytes) -> bytes:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(raw)
+                answer = await asyncio.wait_for(reader.read(), 30)
+                writer.close()
+                return answer
+
+            large = await ask(b"GET / HTTP/1.1\r\nx-big: " + b"a" * 200_000 + b"\r\n\r\n")
+            stalled = await ask(b"GET / HTTP/1.1\r\nhost: x\r\n")
+            return large, stalled
+
+    with capture_logs() as logs:
+        large, stalled = asyncio.run(scenario())
+    assert large.startswith(b"HTTP/1.1 431") and b"\r\nx-request-id: rid-0\r\n" in large
+    assert stalled.startswith(b"HTTP/1.1 408") and b"\r\nx-request-id: rid-1\r\n" in stalled
+    named = {entry.get("request_id") for entry in logs}
+    assert {"rid-0", "rid-1"} <= named

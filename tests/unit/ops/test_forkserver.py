@@ -55,7 +55,9 @@ def test_a_forked_command_answers_as_a_fresh_process(
 ) -> None:
     env = {**env, "LLMGW_GRACE": "2h", "TZ": "Asia/Kolkata"}
     (tmp_path / "llmgw.toml").write_text('[policy]\nstale_after = "7s"\n')
-    real(["add", write_model(tmp_path)], tmp_path, env)  # a schema and an event in it
+    # A schema and an event in it; forked, as it is only the ground both runs stand on
+    # (the comparison below is of ``argv``, forked and fresh).
+    forkserver.run(["add", write_model(tmp_path)], cwd=tmp_path, env=env, timeout=300)
     forked = forkserver.run(argv, cwd=tmp_path, env=env, timeout=300)
     fresh = real(argv, tmp_path, env)
     assert (forked.returncode, forked.stdout, forked.stderr) == (

@@ -28,28 +28,40 @@ class Free:
         return self.memory[name]
 
 
+# Built once (a strategy made inside a draw is built and validated again at every draw):
+# the same strategies, so the same examples, at a fraction of the CPU.
+_COUNTS = st.integers(min_value=0, max_value=25)
+_CLASS = st.sampled_from(CLASSES)
+_MEMORY_GB = st.sampled_from([None, 16.0, 64.0])
+_LABELS = st.sampled_from([{}, {"zone": "eu"}, {"zone": "us"}])
+_FABRIC = st.sampled_from([None, "ib-1", "ib-2"])
+_FRESH = st.booleans()
+_FREE_GPUS = st.integers(min_value=0, max_value=8)
+_FREE_MEMORY = st.sampled_from([None, 8.0, 32.0])
+
+
 @st.composite
 def inventories(draw: st.DrawFn) -> tuple[list[Node], set[str], Free]:
-    count = draw(st.integers(min_value=0, max_value=25))
+    count = draw(_COUNTS)
     nodes, fresh, gpus, memory = [], set(), {}, {}
     for i in range(count):
-        gpu_class = draw(st.sampled_from(CLASSES))
+        gpu_class = draw(_CLASS)
         name = f"n{i}"
         nodes.append(
             Node(
                 name=name,
                 gpu_class=gpu_class,
                 gpus=0 if gpu_class is None else 8,
-                memory_gb=draw(st.sampled_from([None, 16.0, 64.0])),
+                memory_gb=draw(_MEMORY_GB),
                 reported_at=NOW,
-                labels=draw(st.sampled_from([{}, {"zone": "eu"}, {"zone": "us"}])),
-                fabric=draw(st.sampled_from([None, "ib-1", "ib-2"])),
+                labels=draw(_LABELS),
+                fabric=draw(_FABRIC),
             )
         )
-        if draw(st.booleans()):
+        if draw(_FRESH):
             fresh.add(name)
-        gpus[name] = draw(st.integers(min_value=0, max_value=8))
-        memory[name] = draw(st.sampled_from([None, 8.0, 32.0]))
+        gpus[name] = draw(_FREE_GPUS)
+        memory[name] = draw(_FREE_MEMORY)
     return nodes, fresh, Free(gpus, memory)
 
 

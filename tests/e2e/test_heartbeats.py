@@ -1,0 +1,154 @@
+"""Heartbeats end to end: a real `llmgw serve`, a real `llmgw agent` that sends heartbeats
+between its full reports, and an agent of before heartbeats (full reports only) beside it.
+
+The server is restarted on the same ports in the middle: the new process holds no report,
+so the heartbeat names one it does not know, is answered "send the full report", and the
+agent's next report heals it.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.agents import AgentProc, Cluster, cluster, eventually
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class OldAgent:
+    """What an agent sent before heartbeats: the full report, every tick, by HTTP."""
+
+    def __init__(self, c: Cluster, node: str) -> None:
+        self.url = f"{c.server.url}/v1/nodes/{node}"
+        self.token = c.tokens.agents[node]
+        self.body = {"gpu_class": "SIM", "gpus": 2, "memory_gb": 16, "labels": {}, "replicas": []}
+        self.stop = threading.Event()
+        self.answers: list[int] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        auth = {"Authorization": f"Bearer {self.token}"}
+        while not self.stop.wait(0.2):
+            try:
+                answer = httpx.put(self.url, json=self.body, headers=auth, timeout=10)
+                self.answers.append(answer.status_code)
+            except httpx.TransportError:
+                self.answers.append(0)  # the server is restarting
+
+
+def _puts(c: Cluster, node: str) -> int:
+    return sum(
+        1
+        for x in c.server.logs("api.request")
+        if x["method"] == "PUT" and x["path"] == f"/v1/nodes/{node}" and x["status"] == 200
+    )
+
+
+def _metric(c: Cluster, name: str) -> float:
+    with c.server.client(c.tokens.reader) as client:
+        text = client.get("/metrics").text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def _nodes(c: Cluster) -> dict[str, dict[str, Any]]:
+    with c.server.client(c.tokens.reader) as client:
+        return {n["name"]: n for n in client.get("/v1/nodes").json()}
+
+
+def _healed(c: Cluster, agent: AgentProc) -> None:
+    """The agent was asked for its full report by a heartbeat, and sent it."""
+    eventually(lambda: agent.logs("agent.report_asked"), f"{agent.node} asked to report")
+    eventually(lambda: _puts(c, agent.node) >= 1, f"{agent.node}'s full report")
+
+
+def test_old_and_new_agents_coexist_and_a_heartbeat_after_a_restart_gets_the_full_report(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    api_port, heartbeat_port = _free_port(), _free_port()
+    settings = tmp_path / "llmgw.toml"
+    settings.write_text(f"[server]\nheartbeat_port = {heartbeat_port}\n")
+    with cluster(
+        tmp_path,
+        sqlite_url,
+        ["new", "old", "udp"],
+        server_args=["--port", str(api_port)],
+        models=[],
+    ) as c:
+        c.server.env["LLMGW_SETTINGS"] = str(settings)
+        c.server.stop()
+        c.server.start()
+        old = OldAgent(c, "old")
+        old.thread.start()
+        try:
+            new = c.agent("new", "--full-report-every", "300")
+            udp = c.agent("udp", "--full-report-every", "300", "--heartbeat-transport", "udp")
+            # The new agent reports once, then its ticks (every 0.2 s) are heartbeats.
+            eventually(
+                lambda: _metric(c, "llmgw_node_heartbeats_total") >= 10, "ten heartbeats taken"
+            )
+            for name in ("new", "udp"):
+                assert _puts(c, name) <= 2, f"the {name} agent sends heartbeats, not reports"
+            before = {
+                n: datetime.fromisoformat(_nodes(c)[n]["reported_at"]) for n in ("new", "udp")
+            }
+
+            def renewed() -> bool:
+                nodes = _nodes(c)
+                return all(
+                    nodes[n]["state"] == "fresh"
+                    and datetime.fromisoformat(nodes[n]["reported_at"]) > before[n]
+                    for n in ("new", "udp")
+                )
+
+            # The lease is written (a batch a second): the node's reported_at moves on.
+            eventually(renewed, "the new nodes' leases renewed by heartbeats alone")
+            for name in ("new", "udp"):
+                assert _puts(c, name) <= 2, f"the {name} agent sends heartbeats, not reports"
+            old_puts = _puts(c, "old")
+            eventually(lambda: _puts(c, "old") > old_puts, "the old agent still reports")
+            assert _nodes(c)["old"]["state"] == "fresh"
+
+            # A new process on the same ports holds no report: the heartbeat is told to
+            # send the full report, and does. The agent is paused meanwhile, so its next
+            # tick is a heartbeat to the new process (not a full report sent while the
+            # server was down, which would heal it too, by the old way).
+            paused = [a.proc for a in (new, udp) if a.proc is not None]
+            for proc in paused:
+                proc.send_signal(signal.SIGSTOP)
+            try:
+                c.server.stop()
+                c.server.start()
+            finally:
+                for proc in paused:
+                    proc.send_signal(signal.SIGCONT)
+            for agent in (new, udp):
+                _healed(c, agent)
+            eventually(
+                lambda: _metric(c, "llmgw_node_heartbeats_total") >= 5,
+                "heartbeats taken again after the full report",
+            )
+            assert _metric(c, "llmgw_node_heartbeats_refused_total") >= 1
+            nodes = _nodes(c)
+            assert {nodes[n]["state"] for n in ("new", "old", "udp")} == {"fresh"}
+            assert old.answers[-1] == 200
+        finally:
+            old.stop.set()
+            old.thread.join(30)

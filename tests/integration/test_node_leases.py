@@ -1,0 +1,214 @@
+"""Node leases on both back ends: heartbeats renew a node's reported_at in one statement a
+batch, never backwards, and a forgotten node's agent is asked for its full report; the
+heartbeat listener's answers and bounds over a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine, event
+
+from llmgw.api.guards.tokens import TokenBook, issue_token
+from llmgw.api.reports.heartbeat_listener import MAX_LINE, HeartbeatListener
+from llmgw.api.reports.leases import LeaseBook
+from scheduler.persistence.store import SchedulerStore
+from scheduler.planner.fleet.inventory import parse_node_report
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _store(engine: Engine, *names: str) -> SchedulerStore:
+    store = SchedulerStore(engine)
+    store.report([parse_node_report({"name": n, "gpus": 0}) for n in names], T0)
+    return store
+
+
+def _reported(store: SchedulerStore) -> dict[str, datetime]:
+    return {n.name: n.reported_at for n in store.nodes()}
+
+
+def test_a_batch_of_leases_is_one_statement_renews_forward_only_and_names_the_nodes_renewed(
+    engine: Engine,
+) -> None:
+    store = _store(engine, "a", "b", "c")
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    later = T0 + timedelta(seconds=10, microseconds=7)
+    renewed = store.renew_leases({"a": later, "b": T0 - timedelta(seconds=5), "gone": later})
+    assert renewed == {"a", "b"}  # "gone" has no row
+    assert [s for s in statements if s.lstrip().upper().startswith("UPDATE")] == [statements[-1]]
+    assert _reported(store) == {"a": later, "b": T0, "c": T0}  # b's older time did not win
+
+
+def test_a_heartbeat_is_taken_only_for_the_report_held_and_a_forgotten_node_is_asked_again(
+    engine: Engine,
+) -> None:
+    store = _store(engine, "a", "b")
+    book = LeaseBook(store, contextlib.nullcontext())
+    first = book.accepted("a")
+    second = book.accepted("a")
+    b = book.accepted("b")
+    at = T0 + timedelta(seconds=30)
+    assert book.renew([("a", first), ("a", second), ("b", b), ("c", "x.1")], at) == [
+        False,  # a report since replaced
+        True,
+        True,
+        False,  # never reported here
+    ]
+    store.forget("b")
+    assert book.flush() == 1
+    assert _reported(store) == {"a": at}
+    assert book.renew([("a", second), ("b", b)], at) == [True, False]  # b: send the report
+    assert book.flush() == 1
+
+
+async def _listening(
+    store: SchedulerStore, max_connections: int = 10
+) -> tuple[HeartbeatListener, LeaseBook, dict[str, str]]:
+    issued = {n: issue_token(f"agent-{n}", "agent", [n]) for n in ("a", "b")}
+    book = LeaseBook(store, contextlib.nullcontext())
+    listener = HeartbeatListener(
+        book, TokenBook([t.entry for t in issued.values()]), max_connections=max_connections
+    )
+    await listener.start("127.0.0.1", 0)
+    return listener, book, {n: t.token for n, t in issued.items()}
+
+
+@contextlib.asynccontextmanager
+async def _connection(
+    port: int,
+) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+
+
+async def _ask(port: int, *lines: bytes) -> list[bytes]:
+    async with _connection(port) as (reader, writer):
+        writer.write(b"".join(lines))
+        return [await asyncio.wait_for(reader.readline(), 30) for _ in lines]
+
+
+def test_the_listener_answers_each_nodes_heartbeat_with_its_own_credential(engine: Engine) -> None:
+    store = _store(engine, "a", "b")
+
+    async def scenario() -> None:
+        listener, book, tokens = await _listening(store)
+        try:
+            held = book.accepted("a")
+            answers = await _ask(
+                listener.leases.port or 0,
+                f"HB a {tokens['a']} {held}\n".encode(),
+                f"HB a {tokens['a']} not-held\n".encode(),
+                f"HB a {tokens['b']} {held}\n".encode(),  # b's token for a's node
+                f"HB b nonsense {held}\n".encode(),
+            )
+            assert answers == [
+                b"OK a\n",
+                b"REPORT a\n",
+                b"DENIED a this token may not report this node\n",
+                b"DENIED b unknown token\n",
+            ]
+        finally:
+            await listener.stop()
+
+    asyncio.run(scenario())
+    assert store.renew_leases({}) == set()
+
+
+def test_the_listener_bounds_lines_and_connections(engine: Engine) -> None:
+    store = _store(engine, "a")
+
+    async def scenario() -> None:
+        listener, book, tokens = await _listening(store, max_connections=1)
+        port = listener.leases.port or 0
+        try:
+            async with _connection(port) as (reader, writer):
+                writer.write(b"x" * (MAX_LINE + 1))
+                assert (await asyncio.wait_for(reader.readline(), 30)).startswith(b"BAD ")
+                assert await asyncio.wait_for(reader.read(), 30) == b""  # closed
+            async with _connection(port) as (reader, writer):
+                writer.write(b"HB a\n")
+                assert (await asyncio.wait_for(reader.readline(), 30)).startswith(b"BAD ")
+            # One connection open: the next is answered BUSY and closed.
+            async with _connection(port) as (reader, writer):
+                held = book.accepted("a")
+                writer.write(f"HB a {tokens['a']} {held}\n".encode())
+                assert await asyncio.wait_for(reader.readline(), 30) == b"OK a\n"
+                async with _connection(port) as (busy, _):
+                    assert (await asyncio.wait_for(busy.readline(), 30)).startswith(b"BUSY ")
+        finally:
+            await listener.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_left_silent_is_closed(engine: Engine) -> None:
+    store = _store(engine, "a")
+
+    async def scenario() -> None:
+        book = LeaseBook(store, contextlib.nullcontext())
+        listener = HeartbeatListener(book, TokenBook([]), idle_timeout_s=0.2)
+        port = await listener.start("127.0.0.1", 0)
+        try:
+            async with _connection(port) as (reader, _):
+                assert await asyncio.wait_for(reader.read(), 30) == b""
+        finally:
+            await listener.stop()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("period", [0.05])
+def test_the_writer_thread_writes_leases_until_stopped_and_once_more(
+    engine: Engine, period: float
+) -> None:
+    import threading
+
+    store = _store(engine, "a")
+    book = LeaseBook(store, contextlib.nullcontext(), period_s=period)
+    stopping = threading.Event()
+    thread = book.start(stopping)
+    held = book.accepted("a")
+    at = T0 + timedelta(minutes=1)
+    book.renew([("a", held)], at)
+    stopping.set()
+    thread.join(30)
+    assert _reported(store) == {"a": at}
+
+
+def test_heartbeats_as_datagrams_are_answered_to_their_sender_and_bounded(engine: Engine) -> None:
+    store = _store(engine, "a")
+
+    async def scenario() -> None:
+        listener, book, tokens = await _listening(store)
+        port = listener.leases.port or 0
+        held = book.accepted("a")
+        loop = asyncio.get_running_loop()
+        answers: asyncio.Queue[bytes] = asyncio.Queue()
+
+        class Client(asyncio.DatagramProtocol):
+            def datagram_received(self, data: bytes, addr: object) -> None:
+                answers.put_nowait(data)
+
+        transport, _ = await loop.create_datagram_endpoint(Client, remote_addr=("127.0.0.1", port))
+        try:
+            transport.sendto(f"HB a {tokens['a']} {held}\nHB a {tokens['a']} other\n".encode())
+            assert await asyncio.wait_for(answers.get(), 30) == b"OK a\nREPORT a\n"
+            transport.sendto(b"x" * (MAX_LINE + 1))
+            assert (await asyncio.wait_for(answers.get(), 30)).startswith(b"BAD ")
+            transport.sendto(f"HB a {tokens['b']} {held}\n".encode())
+            assert (await asyncio.wait_for(answers.get(), 30)).startswith(b"DENIED a ")
+            assert book.flush() == 1  # the OK renewed the lease
+        finally:
+            transport.close()
+            await listener.stop()
+
+    asyncio.run(scenario())
+    assert _reported(store)["a"] > T0
