@@ -295,9 +295,15 @@ def start_engines(
                 )
             )
             endpoints[model].append(f"http://127.0.0.1:{port}")
-    for urls in endpoints.values():
-        for url in urls:
-            wait_for(partial(_healthy, url))
+    try:
+        for urls in endpoints.values():
+            for url in urls:
+                wait_for(partial(_healthy, url))
+    except BaseException:
+        # An engine that never answered (or ^C): none of them is left behind.
+        for proc in procs:
+            stop_process(proc)
+        raise
     return procs, endpoints
 
 
