@@ -38,6 +38,7 @@ import structlog
 from catalog.definition.model import Model
 from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
+from catalog.forms.client_limits import LimitError, from_json
 from catalog.forms.servers import FAILOVER_TIMEOUT_S, ServerList
 from gateway.stages.queue import CLASSES, MAX_SHARE, STANDARD
 from gateway.state import Client, State
@@ -159,7 +160,14 @@ class Follower:
             listed = (
                 tuple(m for m in models if isinstance(m, str)) if isinstance(models, list) else ()
             )
-            clients[digest] = Client(name, listed or None, *_place(entry))
+            try:
+                limits = from_json(entry.get("limits"))
+            except LimitError as exc:
+                # Limits this gateway cannot read (a newer release's): the token is not
+                # taken, rather than served without its limits.
+                log.warning("gateway.client_skipped", client=name[:64], reason=str(exc)[:300])
+                continue
+            clients[digest] = Client(name, listed or None, limits, *_place(entry))
         self.state.clients = clients
 
     async def read_readers(self) -> None:

@@ -43,6 +43,7 @@ from gateway.proxy import Proxy
 from gateway.server import GatewayApp
 from gateway.settings import GatewaySettings
 from gateway.signals import Signals
+from gateway.stages.quota import Quotas
 from gateway.state import State
 from gateway.upstream import Upstream
 from httpguard import HeadLimits
@@ -221,6 +222,8 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         Metrics(multiprocess) if multiprocess else None,
         slow_start_s=settings.slow_start_s,
     )
+    # Each of N workers holds 1/N of every client's limits (gateway.stages.quota).
+    state.quotas = Quotas(share=settings.workers if multiprocess else 1)
     upstream = Upstream(
         settings.connect_timeout_s, settings.read_timeout_s, settings.tokenize_cache_s
     )

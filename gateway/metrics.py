@@ -3,9 +3,11 @@
 Per model: ``llmgw_gateway_requests_total{model,outcome}``, ``llmgw_gateway_inflight{model}``,
 the ``llmgw_gateway_ttft_seconds`` and ``llmgw_gateway_tpot_seconds`` histograms,
 ``llmgw_gateway_fallbacks_total{model,to}`` and
-``llmgw_gateway_refusals_total{model,reason}``; and the control plane's reachability
-(``llmgw_gateway_control_plane_up``, ``llmgw_gateway_table_age_seconds``,
-``llmgw_gateway_control_plane_switches_total{server}``).
+``llmgw_gateway_refusals_total{model,reason}``; per client token and the model that
+served, ``llmgw_gateway_tokens_total{client,model,kind}`` (kind: ``prompt``, ``cached``,
+``completion``; the engine's own ``usage``, cached being part of prompt); and the
+control plane's reachability (``llmgw_gateway_control_plane_up``,
+``llmgw_gateway_table_age_seconds``, ``llmgw_gateway_control_plane_switches_total{server}``).
 Label children are looked up once per model and kept: a labelled look-up costs more
 than the increment.
 
@@ -141,6 +143,14 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.tokens = Counter(
+            "llmgw_gateway_tokens",
+            "Tokens the engines counted (their usage), by client token, the model that "
+            "served and kind: prompt, cached (the part of prompt the engine reused), "
+            "completion",
+            ["client", "model", "kind"],
+            registry=r,
+        )
         self.server_switches = Counter(
             "llmgw_gateway_control_plane_switches",
             "Moves from one control-plane replica to the next after it failed (no "
@@ -179,6 +189,24 @@ class Metrics:
         )
         self._models: dict[str, _PerModel] = {}
         self._requests: dict[tuple[str, str], Counter] = {}
+        self._tokens: dict[tuple[str, str], tuple[Counter, Counter, Counter]] = {}
+
+    def used(self, client: str, model: str, prompt: int, cached: int, completion: int) -> None:
+        """One answer's usage in ``tokens{client,model,kind}`` (children kept per pair)."""
+        found = self._tokens.get((client, model))
+        if found is None:
+            found = self._tokens[client, model] = (
+                self.tokens.labels(client, model, "prompt"),
+                self.tokens.labels(client, model, "cached"),
+                self.tokens.labels(client, model, "completion"),
+            )
+        # (Each increment takes the counter's lock: none for nothing to add.)
+        if prompt:
+            found[0].inc(prompt)
+        if cached:
+            found[1].inc(cached)
+        if completion:
+            found[2].inc(completion)
 
     def request(self, model: str, outcome: str) -> Counter:
         """``requests{model,outcome}``'s child, looked up once per pair: ``labels`` took

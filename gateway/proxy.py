@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -35,14 +34,17 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
+from catalog.forms.client_limits import NO_LIMITS, ClientLimits
+from gateway import usage
 from gateway.settings import GatewaySettings
-from gateway.stages import admission, sse
+from gateway.stages import admission, quota, sse
 from gateway.stages.admission import Refusal, Request
 from gateway.stages.queue import STANDARD, Bounds, ModelQueue, Waiter, free_slots, open_replicas
 from gateway.stages.routing import Choice, choose, eligible, observe_ttft, picked
 from gateway.state import State
 from gateway.table import ModelEntry, Replica
 from gateway.upstream import Answer, BrokenAnswer, Unreachable, Upstream
+from gateway.usage import Usage
 
 if TYPE_CHECKING:  # (the proxy needs no server at run time: httpguard.protocol loads uvicorn)
     from httpguard.protocol import RequestHooks
@@ -59,8 +61,6 @@ HOLD_BYTES = 1 << 20
 # A large whole answer's last bytes, where its ``usage`` is (OpenAI's and the engines'
 # answers end with it), kept to count its tokens.
 USAGE_TAIL = 4096
-_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,9})')
-_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,9})')
 ROUTES = {
     admission.CHAT: "/v1/chat/completions",
     admission.COMPLETIONS: "/v1/completions",
@@ -94,6 +94,12 @@ class Trace:
     # The client has every byte of the answer ([DONE] sent): a hang-up after it is no
     # cancellation.
     complete: bool = False
+    # The engine's own counts (its answer's ``usage``), when it gave them.
+    usage: Usage | None = None
+    # The client token's limits, and its reservation until it settles
+    # (gateway.stages.quota).
+    limits: ClientLimits = NO_LIMITS
+    ticket: quota.Ticket | None = None
     # A stream's last message was sent (nothing may follow it).
     finished: bool = False
 
@@ -146,6 +152,25 @@ class Proxy:
 
     async def serve(self, call: Call, entry: ModelEntry) -> None:
         """Answer the request on ``send``; a ``Refusal`` when nothing is sent."""
+        try:
+            await self._serve(call, entry)
+        finally:
+            if call.trace.ticket is not None:
+                self._settle(call.trace, call.trace.ticket)
+
+    def _settle(self, trace: Trace, ticket: quota.Ticket) -> None:
+        """The reservation settles to the engine's usage; without it (a stream cut
+        before its usage event, an engine that gives none), to the prompt reserved and
+        the completion counted; a request that sent nothing used nothing."""
+        if trace.usage is not None:
+            used = trace.usage.total
+        elif trace.bytes_sent:
+            used = ticket.prompt + (trace.completion_tokens or 0)
+        else:
+            used = 0
+        self.state.quotas.settle(ticket, used, time.monotonic())
+
+    async def _serve(self, call: Call, entry: ModelEntry) -> None:
         trace = call.trace
         deadline: float | None = None
         while True:
@@ -197,6 +222,17 @@ class Proxy:
                 w = admission.window(m, self.state.table.ready.get(m.name, ()))
                 if admission.needs_count(req, m, w):
                     await self._count(req, m, trace, w)
+                if trace.ticket is None and trace.limits is not NO_LIMITS:
+                    # Reserved once, on the first model the request is admitted to.
+                    tokens, prompt = quota.reservation(req, m, trace.prompt_tokens, w)
+                    trace.ticket = self.state.quotas.admit(
+                        trace.client,
+                        trace.limits,
+                        m.name,
+                        tokens,
+                        prompt=prompt,
+                        now=time.monotonic(),
+                    )
             except Refusal as refusal:
                 if m is entry:
                     raise
@@ -413,18 +449,30 @@ class Proxy:
             q.granted += 1
             w.ticket.set_result(None)
 
-    async def _body(self, body: dict[str, Any], raw: bytes, name: str) -> bytes:
-        """The body with ``model`` set to the catalog name the engine serves it by."""
+    async def _body(self, body: dict[str, Any], raw: bytes, name: str, stream: bool) -> bytes:
+        """The body with ``model`` set to the catalog name the engine serves it by, and
+        a stream's usage asked for (gateway.usage)."""
+        ask = stream and not usage.asked(body)
         if body.get("model") == name:
-            return raw
+            if not ask:
+                return raw
+            spliced = usage.ask(body, raw)
+            if spliced is not None:
+                return spliced
         rewritten = {**body, "model": name}
+        if ask:
+            options = body.get("stream_options")
+            rewritten["stream_options"] = {
+                **(options if isinstance(options, dict) else {}),
+                "include_usage": True,
+            }
         if len(raw) > INLINE_JSON:
             return await asyncio.to_thread(_dumps, rewritten)
         return _dumps(rewritten)
 
     async def _send(self, call: Call, m: ModelEntry, replica: Replica) -> None:
         state, req, trace = self.state, call.req, call.trace
-        data = await self._body(call.body, call.raw, m.name)
+        data = await self._body(call.body, call.raw, m.name, req.stream)
         load = state.load(replica.key)
         before = load.inflight
         load.inflight += 1
@@ -467,16 +515,21 @@ class Proxy:
                     resp.close()
 
     def _headers(
-        self, m: ModelEntry, replica: Replica, trace: Trace, content_type: str
+        self, call: Call, m: ModelEntry, replica: Replica, content_type: str
     ) -> list[tuple[bytes, bytes]]:
-        overhead = (time.monotonic() - trace.started - trace.upstream_s - trace.waited_s) * 1e3
-        return [
+        trace = call.trace
+        now = time.monotonic()
+        overhead = (now - trace.started - trace.upstream_s - trace.waited_s) * 1e3
+        headers = [
             (b"content-type", content_type.encode("latin-1")),
             (b"x-llmgw-model", m.name.encode()),
             (b"x-llmgw-replica", replica.key.encode()),
             (b"x-llmgw-overhead-ms", f"{max(overhead, 0.0):.3f}".encode()),
             (b"x-request-id", trace.request_id.encode()),
         ]
+        if trace.limits is not NO_LIMITS:
+            headers += self.state.quotas.headers(trace.client, trace.limits, m.name, now)
+        return headers
 
     @staticmethod
     async def _broken(call: Call, replica: Replica, exc: BrokenAnswer) -> None:
@@ -519,10 +572,10 @@ class Proxy:
         # twice: the framing's state has moved past it.)
         bad = -1 if chunk is tally.judged else tally.framing.check(chunk)
         if bad >= 0:
-            if bad:
-                await call.send(
-                    {"type": "http.response.body", "body": chunk[:bad], "more_body": True}
-                )
+            # (What the usage cut held of an open event goes first.)
+            body = tally.usage.rest() + chunk[:bad]
+            if body:
+                await call.send({"type": "http.response.body", "body": body, "more_body": True})
             await self._cut(
                 call, replica, "malformed_stream", "is not server-sent events past this point"
             )
@@ -600,7 +653,7 @@ class Proxy:
             trace.ttft_s = trace.upstream_s
             observe_ttft(self.state.load(replica.key), trace.ttft_s, before)
         headers = self._headers(
-            m, replica, trace, resp.headers.get("content-type", "application/json")
+            call, m, replica, resp.headers.get("content-type", "application/json")
         )
         declared = resp.headers.get("content-length")
         if complete:
@@ -646,11 +699,11 @@ class Proxy:
         """The engine's own token counts, from its answer's ``usage``."""
         if status >= 400:
             return
-        found = _COMPLETION_TOKENS.search(payload)
-        trace.completion_tokens = int(found.group(1)) if found else None
-        found = _PROMPT_TOKENS.search(payload)
+        found = usage.parse(payload)
+        trace.usage = found
+        trace.completion_tokens = found.completion if found else None
         if found:
-            trace.prompt_tokens = int(found.group(1))
+            trace.prompt_tokens = found.prompt
 
     async def _stream(
         self,
@@ -681,14 +734,18 @@ class Proxy:
         trace.upstream_s = first - sent_at
         trace.ttft_s = trace.upstream_s
         observe_ttft(self.state.load(replica.key), trace.ttft_s, before)
-        headers = self._headers(m, replica, trace, "text/event-stream")
+        headers = self._headers(call, m, replica, "text/event-stream")
         headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
         trace.served, trace.replica, trace.status = m.name, replica.key, 200
         trace.bytes_sent = True
+        # Cut at event ends: the usage event the gateway asked for is taken out again
+        # unless the client asked for it too (gateway.usage).
+        cutter = usage.Events(strip=not usage.asked(call.body))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": bytes(held), "more_body": True})
+        body = cutter.take(bytes(held))
+        await send({"type": "http.response.body", "body": body, "more_body": True})
         # Events after the first content one (a fast engine's may have come with it).
-        tally = _Tally(bytes(held[scanner.offset :]), first, framing, len(held))
+        tally = _Tally(bytes(held[scanner.offset :]), first, framing, len(held), cutter)
         trace.complete = tally.ended
         del held
         limit = self.settings.max_answer_bytes
@@ -708,8 +765,9 @@ class Proxy:
                     break
                 if not await self._within_bounds(call, replica, tally, chunk, limit):
                     break
-                tally.take(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                out = tally.passed(chunk)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
                 # The client has the whole answer: one that hangs up now (the SDKs stop
                 # at [DONE]) did not cancel anything.
                 trace.complete = tally.ended
@@ -717,20 +775,32 @@ class Proxy:
             await self._broken(call, replica, exc)
         finally:
             tally.count(trace, first)  # however the stream ended (a client gone included)
-        trace.finished = True
-        await send({"type": "http.response.body", "body": b""})
+        await _end(call, cutter)
+
+
+async def _end(call: Call, cutter: usage.Events) -> None:
+    """A stream's last message: what the usage cut held of an event the engine left
+    open at its end first (passed on as it is; not after an error event)."""
+    rest = cutter.rest()
+    if rest and call.trace.outcome != "failed":
+        await call.send({"type": "http.response.body", "body": rest, "more_body": True})
+    call.trace.finished = True
+    await call.send({"type": "http.response.body", "body": b""})
 
 
 class _Tally:
     """What a stream's events after its first content one say: how many there were,
-    the engine's own count of tokens (``usage``), whether ``[DONE]`` came, and when the
-    last piece did; and the stream's bounds: its size so far and its framing."""
+    whether ``[DONE]`` came, and when the last piece did (the engine's own counts are
+    ``usage``'s: ``gateway.usage.Events``, which also cuts the pieces at event ends); and
+    the stream's bounds: its size so far and its framing."""
 
-    __slots__ = ("counted", "ended", "events", "framing", "judged", "last", "size")
+    __slots__ = ("ended", "events", "framing", "judged", "last", "size", "usage")
 
-    def __init__(self, rest: bytes, first: float, framing: sse.Framing, size: int) -> None:
+    def __init__(
+        self, rest: bytes, first: float, framing: sse.Framing, size: int, cutter: usage.Events
+    ) -> None:
+        self.usage = cutter
         self.events = 0
-        self.counted: int | None = None
         self.ended = False
         self.last = first
         self.framing = framing
@@ -742,23 +812,30 @@ class _Tally:
             self.last = first
 
     def count(self, trace: Trace, first: float) -> None:
-        """The stream's completion tokens and time per token, into ``trace``.
+        """The stream's tokens and time per token, into ``trace``.
 
-        Tokens after the first: the events after it, less the final chunk (its
-        finish_reason) and [DONE] when the answer ended. An estimate (an engine may put
-        two tokens in one event) unless the engine counted them (usage)."""
+        The engine's own counts when it gave its usage; else, tokens after the first:
+        the events after it, less the final chunk (its finish_reason) and [DONE] when
+        the answer ended (an estimate: an engine may put two tokens in one event). The
+        usage event, when there was one, is not a token."""
         tokens = max(self.events - 2, 0) if self.ended else self.events
-        counted = self.counted
-        trace.completion_tokens = counted if counted is not None else tokens + 1
+        counted = trace.usage = self.usage.usage
+        if counted is not None:
+            tokens = max(tokens - 1, 0)
+            trace.completion_tokens = counted.completion
+            trace.prompt_tokens = counted.prompt
+        else:
+            trace.completion_tokens = tokens + 1
         if tokens > 0:
             trace.tpot_s = (self.last - first) / tokens
 
+    def passed(self, chunk: bytes) -> bytes:
+        """``chunk`` counted; what of it to pass on now (``usage.Events.take``)."""
+        self.take(chunk)
+        return self.usage.take(chunk)
+
     def take(self, chunk: bytes) -> None:
         self.events += chunk.count(b"data:")
-        if b"completion_tokens" in chunk:
-            found = _COMPLETION_TOKENS.search(chunk)
-            if found:
-                self.counted = int(found.group(1))
         self.ended = self.ended or b"[DONE]" in chunk
         self.last = time.monotonic()
 
@@ -778,12 +855,14 @@ def _relay(
         if size > limit or check(chunk) >= 0:
             return False
         try:
-            if not write(chunk):
+            out, held, found = tally.usage.peek(chunk)
+            if out and not write(out):
                 tally.judged = chunk
                 return False
         except Exception:
             tally.judged = chunk
             return False
+        tally.usage.commit(held, found)
         tally.size = size
         tally.take(chunk)
         # The client has the whole answer: one that hangs up now (the SDKs stop at

@@ -28,6 +28,7 @@ import msgspec
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from catalog.forms.client_limits import NO_LIMITS
 from gateway.proxy import INLINE_JSON, Call, Proxy, Trace
 from gateway.settings import GatewaySettings
 from gateway.stages import admission
@@ -290,7 +291,7 @@ class GatewayApp:
         started = False
         try:
             client = self._client(scope)
-            trace.client = client.name
+            trace.client, trace.limits = client.name, client.limits
             raw = await _read(receive, self.settings.max_body_bytes)
             body = await _parse(raw)
             req = admission.parse_request(body, kind, raw)
@@ -322,7 +323,7 @@ class GatewayApp:
                 state.metrics.refusals.labels(label, refusal.reason).inc()
             trace.status = refusal.status
             if not trace.bytes_sent:
-                await _error(send, refusal, trace.request_id.encode())
+                await _error(send, refusal, trace.request_id.encode(), self._limited(trace, label))
         except asyncio.CancelledError:
             if not gone.happened:
                 raise
@@ -342,6 +343,13 @@ class GatewayApp:
             if unwatch is not None:
                 unwatch()
             self._account(trace, kind, label, asked, req, started=started)
+
+    def _limited(self, trace: Trace, model: str) -> list[tuple[bytes, bytes]]:
+        """A limited token's x-ratelimit-* headers: every answer of it says where it
+        stands (OpenAI's), its refusals included; none for another."""
+        if trace.limits is NO_LIMITS:
+            return []
+        return self.state.quotas.headers(trace.client, trace.limits, model, time.monotonic())
 
     def _account(
         self,
@@ -372,6 +380,11 @@ class GatewayApp:
                 state.windows.timing(trace.served, now, ttft, trace.tpot_s)
             if trace.served is not None and trace.served != label:
                 state.metrics.fallbacks.labels(label, trace.served).inc()
+            used = trace.usage
+            if used is not None and trace.served is not None:
+                state.metrics.used(
+                    trace.client, trace.served, used.prompt, used.cached, used.completion
+                )
         state.metrics.request(label, trace.outcome).inc()
         log.info(
             "gateway.request",
@@ -388,6 +401,7 @@ class GatewayApp:
             tried=trace.tried or None,
             prompt_tokens=trace.prompt_tokens,
             completion_tokens=trace.completion_tokens,
+            cached_tokens=None if trace.usage is None else trace.usage.cached,
             latency_ms=round((now - trace.started) * 1e3, 3),
             ttft_ms=None if trace.ttft_s is None else round(trace.ttft_s * 1e3, 3),
             waited_ms=round(trace.waited_s * 1e3, 1) if trace.waited_s else None,
@@ -634,8 +648,8 @@ async def _json(send: Send, status: int, value: Any, rid: bytes, *, extra: Any =
     await _raw(send, status, body, "application/json", rid, extra=extra)
 
 
-async def _error(send: Send, refusal: Refusal, rid: bytes) -> None:
-    extra: list[tuple[bytes, bytes]] = []
+async def _error(send: Send, refusal: Refusal, rid: bytes, more: Any = ()) -> None:
+    extra: list[tuple[bytes, bytes]] = [*more]
     if refusal.retry_after is not None:
         extra.append((b"retry-after", str(refusal.retry_after).encode()))
     if refusal.status == 401:

@@ -11,8 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 from gateway.metrics import Metrics
 from gateway.stages.queue import STANDARD, ModelQueue
+from gateway.stages.quota import Quotas
 from gateway.stages.routing import Load, joined, predicted_ttft, ramp
 from gateway.stages.setaside import SetAside
 from gateway.table import Table
@@ -23,11 +25,13 @@ RECENT = 20
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    """A client token: its name (logged), the models it may use (None: all), and where
-    it stands in a full model's queue (its priority class and share)."""
+    """A client token: its name (logged), the models it may use (None: all), its
+    limits (gateway.stages.quota enforces them) and where it stands in a full model's
+    queue (its priority class and share)."""
 
     name: str
     models: tuple[str, ...] | None
+    limits: ClientLimits = NO_LIMITS
     priority_class: str = STANDARD
     share: float = 1.0
 
@@ -47,6 +51,8 @@ class State:
         self.windows = Windows(time.monotonic(), time.time())
         # sha256 -> client; replaced whole by the follower.
         self.clients: dict[str, Client] = {}
+        # What the limited client tokens' limits count (gateway.stages.quota).
+        self.quotas = Quotas()
         # sha256 -> name of the cluster's operator and reader tokens: who may read
         # /metrics and /routing. Replaced whole by the follower.
         self.readers: dict[str, str] = {}

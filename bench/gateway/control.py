@@ -50,6 +50,10 @@ class ControlPlane:
     proc: subprocess.Popen[bytes] | None = None
     url: str = ""
     tokens: dict[str, str] = field(default_factory=dict)
+    # `llmgw token new` flags of the load generator's client token (--rpm, --tpm, ...):
+    # given, the token is issued into the database (limits live there), so the gateway
+    # enforces them on every request (gateway.stages.quota) and their cost is measured.
+    client_limits: tuple[str, ...] = ()
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -99,7 +103,13 @@ class ControlPlane:
         self.tokens["operator"] = self._token("bench-operator", "operator")
         self.tokens["agent"] = self._token("bench-agent", "agent", "--node", NODE)
         self.tokens["gateway"] = self._token("bench-gateway", "gateway")
-        self.tokens["client"] = self._token("bench-client", "client")
+        if self.client_limits:
+            out = self._llmgw(
+                "token", "new", "bench-client", "--role", "client", *self.client_limits
+            )
+            self.tokens["client"] = out.splitlines()[0].strip()
+        else:
+            self.tokens["client"] = self._token("bench-client", "client")
         self.gateway_token_file.write_text(self.tokens["gateway"] + "\n")
         self.gateway_token_file.chmod(0o600)
         with (self.workdir / "serve.log").open("wb") as log:

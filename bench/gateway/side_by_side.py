@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -90,6 +91,8 @@ class Settings:
     # (label, command line template), each following a control plane of its own.
     variants: tuple[tuple[str, str], ...] = ()
     llmgw: str = str(Path(sys.executable).parent / "llmgw")
+    # `llmgw token new` flags for the client token of ours and its variants (limits).
+    client_limits: tuple[str, ...] = ()
     peers_venv: Path = common.REPO / ".venv-peers"
 
 
@@ -286,14 +289,30 @@ def _start(
             wanted.append(vllm_router(settings.peers_venv, upstream))
     if settings.ours is not None:
         try:
-            wanted.append(ours(settings.ours, settings.llmgw, upstream, workdir))
+            wanted.append(
+                ours(
+                    settings.ours,
+                    settings.llmgw,
+                    upstream,
+                    workdir,
+                    client_limits=settings.client_limits,
+                )
+            )
         except Unavailable as exc:
             run.skipped["ours"] = str(exc)
     for name, command in settings.variants:
         key = f"ours:{name}"
         try:
             wanted.append(
-                ours(command, settings.llmgw, upstream, workdir, key=key, label=f"llmgw {name}")
+                ours(
+                    command,
+                    settings.llmgw,
+                    upstream,
+                    workdir,
+                    key=key,
+                    label=f"llmgw {name}",
+                    client_limits=settings.client_limits,
+                )
             )
         except Unavailable as exc:
             run.skipped[key] = str(exc)
@@ -792,6 +811,17 @@ def _csv(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip() and x.strip() != "none")
 
 
+def _limits_and_peers_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--peers-venv", type=Path, default=Settings.peers_venv)
+    parser.add_argument(
+        "--client-limits",
+        default="",
+        metavar="FLAGS",
+        help="limits of the load's client token, as `llmgw token new` takes them, e.g. "
+        "'--rpm 10000000 --tpm 1T' (the quota stage's cost: gateway.stages.quota)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.gateway",
@@ -829,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
         "takes, e.g. 'workers2={llmgw} gateway --server {server} --token-file {token_file} "
         "--host {host} --port {port} --workers 2'; its rows are 'llmgw NAME'",
     )
-    parser.add_argument("--peers-venv", type=Path, default=Settings.peers_venv)
+    _limits_and_peers_flags(parser)
     parser.add_argument("--quick", action="store_true", help="1 round, 1 and 16 clients, short")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
     parser.add_argument(
@@ -858,6 +888,7 @@ def main(argv: list[str] | None = None) -> int:
         chunk_delay_ms=args.chunk_delay_ms,
         peers=_csv(args.peers),
         candidates=_csv(args.candidates),
+        client_limits=tuple(shlex.split(args.client_limits)),
         ours=ours_command,
         variants=tuple(_variant(parser, v) for v in args.variant),
         llmgw=args.llmgw,

@@ -1,4 +1,5 @@
-"""A token's issue or revocation, as the events ``token.issued`` and ``token.revoked`` hold it.
+"""A token's issue, revocation or change of limits, as the events ``token.issued``,
+``token.revoked`` and ``token.limits_changed`` hold it.
 
 Pure. The token table (events.database.tables.TokenRow) is what the servers check a
 bearer token against; these events are its audit trail, appended in the same
@@ -20,7 +21,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from events.core.types import CURRENT_SCHEMA, TOKEN_ISSUED, TOKEN_REVOKED, NewEvent
+from catalog.forms.client_limits import NO_LIMITS, ClientLimits, LimitError, from_json
+from events.core.types import (
+    CURRENT_SCHEMA,
+    TOKEN_ISSUED,
+    TOKEN_LIMITS_CHANGED,
+    TOKEN_REVOKED,
+    NewEvent,
+)
 from events.core.upcast import UnreadableEvent
 
 # What replay reads of such an event: a name is the actor of the token's events
@@ -37,7 +45,8 @@ MAX_SHARE = 1000
 
 @dataclass(frozen=True, slots=True)
 class TokenChange:
-    """One token issued (``revoked`` False) or revoked, without its secret or hash."""
+    """One token issued (``revoked`` False), revoked, or its limits changed (``before``
+    not None: from ``before`` to ``limits``), without its secret or hash."""
 
     name: str
     role: str
@@ -46,6 +55,10 @@ class TokenChange:
     models: tuple[str, ...] = ()
     # How an issued token came: "new" (`llmgw token new`) or "import" (from an auth file).
     via: str = "new"
+    # A client token's limits (as issued, or after a change).
+    limits: ClientLimits = NO_LIMITS
+    # The limits before a change (``token.limits_changed``); None for an issue or revocation.
+    before: ClientLimits | None = None
     # A client token's place in a full model's queue; in the payload only when not the
     # defaults, so every event written before reads as it did.
     priority_class: str = "standard"
@@ -53,6 +66,8 @@ class TokenChange:
 
     @property
     def type(self) -> str:
+        if self.before is not None:
+            return TOKEN_LIMITS_CHANGED
         return TOKEN_REVOKED if self.revoked else TOKEN_ISSUED
 
     def describe(self) -> str:
@@ -66,13 +81,27 @@ class TokenChange:
             scope += f", class {self.priority_class}, share {self.share}"
         if self.revoked:
             return f"token {self.name} ({self.role}) revoked"
+        if self.before is not None:
+            return (
+                f"token {self.name} ({self.role}) limits changed: "
+                f"{self.before.describe()} -> {self.limits.describe()}"
+            )
+        if not self.limits.empty:
+            scope += f", limits {self.limits.describe()}"
         how = " (imported from an auth file)" if self.via == "import" else ""
         return f"token {self.name} ({self.role}{scope}) issued{how}"
 
     def payload(self) -> dict[str, Any]:
         if self.revoked:
             return {"name": self.name, "role": self.role}
-        payload: dict[str, Any] = {
+        if self.before is not None:
+            return {
+                "name": self.name,
+                "role": self.role,
+                "before": self.before.to_json(),
+                "after": self.limits.to_json(),
+            }
+        out: dict[str, Any] = {
             "name": self.name,
             "role": self.role,
             "nodes": list(self.nodes),
@@ -80,9 +109,11 @@ class TokenChange:
             "via": self.via,
         }
         if self.priority_class != "standard" or self.share != 1:
-            payload["priority_class"] = self.priority_class
-            payload["share"] = self.share
-        return payload
+            out["priority_class"] = self.priority_class
+            out["share"] = self.share
+        if not self.limits.empty:
+            out["limits"] = self.limits.to_json()
+        return out
 
 
 def event_for(change: TokenChange) -> NewEvent:
@@ -105,6 +136,11 @@ def check_token_change(event_type: str, payload: dict[str, Any]) -> TokenChange:
         raise UnreadableEvent(f"payload role of token {name!r} is not a role")
     if event_type == TOKEN_REVOKED:
         return TokenChange(name, role, revoked=True)
+    if event_type == TOKEN_LIMITS_CHANGED:
+        before = _limits(payload.get("before"), name, "before")
+        return TokenChange(
+            name, role, limits=_limits(payload.get("after"), name, "after"), before=before
+        )
     scope: dict[str, tuple[str, ...]] = {}
     for key in ("nodes", "models"):
         value = payload.get(key, [])
@@ -131,4 +167,12 @@ def check_token_change(event_type: str, payload: dict[str, Any]) -> TokenChange:
         via=str(via),
         priority_class=str(klass),
         share=share,
+        limits=_limits(payload.get("limits"), name, "limits"),
     )
+
+
+def _limits(value: Any, name: str, key: str) -> ClientLimits:
+    try:
+        return from_json(value)
+    except LimitError as exc:
+        raise UnreadableEvent(f"payload {key} of token {name!r}: {exc}") from None

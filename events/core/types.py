@@ -18,6 +18,8 @@ DECLARED_CHANGED = "catalog.declared_changed"
 # chain. The payload names the token and its scope, never the token or its hash.
 TOKEN_ISSUED = "token.issued"
 TOKEN_REVOKED = "token.revoked"
+# A client token's limits changed (``llmgw token limits``): who, when, before and after.
+TOKEN_LIMITS_CHANGED = "token.limits_changed"
 
 # The version of each event type's payload this code writes. Older versions
 # are upcast on read (events.core.upcast); stored rows are never rewritten.
@@ -35,7 +37,10 @@ TOKEN_REVOKED = "token.revoked"
 #     catalog's digests (catalog.changes.digest) before and after, and its models that changed.
 #   token.issued 1: {"name": name, "role": role, "nodes": [names], "models": [names],
 #     "via": "new" or "import"}: who holds the token and what it may do.
+#     A client token issued with limits also holds "limits": {...}
+#     (catalog.forms.client_limits.ClientLimits.to_json); absent: none.
 #   token.revoked 1: {"name": name, "role": role}.
+#   token.limits_changed 1: {"name": name, "role": role, "before": limits, "after": limits}.
 CURRENT_SCHEMA: dict[str, int] = {
     MODEL_ADDED: 2,
     MODEL_REMOVED: 1,
@@ -43,9 +48,10 @@ CURRENT_SCHEMA: dict[str, int] = {
     DECLARED_CHANGED: 1,
     TOKEN_ISSUED: 1,
     TOKEN_REVOKED: 1,
+    TOKEN_LIMITS_CHANGED: 1,
 }
 # The types that record a token's change (events.core.token_change).
-TOKEN_TYPES = frozenset({TOKEN_ISSUED, TOKEN_REVOKED})
+TOKEN_TYPES = frozenset({TOKEN_ISSUED, TOKEN_REVOKED, TOKEN_LIMITS_CHANGED})
 # The types whose payload is a whole definition under "model".
 DEFINITION_TYPES = frozenset({MODEL_ADDED, MODEL_REPLACED})
 

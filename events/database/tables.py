@@ -179,9 +179,10 @@ class TokenRow(Base):
     appended in the same transaction; ``revision`` is that event's position, so a
     server sees that the table changed from ``max(revision)`` alone.
 
-    What a token may do beyond its role is a column each: ``nodes`` (an agent's) and
-    ``models`` (a client's) today; a client's limits (requests and tokens a minute, a
-    budget) are further columns of the same row.
+    What a token may do beyond its role is a column each: ``nodes`` (an agent's),
+    ``models`` (a client's) and ``limits`` (a client's: requests and tokens a minute,
+    requests in flight, a budget; ``llmgw token limits`` changes them, with a
+    ``token.limits_changed`` event).
     """
 
     __tablename__ = "tokens"
@@ -206,6 +207,8 @@ class TokenRow(Base):
     # JSON lists of names: the nodes an agent token reports, the models a client token uses.
     nodes: Mapped[str] = mapped_column(Text, server_default="[]")
     models: Mapped[str] = mapped_column(Text, server_default="[]")
+    # A JSON object: a client token's limits (catalog.forms.client_limits); {}: none.
+    limits: Mapped[str] = mapped_column(Text, server_default="{}")
     # A client token's place in a full model's queue at the gateway (gateway.stages.queue).
     priority_class: Mapped[str] = mapped_column(String(16), server_default="standard")
     share: Mapped[int] = mapped_column(Integer, server_default="1")

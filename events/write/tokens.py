@@ -23,6 +23,14 @@ from typing import Any
 from sqlalchemy import Engine, Table, Text, TypeDecorator, func, insert, select, type_coerce, update
 
 from catalog.errors import CatalogError
+from catalog.forms.client_limits import (
+    NO_LIMITS,
+    ClientLimits,
+    LimitChange,
+    LimitError,
+    apply,
+    from_json,
+)
 from catalog.reading.documents import Limits, read_json
 from events.core.token_change import TokenChange, event_for
 from events.database.tables import TokenRow
@@ -44,6 +52,7 @@ class TokenRecord:
     sha256: str
     nodes: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
+    limits: ClientLimits = NO_LIMITS
     priority_class: str = "standard"
     share: int = 1
 
@@ -142,6 +151,50 @@ def revoke(log: SqlLog, name: str, *, actor: str, reason: str = "") -> Revoked |
         return Revoked(change, str(sha256))
 
 
+@dataclass(frozen=True, slots=True)
+class LimitsChanged:
+    change: TokenChange
+    position: int
+
+
+def set_limits(
+    log: SqlLog, name: str, change: LimitChange, *, actor: str, reason: str = ""
+) -> LimitsChanged | None:
+    """Change the limits of the client token in force named ``name`` and append
+    ``token.limits_changed`` (before and after); None when no token of that name is in
+    force. A change that changes nothing appends nothing (``position`` 0)."""
+    with log.writing() as section:
+        assert isinstance(section, SqlLockedLog)
+        rows = section.execute(
+            select(t.c.id, t.c.role, t.c.limits).where(t.c.name == name, t.c.revoked_at.is_(None))
+        )
+        if not rows:
+            return None
+        row_id, role, stored = rows[0]
+        if role != "client":
+            raise TokenClash(f"token {name!r} has the {role} role: only a client token has limits")
+        try:
+            before = from_json(read_json(stored, "limits", _LIST_LIMITS))
+        except (CatalogError, LimitError):
+            # A damaged column is replaced whole by what the change gives.
+            before = NO_LIMITS
+        try:
+            after = apply(before, change)
+        except LimitError as exc:
+            raise TokenClash(str(exc)) from None
+        done = TokenChange(name, str(role), limits=after, before=before)
+        if after == before:
+            return LimitsChanged(done, 0)
+        appended = section.append([event_for(done)], expected_head=None, actor=actor, reason=reason)
+        event = appended.events[0]
+        section.execute(
+            update(t)
+            .where(t.c.id == row_id)
+            .values(limits=json.dumps(after.to_json()), revision=event.position)
+        )
+        return LimitsChanged(done, event.position)
+
+
 def read_tokens(engine: Engine, *, revoked: bool = False) -> list[StoredToken]:
     """The table's rows in issue order: those in force, and with ``revoked`` the rest.
 
@@ -171,6 +224,7 @@ def _issue(
             nodes=r.nodes,
             models=r.models,
             via=via,
+            limits=r.limits,
             priority_class=r.priority_class,
             share=r.share,
         )
@@ -187,6 +241,7 @@ def _issue(
                 sha256=record.sha256,
                 nodes=json.dumps(list(record.nodes)),
                 models=json.dumps(list(record.models)),
+                limits=json.dumps(record.limits.to_json()),
                 priority_class=record.priority_class,
                 share=record.share,
                 issued_at=event.recorded_at,
@@ -261,6 +316,12 @@ def _stored(row: Any) -> StoredToken:
             problems.append(f"{key} is not a JSON list of names")
             continue
         lists[key] = tuple(value)
+    limits = NO_LIMITS
+    try:
+        raw = row["limits"]
+        limits = from_json(read_json(raw, "limits", _LIST_LIMITS) if isinstance(raw, str) else 0)
+    except (CatalogError, LimitError) as exc:
+        problems.append(f"limits cannot be read ({exc})"[:300])
     times: dict[str, datetime | None] = {}
     for key in _TIMES:
         try:
@@ -285,8 +346,9 @@ def _stored(row: Any) -> StoredToken:
         texts["sha256"],
         lists["nodes"],
         lists["models"],
-        priority_class,
-        share,
+        limits,
+        priority_class=priority_class,
+        share=share,
     )
     return StoredToken(
         id=int(row["id"]),

@@ -3,8 +3,9 @@
 ``admission`` (the body parsed within bounds, the model resolved, the catalog's limits
 applied to one request), ``routing`` (the routing profiles as functions of request,
 table and load; slow start), ``setaside`` (failing replicas set aside for a growing
-while), ``sse`` (a streamed answer's framing, judged piece by piece as it passes). The
-proxy (``gateway.proxy``) calls them in order; none of them does I/O or knows of the
+while), ``sse`` (a streamed answer's framing, judged piece by piece as it passes),
+``quota`` (a client token's limits: reserve at admission, settle to the engine's usage).
+The proxy (``gateway.proxy``) calls them in order; none of them does I/O or knows of the
 others' callers.
 
 A new request-path stage (this round: quota, queue, prefix routing) is a module of its

@@ -31,6 +31,7 @@ def test_a_gateway_reads_the_client_and_reader_tokens_hashes_and_no_one_else_doe
                 "name": "app-1",
                 "sha256": digest(app.token),
                 "models": ["base-7b"],
+                "limits": {},
                 "priority_class": "standard",
                 "share": 1,
             }

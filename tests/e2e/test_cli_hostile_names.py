@@ -134,7 +134,10 @@ def test_hostile_stored_rows_are_printed_escaped_one_row_per_line(cli: Cli, engi
     nodes = cli("nodes", "list")
     assert nodes.returncode == 0, nodes.stderr
     _clean(nodes.stdout)
-    assert len(nodes.stdout.splitlines()) == 2 and repr(HOSTILE) in nodes.stdout
+    # The header and the one node, then the line naming the policy it was judged by.
+    table = nodes.stdout.splitlines()
+    assert len(table) == 3 and table[-1].startswith("judged by"), table
+    assert repr(HOSTILE) in table[1]
 
     placements = cli("placements")
     assert placements.returncode == 0, placements.stderr

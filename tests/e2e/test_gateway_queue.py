@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 ROUNDS = ["--with-scheduler", "--interval", "0.3", "--stream-poll", "0.1"]
 HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Who goes first?"}]
-# One slot, a token every 20 ms: a 400-token answer holds the slot for 8 s or more.
+# One slot, a token every 20 ms: a 1000-token answer holds the slot for 20 s or more.
 FULL = {
     "name": "full",
     "source": "sim/full",
@@ -110,8 +110,10 @@ def test_a_critical_client_goes_ahead_of_waiting_batch_requests_and_the_bounds_a
                 model="full", messages=HI, max_tokens=n, **kw
             )
 
-        # The one slot held by a long answer; then two batch requests wait for it.
-        holder = Background(ask(t.client, 400))
+        # The one slot held by a long answer (20 s or more: the steps below must all
+        # happen while it is held, on a loaded machine too); then two batch requests
+        # wait for it.
+        holder = Background(ask(t.client, 1000))
         eventually(lambda: inflight(gw) == 1, "the slot taken")
         batch = [Background(ask(bulk, 2)) for _ in range(2)]
         eventually(lambda: (q := queue_of(gw)) and q["length"] == 2, "two batch requests queued")

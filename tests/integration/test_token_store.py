@@ -233,7 +233,9 @@ def test_a_client_tokens_priority_class_and_share_are_stored_evented_and_served(
     log = open_log(engine)
     issued = issue_token("batchy", "client", priority_class="batch", share=3)
     e = issued.entry
-    rec = TokenRecord(e.name, e.role.value, e.sha256, e.nodes, e.models, "batch", 3)
+    rec = TokenRecord(
+        e.name, e.role.value, e.sha256, e.nodes, e.models, priority_class="batch", share=3
+    )
     issue(log, rec, actor="alice")
     (row,) = read_tokens(engine)
     assert (row.record.priority_class, row.record.share) == ("batch", 3)

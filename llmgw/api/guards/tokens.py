@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog.definition.identifiers import MODEL_NAME, NODE_NAME
+from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 
 TOKEN_PREFIX = "llmgw_"
 # What a gateway token may read (path prefixes): the catalog, the placements, the event
@@ -87,6 +88,8 @@ class TokenEntry:
     nodes: tuple[str, ...] = ()
     # A client token's models (names or aliases); empty: every model.
     models: tuple[str, ...] = ()
+    # A client token's limits (only the database's tokens have any: `llmgw token limits`).
+    limits: ClientLimits = NO_LIMITS
     # A client token's place in a full model's queue at the gateway: its class (higher
     # goes first) and its share of the model within the class (gateway.stages.queue).
     priority_class: str = "standard"
@@ -126,6 +129,7 @@ class TokenEntry:
         where: str,
         *,
         models: tuple[str, ...] = (),
+        limits: ClientLimits = NO_LIMITS,
         priority_class: str = "standard",
         share: int = 1,
     ) -> TokenEntry:
@@ -185,7 +189,12 @@ class TokenEntry:
                 f"{where}: token {name!r} has the {parsed_role.value} role and cannot have a "
                 "priority class or share; only client tokens call the gateway"
             )
-        return cls(name, parsed_role, digest, nodes, models, priority_class, share)
+        if not limits.empty and parsed_role is not Role.CLIENT:
+            raise TokenConfigError(
+                f"{where}: token {name!r} has the {parsed_role.value} role and cannot have "
+                "limits (--rpm, --tpm, --max-inflight, --budget); only client tokens do"
+            )
+        return cls(name, parsed_role, digest, nodes, models, limits, priority_class, share)
 
     def to_toml(self) -> str:
         lines = ["[[tokens]]", f'name = "{self.name}"', f'role = "{self.role.value}"']
@@ -314,6 +323,7 @@ def issue_token(
     role: str,
     nodes: Iterable[str] = (),
     models: Iterable[str] = (),
+    limits: ClientLimits = NO_LIMITS,
     *,
     priority_class: str = "standard",
     share: int = 1,
@@ -327,6 +337,7 @@ def issue_token(
         tuple(nodes),
         "llmgw token new",
         models=tuple(models),
+        limits=limits,
         priority_class=priority_class,
         share=share,
     )

@@ -48,6 +48,7 @@ def entry_of(row: StoredToken) -> TokenEntry:
         r.nodes,
         f"tokens row {row.id}",
         models=r.models,
+        limits=r.limits,
         priority_class=r.priority_class,
         share=r.share,
     )

@@ -117,6 +117,7 @@ def register(
         metavar="A,B",
         help="the models a client token may use, names or aliases (clients only; default all)",
     )
+    _limit_flags(n, changing=False)
     n.add_argument(
         "--priority-class",
         default="standard",
@@ -172,6 +173,19 @@ def register(
     _token_audit(rv)
     rv.add_argument("--json", action="store_true", help="as JSON, for programs")
     rv.set_defaults(run="operate.tokens:cmd_token_revoke")
+    lim = t_sub.add_parser(
+        "limits",
+        parents=[parent],
+        help="change a client token's limits (every gateway takes it within a second)",
+        description="Each flag given changes that limit and leaves the others; `none` "
+        "removes one (`--rpm none`, `--tpm chat=none`). Recorded as a token.limits_changed "
+        "event (who, when, before and after).",
+    )
+    lim.add_argument("name", help="the client token's name (as in `llmgw token list`)")
+    _limit_flags(lim, changing=True)
+    _token_audit(lim)
+    lim.add_argument("--json", action="store_true", help="as JSON, for programs")
+    lim.set_defaults(run="operate.tokens:cmd_token_limits")
     im = t_sub.add_parser(
         "import",
         parents=[parent],
@@ -185,6 +199,25 @@ def register(
     _token_audit(im)
     im.add_argument("--json", action="store_true", help="as JSON, for programs")
     im.set_defaults(run="operate.tokens:cmd_token_import")
+
+
+def _limit_flags(p: argparse.ArgumentParser, *, changing: bool) -> None:
+    """A client token's limits (catalog.forms.client_limits: the forms and bounds)."""
+    off = "; `none` removes it" if changing else ""
+    p.add_argument("--rpm", metavar="N", help=f"requests a minute (a client token's limit{off})")
+    p.add_argument(
+        "--tpm",
+        action="append",
+        metavar="N|MODEL=N",
+        help="tokens a minute (prompt and completion), for every model together, or for "
+        f"one model as MODEL=N; K, M, G, T allowed (repeat for several{off})",
+    )
+    p.add_argument("--max-inflight", metavar="N", help=f"requests in flight at once{off}")
+    p.add_argument(
+        "--budget",
+        metavar="TOKENS/PERIOD",
+        help=f"tokens over a rolling period, e.g. 50M/30d (period in m, h or d{off})",
+    )
 
 
 def _token_audit(p: argparse.ArgumentParser) -> None:

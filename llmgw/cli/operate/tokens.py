@@ -1,4 +1,4 @@
-"""``llmgw token new|list|revoke|import``: bearer tokens, in the database.
+"""``llmgw token new|list|revoke|limits|import``: bearer tokens, in the database.
 
 A token issued with ``token new`` goes into the database's token table (its name, role,
 scope and SHA-256; never the token, which is printed once), with a ``token.issued``
@@ -11,6 +11,11 @@ database token exists to call the API with) and for existing installs: ``token i
 moves its tokens into the database, and ``token new --append-to FILE`` still writes to
 a file instead (deprecated: it applies when that server next starts, on that server
 alone). A token revoked in the database is refused even where a file still lists it.
+
+A client token's limits (``--rpm``, ``--tpm``, ``--max-inflight``, ``--budget``) are set
+at issue and changed by ``token limits`` (a ``token.limits_changed`` event each);
+every gateway enforces them (gateway.stages.quota) from the next token read, within a
+second.
 """
 
 from __future__ import annotations
@@ -22,6 +27,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from catalog.forms.client_limits import (
+    NO_LIMITS,
+    LimitChange,
+    LimitError,
+    apply,
+    from_json,
+    parse_change,
+)
 from llmgw.api.guards.tokens import TokenConfigError, TokenEntry, issue_token, parse_env_tokens
 from llmgw.cli.operate import token_file
 from llmgw.cli.shared.context import App, Refused, print_json
@@ -49,9 +62,19 @@ def _record(entry: TokenEntry) -> Any:
         entry.sha256,
         entry.nodes,
         entry.models,
-        entry.priority_class,
-        entry.share,
+        entry.limits,
+        priority_class=entry.priority_class,
+        share=entry.share,
     )
+
+
+def _change(args: argparse.Namespace) -> LimitChange:
+    try:
+        return parse_change(
+            rpm=args.rpm, tpm=args.tpm, max_inflight=args.max_inflight, budget=args.budget
+        )
+    except LimitError as exc:
+        raise Refused(str(exc)) from None
 
 
 def cmd_token_new(app: App, args: argparse.Namespace) -> int:
@@ -59,18 +82,25 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
 
     try:
         models = [m.strip() for m in args.models.split(",") if m.strip()]
+        limits = apply(NO_LIMITS, _change(args))
         issued = issue_token(
             args.name,
             args.role,
             args.node,
             models,
+            limits,
             priority_class=args.priority_class,
             share=args.share,
         )
-    except TokenConfigError as exc:
+    except (TokenConfigError, LimitError) as exc:
         raise Refused(str(exc)) from None
     entry = issued.entry
     if args.append_to is not None:
+        if not limits.empty:
+            raise Refused(
+                "--append-to: an auth file holds no limits; leave --append-to out to store "
+                "the token, and its limits, in the database"
+            )
         print(
             "warning: --append-to is deprecated: the token goes into that file only, and "
             "applies when that `llmgw serve` next starts, on it alone. Leave it out to "
@@ -94,6 +124,7 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
                 "role": entry.role.value,
                 "nodes": list(entry.nodes),
                 "models": list(entry.models),
+                "limits": entry.limits.to_json(),
                 "priority_class": entry.priority_class,
                 "share": entry.share,
                 "token": issued.token,
@@ -136,6 +167,7 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
                 "role": r.role,
                 "nodes": list(r.nodes),
                 "models": list(r.models),
+                "limits": r.limits.to_json(),
                 "priority_class": r.priority_class,
                 "share": r.share,
                 "sha256": r.sha256[:12],
@@ -162,6 +194,7 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
                 "role": e.role.value,
                 "nodes": list(e.nodes),
                 "models": list(e.models),
+                "limits": {},
                 "priority_class": e.priority_class,
                 "share": e.share,
                 "sha256": e.sha256[:12],
@@ -172,19 +205,15 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
-    headers = ["name", "role", "nodes", "models", "priority_class", "share", "sha256", "source"]
+    headers = [
+        "name", "role", "nodes", "models", "limits", "priority_class", "share", "sha256", "source"
+    ]  # fmt: skip
     if args.all:
         headers.append("revoked_at")
     sys.stdout.write(
         table(
             headers,
-            [
-                [
-                    ",".join(r[h]) or "-" if h in ("nodes", "models") else str(r.get(h) or "-")
-                    for h in headers
-                ]
-                for r in rows
-            ],
+            [[_cell(r, h) for h in headers] for r in rows],
         )
     )
     return 0
@@ -242,6 +271,54 @@ def cmd_token_revoke(app: App, args: argparse.Namespace) -> int:
         return 0
     print(f"revoked {args.name} in {path}; it is refused once `llmgw serve` restarts")
     return 0
+
+
+def cmd_token_limits(app: App, args: argparse.Namespace) -> int:
+    from events.write.tokens import TokenClash, set_limits
+
+    change = _change(args)
+    if change.empty:
+        raise Refused(
+            "token limits: give at least one of --rpm, --tpm, --max-inflight, --budget "
+            "(`none` removes a limit)"
+        )
+    try:
+        done = set_limits(app.store, args.name, change, actor=_actor(args), reason=args.reason)
+    except TokenClash as exc:
+        raise Refused(str(exc)) from None
+    if done is None:
+        raise Refused(
+            f"no token named {args.name!r} is in force in the database (see `llmgw token "
+            "list`); limits are kept with database tokens only (`llmgw token import` moves "
+            "an auth file's in)"
+        )
+    before = done.change.before
+    after = done.change.limits
+    if args.json:
+        print_json(
+            {
+                "name": args.name,
+                "before": None if before is None else before.to_json(),
+                "after": after.to_json(),
+                "changed": done.position != 0,
+            }
+        )
+        return 0
+    if done.position == 0:
+        print(f"{args.name}: limits unchanged ({after.describe()})")
+        return 0
+    shown = "-" if before is None else before.describe()
+    print(f"{args.name}: limits {shown} -> {after.describe()}; {APPLIES}")
+    return 0
+
+
+def _cell(row: dict[str, Any], header: str) -> str:
+    value = row.get(header)
+    if header in ("nodes", "models"):
+        return ",".join(value or ()) or "-"
+    if header == "limits":
+        return from_json(value).describe()
+    return str(value or "-")
 
 
 def cmd_token_import(app: App, args: argparse.Namespace) -> int:

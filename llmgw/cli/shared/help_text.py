@@ -103,8 +103,14 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "llmgw token new alice --role operator --reason 'on call'",
         "llmgw token new agent-gpu-7 --role agent --node gpu-7",
         "llmgw token new app-1 --role client --models chat,coder",
+        "llmgw token new app-2 --role client --rpm 600 --tpm 200000 --tpm chat=100000 "
+        "--max-inflight 32 --budget 50M/30d",
     ),
     "token list": ("llmgw token list", "llmgw token list --all --auth-file auth.toml"),
+    "token limits": (
+        "llmgw token limits app-1 --rpm 1200 --reason 'launch week'",
+        "llmgw token limits app-1 --tpm chat=none --budget none",
+    ),
     "token revoke": ("llmgw token revoke alice --reason 'left the team'",),
     "token import": ("llmgw token import /etc/llmgw/auth.toml --actor root",),
     "settings": ("llmgw settings", "llmgw --settings /etc/llmgw/llmgw.toml settings --json"),

@@ -117,4 +117,4 @@ def test_bash_completion_completes_commands_subcommands_and_options(tmp_path: Pa
     assert complete("nod") == ["nodes"]
     assert complete("nodes", "l") == ["list"]
     assert "--since" in complete("--db", "x", "history", "--s")
-    assert complete("token", "")[:4] == ["import", "list", "new", "revoke"]
+    assert complete("token", "")[:5] == ["import", "limits", "list", "new", "revoke"]
