@@ -209,7 +209,7 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
         "name", "role", "nodes", "models", "limits", "priority_class", "share", "sha256", "source"
     ]  # fmt: skip
     if args.all:
-        headers.append("revoked_at")
+        headers += ["revoked_at", "revoked_by"]
     sys.stdout.write(
         table(
             headers,

@@ -1,7 +1,7 @@
 """A client token's place in a full model's queue: its priority class and its share.
 
-Revision ID: 0017_token_priority
-Revises: 0016_token_limits
+Revision ID: 0018_token_priority
+Revises: 0017_running_copies
 Create Date: 2026-12-07
 
 ``llmgw token new NAME --role client --priority-class critical|standard|batch --share N``
@@ -19,8 +19,8 @@ import sqlalchemy as sa
 
 from alembic import op
 
-revision: str = "0017_token_priority"
-down_revision: str | Sequence[str] | None = "0016_token_limits"
+revision: str = "0018_token_priority"
+down_revision: str | Sequence[str] | None = "0017_running_copies"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
