@@ -7,11 +7,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.definition.routing_profiles import PREFIX
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 from gateway.metrics import Metrics
+from gateway.stages.prefix import PrefixTable, Stats
+from gateway.stages.queue import STANDARD, ModelQueue
 from gateway.stages.quota import Quotas
 from gateway.stages.routing import Load, joined, predicted_ttft, ramp
 from gateway.stages.setaside import SetAside
@@ -23,12 +27,15 @@ RECENT = 20
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    """A client token: its name (logged), the models it may use (None: all) and its
-    limits (gateway.stages.quota enforces them)."""
+    """A client token: its name (logged), the models it may use (None: all), its
+    limits (gateway.stages.quota enforces them) and where it stands in a full model's
+    queue (its priority class and share)."""
 
     name: str
     models: tuple[str, ...] | None
     limits: ClientLimits = NO_LIMITS
+    priority_class: str = STANDARD
+    share: float = 1.0
 
 
 class State:
@@ -42,6 +49,8 @@ class State:
         self.table = Table()
         self.loads: dict[str, Load] = {}
         self.aside = SetAside()
+        # The prefix profile's table: the prompt blocks sent to each replica recently.
+        self.prefix = PrefixTable()
         self.recent: dict[str, deque[dict[str, Any]]] = {}
         self.windows = Windows(time.monotonic(), time.time())
         # sha256 -> client; replaced whole by the follower.
@@ -57,6 +66,10 @@ class State:
         self.last_error = ""
         self.changed = asyncio.Event()  # set (and replaced) on each new table
         self.wake_signals = asyncio.Event()  # a request started waiting: post now
+        # model -> its queue, made when a request first waits for a full model's slot.
+        self.queues: dict[str, ModelQueue] = {}
+        # Called after each new table is installed (the proxy wakes its queues' waiters).
+        self.installed: list[Callable[[], None]] = []
 
     def install(self, table: Table) -> None:
         """A new table: requests from now on route by it; waiters are woken. A replica
@@ -77,10 +90,13 @@ class State:
         for key in list(self.loads):
             if key not in live and self.loads[key].inflight == 0:
                 del self.loads[key]
+        self.prefix.retain(live)
         for model in table.models:
             self.metrics.ready_replicas.labels(model).set(len(table.ready.get(model, ())))
         changed, self.changed = self.changed, asyncio.Event()
         changed.set()
+        for hook in self.installed:
+            hook()
 
     def load(self, key: str) -> Load:
         found = self.loads.get(key)
@@ -105,7 +121,7 @@ class State:
         """``GET /routing``: per model, its replicas' state and the recent choices."""
         models: dict[str, Any] = {}
         for name, entry in self.table.models.items():
-            replicas = []
+            replicas: list[dict[str, Any]] = []
             for r in self.table.ready.get(name, ()):
                 load = self.loads.get(r.key, Load())
                 aside = load.set_aside_until > now
@@ -117,6 +133,7 @@ class State:
                         "set_aside_for_s": round(load.set_aside_until - now, 3) if aside else None,
                         "failures": self.aside.count(r.key),
                         "inflight": load.inflight,
+                        "slots": r.slots or None,
                         "weight": r.weight,
                         "effective_context_length": r.context,
                         "context_detail": r.context_detail,
@@ -128,17 +145,28 @@ class State:
                         else None,
                     }
                 )
+                if entry.routing_profile == PREFIX:
+                    replicas[-1]["prefix"] = self.prefix_view(r.key)
             models[name] = {
                 "routing_profile": entry.routing_profile,
                 "fallbacks": list(entry.fallbacks),
                 "starting": self.table.coming.get(name, 0),
                 "replicas": replicas,
                 "recent": list(self.recent.get(name, ())),
+                "queue": self.queues[name].snapshot(now) if name in self.queues else None,
             }
         return {
             "gateway": self.gateway_id,
             "control_plane": self.health(now),
             "models": models,
+        }
+
+    def prefix_view(self, replica: str) -> dict[str, Any]:
+        """A replica's prefix guesses against its engine's counts, and its table's size."""
+        stats = self.prefix.stats.get(replica)
+        return {
+            "blocks": self.prefix.blocks(replica),
+            **(stats or Stats()).view(),
         }
 
     def health(self, now: float) -> dict[str, Any]:

@@ -14,6 +14,7 @@ that is not text: SQLite stores what it is given) comes back with the reason in
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,6 +54,8 @@ class TokenRecord:
     nodes: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
     limits: ClientLimits = NO_LIMITS
+    priority_class: str = "standard"
+    share: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,16 +210,36 @@ def read_tokens(engine: Engine, *, revoked: bool = False) -> list[StoredToken]:
 
 
 def revision(engine: Engine) -> int:
-    """The position of the last token event that changed the table (0: never changed)."""
+    """The position of the last token event that changed the table (0: never changed).
+
+    A damaged or hostile row can hold anything in ``revision`` (SQLite keeps any value in
+    any column, and answers ``max`` with text over numbers): then the answer is a digest
+    of the whole table's names and revisions (a small table), negative so that it never
+    equals a real position, so a change is still seen; ``read_tokens`` skips and names
+    the row itself. Never an exception: the refresh that asks this must go on."""
     with engine.connect() as conn:
-        return int(conn.execute(select(func.coalesce(func.max(t.c.revision), 0))).scalar_one())
+        found = conn.execute(select(func.coalesce(func.max(t.c.revision), 0))).scalar_one()
+        if isinstance(found, int) and not isinstance(found, bool):
+            return found
+        rows = conn.execute(select(t.c.name, t.c.revision, t.c.revoked_at).order_by(t.c.name)).all()
+    digest = hashlib.sha256(repr([tuple(map(repr, row)) for row in rows]).encode())
+    return -1 - int.from_bytes(digest.digest()[:7], "big")
 
 
 def _issue(
     section: SqlLockedLog, records: Sequence[TokenRecord], via: str, actor: str, reason: str
 ) -> list[int]:
     changes = [
-        TokenChange(r.name, r.role, nodes=r.nodes, models=r.models, via=via, limits=r.limits)
+        TokenChange(
+            r.name,
+            r.role,
+            nodes=r.nodes,
+            models=r.models,
+            via=via,
+            limits=r.limits,
+            priority_class=r.priority_class,
+            share=r.share,
+        )
         for r in records
     ]
     appended = section.append(
@@ -231,6 +254,8 @@ def _issue(
                 nodes=json.dumps(list(record.nodes)),
                 models=json.dumps(list(record.models)),
                 limits=json.dumps(record.limits.to_json()),
+                priority_class=record.priority_class,
+                share=record.share,
                 issued_at=event.recorded_at,
                 issued_by=actor,
                 revision=event.position,
@@ -316,12 +341,26 @@ def _stored(row: Any) -> StoredToken:
         except (TypeError, ValueError):
             problems.append(f"{key} is not a time")
             times[key] = None
+    priority_class, share = row["priority_class"], row["share"]
+    if not isinstance(priority_class, str):
+        problems.append("priority_class is not text")
+        priority_class = "standard"
+    if not isinstance(share, int) or isinstance(share, bool) or share < 1:
+        problems.append("share is not a positive whole number")
+        share = 1
     revoked_by = row["revoked_by"]
     revision = row["revision"]
     if not isinstance(revision, int):
         problems.append("revision is not a number")
     record = TokenRecord(
-        texts["name"], texts["role"], texts["sha256"], lists["nodes"], lists["models"], limits
+        texts["name"],
+        texts["role"],
+        texts["sha256"],
+        lists["nodes"],
+        lists["models"],
+        limits,
+        priority_class=priority_class,
+        share=share,
     )
     return StoredToken(
         id=int(row["id"]),

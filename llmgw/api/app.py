@@ -38,7 +38,13 @@ from catalog.definition.identifiers import (
     SOURCE,
     Grammar,
 )
-from catalog.definition.model import MAX_MEMORY_GB, MAX_PARALLEL, MAX_PRIORITY, MAX_REPLICAS
+from catalog.definition.model import (
+    MAX_MEMORY_GB,
+    MAX_PARALLEL,
+    MAX_PRIORITY,
+    MAX_REPLICAS,
+    MAX_SLOTS,
+)
 from llmgw.api.guards.queries import known_query
 from llmgw.api.pages import dashboard, manual, swagger_ui
 from llmgw.api.rendering import problems
@@ -294,6 +300,7 @@ def _bounds(components: dict[str, Any]) -> None:
     for name in ("tp", "pp", "nodes", "gpus_per_node"):
         profile[name]["maximum"] = MAX_PARALLEL
     profile["min_memory_gb"].update(minimum=0, maximum=MAX_MEMORY_GB)
+    profile["slots"].update(minimum=0, maximum=MAX_SLOTS)
     for name in ("min", "max"):
         components["Scaling"]["properties"][name]["maximum"] = MAX_REPLICAS
     # A negative max is below any min (a negative min counts as 0); 0 means "min".

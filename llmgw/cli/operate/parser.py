@@ -22,7 +22,9 @@ def register(
         parents=[parent, staleness_flags()],
         help="the control plane's HTTP API (agents report, operators change the catalog)",
         description="Serve the API over the same database as the other commands. Tokens come "
-        "from --auth-file (env LLMGW_AUTH_FILE) and env LLMGW_TOKENS; see `llmgw token new`.",
+        "from the database (`llmgw token new`, taken within a second by every replica), and "
+        "for a bootstrap operator or an older install from --auth-file (env LLMGW_AUTH_FILE) "
+        "and env LLMGW_TOKENS.",
     )
     p.add_argument(
         "--host",
@@ -118,6 +120,21 @@ def register(
         help="the models a client token may use, names or aliases (clients only; default all)",
     )
     _limit_flags(n, changing=False)
+    n.add_argument(
+        "--priority-class",
+        default="standard",
+        choices=("critical", "standard", "batch"),
+        help="a client's class in a full model's queue at the gateway: higher classes go "
+        "first (a request may lower its own, never raise it); default standard",
+    )
+    n.add_argument(
+        "--share",
+        type=int,
+        default=1,
+        metavar="N",
+        help="a client's share of a full model within its class, against the other "
+        "clients' (tokens served in proportion); 1 to 1000, default 1",
+    )
     n.add_argument(
         "--append-to",
         type=Path,
