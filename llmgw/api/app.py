@@ -180,7 +180,7 @@ async def _heartbeats(services: Services) -> tuple[ListenerThread, threading.Thr
     if settings.heartbeat_host is None:
         return None
     listener = HeartbeatListener(
-        services.leases, services.book, max_connections=settings.heartbeat_connections
+        services.leases, lambda: services.book, max_connections=settings.heartbeat_connections
     )
     thread = ListenerThread(listener)
     await to_thread.run_sync(thread.start, settings.heartbeat_host, settings.heartbeat_port)

@@ -47,6 +47,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -73,13 +74,17 @@ class HeartbeatListener:
     def __init__(
         self,
         leases: LeaseBook,
-        book: TokenBook,
+        book: TokenBook | Callable[[], TokenBook],
         *,
         max_connections: int = MAX_CONNECTIONS,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
         self.leases = leases
-        self.book = book
+        # The tokens in force, asked at each line: the API makes its book again whenever
+        # the tokens table changes (a token issued or revoked on any replica), and a
+        # listener holding the book of its start refused every agent token issued after
+        # it (seen by a newcomer: DENIED "unknown token" every tick).
+        self._book = book if callable(book) else (lambda: book)
         self.max_connections = max_connections
         self.idle_timeout_s = idle_timeout_s
         self.open: set[_Connection] = set()
@@ -155,7 +160,7 @@ class HeartbeatListener:
             return _BAD_LINE
         _, node_b, token_b, report_b = parts
         node = node_b.decode()
-        who = self.book.verify(token_b.decode())
+        who = self._book().verify(token_b.decode())
         if who is None:
             return b"DENIED " + node_b + b" unknown token\n"
         if not who.may_report(node):
