@@ -71,6 +71,7 @@ def _report_grammars(schema: dict[str, Any]) -> None:
     ]
     replica = schema["$defs"]["ReplicaReport"]["properties"]
     replica["model"] = {**replica["model"], **printable_schema(255)}
+    replica["profile"] = {**replica["profile"], **printable_schema(255)}
     replica["message"] = {**replica["message"], **printable_schema(MAX_MESSAGE)}
     detail = replica["context_detail"]
     replica["context_detail"] = {**detail, **printable_schema(MAX_CONTEXT_DETAIL)}
