@@ -15,11 +15,17 @@ failed and may place the replica elsewhere. While the replica stays placed
 here it is restarted after a back-off that doubles with each failure, the
 way a supervisor keeps a crashing program from spinning, unless the control
 plane itself marks the replica failed: then it is the control plane's move.
+
+An engine the agent ran through a time away from the control plane (an outage, a
+partition, the agent itself stopped) may be *held*: not stopped for being no longer
+placed, for a bounded grace after the agent is back. The control plane may have given
+its node up meanwhile and unplaced it; the round after the agent's return places it
+again where it runs, and an engine kept is an engine not restarted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from agent.placements import Key, Want
@@ -75,6 +81,8 @@ class Decision:
     stops: tuple[Stop, ...] = ()
     starts: tuple[Start, ...] = ()
     waits: tuple[Wait, ...] = ()
+    # Engines no longer placed here but held (see the module): kept running, their cards kept.
+    held: tuple[Key, ...] = ()
 
 
 def _changed(placed: Want, held: Have) -> str:
@@ -101,13 +109,19 @@ def decide(
     devices: Sequence[int],
     now: float,
     backoff: Backoff = Backoff(),
+    *,
+    hold: Collection[Key] = frozenset(),
 ) -> Decision:
+    """``hold``: engines not stopped for being no longer placed (see the module)."""
     wanted = {w.key: w for w in wants}
     held = {h.key: h for h in haves}
     stops: list[Stop] = []
+    kept: list[Key] = []
     for key in sorted(held):
         placed = wanted.get(key)
-        if placed is None:
+        if placed is None and key in hold and held[key].alive:
+            kept.append(key)
+        elif placed is None:
             stops.append(Stop(key, "no longer placed on this node"))
         elif placed.launch is not None and placed.fingerprint != held[key].fingerprint:
             stops.append(Stop(key, _changed(placed, held[key])))
@@ -152,4 +166,4 @@ def decide(
         given = tuple(free[: want.gpus])
         in_use.update(given)
         starts.append(Start(want, given, restarts))
-    return Decision(tuple(stops), tuple(starts), tuple(waits))
+    return Decision(tuple(stops), tuple(starts), tuple(waits), tuple(kept))

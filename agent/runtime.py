@@ -12,6 +12,15 @@ When the control plane cannot be reached, steps 2 and 3 are skipped and
 nothing is stopped: a network partition must not take down replicas that
 are serving. The engines are stopped only when the control plane says so,
 or when the agent itself is stopped (unless ``leave_engines``).
+
+Back from a time away (a report failed, or none went for ``AWAY_TICKS``
+intervals and a second, as when the agent itself was frozen; or the agent just
+started), the engines running then are *held* for ``readopt_grace`` seconds: one
+no longer placed on this node is not stopped yet. A control plane that gave the
+node up meanwhile unplaced its replicas; the agent's report makes the node fresh,
+and the next round places the replicas again where they run (the engine kept, its
+fingerprint unchanged), unless another node already serves them: then the engine
+is stopped once the grace is over.
 """
 
 from __future__ import annotations
@@ -54,6 +63,13 @@ class ReportsForbidden(Exception):
     to its auth file and restarted, so the agent keeps trying then.)"""
 
 
+# Back from a time away: engines no longer placed are held this long (seconds).
+READOPT_GRACE = 30.0
+# No report for this many intervals (and a second) is a time away, though no report
+# failed: the agent itself was frozen (SIGSTOP, a suspended machine).
+AWAY_TICKS = 3
+
+
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
     node: str
@@ -78,6 +94,10 @@ class AgentConfig:
     # llama.cpp's server, as found at start (agent.binaries); None: not found, and a
     # llamacpp replica then fails saying where it was looked for.
     llamacpp_server: str | None = "llama-server"
+    # How long, back from a time away, an engine no longer placed is held (the module):
+    # two rounds' worth at the default 10 s intervals (the report, then the round that
+    # places it again, then this agent's next read of its placements), and a margin.
+    readopt_grace: float = READOPT_GRACE
 
 
 class Agent:
@@ -105,6 +125,13 @@ class Agent:
         self.looping = False
         self._send_replicas = True
         self._send_address = True
+        self._send_profiles = True
+        # Time away from the control plane (see the module): True until the first report.
+        self._away = True
+        self._last_contact: float | None = None
+        # Engines held back from a stop, and until when (the agent's clock).
+        self.held: dict[Key, float] = {}
+        self._held_logged: set[Key] = set()
         # The last report the control plane accepted, when it takes heartbeats.
         self.accepted: Accepted | None = None
         # What the last placements read said of each replica: a change there (a new
@@ -139,6 +166,9 @@ class Agent:
             self.stopping.wait(self.config.interval)
 
     def tick(self) -> None:
+        last = self._last_contact
+        if last is not None and self.clock() - last > AWAY_TICKS * self.config.interval + 1.0:
+            self._away = True  # no failed report, but no tick either: the agent was frozen
         self.observe()
         if not self.report():
             return
@@ -149,12 +179,20 @@ class Agent:
         self.placed = sorted((w.key.model, w.key.replica, w.server_state, w.version) for w in wants)
         self.known_failed = {w.key for w in wants if w.server_state == "failed"}
         now = self.clock()
-        decision = decide(wants, self.haves(), self.inventory.devices, now, self.config.backoff)
+        placed = {w.key for w in wants}
+        self.held = {k: until for k, until in self.held.items() if until > now and k not in placed}
+        decision = decide(
+            wants, self.haves(), self.inventory.devices, now, self.config.backoff, hold=self.held
+        )
+        self._log_held(decision)
         self.apply(decision)
         if decision.starts:
             # Said at once, not at the next tick: an engine that loads within a tick
             # would otherwise go from placed to ready with its start never reported.
             self.report()
+        # Counted from the end of the tick: a tick's own work (stopping an engine takes
+        # up to stop_grace) is no time away.
+        self._last_contact = self.clock()
         log.debug(
             "agent.reconciled",
             placed=len(wants),
@@ -302,6 +340,9 @@ class Agent:
             body["address"] = self.config.advertise
         if self._send_replicas:
             body["replicas"] = self.replica_states()
+            if not self._send_profiles:
+                for entry in body["replicas"]:
+                    entry.pop("profile", None)
         return body
 
     def replica_states(self) -> list[dict[str, Any]]:
@@ -316,13 +357,15 @@ class Agent:
     def report(self) -> bool:
         body = self.report_body()
         said = digest([body, self.placed])
-        if self._heartbeat(said):
+        # Back from a time away, the report goes in full: the engines it names that are no
+        # longer placed here are what the control plane places again (running copies).
+        if not self._away and self._heartbeat(said):
             return True
         try:
             answer = self.server.report(self.config.node, body)
             self.accepted = Accepted.of(answer, said, self.clock(), self.server.url)
-            return True
         except Unreachable as exc:
+            self._away = True
             log.warning(
                 "agent.server_unreachable",
                 server=self.server.url,
@@ -335,6 +378,11 @@ class Agent:
                 log.warning("agent.address_unsupported", detail=exc.detail)
                 self._send_address = False
                 return self.report()
+            if self._send_profiles and exc.status == 422 and "profile" in exc.detail:
+                # A control plane older than running copies: report without profiles.
+                log.warning("agent.profiles_unsupported", detail=exc.detail)
+                self._send_profiles = False
+                return self.report()
             if self._send_replicas and exc.status == 422 and "replicas" in exc.detail:
                 # A control plane older than replica states: report the node alone.
                 log.warning("agent.replicas_unsupported", detail=exc.detail)
@@ -343,7 +391,39 @@ class Agent:
             log.error("agent.report_refused", status=exc.status, detail=exc.detail)
             if exc.status == FORBIDDEN:
                 raise ReportsForbidden(exc.detail) from None
-        return False
+            return False
+        self._back()
+        return True
+
+    def _back(self) -> None:
+        """After a report went through: hold the engines running now if it ends a time away."""
+        now = self.clock()
+        if self._away and self.procs:
+            until = now + self.config.readopt_grace
+            self.held = dict.fromkeys(self.procs, until)
+            log.info(
+                "agent.back",
+                engines=len(self.procs),
+                hold_s=self.config.readopt_grace,
+                detail="engines no longer placed here are kept that long, for the "
+                "control plane to place them again where they run",
+            )
+        self._away = False
+
+    def _log_held(self, decision: Decision) -> None:
+        self._held_logged &= set(self.held)
+        for key in decision.held:
+            if key in self._held_logged:
+                continue
+            self._held_logged.add(key)
+            log.info(
+                "agent.stop_held",
+                model=key.model,
+                replica=key.replica,
+                until=self.held[key],
+                reason="no longer placed on this node, held after a time away from the "
+                "control plane: it may place the replica again here",
+            )
 
     def _heartbeat(self, said: str) -> bool:
         """Say "nothing changed since report N" if so; whether the server took it (if
@@ -421,6 +501,7 @@ class Agent:
             replica=key.replica,
             fingerprint=want.fingerprint,
             version=want.version,
+            profile=want.launch.profile,
             engine=want.launch.engine,
             argv=(),
             pid=0,

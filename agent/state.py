@@ -80,6 +80,9 @@ class Record:
     context_tokens: int | None = None
     context_detail: str = ""
     context_asks: int = 0
+    # The profile it was started with ("" in a record from before it was kept): reported
+    # with the version, so a control plane that gave the node up can place it here again.
+    profile: str = ""
 
     @property
     def key(self) -> Key:
@@ -128,6 +131,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "context_tokens": (int, type(None)),
     "context_detail": (str,),
     "context_asks": (int,),
+    "profile": (str,),
 }
 _FIELDS = frozenset(f.name for f in fields(Record))
 # Written by agents before the log path was derived from the key: read, never used.

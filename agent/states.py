@@ -62,5 +62,8 @@ def replica_states(
         if record is not None and record.version:
             # Only to a control plane that pins versions (it sent this one).
             entry["version"] = record.version
+            if record.profile:
+                # What a control plane that gave the node up needs to place it here again.
+                entry["profile"] = record.profile
         states.append({"model": key.model, "replica": key.replica, **entry})
     return states

@@ -1,12 +1,13 @@
 """``python -m bench [AREA ...] [--quick]``: print one table per area.
 
 Areas: replay, append, peer, placement, writers, decode, reports, batch, headers, autoscale
-(all when none is named), and gateway (only when named: it needs the peers' venv, ``make
-bench-peers``, and takes about a quarter of an hour; ``python -m bench.gateway --help`` has its
-options), and heartbeats (only when named, with options of its own: ``python -m
-bench heartbeats --help``). The default sizes are the ones the issue asks for; ``--quick``
-uses small ones so that a change can be tried in a minute. Logs are generated once and cached
-under ``bench/.cache/`` (SQLite) and in ``llmgw_bench_*`` databases
+(all when none is named), prefix (the routing profiles against the engines' prefix caches:
+``python -m bench prefix --help``), and gateway (only when named: it needs the peers' venv,
+``make bench-peers``, and takes about a quarter of an hour; ``python -m bench.gateway
+--help`` has its options), and heartbeats (only when named, with options of its own:
+``python -m bench heartbeats --help``). The default sizes are the ones the issue asks for;
+``--quick`` uses small ones so that a change can be tried in a minute. Logs are generated
+once and cached under ``bench/.cache/`` (SQLite) and in ``llmgw_bench_*`` databases
 (PostgreSQL). Progress goes to stderr; stdout holds only markdown tables, ready
 to paste into BENCHMARKS.md.
 """
@@ -83,6 +84,11 @@ def _runner(area: str) -> Callable[[bool], list[common.Table]]:
 
 def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["prefix"]:
+        # Its own options (workload sizes, gateways): see bench/gateway/prefix.py.
+        from bench.gateway import prefix
+
+        return prefix.main(given[1:])
     if given[:1] == ["heartbeats"]:
         # Options of its own (--nodes, --interval, --servers, --store, --json): its own parser.
         from bench.api import heartbeats

@@ -53,6 +53,10 @@ log = structlog.get_logger("gateway")
 # How long a stop waits for the requests in flight (a long stream may take minutes; a
 # deployment that needs more stops new traffic first).
 GRACE_S = 60
+# How long a stop waits for the background tasks (follower, signals) to end once told,
+# and how often it tells them again meanwhile.
+STOP_TASKS_S = 10.0
+STOP_AGAIN_S = 0.5
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -242,11 +246,7 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         tasks.append(asyncio.create_task(signals.run()))
 
     async def shutdown() -> None:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_tasks(tasks)
         with contextlib.suppress(Exception):
             await signals.post_once()
         await follower.close()
@@ -292,3 +292,32 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     log.info("gateway.stopped")
     sys.stdout.flush()
     return 0
+
+
+async def stop_tasks(
+    tasks: list[asyncio.Task[None]], within_s: float = STOP_TASKS_S, again_s: float = STOP_AGAIN_S
+) -> list[asyncio.Task[None]]:
+    """Cancel ``tasks`` and wait for them, telling them again until they end or
+    ``within_s`` has passed; the tasks still running then (named in the log).
+
+    Why again: on Python 3.11 ``asyncio.wait_for`` can swallow a cancellation that lands
+    as the awaited read completes (CPython gh-86296), and the follower reads its event
+    stream through it in a loop: a single ``cancel`` was lost now and then, and a gateway
+    told to stop waited on its follower for ever, SIGTERM after SIGTERM (seen in
+    ``make demo``). A stop must never hang on a background task."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        left = deadline - loop.time()
+        if left <= 0:
+            break
+        _, pending = await asyncio.wait(pending, timeout=min(again_s, left))
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            log.warning("gateway.task_failed", task=task.get_name(), error=repr(task.exception()))
+    if pending:
+        log.warning("gateway.tasks_not_stopped", tasks=sorted(t.get_name() for t in pending))
+    return sorted(pending, key=lambda t: t.get_name())

@@ -3,7 +3,9 @@
 Per model: ``llmgw_gateway_requests_total{model,outcome}``, ``llmgw_gateway_inflight{model}``,
 the ``llmgw_gateway_ttft_seconds`` and ``llmgw_gateway_tpot_seconds`` histograms,
 ``llmgw_gateway_fallbacks_total{model,to}`` and
-``llmgw_gateway_refusals_total{model,reason}``; per client token and the model that
+``llmgw_gateway_refusals_total{model,reason}``,
+``llmgw_gateway_prefix_predicted_tokens_total{model}`` (the ``prefix`` profile's guesses,
+beside the engines' own counts in ``GET /routing``); per client token and the model that
 served, ``llmgw_gateway_tokens_total{client,model,kind}`` (kind: ``prompt``, ``cached``,
 ``completion``; the engine's own ``usage``, cached being part of prompt); and the
 control plane's reachability (``llmgw_gateway_control_plane_up``,
@@ -135,6 +137,13 @@ class Metrics:
             ["client", "model", "kind"],
             registry=r,
         )
+        self.prefix_predicted_tokens = Counter(
+            "llmgw_gateway_prefix_predicted_tokens",
+            "Prompt tokens the prefix router guessed the engine had cached, by model "
+            "(checked answers only: beside the engines' own cached tokens)",
+            ["model"],
+            registry=r,
+        )
         self.server_switches = Counter(
             "llmgw_gateway_control_plane_switches",
             "Moves from one control-plane replica to the next after it failed (no "
@@ -174,6 +183,7 @@ class Metrics:
         self._models: dict[str, _PerModel] = {}
         self._requests: dict[tuple[str, str], Counter] = {}
         self._tokens: dict[tuple[str, str], tuple[Counter, Counter, Counter]] = {}
+        self._prefix: dict[str, Counter] = {}
 
     def used(self, client: str, model: str, prompt: int, cached: int, completion: int) -> None:
         """One answer's usage in ``tokens{client,model,kind}`` (children kept per pair)."""
@@ -198,6 +208,12 @@ class Metrics:
         found = self._requests.get((model, outcome))
         if found is None:
             found = self._requests[model, outcome] = self.requests.labels(model, outcome)
+        return found
+
+    def prefix_predicted(self, model: str) -> Counter:
+        found = self._prefix.get(model)
+        if found is None:
+            found = self._prefix[model] = self.prefix_predicted_tokens.labels(model)
         return found
 
     def model(self, name: str) -> _PerModel:

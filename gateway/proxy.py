@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,10 +35,11 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
+from catalog.definition.routing_profiles import PREFIX
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 from gateway import usage
 from gateway.settings import GatewaySettings
-from gateway.stages import admission, quota, sse
+from gateway.stages import admission, prefix, quota, sse
 from gateway.stages.admission import Refusal, Request
 from gateway.stages.routing import Choice, choose, eligible, observe_ttft, picked
 from gateway.state import State
@@ -60,6 +62,12 @@ HOLD_BYTES = 1 << 20
 # A large whole answer's last bytes, where its ``usage`` is (OpenAI's and the engines'
 # answers end with it), kept to count its tokens.
 USAGE_TAIL = 4096
+# What the engine reused of the prompt, for the prefix router's check: vLLM's and the
+# sim's usage (``cached_tokens``), llama.cpp's timings (``cache_n``).
+_CACHED_TOKENS = re.compile(rb'"(?:cached_tokens|cache_n)"\s*:\s*(\d{1,9})')
+# llama.cpp's prompt tokens computed (a stream's final chunk has its timings, and usage
+# only when asked): with cache_n, the prompt's tokens.
+_PROMPT_N = re.compile(rb'"prompt_n"\s*:\s*(\d{1,9})')
 ROUTES = {
     admission.CHAT: "/v1/chat/completions",
     admission.COMPLETIONS: "/v1/completions",
@@ -85,6 +93,8 @@ class Trace:
     tpot_s: float | None = None
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
+    # The prompt tokens the engine said it took from its cache (None: it did not say).
+    cached_tokens: int | None = None
     waited_s: float = 0.0
     bytes_sent: bool = False
     # The client has every byte of the answer ([DONE] sent): a hang-up after it is no
@@ -255,6 +265,7 @@ class Proxy:
         state, req, trace = self.state, call.req, call.trace
         tried: set[str] = set()
         session = req.session
+        prompt = prefix.prompt_of(call.body, req.kind) if m.routing_profile == PREFIX else None
         for _ in range(self.settings.attempts):
             now = time.monotonic()
             if first is not None and first.replica.key in {
@@ -271,6 +282,8 @@ class Proxy:
                     state.loads,
                     session=session,
                     ttft_slo_s=m.ttft_slo_s,
+                    prompt=prompt,
+                    prefixes=state.prefix,
                     now=now,
                 )
                 if picked is None:
@@ -297,8 +310,15 @@ class Proxy:
                 m.name,
                 {"at": round(time.time(), 3), "replica": replica.key, "reason": choice.reason},
             )
+            ticket = (
+                None
+                if prompt is None
+                else state.prefix.record(replica.key, prompt, choice.prefix_blocks)
+            )
             try:
                 await self._send(call, m, replica)
+                if ticket is not None:
+                    self._check(m.name, ticket, trace)
                 return True
             except Unreachable as exc:
                 trace.tried.append(f"{replica.key}: {exc.reason}")
@@ -312,6 +332,14 @@ class Proxy:
                     for_s=round(until - time.monotonic(), 2),
                 )
         return False
+
+    def _check(self, model: str, ticket: prefix.Ticket, trace: Trace) -> None:
+        """A prefix guess against the engine's own count, when it gave one."""
+        if trace.status >= 400 or trace.cached_tokens is None:
+            return
+        predicted = self.state.prefix.check(ticket, trace.prompt_tokens, trace.cached_tokens)
+        if predicted:
+            self.state.metrics.prefix_predicted(model).inc(predicted)
 
     async def _body(self, body: dict[str, Any], raw: bytes, name: str, stream: bool) -> bytes:
         """The body with ``model`` set to the catalog name the engine serves it by, and
@@ -566,6 +594,10 @@ class Proxy:
         trace.completion_tokens = found.completion if found else None
         if found:
             trace.prompt_tokens = found.prompt
+        if b"cache" in payload:
+            cached = _CACHED_TOKENS.search(payload)
+            if cached:
+                trace.cached_tokens = int(cached.group(1))
 
     async def _stream(
         self,
@@ -656,13 +688,26 @@ class _Tally:
     ``usage``'s: ``gateway.usage.Events``, which also cuts the pieces at event ends); and
     the stream's bounds: its size so far and its framing."""
 
-    __slots__ = ("ended", "events", "framing", "judged", "last", "size", "usage")
+    __slots__ = (
+        "cached",
+        "ended",
+        "events",
+        "framing",
+        "judged",
+        "last",
+        "prompt",
+        "size",
+        "usage",
+    )
 
     def __init__(
         self, rest: bytes, first: float, framing: sse.Framing, size: int, cutter: usage.Events
     ) -> None:
         self.usage = cutter
         self.events = 0
+        # What the engine reused (the prefix router's check), from a usage or timings.
+        self.prompt: int | None = None
+        self.cached: int | None = None
         self.ended = False
         self.last = first
         self.framing = framing
@@ -688,6 +733,9 @@ class _Tally:
             trace.prompt_tokens = counted.prompt
         else:
             trace.completion_tokens = tokens + 1
+        if counted is None and self.prompt is not None:
+            trace.prompt_tokens = self.prompt
+        trace.cached_tokens = self.cached
         if tokens > 0:
             trace.tpot_s = (self.last - first) / tokens
 
@@ -698,6 +746,15 @@ class _Tally:
 
     def take(self, chunk: bytes) -> None:
         self.events += chunk.count(b"data:")
+        # Only the final chunk says what the engine reused (llama.cpp: timings): one scan
+        # in C of each piece, and a parse of none.
+        if b"cached_tokens" in chunk or b"cache_n" in chunk:
+            found = _CACHED_TOKENS.search(chunk)
+            if found:
+                self.cached = int(found.group(1))
+                computed = _PROMPT_N.search(chunk)
+                if computed:
+                    self.prompt = self.cached + int(computed.group(1))
         self.ended = self.ended or b"[DONE]" in chunk
         self.last = time.monotonic()
 

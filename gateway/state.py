@@ -10,8 +10,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.definition.routing_profiles import PREFIX
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 from gateway.metrics import Metrics
+from gateway.stages.prefix import PrefixTable, Stats
 from gateway.stages.quota import Quotas
 from gateway.stages.routing import Load, joined, predicted_ttft, ramp
 from gateway.stages.setaside import SetAside
@@ -42,6 +44,8 @@ class State:
         self.table = Table()
         self.loads: dict[str, Load] = {}
         self.aside = SetAside()
+        # The prefix profile's table: the prompt blocks sent to each replica recently.
+        self.prefix = PrefixTable()
         self.recent: dict[str, deque[dict[str, Any]]] = {}
         self.windows = Windows(time.monotonic(), time.time())
         # sha256 -> client; replaced whole by the follower.
@@ -77,6 +81,7 @@ class State:
         for key in list(self.loads):
             if key not in live and self.loads[key].inflight == 0:
                 del self.loads[key]
+        self.prefix.retain(live)
         for model in table.models:
             self.metrics.ready_replicas.labels(model).set(len(table.ready.get(model, ())))
         changed, self.changed = self.changed, asyncio.Event()
@@ -105,7 +110,7 @@ class State:
         """``GET /routing``: per model, its replicas' state and the recent choices."""
         models: dict[str, Any] = {}
         for name, entry in self.table.models.items():
-            replicas = []
+            replicas: list[dict[str, Any]] = []
             for r in self.table.ready.get(name, ()):
                 load = self.loads.get(r.key, Load())
                 aside = load.set_aside_until > now
@@ -128,6 +133,8 @@ class State:
                         else None,
                     }
                 )
+                if entry.routing_profile == PREFIX:
+                    replicas[-1]["prefix"] = self.prefix_view(r.key)
             models[name] = {
                 "routing_profile": entry.routing_profile,
                 "fallbacks": list(entry.fallbacks),
@@ -139,6 +146,14 @@ class State:
             "gateway": self.gateway_id,
             "control_plane": self.health(now),
             "models": models,
+        }
+
+    def prefix_view(self, replica: str) -> dict[str, Any]:
+        """A replica's prefix guesses against its engine's counts, and its table's size."""
+        stats = self.prefix.stats.get(replica)
+        return {
+            "blocks": self.prefix.blocks(replica),
+            **(stats or Stats()).view(),
         }
 
     def health(self, now: float) -> dict[str, Any]:

@@ -293,6 +293,33 @@ def routing_decision(replicas: int = 64, n: int = 20000) -> None:
 
         t = timeit.timeit(decide, number=n)
         print(f"| {profile} | {t / n * 1e6:.1f} |")
+    # prefix: a 4k-token chat (about 16k characters: a system prompt every replica holds,
+    # then a conversation one of them holds), hashed, scored and recorded per decision.
+    from gateway.stages.prefix import PrefixTable, prompt_of
+
+    table = PrefixTable()
+    system = {"role": "system", "content": "You are a careful assistant. " * 280}
+    turns = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "w " * 400}
+        for i in range(10)
+    ]
+    body = {"messages": [system, *turns]}
+    head = prompt_of({"messages": [system]}, "chat")
+    whole = prompt_of(body, "chat")
+    assert head is not None and whole is not None
+    for r in rs:
+        table.record(r.key, head, 0)
+    table.record(rs[7].key, whole, 0)
+
+    def decide_prefix() -> None:
+        prompt = prompt_of(body, "chat")
+        got = choose("prefix", eligible(rs, loads, 0.0), loads, prompt=prompt, prefixes=table)
+        assert got is not None and prompt is not None
+        table.record(got.replica.key, prompt, got.prefix_blocks)
+
+    m = n // 10
+    t = timeit.timeit(decide_prefix, number=m)
+    print(f"| prefix (4k-token chat: hashed, scored, recorded) | {t / m * 1e6:.1f} |")
 
 
 def main(argv: list[str] | None = None) -> int:

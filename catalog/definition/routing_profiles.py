@@ -17,6 +17,7 @@ LEAST_LOADED = "least-loaded"
 ROUND_ROBIN = "round-robin"
 SESSION = "session"
 LATENCY = "latency"
+PREFIX = "prefix"
 DEFAULT = LEAST_LOADED
 # What each does, for refusals and docs.
 KNOWN: dict[str, str] = {
@@ -24,6 +25,8 @@ KNOWN: dict[str, str] = {
     ROUND_ROBIN: "in turn, in proportion to weight",
     SESSION: "a stable key (the `user` field or an x-session-id header) sticks to a replica",
     LATENCY: "lowest predicted time to first token; fallbacks first when none meets slo.ttft_p99",
+    PREFIX: "where the prompt's longest prefix was sent (the engines' prefix caches), "
+    "unless that replica is loaded",
 }
 
 

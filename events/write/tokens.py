@@ -14,6 +14,7 @@ that is not text: SQLite stores what it is given) comes back with the reason in
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -207,9 +208,20 @@ def read_tokens(engine: Engine, *, revoked: bool = False) -> list[StoredToken]:
 
 
 def revision(engine: Engine) -> int:
-    """The position of the last token event that changed the table (0: never changed)."""
+    """The position of the last token event that changed the table (0: never changed).
+
+    A damaged or hostile row can hold anything in ``revision`` (SQLite keeps any value in
+    any column, and answers ``max`` with text over numbers): then the answer is a digest
+    of the whole table's names and revisions (a small table), negative so that it never
+    equals a real position, so a change is still seen; ``read_tokens`` skips and names
+    the row itself. Never an exception: the refresh that asks this must go on."""
     with engine.connect() as conn:
-        return int(conn.execute(select(func.coalesce(func.max(t.c.revision), 0))).scalar_one())
+        found = conn.execute(select(func.coalesce(func.max(t.c.revision), 0))).scalar_one()
+        if isinstance(found, int) and not isinstance(found, bool):
+            return found
+        rows = conn.execute(select(t.c.name, t.c.revision, t.c.revoked_at).order_by(t.c.name)).all()
+    digest = hashlib.sha256(repr([tuple(map(repr, row)) for row in rows]).encode())
+    return -1 - int.from_bytes(digest.digest()[:7], "big")
 
 
 def _issue(

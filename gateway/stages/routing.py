@@ -17,6 +17,9 @@ and measured times, and this module only reads it.
   measured is predicted 0 so that it gets measured. ``meets_slo`` says whether the
   choice is predicted within the model's ``slo.ttft_p99``: when it is not, the edge
   tries the model's fallbacks before sending.
+- ``prefix``: where the prompt's longest prefix was sent recently, unless that replica
+  is loaded; an unseen prefix by a rendezvous hash of its first blocks
+  (``gateway.stages.prefix``). Without a prompt to key on (token ids), least-loaded.
 
 **Slow start** (as Envoy's): a replica that joins a model already served (a scale-up, a
 replacement) enters at the current turn, not at zero picks, and its weight rises from
@@ -36,7 +39,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from catalog.definition.routing_profiles import LATENCY, ROUND_ROBIN, SESSION
+from catalog.definition.routing_profiles import LATENCY, PREFIX, ROUND_ROBIN, SESSION
+from gateway.stages import prefix as prefix_stage
 from gateway.table import Replica, stable_hash
 
 _MASK = (1 << 64) - 1
@@ -95,6 +99,8 @@ class Choice:
     reason: str
     predicted_ttft_s: float | None = None
     meets_slo: bool = True
+    # prefix: the prompt's blocks guessed cached on the replica chosen
+    prefix_blocks: int = 0
 
 
 _IDLE = Load()
@@ -119,6 +125,8 @@ def choose(
     *,
     session: str | None = None,
     ttft_slo_s: float = 0.0,
+    prompt: prefix_stage.Prompt | None = None,
+    prefixes: prefix_stage.PrefixTable | None = None,
     now: float = 0.0,
 ) -> Choice | None:
     """One of ``replicas`` (already the eligible ones) by ``profile``; None when empty.
@@ -126,7 +134,7 @@ def choose(
     ``now`` (monotonic): for the weight of a replica in its slow start."""
     if not replicas:
         return None
-    if len(replicas) == 1 and profile != LATENCY:
+    if len(replicas) == 1 and profile not in (LATENCY, PREFIX):
         return Choice(replicas[0], f"{profile}: the only eligible replica")
     if profile == ROUND_ROBIN:
         return _round_robin(replicas, loads, now)
@@ -134,7 +142,11 @@ def choose(
         return _session(replicas, session)
     if profile == LATENCY:
         return _latency(replicas, loads, ttft_slo_s, now)
+    if profile == PREFIX and prompt is not None and prefixes is not None:
+        return _prefix(replicas, loads, prompt, prefixes, now)
     label = profile if profile != SESSION else "session (no key)"
+    if profile == PREFIX:
+        label = "prefix (no prompt text)"
     return _least_loaded(replicas, loads, label, now)
 
 
@@ -153,6 +165,23 @@ def _least_loaded(
         best,
         f"{label}: {best_score[0]:.2g} in flight per unit of weight, lowest of {len(replicas)}",
     )
+
+
+def _prefix(
+    replicas: Sequence[Replica],
+    loads: Mapping[str, Load],
+    prompt: prefix_stage.Prompt,
+    prefixes: prefix_stage.PrefixTable,
+    now: float,
+) -> Choice:
+    inflight = []
+    for r in replicas:
+        load = loads.get(r.key, _IDLE)
+        # In flight per unit of weight, the weight ramped in slow start (as least-loaded).
+        weight = r.weight if now >= load.warm_until else r.weight * ramp(load, now)
+        inflight.append(load.inflight / weight)
+    pick = prefix_stage.choose(replicas, inflight, prompt, prefixes)
+    return Choice(pick.replica, pick.reason, prefix_blocks=pick.matched)
 
 
 def _round_robin(replicas: Sequence[Replica], loads: Mapping[str, Load], now: float) -> Choice:

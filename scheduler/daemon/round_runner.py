@@ -86,7 +86,7 @@ class Placer:
         if (
             not dry_run
             and self.serving is not None
-            and self.store.claim_policy(self.serving, self.policy, now)
+            and self.store.claim_policy(self.serving, self.policy, now, fence)
         ):
             log.info("placement.policy_recorded", **policy_fields(self.policy))
         catalog = self.catalog.catalog()

@@ -103,6 +103,23 @@ DEFAULT_BACKOFF = BackoffPolicy()
 
 
 @dataclass(frozen=True, slots=True)
+class RunningCopy:
+    """An engine a node's agent reports running for a replica not placed on that node.
+
+    What a node given up and back again still runs (``scheduler.planner.readoption``):
+    ``profile`` and ``version`` are what it was started with, ``state`` starting or ready.
+    """
+
+    node: str
+    model: str
+    replica: int
+    profile: str
+    version: str
+    state: str
+    endpoint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Lifecycle:
     """Replica states by (model, replica), cordons by node, failure records, back-off policy.
 
@@ -113,6 +130,8 @@ class Lifecycle:
     cordons: Mapping[str, Cordon] = field(default_factory=dict)
     failures: tuple[FailureRecord, ...] = ()
     backoff: BackoffPolicy = DEFAULT_BACKOFF
+    # Engines running where their replica is not placed, by (node, model, replica).
+    running: tuple[RunningCopy, ...] = ()
 
     @property
     def closed_nodes(self) -> frozenset[str]:
@@ -172,6 +191,18 @@ class Lifecycle:
                 "base_s": self.backoff.base.total_seconds(),
                 "cap_s": self.backoff.cap.total_seconds(),
             },
+            "running": [
+                {
+                    "node": c.node,
+                    "model": c.model,
+                    "replica": c.replica,
+                    "profile": c.profile,
+                    "version": c.version,
+                    "state": c.state,
+                    "endpoint": c.endpoint,
+                }
+                for c in self.running
+            ],
         }
 
     @classmethod
@@ -212,5 +243,18 @@ class Lifecycle:
             backoff=BackoffPolicy(
                 base=timedelta(seconds=data["backoff"]["base_s"]),
                 cap=timedelta(seconds=data["backoff"]["cap_s"]),
+            ),
+            # Absent from rounds recorded before running copies were kept (0016).
+            running=tuple(
+                RunningCopy(
+                    c["node"],
+                    c["model"],
+                    c["replica"],
+                    c["profile"],
+                    c["version"],
+                    c["state"],
+                    c["endpoint"],
+                )
+                for c in data.get("running", [])
             ),
         )

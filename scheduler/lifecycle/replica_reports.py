@@ -82,6 +82,10 @@ class ReplicaReport(BaseModel):
     # of a control plane that pins versions). A report of another version than the
     # placement now in the slot is about the replica that was there before: ignored.
     version: str = Field(default="", max_length=64, pattern=r"^[0-9a-f]*$")
+    # The profile it was started with (sent with ``version``): what lets a round place
+    # the replica again where it runs once its node was given up and came back
+    # (``scheduler.planner.readoption``). "" from an agent that does not say.
+    profile: Printable = Field(default="", max_length=255)
     # What one request may really use on the ready engine, as the engine itself says
     # (llama.cpp's context per slot, vLLM's max_model_len), and how it came to that
     # ("--ctx-size 8192 / --parallel 4 = 2048"). Absent: not known.

@@ -20,10 +20,11 @@ from scheduler.persistence.record_format import (
     node_from_content,
 )
 from scheduler.persistence.row_decoding import Row, decode_rows, json_column, raw
-from scheduler.persistence.tables import NodeRow, table
+from scheduler.persistence.tables import NodeRow, RunningCopyRow, table
 from scheduler.planner.fleet.inventory import Node, NodeReport
 
 nodes_t = table(NodeRow)
+copies_t = table(RunningCopyRow)
 
 
 class InventoryStore:
@@ -49,8 +50,10 @@ class InventoryStore:
             return write_reports(conn, reports, received_at, actor, endpoints)
 
     def forget(self, name: str) -> bool:
-        """Drop a node from the inventory (decommissioned); its replicas move next round."""
+        """Drop a node from the inventory (decommissioned); its replicas move next round.
+        What it reported running unplaced goes with it."""
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+            conn.execute(delete(copies_t).where(copies_t.c.node == name))
             return conn.execute(delete(nodes_t).where(nodes_t.c.name == name)).rowcount > 0
 
     def nodes(self) -> list[Node]:

@@ -16,8 +16,8 @@ import structlog
 from sqlalchemy import Connection, delete, insert, select, update
 
 from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy, endpoint_problem
-from scheduler.lifecycle.inputs import CORDONED, DRAINING, Cordon, FailureRecord
-from scheduler.lifecycle.replica_reports import FAILED, READY, ReplicaStatus
+from scheduler.lifecycle.inputs import CORDONED, DRAINING, Cordon, FailureRecord, RunningCopy
+from scheduler.lifecycle.replica_reports import FAILED, READY, STARTING, ReplicaStatus
 from scheduler.persistence.audit_trail import (
     NODE_CORDONED,
     NODE_DRAINING,
@@ -31,7 +31,14 @@ from scheduler.persistence.audit_trail import (
 from scheduler.persistence.placement_rows import StoredPlacement, read_placements, reporting_nodes
 from scheduler.persistence.record_format import UnreadableRow, checked
 from scheduler.persistence.row_decoding import Row, decode_rows, raw
-from scheduler.persistence.tables import CordonRow, FailureRow, NodeRow, PlacementRow, table
+from scheduler.persistence.tables import (
+    CordonRow,
+    FailureRow,
+    NodeRow,
+    PlacementRow,
+    RunningCopyRow,
+    table,
+)
 from scheduler.planner.fleet.inventory import NodeReport
 
 log = structlog.get_logger("llmgw.scheduler")
@@ -43,6 +50,7 @@ nodes_t = table(NodeRow)
 placements_t = table(PlacementRow)
 cordons_t = table(CordonRow)
 failures_t = table(FailureRow)
+copies_t = table(RunningCopyRow)
 
 
 def record_replica_reports(
@@ -58,7 +66,11 @@ def record_replica_reports(
 
     A report about a replica that is not placed on the reporting node (it was
     moved, or removed, or never existed) is ignored: a late report from the old
-    node must not mark the replica's new placement ready. An endpoint the node
+    node must not mark the replica's new placement ready. Such an engine, if it
+    runs (starting or ready) with a known version and profile, is kept in
+    ``running_copies`` (each report of the node's replicas replaces the node's
+    rows): a node given up and back may have it placed again where it runs
+    (``scheduler.planner.readoption``). An endpoint the node
     may not claim (``scheduler.lifecycle.endpoints``; ``addresses`` are the nodes'
     registered ones) is refused: the replica's state is recorded without it,
     and its message says why. Either is logged once per report, with counts
@@ -79,6 +91,7 @@ def record_replica_reports(
     # replicas (or a batch naming many models) read nearly every placement.
     keys = sorted({(rep.model, rep.replica) for r in with_replicas for rep in r.replicas or ()})
     if not keys:
+        _replace_copies(conn, [r.name for r in with_replicas], [])
         return
     rows: dict[tuple[str, int], StoredPlacement] = {}
     for start in range(0, len(keys), KEYS_PER_READ):
@@ -87,6 +100,18 @@ def record_replica_reports(
     trail: list[TrailEntry] = []
     writes: list[tuple[str, int, str, str | None, dict[str, Any]]] = []
     cleared: list[tuple[str, str]] = []
+    # An engine reported for a replica not placed on its node: kept for the next round.
+    _replace_copies(
+        conn,
+        [r.name for r in with_replicas],
+        [
+            copy
+            for r in with_replicas
+            for rep in r.replicas or ()
+            if not _placed_on(rows.get((rep.model, rep.replica)), r.name)
+            and (copy := _running_copy(r.name, rep, now, addresses, endpoints)) is not None
+        ],
+    )
     for report in with_replicas:
         actor = actor_of[id(report)]
         ignored: list[str] = []
@@ -172,6 +197,65 @@ def record_replica_reports(
 
 # How many replicas a report's log line names, of those it ignored or refused.
 EXAMPLES = 3
+
+
+def _running_copy(
+    node: str,
+    rep: Any,
+    now: datetime,
+    addresses: Mapping[str, str],
+    endpoints: EndpointPolicy,
+) -> dict[str, Any] | None:
+    """The row of an engine ``node`` runs for a replica not placed there, if a round could
+    place it there again: running (starting or ready), of a known version and profile."""
+    if rep.state not in (STARTING, READY) or not rep.version or not rep.profile:
+        return None
+    endpoint = rep.endpoint
+    if endpoint is not None and endpoint_problem(endpoint, addresses.get(node), endpoints):
+        endpoint = None  # the node may not claim it: kept without it, as for a placed one
+    return {
+        "node": node,
+        "model": rep.model,
+        "replica": rep.replica,
+        "profile": rep.profile,
+        "version": rep.version,
+        "state": rep.state,
+        "endpoint": endpoint,
+        "reported_at": now,
+    }
+
+
+def _placed_on(row: StoredPlacement | None, node: str) -> bool:
+    return row is not None and node in row.placement.nodes
+
+
+def _replace_copies(
+    conn: Connection, nodes: Sequence[str], copies: Sequence[dict[str, Any]]
+) -> None:
+    """Each report of a node's replicas replaces what it said it runs unplaced."""
+    conn.execute(delete(copies_t).where(copies_t.c.node.in_(nodes)))
+    if copies:
+        conn.execute(insert(copies_t), list(copies))
+
+
+def read_running_copies(conn: Connection) -> tuple[RunningCopy, ...]:
+    """Every engine reported running where its replica is not placed, in key order."""
+    rows = conn.execute(
+        select(
+            copies_t.c.node,
+            copies_t.c.model,
+            copies_t.c.replica,
+            copies_t.c.profile,
+            copies_t.c.version,
+            copies_t.c.state,
+            copies_t.c.endpoint,
+        ).order_by(copies_t.c.node, copies_t.c.model, copies_t.c.replica)
+    ).all()
+    return tuple(
+        RunningCopy(str(n), str(m), int(r), str(p), str(v), str(s), e)
+        for n, m, r, p, v, s, e in rows
+        if s in (STARTING, READY)
+    )
 
 
 def endpoint_shown(endpoint: str | None) -> str:
@@ -334,6 +418,7 @@ __all__ = [
     "lock_trail",
     "read_cordons",
     "read_failures",
+    "read_running_copies",
     "read_statuses",
     "record_failures",
     "record_replica_reports",

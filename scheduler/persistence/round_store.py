@@ -37,6 +37,7 @@ from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.lifecycle_store import (
     read_cordons,
     read_failures,
+    read_running_copies,
     read_statuses,
     record_failures,
     set_cordon,
@@ -181,6 +182,7 @@ class RoundStore:
                 statuses=read_statuses(conn, rows),
                 cordons=read_cordons(conn),
                 failures=read_failures(conn),
+                running=read_running_copies(conn),
             )
         return PlacementState(round_id, tuple(r.placement for r in rows), lifecycle)
 
@@ -265,6 +267,17 @@ class RoundStore:
                     insert(placements_t),
                     [placement_row(p, round_id, now) for p in plan.place],
                 )
+            for copy in plan.again:
+                # Placed again where it runs: it starts as its engine last reported, not
+                # as "placed" (its agent may not report again until something changes).
+                conn.execute(
+                    update(placements_t)
+                    .where(
+                        placements_t.c.model == copy.model,
+                        placements_t.c.replica == copy.replica,
+                    )
+                    .values(state=copy.state, state_since=now, endpoint=copy.endpoint)
+                )
             for p in updated:
                 conn.execute(
                     update(placements_t)
@@ -288,6 +301,11 @@ class RoundStore:
             )
             # A move's copy is placed for the move's reason; every other placement, for none.
             moved = {(m.copy.model, m.copy.replica): m.reason for m in plan.moves if m.copy}
+            moved |= {
+                (c.model, c.replica): f"placed again on {c.node}, where its engine still runs "
+                f"({c.state}) after the node was given up"
+                for c in plan.again
+            }
             trail = [
                 *((REPLICA_FAILED, f.placement, f.reason) for f in plan.failures),
                 *((REMOVED, r.placement, r.reason) for r in plan.remove),

@@ -38,6 +38,7 @@ from sqlalchemy import Connection, Engine, delete, func, insert, select
 
 from events.database.connection import WRITE
 from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.record_format import UnreadableRow, policy_from_record, policy_json
 from scheduler.persistence.row_decoding import (
     Row,
@@ -109,10 +110,23 @@ def policy_fields(policy: StalenessPolicy) -> dict[str, Any]:
 
 
 def record_policy(
-    engine: Engine, who: ServingProcess, policy: StalenessPolicy, *, why: str, now: datetime
+    engine: Engine,
+    who: ServingProcess,
+    policy: StalenessPolicy,
+    *,
+    why: str,
+    now: datetime,
+    fence: Fence | None = None,
 ) -> None:
-    """Write one row of ``serving_policies`` and delete those past ``KEPT_POLICIES``."""
+    """Write one row of ``serving_policies`` and delete those past ``KEPT_POLICIES``.
+
+    ``fence``: a placer's leadership lease, checked first in the transaction like every
+    other write of a round (``LeadershipLost``, and nothing written, when not current):
+    an old leader woken from a freeze must not record the policy it no longer places by.
+    """
     with engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
+        if fence is not None:
+            fence(conn)
         conn.execute(
             insert(policies_t),
             {
@@ -132,18 +146,23 @@ def record_policy(
 
 
 def claim_policy(
-    engine: Engine, who: ServingProcess, policy: StalenessPolicy, now: datetime
+    engine: Engine,
+    who: ServingProcess,
+    policy: StalenessPolicy,
+    now: datetime,
+    fence: Fence | None = None,
 ) -> bool:
     """Before a placer's round: record its policy if the policy in force is another.
 
     Returns whether a row was written. Two small reads a round (the newest round's and
-    the newest placer's row); a write only when the policy in force changes hands.
+    the newest placer's row); a write only when the policy in force changes hands, and
+    then fenced (``record_policy``).
     """
     with engine.connect() as conn:
         found = read_policy_in_force(conn).record
     if found is not None and found.policy == policy:
         return False
-    record_policy(engine, who, policy, why=PLACING, now=now)
+    record_policy(engine, who, policy, why=PLACING, now=now, fence=fence)
     return True
 
 

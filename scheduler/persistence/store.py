@@ -182,9 +182,16 @@ class SchedulerStore:
         """Record the policy a serving process runs with (``serving_policy``)."""
         record_policy(self.engine, who, policy, why=why, now=now)
 
-    def claim_policy(self, who: ServingProcess, policy: StalenessPolicy, now: datetime) -> bool:
-        """Record a placer's policy if the policy in force is another; whether it did."""
-        return claim_policy(self.engine, who, policy, now)
+    def claim_policy(
+        self,
+        who: ServingProcess,
+        policy: StalenessPolicy,
+        now: datetime,
+        fence: Fence | None = None,
+    ) -> bool:
+        """Record a placer's policy if the policy in force is another; whether it did.
+        Fenced like the round's other writes (``LeadershipLost``)."""
+        return claim_policy(self.engine, who, policy, now, fence)
 
     def policy_in_force(self) -> PolicyInForce:
         """The policy the server runs with, as recorded, and the rows skipped to find it."""

@@ -219,6 +219,25 @@ class ModelVersionRow(Base):
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
+class RunningCopyRow(Base):
+    """An engine a node's agent reported running for a replica not placed on that node.
+
+    Replaced by each report of the node's replicas; read by a round, which may place the
+    replica again where it runs (``scheduler.planner.readoption``).
+    """
+
+    __tablename__ = "running_copies"
+
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    model: Mapped[str] = mapped_column(String(255), primary_key=True)
+    replica: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    profile: Mapped[str] = mapped_column(String(255))
+    version: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))  # starting or ready
+    endpoint: Mapped[str | None] = mapped_column(String(2048))
+    reported_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
 class FailureRow(Base):
     """How often a model's replicas failed on a node, for the back-off that avoids it."""
 

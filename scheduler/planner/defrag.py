@@ -29,7 +29,11 @@ while a move is under way no other is planned, so each is a surge of a few
 replicas whose effect the next rounds can see.
 
 Cost: O(N x k log k) for N nodes of the profile's class and k replicas per node, plus
-O(m x L log N) per candidate move (best-fit search for its destination). A gang of g
+O(m x L log N) per candidate move (best-fit search for its destination). Within a
+round's step that is paid once per shape and priority (``_Search``) and each node's
+trial once (``_Index.cleared``): a further model searching the same shape costs only
+the nodes running its own replicas, so the many models a large fleet leaves unplaced
+no longer make the step O(N) each. A gang of g
 nodes adds a sort of each fabric's nodes (O(N log N) in all) and, per fabric tried,
 at most ``_RETRIES`` trials of g nodes; fabrics are tried by their lower bound and the
 search stops at the first that cannot beat the best, so most fabrics cost only their
@@ -47,7 +51,7 @@ from itertools import count, islice
 from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.inputs import Lifecycle, ModelLifecycle
 from scheduler.planner.fleet.capacity import Capacity
-from scheduler.planner.fleet.fit import gpus_fit, memory_fits
+from scheduler.planner.fleet.fit import gpus_fit, memory_fits, selector_key
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Move, Placement
 from scheduler.planner.order import placement_order
@@ -102,7 +106,7 @@ def moves_for(
     replicas where one of the best-fitting few is, else to the best-fitting node."""
     if index is None:
         index = _Index(placements, domain or _by_node, required)
-    on_node, spread = index.on_node, index.spread
+    on_node = index.on_node
     blocked: set[str] = set()
     mobile = movable or {}
     if profile.nodes > 1:
@@ -111,26 +115,78 @@ def moves_for(
             priorities=priorities, budget=budget, profiles=profiles, movable=mobile,
             why=why or {}, avoid=avoid, blocked=blocked,
         )  # fmt: skip
-    # First the cheap part for every node: which replicas could go, and the fewest of them
-    # that free enough cards (a lower bound on the moves). Then the trials, fewest bound
-    # first, stopping once no node left can need as few moves as the best found: the
-    # same answer as trying every node, for a fraction of the trials.
-    trials: list[tuple[int, str, list[Placement]]] = []
-    for name in capacity.eligible(profile):
+    # Every node is searched once a round for each shape and priority (``_Search``), as
+    # if for a model running nowhere: a model's own replicas are never its candidates,
+    # so only the nodes running one of them are searched again for it. The answer is the
+    # least (moves, GPUs moved, name) of the nodes that can be cleared, whatever order
+    # they are tried in (each trial starts from nothing), so the nodes searched for
+    # nobody in particular give it for every model that runs none of its replicas there.
+    search = _Search.of(profile, priority, capacity, index, priorities, mobile, budget, profiles)
+    mine = index.hosts.get(model, frozenset()) & search.eligible
+    best: tuple[tuple[int, int, str], tuple[Move, ...]] | None = None
+    for key, pairs in search.cleared:
+        if key[2] not in mine and key[2] not in avoid:
+            reason = f"to make room for model {model}, profile {profile.name} on node {key[2]}"
+            best = (key, tuple(Move(victim, to, reason) for victim, to in pairs))
+            break
+    for name in sorted(mine):
         if name in avoid:
             continue
         bound = _candidates(
             name, model, priority, profile, capacity, on_node.get(name, []),
             priorities=priorities, movable=mobile, blocked=blocked,
         )  # fmt: skip
-        if bound is not None:
-            trials.append((bound[0], name, bound[1]))
-    trials.sort(key=lambda t: (t[0], t[1]))
-    best: tuple[tuple[int, int, str], tuple[Move, ...]] | None = None
-    for least, name, candidates in trials:
-        if best is not None and least > best[0][0]:
-            break
+        if bound is None:
+            continue
+        found = _clear_alone(
+            name, model, profile, capacity, index, bound[1],
+            budget=budget, blocked=blocked, profiles=profiles, most=None,
+        )  # fmt: skip
+        if found is None:
+            continue
+        key = (len(found), sum(m.placement.gpus_per_node for m in found), name)
+        if best is None or key < best[0]:
+            best = (key, found)
+    if best is None:
+        # What stood in the way on the other nodes: every search of them found nothing.
+        skipped = mine | (search.eligible & frozenset(avoid))
+        blocked.update(search.blocked_without(skipped))
+    if best is None:
+        text = "no node can be cleared by moving replicas of equal or lower priority"
+        return _refused(model, profile, text, blocked, why or {})
+    return Defrag(model, profile.name, best[0][2], best[1], nodes=(best[0][2],))
+
+
+def _clear_alone(  # noqa: PLR0917
+    name: str,
+    model: str,
+    profile: PlacementProfile,
+    capacity: Capacity,
+    index: _Index,
+    candidates: list[Placement],
+    *,
+    budget: Mapping[str, int],
+    blocked: set[str],
+    profiles: Mapping[tuple[str, str], PlacementProfile],
+    most: int | None,
+) -> tuple[Move, ...] | None:
+    """``_clear`` of one node on its own, remembered for the round (``_Index.cleared``).
+
+    A single node's trial starts from nothing (its own ``_Trial``, the spread counts
+    restored after each), so its outcome depends only on the node, the replica's cards
+    and memory and the candidates, never on the model it is for (save the moves'
+    reason) or on the trials before it: the models left unplaced by a round, each
+    searching the same nodes, clear each of them once rather than once a model.
+
+    Remembered without ``most``: a node cleared in L moves is given up under ``most``
+    exactly when L > ``most`` (``_clear`` stops at the first fit, before counting
+    against ``most``), and one that cannot be cleared cannot under ``most`` either. The
+    budgets that stood in the way are remembered too, for the refusal."""
+    key = (name, profile.gpus_per_node, profile.min_memory_gb, *map(id, candidates))
+    known = index.cleared.get(key)
+    if known is None:
         trial = _Trial(frozenset((name,)))
+        stood: set[str] = set()
         try:
             found = _clear(
                 name,
@@ -139,25 +195,26 @@ def moves_for(
                 capacity,
                 candidates=candidates,
                 budget=budget,
-                blocked_by_budget=blocked,
+                blocked_by_budget=stood,
                 profiles=profiles,
-                spread=spread,
-                most=None if best is None else best[0][0],
+                spread=index.spread,
+                most=None,
                 near=index.near,
                 trial=trial,
             )
         finally:
             # The spread counts are shared between the nodes tried: undo this node's trial.
-            trial.undo(spread)
-        if found is None:
-            continue
-        key = (len(found), sum(m.placement.gpus_per_node for m in found), name)
-        if best is None or key < best[0]:
-            best = (key, found)
-    if best is None:
-        text = "no node can be cleared by moving replicas of equal or lower priority"
-        return _refused(model, profile, text, blocked, why or {})
-    return Defrag(model, profile.name, best[0][2], best[1], nodes=(best[0][2],))
+            trial.undo(index.spread)
+        known = index.cleared[key] = (
+            None if found is None else tuple((m.placement, m.to) for m in found),
+            frozenset(stood),
+        )
+    moves, stood_in_the_way = known
+    blocked.update(stood_in_the_way)
+    if moves is None or (most is not None and len(moves) > most):
+        return None
+    reason = f"to make room for model {model}, profile {profile.name} on node {name}"
+    return tuple(Move(victim, to, reason) for victim, to in moves)
 
 
 def _refused(
@@ -201,7 +258,7 @@ def _gang(
     as few moves as the best found; ties go to the fewest GPUs moved, then the node names."""
     size = profile.nodes
     by_fabric: dict[str, list[tuple[int, str, list[Placement]]]] = {}
-    for name in capacity.eligible(profile):
+    for name in capacity.eligible_names(profile):
         fabric = capacity.node(name).fabric
         if fabric is None or name in avoid:
             continue
@@ -305,10 +362,108 @@ class _Index:
         for p in placements:
             if len(p.nodes) == 1:
                 self.on_node.setdefault(p.nodes[0], []).append(p)
+        # In ``_candidates``' order once a round, rather than sorted again per search:
+        # a stable sort, filtered, is the filtered list sorted.
+        for here in self.on_node.values():
+            here.sort(key=_largest_first)
         self.spread = _Spread(placements, domain, required)
         # id(profile) -> its best-fitting nodes (``_destination``); the profiles are the
         # round's demands', alive as long as this index.
         self.near: dict[int, list[str]] = {}
+        # model -> the nodes running one of its single-node replicas.
+        self.hosts: dict[str, frozenset[str]] = {}
+        hosts: dict[str, set[str]] = {}
+        for name, here in self.on_node.items():
+            for p in here:
+                hosts.setdefault(p.model, set()).add(name)
+        self.hosts = {model: frozenset(names) for model, names in hosts.items()}
+        # (class, labels, cards, memory, priority) -> every eligible node searched (``_Search``).
+        self.searches: dict[tuple[object, ...], _Search] = {}
+        # (node, cards, memory, candidates by identity) -> a single node's trial
+        # (``_clear_alone``). Like ``near``, it holds for one capacity and one set of
+        # budgets: an index serves the searches of one round's step, before any move.
+        self.cleared: dict[
+            tuple[object, ...], tuple[tuple[tuple[Placement, str], ...] | None, frozenset[str]]
+        ] = {}
+
+
+# A model name no model has: ``_Search`` looks for replicas to move for nobody in particular.
+_NOBODY = "\0"
+
+
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """Every eligible node of one shape searched for a replica of one priority, as if for a
+    model with no replicas there: which can be cleared, and what stood in the way.
+
+    ``cleared``: ((moves, GPUs moved, node), the moves as (victim, destination)), least
+    first; ``blocked``: per model, on how many nodes it stood in the way (not movable, or
+    out of budget), and ``blocked_on``: on which, by node, to take a node's share out."""
+
+    eligible: frozenset[str]
+    cleared: tuple[tuple[tuple[int, int, str], tuple[tuple[Placement, str], ...]], ...]
+    blocked: Counter[str]
+    blocked_on: dict[str, frozenset[str]]
+
+    @staticmethod
+    def of(  # noqa: PLR0917
+        profile: PlacementProfile,
+        priority: int,
+        capacity: Capacity,
+        index: _Index,
+        priorities: Mapping[str, int],
+        movable: Mapping[str, bool],
+        budget: Mapping[str, int],
+        profiles: Mapping[tuple[str, str], PlacementProfile],
+    ) -> _Search:
+        """The round's search for this shape and priority, made on first use: O(N) once.
+
+        Holds for the one capacity, priorities, movability and budgets of the round's
+        step, as ``_Index.near`` and ``_Index.cleared`` do."""
+        key = (
+            profile.gpu_class,
+            selector_key(profile.node_selector),
+            profile.gpus_per_node,
+            profile.min_memory_gb,
+            priority,
+        )
+        known = index.searches.get(key)
+        if known is not None:
+            return known
+        names = capacity.eligible_names(profile)
+        cleared = []
+        blocked: Counter[str] = Counter()
+        blocked_on: dict[str, frozenset[str]] = {}
+        for name in names:
+            stood: set[str] = set()
+            bound = _candidates(
+                name, _NOBODY, priority, profile, capacity, index.on_node.get(name, []),
+                priorities=priorities, movable=movable, blocked=stood,
+            )  # fmt: skip
+            if bound is not None:
+                found = _clear_alone(
+                    name, _NOBODY, profile, capacity, index, bound[1],
+                    budget=budget, blocked=stood, profiles=profiles, most=None,
+                )  # fmt: skip
+                if found is not None:
+                    pairs = tuple((m.placement, m.to) for m in found)
+                    moved = sum(m.placement.gpus_per_node for m in found)
+                    cleared.append(((len(found), moved, name), pairs))
+            if stood:
+                blocked.update(stood)
+                blocked_on[name] = frozenset(stood)
+        cleared.sort(key=lambda c: c[0])
+        search = index.searches[key] = _Search(
+            frozenset(names), tuple(cleared), blocked, blocked_on
+        )
+        return search
+
+    def blocked_without(self, nodes: Collection[str]) -> list[str]:
+        """The models that stood in the way on some eligible node not among ``nodes``."""
+        left = Counter(self.blocked)
+        for name in nodes:
+            left.subtract(self.blocked_on.get(name, ()))
+        return [model for model, n in left.items() if n > 0]
 
 
 class _Spread:
@@ -373,8 +528,7 @@ def _candidates(  # noqa: PLR0917
             blocked.add(p.model)
             continue
         candidates.append(p)
-    # Largest first: the fewest moves free the most cards.
-    candidates.sort(key=lambda p: (-p.gpus_per_node, -p.memory_gb_per_node, p.model, p.replica))
+    # Largest first (``here`` is in that order already): the fewest moves free the most cards.
     need, freed, least = profile.gpus_per_node - gpus, 0, 0
     for p in candidates:
         if freed >= need:
@@ -384,6 +538,10 @@ def _candidates(  # noqa: PLR0917
     if freed < need:
         return None
     return least, candidates
+
+
+def _largest_first(p: Placement) -> tuple[int, int, str, int]:
+    return (-p.gpus_per_node, -p.memory_gb_per_node, p.model, p.replica)
 
 
 def _clear(
@@ -626,6 +784,8 @@ def defragment(
     required = {d.model for d in demands if d.spread_required}
     # Built once for every search of the round (a search moves and restores its counts).
     index: _Index | None = None
+    # ``_fits_in_total`` by what it reads: capacity does not change until a move starts.
+    totals: dict[tuple[object, ...], bool] = {}
     # A model in a rollout is moved by nothing else meanwhile.
     for model in rolling:
         movable[model] = False
@@ -637,7 +797,7 @@ def defragment(
         refusals = []
         for profile in tried:
             # Said nothing of when defragmenting cannot help: what the counts say is why.
-            if not _fits_in_total(profile, capacity):
+            if not _fits_in_total(profile, capacity, totals):
                 continue
             found = moves_for(
                 demand.model,
@@ -695,17 +855,36 @@ def defragment(
     return out
 
 
-def _fits_in_total(profile: PlacementProfile, capacity: Capacity) -> bool:
+def _fits_in_total(
+    profile: PlacementProfile, capacity: Capacity, known: dict[tuple[object, ...], bool]
+) -> bool:
     """Whether the free cards of the profile's eligible nodes add up to one replica; for a
     gang, those of one fabric, among at least ``profile.nodes`` of its nodes large enough
-    to hold a share each."""
+    to hold a share each.
+
+    ``known``: the answers so far, by what they read (class, labels, cards, nodes), for
+    a capacity that has not changed since: one scan of the eligible nodes per shape, not
+    per unplaced profile (which grew with the fleet times the models left unplaced)."""
     if profile.gpus_per_node == 0:
         return False  # a CPU replica needs no cards: nothing to gain by moving others
+    key = (
+        profile.gpu_class,
+        selector_key(profile.node_selector),
+        profile.gpus_per_node,
+        profile.nodes,
+    )
+    answer = known.get(key)
+    if answer is None:
+        answer = known[key] = _fits_in_total_now(profile, capacity)
+    return answer
+
+
+def _fits_in_total_now(profile: PlacementProfile, capacity: Capacity) -> bool:
     if profile.nodes > 1:
         need = profile.gpus_per_node * profile.nodes
         # fabric -> (free cards, nodes with enough cards in all)
         fabrics: dict[str, tuple[int, int]] = {}
-        for name in capacity.eligible(profile):
+        for name in capacity.eligible_names(profile):
             n = capacity.node(name)
             if n.fabric is None or n.gpus - n.gpus_reserved < profile.gpus_per_node:
                 continue
@@ -718,7 +897,7 @@ def _fits_in_total(profile: PlacementProfile, capacity: Capacity) -> bool:
                 return True
         return False
     total = 0
-    for name in capacity.eligible(profile):
+    for name in capacity.eligible_names(profile):
         total += capacity.free_gpus(name)
         if total >= profile.gpus_per_node:
             return True

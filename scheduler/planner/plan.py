@@ -59,6 +59,7 @@ from scheduler.planner.fleet.rejections import (
 )
 from scheduler.planner.packing import Option, Requirement, place_missing
 from scheduler.planner.preemption import Preempted, preempt
+from scheduler.planner.readoption import readopt
 from scheduler.planner.resilience import resilience
 from scheduler.planner.rollout import finish, judge
 from scheduler.planner.spread import Spread
@@ -117,6 +118,30 @@ def plan(
         now=now,
         policy=policy,
     )
+    # A node given up and back: its replicas placed again where their engines still run
+    # (``scheduler.planner.readoption``), before anything new is placed.
+    readopted = readopt(
+        judged.demands,
+        kept.placements,
+        lifecycle,
+        capacity,
+        fresh=fresh,
+        taken={
+            *((p.model, p.replica) for p in judged.held),
+            *((m, r) for m, rs in judged.reserved.items() for r in rs),
+        },
+    )
+    if readopted.placements:
+        gone = {(r.placement.model, r.placement.replica) for r in readopted.removals}
+        kept = replace(
+            kept,
+            placements=[
+                *(p for p in kept.placements if (p.model, p.replica) not in gone),
+                *readopted.placements,
+            ],
+            removals=[*kept.removals, *readopted.removals],
+        )
+    again = {(p.model, p.replica) for p in readopted.placements}
     spread = Spread.of(judged.demands, inventory, kept.placements)
     attempt = place_missing(
         judged.demands,
@@ -184,8 +209,16 @@ def plan(
         avoid=judged.avoid,
         after=moved.notes if moved is not None else {},
     )
-    keep = tuple(sorted(kept_now, key=_slot_order))
-    place = tuple(sorted(attempt.placed, key=_slot_order))
+    # Placed again where they run: new rows for the store, though kept through the round.
+    keep = tuple(
+        sorted((p for p in kept_now if (p.model, p.replica) not in again), key=_slot_order)
+    )
+    place = tuple(
+        sorted(
+            [*attempt.placed, *(p for p in kept_now if (p.model, p.replica) in again)],
+            key=_slot_order,
+        )
+    )
 
     result = Plan(
         keep=keep,
@@ -210,6 +243,15 @@ def plan(
         )
     if repaired.notes:
         result = replace(result, notes=result.notes + tuple(repaired.notes))
+    if readopted.notes:
+        placed_now = {(p.model, p.replica, p.nodes) for p in result.place}
+        result = replace(
+            result,
+            notes=result.notes + readopted.notes,
+            again=tuple(
+                c for c in readopted.copies if (c.model, c.replica, (c.node,)) in placed_now
+            ),
+        )
     return result
 
 

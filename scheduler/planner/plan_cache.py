@@ -129,6 +129,8 @@ def _lifecycle_key(lifecycle: Lifecycle) -> tuple[Any, ...]:
         tuple(lifecycle.cordons.items()),
         lifecycle.failures,
         lifecycle.backoff,
+        # Engines running where their replica is not placed (``scheduler.planner.readoption``).
+        lifecycle.running,
     )
 
 

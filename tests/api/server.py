@@ -89,7 +89,7 @@ class ApiServer:
             self.env.pop(name, None)
         if declared is not None:
             config = workdir / "catalog.yaml"
-            config.write_text(dump_yaml(declared))
+            _write_declared(config, dump_yaml(declared))
             self.env["LLMGW_CONFIG"] = str(config)
         if tokens is not None:
             self.env["LLMGW_TOKENS"] = tokens.env
@@ -158,6 +158,21 @@ class ApiServer:
     def logs(self, event: str | None = None) -> list[dict[str, Any]]:
         lines = [json.loads(x) for x in self.log_text().splitlines() if x.startswith("{")]
         return [x for x in lines if event is None or x.get("event") == event]
+
+
+def _write_declared(path: Path, text: str) -> None:
+    """Write the declared file whole (a new file renamed over it), and only if it changes.
+
+    Servers sharing a work dir watch this file (declared.reload). Written in place, a
+    server restarted beside running ones truncated it first: a running server that looked
+    at that instant took an empty catalog, and for a moment dropped every declared model
+    (the chaos test's gateways answered 404 "model 'chat' is not in the catalog").
+    """
+    if path.exists() and path.read_text() == text:
+        return
+    fresh = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fresh.write_text(text)
+    os.replace(fresh, path)
 
 
 @contextmanager

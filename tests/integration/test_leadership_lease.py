@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine, select, text
@@ -20,15 +20,18 @@ from events.database.connection import bounded_connect_args, bounded_engine
 from events.storage.backends import open_log
 from scheduler.daemon.leader import LeaseLeadership
 from scheduler.daemon.round_runner import Placer
+from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.persistence.lease_store import LeadershipLost, read_lease
+from scheduler.persistence.serving_policy import ServingProcess
 from scheduler.persistence.store import SchedulerStore
-from scheduler.persistence.tables import PlacementRoundRow, table
+from scheduler.persistence.tables import PlacementRoundRow, ServingPolicyRow, table
 from scheduler.planner.fleet.inventory import parse_node_report
 from tests.support import model
 
 pytestmark = pytest.mark.postgres
 
 LEASE_S = 1.0
+TAKEOVER_LEASE_S = 60.0
 
 
 @pytest.fixture
@@ -77,7 +80,9 @@ def test_a_lapsed_lease_is_taken_under_the_next_epoch_and_the_old_leaders_writes
 ) -> None:
     placer = _placer(pg_engine)
     old = LeaseLeadership(pg_engine, LEASE_S, holder="replica-a")
-    new = LeaseLeadership(pg_engine, LEASE_S, holder="replica-b")
+    # The new leader's own lease is long: its round below must not outlast it on a busy
+    # machine (a 1 s lease lapsed under a round slowed by CPU load: LeadershipLost).
+    new = LeaseLeadership(pg_engine, TAKEOVER_LEASE_S, holder="replica-b")
     assert old.ensure()
     frozen = old.fence()  # what the old leader will write under when it wakes
     assert frozen is not None and frozen.epoch == 1
@@ -99,6 +104,34 @@ def test_a_lapsed_lease_is_taken_under_the_next_epoch_and_the_old_leaders_writes
     assert [tuple(r) for r in written] == [("replica-b", 2)]
     # The old leader, awake, learns it lost: it does not lead and renews nothing.
     assert not old.ensure() and old.epoch is None
+
+
+def test_an_old_leaders_serving_policy_record_is_fenced_too(pg_engine: Engine) -> None:
+    """The round's first write, the serving policy a placer records when the policy in
+    force is not its own, checks the lease like the others: an old leader woken with
+    another policy must not make the CLI judge by a policy nothing places by."""
+    placer = _placer(pg_engine)
+    placer.serving = ServingProcess("serve", places=True, interval_s=1.0)
+    placer.policy = StalenessPolicy(stale_after=timedelta(seconds=7))  # none recorded yet
+    old = LeaseLeadership(pg_engine, LEASE_S, holder="replica-a")
+    # The new leader's own lease is long: its round below must not outlast it on a busy
+    # machine (a 1 s lease lapsed under a round slowed by CPU load: LeadershipLost).
+    new = LeaseLeadership(pg_engine, TAKEOVER_LEASE_S, holder="replica-b")
+    assert old.ensure()
+    frozen = old.fence()
+    assert frozen is not None
+    _wait_until(new.ensure, "the lease to lapse and the other replica to take it")
+
+    with pytest.raises(LeadershipLost, match="epoch 1"):
+        placer.run(fence=frozen)
+    policies = table(ServingPolicyRow)
+    with pg_engine.connect() as conn:
+        assert conn.execute(select(policies.c.id)).all() == [], "the old leader wrote a policy"
+
+    placer.run(fence=new.fence())
+    with pg_engine.connect() as conn:
+        written = conn.execute(select(policies.c.why, policies.c.places)).all()
+    assert [tuple(r) for r in written] == [("placing", True)]
 
 
 def test_a_clean_release_hands_the_lease_over_at_once(pg_engine: Engine) -> None:

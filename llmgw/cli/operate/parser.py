@@ -22,7 +22,9 @@ def register(
         parents=[parent, staleness_flags()],
         help="the control plane's HTTP API (agents report, operators change the catalog)",
         description="Serve the API over the same database as the other commands. Tokens come "
-        "from --auth-file (env LLMGW_AUTH_FILE) and env LLMGW_TOKENS; see `llmgw token new`.",
+        "from the database (`llmgw token new`, taken within a second by every replica), and "
+        "for a bootstrap operator or an older install from --auth-file (env LLMGW_AUTH_FILE) "
+        "and env LLMGW_TOKENS.",
     )
     p.add_argument(
         "--host",

@@ -90,7 +90,8 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
     if not len(services.book):
         log.warning(
             "api.no_tokens",
-            detail="no token is configured: every write is refused (401); see `llmgw token new`",
+            detail="no token is configured yet: every write is refused (401) until one is "
+            "issued with `llmgw token new` (taken within a second, no restart)",
         )
     # Recorded before serving, so that the CLI's views judge by what this server runs
     # with even before its first round (scheduler.persistence.serving_policy).

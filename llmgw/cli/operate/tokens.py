@@ -186,7 +186,7 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
         return 0
     headers = ["name", "role", "nodes", "models", "limits", "sha256", "source"]
     if args.all:
-        headers.append("revoked_at")
+        headers += ["revoked_at", "revoked_by"]
     sys.stdout.write(
         table(
             headers,

@@ -55,6 +55,9 @@ class Capacity:
         self._name_pools_of_node: dict[str, list[_NamePool]] = {}
         # (pool, GPUs, memory) no fresh node has room for (``may_fit``).
         self._no_fit: set[tuple[_PoolKey, int, int]] = set()
+        # Each pool's names in name order (``eligible``): a pool's members never change
+        # (consuming moves a node between its buckets), so they are sorted once.
+        self._eligible: dict[_PoolKey, tuple[str, ...]] = {}
 
     def copy(self) -> Capacity:
         """The same free capacity, to try another way of placing on: O(N), pools rebuilt lazily."""
@@ -69,6 +72,7 @@ class Capacity:
         other._name_pools = {}
         other._name_pools_of_node = {}
         other._no_fit = set()
+        other._eligible = self._eligible
         return other
 
     def node(self, name: str) -> Node:
@@ -193,7 +197,16 @@ class Capacity:
 
     def eligible(self, profile: PlacementProfile) -> list[str]:
         """The fresh nodes of the profile's class and labels, room or not, by name."""
-        return sorted(self._pool(profile).names())
+        return list(self.eligible_names(profile))
+
+    def eligible_names(self, profile: PlacementProfile) -> tuple[str, ...]:
+        """``eligible``, shared rather than copied: sorted once per pool (not per search,
+        which made a round's defragmentation O(N log N) per unplaced profile)."""
+        key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
+        names = self._eligible.get(key)
+        if names is None:
+            names = self._eligible[key] = tuple(sorted(self._pool(profile).names()))
+        return names
 
     def first_node(self, profile: PlacementProfile, avoid: Collection[str] = ()) -> str | None:
         """The fitting node first by name: first fit, the baseline a round must not fall below.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from catalog.definition.views import PlacementProfile
-from scheduler.lifecycle.inputs import ModelLifecycle
+from scheduler.lifecycle.inputs import ModelLifecycle, RunningCopy
 from scheduler.planner.fleet.rejections import ProfileRejections
 
 
@@ -188,6 +188,9 @@ class Plan:
     # Moves started this round (defragmentation, spread repair), and those under way.
     moves: tuple[Move, ...] = ()
     moving: tuple[Placement, ...] = ()
+    # Replicas placed again where their engines still run (``scheduler.planner.readoption``):
+    # the engine each one is, whose state and endpoint the new placement starts with.
+    again: tuple[RunningCopy, ...] = ()
 
     @property
     def placements(self) -> tuple[Placement, ...]:

@@ -49,6 +49,20 @@ def test_an_engine_no_longer_placed_here_is_stopped() -> None:
     assert d.stops == (Stop(Key("c", 0), "no longer placed on this node"),)
 
 
+def test_a_held_engine_no_longer_placed_is_kept_with_its_cards_and_a_dead_one_is_not() -> None:
+    # Back from a time away: the control plane may place it here again (agent.runtime).
+    d = decide(
+        [want("new", gpus=1)],
+        [have("c", devices=(0,)), have("gone", 1, devices=(1,), alive=False)],
+        [0, 1],
+        NOW,
+        hold={Key("c", 0), Key("gone", 1)},
+    )
+    assert d.held == (Key("c", 0),)
+    assert d.stops == (Stop(Key("gone", 1), "no longer placed on this node"),)
+    assert [s.devices for s in d.starts] == [(1,)]  # card 0 stays the held engine's
+
+
 def test_the_cards_of_a_stopped_engine_go_to_its_successor_in_the_same_tick() -> None:
     d = decide([want("new", gpus=2)], [have("old", devices=(0, 1))], [0, 1], NOW)
     assert [s.key for s in d.stops] == [Key("old", 0)]

@@ -62,7 +62,7 @@ def test_an_unknown_routing_profile_is_refused_at_load_with_a_did_you_mean() -> 
         model(routing_profile="least-load")
     assert "did you mean 'least-loaded'?" in caught.value.message
     assert caught.value.field == "routing_profile" and caught.value.model == "chat"
-    for known in ("", "least-loaded", "round-robin", "session", "latency"):
+    for known in ("", "least-loaded", "round-robin", "session", "latency", "prefix"):
         model(routing_profile=known)
 
 

@@ -95,7 +95,7 @@ class Round:
         )
 
 
-_LATER_FIELDS = frozenset({"version", "moving", "moving_for", "moves"})
+_LATER_FIELDS = frozenset({"version", "moving", "moving_for", "moves", "again"})
 
 
 def _plain(value: Any) -> Any:

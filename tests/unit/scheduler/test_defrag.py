@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.definition.views import PlacementProfile
-from scheduler.planner.defrag import Defrag, moves_for
+from scheduler.planner.defrag import Defrag, _Index, moves_for
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Placement
@@ -210,3 +210,61 @@ def test_property_no_overcommit_no_higher_priority_moved_and_replayable(  # noqa
     if budget_a is not None:
         assert sum(m.placement.model == "a" for m in found.moves) <= budget_a
     assert overcommitted(_apply(placements, found, want), nodes) == []
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    fill=st.lists(st.integers(0, 8), min_size=5, max_size=5),
+    owners=st.lists(st.sampled_from(["a", "b", "c"]), min_size=40, max_size=40),
+    budget_a=st.none() | st.integers(0, 2),
+    stuck=st.booleans(),
+    avoid=st.sets(st.sampled_from([f"n{i}" for i in range(5)]), max_size=2),
+    wanted=st.integers(1, 8),
+)
+def test_property_searches_sharing_a_round_answer_as_each_alone(  # noqa: PLR0917
+    fill: list[int],
+    owners: list[str],
+    budget_a: int | None,
+    stuck: bool,
+    avoid: set[str],
+    wanted: int,
+) -> None:
+    # The round's step searches for many models with one index (each node searched once a
+    # shape, its own replicas' nodes again for each model): every answer, refusal and what
+    # stood in the way included, is the one a search of its own gives, and keeps the rules
+    # a search for a model running nowhere would not see.
+    nodes = [node(f"n{i}", "T4", 8) for i in range(5)]
+    placements: list[Placement] = []
+    for where, many in enumerate(fill):
+        for _ in range(many):
+            i = len(placements)
+            placements.append(Placement(owners[i], i, "t4", (f"n{where}",), 1, "T4"))
+    capacity = _capacity(nodes, placements)
+    want = profile("want", "T4", wanted)
+    shared = _Index(placements, lambda _model, name: name, ())
+    budget = {} if budget_a is None else {"a": budget_a}
+    movable = {"c": False} if stuck else {}
+    profiles = {(m, "t4"): ONE for m in ("a", "b", "c")}
+
+    def search(model: str, priority: int, shun: frozenset[str], index: _Index | None) -> Defrag:
+        return moves_for(
+            model, priority, want, capacity, placements,
+            priorities={"b": 1}, budget=budget, profiles=profiles, movable=movable,
+            avoid=shun, index=index,
+        )  # fmt: skip
+
+    for model, priority in (("a", 0), ("b", 1), ("c", 0), ("big", 0), ("a", 1), ("big", 1)):
+        for shun in (frozenset(), frozenset(avoid)):
+            alone = search(model, priority, shun, None)
+            assert search(model, priority, shun, shared) == alone, (model, priority, sorted(shun))
+            # Never its own replicas, nor a higher priority's, nor a model that may not move.
+            assert all(
+                m.placement.model not in {model, "c" if stuck else ""}
+                and not (m.placement.model == "b" and priority < 1)
+                for m in alone.moves
+            )
+            assert alone.node not in shun
+            if alone.node is None and stuck and model != "c":
+                # Refused: a replica of "c" (not movable) on any node searched is named.
+                there = {p.nodes[0] for p in placements if p.model == "c"} - shun
+                assert ("c" in alone.blocked) == bool(there), alone

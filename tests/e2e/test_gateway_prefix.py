@@ -1,0 +1,143 @@
+"""The ``prefix`` routing profile end to end: a real `llmgw serve`, an agent with three
+sim engines (each with its own simulated prefix cache, reporting
+``usage.prompt_tokens_details.cached_tokens``), one and then two real gateways, and the
+official OpenAI client. Waits are on conditions, never on sleeps."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai.types.chat import ChatCompletionMessageParam
+
+from tests.e2e.agents import Cluster, eventually
+from tests.e2e.gateways import GatewayProc, GatewayTokens, gateway_cluster
+
+pytestmark = pytest.mark.slow
+
+ROUNDS = ["--with-scheduler", "--interval", "0.3", "--stream-poll", "0.1"]
+# One slot per engine and 50 ms a token: a burst of requests queues, so in-flight
+# counts (the balance rule's input) build up.
+CACHED = {
+    "name": "cached",
+    "source": "sim/cached",
+    "scaling": {"min": 3, "max": 3},
+    "context_length": 32768,
+    "max_output": 512,
+    "routing_profile": "prefix",
+    "profiles": [
+        {
+            "name": "sim",
+            "engine": "sim",
+            "gpu_class": "SIM",
+            "args": ["--slots", "1", "--token-delay", "0.05"],
+        }
+    ],
+}
+SYSTEM = "You answer questions about clusters of cards, briefly and exactly. " * 40
+
+
+class Setup:
+    def __init__(self, c: Cluster, gw: GatewayProc, tokens: GatewayTokens) -> None:
+        self.c, self.gw, self.tokens = c, gw, tokens
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Setup]:
+    work = tmp_path_factory.mktemp("gwprefix")
+    shutil.copy(sqlite_template, work / "llmgw.db")
+    with gateway_cluster(work, f"sqlite:///{work / 'llmgw.db'}", ["n1"], [CACHED], ROUNDS) as (
+        c,
+        gw,
+        tokens,
+    ):
+        c.agent("n1", gpus="SIM:3")
+        eventually(lambda: gw.ready("cached", 3), "three cached replicas at the gateway")
+        yield Setup(c, gw, tokens)
+
+
+def ask(gw: GatewayProc, token: str, messages: list[ChatCompletionMessageParam], **kw: Any) -> Any:
+    return gw.openai(token).chat.completions.with_raw_response.create(
+        model="cached", messages=messages, max_tokens=kw.pop("max_tokens", 2), **kw
+    )
+
+
+def test_a_conversation_stays_where_its_prefix_is_and_the_engine_reuses_it(setup: Setup) -> None:
+    gw, token = setup.gw, setup.tokens.client
+    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": SYSTEM}]
+    replicas, cached = [], []
+    for turn in range(4):
+        messages.append({"role": "user", "content": f"question {turn}: " + "why " * 60})
+        raw = ask(gw, token, messages)
+        answer = raw.parse()
+        replicas.append(raw.headers["x-llmgw-replica"])
+        details = answer.usage.prompt_tokens_details
+        cached.append(details.cached_tokens if details else 0)
+        messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+    assert len(set(replicas)) == 1, replicas
+    # The engine's own count: each turn finds more of the conversation cached.
+    assert cached[0] == 0 and all(b > a for a, b in itertools.pairwise(cached)), cached
+    home = replicas[0]
+    view = {r["replica"]: r for r in gw.routing()["models"]["cached"]["replicas"]}
+    prefix = view[home]["prefix"]
+    assert prefix["checked"] >= 4 and prefix["cached_tokens"] >= sum(cached)
+    assert prefix["predicted_cached_tokens"] > 0 and prefix["blocks"] > 0
+    assert prefix["hit_rate"] is not None and prefix["hit_rate"] > 0
+    metrics = gw.get("/metrics").text
+    assert 'llmgw_gateway_prefix_predicted_tokens_total{model="cached"}' in metrics
+    recent = gw.routing()["models"]["cached"]["recent"]
+    assert recent[-1]["reason"].startswith("prefix: ")
+
+
+def test_a_hot_prefix_spills_when_its_replica_is_loaded(setup: Setup) -> None:
+    """Twelve requests of one prefix at once, each 20 tokens at 50 ms on one-slot
+    engines: the balance rule keeps the hot replica within 2 in flight of the least
+    loaded, so the burst is spread, not queued on one replica."""
+    gw, token = setup.gw, setup.tokens.client
+    hot: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": "hot " + SYSTEM},
+        {"role": "user", "content": "the same question"},
+    ]
+    ask(gw, token, hot)  # now cached on one replica
+
+    def one(_: int) -> str:
+        raw = ask(gw, token, hot, max_tokens=20, stream=True)
+        for _event in raw.parse():
+            pass
+        return str(raw.headers["x-llmgw-replica"])
+
+    with ThreadPoolExecutor(12) as pool:
+        served = list(pool.map(one, range(12)))
+    assert len(set(served)) >= 2, served
+    reasons = [c["reason"] for c in gw.routing()["models"]["cached"]["recent"]]
+    assert any("passed over" in r for r in reasons), reasons
+
+
+def test_two_gateways_send_an_unseen_prefix_to_the_same_replica(
+    setup: Setup, tmp_path: Path
+) -> None:
+    gw, token = setup.gw, setup.tokens.client
+    other = GatewayProc(
+        tmp_path, setup.c.server.url, setup.tokens.gateway_b, admin=setup.c.tokens.reader
+    )
+    other.start()
+    try:
+        eventually(lambda: other.ready("cached", 3), "the second gateway has the replicas")
+        pairs = []
+        for i in range(9):
+            conv: list[ChatCompletionMessageParam] = [
+                {"role": "system", "content": f"tenant {i}: " + SYSTEM},
+                {"role": "user", "content": f"first question of conversation {i}"},
+            ]
+            first = ask(other, token, conv).headers["x-llmgw-replica"]
+            second = ask(gw, token, conv).headers["x-llmgw-replica"]
+            pairs.append((first, second))
+        assert all(a == b for a, b in pairs), pairs
+        assert len({a for a, _ in pairs}) >= 2, pairs  # and the prefixes spread
+    finally:
+        other.stop()
