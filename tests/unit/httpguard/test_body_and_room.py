@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -298,3 +299,54 @@ def test_the_guards_own_answers_carry_the_servers_request_ids() -> None:
     assert stalled.startswith(b"HTTP/1.1 408") and b"\r\nx-request-id: rid-1\r\n" in stalled
     named = {entry.get("request_id") for entry in logs}
     assert {"rid-0", "rid-1"} <= named
+
+
+def test_a_connection_not_reading_its_answer_gives_way_before_an_older_half_sent_head() -> None:
+    """The hostile review after issue 36: a request whose answer waits on a client that
+    never reads counted as being served, and such connections held the cap. Now one the
+    server cannot write to gives way first, before even an older unfinished head."""
+    BIG = b"x" * (8 << 20)
+    sent = asyncio.Event()
+
+    async def big(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = BIG if scope["path"] == "/big" else b"ok"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+        if body is BIG:
+            sent.set()  # in the transport's buffer, most of it: writes paused
+
+    async def main() -> None:
+        async with guarded_server(big, HeadLimits(max_connections=2), coalesce=False) as sock:
+            port = sock.getsockname()[1]
+            loop = asyncio.get_running_loop()
+            # The oldest: an unfinished head.
+            half_r, half_w = await asyncio.open_connection("127.0.0.1", port)
+            half_w.write(b"GET /healthz HTTP/1.1\r\n")
+            await half_w.drain()
+            # A client with a 1 KiB receive buffer asking for 8 MiB and reading none of it.
+            raw = socket.socket()
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            raw.setblocking(False)
+            await loop.sock_connect(raw, ("127.0.0.1", port))
+            await loop.sock_sendall(raw, b"GET /big HTTP/1.1\r\nhost: t\r\n\r\n")
+            await asyncio.wait_for(sent.wait(), BOUND)
+            with capture_logs() as logs:
+                assert await _get(port) == b"HTTP/1.1 200 OK"
+            assert [e["kind"] for e in logs if e["event"] == "http.connection_reclaimed"] == [
+                "unread"
+            ]
+            # The older unfinished head was left alone: it completes and is answered.
+            half_w.write(b"host: t\r\n\r\n")
+            assert (await _answer(half_r))[0] == b"HTTP/1.1 200 OK"
+            half_w.close()
+            raw.close()
+
+    _run(main)
