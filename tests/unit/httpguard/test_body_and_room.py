@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import uvloop
 from structlog.testing import capture_logs
 
 from httpguard import HeadLimits
@@ -350,3 +351,49 @@ def test_a_connection_not_reading_its_answer_gives_way_before_an_older_half_sent
             raw.close()
 
     _run(main)
+
+
+def test_a_request_served_behind_a_pipeline_is_told_its_client_is_gone() -> None:
+    """uvicorn marks only its newest request gone when the connection is lost: with
+    requests pipelined behind it, the one being served went on writing its answer to
+    the closed transport (under uvloop an exception: an ``api.error`` traceback per
+    connection). Now it is told, the rest of its answer is dropped, and one throttled
+    line says so."""
+    release = asyncio.Event()
+    raised: list[BaseException] = []
+    started = asyncio.Event()
+
+    async def held(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        started.set()
+        await release.wait()
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            for _ in range(20):
+                await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+                await asyncio.sleep(0.01)
+            await send({"type": "http.response.body", "body": b""})
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+
+    async def main() -> None:
+        async with guarded_server(held, coalesce=False) as sock:
+            port = sock.getsockname()[1]
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /a HTTP/1.1\r\nhost: t\r\n\r\n" * 3)
+            await asyncio.wait_for(started.wait(), BOUND)
+            # (The server reads no more while requests are queued: it learns that the
+            # client is gone when it writes.)
+            writer.transport.abort()
+            release.set()
+            while not raised and not [e for e in logs if e["event"] == "http.pipeline_dropped"]:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # the application's remaining sends
+
+    with capture_logs() as logs:
+        uvloop.run(asyncio.wait_for(main(), 60))
+    assert not raised, raised
+    dropped = [e for e in logs if e["event"] == "http.pipeline_dropped"]
+    assert len(dropped) == 1 and dropped[0]["queued"] == 2, dropped
