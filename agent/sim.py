@@ -273,6 +273,10 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
             entry["max_model_len"] = max_model_len  # as vLLM lists it
         return JSONResponse({"object": "list", "data": [entry]})
 
+    async def props(request: Request) -> Response:
+        # As llama.cpp's server says its slots (``total_slots``; 0 here: no limit).
+        return JSONResponse({"total_slots": max(slots, 0), "model_alias": model})
+
     async def read(request: Request) -> dict[str, Any] | JSONResponse:
         """The request's body, or the refusal to answer with."""
         raw = await request.body()
@@ -438,6 +442,7 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
             Route("/metrics", metrics, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/v1/models", models, methods=["GET"]),
+            Route("/props", props, methods=["GET"]),
             Route("/tokenize", tokenize_route, methods=["POST"]),
             Route("/v1/embeddings", embeddings, methods=["POST"]),
             Route("/v1/chat/completions", chat, methods=["POST"]),

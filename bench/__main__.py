@@ -1,8 +1,10 @@
 """``python -m bench [AREA ...] [--quick]``: print one table per area.
 
 Areas: replay, append, peer, placement, writers, decode, reports, batch, headers, autoscale
-(all when none is named), prefix (the routing profiles against the engines' prefix caches:
-``python -m bench prefix --help``), and gateway (only when named: it needs the peers' venv,
+(all when none is named), fairness (only when named: the gateway's queue against FIFO
+on sim engines, about 11 minutes; ``python -m bench.gateway.fairness --help``), prefix
+(the routing profiles against the engines' prefix caches: ``python -m bench prefix
+--help``), and gateway (only when named: it needs the peers' venv,
 ``make bench-peers``, and takes about a quarter of an hour; ``python -m bench.gateway
 --help`` has its options), and heartbeats (only when named, with options of its own:
 ``python -m bench heartbeats --help``). The default sizes are the ones the issue asks for;
@@ -33,7 +35,7 @@ AREAS = (
     "headers",
     "autoscale",
 )
-NAMED_ONLY = ("gateway",)
+NAMED_ONLY = ("gateway", "fairness")
 
 
 def _runner(area: str) -> Callable[[bool], list[common.Table]]:
@@ -73,6 +75,10 @@ def _runner(area: str) -> Callable[[bool], list[common.Table]]:
         from bench.autoscale import rounds as autoscale
 
         return autoscale.run
+    if area == "fairness":
+        from bench.gateway import fairness
+
+        return fairness.run
     if area == "gateway":
         from bench.gateway import side_by_side as gateway
 

@@ -137,6 +137,7 @@ class DeclaredReloader:
         self._content = content
         now = datetime.now(UTC)
         try:
+            self._refuse_emptied()
             new = load_declared(self.path)
         except CatalogError as exc:
             return self._refused(exc, now)
@@ -168,6 +169,28 @@ class DeclaredReloader:
         if self.last.refusal is not None:
             log.info("catalog.declared_refusal_cleared", path=str(self.path))
         return self._done(outcome)
+
+    def _refuse_emptied(self) -> None:
+        """Refuse a file with nothing in it while models are declared.
+
+        Why: a file written in place (a shell's ``>``, an editor that truncates first)
+        is empty for a moment, and an empty document reads as "no models": a reload
+        caught in that moment would remove every declared model, and the leader's next
+        round would unplace them all. Removing them all is said with ``models: []``."""
+        if not len(self.current):
+            return
+        try:
+            raw = self._read()
+        except CatalogError:
+            return  # load_declared refuses it, naming why
+        if raw.strip():
+            return
+        raise CatalogError(
+            f"{self.path}: the file is empty (written in place and caught half way?); the "
+            f"{len(self.current)} declared model(s) are kept. To remove every declared "
+            "model, write `models: []`; to change the file safely, write another file "
+            "and rename it over this one"
+        )
 
     def _record(self, change: DeclaredChange, stamp: str) -> None:
         # One event per change however many processes watch the file: the same key.

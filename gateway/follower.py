@@ -40,6 +40,7 @@ from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
 from catalog.forms.client_limits import LimitError, from_json
 from catalog.forms.servers import FAILOVER_TIMEOUT_S, ServerList
+from gateway.stages.queue import CLASSES, MAX_SHARE, STANDARD
 from gateway.state import Client, State
 from gateway.table import build
 
@@ -166,7 +167,7 @@ class Follower:
                 # taken, rather than served without its limits.
                 log.warning("gateway.client_skipped", client=name[:64], reason=str(exc)[:300])
                 continue
-            clients[digest] = Client(name, listed or None, limits)
+            clients[digest] = Client(name, listed or None, limits, *_place(entry))
         self.state.clients = clients
 
     async def read_readers(self) -> None:
@@ -326,3 +327,14 @@ def _is_token_event(data: bytes) -> bool:
         return False
     kind = event.get("type") if isinstance(event, dict) else None
     return isinstance(kind, str) and kind.startswith("token.")
+
+
+def _place(entry: dict[str, Any]) -> tuple[str, float]:
+    """A client token's priority class and share in the feed; what is not one (an older
+    control plane's feed says neither) is the default, standard and 1."""
+    klass, share = entry.get("priority_class"), entry.get("share")
+    if klass not in CLASSES:
+        klass = STANDARD
+    if type(share) is not int or not 1 <= share <= MAX_SHARE:
+        share = 1
+    return str(klass), float(share)

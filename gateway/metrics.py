@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 
 # TTFT from 10 ms to a minute; TPOT from 1 ms to 2 s.
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+QUEUE_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2)
 
 
@@ -121,6 +122,21 @@ class Metrics:
             "llmgw_gateway_refusals",
             "Requests refused by admission, by model and reason",
             ["model", "reason"],
+            registry=r,
+        )
+        self.queue_length = Gauge(
+            "llmgw_gateway_queue_length",
+            "Requests waiting for a free slot of a full model, by model and priority class",
+            ["model", "priority"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.queue_wait = Histogram(
+            "llmgw_gateway_queue_wait_seconds",
+            "Time a request waited in its model's queue (queued requests only), by model "
+            "and priority class",
+            ["model", "priority"],
+            buckets=QUEUE_BUCKETS,
             registry=r,
         )
         self.retries = Counter(

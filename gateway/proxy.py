@@ -41,6 +41,7 @@ from gateway import usage
 from gateway.settings import GatewaySettings
 from gateway.stages import admission, prefix, quota, sse
 from gateway.stages.admission import Refusal, Request
+from gateway.stages.queue import STANDARD, Bounds, ModelQueue, Waiter, free_slots, open_replicas
 from gateway.stages.routing import Choice, choose, eligible, observe_ttft, picked
 from gateway.state import State
 from gateway.table import ModelEntry, Replica
@@ -96,6 +97,9 @@ class Trace:
     # The prompt tokens the engine said it took from its cache (None: it did not say).
     cached_tokens: int | None = None
     waited_s: float = 0.0
+    # In the model's queue, for a free slot (gateway.stages.queue); the class it ran in.
+    queued_s: float = 0.0
+    priority_class: str = STANDARD
     bytes_sent: bool = False
     # The client has every byte of the answer ([DONE] sent): a hang-up after it is no
     # cancellation.
@@ -123,6 +127,10 @@ class Call:
     # The server's hooks (httpguard's protocol), when it has them: a stream's events are
     # written through them.
     hooks: RequestHooks | None = None
+    # Where it stands in a full model's queue: its client's share, and how long it may
+    # wait there (its client's own timeout when shorter than the gateway's bound).
+    share: float = 1.0
+    queue_wait_s: float | None = None
 
 
 class _OverSlo(Exception):
@@ -135,6 +143,11 @@ class Proxy:
         self.state = state
         self.upstream = upstream
         self.settings = settings
+        # This process's part of each replica's slots: the gateway's ([gateway]
+        # slot_share), split evenly between its workers (each counts its own in flight).
+        self.share = settings.slot_share / max(settings.workers, 1)
+        # A new table may bring replicas with free slots: the queues' waiters take them.
+        state.installed.append(self.pump_all)
 
     def chain(self, entry: ModelEntry, allowed: frozenset[str] | None) -> list[ModelEntry]:
         """The model and its fallbacks the client may use, in order, each once."""
@@ -265,6 +278,7 @@ class Proxy:
         state, req, trace = self.state, call.req, call.trace
         tried: set[str] = set()
         session = req.session
+        waiter: Waiter | None = None
         prompt = prefix.prompt_of(call.body, req.kind) if m.routing_profile == PREFIX else None
         for _ in range(self.settings.attempts):
             now = time.monotonic()
@@ -276,6 +290,16 @@ class Proxy:
                 first = None
                 ready = [r for r in state.table.ready.get(m.name, ()) if r.key not in tried]
                 candidates = eligible(ready, state.loads, now)
+                if candidates and (state.queues or m.name in state.table.slotted):
+                    # Slots known: the replicas with a free one, at once when nobody
+                    # waits for one (no await on this path), else after the queue.
+                    free = open_replicas(candidates, state.loads, self.share)
+                    q = state.queues.get(m.name)
+                    if free and (q is None or not (q.length or q.granted)):
+                        candidates = free
+                    else:
+                        candidates, queued = await self._gate(call, m, tried)
+                        waiter = waiter or queued
                 picked = choose(
                     m.routing_profile,
                     candidates,
@@ -317,6 +341,9 @@ class Proxy:
             )
             try:
                 await self._send(call, m, replica)
+                if waiter is not None and (q := state.queues.get(m.name)) is not None:
+                    served = (trace.prompt_tokens or 0) + (trace.completion_tokens or 0)
+                    q.served(waiter, served or None)
                 if ticket is not None:
                     self._check(m.name, ticket, trace)
                 return True
@@ -332,6 +359,115 @@ class Proxy:
                     for_s=round(until - time.monotonic(), 2),
                 )
         return False
+
+    async def _gate(
+        self, call: Call, m: ModelEntry, tried: set[str]
+    ) -> tuple[list[Replica], Waiter | None]:
+        """The replicas with a free slot after waiting in the model's queue
+        (``gateway.stages.queue``): every ready one is full, or others wait already."""
+        state, share = self.state, self.share
+        q = state.queues.get(m.name)
+        if q is None:
+            q = state.queues[m.name] = ModelQueue(
+                m.name,
+                Bounds(
+                    self.settings.queue_max_length,
+                    self.settings.queue_max_wait_s,
+                    self.settings.queue_starvation_s,
+                ),
+            )
+        waiter: Waiter | None = None
+        while True:
+            waiter = await self._wait(call, m, q, waiter)
+            ready = [r for r in state.table.ready.get(m.name, ()) if r.key not in tried]
+            free = open_replicas(eligible(ready, state.loads, time.monotonic()), state.loads, share)
+            if free or not ready:
+                # Nothing ready at all: the caller's path for a model without replicas.
+                return free, waiter
+
+    async def _wait(self, call: Call, m: ModelEntry, q: ModelQueue, again: Waiter | None) -> Waiter:
+        """Wait in ``q`` until woken for a free slot; a ``Refusal`` when the queue is
+        full (429 ``queue_full``) or the wait is over (503 ``queue_timeout``)."""
+        trace, metrics = call.trace, self.state.metrics
+        now = time.monotonic()
+        if again is None:
+            bound = self.settings.queue_max_wait_s
+            if call.queue_wait_s is not None:
+                bound = min(bound, call.queue_wait_s)
+            w = Waiter(trace.client, trace.priority_class, call.share, now, now + bound)
+        else:
+            w = again  # woken, but the slot went (a replica left): back at its line's head
+        loop = asyncio.get_running_loop()
+        w.ticket = loop.create_future()
+        queued, evicted = q.push(w, front=again is not None)
+        if evicted is not None:
+            evicted.ticket.set_exception(_queue_full(m.name, q, evicted.klass))
+        if not queued:
+            raise _queue_full(m.name, q, w.klass)
+        gauge = metrics.queue_length.labels(m.name, w.klass)
+        gauge.inc()
+        if again is None:
+            log.info(
+                "gateway.queued",
+                request_id=trace.request_id,
+                model=m.name,
+                priority=w.klass,
+                length=q.length,
+            )
+        self.pump(m.name)
+        woken = False
+        try:
+            async with asyncio.timeout(w.deadline - now):
+                await w.ticket
+            woken = True
+        except TimeoutError:
+            trace.outcome = "unavailable"
+            raise Refusal(
+                503,
+                f"model {m.name!r} is full: every ready replica's slots are busy and this "
+                f"request waited {time.monotonic() - w.enqueued:.1f}s in its queue (position "
+                f"among {q.length}, class {w.klass!r}); retry later, or lower its class "
+                "(x-llmgw-priority-class: batch) to leave room for others",
+                param="model",
+                code="queue_timeout",
+                type="service_unavailable",
+                retry_after=_retry_after(q),
+            ) from None
+        finally:
+            gauge.dec()
+            if not woken and not q.remove(w) and _granted(w.ticket):
+                # Woken for a slot and gone before taking it (the client left): it is
+                # someone else's now.
+                q.granted -= 1
+                self.pump(m.name)
+        q.granted -= 1
+        waited = time.monotonic() - w.enqueued
+        trace.queued_s = waited
+        metrics.queue_wait.labels(m.name, w.klass).observe(waited)
+        return w
+
+    def pump_all(self) -> None:
+        for model in list(self.state.queues):
+            self.pump(model)
+
+    def pump(self, model: str) -> None:
+        """Wake the model's next waiters, one per free slot not yet promised."""
+        q = self.state.queues.get(model)
+        if q is None:
+            return
+        if not q.length:
+            if not q.granted:
+                q.forget_idle()
+            return
+        loads, now = self.state.loads, time.monotonic()
+        ready = eligible(self.state.table.ready.get(model, ()), loads, now)
+        free = free_slots(ready, loads, self.share)
+        while q.length and free > q.granted:
+            w = q.pop(now)
+            if w is None or w.ticket is None or w.ticket.done():
+                continue
+            q.granted += 1
+            w.ticket.set_result(None)
 
     def _check(self, model: str, ticket: prefix.Ticket, trace: Trace) -> None:
         """A prefix guess against the engine's own count, when it gave one."""
@@ -395,6 +531,8 @@ class Proxy:
                 await call.send({"type": "http.response.body", "body": b""})
         finally:
             load.inflight -= 1
+            if state.queues:
+                self.pump(m.name)
             state.windows.replied(m.name, replica.key, time.monotonic())
             if resp is not None and not resp.closed:
                 # A complete answer's connection goes back to the pool; an interrupted
@@ -848,6 +986,30 @@ def _has_content(payload: bytes) -> bool:
 
 def _over(limit: int) -> str:
     return f"is over {limit} bytes ([gateway] max_answer_mb)"
+
+
+def _granted(ticket: asyncio.Future[None]) -> bool:
+    """Whether a waiter's future says it was woken for a slot."""
+    return ticket.done() and not ticket.cancelled() and ticket.exception() is None
+
+
+def _retry_after(q: ModelQueue) -> int:
+    # Seconds: about how long the line ahead takes to clear, at one a second per waiter
+    # a class, between 1 and 60 (the client's backoff takes it from there).
+    return max(1, min(60, q.length // 4 + 1))
+
+
+def _queue_full(model: str, q: ModelQueue, klass: str) -> Refusal:
+    return Refusal(
+        429,
+        f"model {model!r} is full: every ready replica's slots are busy and its queue holds "
+        f"{q.length} requests of class {klass!r} or above (at most {q.bounds.max_length}, "
+        "[gateway] queue_max_length); retry after the Retry-After seconds",
+        param="model",
+        code="queue_full",
+        type="rate_limit_error",
+        retry_after=_retry_after(q),
+    )
 
 
 def _dumps(value: Any) -> bytes:

@@ -33,6 +33,7 @@ from gateway.proxy import INLINE_JSON, Call, Proxy, Trace
 from gateway.settings import GatewaySettings
 from gateway.stages import admission
 from gateway.stages.admission import Refusal
+from gateway.stages.queue import RANK, lowered
 from gateway.state import Client, State
 from httpguard.protocol import HOOKS, RequestHooks
 
@@ -303,14 +304,15 @@ class GatewayApp:
             started = True
             state.metrics.model(label).inflight.inc()
             state.windows.started(label, trace.started)
-            call = Call(
-                req,
-                body,
-                raw,
-                state.allowed(client),
-                send,
-                trace,
-                hooks_of(scope),
+            call = _call(
+                scope,
+                req=req,
+                body=body,
+                raw=raw,
+                allowed=state.allowed(client),
+                client=client,
+                send=send,
+                trace=trace,
             )
             # A client that goes away cancels its request, upstream included.
             unwatch = _watch_client(call.hooks, receive, gone)
@@ -403,7 +405,61 @@ class GatewayApp:
             latency_ms=round((now - trace.started) * 1e3, 3),
             ttft_ms=None if trace.ttft_s is None else round(trace.ttft_s * 1e3, 3),
             waited_ms=round(trace.waited_s * 1e3, 1) if trace.waited_s else None,
+            priority=trace.priority_class,
+            queued_ms=round(trace.queued_s * 1e3, 1) if trace.queued_s else None,
         )
+
+
+# The OpenAI SDKs send their read timeout (seconds) in this header: how long the client
+# waits for an answer. A request waits in a full model's queue no longer than that (nor
+# than [gateway] queue_max_wait): a client that gave up must not hold a place.
+TIMEOUT_HEADER = b"x-stainless-read-timeout"
+PRIORITY_HEADER = b"x-llmgw-priority-class"
+
+
+def _call(
+    scope: Scope,
+    *,
+    req: admission.Request,
+    body: Any,
+    raw: bytes,
+    allowed: frozenset[str] | None,
+    client: Client,
+    send: Send,
+    trace: Trace,
+) -> Call:
+    """The proxy's view of one admitted request; its class is its token's, or lower."""
+    trace.priority_class = lowered(client.priority_class, _priority_header(scope))
+    return Call(
+        req,
+        body,
+        raw,
+        allowed,
+        send,
+        trace,
+        hooks_of(scope),
+        share=client.share,
+        queue_wait_s=_client_timeout(scope),
+    )
+
+
+def _client_timeout(scope: Scope) -> float | None:
+    raw = _header(scope, TIMEOUT_HEADER)
+    if raw is None or len(raw) > 16:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if 0 < value < 1e9 else None
+
+
+def _priority_header(scope: Scope) -> str | None:
+    raw = _header(scope, PRIORITY_HEADER)
+    if raw is None or len(raw) > 16:
+        return None
+    text = raw.decode("latin-1").strip().lower()
+    return text if text in RANK else None
 
 
 def _with_session(req: admission.Request, session: bytes) -> admission.Request:

@@ -56,6 +56,15 @@ class GatewaySettings:
     worker: int = 0
     # Connections one worker holds at once (httpguard's ``HeadLimits.max_connections``).
     max_connections: int = 800
+    # The queue per model when every ready replica is full (gateway.stages.queue): its
+    # length, the longest a request waits in it (or its client's shorter timeout), and
+    # how long a lower class may be passed over before it goes first anyway.
+    queue_max_length: int = 1024
+    queue_max_wait_s: float = 60.0
+    queue_starvation_s: float = 30.0
+    # This gateway's part of each replica's slots (1: all of them; with N gateways in
+    # front of the same replicas, 1/N each).
+    slot_share: float = 1.0
 
     @property
     def server_list(self) -> tuple[str, ...]:

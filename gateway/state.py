@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ from catalog.definition.routing_profiles import PREFIX
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 from gateway.metrics import Metrics
 from gateway.stages.prefix import PrefixTable, Stats
+from gateway.stages.queue import STANDARD, ModelQueue
 from gateway.stages.quota import Quotas
 from gateway.stages.routing import Load, joined, predicted_ttft, ramp
 from gateway.stages.setaside import SetAside
@@ -25,12 +27,15 @@ RECENT = 20
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    """A client token: its name (logged), the models it may use (None: all) and its
-    limits (gateway.stages.quota enforces them)."""
+    """A client token: its name (logged), the models it may use (None: all), its
+    limits (gateway.stages.quota enforces them) and where it stands in a full model's
+    queue (its priority class and share)."""
 
     name: str
     models: tuple[str, ...] | None
     limits: ClientLimits = NO_LIMITS
+    priority_class: str = STANDARD
+    share: float = 1.0
 
 
 class State:
@@ -61,6 +66,10 @@ class State:
         self.last_error = ""
         self.changed = asyncio.Event()  # set (and replaced) on each new table
         self.wake_signals = asyncio.Event()  # a request started waiting: post now
+        # model -> its queue, made when a request first waits for a full model's slot.
+        self.queues: dict[str, ModelQueue] = {}
+        # Called after each new table is installed (the proxy wakes its queues' waiters).
+        self.installed: list[Callable[[], None]] = []
 
     def install(self, table: Table) -> None:
         """A new table: requests from now on route by it; waiters are woken. A replica
@@ -86,6 +95,8 @@ class State:
             self.metrics.ready_replicas.labels(model).set(len(table.ready.get(model, ())))
         changed, self.changed = self.changed, asyncio.Event()
         changed.set()
+        for hook in self.installed:
+            hook()
 
     def load(self, key: str) -> Load:
         found = self.loads.get(key)
@@ -122,6 +133,7 @@ class State:
                         "set_aside_for_s": round(load.set_aside_until - now, 3) if aside else None,
                         "failures": self.aside.count(r.key),
                         "inflight": load.inflight,
+                        "slots": r.slots or None,
                         "weight": r.weight,
                         "effective_context_length": r.context,
                         "context_detail": r.context_detail,
@@ -141,6 +153,7 @@ class State:
                 "starting": self.table.coming.get(name, 0),
                 "replicas": replicas,
                 "recent": list(self.recent.get(name, ())),
+                "queue": self.queues[name].snapshot(now) if name in self.queues else None,
             }
         return {
             "gateway": self.gateway_id,

@@ -32,6 +32,40 @@ MAX_NAME = 256
 MAX_CONTEXT_DETAIL = 200
 # An effective_context_length at or above this is not one an engine reported.
 MAX_CONTEXT = 1 << 31
+# The engines' own flags for the requests they answer at once, by engine.
+SLOT_FLAGS = {
+    "vllm": ("--max-num-seqs",),
+    "": ("--max-num-seqs",),  # the catalog's default engine
+    "llamacpp": ("--parallel", "-np"),
+    "sim": ("--slots",),
+}
+MAX_SLOTS = 4096
+
+
+def slots_of(engine: str, args: Iterable[str], field: int = 0) -> int:
+    """Requests one replica of a profile answers at once: the profile's ``slots`` when
+    set, else its engine's flag in ``args`` (vLLM's ``--max-num-seqs``, llama.cpp's
+    ``--parallel``, the sim's ``--slots``), else 0 (not known: never held back).
+
+    >>> slots_of("vllm", ["--max-num-seqs", "8"]), slots_of("llamacpp", ["-np=2"])
+    (8, 2)
+    >>> slots_of("sim", ["--slots", "3"], field=5), slots_of("vllm", ["--max-num-seqs"])
+    (5, 0)
+    """
+    if 0 < field <= MAX_SLOTS:
+        return field
+    flags = SLOT_FLAGS.get(engine, ())
+    words = list(args)
+    found = 0
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if flag not in flags:
+            continue
+        if not eq:
+            value = words[i + 1] if i + 1 < len(words) else ""
+        if value.isascii() and value.isdigit() and 0 < len(value) < 6:
+            found = int(value)  # the last one given wins, as in the engines' parsers
+    return found if 0 < found <= MAX_SLOTS else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +85,8 @@ class Replica:
     # arithmetic behind it (``context_detail``, e.g. "--ctx-size 2048 / --parallel 4 = 512").
     context: int | None = None
     context_detail: str = ""
+    # Requests its engine answers at once (``slots_of``); 0: not known, never full.
+    slots: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +153,8 @@ class Table:
     coming: Mapping[str, int] = field(default_factory=dict)
     # The catalog's log position the table was built at.
     position: int = 0
+    # The models with a ready replica whose slots are known: only they may queue.
+    slotted: frozenset[str] = frozenset()
 
     def resolve(self, name: str) -> ModelEntry | None:
         canonical = self.index.get(name)
@@ -135,6 +173,7 @@ def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], posi
     entries: dict[str, ModelEntry] = {}
     index: dict[str, str] = {}
     weights: dict[tuple[str, str], float] = {}
+    slots: dict[tuple[str, str], int] = {}
     for m in models:
         entries[m.name] = ModelEntry.of(m)
         index[m.name] = m.name
@@ -142,6 +181,7 @@ def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], posi
             index[alias] = m.name
         for prof in m.profiles:
             weights[(m.name, prof.name)] = prof.weight if prof.weight > 0 else 1.0
+            slots[(m.name, prof.name)] = slots_of(prof.engine, prof.args, prof.slots)
     ready: dict[str, list[Replica]] = {}
     coming: dict[str, int] = {}
     for p in placements:
@@ -165,7 +205,15 @@ def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], posi
         context, detail = _context(p)
         ready.setdefault(model, []).append(
             Replica(
-                key, model, endpoint.rstrip("/"), weight, profile, stable_hash(key), context, detail
+                key,
+                model,
+                endpoint.rstrip("/"),
+                weight,
+                profile,
+                stable_hash(key),
+                context,
+                detail,
+                slots.get((model, profile), 0),
             )
         )
     return Table(
@@ -174,6 +222,7 @@ def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], posi
         ready={m: tuple(sorted(rs, key=lambda r: r.key)) for m, rs in ready.items()},
         coming=coming,
         position=position,
+        slotted=frozenset(m for m, rs in ready.items() if any(r.slots for r in rs)),
     )
 
 

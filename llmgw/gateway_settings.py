@@ -19,6 +19,10 @@ settings file, then the defaults, the same order as every other command's settin
     admin_open = false                  # true: /metrics and /routing take no token
     workers = 1                         # processes serving the port (one core each; <= 64)
     max_connections = 800               # per worker; then the oldest not being served give way
+    queue_max_length = 1024             # requests waiting for a full model's free slot
+    queue_max_wait = "60s"              # at most (or the client's shorter timeout)
+    queue_starvation = "30s"            # a lower class waits at most this long
+    slot_share = 1.0                    # this gateway's part of each replica's slots
 """
 
 from __future__ import annotations
@@ -114,6 +118,10 @@ def resolve_gateway(
         admin_open=value("admin_open", defaults.admin_open),
         workers=workers,
         max_connections=value("max_connections", defaults.max_connections),
+        queue_max_length=max(value("queue_max_length", defaults.queue_max_length), 1),
+        queue_max_wait_s=value("queue_max_wait", defaults.queue_max_wait_s),
+        queue_starvation_s=value("queue_starvation", defaults.queue_starvation_s),
+        slot_share=min(value("slot_share", defaults.slot_share), 1.0),
     )
 
 

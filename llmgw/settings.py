@@ -157,6 +157,10 @@ KEYS: dict[str, dict[str, str]] = {
         "admin_open": "bool",
         "workers": "count",
         "max_connections": "count",
+        "queue_max_length": "count",
+        "queue_max_wait": "positive",
+        "queue_starvation": "positive",
+        "slot_share": "number",
     },
 }
 # The environment variable for each setting (flags are named after the key).

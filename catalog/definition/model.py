@@ -44,6 +44,8 @@ DEFAULT_ENGINE = "vllm"
 MAX_REPLICAS = 10_000
 MAX_PARALLEL = 1_024
 MAX_MEMORY_GB = 1 << 20
+# Requests one replica's engine serves at once: no engine runs this many slots.
+MAX_SLOTS = 4_096
 # Loading a large model across nodes takes tens of minutes; twenty is the
 # default the Go control plane used, and profiles that need more say so.
 DEFAULT_STARTUP_TIMEOUT = timedelta(minutes=20)
@@ -238,6 +240,10 @@ class Profile(BaseModel):
     node_selector: dict[str, str] = Field(default_factory=dict)
     # The router's capacity weight; it should come from a benchmark, not a guess.
     weight: float = 0.0
+    # Requests one replica answers at once (its engine's slots), for the gateway's queue:
+    # 0 reads it from the engine's args (vLLM's --max-num-seqs, llama.cpp's --parallel,
+    # the sim's --slots), and with neither the gateway never holds a request back.
+    slots: int = 0
     # Orders profiles during placement: the highest that fits wins.
     priority: int = 0
     # Per profile, because a 70B model across two nodes takes tens of minutes

@@ -21,6 +21,7 @@ from catalog.definition.model import (
     MAX_PARALLEL,
     MAX_PRIORITY,
     MAX_REPLICAS,
+    MAX_SLOTS,
     MAX_SPREAD_BY,
     Model,
     PlacementRules,
@@ -354,6 +355,7 @@ def _check_bounds(model: str, p: Profile) -> None:
         ("nodes", p.nodes, MAX_PARALLEL),
         ("gpus_per_node", p.gpus_per_node, MAX_PARALLEL),
         ("min_memory_gb", p.min_memory_gb, MAX_MEMORY_GB),
+        ("slots", p.slots, MAX_SLOTS),
     )
     for field_name, value, limit in limits:
         if value > limit:
@@ -415,6 +417,14 @@ def _validate_profile(model: str, p: Profile, seen: set[str]) -> None:
     _check_bounds(model, p)
     if p.env:
         _validate_env(model, p)
+    if p.slots < 0:
+        raise CatalogError(
+            f"{_where(model, p)}: slots {p.slots} is negative; use 0 to read it from the "
+            "engine's args (--max-num-seqs, --parallel, --slots)",
+            model=model,
+            profile=p.name,
+            field="slots",
+        )
     if p.min_memory_gb < 0:
         where = _where(model, p)
         raise CatalogError(

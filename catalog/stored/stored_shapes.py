@@ -69,6 +69,7 @@ class _Profile(msgspec.Struct, **_STRUCT):
     # msgspec takes a JSON integer for a float and converts it, as pydantic's
     # strict float does (1 -> 1.0); a bool is refused by both.
     weight: float | UnsetType = UNSET
+    slots: int | UnsetType = UNSET
     priority: int | UnsetType = UNSET
     startup_timeout: str | UnsetType = UNSET
 
@@ -110,6 +111,7 @@ class _ProfileComplete(msgspec.Struct, **_STRUCT):
     min_memory_gb: int
     node_selector: dict[str, str]
     weight: float
+    slots: int
     priority: int
     startup_timeout: str
 

@@ -37,6 +37,10 @@ MAX_SCOPE = 10_000
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 _ROLE = re.compile(r"[a-z]{1,32}")
 VIA = frozenset({"new", "import"})
+# A client token's priority classes at the gateway's queue (gateway.stages.queue.CLASSES),
+# and the largest share one may have.
+PRIORITY_CLASSES = ("critical", "standard", "batch")
+MAX_SHARE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,10 @@ class TokenChange:
     limits: ClientLimits = NO_LIMITS
     # The limits before a change (``token.limits_changed``); None for an issue or revocation.
     before: ClientLimits | None = None
+    # A client token's place in a full model's queue; in the payload only when not the
+    # defaults, so every event written before reads as it did.
+    priority_class: str = "standard"
+    share: int = 1
 
     @property
     def type(self) -> str:
@@ -69,6 +77,8 @@ class TokenChange:
             scope = f", nodes {','.join(self.nodes)}"
         elif self.models:
             scope = f", models {','.join(self.models)}"
+        if self.priority_class != "standard" or self.share != 1:
+            scope += f", class {self.priority_class}, share {self.share}"
         if self.revoked:
             return f"token {self.name} ({self.role}) revoked"
         if self.before is not None:
@@ -98,6 +108,9 @@ class TokenChange:
             "models": list(self.models),
             "via": self.via,
         }
+        if self.priority_class != "standard" or self.share != 1:
+            out["priority_class"] = self.priority_class
+            out["share"] = self.share
         if not self.limits.empty:
             out["limits"] = self.limits.to_json()
         return out
@@ -141,12 +154,19 @@ def check_token_change(event_type: str, payload: dict[str, Any]) -> TokenChange:
     via = payload.get("via", "new")
     if via not in VIA:
         raise UnreadableEvent(f"payload via of token {name!r} is not one of {sorted(VIA)}")
+    klass, share = payload.get("priority_class", "standard"), payload.get("share", 1)
+    if klass not in PRIORITY_CLASSES:
+        raise UnreadableEvent(f"payload priority_class of token {name!r} is not a class")
+    if type(share) is not int or not 1 <= share <= MAX_SHARE:
+        raise UnreadableEvent(f"payload share of token {name!r} is not a share")
     return TokenChange(
         name,
         role,
         nodes=scope["nodes"],
         models=scope["models"],
         via=str(via),
+        priority_class=str(klass),
+        share=share,
         limits=_limits(payload.get("limits"), name, "limits"),
     )
 

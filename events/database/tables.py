@@ -209,6 +209,9 @@ class TokenRow(Base):
     models: Mapped[str] = mapped_column(Text, server_default="[]")
     # A JSON object: a client token's limits (catalog.forms.client_limits); {}: none.
     limits: Mapped[str] = mapped_column(Text, server_default="{}")
+    # A client token's place in a full model's queue at the gateway (gateway.stages.queue).
+    priority_class: Mapped[str] = mapped_column(String(16), server_default="standard")
+    share: Mapped[int] = mapped_column(Integer, server_default="1")
     issued_at: Mapped[datetime] = mapped_column(UTCDateTime())
     issued_by: Mapped[str] = mapped_column(String(255))
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -54,6 +54,8 @@ class TokenRecord:
     nodes: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
     limits: ClientLimits = NO_LIMITS
+    priority_class: str = "standard"
+    share: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +230,16 @@ def _issue(
     section: SqlLockedLog, records: Sequence[TokenRecord], via: str, actor: str, reason: str
 ) -> list[int]:
     changes = [
-        TokenChange(r.name, r.role, nodes=r.nodes, models=r.models, via=via, limits=r.limits)
+        TokenChange(
+            r.name,
+            r.role,
+            nodes=r.nodes,
+            models=r.models,
+            via=via,
+            limits=r.limits,
+            priority_class=r.priority_class,
+            share=r.share,
+        )
         for r in records
     ]
     appended = section.append(
@@ -243,6 +254,8 @@ def _issue(
                 nodes=json.dumps(list(record.nodes)),
                 models=json.dumps(list(record.models)),
                 limits=json.dumps(record.limits.to_json()),
+                priority_class=record.priority_class,
+                share=record.share,
                 issued_at=event.recorded_at,
                 issued_by=actor,
                 revision=event.position,
@@ -328,12 +341,26 @@ def _stored(row: Any) -> StoredToken:
         except (TypeError, ValueError):
             problems.append(f"{key} is not a time")
             times[key] = None
+    priority_class, share = row["priority_class"], row["share"]
+    if not isinstance(priority_class, str):
+        problems.append("priority_class is not text")
+        priority_class = "standard"
+    if not isinstance(share, int) or isinstance(share, bool) or share < 1:
+        problems.append("share is not a positive whole number")
+        share = 1
     revoked_by = row["revoked_by"]
     revision = row["revision"]
     if not isinstance(revision, int):
         problems.append("revision is not a number")
     record = TokenRecord(
-        texts["name"], texts["role"], texts["sha256"], lists["nodes"], lists["models"], limits
+        texts["name"],
+        texts["role"],
+        texts["sha256"],
+        lists["nodes"],
+        lists["models"],
+        limits,
+        priority_class=priority_class,
+        share=share,
     )
     return StoredToken(
         id=int(row["id"]),

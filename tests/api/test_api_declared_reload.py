@@ -213,6 +213,34 @@ def test_a_fifo_in_the_files_place_is_refused_and_later_reloads_still_work(
     assert server.stop() == 0
 
 
+def test_an_emptied_file_keeps_the_declared_models_and_models_empty_list_removes_them(
+    server: ApiServer, tokens: Tokens, tmp_path: Path
+) -> None:
+    # A file written in place is empty for a moment; a reload caught then read "no
+    # models" and removed every declared model (found with the replicas' chaos test).
+    config = tmp_path / "catalog.yaml"
+    loaded = ready(server)["declared"]
+    config.write_text("")
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGHUP)
+    refused = eventually(lambda: declared_state(server, "refused"), "the empty file refused", 60)
+    assert "the file is empty" in refused["refusal"]["message"]
+    assert "models: []" in refused["refusal"]["message"]
+    assert refused["digest"] == loaded["digest"]
+    with server.client(tokens.reader) as http:
+        assert any(m["name"] == "base-7b" for m in http.get("/v1/catalog").json())
+
+    # Said on purpose: every declared model goes.
+    config.write_text("models: []\n")
+    server.proc.send_signal(signal.SIGHUP)
+
+    def emptied() -> bool:
+        with server.client(tokens.reader) as http:
+            return not any(m["name"] == "base-7b" for m in http.get("/v1/catalog").json())
+
+    eventually(emptied, "models: [] applied", 60)
+
+
 def _source(models: list[dict[str, Any]]) -> str:
     (model,) = [m for m in models if m["name"] == "base-7b"]
     return str(model["source"])

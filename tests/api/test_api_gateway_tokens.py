@@ -27,7 +27,14 @@ def test_a_gateway_reads_the_client_and_reader_tokens_hashes_and_no_one_else_doe
             readers = gateway.get("/v1/gateway/reader-tokens")
         assert clients.status_code == 200 and readers.status_code == 200
         assert clients.json() == [
-            {"name": "app-1", "sha256": digest(app.token), "models": ["base-7b"], "limits": {}}
+            {
+                "name": "app-1",
+                "sha256": digest(app.token),
+                "models": ["base-7b"],
+                "limits": {},
+                "priority_class": "standard",
+                "share": 1,
+            }
         ]
         assert sorted(readers.json(), key=lambda e: e["name"]) == [
             {"name": "ops", "role": "operator", "sha256": digest(tokens.operator)},

@@ -29,7 +29,7 @@ from events.write.tokens import (
     revoke,
 )
 from gateway.follower import _is_token_event
-from llmgw.api.guards.tokens import Role, issue_token
+from llmgw.api.guards.tokens import Role, TokenConfigError, issue_token
 from llmgw.api.runtime.live_tokens import LiveTokens
 from llmgw.views import event_json
 
@@ -225,3 +225,43 @@ def test_a_row_sqlite_stores_garbage_in_is_skipped_and_named_and_the_rest_read(
     assert live.book.verify(tokens["good"][0]) is not None
     for name in ("timeless", "bytes", "deep", "big", "gone"):
         assert live.book.verify(tokens[name][0]) is None
+
+
+def test_a_client_tokens_priority_class_and_share_are_stored_evented_and_served(
+    engine: Engine,
+) -> None:
+    log = open_log(engine)
+    issued = issue_token("batchy", "client", priority_class="batch", share=3)
+    e = issued.entry
+    rec = TokenRecord(
+        e.name, e.role.value, e.sha256, e.nodes, e.models, priority_class="batch", share=3
+    )
+    issue(log, rec, actor="alice")
+    (row,) = read_tokens(engine)
+    assert (row.record.priority_class, row.record.share) == ("batch", 3)
+    (event,) = log.read()
+    payload = json.loads(event.payload)
+    assert (payload["priority_class"], payload["share"]) == ("batch", 3)
+    live = LiveTokens([], engine)
+    live.refresh()
+    (client,) = live.book.clients()
+    assert (client.priority_class, client.share) == ("batch", 3)
+    # A token issued before (the defaults) keeps the event it always had.
+    issue(log, record("plain", "client")[1], actor="alice")
+    assert "priority_class" not in list(log.read())[-1].payload
+
+
+@pytest.mark.parametrize(
+    ("role", "klass", "share", "words"),
+    [
+        ("client", "urgent", 1, "is not one of critical, standard, batch"),
+        ("client", "batch", 0, "share 0 must be a whole number from 1 to 1000"),
+        ("client", "batch", 1001, "from 1 to 1000"),
+        ("reader", "critical", 1, "cannot have a priority class or share"),
+    ],
+)
+def test_a_priority_class_or_share_that_is_not_one_is_refused_naming_it(
+    role: str, klass: str, share: int, words: str
+) -> None:
+    with pytest.raises(TokenConfigError, match=words):
+        issue_token("x", role, priority_class=klass, share=share)

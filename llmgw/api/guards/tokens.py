@@ -72,6 +72,12 @@ class TokenConfigError(ValueError):
     """A token entry that cannot be used; the message names the entry and the fix."""
 
 
+# A client token's priority classes, highest first (gateway.stages.queue.CLASSES), and
+# the largest share one may have.
+PRIORITY_CLASSES = ("critical", "standard", "batch")
+MAX_SHARE = 1000
+
+
 @dataclass(frozen=True, slots=True)
 class TokenEntry:
     """One configured token: its name, role, the nodes an agent may report, and its hash."""
@@ -84,6 +90,10 @@ class TokenEntry:
     models: tuple[str, ...] = ()
     # A client token's limits (only the database's tokens have any: `llmgw token limits`).
     limits: ClientLimits = NO_LIMITS
+    # A client token's place in a full model's queue at the gateway: its class (higher
+    # goes first) and its share of the model within the class (gateway.stages.queue).
+    priority_class: str = "standard"
+    share: int = 1
 
     @classmethod
     def of(cls, data: dict[str, Any], where: str) -> TokenEntry:
@@ -120,6 +130,8 @@ class TokenEntry:
         *,
         models: tuple[str, ...] = (),
         limits: ClientLimits = NO_LIMITS,
+        priority_class: str = "standard",
+        share: int = 1,
     ) -> TokenEntry:
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
             raise TokenConfigError(
@@ -162,12 +174,27 @@ class TokenEntry:
             problem = MODEL_NAME.problem(model)
             if problem is not None:
                 raise TokenConfigError(f"{where}: token {name!r}: model {model!r} {problem}")
+        if priority_class not in PRIORITY_CLASSES:
+            raise TokenConfigError(
+                f"{where}: token {name!r}: priority class {str(priority_class)[:20]!r} is not "
+                f"one of {', '.join(PRIORITY_CLASSES)}"
+            )
+        if type(share) is not int or not 1 <= share <= MAX_SHARE:
+            raise TokenConfigError(
+                f"{where}: token {name!r}: share {share!r} must be a whole number from 1 to "
+                f"{MAX_SHARE} (a client's part of a full model, against the others' shares)"
+            )
+        if (priority_class != "standard" or share != 1) and parsed_role is not Role.CLIENT:
+            raise TokenConfigError(
+                f"{where}: token {name!r} has the {parsed_role.value} role and cannot have a "
+                "priority class or share; only client tokens call the gateway"
+            )
         if not limits.empty and parsed_role is not Role.CLIENT:
             raise TokenConfigError(
                 f"{where}: token {name!r} has the {parsed_role.value} role and cannot have "
                 "limits (--rpm, --tpm, --max-inflight, --budget); only client tokens do"
             )
-        return cls(name, parsed_role, digest, nodes, models, limits)
+        return cls(name, parsed_role, digest, nodes, models, limits, priority_class, share)
 
     def to_toml(self) -> str:
         lines = ["[[tokens]]", f'name = "{self.name}"', f'role = "{self.role.value}"']
@@ -297,6 +324,9 @@ def issue_token(
     nodes: Iterable[str] = (),
     models: Iterable[str] = (),
     limits: ClientLimits = NO_LIMITS,
+    *,
+    priority_class: str = "standard",
+    share: int = 1,
 ) -> IssuedToken:
     """A fresh random token and the entry (holding only its hash) to configure."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -308,5 +338,7 @@ def issue_token(
         "llmgw token new",
         models=tuple(models),
         limits=limits,
+        priority_class=priority_class,
+        share=share,
     )
     return IssuedToken(token, entry)

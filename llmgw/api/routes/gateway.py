@@ -41,7 +41,8 @@ async def _fresh(call: Caller) -> None:
     responses=errors(401, 403),
     openapi_extra=SECURED,
     tags=["gateway"],
-    summary="The client tokens' names, models, limits and SHA-256 (for `llmgw gateway`)",
+    summary="The client tokens' names, models, limits, priority classes, shares and SHA-256 "
+    "(for `llmgw gateway`)",
 )
 async def client_tokens(call: Gateway) -> Response:
     await _fresh(call)
@@ -52,6 +53,8 @@ async def client_tokens(call: Gateway) -> Response:
                 "sha256": e.sha256,
                 "models": list(e.models),
                 "limits": e.limits.to_json(),
+                "priority_class": e.priority_class,
+                "share": e.share,
             }
             for e in call.svc.book.clients()
         ]

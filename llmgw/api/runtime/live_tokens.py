@@ -42,7 +42,15 @@ def entry_of(row: StoredToken) -> TokenEntry:
         raise TokenConfigError(f"tokens row {row.id}: {row.unreadable}")
     r = row.record
     return TokenEntry.checked(
-        r.name, r.role, r.sha256, r.nodes, f"tokens row {row.id}", models=r.models, limits=r.limits
+        r.name,
+        r.role,
+        r.sha256,
+        r.nodes,
+        f"tokens row {row.id}",
+        models=r.models,
+        limits=r.limits,
+        priority_class=r.priority_class,
+        share=r.share,
     )
 
 

@@ -61,4 +61,30 @@ def register(
         "control plane, posts its signals as worker N (counted as TOKEN-NAME-wN) and "
         "shares /metrics with the others",
     )
+    p.add_argument(
+        "--queue-max-length",
+        type=int,
+        metavar="N",
+        help="requests a full model's queue holds ([gateway] queue_max_length; default "
+        "1024); past it a request is refused 429 queue_full",
+    )
+    p.add_argument(
+        "--queue-max-wait",
+        metavar="DURATION",
+        help="the longest a request waits in a full model's queue, or its client's shorter "
+        "timeout ([gateway] queue_max_wait; default 60s); then 503 queue_timeout",
+    )
+    p.add_argument(
+        "--queue-starvation",
+        metavar="DURATION",
+        help="a request of a lower class waiting this long goes first anyway "
+        "([gateway] queue_starvation; default 30s)",
+    )
+    p.add_argument(
+        "--slot-share",
+        type=float,
+        metavar="FRACTION",
+        help="this gateway's part of each replica's slots ([gateway] slot_share; default 1; "
+        "1/N with N gateways in front of the same replicas)",
+    )
     p.set_defaults(run="gateway.command:cmd_gateway")

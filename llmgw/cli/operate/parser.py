@@ -121,6 +121,21 @@ def register(
     )
     _limit_flags(n, changing=False)
     n.add_argument(
+        "--priority-class",
+        default="standard",
+        choices=("critical", "standard", "batch"),
+        help="a client's class in a full model's queue at the gateway: higher classes go "
+        "first (a request may lower its own, never raise it); default standard",
+    )
+    n.add_argument(
+        "--share",
+        type=int,
+        default=1,
+        metavar="N",
+        help="a client's share of a full model within its class, against the other "
+        "clients' (tokens served in proportion); 1 to 1000, default 1",
+    )
+    n.add_argument(
         "--append-to",
         type=Path,
         metavar="PATH",

@@ -57,7 +57,14 @@ def _record(entry: TokenEntry) -> Any:
     from events.write.tokens import TokenRecord
 
     return TokenRecord(
-        entry.name, entry.role.value, entry.sha256, entry.nodes, entry.models, entry.limits
+        entry.name,
+        entry.role.value,
+        entry.sha256,
+        entry.nodes,
+        entry.models,
+        entry.limits,
+        priority_class=entry.priority_class,
+        share=entry.share,
     )
 
 
@@ -76,7 +83,15 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
     try:
         models = [m.strip() for m in args.models.split(",") if m.strip()]
         limits = apply(NO_LIMITS, _change(args))
-        issued = issue_token(args.name, args.role, args.node, models, limits)
+        issued = issue_token(
+            args.name,
+            args.role,
+            args.node,
+            models,
+            limits,
+            priority_class=args.priority_class,
+            share=args.share,
+        )
     except (TokenConfigError, LimitError) as exc:
         raise Refused(str(exc)) from None
     entry = issued.entry
@@ -110,6 +125,8 @@ def cmd_token_new(app: App, args: argparse.Namespace) -> int:
                 "nodes": list(entry.nodes),
                 "models": list(entry.models),
                 "limits": entry.limits.to_json(),
+                "priority_class": entry.priority_class,
+                "share": entry.share,
                 "token": issued.token,
                 "sha256": entry.sha256,
                 "stored": stored,
@@ -151,6 +168,8 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
                 "nodes": list(r.nodes),
                 "models": list(r.models),
                 "limits": r.limits.to_json(),
+                "priority_class": r.priority_class,
+                "share": r.share,
                 "sha256": r.sha256[:12],
                 "source": "database",
                 "issued_by": row.issued_by,
@@ -176,6 +195,8 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
                 "nodes": list(e.nodes),
                 "models": list(e.models),
                 "limits": {},
+                "priority_class": e.priority_class,
+                "share": e.share,
                 "sha256": e.sha256[:12],
                 "source": source,
             }
@@ -184,7 +205,9 @@ def cmd_token_list(app: App, args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
-    headers = ["name", "role", "nodes", "models", "limits", "sha256", "source"]
+    headers = [
+        "name", "role", "nodes", "models", "limits", "priority_class", "share", "sha256", "source"
+    ]  # fmt: skip
     if args.all:
         headers += ["revoked_at", "revoked_by"]
     sys.stdout.write(

@@ -1,0 +1,492 @@
+"""``python -m bench fairness`` (or ``python -m bench.gateway.fairness``): who waits when
+the replicas are full, with the gateway's queue and without it (FIFO at the engines, the
+behaviour before the queue), in the same run.
+
+Real processes: a ``llmgw serve`` on a fresh SQLite file, client tokens issued with the
+real ``llmgw token new --priority-class --share``, two ``llmgw gateway``s (each
+``--slot-share 0.5``) and sim engines with slots (``python -m agent.sim --slots S
+--token-delay D``), two replicas a model. Two models are served by identical engines:
+``queued``, whose profile says ``--slots`` (so the gateways know when a replica is full
+and queue the rest), and ``fifo``, whose profile does not (the gateways send everything
+at once and each engine queues first come first served, as before the queue). The
+replicas' endpoints are reported through the agent API (bench.gateway.control), so the
+engines are the ones this script started.
+
+Scenarios, each for ``--duration`` seconds on each model (requests alternate between the
+two gateways; a request is one chat completion of ``--tokens`` tokens):
+
+1. ``light alone``: one client at ``--rate`` requests a second: its time to first token
+   (TTFT) alone, and one request's service time (its whole latency alone).
+2. ``flood vs light``: a flooding client at 10x the light client's rate, same class and
+   share, both over the replicas' capacity together. Target: the light client's p95 TTFT
+   at most its figure alone plus one service time (with the queue), against FIFO.
+3. ``4 flooders``: four clients of equal share, each asking more than a quarter of
+   capacity (1.2x to 2.4x of it, so that FIFO, which serves in proportion to demand, and
+   fair queuing, which serves in proportion to shares, differ). Jain's fairness index over
+   the tokens each was served within the scenario (target at least 0.95).
+4. ``critical during batch flood``: a ``critical`` client at the light rate while a
+   ``batch`` client floods: the critical client's p95 TTFT against the same bound.
+
+Every answer's status is counted: 429 ``queue_full`` is the queue's refusal of the flood
+beyond ``queue_max_length`` (the bound is there to be hit); any 5xx is a failure of the
+target. Prints markdown tables; stderr has progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import aiohttp
+import httpx
+
+from bench.gateway.control import ControlPlane, Unavailable, stop_process
+from bench.shared.common import Table, emit, progress
+from bench.shared.processes import LLMGW, free_port, wait_for
+
+NODE = "bench-node"
+MODELS = ("queued", "fifo")
+REPLICAS = 2
+
+
+@dataclass
+class Options:
+    duration: float = 60.0
+    rate: float = 0.0  # the light client's requests a second (0: an eighth of capacity)
+    tokens: int = 16
+    token_delay: float = 0.02
+    slots: int = 2
+    queue_max_length: int = 64
+
+
+@dataclass
+class Cluster(ControlPlane):
+    """The control plane of bench.gateway.control, serving two sim models whose replicas
+    are engines this script started (``endpoints``: (model, replica index) -> URL)."""
+
+    slots: int = 2
+    # model -> its engines' URLs, given to its placed replicas in turn
+    engines: dict[str, list[str]] = field(default_factory=dict)
+    _given: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def _endpoint(self, model: str, replica: str) -> str | None:
+        key = (model, replica)
+        if key not in self._given:
+            taken = {u for (m, _), u in self._given.items() if m == model}
+            free = [u for u in self.engines.get(model, ()) if u not in taken]
+            if not free:
+                return None
+            self._given[key] = free[0]
+        return self._given[key]
+
+    def _add_model(self, client: httpx.Client) -> None:
+        for name in MODELS:
+            args = ["--slots", str(self.slots)] if name == "queued" else []
+            definition = {
+                "name": name,
+                "source": f"sim/{name}",
+                "context_length": 8192,
+                "max_output": 1024,
+                "scaling": {"min": REPLICAS, "max": REPLICAS},
+                "profiles": [{"name": "sim", "engine": "sim", "gpu_class": "SIM", "args": args}],
+            }
+            answer = client.post(
+                "/v1/catalog/models", json=definition, headers=self._auth("operator")
+            )
+            if answer.status_code != 201:
+                raise Unavailable(f"adding {name}: {answer.status_code} {answer.text[:300]}")
+
+    def _report(self, client: httpx.Client) -> None:
+        placed = client.get(
+            "/v1/placements", params={"node": NODE}, headers=self._auth("agent")
+        ).json()
+        replicas = []
+        for p in placed:
+            url = self._endpoint(str(p["model"]), str(p["replica"]))
+            if url is not None:
+                replicas.append(
+                    {
+                        "model": p["model"],
+                        "replica": p["replica"],
+                        "state": "ready",
+                        "endpoint": url,
+                    }
+                )
+        answer = client.put(
+            f"/v1/nodes/{NODE}",
+            json={
+                "gpu_class": "SIM",
+                "gpus": 8,
+                "memory_gb": 64,
+                "address": "127.0.0.1",
+                "replicas": replicas,
+            },
+            headers=self._auth("agent"),
+        )
+        if answer.status_code != 200:
+            raise Unavailable(f"reporting {NODE}: {answer.status_code} {answer.text[:300]}")
+
+    def client_token(self, name: str, *extra: str) -> str:
+        """A client token in the database (with its class and share)."""
+        out = self._llmgw("token", "new", name, "--role", "client", "--actor", "bench", *extra)
+        return out.splitlines()[0].strip()
+
+
+@dataclass
+class Samples:
+    ttft: list[float] = field(default_factory=list)
+    latency: list[float] = field(default_factory=list)
+    tokens: int = 0
+    statuses: Counter[int] = field(default_factory=Counter)
+
+
+async def one(
+    session: aiohttp.ClientSession,
+    url: str,
+    *,
+    token: str,
+    model: str,
+    n: int,
+    out: Samples,
+    until: float,
+) -> None:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "fair?"}],
+        "max_tokens": n,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = time.monotonic()
+    try:
+        async with session.post(
+            url + "/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {token}"},
+        ) as resp:
+            # The gateway holds a stream's headers until its first content token: their
+            # arrival is the time to first token.
+            first = time.monotonic()
+            data = await resp.read()
+            out.statuses[resp.status] += 1
+            if resp.status != 200:
+                return
+            out.ttft.append(first - started)
+            out.latency.append(time.monotonic() - started)
+            # The sim engine answers exactly the tokens asked (a broken stream is short).
+            # Counted only within the scenario: the backlog drained after it says nothing
+            # of who was served while all wanted more than their share.
+            if b"[DONE]" in data and time.monotonic() <= until:
+                out.tokens += n
+    except aiohttp.ClientError:
+        out.statuses[0] += 1
+
+
+async def client_loop(
+    gateways: list[str],
+    *,
+    token: str,
+    model: str,
+    rate: float,
+    until: float,
+    opts: Options,
+    out: Samples,
+) -> None:
+    """Open loop: a request every 1/rate seconds, alternating gateways, whatever the
+    answers take (a flood does not slow down because it is served slowly)."""
+    tasks: set[asyncio.Task[None]] = set()
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with aiohttp.ClientSession(
+        timeout=timeout, connector=aiohttp.TCPConnector(limit=0)
+    ) as session:
+        i = 0
+        start = time.monotonic()
+        while time.monotonic() < until:
+            task = asyncio.create_task(
+                one(
+                    session,
+                    gateways[i % len(gateways)],
+                    token=token,
+                    model=model,
+                    n=opts.tokens,
+                    out=out,
+                    until=until,
+                )
+            )
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            i += 1
+            await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
+        if tasks:
+            await asyncio.gather(*tasks)
+
+
+async def scenario(
+    gateways: list[str], model: str, clients: dict[str, tuple[str, float]], opts: Options
+) -> dict[str, Samples]:
+    until = time.monotonic() + opts.duration
+    out = {name: Samples() for name in clients}
+    await asyncio.gather(
+        *(
+            client_loop(
+                gateways, token=token, model=model, rate=rate, until=until, opts=opts, out=out[name]
+            )
+            for name, (token, rate) in clients.items()
+        )
+    )
+    return out
+
+
+def p95(values: list[float]) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def jain(values: list[float]) -> float:
+    total = sum(values)
+    squares = sum(v * v for v in values)
+    return total * total / (len(values) * squares) if squares else float("nan")
+
+
+def statuses(samples: dict[str, Samples]) -> str:
+    merged: Counter[int] = Counter()
+    for s in samples.values():
+        merged.update(s.statuses)
+    return ", ".join(f"{k}: {v}" for k, v in sorted(merged.items()))
+
+
+def start_engines(
+    opts: Options, work: Path
+) -> tuple[list[subprocess.Popen[bytes]], dict[str, list[str]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    endpoints: dict[str, list[str]] = {m: [] for m in MODELS}
+    for model in MODELS:
+        for i in range(REPLICAS):
+            port = free_port()
+            log = (work / f"sim-{model}-{i}.log").open("wb")
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "agent.sim",
+                        "--port",
+                        str(port),
+                        "--model",
+                        model,
+                        "--slots",
+                        str(opts.slots),
+                        "--token-delay",
+                        str(opts.token_delay),
+                    ],
+                    stdout=log,
+                    stderr=log,
+                )
+            )
+            endpoints[model].append(f"http://127.0.0.1:{port}")
+    try:
+        for urls in endpoints.values():
+            for url in urls:
+                wait_for(partial(_healthy, url))
+    except BaseException:
+        # An engine that never answered (or ^C): none of them is left behind.
+        for proc in procs:
+            stop_process(proc)
+        raise
+    return procs, endpoints
+
+
+def _healthy(url: str) -> bool:
+    return httpx.get(url + "/health", timeout=5).status_code == 200
+
+
+def start_gateway(cp: Cluster, opts: Options, n: int) -> tuple[subprocess.Popen[bytes], str]:
+    argv = [
+        LLMGW, "gateway", "--server", cp.url, "--token-file", str(cp.gateway_token_file),
+        "--port", "0", "--admin-open", "--gateway-id", f"bench-gw{n}", "--slot-share", "0.5",
+        "--queue-max-length", str(opts.queue_max_length),
+    ]  # fmt: skip
+    env = {**cp.env, "LLMGW_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen(
+        argv,
+        cwd=cp.workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=(cp.workdir / f"gateway{n}.log").open("wb"),
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    if "listening on " not in line:
+        raise Unavailable(f"the gateway did not start: {line!r}")
+    url = line.split("listening on ", 1)[1].strip()
+
+    def ready() -> bool:
+        models = httpx.get(url + "/routing", timeout=5).json()["models"]
+        return all(len(models.get(m, {}).get("replicas", ())) == REPLICAS for m in MODELS)
+
+    wait_for(ready, timeout=120)
+    return proc, url
+
+
+def run_all(opts: Options, work: Path) -> list[Table]:
+    engines, endpoints = start_engines(opts, work)
+    cp = Cluster(LLMGW, work / "cp", upstream="", slots=opts.slots, engines=endpoints)
+    gws: list[subprocess.Popen[bytes]] = []
+    try:
+        cp.start()
+        tokens = {
+            "light": cp.client_token("light"),
+            "flood": cp.client_token("flood"),
+            **{f"f{i}": cp.client_token(f"f{i}") for i in range(4)},
+            "crit": cp.client_token("crit", "--priority-class", "critical"),
+            "bulk": cp.client_token("bulk", "--priority-class", "batch"),
+        }
+        urls = []
+        for n in range(2):
+            proc, url = start_gateway(cp, opts, n)
+            gws.append(proc)
+            urls.append(url)
+
+        def takes_all() -> bool:
+            for tok in tokens.values():
+                got = httpx.get(
+                    urls[0] + "/v1/models", headers={"Authorization": f"Bearer {tok}"}, timeout=5
+                )
+                if got.status_code != 200:
+                    return False
+            return True
+
+        wait_for(takes_all)
+        return asyncio.run(_scenarios(urls, tokens, opts))
+    finally:
+        for proc in gws:
+            stop_process(proc)
+        cp.stop()
+        for proc in engines:
+            stop_process(proc)
+
+
+async def _scenarios(urls: list[str], tokens: dict[str, str], opts: Options) -> list[Table]:
+    capacity = REPLICAS * opts.slots / (opts.tokens * opts.token_delay)
+    # The light client at an eighth of capacity, the flood at ten times that: together
+    # 1.4x what the replicas serve, so every slot is busy and a backlog grows.
+    light = opts.rate or capacity / 8
+    flood = light * 10
+    # Four flooders of equal share at different rates, each above its fair quarter of
+    # capacity (1.2x to 2.4x of it): FIFO serves them in proportion to their rates, the
+    # queue in proportion to their shares.
+    flooders = [capacity / 4 * k for k in (1.2, 1.6, 2.0, 2.4)]
+    results: dict[str, dict[str, dict[str, Samples]]] = defaultdict(dict)
+    for model in MODELS:
+        progress(f"fairness: {model}: light alone")
+        results[model]["alone"] = await scenario(
+            urls, model, {"light": (tokens["light"], light)}, opts
+        )
+        progress(f"fairness: {model}: flood vs light")
+        results[model]["flood"] = await scenario(
+            urls,
+            model,
+            {"light": (tokens["light"], light), "flood": (tokens["flood"], flood)},
+            opts,
+        )
+        progress(f"fairness: {model}: four flooders, equal shares")
+        results[model]["four"] = await scenario(
+            urls, model, {f"f{i}": (tokens[f"f{i}"], flooders[i]) for i in range(4)}, opts
+        )
+        progress(f"fairness: {model}: critical during a batch flood")
+        results[model]["crit"] = await scenario(
+            urls,
+            model,
+            {"crit": (tokens["crit"], light), "bulk": (tokens["bulk"], flood)},
+            opts,
+        )
+    table = Table(
+        f"Fairness when the replicas are full ({REPLICAS} sim replicas x {opts.slots} slots, "
+        f"{opts.tokens} tokens a request at {opts.token_delay * 1e3:g} ms each, two gateways "
+        f"with --slot-share 0.5, {opts.duration:g} s a scenario; capacity about "
+        f"{capacity:.1f} requests/s)",
+        ["scenario", "figure", "FIFO (no queue)", "queue", "target"],
+    )
+    for model in MODELS:
+        alone = results[model]["alone"]["light"]
+        service = statistics.median(alone.latency) if alone.latency else float("nan")
+        results[model]["bound"] = {"_": Samples(ttft=[p95(alone.ttft) + service])}
+
+    def cell(model: str, what: str, client: str) -> str:
+        return f"{p95(results[model][what][client].ttft) * 1e3:.0f} ms"
+
+    bound = {m: results[m]["bound"]["_"].ttft[0] for m in MODELS}
+    table.add("light alone", "light p95 TTFT", cell("fifo", "alone", "light"),
+              cell("queued", "alone", "light"), "")  # fmt: skip
+    table.add("light alone", "bound: alone p95 + one service time",
+              f"{bound['fifo'] * 1e3:.0f} ms", f"{bound['queued'] * 1e3:.0f} ms", "")  # fmt: skip
+    table.add(f"flood ({flood:g}/s) vs light ({light:g}/s)", "light p95 TTFT",
+              cell("fifo", "flood", "light"), cell("queued", "flood", "light"),
+              "queue <= bound")  # fmt: skip
+    table.add(f"flood ({flood:g}/s) vs light ({light:g}/s)", "flood p95 TTFT",
+              cell("fifo", "flood", "flood"), cell("queued", "flood", "flood"), "")  # fmt: skip
+    jains = {m: jain([float(results[m]["four"][f"f{i}"].tokens) for i in range(4)]) for m in MODELS}
+    table.add("4 flooders, equal shares, "
+              f"{', '.join(f'{r:.1f}' for r in flooders)}/s (fair: {capacity / 4:.1f})",
+              "Jain's index, tokens served in the window",
+              f"{jains['fifo']:.3f}", f"{jains['queued']:.3f}", ">= 0.95")  # fmt: skip
+    table.add("critical during batch flood", "critical p95 TTFT",
+              cell("fifo", "crit", "crit"), cell("queued", "crit", "crit"),
+              "queue <= bound")  # fmt: skip
+    for what, label in (("flood", "flood vs light"), ("four", "4 flooders"),
+                        ("crit", "critical vs batch")):  # fmt: skip
+        table.add(label, "answers by status",
+                  statuses(results["fifo"][what]), statuses(results["queued"][what]),
+                  "no 5xx")  # fmt: skip
+    table.notes.append(
+        "TTFT is measured at the client (the gateway holds a stream's headers until its "
+        "first content token). 429 is the queue's queue_full for the flood past "
+        f"queue_max_length {opts.queue_max_length}: the bound doing its job, not a failure."
+    )
+    return [table]
+
+
+def run(quick: bool) -> list[Table]:
+    opts = Options(duration=15.0 if quick else 60.0)
+    with tempfile.TemporaryDirectory(prefix="llmgw-fairness-") as tmp:
+        return run_all(opts, Path(tmp))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.gateway.fairness", description=__doc__)
+    p.add_argument("--duration", type=float, default=60.0, help="seconds a scenario (60)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="the light client's requests/s (an eighth of capacity)",
+    )
+    p.add_argument("--tokens", type=int, default=16, help="tokens a request")
+    p.add_argument("--slots", type=int, default=2, help="slots a sim replica")
+    p.add_argument("--keep", type=Path, help="run in this directory and keep the logs")
+    args = p.parse_args(argv)
+    opts = Options(duration=args.duration, rate=args.rate, tokens=args.tokens, slots=args.slots)
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        tables = run_all(opts, args.keep)
+    else:
+        with tempfile.TemporaryDirectory(prefix="llmgw-fairness-") as tmp:
+            tables = run_all(opts, Path(tmp))
+    for table in tables:
+        emit(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
