@@ -16,9 +16,20 @@ average (one timer, armed only for a body that did not arrive with its head); el
 connection closes once the answer is out (a lingering close, as after a refusal of
 ours): it is never held open to read a body nobody will use.
 
+A connection holds at most ``MAX_PIPELINED`` requests queued behind the one being
+served (HTTP/1.1 pipelining: sent before their answers were read). The server reads no
+more from it until the queue is empty (uvicorn read again after every answer, so a
+client that never read its answers had 20,000 queued); a request beyond the bound
+stops the reading for good: the queued ones are answered, the last with
+``connection: close``, and the connection closes (``http.pipeline_full``).
+
 The connection cap is shared by every client, so what fills it must give way: when
 ``max_connections`` are open, a new connection takes the place of the oldest one
-with no request being served (``_room_key``): first those answered and closing, then
+with no request being served (``_room_key``): first those that do not read their
+answers (the server's writes to it paused: more than the transport's high-water mark
+waits for the client) or have a request queued behind the one being served (a client
+that asks before it reads is not being served, it is being written at), then
+those answered and closing, then
 those that sent part of a head, then those that sent nothing yet (a real client's head
 comes with its first packet, so the newest of them is the likeliest to be one), then
 idle keep-alive ones, then those still sending a body. A connection whose request's head
@@ -29,7 +40,9 @@ every client has one address, and an attacker with an IPv6 prefix has millions.
 
 The refusals are logged, at most one line per kind every ``LOG_EVERY_S``
 seconds with the number since the last one: a client opening connections must
-not also get to write the log.
+not also get to write the log. So is a connection lost with pipelined requests in it
+(``http.pipeline_dropped``): what the application still sends for them is dropped, as
+for any client gone, never written to the closed transport.
 """
 
 from __future__ import annotations
@@ -60,15 +73,25 @@ LINGER_MAX_BYTES = 4 << 20
 # How many of the oldest reclaimable connections one look over every connection keeps,
 # to make room for as many new ones without looking again (``_make_room``).
 ROOM_BATCH = 64
+# Requests a connection may have queued behind the one being served (pipelined); one
+# more stops the reading, and the connection closes once the queued ones are answered.
+# Browsers and HTTP client libraries do not pipeline; a client that does gets its
+# answers and a ``connection: close`` to open another connection on.
+MAX_PIPELINED = 16
 # The kinds of connection that give way to a new one when the cap is full, first to last
-# (``_room_key``): answered and closing; part of a head sent; nothing sent yet; idle
-# between requests; a body still arriving.
-_CLOSING, _PARTIAL, _SILENT, _IDLE, _SENDING_BODY = range(5)
-_KINDS = ("closing", "partial_head", "silent", "idle", "sending_body")
+# (``_room_key``): not reading its answers (or asking before reading them); answered and
+# closing; part of a head sent; nothing sent yet; idle between requests; a body still
+# arriving.
+_UNREAD, _CLOSING, _PARTIAL, _SILENT, _IDLE, _SENDING_BODY = range(6)
+_KINDS = ("unread", "closing", "partial_head", "silent", "idle", "sending_body")
 
 
 class _HeadTooLarge(Exception):
     """Raised in a parser callback: llhttp stops, ``feed_data`` raises, the head is refused."""
+
+
+class _PipelineFull(Exception):
+    """Raised in a parser callback: a request beyond ``MAX_PIPELINED`` queued is not taken."""
 
 
 class _Throttled:
@@ -263,6 +286,8 @@ def guarded_protocol(
     not_reading = _Throttled("http.write_timeout")
     body_slow = _Throttled("http.body_timeout")
     reclaimed = _Throttled("http.connection_reclaimed")
+    pipeline_full = _Throttled("http.pipeline_full")
+    pipeline_dropped = _Throttled("http.pipeline_dropped")
 
     def stamped(answer: bytes) -> tuple[bytes, dict[str, str]]:
         """The answer to send, and the field naming its id for the log line."""
@@ -336,6 +361,9 @@ def guarded_protocol(
         _body_timer: asyncio.TimerHandle | None = None
         _keep_alive = True
         _unread: _CloseUnread | None = None
+        # With requests pipelined: the one being served (uvicorn's ``self.cycle`` is the
+        # newest queued), told the client is gone when the connection is lost.
+        _serving: Any = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if coalesce_writes:
@@ -356,7 +384,9 @@ def guarded_protocol(
         def _room_key(self) -> tuple[int, float, int] | None:
             """Which kind of connection this is, and since when, if it may give way to
             a new one (None: its request is being served)."""
-            if self._lingering is not None:
+            if self.flow.write_paused or self.pipeline:
+                kind = _UNREAD
+            elif self._lingering is not None:
                 kind = _CLOSING
             elif self._in_head and self._head_raw:
                 kind = _PARTIAL
@@ -438,6 +468,14 @@ def guarded_protocol(
             hooks, self._hooks = self._hooks, None
             cycle = self.cycle
             gone = hooks is not None and cycle is not None and not cycle.response_complete
+            serving, self._serving = self._serving, None
+            if serving is not None and not serving.response_complete:
+                # uvicorn marks only its newest request gone: the one being served,
+                # behind the queue, would write its answer to the closed transport
+                # (an exception, and a traceback per connection in the log).
+                serving.disconnected = True
+                serving.message_event.set()
+                pipeline_dropped(queued=len(self.pipeline), client=_client(self.client))
             super().connection_lost(exc)
             if gone and hooks is not None:
                 # After uvicorn has marked the request disconnected: what the
@@ -459,6 +497,14 @@ def guarded_protocol(
             except httptools.HttpParserError as exc:
                 if isinstance(exc.__context__, _HeadTooLarge):
                     self._refuse_large()
+                    return
+                if isinstance(exc.__context__, _PipelineFull):
+                    # The queued requests are answered, the last closes the connection;
+                    # nothing more is read (the parser has stopped): the transport stays
+                    # paused, and uvicorn's flow control, told it is not, never resumes it.
+                    self.flow.pause_reading()
+                    self.flow.read_paused = False
+                    pipeline_full(limit=MAX_PIPELINED, client=_client(self.client))
                     return
                 # Not ours: uvicorn's own answer (400) to a malformed request.
                 msg = "Invalid HTTP request received."
@@ -510,11 +556,19 @@ def guarded_protocol(
             self._in_head = False
             self._head_raw = 0
             self._disarm_head_timer()
+            previous = self.cycle
+            if self.pipeline and len(self.pipeline) >= MAX_PIPELINED:
+                self._pipeline_full()
             hooks = RequestHooks(self)
             # Before uvicorn starts the application's task with this scope.
             # (uvicorn types an extension's value as a dict; ASGI leaves it to the server.)
             cast(dict[str, Any], self.scope)["extensions"] = {HOOKS: hooks}
             super().on_headers_complete()
+            if self.pipeline and len(self.pipeline) == 1 and self._serving is None:
+                # The first one queued: the request before it is the one being served.
+                self._serving = previous
+                if oldest_first and oldest_first[0][0][0] > _UNREAD:
+                    oldest_first.clear()  # this one gives way before any of them
             cycle = self.cycle
             if cycle is not None and cycle.scope is self.scope:
                 self._hooks = hooks
@@ -524,6 +578,14 @@ def guarded_protocol(
                 self._keep_alive = cycle.keep_alive
                 cycle.keep_alive = False
                 cycle.transport = self._unread  # type: ignore[assignment]
+
+        def _pipeline_full(self) -> None:
+            """Take no more requests: the newest queued one's answer closes the connection."""
+            cycle = self.cycle
+            if cycle is not None:
+                cycle.keep_alive = False
+            self._keep_alive = False
+            raise _PipelineFull
 
         def on_body(self, body: bytes) -> None:
             self._body_bytes += len(body)
@@ -613,11 +675,14 @@ def guarded_protocol(
                 return
             self.flush_alone()
             self._idle_since = None
-            self.flow.resume_reading()
             if self.pipeline:
+                # Reading stays paused until the queue is empty (uvicorn resumed it at
+                # every answer: a client that never reads had its queue grow without end).
                 cycle, app = self.pipeline.pop()
+                self._serving = cycle if self.pipeline else None
                 self._start_asgi_task(cycle, app)
                 return
+            self.flow.resume_reading()
             self._idle_since = self._free_since = now = self.loop.time()
             if self._idle_timer is None:
                 self._idle_timer = self.loop.call_at(
@@ -655,6 +720,8 @@ def guarded_protocol(
 
         def pause_writing(self) -> None:
             super().pause_writing()
+            if oldest_first and oldest_first[0][0][0] > _UNREAD:
+                oldest_first.clear()  # this one gives way before any of them
             if self._write_timer is None:
                 self._write_timer = self.loop.call_later(
                     limits.write_timeout_s, self._write_timeout
@@ -716,7 +783,7 @@ def guarded_protocol(
             if self.transport.can_write_eof():
                 self.transport.write_eof()
             self._lingering = self.loop.call_later(LINGER_S, self.transport.close)
-            if oldest_first and oldest_first[0][0][0] != _CLOSING:
+            if oldest_first and oldest_first[0][0][0] > _CLOSING:
                 oldest_first.clear()  # this one gives way before any of them
 
     return GuardedHttpToolsProtocol

@@ -9,6 +9,10 @@ one after the other:
 - **heads**: as many connections each send part of a head (``GET /v1/models
   HTTP/1.1`` and one header, never the blank line), and open again every ``--renew``
   seconds (10, the header timeout) and whenever the gateway closes them.
+- **pipeline**: as many attackers open a connection with a 1 KiB receive buffer every
+  ``--renew`` seconds, each sending as many ``GET /v1/models`` with no token
+  (``--pipeline``, 20,000) as the gateway takes at once, pipelined, and never reading
+  the answers; every connection is held until the end.
 
 for ``--duration`` seconds (75) each, while other clients are measured: one client on a
 keep-alive connection asking ``GET /v1/models`` with a client token every 50 ms (a
@@ -30,8 +34,10 @@ import argparse
 import asyncio
 import contextlib
 import os
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -74,7 +80,42 @@ def head(mode: str, path: str) -> bytes:
             f"POST {path} HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
             "Content-Length: 1000000\r\n\r\n{"
         ).encode()
+    if mode == "pipeline":
+        return f"GET {path} HTTP/1.1\r\nHost: gateway\r\n\r\n".encode()
     return f"GET {path} HTTP/1.1\r\nHost: gateway\r\n".encode()
+
+
+async def _pipeliner(
+    host: str, port: int, requests: bytes, *, renew: float, fig: Figures, stop: asyncio.Event
+) -> None:
+    """Connections with a 1 KiB receive buffer, a new one every ``renew`` seconds, each
+    sending as much of ``requests`` as the server takes at once and never reading; all
+    held open until the end (one the server closes is counted when the client can tell:
+    with answers unread, its end of sending may never arrive)."""
+    loop = asyncio.get_running_loop()
+    held: list[socket.socket] = []
+    poll = select.poll()
+    try:
+        while not stop.is_set():
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            sock.setblocking(False)
+            held.append(sock)
+            try:
+                await loop.sock_connect(sock, (host, port))
+                with contextlib.suppress(BlockingIOError):
+                    sock.send(requests)
+                poll.register(sock, select.POLLRDHUP)
+            except OSError:
+                fig.closed += 1
+            for fd, _ in poll.poll(0):
+                fig.closed += 1
+                poll.unregister(fd)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), renew)
+    finally:
+        for sock in held:
+            sock.close()
 
 
 async def _attacker(
@@ -199,28 +240,41 @@ async def attack(
     drip: float = 1.0,
     renew: float | None = 10.0,
     warmup: float = 1.0,
+    pipeline: int = 20_000,
 ) -> Figures:
-    """``attackers`` connections holding ``url`` (``mode``: ``body`` or ``heads``) for
-    ``warmup`` + ``seconds``; what the other clients saw in the last ``seconds``."""
+    """``attackers`` connections holding ``url`` (``mode``: ``body``, ``heads`` or
+    ``pipeline``, ``pipeline`` requests of ``attack_path`` each) for ``warmup`` +
+    ``seconds``; what the other clients saw in the last ``seconds``."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
     fig = Figures(mode, attackers, seconds)
     stop = asyncio.Event()
-    opening = head(mode, attack_path if mode == "body" else client_path)
+    opening = head(mode, client_path if mode == "heads" else attack_path)
     body = mode == "body"
-    holders = [
-        asyncio.ensure_future(
-            _attacker(
-                host,
-                int(port),
-                opening,
-                drip=drip if body else None,
-                renew=None if body else renew,
-                fig=fig,
-                stop=stop,
+    holders = (
+        [
+            asyncio.ensure_future(
+                _pipeliner(
+                    host, int(port), opening * pipeline, renew=renew or 1.0, fig=fig, stop=stop
+                )
             )
-        )
-        for _ in range(attackers)
-    ]
+            for _ in range(attackers)
+        ]
+        if mode == "pipeline"
+        else [
+            asyncio.ensure_future(
+                _attacker(
+                    host,
+                    int(port),
+                    opening,
+                    drip=drip if body else None,
+                    renew=None if body else renew,
+                    fig=fig,
+                    stop=stop,
+                )
+            )
+            for _ in range(attackers)
+        ]
+    )
     await asyncio.sleep(warmup)  # every attacker connected: the cap is what they hold
     raw = f"GET {client_path} HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {token}\r\n\r\n"
     clients = [
@@ -261,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=75.0)
     p.add_argument("--drip", type=float, default=1.0, help="seconds between body bytes")
     p.add_argument("--renew", type=float, default=10.0, help="seconds a head is held")
-    p.add_argument("--modes", default="body,heads")
+    p.add_argument("--pipeline", type=int, default=20_000, help="requests a connection")
+    p.add_argument("--modes", default="body,heads,pipeline")
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="llmgw-slowloris-"))
     gw_token, app = issue_token("gw-1", "gateway"), issue_token("app-1", "client")
@@ -296,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
                     attack(
                         gw_url, mode, attackers=args.connections, seconds=args.duration,
                         token=app.token, drip=args.drip, renew=args.renew, warmup=3.0,
+                        pipeline=args.pipeline,
+                        attack_path="/v1/models" if mode == "pipeline" else "/v1/chat/completions",
                     )
                 )
             )  # fmt: skip

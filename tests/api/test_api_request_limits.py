@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 from bench.gateway.slowloris import Figures, attack
+from httpguard.protocol import MAX_PIPELINED
 from tests.api.server import ApiServer, Tokens, running
 
 HEADER_TIMEOUT = 1.0
@@ -306,28 +307,57 @@ def test_a_body_dripped_byte_by_byte_is_cut_off(api: ApiServer, tokens: Tokens) 
 
 
 def _attacked(capped: ApiServer, mode: str, tokens: Tokens) -> Figures:
+    # ``pipeline``: the largest answer anyone gets without a token (84 KB).
+    target = "/openapi.json" if mode == "pipeline" else "/v1/catalog/models"
     return asyncio.run(
         attack(
             capped.url, mode, attackers=ATTACKERS, seconds=4.0, token=tokens.reader,
-            client_path="/v1/catalog", attack_path="/v1/catalog/models", drip=0.2, renew=1.0,
+            client_path="/v1/catalog", attack_path=target, drip=0.2, renew=1.0, pipeline=100,
         )
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("mode", ["body", "heads"])
+@pytest.mark.parametrize("mode", ["body", "heads", "pipeline"])
 def test_more_connections_than_the_cap_held_leave_clients_and_healthz_answered(
     mode: str, module_sqlite_url: str, module_dir: Path, tokens: Tokens
 ) -> None:
     """Issue 36 scaled down: 50 attackers against a cap of 40, each connection sending a
     head with ``Content-Length: 1000000`` and a byte of body every 0.2 s (``body``), or
-    part of a head renewed every second (``heads``), opened again when closed."""
+    part of a head renewed every second (``heads``), or 100 pipelined ``GET
+    /openapi.json`` with a 1 KiB receive buffer, never reading the answers
+    (``pipeline``), opened again when closed."""
     settings = f"[server]\nmax_connections = {CAP}\n"
     with running(
         _server(module_dir / f"att-{mode}", module_sqlite_url, tokens, settings)
     ) as capped:
         fig = _attacked(capped, mode, tokens)
+        errors = capped.logs("api.error")
+        dropped = capped.logs("http.pipeline_dropped")
     assert fig.statuses and set(fig.statuses) == {200}, fig.statuses
     assert fig.health and set(fig.health) == {200}, fig.health
+    # An answer for a connection gone is dropped, not an error with a traceback.
+    assert not errors, errors[:2]
+    # However many connections went with requests still queued: a line every 10 s.
+    assert len(dropped) <= 2, dropped
+
+
+def test_pipelined_requests_beyond_the_bound_are_not_taken(api: ApiServer) -> None:
+    # A client that reads gets the answers to the first MAX_PIPELINED + 1 (the one
+    # being served and those queued behind it), the last saying ``connection: close``;
+    # the rest are not taken, and the connection closes.
+    one = b"GET /healthz HTTP/1.1\r\nHost: llmgw\r\n\r\n"
+    answer = _send(api, one * (MAX_PIPELINED + 20))
+    assert answer.count(b"HTTP/1.1 200 OK") == MAX_PIPELINED + 1
+    assert answer.lower().count(b"\r\nconnection: close\r\n") == 1
+    assert api.logs("http.pipeline_full")
+    # Within the bound every request is answered on the one connection.
+    with socket.create_connection(_address(api), timeout=BOUND) as conn:
+        conn.sendall(one * MAX_PIPELINED)
+        got = b""
+        while got.count(b"HTTP/1.1 200 OK") < MAX_PIPELINED:
+            chunk = conn.recv(65536)
+            assert chunk, f"closed after {got.count(b'HTTP/1.1 200 OK')} answers"
+            got += chunk
 
 
 def test_refusals_are_logged_but_not_once_per_connection(api: ApiServer) -> None:

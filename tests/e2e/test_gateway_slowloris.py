@@ -8,6 +8,11 @@ here (a cap of 40 set by ``[gateway] max_connections``, 50 attackers, a byte eve
 heads renewed every second), with ``bench.gateway.slowloris.attack`` (the same code as the
 full-size script) while a client of the official OpenAI client asks the gateway for
 completions of a model served by a real agent's sim engine.
+
+The hostile review after it: connections each pipelining up to 20,000 ``GET /v1/models``
+with no token (answered 401 each) and a 1 KiB receive buffer, never reading, held the
+cap too (/healthz timed out, then 503, for 30 s): ``pipeline``, a new one from each
+attacker every second, all held to the end.
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ from tests.e2e.gateways import gateway_cluster
 pytestmark = pytest.mark.slow
 
 CAP, ATTACKERS = 40, 50
+ATTACK_PATH = {
+    "body": "/v1/chat/completions",
+    "heads": "/v1/chat/completions",
+    "pipeline": "/v1/models",
+}
 ROUNDS = ["--with-scheduler", "--interval", "0.3", "--stream-poll", "0.1"]
 HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Still there?"}]
 CHAT = {
@@ -38,7 +48,7 @@ CHAT = {
 }
 
 
-@pytest.mark.parametrize("mode", ["body", "heads"])
+@pytest.mark.parametrize("mode", ["body", "heads", "pipeline"])
 def test_connections_held_beyond_the_cap_leave_clients_and_healthz_answered(
     mode: str, tmp_path: Path, sqlite_url: str
 ) -> None:
@@ -70,7 +80,7 @@ def test_connections_held_beyond_the_cap_leave_clients_and_healthz_answered(
             fig = asyncio.run(
                 attack(
                     gw.url, mode, attackers=ATTACKERS, seconds=5.0, token=t.client,
-                    drip=0.2, renew=1.0,
+                    drip=0.2, renew=1.0, attack_path=ATTACK_PATH[mode],
                 )
             )  # fmt: skip
         finally:
@@ -79,4 +89,9 @@ def test_connections_held_beyond_the_cap_leave_clients_and_healthz_answered(
         assert fig.statuses and set(fig.statuses) == {200}, fig.statuses
         assert fig.health and set(fig.health) == {200}, fig.health
         assert answered and not failed, failed[:3]
-        assert fig.closed, "the attackers' connections were never closed"
+        if mode == "pipeline":
+            # What the attackers cannot tell (their answers unread, the server's end of
+            # sending never reaches them), the gateway's log does.
+            assert gw.logs("http.pipeline_full")
+        else:
+            assert fig.closed, "the attackers' connections were never closed"

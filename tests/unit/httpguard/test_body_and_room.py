@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import uvloop
 from structlog.testing import capture_logs
 
 from httpguard import HeadLimits
@@ -298,3 +300,100 @@ def test_the_guards_own_answers_carry_the_servers_request_ids() -> None:
     assert stalled.startswith(b"HTTP/1.1 408") and b"\r\nx-request-id: rid-1\r\n" in stalled
     named = {entry.get("request_id") for entry in logs}
     assert {"rid-0", "rid-1"} <= named
+
+
+def test_a_connection_not_reading_its_answer_gives_way_before_an_older_half_sent_head() -> None:
+    """The hostile review after issue 36: a request whose answer waits on a client that
+    never reads counted as being served, and such connections held the cap. Now one the
+    server cannot write to gives way first, before even an older unfinished head."""
+    BIG = b"x" * (8 << 20)
+    sent = asyncio.Event()
+
+    async def big(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = BIG if scope["path"] == "/big" else b"ok"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+        if body is BIG:
+            sent.set()  # in the transport's buffer, most of it: writes paused
+
+    async def main() -> None:
+        async with guarded_server(big, HeadLimits(max_connections=2), coalesce=False) as sock:
+            port = sock.getsockname()[1]
+            loop = asyncio.get_running_loop()
+            # The oldest: an unfinished head.
+            half_r, half_w = await asyncio.open_connection("127.0.0.1", port)
+            half_w.write(b"GET /healthz HTTP/1.1\r\n")
+            await half_w.drain()
+            # A client with a 1 KiB receive buffer asking for 8 MiB and reading none of it.
+            raw = socket.socket()
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            raw.setblocking(False)
+            await loop.sock_connect(raw, ("127.0.0.1", port))
+            await loop.sock_sendall(raw, b"GET /big HTTP/1.1\r\nhost: t\r\n\r\n")
+            await asyncio.wait_for(sent.wait(), BOUND)
+            with capture_logs() as logs:
+                assert await _get(port) == b"HTTP/1.1 200 OK"
+            assert [e["kind"] for e in logs if e["event"] == "http.connection_reclaimed"] == [
+                "unread"
+            ]
+            # The older unfinished head was left alone: it completes and is answered.
+            half_w.write(b"host: t\r\n\r\n")
+            assert (await _answer(half_r))[0] == b"HTTP/1.1 200 OK"
+            half_w.close()
+            raw.close()
+
+    _run(main)
+
+
+def test_a_request_served_behind_a_pipeline_is_told_its_client_is_gone() -> None:
+    """uvicorn marks only its newest request gone when the connection is lost: with
+    requests pipelined behind it, the one being served went on writing its answer to
+    the closed transport (under uvloop an exception: an ``api.error`` traceback per
+    connection). Now it is told, the rest of its answer is dropped, and one throttled
+    line says so."""
+    release = asyncio.Event()
+    raised: list[BaseException] = []
+    started = asyncio.Event()
+
+    async def held(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        started.set()
+        await release.wait()
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            for _ in range(20):
+                await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+                await asyncio.sleep(0.01)
+            await send({"type": "http.response.body", "body": b""})
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+
+    async def main() -> None:
+        async with guarded_server(held, coalesce=False) as sock:
+            port = sock.getsockname()[1]
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /a HTTP/1.1\r\nhost: t\r\n\r\n" * 3)
+            await asyncio.wait_for(started.wait(), BOUND)
+            # (The server reads no more while requests are queued: it learns that the
+            # client is gone when it writes.)
+            writer.transport.abort()
+            release.set()
+            while not raised and not [e for e in logs if e["event"] == "http.pipeline_dropped"]:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # the application's remaining sends
+
+    with capture_logs() as logs:
+        uvloop.run(asyncio.wait_for(main(), 60))
+    assert not raised, raised
+    dropped = [e for e in logs if e["event"] == "http.pipeline_dropped"]
+    assert len(dropped) == 1 and dropped[0]["queued"] == 2, dropped
