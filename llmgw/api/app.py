@@ -56,7 +56,7 @@ from llmgw.api.rendering.schemas import (
     share_patterns,
     spread_by_schema,
 )
-from llmgw.api.reports.heartbeat_listener import HeartbeatListener
+from llmgw.api.reports.heartbeat_listener import HeartbeatListener, ListenerThread
 from llmgw.api.routes import autoscale, catalog, events, fleet, gateway, health, nodes, service
 from llmgw.api.routes.report_fast_path import ReportPath
 from llmgw.api.runtime.autoscale_gauges import AutoscaleCollector
@@ -103,7 +103,7 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
             await to_thread.run_sync(watching.stop)
             if heartbeats is not None:
                 listener, flusher = heartbeats
-                await listener.stop()
+                await to_thread.run_sync(listener.stop)
                 await to_thread.run_sync(flusher.join)  # the last leases written
             if scheduler is not None:
                 await to_thread.run_sync(scheduler.stop)
@@ -173,16 +173,18 @@ class _Api(FastAPI):
         return RequestLog(lean, metrics=services.metrics)
 
 
-async def _heartbeats(services: Services) -> tuple[HeartbeatListener, threading.Thread] | None:
-    """The heartbeat listener and the thread writing node leases, if heartbeats are on."""
+async def _heartbeats(services: Services) -> tuple[ListenerThread, threading.Thread] | None:
+    """The heartbeat listener (on its own thread and event loop, so that nothing sent to
+    it can hold up the API's) and the thread writing node leases, if heartbeats are on."""
     settings = services.settings
     if settings.heartbeat_host is None:
         return None
     listener = HeartbeatListener(
-        services.leases, services.book, max_connections=settings.heartbeat_connections
+        services.leases, lambda: services.book, max_connections=settings.heartbeat_connections
     )
-    await listener.start(settings.heartbeat_host, settings.heartbeat_port)
-    return listener, services.leases.start(services.stopping)
+    thread = ListenerThread(listener)
+    await to_thread.run_sync(thread.start, settings.heartbeat_host, settings.heartbeat_port)
+    return thread, services.leases.start(services.stopping)
 
 
 def _route(router: APIRouter, path: str, method: str) -> APIRoute:

@@ -152,3 +152,33 @@ def test_old_and_new_agents_coexist_and_a_heartbeat_after_a_restart_gets_the_ful
         finally:
             old.stop.set()
             old.thread.join(30)
+
+
+def test_an_agent_token_issued_after_the_server_started_may_send_heartbeats(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """The listener checks each line against the tokens in force, not the ones of its
+    start: a newcomer's agent, given a token from `llmgw token new` after the replica
+    started, was answered DENIED "unknown token" every tick (its reports were taken)."""
+    heartbeat_port = _free_port()
+    settings = tmp_path / "llmgw.toml"
+    settings.write_text(f"[server]\nheartbeat_port = {heartbeat_port}\n")
+    with cluster(tmp_path, sqlite_url, ["first"], models=[]) as c:
+        c.server.env["LLMGW_SETTINGS"] = str(settings)
+        c.server.stop()
+        c.server.start()
+        issued = c.cli("token", "new", "late", "--role", "agent", "--node", "late")
+        assert issued.returncode == 0, issued.stderr
+        token = issued.stdout.splitlines()[0].strip()
+        auth = {"Authorization": f"Bearer {token}"}
+        eventually(
+            lambda: httpx.get(f"{c.server.url}/v1/placements", headers=auth).status_code == 200,
+            "the API takes the new token",
+        )
+        late = AgentProc(c.workdir, c.server.url, "late", token, "--full-report-every", "300",
+                         gpus="SIM:2")  # fmt: skip
+        c.agents["late"] = late
+        late.start()
+        eventually(lambda: _metric(c, "llmgw_node_heartbeats_total") >= 10, "ten heartbeats taken")
+        assert _puts(c, "late") <= 2, "the agent sends heartbeats, not reports"
+        assert not late.logs("agent.heartbeat_refused")

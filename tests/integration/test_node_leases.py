@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, event
 
 from llmgw.api.guards.tokens import TokenBook, issue_token
-from llmgw.api.reports.heartbeat_listener import MAX_LINE, HeartbeatListener
+from llmgw.api.reports.heartbeat_listener import MAX_LINE, MAX_LINES, HeartbeatListener
 from llmgw.api.reports.leases import LeaseBook
 from scheduler.persistence.store import SchedulerStore
 from scheduler.planner.fleet.inventory import parse_node_report
@@ -107,14 +107,14 @@ def test_the_listener_answers_each_nodes_heartbeat_with_its_own_credential(engin
                 f"HB a {tokens['a']} {held}\n".encode(),
                 f"HB a {tokens['a']} not-held\n".encode(),
                 f"HB a {tokens['b']} {held}\n".encode(),  # b's token for a's node
-                f"HB b nonsense {held}\n".encode(),
             )
             assert answers == [
                 b"OK a\n",
                 b"REPORT a\n",
                 b"DENIED a this token may not report this node\n",
-                b"DENIED b unknown token\n",
             ]
+            answers = await _ask(listener.leases.port or 0, f"HB b nonsense {held}\n".encode())
+            assert answers == [b"DENIED b unknown token\n"]
         finally:
             await listener.stop()
 
@@ -201,10 +201,13 @@ def test_heartbeats_as_datagrams_are_answered_to_their_sender_and_bounded(engine
         try:
             transport.sendto(f"HB a {tokens['a']} {held}\nHB a {tokens['a']} other\n".encode())
             assert await asyncio.wait_for(answers.get(), 30) == b"OK a\nREPORT a\n"
+            # A bad or denied datagram is dropped unanswered (its sender may be forged):
+            # the next answer is the next good datagram's.
             transport.sendto(b"x" * (MAX_LINE + 1))
-            assert (await asyncio.wait_for(answers.get(), 30)).startswith(b"BAD ")
             transport.sendto(f"HB a {tokens['b']} {held}\n".encode())
-            assert (await asyncio.wait_for(answers.get(), 30)).startswith(b"DENIED a ")
+            transport.sendto(f"HB a {tokens['a']} {held}\n".encode())
+            assert await asyncio.wait_for(answers.get(), 30) == b"OK a\n"
+            assert listener.dropped == 2 and answers.empty()
             assert book.flush() == 1  # the OK renewed the lease
         finally:
             transport.close()
@@ -212,3 +215,121 @@ def test_heartbeats_as_datagrams_are_answered_to_their_sender_and_bounded(engine
 
     asyncio.run(scenario())
     assert _reported(store)["a"] > T0
+
+
+def test_a_denied_line_closes_the_connection_with_the_rest_unread(engine: Engine) -> None:
+    """An unauthenticated sender holds no connection: one DENIED line and it is closed
+    (else a line every idle timeout would hold a slot for good, and agents get BUSY)."""
+    store = _store(engine, "a")
+
+    async def scenario() -> None:
+        listener, book, tokens = await _listening(store)
+        held = book.accepted("a")
+        try:
+            async with _connection(listener.leases.port or 0) as (reader, writer):
+                writer.write(f"HB a nope {held}\nHB a {tokens['a']} {held}\n".encode())
+                assert await asyncio.wait_for(reader.read(), 30) == b"DENIED a unknown token\n"
+            assert book.heartbeats == 0 and not listener.open  # the good line was not read
+        finally:
+            await listener.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_is_answered_at_most_max_lines_a_turn_and_in_order(engine: Engine) -> None:
+    """A burst on one connection is answered MAX_LINES lines at a time, a turn of the
+    loop each, so other connections are answered between; every line still in order."""
+    store = _store(engine, "a")
+
+    async def scenario() -> None:
+        listener, book, tokens = await _listening(store)
+        batches: list[int] = []
+        answer = listener.answer
+
+        def counted(lines: list[bytes]) -> tuple[bytes, bool]:
+            batches.append(len(lines))
+            return answer(lines)
+
+        listener.answer = counted  # type: ignore[method-assign]
+        held = book.accepted("a")
+        lines = [f"HB a {tokens['a']} {held if i % 2 else 'old'}\n".encode() for i in range(700)]
+        try:
+            answers = await _ask(listener.leases.port or 0, *lines)
+            assert answers == [b"REPORT a\n", b"OK a\n"] * 350
+            assert max(batches) == MAX_LINES and sum(batches) == 700
+        finally:
+            await listener.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_datagram_is_answered_only_whole_well_formed_authenticated_and_no_larger(
+    engine: Engine,
+) -> None:
+    """No reflection: a datagram of more than MAX_LINES lines, or with any line bad or
+    denied, is dropped unanswered and renews nothing; an answer is never larger."""
+    store = _store(engine, "a")
+
+    async def scenario() -> None:
+        listener, book, tokens = await _listening(store)
+        held = book.accepted("a")
+        good = f"HB a {tokens['a']} {held}\n".encode()
+        assert listener.answer_datagram(good * MAX_LINES) == b"OK a\n" * MAX_LINES
+        assert book.heartbeats == MAX_LINES
+        for dropped in (
+            good * (MAX_LINES + 1),
+            good + b"HB a b c\n",
+            b"HB a b c\n" * 7278,
+            good + f"HB a {tokens['b']} {held}\n".encode(),
+            b"\n",
+        ):
+            assert listener.answer_datagram(dropped) is None
+        assert book.heartbeats == MAX_LINES  # nothing more renewed
+        await listener.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_listener_thread_keeps_its_own_loop(engine: Engine) -> None:
+    """The listener runs on a thread and loop of its own: while it is busy (here, held
+    inside a token check), the caller's loop still runs and a heartbeat is queued, not
+    lost; it is answered once the listener is free, and stopping closes its sockets."""
+    import socket
+    import threading
+
+    from llmgw.api.reports.heartbeat_listener import ListenerThread
+
+    store = _store(engine, "a")
+    issued = issue_token("agent-a", "agent", ["a"])
+    inside, release = threading.Event(), threading.Event()
+
+    class SlowBook(TokenBook):
+        def verify(self, token: str):  # type: ignore[no-untyped-def]
+            inside.set()
+            release.wait(30)
+            return super().verify(token)
+
+    book = LeaseBook(store, contextlib.nullcontext())
+    thread = ListenerThread(HeartbeatListener(book, SlowBook([issued.entry])))
+    port = thread.start("127.0.0.1", 0)
+    held = book.accepted("a")
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(f"HB a {issued.token} {held}\n".encode())
+            assert inside.wait(30)
+
+            async def api_turns() -> int:
+                turns = 0
+                for _ in range(100):
+                    await asyncio.sleep(0)
+                    turns += 1
+                return turns
+
+            assert asyncio.run(api_turns()) == 100  # this loop is not the listener's
+            release.set()
+            assert sock.recv(100) == b"OK a\n"
+    finally:
+        release.set()
+        thread.stop()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()

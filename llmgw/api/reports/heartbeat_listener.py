@@ -13,22 +13,41 @@ each with that node's own agent token, and reads one line back per heartbeat, in
 - ``OK <node>``: the lease is renewed (``llmgw.api.reports.leases``);
 - ``REPORT <node>``: this server does not hold that report; send the full report
   (``PUT /v1/nodes/{name}``), whose answer carries the new report id;
-- ``DENIED <node> <reason>``: the token may not report that node (as the API's 401/403).
+- ``DENIED <node> <reason>``: the token may not report that node (as the API's 401/403);
+  the connection is closed after it.
 
 A connection may carry the heartbeats of many nodes (a simulator, or a host agent for
-several nodes): every line is checked on its own. Everything is bounded: a line of at
-most ``MAX_LINE`` bytes (longer, or not ASCII, is answered ``BAD <reason>`` and the
-connection closed), at most ``max_connections`` open (one more is answered ``BUSY`` and
-closed: the agent then sends full reports, as an old agent does), a connection silent
-for ``idle_timeout_s`` closed, and reading paused while the answers are not read (so a
-client that never reads cannot make the server buffer without end). Nothing waits on
-the database: a heartbeat is a dictionary lookup and a hash, answered at once.
+several nodes): every line is checked on its own. The port is open to anyone who can
+reach it, so everything is bounded (docs/security/hostile-input-agent-and-headers.md):
+
+- a line of at most ``MAX_LINE`` bytes; longer, not ASCII or not four words is answered
+  ``BAD <reason>`` and the connection closed, as is the first ``DENIED``: a sender
+  without a valid token costs one hash and holds no connection;
+- at most ``MAX_LINES`` lines answered per turn of the listener's loop for one
+  connection (reading from it paused until the rest is answered), so one fast sender
+  cannot keep the others waiting;
+- at most ``max_connections`` open (one more is answered ``BUSY`` and closed: the agent
+  then sends full reports, as an old agent does), a connection silent for
+  ``idle_timeout_s`` closed, and reading paused while the answers are not read (so a
+  client that never reads cannot make the server buffer without end);
+- a datagram of more than ``MAX_LINES`` lines, or with a line that is not a well-formed
+  heartbeat of a valid token, is dropped unanswered: a datagram's sender can be forged,
+  so only a well-formed, authenticated datagram is answered, and never by more bytes
+  than it carried (no reflection, no amplification).
+
+The listener runs on its own thread with its own event loop (``ListenerThread``), not
+the API's: whatever arrives on the heartbeat port, the API and ``/healthz`` keep
+their loop. Nothing waits on the database: a heartbeat is a dictionary lookup and a
+hash, answered at once; renewals go to the lease writer under its lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -40,24 +59,36 @@ from llmgw.api.reports.leases import LeaseBook
 log = structlog.get_logger("llmgw.api")
 
 MAX_LINE = 512
+# Lines answered per datagram, and per connection per turn of the loop. An agent sends
+# one line an interval; the benchmark's simulator batches 40-50 nodes on a line each.
+MAX_LINES = 64
 MAX_CONNECTIONS = 10_000
 IDLE_TIMEOUT_S = 300.0
+# How long stopping waits for the listener's loop to close its sockets.
+STOP_TIMEOUT_S = 10.0
+
+_BAD_LINE = b"BAD expected 'HB <node> <token> <report id>'\n"
 
 
 class HeartbeatListener:
     def __init__(
         self,
         leases: LeaseBook,
-        book: TokenBook,
+        book: TokenBook | Callable[[], TokenBook],
         *,
         max_connections: int = MAX_CONNECTIONS,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
         self.leases = leases
-        self.book = book
+        # The tokens in force, asked at each line: the API makes its book again whenever
+        # the tokens table changes (a token issued or revoked on any replica), and a
+        # listener holding the book of its start refused every agent token issued after
+        # it (seen by a newcomer: DENIED "unknown token" every tick).
+        self._book = book if callable(book) else (lambda: book)
         self.max_connections = max_connections
         self.idle_timeout_s = idle_timeout_s
         self.open: set[_Connection] = set()
+        self.dropped = 0  # datagrams dropped unanswered (too many lines, bad or denied)
         self._server: asyncio.Server | None = None
         self._datagrams: asyncio.DatagramTransport | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -78,7 +109,13 @@ class HeartbeatListener:
         except OSError as exc:
             log.warning("api.heartbeat_datagrams_off", port=bound, error=str(exc))
         self.leases.port = bound
-        log.info("api.heartbeats_listening", host=host, port=bound, datagrams=bool(self._datagrams))
+        log.info(
+            "api.heartbeats_listening",
+            host=host,
+            port=bound,
+            datagrams=bool(self._datagrams),
+            max_connections=self.max_connections,
+        )
         return bound
 
     async def stop(self) -> None:
@@ -102,26 +139,50 @@ class HeartbeatListener:
                 conn.close()
 
     def answer(self, lines: list[bytes]) -> tuple[bytes, bool]:
-        """The answers to complete lines, and whether to close the connection after them."""
+        """The answers to complete lines, and whether to close the connection after them
+        (at the first BAD or DENIED line, whose answer is the last: the rest is unread)."""
         beats: list[tuple[str, str]] = []
         out: list[bytes | None] = []
         for line in lines:
-            parts = line.split(b" ")
-            if len(parts) != 4 or parts[0] != b"HB" or not line.isascii():
-                out.append(b"BAD expected 'HB <node> <token> <report id>'\n")
+            checked = self._check(line)
+            if isinstance(checked, bytes):
+                out.append(checked)
                 return _joined(out, beats, self.leases), True
-            _, node_b, token_b, report_b = parts
-            node = node_b.decode()
-            who = self.book.verify(token_b.decode())
-            if who is None:
-                out.append(b"DENIED " + node_b + b" unknown token\n")
-                continue
-            if not who.may_report(node):
-                out.append(b"DENIED " + node_b + b" this token may not report this node\n")
-                continue
-            beats.append((node, report_b.decode()))
+            beats.append(checked)
             out.append(None)  # answered once the batch is renewed
         return _joined(out, beats, self.leases), False
+
+    def _check(self, line: bytes) -> tuple[str, str] | bytes:
+        """A well-formed heartbeat of a token that may report its node: ``(node, report
+        id)``; else the refusal to answer it with."""
+        parts = line.split(b" ")
+        if len(parts) != 4 or parts[0] != b"HB" or not line.isascii() or len(line) > MAX_LINE:
+            return _BAD_LINE
+        _, node_b, token_b, report_b = parts
+        node = node_b.decode()
+        who = self._book().verify(token_b.decode())
+        if who is None:
+            return b"DENIED " + node_b + b" unknown token\n"
+        if not who.may_report(node):
+            return b"DENIED " + node_b + b" this token may not report this node\n"
+        return node, report_b.decode()
+
+    def answer_datagram(self, data: bytes) -> bytes | None:
+        """The answer to a datagram, or None to drop it unanswered: at most ``MAX_LINES``
+        lines, each a heartbeat its token may send, and an answer no longer than it."""
+        lines = data.split(b"\n", MAX_LINES)
+        if lines and not lines[-1]:
+            lines.pop()
+        if not lines or len(lines) > MAX_LINES:
+            return None
+        beats = []
+        for line in lines:
+            checked = self._check(line)
+            if isinstance(checked, bytes):
+                return None
+            beats.append(checked)
+        answer = _joined([None] * len(beats), beats, self.leases)
+        return answer if len(answer) <= len(data) else None
 
 
 def _joined(out: list[bytes | None], beats: list[tuple[str, str]], leases: LeaseBook) -> bytes:
@@ -137,12 +198,59 @@ def _joined(out: list[bytes | None], beats: list[tuple[str, str]], leases: Lease
     return b"".join(parts)
 
 
+class ListenerThread:
+    """The listener on a thread of its own, with its own event loop: a flood of the
+    heartbeat port (a connection or datagrams, no token needed) costs that thread, and
+    the API's loop keeps answering. Its sole shared state is the lease book (renewals
+    under its lock) and the token book (read only)."""
+
+    def __init__(self, listener: HeartbeatListener) -> None:
+        self.listener = listener
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, host: str, port: int) -> int:
+        """Listen on a new thread; the port listened on (the error, if it cannot)."""
+        started: concurrent.futures.Future[int] = concurrent.futures.Future()
+        loop = asyncio.new_event_loop()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                started.set_result(loop.run_until_complete(self.listener.start(host, port)))
+            except BaseException as exc:  # told to the starter, who raises it
+                started.set_exception(exc)
+                loop.close()
+                return
+            try:
+                loop.run_forever()
+            finally:
+                loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="heartbeats", daemon=True)
+        self._thread.start()
+        return started.result()
+
+    def stop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or not thread.is_alive():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.listener.stop(), loop).result(STOP_TIMEOUT_S)
+        except (concurrent.futures.TimeoutError, RuntimeError) as exc:
+            log.warning("api.heartbeats_stop_slow", error=str(exc) or type(exc).__name__)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(STOP_TIMEOUT_S)
+
+
 class _Datagrams(asyncio.DatagramProtocol):
-    """Heartbeats as datagrams: the same lines, each datagram answered by one to its sender.
+    """Heartbeats as datagrams: the same lines, a datagram answered by one to its sender.
 
     Nothing is kept per sender, so a fleet larger than a process's descriptors can beat
-    to one server. A datagram is at most 64 KiB by nature; its lines are bounded as a
-    connection's are, and a bad one is answered ``BAD`` with the rest of it unread.
+    to one server. Since a sender can be forged, only a datagram of well-formed lines of
+    valid tokens is answered (``HeartbeatListener.answer_datagram``); any other is
+    dropped unanswered, with the rest of it unread.
     """
 
     def __init__(self, listener: HeartbeatListener) -> None:
@@ -155,13 +263,10 @@ class _Datagrams(asyncio.DatagramProtocol):
     def datagram_received(self, data: bytes, addr: Any) -> None:
         if self.transport is None:
             return
-        lines = data.split(b"\n")
-        if lines and not lines[-1]:
-            lines.pop()
-        if not lines or any(len(line) > MAX_LINE for line in lines):
-            self.transport.sendto(b"BAD a line is empty or longer than %d bytes\n" % MAX_LINE, addr)
+        answer = self.listener.answer_datagram(data)
+        if answer is None:
+            self.listener.dropped += 1
             return
-        answer, _ = self.listener.answer(lines)
         self.transport.sendto(answer, addr)
 
     def error_received(self, exc: Exception) -> None:
@@ -173,48 +278,92 @@ class _Connection(asyncio.Protocol):
         self.listener = listener
         self.transport: asyncio.Transport | None = None
         self.buffer = b""
+        self.pos = 0  # where the unanswered part of ``buffer`` starts
         self.last = time.monotonic()
+        self.closed = False
+        # Reading is paused while the client does not read its answers, and while the
+        # lines already read wait for a later turn of the loop (MAX_LINES a turn).
+        self.writing_paused = False
+        self.backlog = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
         self.transport = cast(asyncio.Transport, transport)
         if len(self.listener.open) >= self.listener.max_connections:
             self.transport.write(b"BUSY too many heartbeat connections; send full reports\n")
+            self.closed = True
             transport.close()
             return
         self.listener.open.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
         self.listener.open.discard(self)
 
     def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
+        if self.closed:
+            return
         self.last = time.monotonic()
-        buffer = self.buffer + data if self.buffer else data
-        lines = buffer.split(b"\n")
-        rest = lines.pop()
-        if len(rest) > MAX_LINE or any(len(line) > MAX_LINE for line in lines):
+        self.buffer = self.buffer[self.pos :] + data if self.buffer else data
+        self.pos = 0
+        if not self.backlog:
+            self._answer()
+
+    def _answer(self) -> None:
+        """Answer at most ``MAX_LINES`` complete lines; the rest on a later turn."""
+        assert self.transport is not None
+        self.backlog = False
+        if self.closed:
+            return
+        buffer, pos = self.buffer, self.pos
+        lines: list[bytes] = []
+        while len(lines) < MAX_LINES:
+            end = buffer.find(b"\n", pos, pos + MAX_LINE + 1)
+            if end < 0:
+                break
+            lines.append(buffer[pos:end])
+            pos = end + 1
+        more = len(lines) == MAX_LINES and buffer.find(b"\n", pos, pos + MAX_LINE + 1) >= 0
+        if not more and len(buffer) - pos > MAX_LINE:
+            # No end of line within MAX_LINE bytes: a line too long (or no lines at all).
+            self.transport.write(self.listener.answer(lines)[0] if lines else b"")
             self.transport.write(b"BAD a line is longer than %d bytes\n" % MAX_LINE)
             self.close()
             return
-        self.buffer = rest
-        if not lines:
+        if pos == len(buffer):
+            self.buffer, self.pos = b"", 0
+        else:
+            self.pos = pos
+        if lines:
+            answer, close = self.listener.answer(lines)
+            self.transport.write(answer)
+            if close:
+                self.close()
+                return
+        if more:
+            self.backlog = True
+            asyncio.get_running_loop().call_soon(self._answer)
+        self._reading()
+
+    def _reading(self) -> None:
+        if self.transport is None or self.closed:
             return
-        answer, close = self.listener.answer(lines)
-        self.transport.write(answer)
-        if close:
-            self.close()
+        if self.writing_paused or self.backlog:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
 
     # The client does not read its answers: stop reading its heartbeats until it does.
     def pause_writing(self) -> None:
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self.writing_paused = True
+        self._reading()
 
     def resume_writing(self) -> None:
-        if self.transport is not None:
-            self.transport.resume_reading()
+        self.writing_paused = False
+        self._reading()
 
     def close(self) -> None:
+        self.closed = True
         self.listener.open.discard(self)
         if self.transport is not None:
             self.transport.close()

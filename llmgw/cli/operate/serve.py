@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from llmgw.api.runtime.descriptors import make_room
 from llmgw.api.runtime.settings import ApiSettings
 from llmgw.cli.shared.context import EXIT_REFUSED, App, Refused
 from llmgw.settings import SettingsError
@@ -60,6 +61,10 @@ def _scheduler(
 def cmd_serve(app: App, args: argparse.Namespace) -> int:
     conf = app.settings
     policy = conf.policy
+    # Held to what the descriptor limit leaves beside the API (llmgw.api.runtime.descriptors).
+    heartbeat_connections = make_room(
+        conf.server.heartbeat_connections, conf.server.limits.max_connections
+    )
     try:
         settings = ApiSettings.load(
             conf.auth_file,
@@ -71,7 +76,7 @@ def cmd_serve(app: App, args: argparse.Namespace) -> int:
             autoscale=conf.autoscale,
             heartbeat_host=conf.server.host,
             heartbeat_port=conf.server.heartbeat_port,
-            heartbeat_connections=conf.server.heartbeat_connections,
+            heartbeat_connections=heartbeat_connections,
         )
     except (SettingsError, ValueError) as exc:
         raise Refused(str(exc)) from None
