@@ -10,8 +10,10 @@ Given several servers (replicas of one control plane, ``catalog.forms.servers``)
 that finds the current one unreachable (no connection, no answer within
 ``FAILOVER_TIMEOUT_S``, a 5xx) moves to the next at once and tries there, within
 the same call; only when every server failed is the call ``Unreachable``. The move
-is logged (``agent.server_switched``). A refusal is not a reason to move: every
-replica would refuse alike.
+is logged (``agent.server_switched``) and counted (``ServerList.switches``): a report
+sent with ``switches`` says the count as ``server_switches``, for the control plane's
+``llmgw_agent_control_plane_switches_total{node}`` (the agent serves no metrics). A
+refusal is not a reason to move: every replica would refuse alike.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import structlog
 
 from agent.processes import printable
-from catalog.forms.servers import FAILOVER_TIMEOUT_S, ServerList
+from catalog.forms.servers import FAILOVER_TIMEOUT_S, MAX_SERVER_SWITCHES, ServerList
 
 log = structlog.get_logger("agent")
 
@@ -72,23 +74,34 @@ class ControlPlane:
         """The server calls go to now."""
         return self.servers.current
 
-    def report(self, node: str, body: dict[str, Any]) -> Any:
-        return self._call("PUT", f"/v1/nodes/{urllib.parse.quote(node, safe='')}", body)
+    def report(self, node: str, body: dict[str, Any], *, switches: bool = False) -> Any:
+        """With ``switches``, the body says ``server_switches`` as counted when each try
+        is sent: a report that found the first server dead says so to the next one."""
+        path = f"/v1/nodes/{urllib.parse.quote(node, safe='')}"
+        if not switches:
+            return self._call("PUT", path, body)
+        return self._call(
+            "PUT",
+            path,
+            lambda: {**body, "server_switches": min(self.servers.switches, MAX_SERVER_SWITCHES)},
+        )
 
     def placements(self, node: str) -> Any:
         return self._call("GET", "/v1/placements?" + urllib.parse.urlencode({"node": node}))
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         """The call on the current server, then on each next one while they are unreachable
-        (each given ``FAILOVER_TIMEOUT_S`` but the last, which has the full timeout)."""
+        (each given ``FAILOVER_TIMEOUT_S`` but the last, which has the full timeout).
+        ``body`` may be a function: what it returns is sent, made anew for each try."""
         servers = self.servers
         tries = len(servers.urls)
         for attempt in range(tries):
             url = servers.current
             last = attempt == tries - 1
             try:
+                sent = body() if callable(body) else body
                 return self._call_one(
-                    url, method, path, body, self.timeout if last else FAILOVER_TIMEOUT_S
+                    url, method, path, sent, self.timeout if last else FAILOVER_TIMEOUT_S
                 )
             except Unreachable as exc:
                 servers.failed(url, str(exc))

@@ -126,6 +126,7 @@ class Agent:
         self._send_replicas = True
         self._send_address = True
         self._send_profiles = True
+        self._send_switches = True
         # Time away from the control plane (see the module): True until the first report.
         self._away = True
         self._last_contact: float | None = None
@@ -362,7 +363,9 @@ class Agent:
         if not self._away and self._heartbeat(said):
             return True
         try:
-            answer = self.server.report(self.config.node, body)
+            # The count of server switches is not in ``said``: a move alone sends no full
+            # report; the count rides on the next one (at most full_report_every later).
+            answer = self.server.report(self.config.node, body, switches=self._send_switches)
             self.accepted = Accepted.of(answer, said, self.clock(), self.server.url)
         except Unreachable as exc:
             self._away = True
@@ -373,6 +376,12 @@ class Agent:
                 engines_running=len(self.procs),
             )
         except Refused as exc:
+            if self._send_switches and "server_switches is not a field" in exc.detail:
+                # A control plane older than the count (checked first: its refusal lists
+                # the fields it knows, "address" among them).
+                log.warning("agent.switches_unsupported", detail=exc.detail)
+                self._send_switches = False
+                return self.report()
             if self._send_address and exc.status == 422 and "address" in exc.detail:
                 # A control plane older than registered addresses: report without it.
                 log.warning("agent.address_unsupported", detail=exc.detail)

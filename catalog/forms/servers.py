@@ -25,6 +25,9 @@ MAX_URL = 2048
 # connections but never answers. With one server there is nowhere to go, and the
 # client's own, longer, timeout applies.
 FAILOVER_TIMEOUT_S = 1.0
+# The most switches a node report may say (``server_switches``): a move costs at least a
+# failed connection, so a count beyond this is corrupt; the agent says at most this.
+MAX_SERVER_SWITCHES = (1 << 31) - 1
 
 
 def parse_servers(raw: object) -> tuple[str, ...]:

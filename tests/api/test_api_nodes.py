@@ -96,6 +96,30 @@ def test_an_invalid_report_is_422_naming_the_node_the_field_and_the_fix(
         assert "node-1" not in [n["name"] for n in agent.get("/v1/nodes").json()]
 
 
+def test_a_reports_server_switches_show_on_metrics_per_node_and_a_count_out_of_bounds_is_422(
+    api: ApiServer, tokens: Tokens
+) -> None:
+    name = 'llmgw_agent_control_plane_switches_total{node="node-0"}'
+    with api.client(tokens.agent) as agent, api.client(tokens.reader) as reader:
+        for bad, expected in [
+            (-1, "greater than or equal to 0"),
+            (2**31, "less than or equal to 2147483647"),
+            ("3", "server_switches '3' is not accepted"),
+        ]:
+            response = agent.put("/v1/nodes/node-0", json={**T4, "server_switches": bad})
+            assert response.status_code == 422, (bad, response.text)
+            assert expected in response.json()["detail"], response.json()["detail"]
+        assert name not in reader.get("/metrics").text
+        # The last report's count is shown: an agent that restarted counts from 0 again.
+        for count in (2**31 - 1, 2, 1):
+            sent = agent.put("/v1/nodes/node-0", json={**T4, "server_switches": count})
+            assert sent.status_code == 200, sent.text
+            assert metric(reader, name) == count
+        # A report without it (an older agent) leaves the last count.
+        assert agent.put("/v1/nodes/node-0", json=T4).status_code == 200
+        assert metric(reader, name) == 1
+
+
 def test_the_scheduler_in_serve_places_and_an_agent_reads_what_to_run(
     api: ApiServer, tokens: Tokens
 ) -> None:

@@ -23,19 +23,37 @@ from agent.runtime import Agent, AgentConfig
 
 
 class StandIn:
-    """What the agent calls on the control plane; ``refuse_replicas`` plays an older server."""
+    """What the agent calls on the control plane; ``refuse_replicas`` and ``refuse_switches``
+    play older servers."""
 
     url = "http://stand-in"
 
-    def __init__(self, placements: list[dict[str, Any]], refuse_replicas: bool = False) -> None:
+    def __init__(
+        self,
+        placements: list[dict[str, Any]],
+        refuse_replicas: bool = False,
+        refuse_switches: bool = False,
+    ) -> None:
         self.answer = placements
         self.reports: list[dict[str, Any]] = []
         self.refuse_replicas = refuse_replicas
+        self.refuse_switches = refuse_switches
+        # Whether each report was asked to say the client's server switches.
+        self.switches: list[bool] = []
         self.down = False
 
-    def report(self, node: str, body: dict[str, Any]) -> Any:
+    def report(self, node: str, body: dict[str, Any], *, switches: bool = False) -> Any:
         if self.down:
             raise Unreachable("connection refused")
+        self.switches.append(switches)
+        if self.refuse_switches and switches:
+            # What a server of before the count answers: its fields, "address" among them.
+            raise Refused(
+                422,
+                f'node "{node}": server_switches is not a field of a node report; the fields '
+                "are name, gpu_class, gpus, gpus_reserved, memory_gb, labels, fabric, "
+                "address, replicas",
+            )
         if self.refuse_replicas and "replicas" in body:
             raise Refused(422, f'node "{node}": replicas is not a field of a node report')
         self.reports.append(body)
@@ -135,6 +153,19 @@ def test_an_older_control_plane_gets_the_node_without_replica_states(make_agent:
     )
 
 
+def test_an_older_control_plane_gets_the_report_without_server_switches_and_keeps_the_rest(
+    make_agent: Any,
+) -> None:
+    server = StandIn([], refuse_switches=True)
+    agent = make_agent(server)
+    agent.tick()
+    agent.tick()
+    # Asked once with the count, refused, then never again; the address is still sent.
+    assert server.switches == [True, False, False]
+    assert [r["address"] for r in server.reports] == ["127.0.0.1"] * 2
+    assert "replicas" in server.reports[0]
+
+
 def test_a_replica_without_enough_free_cards_is_reported_starting_with_why(
     make_agent: Any,
 ) -> None:
@@ -201,8 +232,8 @@ class BeatingStandIn(StandIn):
         self.url = url
         self.heartbeat_port = heartbeat_port
 
-    def report(self, node: str, body: dict[str, Any]) -> Any:
-        super().report(node, body)
+    def report(self, node: str, body: dict[str, Any], *, switches: bool = False) -> Any:
+        super().report(node, body, switches=switches)
         return {"report_id": f"x.{len(self.reports)}", "heartbeat_port": self.heartbeat_port}
 
 

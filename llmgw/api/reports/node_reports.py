@@ -114,6 +114,9 @@ def node_report_writer(
                 endpoints=endpoints,
             )
         metrics.node_report_commits.inc()
+        for report in reports:
+            if report.server_switches is not None:  # an older agent does not say it
+                metrics.agent_switches.saw(report.name, report.server_switches)
         # Held only once committed: a heartbeat naming it renews a node that is stored.
         ids = [leases.accepted(n.name) if leases else "" for n in recorded]
         return [

@@ -6,6 +6,9 @@ process (tests) do not collide, and the page carries only what is named here.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -14,6 +17,8 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from declared.reload import Outcome
 from scheduler.daemon.round_runner import RoundOutcome
@@ -102,6 +107,8 @@ class Metrics:
             "Statements that wrote node leases (one a second at most, however many nodes).",
             registry=r,
         )
+        self.agent_switches = AgentSwitches()
+        r.register(self.agent_switches)
         self.round_seconds = Histogram(
             "llmgw_placement_round_duration_seconds",
             "Duration of the placement rounds run by this server's scheduler.",
@@ -201,6 +208,42 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class AgentSwitches(Collector):
+    """``llmgw_agent_control_plane_switches_total{node}``: how many times each node's agent
+    moved to the next control-plane server, as the last report this server recorded said
+    (``server_switches``). A counter kept by the agent, shown here: each replica knows only
+    the reports it received, so the highest value across replicas is the current one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # One entry per node that reported a count: as many as the nodes the store holds.
+        self._counts: dict[str, int] = {}
+
+    def saw(self, node: str, count: int) -> None:
+        with self._lock:
+            self._counts[node] = count
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        yield self._family()  # the family without samples (the metrics reference page)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = self._family()
+        with self._lock:
+            counts = sorted(self._counts.items())
+        for node, count in counts:
+            family.add_metric([node], count)
+        yield family
+
+    @staticmethod
+    def _family() -> CounterMetricFamily:
+        return CounterMetricFamily(
+            "llmgw_agent_control_plane_switches",
+            "Times each node's agent moved to the next control-plane server, as its last "
+            "report to this server said (take the max across replicas).",
+            labels=["node"],
+        )
 
 
 def held_by_mass_loss(plan: Plan) -> int:

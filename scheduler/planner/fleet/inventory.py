@@ -24,6 +24,7 @@ from catalog.definition.identifiers import (
     Grammar,
     brief,
 )
+from catalog.forms.servers import MAX_SERVER_SWITCHES
 from scheduler.lifecycle.replica_reports import MAX_REPLICAS_PER_REPORT, ReplicaReport
 
 
@@ -91,6 +92,9 @@ class NodeReport(BaseModel):
     # The states of the replicas on this node (scheduler.lifecycle.replica_reports). Absent
     # leaves them as they were: an older agent does not send it.
     replicas: list[ReplicaReport] | None = Field(default=None, max_length=MAX_REPLICAS_PER_REPORT)
+    # How many times its agent moved to the next control-plane server (agent.client), for
+    # llmgw_agent_control_plane_switches_total{node}; not stored. Absent: an older agent.
+    server_switches: int | None = Field(default=None, ge=0, le=MAX_SERVER_SWITCHES)
 
     @field_validator("gpu_class", "fabric", mode="before")
     @classmethod
