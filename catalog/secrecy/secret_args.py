@@ -20,7 +20,9 @@ Two things make an item a secret:
   known key prefix (``sk-``, ``hf_``, ``ghp_``, ...) followed by at least
   ``MIN_PREFIXED`` key characters, a JSON Web Token, a private key, or a run of at least
   ``MIN_RANDOM_RUN`` letters and digits mixing upper case, lower case and digits (base62 /
-  base64 key material). Deliberately allowed, because args carry them every day: paths
+  base64 key material), a URL with a password in it (``https://user:pass@host``), or a
+  JSON argument with a member named like a secret holding a key-like string.
+  Deliberately allowed, because args carry them every day: paths
   and repositories (a ``/`` or ``.`` stops a prefixed match; a component of a path is
   refused only if it is itself such a run), hex of any length (``--revision`` takes a 40-digit
   commit, files are named by their SHA-256), UUIDs, numbers, and model names such as
@@ -73,6 +75,17 @@ _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
 MIN_RANDOM_RUN = 24
 _RUN = re.compile(f"[A-Za-z0-9]{{{MIN_RANDOM_RUN},}}")
 _HEX = re.compile(r"[0-9a-fA-F]+")
+# A URL's password (``https://user:pass@host``: a proxy, a tracing endpoint): an engine
+# or its HTTP client uses it as given, so it is a secret wherever it appears.
+URL_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s@:]+:[^/\s@]+@")
+# A member of a JSON argument (vLLM's --model-loader-extra-config, ...) whose name's last
+# word is a secret's (``"aws_secret_access_key": "..."``) and whose value is a string of
+# key characters: not ``"tokenizer": ...`` (the last word is not a secret's) nor
+# ``"pad_token": "<pad>"`` (no key characters).
+_JSON_SECRET_MEMBER = re.compile(
+    r'"(?:[A-Za-z0-9]+[_-])*(?:key|apikey|token|secret|password|passwd)"\s*:\s*"[^"\s<>]{8,}"',
+    re.IGNORECASE,
+)
 
 
 # The shortest value any of the above can match ("sk-" and 8 characters): shorter ones
@@ -100,6 +113,10 @@ def _looks_like_key(value: str) -> bool:
 
 def _key_like(value: str) -> bool:
     if _PREFIXED.fullmatch(value) or _JWT.search(value) or _PRIVATE_KEY.search(value):
+        return True
+    if "://" in value and URL_CREDENTIALS.search(value):
+        return True
+    if '"' in value and _JSON_SECRET_MEMBER.search(value):
         return True
     for run in _RUN.findall(value):
         if _HEX.fullmatch(run):
@@ -165,7 +182,9 @@ def secret_args(args: tuple[str, ...] | list[str]) -> list[SecretArg]:
         if item.startswith("-") and is_secret_flag(flag):
             found.append(SecretArg(i, flag))
             nxt = i + 1
-            if not eq and nxt < len(args) and not str(args[nxt]).startswith("--"):
+            # The next item is the value whatever it looks like: llama-server's parser
+            # takes it even when it starts with dashes (``--api-key --S3cret``).
+            if not eq and nxt < len(args):
                 found.append(SecretArg(nxt, flag, i))
                 taken.add(nxt)
             continue

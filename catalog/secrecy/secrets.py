@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from catalog.errors import CatalogError
-from catalog.secrecy.secret_args import SecretArg, redact_args, secret_args
+from catalog.secrecy.secret_args import URL_CREDENTIALS, SecretArg, redact_args, secret_args
 from catalog.secrecy.secret_words import SECRET_PATTERN, SECRET_WORDS
 
 # What a value shown in place of a secret reads as.
@@ -54,17 +54,30 @@ def secret_name_problem(name: object) -> str | None:
     return None
 
 
+def _holds_credentials(value: str) -> bool:
+    """Whether an env value carries a URL's password (``HTTPS_PROXY=http://u:p@proxy``)."""
+    return "://" in value and URL_CREDENTIALS.search(value) is not None
+
+
 def env_var_for(secret: str) -> str:
     """The environment variable an agent reads a secret from: hf-token -> LLMGW_SECRET_HF_TOKEN."""
     return "LLMGW_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", secret).upper()
 
 
-def plain_secret_problem(model: str, profile: str, name: str) -> CatalogError:
-    """The refusal of a plain value under a secret's name (the value is never repeated)."""
+def plain_secret_problem(
+    model: str, profile: str, name: str, *, credentials: bool = False
+) -> CatalogError:
+    """The refusal of a plain value under a secret's name, or of a URL with a password in
+    it (``credentials``); the value is never repeated."""
     suggestion = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "my-secret"
+    said = (
+        "holds a URL with a password in it (scheme://user:password@host), in plain text"
+        if credentials
+        else "holds its value in plain text, and its name says it is a secret"
+    )
     return CatalogError(
-        f"model {model!r} profile {profile!r}: env {name} holds its value in plain text, "
-        "and its name says it is a secret; the catalog is shown to every reader and kept "
+        f"model {model!r} profile {profile!r}: env {name} {said}; the catalog is shown "
+        "to every reader and kept "
         f"in the log for ever. Write `{name}: {{secret: {suggestion}}}` and give the "
         f"agents the value as the file {suggestion} in their secrets_dir (or env "
         f"{env_var_for(suggestion)})",
@@ -131,6 +144,8 @@ def check_no_plain_secrets(profiles: Any, model: str) -> None:
         for name, value in p.env.items():
             if isinstance(value, str) and looks_secret(name):
                 raise plain_secret_problem(model, p.name, name)
+            if isinstance(value, str) and _holds_credentials(value):
+                raise plain_secret_problem(model, p.name, name, credentials=True)
         found = secret_args(list(p.args))
         if found:
             # A flag and its value: name the value, the secret itself.
@@ -163,7 +178,9 @@ def redact(value: Any) -> Any:
     for key, item in value.items():
         if key == "env" and isinstance(item, Mapping):
             out[key] = {
-                k: REDACTED if isinstance(v, str) and looks_secret(str(k)) else redact(v)
+                k: REDACTED
+                if isinstance(v, str) and (looks_secret(str(k)) or _holds_credentials(v))
+                else redact(v)
                 for k, v in item.items()
             }
         elif key == "args" and isinstance(item, list | tuple):
