@@ -300,11 +300,12 @@ async def stop_tasks(
     """Cancel ``tasks`` and wait for them, telling them again until they end or
     ``within_s`` has passed; the tasks still running then (named in the log).
 
-    Why again: on Python 3.11 ``asyncio.wait_for`` can swallow a cancellation that lands
-    as the awaited read completes (CPython gh-86296), and the follower reads its event
-    stream through it in a loop: a single ``cancel`` was lost now and then, and a gateway
-    told to stop waited on its follower for ever, SIGTERM after SIGTERM (seen in
-    ``make demo``). A stop must never hang on a background task."""
+    Why again: a gateway told to stop once waited on its follower for ever, SIGTERM after
+    SIGTERM, its follower still polling (seen in one ``make demo`` of two). The likely
+    cause, not confirmed: on Python 3.11 ``asyncio.wait_for`` can swallow a cancellation
+    that lands as the awaited read completes (bpo-42130), and the follower reads its
+    event stream through it in a loop. Whatever the cause, a stop must never hang on a
+    background task."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
     pending = {task for task in tasks if not task.done()}

@@ -1,5 +1,5 @@
 """A gateway's stop ends its background tasks even when one of them loses a cancellation
-(Python 3.11's ``asyncio.wait_for`` can swallow one: CPython gh-86296), and never hangs on
+(Python 3.11's ``asyncio.wait_for`` can swallow one: bpo-42130), and never hangs on
 one that will not end."""
 
 from __future__ import annotations
