@@ -39,8 +39,8 @@ from catalog.definition.model import Model
 from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
 from catalog.forms.client_limits import LimitError, from_json
+from catalog.forms.priority import MAX_SHARE, PRIORITY_CLASSES, STANDARD
 from catalog.forms.servers import FAILOVER_TIMEOUT_S, ServerList
-from gateway.stages.queue import CLASSES, MAX_SHARE, STANDARD
 from gateway.state import Client, State
 from gateway.table import build
 
@@ -333,7 +333,7 @@ def _place(entry: dict[str, Any]) -> tuple[str, float]:
     """A client token's priority class and share in the feed; what is not one (an older
     control plane's feed says neither) is the default, standard and 1."""
     klass, share = entry.get("priority_class"), entry.get("share")
-    if klass not in CLASSES:
+    if klass not in PRIORITY_CLASSES:
         klass = STANDARD
     if type(share) is not int or not 1 <= share <= MAX_SHARE:
         share = 1

@@ -37,11 +37,12 @@ import structlog
 
 from catalog.definition.routing_profiles import PREFIX
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
+from catalog.forms.priority import STANDARD
 from gateway import usage
 from gateway.settings import GatewaySettings
 from gateway.stages import admission, prefix, quota, sse
 from gateway.stages.admission import Refusal, Request
-from gateway.stages.queue import STANDARD, Bounds, ModelQueue, Waiter, free_slots, open_replicas
+from gateway.stages.queue import Bounds, ModelQueue, Waiter, free_slots, open_replicas
 from gateway.stages.routing import Choice, choose, eligible, observe_ttft, picked
 from gateway.state import State
 from gateway.table import ModelEntry, Replica

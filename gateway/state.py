@@ -13,9 +13,10 @@ from typing import Any
 
 from catalog.definition.routing_profiles import PREFIX
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
+from catalog.forms.priority import STANDARD
 from gateway.metrics import Metrics
 from gateway.stages.prefix import PrefixTable, Stats
-from gateway.stages.queue import STANDARD, ModelQueue
+from gateway.stages.queue import ModelQueue
 from gateway.stages.quota import Quotas
 from gateway.stages.routing import Load, joined, predicted_ttft, ramp
 from gateway.stages.setaside import SetAside

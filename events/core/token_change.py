@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits, LimitError, from_json
+from catalog.forms.priority import MAX_SHARE, PRIORITY_CLASSES
 from events.core.types import (
     CURRENT_SCHEMA,
     TOKEN_ISSUED,
@@ -37,10 +38,6 @@ MAX_SCOPE = 10_000
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 _ROLE = re.compile(r"[a-z]{1,32}")
 VIA = frozenset({"new", "import"})
-# A client token's priority classes at the gateway's queue (gateway.stages.queue.CLASSES),
-# and the largest share one may have.
-PRIORITY_CLASSES = ("critical", "standard", "batch")
-MAX_SHARE = 1000
 
 
 @dataclass(frozen=True, slots=True)

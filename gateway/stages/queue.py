@@ -35,14 +35,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from catalog.forms.priority import PRIORITY_CLASSES, STANDARD
 from gateway.stages.routing import Load
 from gateway.table import Replica
 
-CRITICAL, STANDARD, BATCH = "critical", "standard", "batch"
-CLASSES = (CRITICAL, STANDARD, BATCH)
+CLASSES = PRIORITY_CLASSES
 RANK = {name: i for i, name in enumerate(CLASSES)}
-# The largest share a client token may have (the control plane refuses more).
-MAX_SHARE = 1000
 # What a request that has never completed is charged when it leaves the queue (tokens):
 # about a short chat turn; corrected when it completes.
 FIRST_GUESS = 64.0

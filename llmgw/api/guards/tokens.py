@@ -39,6 +39,7 @@ from typing import Any
 
 from catalog.definition.identifiers import MODEL_NAME, NODE_NAME
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
+from catalog.forms.priority import MAX_SHARE, PRIORITY_CLASSES
 
 TOKEN_PREFIX = "llmgw_"
 # What a gateway token may read (path prefixes): the catalog, the placements, the event
@@ -70,12 +71,6 @@ SIGNAL_ROLES = frozenset({"operator", "gateway"})
 
 class TokenConfigError(ValueError):
     """A token entry that cannot be used; the message names the entry and the fix."""
-
-
-# A client token's priority classes, highest first (gateway.stages.queue.CLASSES), and
-# the largest share one may have.
-PRIORITY_CLASSES = ("critical", "standard", "batch")
-MAX_SHARE = 1000
 
 
 @dataclass(frozen=True, slots=True)

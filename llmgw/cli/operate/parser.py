@@ -123,6 +123,8 @@ def register(
     n.add_argument(
         "--priority-class",
         default="standard",
+        # catalog.forms.priority.PRIORITY_CLASSES, written out: the parser loads nothing
+        # of the catalog at start (tests/unit/ops/test_cli_imports.py holds both).
         choices=("critical", "standard", "batch"),
         help="a client's class in a full model's queue at the gateway: higher classes go "
         "first (a request may lower its own, never raise it); default standard",

@@ -9,12 +9,10 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from catalog.forms.priority import BATCH, CRITICAL, STANDARD
 from gateway.stages.queue import (
-    BATCH,
     CLASSES,
-    CRITICAL,
     RANK,
-    STANDARD,
     Bounds,
     ModelQueue,
     Waiter,

@@ -286,3 +286,21 @@ def test_rollout_status_loads_no_other_commands_code(tmp_path: Path) -> None:
     for other in ("llmgw.cli.catalog.commands", "llmgw.cli.catalog.dry_run",
                   "scheduler.daemon.node_service"):  # fmt: skip
         assert other not in loaded, other
+
+
+def test_the_token_parsers_priority_classes_are_the_catalogs() -> None:
+    # Written out in the parser, which may load nothing of the catalog at start.
+    import argparse
+
+    from catalog.forms.priority import PRIORITY_CLASSES
+    from llmgw.cli import build_parser
+
+    def sub(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+        (group,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        found = group.choices[name]
+        assert isinstance(found, argparse.ArgumentParser)
+        return found
+
+    new = sub(sub(build_parser(), "token"), "new")
+    (action,) = [a for a in new._actions if a.dest == "priority_class"]
+    assert tuple(action.choices or ()) == PRIORITY_CLASSES
