@@ -4,41 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
-from agent.processes import free_port
-
-BOUND = 60.0
+from tests.integration.sim_process import BOUND, sim_engine
 
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[tuple[str, int]]:
-    port = free_port("127.0.0.1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.sim", "--port", str(port), "--model", "m",
-         "--header-timeout", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + BOUND
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, "the sim never started"
-        time.sleep(0.05)
-    try:
+    with sim_engine("--header-timeout", "1") as port:
         yield "127.0.0.1", port
-    finally:
-        proc.terminate()
-        proc.wait(BOUND)
 
 
 def _exchange(where: tuple[str, int], request: bytes) -> bytes:

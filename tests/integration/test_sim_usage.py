@@ -4,42 +4,18 @@ gateway counting tokens and a prefix router checking its guesses read them from 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from openai import OpenAI
 
-from agent.processes import free_port
-
-BOUND = 60.0
+from tests.integration.sim_process import sim_engine
 
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[OpenAI]:
-    port = free_port("127.0.0.1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.sim", "--port", str(port), "--model", "m",
-         "--block-size", "4"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + BOUND
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, "the sim never started"
-        time.sleep(0.05)
-    try:
+    with sim_engine("--block-size", "4") as port:
         yield OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=BOUND)
 
 
 SYSTEM = "you are a careful assistant who answers about clusters and their replicas " * 2
