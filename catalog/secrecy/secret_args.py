@@ -77,7 +77,9 @@ _RUN = re.compile(f"[A-Za-z0-9]{{{MIN_RANDOM_RUN},}}")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 # A URL's password (``https://user:pass@host``: a proxy, a tracing endpoint): an engine
 # or its HTTP client uses it as given, so it is a secret wherever it appears.
-URL_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s@:]+:[^/\s@]+@")
+# Every part bounded: an unbounded scheme made a megabyte of letters before "://" cost
+# time quadratic in its length (each letter a start, each start a scan to the end).
+URL_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s@:]{1,256}:[^/\s@]{1,256}@")
 # A member of a JSON argument (vLLM's --model-loader-extra-config, ...) whose name's last
 # word is a secret's (``"aws_secret_access_key": "..."``) and whose value is a string of
 # key characters: not ``"tokenizer": ...`` (the last word is not a secret's) nor

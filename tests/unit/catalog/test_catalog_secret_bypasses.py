@@ -80,3 +80,20 @@ def test_a_url_password_in_env_is_refused_naming_the_variable_not_the_value() ->
         check_no_plain_secrets([Profile(env={"HTTPS_PROXY": "http://svc:S3cretPass@p:3128"})], "m")
     assert "env HTTPS_PROXY holds a URL with a password" in caught.value.message
     assert "S3cretPass" not in str(caught.value)
+
+
+def test_a_megabyte_of_url_like_text_is_judged_in_linear_time() -> None:
+    """A stored arg is judged on every reader's read (redaction): a megabyte of letters
+    around ``://`` must not cost time quadratic in its length (an unbounded scheme did:
+    minutes for one item). Run apart, with a bound far above linear's ~1 s and far below
+    quadratic's."""
+    import subprocess
+    import sys
+
+    code = (
+        "from catalog.secrecy.secret_args import looks_like_key\n"
+        "from catalog.secrecy.secrets import redact\n"
+        "for v in ('a://' + 'b' * 10**6, 'b' * 10**6 + '://x', 'a://b:' + 'c' * 10**6):\n"
+        "    looks_like_key(v); redact({'env': {'X': v}, 'args': [v]})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
