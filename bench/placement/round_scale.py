@@ -36,6 +36,7 @@ from typing import Any
 from bench.placement.fleets import NOW, synthetic_demands, synthetic_nodes
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS
 from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.plan import plan
 
 FIGURES = (
@@ -59,16 +60,48 @@ def _not_fresh(nodes: Sequence[Node], at: Any) -> dict[str, Any]:
     return {n.name: n.reported_at for n in nodes if n.reported_at < fresh_from}
 
 
-def measure(nodes: int, repeats: int = 3) -> dict[str, float]:
+def _tiled(size: int, tiles: int) -> tuple[list[Node], list[Demand], tuple[Placement, ...]]:
+    """``tiles`` copies of the synthetic fleet of ``size`` nodes (names, fabrics and models
+    renamed per copy), each copy's replicas placed as the planner places them on one copy;
+    then one round over the whole, so that the placements are the planner's own."""
+    fleet, demands = synthetic_nodes(size), synthetic_demands(2 * size)
+    placed = plan(demands, fleet, (), NOW).placements
+    nodes: list[Node] = []
+    asked: list[Demand] = []
+    current: list[Placement] = []
+    for t in range(tiles):
+        nodes += [
+            replace(
+                n,
+                name=f"t{t}-{n.name}",
+                fabric=None if n.fabric is None else f"t{t}-{n.fabric}",
+                labels=dict(n.labels),
+            )
+            for n in fleet
+        ]
+        asked += [replace(d, model=f"t{t}-{d.model}") for d in demands]
+        current += [
+            replace(p, model=f"t{t}-{p.model}", nodes=tuple(f"t{t}-{x}" for x in p.nodes))
+            for p in placed
+        ]
+    settled = plan(asked, nodes, current, NOW).placements
+    return nodes, asked, settled
+
+
+def measure(nodes: int, repeats: int = 3, tiles: int = 1) -> dict[str, float | None]:
     # Imported here: older trees (``LLMGW_BENCH_BASE``) have neither.
     from scheduler.planner.plan_cache import PlanMemo
     from scheduler.planner.rounds.incremental import Changes, IncrementalRounds
 
-    fleet, demands = synthetic_nodes(nodes), synthetic_demands(2 * nodes)
-    began = time.process_time()
-    first = plan(demands, fleet, (), NOW)
-    fresh = (time.process_time() - began) * 1000
-    current = first.placements
+    fresh: float | None = None
+    if tiles > 1:
+        fleet, demands, current = _tiled(nodes // tiles, tiles)
+        nodes = len(fleet)
+    else:
+        fleet, demands = synthetic_nodes(nodes), synthetic_demands(2 * nodes)
+        began = time.process_time()
+        current = plan(demands, fleet, (), NOW).placements
+        fresh = (time.process_time() - began) * 1000
     host = current[0].nodes[0]
 
     memo = PlanMemo()
@@ -109,7 +142,7 @@ def measure(nodes: int, repeats: int = 3) -> dict[str, float]:
     return {
         "nodes": nodes,
         "replicas": len(current),
-        "plan_fresh_cpu_ms": round(fresh, 1),
+        "plan_fresh_cpu_ms": None if fresh is None else round(fresh, 1),
         "plan_idle_cpu_ms": round(idle["plan"], 1),
         "memo_idle_cpu_ms": round(idle["memo"], 1),
         "round_idle_cpu_ms": round(idle["round"], 2),
@@ -118,17 +151,19 @@ def measure(nodes: int, repeats: int = 3) -> dict[str, float]:
     }
 
 
-def exponents(results: Sequence[dict[str, float]]) -> dict[str, dict[str, float]]:
+def exponents(results: Sequence[dict[str, float | None]]) -> dict[str, dict[str, float]]:
     """Each figure's growth exponent between consecutive sizes, and first to last."""
     out: dict[str, dict[str, float]] = {}
     pairs = [*itertools.pairwise(results)]
     if len(results) > 2:
         pairs.append((results[0], results[-1]))
     for a, b in pairs:
-        label = f"{int(a['nodes'])}-{int(b['nodes'])}"
-        ratio = math.log(b["nodes"] / a["nodes"])
-        out[label] = {
-            k: round(math.log(b[k] / a[k]) / ratio, 2) for k in FIGURES if a[k] > 0 and b[k] > 0
+        na, nb = a["nodes"] or 1, b["nodes"] or 1
+        ratio = math.log(nb / na)
+        out[f"{int(na)}-{int(nb)}"] = {
+            k: round(math.log(y / x) / ratio, 2)
+            for k in FIGURES
+            if (x := a[k]) is not None and (y := b[k]) is not None and x > 0 and y > 0
         }
     return out
 
@@ -137,10 +172,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.placement.round_scale")
     parser.add_argument("--nodes", type=int, nargs="+", default=[10_000])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--tiles",
+        type=int,
+        default=1,
+        help="build each fleet as this many renamed copies of one N/tiles nodes, placed "
+        "once (a round from nothing at 100,000 nodes takes minutes): no from-nothing figure",
+    )
     args = parser.parse_args(argv)
     results = []
     for count in args.nodes:
-        results.append(measure(count, args.repeats))
+        results.append(measure(count, args.repeats, args.tiles))
         if len(args.nodes) > 1:
             print(json.dumps(results[-1]), flush=True)
     if len(results) == 1:
