@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -25,6 +26,7 @@ from events.catalog_service import CatalogService
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.outcome_store import UnplacedReason, reasons_of
+from scheduler.persistence.round_store import PlacementState
 from scheduler.persistence.serving_policy import ServingProcess, policy_fields
 from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import definitions_to_record
@@ -32,6 +34,9 @@ from scheduler.planner.demands import demands
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Placement, Plan
 from scheduler.planner.rounds.incremental import Changes, IncrementalRounds
+
+if TYPE_CHECKING:
+    from catalog import Catalog
 
 log = structlog.get_logger("llmgw.scheduler")
 
@@ -101,29 +106,12 @@ class Placer:
             log.info("placement.policy_recorded", **policy_fields(self.policy))
         catalog = self.catalog.catalog()
         position = self.catalog.position
-        read = self._feed.read(now, self.policy.stale_after)
-        state = self.store.state()
-        asked = demands(catalog, self.wanted() if self.wanted else None)
-        if read.whole or not self._rounds.started:
-            if not read.whole:
-                self._feed.forget_all()
-                read = self._feed.read(now, self.policy.stale_after)
-            plan = self._rounds.start(
-                asked, read.nodes, state.placements, now, self.policy, lifecycle=state.lifecycle
-            )
-        else:
-            plan = self._rounds.next(
-                Changes(
-                    now=now,
-                    not_fresh=read.not_fresh,
-                    nodes=read.nodes,
-                    forgotten=read.forgotten,
-                    demands=asked,
-                    current=state.placements,
-                    lifecycle=state.lifecycle,
-                    policy=self.policy,
-                )
-            )
+        try:
+            state, plan = self._plan(catalog, now)
+        except BaseException:
+            # What the feed read since may be lost with this round: read it all next time.
+            self._feed.forget_all()
+            raise
         writes = not dry_run and _writes(plan, state.placements)
         # The nodes as the planner was given them: what a round records, what a dry run shows.
         nodes = self._rounds.nodes(now) if dry_run or writes else []
@@ -156,6 +144,33 @@ class Placer:
             before=state.placements,
             node_count=self._rounds.node_count,
         )
+
+    def _plan(self, catalog: Catalog, now: datetime) -> tuple[PlacementState, Plan]:
+        """Read what changed, then plan from it (``scheduler.planner.rounds.incremental``)."""
+        read = self._feed.read(now, self.policy.stale_after)
+        state = self.store.state()
+        asked = demands(catalog, self.wanted() if self.wanted else None)
+        if read.whole or not self._rounds.started:
+            if not read.whole:
+                self._feed.forget_all()
+                read = self._feed.read(now, self.policy.stale_after)
+            plan = self._rounds.start(
+                asked, read.nodes, state.placements, now, self.policy, lifecycle=state.lifecycle
+            )
+        else:
+            plan = self._rounds.next(
+                Changes(
+                    now=now,
+                    not_fresh=read.not_fresh,
+                    nodes=read.nodes,
+                    forgotten=read.forgotten,
+                    demands=asked,
+                    current=state.placements,
+                    lifecycle=state.lifecycle,
+                    policy=self.policy,
+                )
+            )
+        return state, plan
 
 
 def _writes(plan: Plan, before: Sequence[Placement]) -> bool:

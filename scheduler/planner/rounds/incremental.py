@@ -106,7 +106,7 @@ class IncrementalRounds:
 
     @property
     def started(self) -> bool:
-        return self._plan is not None
+        return self._now is not None
 
     def start(
         self,
@@ -146,6 +146,8 @@ class IncrementalRounds:
             raise ValueError(f"now {changes.now} has no time zone; pass the current time in UTC")
         if not _whole and not self.started:
             raise ValueError("no round before: start with whole inputs (IncrementalRounds.start)")
+        if not _whole and self._plan is None:
+            _whole = True  # the round before was refused: plan this one whatever changed
         changed = _whole | self._take_inventory(changes.nodes, changes.forgotten)
         if changes.policy is not None and changes.policy != self._policy:
             self._policy = changes.policy
@@ -190,6 +192,9 @@ class IncrementalRounds:
             self.reused += 1
             return self._plan
         self.planned += 1
+        # Not the round before's plan any more, whatever happens: inputs ``plan`` refuses
+        # are refused again next round, not answered with an older plan.
+        self._plan = None
         self._plan = plan(
             self._demands,
             self.nodes(changes.now),

@@ -218,3 +218,15 @@ def test_changes_before_a_start_are_refused() -> None:
         IncrementalRounds().next(Changes(now=NOW))
     with pytest.raises(ValueError, match="appears twice"):
         IncrementalRounds().start([], [node("a"), node("a")], (), NOW)
+
+
+def test_inputs_the_planner_refuses_are_refused_again_not_answered_with_an_older_plan() -> None:
+    demands = [Demand("m", 1, (profile(gpus=4),))]
+    rounds = IncrementalRounds()
+    rounds.start(demands, [node("a")], (), NOW, POLICY)
+    twice = Changes(now=NOW, demands=[*demands, *demands])
+    with pytest.raises(ValueError, match="demanded twice"):
+        rounds.next(twice)
+    # Nothing changed since the refused round: still refused, as a full round would be.
+    with pytest.raises(ValueError, match="demanded twice"):
+        rounds.next(Changes(now=NOW + timedelta(seconds=10)))
