@@ -133,8 +133,9 @@ class Flusher:
     async def _post(self, flush: str, rows: list[dict[str, Any]]) -> bool:
         """Whether the control plane has the flush (recorded now or before, or refused
         for good and dropped)."""
+        # (Who posted is the token's name and worker; the gateway's own id is named in
+        # its log lines, not sent: any --id it runs with must not get a flush refused.)
         body = {
-            "gateway": self.gateway_id or "-",
             "worker": self.worker,
             "flush": flush,
             "rows": rows,
@@ -149,6 +150,7 @@ class Flusher:
                     self._failing = False
                     log.debug(
                         "gateway.usage_posted",
+                        gateway=self.gateway_id,
                         flush=flush,
                         rows=len(rows),
                         ms=round((time.monotonic() - started) * 1e3, 1),

@@ -23,18 +23,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from catalog.forms.printable import printable
 from events.core.types import CURRENT_SCHEMA, USAGE_RECORDED, NewEvent
 from events.core.upcast import UnreadableEvent
 
 # Who posted (a gateway token's name and worker, autoscale.signals.identity) and the
 # flush's id (the gateway's, random): together the command key.
-_GATEWAY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
-_FLUSH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+GATEWAY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+FLUSH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # A client token's name (llmgw.api.guards.tokens.NAME_PATTERN).
-_CLIENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
-_OUTCOME = re.compile(r"[a-z][a-z_]{0,31}")
-# A model's or replica's name: printable, no control characters, at most 255.
-_PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]{1,255}")
+CLIENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+OUTCOME = re.compile(r"[a-z][a-z_]{0,31}")
+# A model's or replica's name: printable (catalog.forms.printable), 1 to 255 characters.
+MAX_NAME = 255
 MAX_OUTCOMES = 16
 # Counts beyond this are not a minute of any gateway's traffic.
 MAX_COUNT = 10**15
@@ -131,10 +132,10 @@ def check_usage(payload: Any) -> UsageRow:
     extra = sorted(k for k in payload if k not in _KEYS)
     if extra:
         raise UnreadableEvent(f"usage payload has unknown fields {extra[:5]}")
-    gateway = _text(payload, "gateway", _GATEWAY)
-    flush = _text(payload, "flush", _FLUSH)
-    client = _text(payload, "client", _CLIENT)
-    model = _text(payload, "model", _PRINTABLE)
+    gateway = _text(payload, "gateway", GATEWAY)
+    flush = _text(payload, "flush", FLUSH)
+    client = _text(payload, "client", CLIENT)
+    model = _name(payload, "model")
     served = _optional(payload, "served")
     replica = _optional(payload, "replica")
     if (served is None) != (replica is None):
@@ -170,13 +171,22 @@ def _text(payload: dict[str, Any], key: str, pattern: re.Pattern[str]) -> str:
     return value
 
 
-def _optional(payload: dict[str, Any], key: str) -> str | None:
+def _name(payload: dict[str, Any], key: str) -> str:
     value = payload.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not _PRINTABLE.fullmatch(value):
-        raise UnreadableEvent(f"usage {key} is neither null nor a name of at most 255 characters")
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_NAME or not printable(value):
+        raise UnreadableEvent(f"usage {key} is not a name (1 to {MAX_NAME} printable characters)")
     return value
+
+
+def _optional(payload: dict[str, Any], key: str) -> str | None:
+    if payload.get(key) is None:
+        return None
+    try:
+        return _name(payload, key)
+    except UnreadableEvent:
+        raise UnreadableEvent(
+            f"usage {key} is neither null nor a name (1 to {MAX_NAME} printable characters)"
+        ) from None
 
 
 def _count(payload: dict[str, Any], key: str) -> int:
@@ -205,7 +215,7 @@ def _outcomes(value: Any) -> tuple[tuple[str, int], ...]:
         raise UnreadableEvent(f"usage outcomes is not an object of at most {MAX_OUTCOMES} outcomes")
     out = []
     for name, count in value.items():
-        if not isinstance(name, str) or not _OUTCOME.fullmatch(name):
+        if not isinstance(name, str) or not OUTCOME.fullmatch(name):
             raise UnreadableEvent("usage outcomes has a name that is not an outcome")
         if type(count) is not int or not 0 <= count <= MAX_COUNT:
             raise UnreadableEvent(f"usage outcomes {name} is not a whole number")

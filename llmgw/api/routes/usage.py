@@ -26,13 +26,23 @@ from starlette.responses import Response
 from autoscale.signals import MAX_WORKERS, identity
 from catalog.reading.documents import NotJSON
 from events.core.upcast import UnreadableEvent
-from events.core.usage import MAX_OUTCOMES, check_usage
+from events.core.usage import (
+    CLIENT,
+    FLUSH,
+    GATEWAY,
+    MAX_COUNT,
+    MAX_NAME,
+    MAX_OUTCOMES,
+    OUTCOME,
+    check_usage,
+)
 from events.read.ledger import BY, MAX_GROUPS, LedgerQuery, summarise
 from events.storage.history import usage_events
 from events.write.usage import record_usage
 from llmgw.api.guards.bodies import parse, receive
 from llmgw.api.guards.tokens import Role
 from llmgw.api.rendering.problems import ApiJSON, Problem, errors
+from llmgw.api.rendering.schemas import printable_schema
 from llmgw.api.routes.access import SECURED, Caller, Reader, Signaller
 from llmgw.api.runtime.services import Services
 
@@ -41,25 +51,28 @@ router = APIRouter()
 
 # Rows a flush holds at most (gateway.ledger posts larger ones in parts).
 MAX_ROWS = 1_000
-_NAME = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
-_COUNT = {"type": "integer", "minimum": 0}
+_COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_COUNT}
+_NAME = printable_schema(MAX_NAME) | {"minLength": 1}
 _ROW: dict[str, Any] = {
     "type": "object",
-    "description": "One (client, model asked, model served, replica, minute)'s counts; "
-    "`outcomes` adds up to `requests`, `cached_tokens` is part of `prompt_tokens` "
-    "(otherwise 422 naming the field).",
+    "description": "One (client, model asked, model served, replica, minute)'s counts: "
+    "`minute` a whole minute in UTC, `served` and `replica` both given or both null, "
+    "`outcomes` adding up to `requests`, `cached_tokens` at most `prompt_tokens` (it is "
+    "part of them) and `estimated` at most `requests` (otherwise 422 naming the field). "
+    "Names and counts only.",
     "required": ["minute", "client", "model", "requests", "outcomes"],
     "additionalProperties": False,
     "properties": {
         "minute": {"type": "string", "format": "date-time", "maxLength": 40},
-        "client": {"type": "string", "maxLength": 64},
-        "model": {"type": "string", "maxLength": 255},
-        "served": {"type": ["string", "null"], "maxLength": 255},
-        "replica": {"type": ["string", "null"], "maxLength": 255},
+        "client": {"type": "string", "pattern": f"^{CLIENT.pattern}$"},
+        "model": _NAME,
+        "served": {"anyOf": [_NAME, {"type": "null"}]},
+        "replica": {"anyOf": [_NAME, {"type": "null"}]},
         "requests": _COUNT | {"minimum": 1},
         "outcomes": {
             "type": "object",
             "maxProperties": MAX_OUTCOMES,
+            "propertyNames": {"pattern": f"^{OUTCOME.pattern}$"},
             "additionalProperties": _COUNT,
         },
         "prompt_tokens": _COUNT,
@@ -67,6 +80,15 @@ _ROW: dict[str, Any] = {
         "completion_tokens": _COUNT,
         "estimated": _COUNT,
     },
+}
+# What a row that leaves them out counts.
+_DEFAULTS = {
+    "served": None,
+    "replica": None,
+    "prompt_tokens": 0,
+    "cached_tokens": 0,
+    "completion_tokens": 0,
+    "estimated": 0,
 }
 _USAGE_BODY: dict[str, Any] = {
     "requestBody": {
@@ -80,13 +102,14 @@ _USAGE_BODY: dict[str, Any] = {
                     "properties": {
                         "gateway": {
                             "type": "string",
-                            "maxLength": 128,
-                            "description": "The gateway's own id (its --id), for the log",
+                            "pattern": f"^{GATEWAY.pattern}$",
+                            "description": "The gateway's own id (its --id), a label for "
+                            "the log: who posted is the token's name and `worker`",
                         },
                         "worker": {"type": "integer", "minimum": 0, "maximum": MAX_WORKERS - 1},
                         "flush": {
                             "type": "string",
-                            "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                            "pattern": f"^{FLUSH.pattern}$",
                             "description": "The flush's id: the same flush sent again is "
                             "recorded once",
                         },
@@ -128,6 +151,12 @@ def _parse_and_record(svc: Services, body: bytes, token: str) -> dict[str, Any]:
     extra = sorted(set(data) - {"gateway", "worker", "flush", "rows"})
     if extra:
         raise _refused(f"unknown fields {extra[:5]}")
+    label = data.get("gateway")
+    if label is not None and (not isinstance(label, str) or not GATEWAY.fullmatch(label)):
+        raise _refused(f"gateway: a name (pattern {GATEWAY.pattern})")
+    flush = data.get("flush")
+    if not isinstance(flush, str) or not FLUSH.fullmatch(flush):
+        raise _refused(f"flush: the flush's id (pattern {FLUSH.pattern})")
     worker = data.get("worker", 0)
     if type(worker) is not int or not 0 <= worker < MAX_WORKERS:
         raise _refused(f"worker: a whole number from 0 to {MAX_WORKERS - 1}")
@@ -135,20 +164,16 @@ def _parse_and_record(svc: Services, body: bytes, token: str) -> dict[str, Any]:
     if not isinstance(rows_in, list) or len(rows_in) > MAX_ROWS:
         raise _refused(f"rows: a list of at most {MAX_ROWS} rows")
     poster = identity(token, worker)
-    flush = data.get("flush")
     rows = []
     for index, row in enumerate(rows_in):
         if not isinstance(row, dict) or "gateway" in row or "flush" in row:
             raise _refused(f"rows[{index}]: an object without gateway or flush")
         try:
-            rows.append(check_usage({**row, "gateway": poster, "flush": flush}))
+            rows.append(check_usage({**_DEFAULTS, **row, "gateway": poster, "flush": flush}))
         except UnreadableEvent as exc:
             raise _refused(f"rows[{index}]: {exc}") from None
     if not rows:
-        if not isinstance(flush, str):
-            raise _refused("flush: the flush's id")
         return {"gateway": poster, "flush": flush, "rows": 0, "already_recorded": False}
-    assert isinstance(flush, str)  # check_usage read it
     with svc.writing:
         outcome = record_usage(svc.store, poster, flush, rows)
     if outcome.already_recorded:
@@ -158,6 +183,7 @@ def _parse_and_record(svc: Services, body: bytes, token: str) -> dict[str, Any]:
     log.info(
         "api.usage_recorded",
         gateway=poster,
+        label=label,
         flush=flush,
         rows=len(rows),
         requests=sum(r.requests for r in rows),
