@@ -161,3 +161,15 @@ def test_a_refused_flush_is_dropped_and_a_stop_delivers_the_rest() -> None:
     asyncio.run(_with_server(plane, run))
     assert len(plane.bodies) == 2
     assert [r["client"] for rows in plane.recorded.values() for r in rows] == ["app-2"]
+
+
+def test_a_usage_event_on_the_stream_is_no_catalog_change_for_the_follower() -> None:
+    """Every flush of every gateway is an event of the log: a gateway that read the
+    catalog and placements again for each would do so every second per gateway."""
+    from gateway.follower import _is_token_event, _is_usage_event
+
+    usage = b' {"position":9,"type":"usage.recorded","model":"","payload":{"client":"a"}}'
+    added = b' {"position":8,"type":"model.added","model":"usage.recorded","payload":{}}'
+    assert _is_usage_event(usage) and not _is_token_event(usage)
+    assert not _is_usage_event(added)
+    assert not _is_usage_event(b' {"type": "usage.recorded"')  # not JSON: a change, to be safe
