@@ -188,7 +188,9 @@ def test_the_ledger_equals_the_engines_usage_per_client_after_a_graceful_stop(
         # `verify` covers the usage events; `replay` applies them.
         head = cli.json("verify")
         assert head["ok"], head
-        usage_positions = [e["position"] for e in cli.json("history", "--type", USAGE_RECORDED)]
+        listed = cli.json("history", "--type", USAGE_RECORDED)
+        assert all(e["reason"].startswith("usage of app-") for e in listed), listed[:2]
+        usage_positions = [e["position"] for e in listed]
         assert usage_positions and head["head"]["position"] >= usage_positions[-1]
         replayed = cli.json("replay")
         assert set(usage_positions) <= set(replayed["applied"]) and not replayed["skipped"]
