@@ -162,6 +162,11 @@ def test_the_ledger_equals_the_engines_usage_per_client_after_a_graceful_stop(
                     **{k: v for k, v in two.items() if k not in ("client", "model")},
                 }
             ]
+        # The CLI's filters: the last hour is all of it; one client and model is its row.
+        assert cli.json("usage", "--since", "1h")["groups"] == ledger["groups"]
+        mine = cli.json("usage", "--client", "app-1", "--model", "chat", "--by", "day")
+        assert sum(g["requests"] for g in mine["groups"]) == 5  # (midnight may split it)
+        assert cli.json("usage", "--since", "2001-01-01", "--model", "none")["groups"] == []
         # The table for people.
         table = cli("usage", "--by", "model")
         assert table.returncode == 0, table.stderr
