@@ -141,13 +141,23 @@ def read_row(event: StoredEvent | ReplayEvent) -> UsageRow:
 
 
 def summarise(
-    events: Iterable[StoredEvent | ReplayEvent], query: LedgerQuery, max_groups: int = MAX_GROUPS
+    events: Iterable[StoredEvent | ReplayEvent],
+    query: LedgerQuery,
+    max_groups: int = MAX_GROUPS,
+    max_events: int | None = None,
 ) -> Ledger:
-    """The ledger of ``events`` (the log's ``usage.recorded`` events, in log order)."""
+    """The ledger of ``events`` (the log's ``usage.recorded`` events, in log order); with
+    ``max_events``, of at most that many (then ``truncated``, and ``position`` the last
+    one read: the ledger up to it)."""
     keys = keys_of(query.by)
     ledger = Ledger(keys)
     since = None if query.since is None else minute_of(query.since)
+    read = 0
     for event in events:
+        if max_events is not None and read >= max_events:
+            ledger.truncated = True
+            break
+        read += 1
         ledger.position = max(ledger.position, event.position)
         try:
             row = read_row(event)

@@ -10,7 +10,8 @@ posted is the token's name and worker, never the body's.
 
 ``GET /v1/usage`` sums the log's usage events (events.read.ledger) for operator and
 reader tokens, with the CLI's filters (``client``, ``model``, ``since``, ``by``); at
-most ``MAX_GROUPS`` groups (``truncated`` says when more were left out).
+most ``MAX_GROUPS`` groups and ``MAX_EVENTS`` events read (``truncated`` says when more
+were left out).
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ from llmgw.api.runtime.services import Services
 log = structlog.get_logger("llmgw.api")
 router = APIRouter()
 
+# Usage events one answer reads at most (a day of one busy pair of client and model on
+# ten gateways is 864,000); past them the answer is ``truncated`` at ``position``: ask
+# again with a later ``since``.
+MAX_EVENTS = 1_000_000
 # Rows a flush holds at most (gateway.ledger posts larger ones in parts).
 MAX_ROWS = 1_000
 _COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_COUNT}
@@ -256,7 +261,7 @@ async def get_usage(
 
 
 def _read(svc: Services, query: LedgerQuery) -> dict[str, Any]:
-    ledger = summarise(usage_events(svc.engine, query.since), query, MAX_GROUPS)
+    ledger = summarise(usage_events(svc.engine, query.since), query, MAX_GROUPS, MAX_EVENTS)
     if ledger.skipped:
         first = ledger.skipped[0]
         log.warning(

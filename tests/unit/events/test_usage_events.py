@@ -219,3 +219,11 @@ def test_the_filters_keep_exactly_the_rows_they_name(
 def test_an_unknown_grouping_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="by must be one of client, model, day"):
         summarise([], LedgerQuery(by="week"))
+
+
+def test_a_bounded_read_says_it_was_cut_and_where() -> None:
+    log = _appended(*(event_for(ROW) for _ in range(5)))
+    ledger = summarise(log.read(), LedgerQuery(), max_events=3)
+    assert ledger.truncated and ledger.position == 3 and ledger.total.requests == 3 * ROW.requests
+    whole = summarise(log.read(), LedgerQuery(), max_events=5)
+    assert not whole.truncated and whole.position == 5
