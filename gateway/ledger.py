@@ -12,8 +12,9 @@ would be refused again.
 
 A graceful stop (SIGTERM) flushes everything after the requests in flight have ended
 (``final``). What a SIGKILLed gateway had counted and not flushed is lost: at most
-``interval`` of its traffic, plus whatever it held while the control plane was out of
-reach.
+``interval`` of its traffic (the counts are taken at the start of each tick, a tick
+every ``interval``), plus the flush then on its way if the control plane had not
+recorded it yet, and whatever it held while the control plane was out of reach.
 """
 
 from __future__ import annotations
@@ -75,13 +76,19 @@ class Flusher:
         await self.session.close()
 
     async def run(self) -> None:
+        # A tick every ``interval`` from the start of the last one: the counts are taken
+        # at most that far apart, however long a post takes.
+        last = time.monotonic()
         while True:
-            await asyncio.sleep(self.interval_s)
+            await asyncio.sleep(max(last + self.interval_s - time.monotonic(), 0.0))
+            last = time.monotonic()
             await self.flush_once()
 
     async def flush_once(self) -> bool:
-        """Send what is outstanding, then (if that went through) what was counted since;
-        whether everything taken is now recorded."""
+        """One tick: what is outstanding, oldest first, or else what was counted since the
+        last; whether everything taken is now recorded. (Counts made while a flush was
+        outstanding wait for the next tick: never more than one flush a tick, however
+        busy the gateway.)"""
         if not self.pending:
             self._take()
         while self.pending:
@@ -90,22 +97,21 @@ class Flusher:
                 return False
             self.pending.pop(0)
             self.flushed_rows += len(rows)
-            if not self.pending and len(self.ledger):
-                self._take()
         return True
 
     async def final(self) -> None:
-        """A graceful stop: everything counted, delivered (``STOP_TRIES`` tries); what
-        could not be is named in the log with its counts."""
+        """A graceful stop (no request in flight any more): everything counted, delivered
+        (``STOP_TRIES`` tries); what could not be is named in the log with its counts."""
         for attempt in range(STOP_TRIES):
-            if await self.flush_once() and not len(self.ledger):
-                log.info(
-                    "gateway.usage_flushed",
-                    rows=self.flushed_rows,
-                    requests=self.ledger.recorded,
-                    detail="every finished request's usage is in the control plane's ledger",
-                )
-                return
+            while await self.flush_once():
+                if not len(self.ledger):
+                    log.info(
+                        "gateway.usage_flushed",
+                        rows=self.flushed_rows,
+                        requests=self.ledger.recorded,
+                        detail="every finished request's usage is in the control plane's ledger",
+                    )
+                    return
             if attempt + 1 < STOP_TRIES:
                 await asyncio.sleep(STOP_PAUSE_S)
         self._take()

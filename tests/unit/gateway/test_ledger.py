@@ -138,6 +138,10 @@ def test_a_failed_flush_is_sent_again_with_its_id_and_nothing_counted_is_lost() 
         _one(ledger, "app-1", 4)  # counted while the first is outstanding
         assert not await flusher.flush_once()
         assert await flusher.flush_once()
+        # One flush a tick: what was counted meanwhile goes at the next.
+        assert len(ledger) == 1 and len(plane.bodies) == 3
+        assert await flusher.flush_once()
+        assert not len(ledger) and not flusher.pending
 
     asyncio.run(_with_server(plane, run))
     ids = [b["flush"] for b in plane.bodies]
