@@ -172,14 +172,19 @@ def test_the_ledger_equals_the_engines_usage_per_client_after_a_graceful_stop(
         assert table.returncode == 0, table.stderr
         assert re.search(rf"^chat\s+10\s+{engine['prompt_tokens']}\s", table.stdout, re.M)
 
-        # A SIGKILLed gateway loses what it had not flushed: here everything, since its
-        # flush interval (60 s) had not come round; the ledger is as it was.
+        # A gateway whose flush interval (60 s) does not come round while it serves: a
+        # graceful stop flushes what it counted, exactly; a SIGKILL loses it.
         (tmp_path / "slow.toml").write_text('[gateway]\nusage_flush = "60s"\n')
-        (tmp_path / "killed").mkdir()
-        killed = GatewayProc(
-            tmp_path / "killed", c.server.url, tokens.gateway_b,
-            "--settings", str(tmp_path / "slow.toml"), admin=c.tokens.reader,
-        ).start()  # fmt: skip
+        stopped = _slow_gateway(tmp_path / "stopped", c.server.url, tokens.gateway_b, c)
+        try:
+            seen = _traffic(stopped.openai(tokens.client), plain=1, asked=1, cut=0)
+        finally:
+            assert stopped.stop() == 0
+        assert stopped.logs("gateway.usage_flushed"), stopped.log_text()
+        grown = _pairs(cli.json("usage"))["app-1", "chat"]
+        for kind in (*KINDS, "requests"):
+            assert grown[kind] == one[kind] + seen[kind], kind
+        killed = _slow_gateway(tmp_path / "killed", c.server.url, tokens.gateway_b, c)
         try:
             assert _traffic(killed.openai(tokens.client), plain=2, asked=0, cut=0)["requests"] == 2
             assert killed.proc is not None
@@ -187,8 +192,10 @@ def test_the_ledger_equals_the_engines_usage_per_client_after_a_graceful_stop(
             killed.proc.wait(30)
         finally:
             killed.stop()
-        assert _pairs(cli.json("usage")) == pairs
+        after = cli.json("usage")
+        assert _pairs(after)["app-1", "chat"] == grown
         assert not killed.logs("gateway.usage_flushed")
+        ledger = after
 
         # `verify` covers the usage events; `replay` applies them.
         head = cli.json("verify")
@@ -235,6 +242,15 @@ def test_the_ledger_equals_the_engines_usage_per_client_after_a_graceful_stop(
         failed = cli("verify")
         assert failed.returncode == 1
         assert f"verify failed at position {usage_positions[0]}" in failed.stderr
+
+
+def _slow_gateway(workdir: Path, server: str, token: str, c: Any) -> GatewayProc:
+    """A gateway flushing every 60 s (the most ``usage_flush`` may be)."""
+    workdir.mkdir()
+    return GatewayProc(
+        workdir, server, token, "--settings", str(workdir.parent / "slow.toml"),
+        admin=c.tokens.reader,
+    ).start()  # fmt: skip
 
 
 def _payload(url: str, position: int) -> str:
