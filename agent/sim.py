@@ -197,10 +197,12 @@ async def _events(
         yield chunk(None, "length")
         if usage is not None:
             yield usage()
-        yield "data: [DONE]\n\n"
-        stage = "finished"
+        # Counted before the end is sent: a client that has the whole stream finds it
+        # in the counters.
         if answered is not None:
             answered()
+        yield "data: [DONE]\n\n"
+        stage = "finished"
     finally:
         if stage == "waiting":
             counts.waiting -= 1
