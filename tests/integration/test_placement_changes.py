@@ -17,13 +17,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, text
 
-from scheduler.lifecycle.staleness import DEFAULT_STALENESS
+from catalog import Catalog
+from events.catalog_service import CatalogService
+from events.read.replay import replay
+from events.storage.backends import open_log
+from scheduler.daemon.round_runner import Placer
+from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.persistence.node_changes import WHOLE_EVERY
-from scheduler.persistence.placement_changes import PlacementFeed
+from scheduler.persistence.placement_changes import PlacementFeed, PlacementRead
 from scheduler.persistence.round_store import PlacementState
-from scheduler.persistence.store import SchedulerStore
+from scheduler.persistence.store import PLACED, REMOVED, SchedulerStore
+from scheduler.planner.demands import demands
 from scheduler.planner.fleet.inventory import parse_node_report
 from scheduler.planner.fleet.placements import Placement, Plan, Removal
+from scheduler.planner.plan import plan
+from scheduler.planner.replica_stories import explain
+from tests.support import model
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 MODELS = ("m0", "m1")
@@ -172,3 +181,90 @@ def test_a_node_that_begins_reporting_replicas_changes_their_state_without_a_row
     gone = feed.read(T0 + timedelta(seconds=6))
     assert not gone.state.lifecycle.statuses[("m1", 0)].reported
     assert _view(gone.state) == _view(store.state())
+
+
+class CountingFeed(PlacementFeed):
+    """A feed that keeps, per read, whether it was whole and whether anything changed."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.reads: list[tuple[bool, bool]] = []
+
+    def read(self, now: datetime) -> PlacementRead:
+        found = super().read(now)
+        self.reads.append((found.whole, found.changed))
+        return found
+
+
+class CountingStore(SchedulerStore):
+    def placement_feed(self) -> CountingFeed:
+        self.feed = CountingFeed(self.engine)
+        return self.feed
+
+
+def test_a_placer_plans_from_the_placements_written_as_a_full_round_would_and_records_it(
+    engine: Engine,
+) -> None:
+    declared = Catalog.build([model("small", gpu_class="A100", tp=2, scaling={"min": 3})])
+    events = open_log(engine)
+    service = CatalogService(events, declared)
+    store = CountingStore(engine)
+    policy = StalenessPolicy(stale_after=timedelta(seconds=30), grace=timedelta(seconds=30))
+    placer = Placer(service, store, policy)
+    names = [f"n{i}" for i in range(4)]
+    for name in names:
+        _report(store, name, T0, [])
+    placer.run(now=T0)
+
+    # The next round reads what the first wrote; then, nothing written, no placement is
+    # read and the plan is the round before's.
+    for i in range(1, 5):
+        at = T0 + timedelta(seconds=5 * i)
+        store.renew_leases(dict.fromkeys(names, at))
+        assert placer.run(now=at).round_id is None
+    assert store.feed.reads == [(True, True), (False, True)] + [(False, False)] * 3
+
+    # A replica's agent says it failed: the next round reads that row, replaces it, and
+    # plans what a full round on the placements read whole plans.
+    failed = store.state().placements[0]
+    at = T0 + timedelta(seconds=25)
+    store.renew_leases(dict.fromkeys(names, at))
+    said = {"model": failed.model, "replica": failed.replica, "state": "failed"}
+    _report(store, failed.nodes[0], at, [said])
+    before = store.state()
+    outcome = placer.run(now=at)
+    assert store.feed.reads[-1] == (False, True)
+    full = plan(
+        demands(service.catalog(), None),
+        store.nodes(),
+        before.placements,
+        at,
+        policy,
+        lifecycle=before.lifecycle,
+    )
+    assert outcome.plan == full and [r.placement for r in full.remove] == [failed]
+
+    # Every recorded round plans again to exactly what it wrote.
+    for round_id in range(1, store.state().round_id + 1):
+        recorded = store.recorded_round(round_id=round_id)
+        assert recorded is not None
+        catalog = replay(declared, events.read(until=recorded.catalog_position)).catalog
+        written = {
+            (e.type, e.model, e.replica, e.nodes)
+            for e in store.events()
+            if e.round_id == round_id and e.type in (PLACED, REMOVED)
+        }
+        result = explain(
+            "small",
+            catalog=catalog,
+            nodes=recorded.nodes,
+            current=recorded.current,
+            now=recorded.planned_at,
+            policy=recorded.policy,
+            lifecycle=recorded.lifecycle,
+        )
+        again = {(PLACED, p.model, p.replica, p.nodes) for p in result.plan.place} | {
+            (REMOVED, r.placement.model, r.placement.replica, r.placement.nodes)
+            for r in result.plan.remove
+        }
+        assert again == written, f"round {round_id} planned again differs"
