@@ -595,7 +595,8 @@ class Quotas:
             if a.size is None:
                 del self.holdings[key]
                 continue
-            holding.held += a.granted
+            # (Refunds may have come in since the draw was planned: never above the cap.)
+            holding.refund(a.granted)
             holding.left, holding.left_at = a.left, now
 
     def unrenewed(self, reason: str) -> None:
