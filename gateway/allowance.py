@@ -33,7 +33,7 @@ PATH = "/v1/gateway/allowances"
 # How often the holdings are looked at when nothing wakes the client.
 TICK_S = 0.2
 # A call's bound (an answer later than this is a failed call).
-CALL_TIMEOUT_S = 2.0
+CALL_TIMEOUT_S = 5.0
 # The longest answer read.
 MAX_ANSWER_BYTES = 8 << 20
 # The longest pause between two calls after failures.

@@ -89,7 +89,10 @@ MINUTE = 60.0
 # A holding covers this many seconds of the client's recent rate here (drawn ahead).
 AHEAD_S = 2.0
 # The recent rate's time constant.
-RATE_TAU_S = 5.0
+RATE_TAU_S = 2.0
+# While the account has more than this share of its limit left, a holding is the whole
+# cap: the client is far from its limit, and what is held cannot raise the bound.
+PLENTY = 0.5
 # A holding idle this long is given back whole (its client's next request is on credit).
 IDLE_S = 30.0
 # How long a refusal for an allowance the control plane did not renew says to wait.
@@ -193,8 +196,9 @@ class Holding:
     held: float = 0.0
     # Above the cap (refunds): given back at the next draw.
     give: float = 0.0
-    # Spent here, all told (the allowance client takes the rate from it), the largest
-    # single spend (one request's reservation) and when it was last spent (monotonic).
+    # Asked for here, all told, admitted or refused (the allowance client takes the
+    # recent rate from it), the largest single reservation and when one was last asked
+    # (monotonic).
     used: float = 0.0
     largest: float = 0.0
     last: float = -math.inf
@@ -219,9 +223,13 @@ class Holding:
         self.counted = self.used
         if now - self.last > IDLE_S:
             self.target = 0.0
+        elif self.left is not None and self.left >= PLENTY * self.size:
+            self.target = self.cap
         else:
-            self.target = min(self.cap, max(self.rate * AHEAD_S, 2 * self.largest))
-        self.low = self.target / 2
+            self.target = min(self.cap, max(self.rate * AHEAD_S, 4 * self.largest))
+        # Topped up as soon as a request's worth is missing: a gateway can spend at most
+        # its cap per round trip to the control plane, so every round trip counts.
+        self.low = max(self.target - self.largest, self.target / 2)
 
     def draw(self) -> tuple[int, int, bool]:
         """(want, give_back, ask) for the next call, ``ask`` when it must be made even
@@ -490,6 +498,8 @@ class Quotas:
                 if account is None or account + holding.held + holding.give >= amount:
                     continue  # on credit: the next grant pays it
             holding.short = amount
+            holding.used += amount  # (demand: the rate counts what was refused too)
+            holding.last = now
             if self.wake is not None:
                 self.wake()
             raise self._short(client, limits, holding, amount, what=what, now=now)
