@@ -30,6 +30,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -37,6 +38,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -69,12 +71,14 @@ class Cluster:
     procs: dict[str, subprocess.Popen[bytes]]
     reader: str
     server: str = ""
+    llmgw: list[str] = field(default_factory=lambda: [LLMGW])
 
 
 @contextmanager
-def cluster(work: Path, engine_args: list[str]) -> Iterator[Cluster]:
-    """serve + one agent (sim engines) + two gateways. Every process is stopped on the
-    way out."""
+def cluster(work: Path, engine_args: list[str], tree: str | None = None) -> Iterator[Cluster]:
+    """serve + one agent (sim engines) + two gateways (``tree``: another version's
+    processes, its packages first on the path). Every process is stopped on the way
+    out."""
     tokens = {
         "reader": issue_token("bench-reader", "reader"),
         "agent": issue_token("bench-agent", "agent", nodes=["n1"]),
@@ -97,7 +101,11 @@ def cluster(work: Path, engine_args: list[str]) -> Iterator[Cluster]:
         "LLMGW_TOKENS": ";".join(t.entry.to_env() for t in tokens.values()),
         "LLMGW_LOG_LEVEL": os.environ.get("LLMGW_LOG_LEVEL", "WARNING"),
     }
-    subprocess.run([LLMGW, "db", "upgrade"], env=env, check=True, capture_output=True)
+    llmgw = [LLMGW]
+    if tree is not None:
+        env["PYTHONPATH"] = tree
+        llmgw = [sys.executable, "-m", "llmgw"]
+    subprocess.run([*llmgw, "db", "upgrade"], env=env, check=True, capture_output=True)
     procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
@@ -114,12 +122,12 @@ def cluster(work: Path, engine_args: list[str]) -> Iterator[Cluster]:
         return line.split("listening on ", 1)[1].strip()
 
     try:
-        serve = [LLMGW, "serve", "--host", "127.0.0.1", "--port", "0", "--with-scheduler"]
+        serve = [*llmgw, "serve", "--host", "127.0.0.1", "--port", "0", "--with-scheduler"]
         server = url_of(start("serve", [*serve, "--interval", "0.3"]))
         (work / "agent.token").write_text(tokens["agent"].token + "\n")
         start(
             "agent",
-            [LLMGW, "agent", "--server", server, "--token-file", str(work / "agent.token"),
+            [*llmgw, "agent", "--server", server, "--token-file", str(work / "agent.token"),
              "--node", "n1", "--interval", "0.3", "--state-dir", str(work / "agent"),
              "--engine-host", "127.0.0.1", "--advertise", "127.0.0.1", "--gpus", "SIM:8"],
         )  # fmt: skip
@@ -128,7 +136,7 @@ def cluster(work: Path, engine_args: list[str]) -> Iterator[Cluster]:
             (work / f"{name}.token").write_text(tokens[name].token + "\n")
             gw = start(
                 name,
-                [LLMGW, "gateway", "--server", server, "--token-file",
+                [*llmgw, "gateway", "--server", server, "--token-file",
                  str(work / f"{name}.token"), "--port", "0", "--gateway-id", name],
             )  # fmt: skip
             urls.append(url_of(gw))
@@ -145,7 +153,7 @@ def cluster(work: Path, engine_args: list[str]) -> Iterator[Cluster]:
             return True
 
         wait_for(ready, 180)
-        yield Cluster(env, urls, procs, reader, server)
+        yield Cluster(env, urls, procs, reader, server, llmgw)
     finally:
         for p in reversed(procs.values()):
             if p.poll() is None:
@@ -160,7 +168,7 @@ def cluster(work: Path, engine_args: list[str]) -> Iterator[Cluster]:
 
 def issue(c: Cluster, name: str, tpm: int) -> Client:
     done = subprocess.run(
-        [LLMGW, "token", "new", name, "--role", "client", "--tpm", str(tpm)],
+        [*c.llmgw, "token", "new", name, "--role", "client", "--tpm", str(tpm)],
         env=c.env,
         capture_output=True,
         text=True,
@@ -320,18 +328,26 @@ MAX_TOKENS_DEFAULT = 32
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench quotas", description=__doc__)
-    p.add_argument("--window", type=float, default=30.0, help="seconds of each window")
+    p.add_argument("--window", type=float, default=60.0, help="seconds of each window")
     p.add_argument(
         "--tpm",
         type=int,
         nargs=4,
-        default=[6000, 12000, 24000, 48000],
+        default=[3000, 4000, 6000, 9000],
         metavar="N",
         help="the four clients' tokens a minute",
     )
     p.add_argument("--threads", type=int, default=3, help="streams at once per client")
     p.add_argument("--engine-args", default="--slots 16", help="the sim engines' flags")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    p.add_argument(
+        "--base",
+        default=os.environ.get("LLMGW_BENCH_BASE"),
+        metavar="TREE",
+        help="also run another version's processes (a checkout; default "
+        "$LLMGW_BENCH_BASE), first, its rows marked (base): e.g. one whose gateways "
+        "count each limit on their own",
+    )
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="llmgw-quotas-"))
     print(
@@ -339,11 +355,28 @@ def main(argv: list[str] | None = None) -> int:
         f"{MAX_TOKENS_DEFAULT}, windows of {args.window:g} s; engine: sim {args.engine_args}; "
         f"load average before: {os.getloadavg()[0]:.1f}"
     )
-    with cluster(work, args.engine_args.split()) as c:
+    for tree in (args.base, None) if args.base else (None,):
+        label = " (base)" if tree else ""
+        (work / (label.strip(" ()") or "this")).mkdir()
+        _windows(work / (label.strip(" ()") or "this"), args, tree, label)
+    print(f"\nload average after: {os.getloadavg()[0]:.1f}")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"work directory: {work}")
+    return 0
+
+
+def _all_taken(c: Cluster, clients: list[Client]) -> bool:
+    return all(taken(c, cl) for cl in clients)
+
+
+def _windows(work: Path, args: argparse.Namespace, tree: str | None, label: str) -> None:
+    with cluster(work, args.engine_args.split(), tree) as c:
         for phase, kill in (("both gateways alive", None), ("gateway 2 SIGKILLed", 0.5)):
             tag = "alive" if kill is None else "killed"
             clients = [issue(c, f"{tag}-app-{i + 1}", tpm) for i, tpm in enumerate(args.tpm)]
-            wait_for(lambda cs=clients: all(taken(c, cl) for cl in cs), 60)
+            wait_for(partial(_all_taken, c, clients), 60)
             started = time.monotonic()
             metrics = window(
                 c,
@@ -354,16 +387,10 @@ def main(argv: list[str] | None = None) -> int:
                 kill_at=None if kill is None else args.window * kill,
             )
             seconds = time.monotonic() - started
-            title = f"{phase} ({seconds:.1f} s" + (
+            title = f"{phase}{label} ({seconds:.1f} s" + (
                 f", killed at {args.window * kill:.0f} s)" if kill is not None else ")"
             )
             report(title, clients, seconds, metrics, kill is not None)
-    print(f"\nload average after: {os.getloadavg()[0]:.1f}")
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    else:
-        print(f"work directory: {work}")
-    return 0
 
 
 if __name__ == "__main__":
