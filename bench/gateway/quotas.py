@@ -72,6 +72,7 @@ class Cluster:
     reader: str
     server: str = ""
     llmgw: list[str] = field(default_factory=lambda: [LLMGW])
+    work: Path = Path()
 
 
 @contextmanager
@@ -105,12 +106,13 @@ def cluster(work: Path, engine_args: list[str], tree: str | None = None) -> Iter
     if tree is not None:
         env["PYTHONPATH"] = tree
         llmgw = [sys.executable, "-m", "llmgw"]
-    subprocess.run([*llmgw, "db", "upgrade"], env=env, check=True, capture_output=True)
+    # (Run from the work directory: ``python -m`` puts the current one first on the path.)
+    subprocess.run([*llmgw, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=work)
     procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         with (work / f"{name}.log").open("ab") as err:
-            p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err)
+            p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err, cwd=work)
         procs[name] = p
         return p
 
@@ -153,7 +155,7 @@ def cluster(work: Path, engine_args: list[str], tree: str | None = None) -> Iter
             return True
 
         wait_for(ready, 180)
-        yield Cluster(env, urls, procs, reader, server, llmgw)
+        yield Cluster(env, urls, procs, reader, server, llmgw, work)
     finally:
         for p in reversed(procs.values()):
             if p.poll() is None:
@@ -173,6 +175,7 @@ def issue(c: Cluster, name: str, tpm: int) -> Client:
         capture_output=True,
         text=True,
         check=True,
+        cwd=c.work,
     )
     return Client(name, tpm, done.stdout.splitlines()[0].strip())
 
