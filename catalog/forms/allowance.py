@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from catalog.forms.client_limits import ClientLimits
+from catalog.forms.printable import printable
 
 # The most a gateway holds of a limit (all its workers together): 5%. With two
 # gateways what they hold is at most 10% of it.
@@ -179,15 +180,28 @@ def _amount(entry: Mapping[str, Any], key: str, where: str) -> int:
 
 def _text(entry: Mapping[str, Any], key: str, most: int, where: str) -> str:
     value = entry.get(key)
-    if not isinstance(value, str) or not 0 < len(value) <= most:
-        raise AllowanceError(f"{where}.{key}: text of 1 to {most} characters")
+    if not isinstance(value, str) or not 0 < len(value) <= most or not printable(value):
+        raise AllowanceError(f"{where}.{key}: printable text of 1 to {most} characters")
     return value
+
+
+_DRAW_KEYS = frozenset({"client", "kind", "want", "give_back"})
+_ANSWER_KEYS = frozenset({"client", "kind", "granted", "left", "size"})
+
+
+def _known(entry: Mapping[str, Any], keys: frozenset[str], where: str) -> None:
+    extra = sorted(set(entry) - keys)
+    if extra:
+        raise AllowanceError(
+            f"{where}: unknown field(s) {', '.join(map(repr, extra))[:200]}; a draw has "
+            f"{', '.join(sorted(keys))}"
+        )
 
 
 def parse_draws(body: Any) -> list[Draw]:
     """The draws of ``{"draws": [{"client", "kind", "want", "give_back"}, ...]}``."""
-    if not isinstance(body, dict) or not isinstance(body.get("draws"), list):
-        raise AllowanceError('the body must be {"draws": [...]}')
+    if not isinstance(body, dict) or not isinstance(body.get("draws"), list) or len(body) != 1:
+        raise AllowanceError('the body must be {"draws": [...]}, nothing else')
     entries = body["draws"]
     if len(entries) > MAX_DRAWS:
         raise AllowanceError(f"draws: at most {MAX_DRAWS} in one call")
@@ -196,6 +210,7 @@ def parse_draws(body: Any) -> list[Draw]:
         where = f"draws[{i}]"
         if not isinstance(entry, dict):
             raise AllowanceError(f"{where}: an object")
+        _known(entry, _DRAW_KEYS, where)
         out.append(
             Draw(
                 _text(entry, "client", MAX_NAME, where),

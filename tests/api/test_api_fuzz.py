@@ -132,6 +132,8 @@ OPERATIONS = [
     # The tokens' hashes a gateway verifies by (the operator may read them too).
     ("GET", "/v1/gateway/client-tokens"),
     ("GET", "/v1/gateway/reader-tokens"),
+    # Chunks of the client tokens' shared allowances a gateway draws and gives back.
+    ("POST", "/v1/gateway/allowances"),
 ]
 NOT_FUZZED = {("GET", "/v1/events/stream")}  # never ends; see test_api_stream
 # Invalid input is generated only where there is input: a path, query or body.

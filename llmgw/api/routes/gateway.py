@@ -22,11 +22,20 @@ from fastapi import APIRouter, Request
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.responses import Response
 
-from catalog.forms.allowance import MAX_AMOUNT, MAX_DRAWS, AllowanceError, kinds, parse_draws
+from catalog.forms.allowance import (
+    MAX_AMOUNT,
+    MAX_DRAWS,
+    MAX_KIND,
+    MAX_NAME,
+    AllowanceError,
+    kinds,
+    parse_draws,
+)
 from catalog.reading.documents import NotJSON
 from events.write.allowances import Asked, exchange
 from llmgw.api.guards.bodies import parse, receive
 from llmgw.api.rendering.problems import ApiJSON, Problem, errors
+from llmgw.api.rendering.schemas import printable_schema
 from llmgw.api.routes.access import SECURED, Caller, Gateway
 from llmgw.api.runtime.services import Services
 
@@ -88,14 +97,11 @@ async def reader_tokens(call: Gateway) -> Response:
 _DRAW = {
     "type": "object",
     "required": ["client", "kind"],
+    "additionalProperties": False,
     "properties": {
-        "client": {"type": "string", "minLength": 1, "maxLength": 64},
-        "kind": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 135,
-            "description": "requests, tokens, tokens:MODEL or budget",
-        },
+        "client": printable_schema(MAX_NAME) | {"minLength": 1},
+        "kind": printable_schema(MAX_KIND)
+        | {"minLength": 1, "description": "requests, tokens, tokens:MODEL or budget"},
         "want": {"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT},
         "give_back": {"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT},
     },
@@ -108,6 +114,7 @@ _ALLOWANCES_BODY: dict[str, Any] = {
                 "schema": {
                     "type": "object",
                     "required": ["draws"],
+                    "additionalProperties": False,
                     "properties": {
                         "draws": {"type": "array", "maxItems": MAX_DRAWS, "items": _DRAW}
                     },
