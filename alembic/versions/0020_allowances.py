@@ -1,7 +1,8 @@
 """Client tokens' shared allowances: the ``allowances`` table.
 
 Revision ID: 0020_allowances
-Revises: 0018_token_priority
+Revises: 0021_node_changes (numbered 0020 as reserved; chained after 0021,
+which landed first)
 Create Date: 2026-12-07
 
 A limited client token's limits hold across gateways: each gateway draws the client's
@@ -19,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0020_allowances"
-down_revision: str | Sequence[str] | None = "0018_token_priority"
+down_revision: str | Sequence[str] | None = "0021_node_changes"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
