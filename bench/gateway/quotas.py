@@ -292,8 +292,29 @@ def counted(metrics: dict[str, str], client: str) -> int:
     return int(total)
 
 
+def ledger_total(c: Cluster, client: str) -> int | None:
+    """The usage ledger's tokens for ``client`` (``GET /v1/usage``); None: no ledger (a
+    control plane from before it)."""
+    answer = httpx.get(
+        c.server + "/v1/usage",
+        params={"client": client},
+        headers={"Authorization": f"Bearer {c.reader}"},
+        timeout=30,
+    )
+    if answer.status_code == 404:
+        return None
+    answer.raise_for_status()
+    return int(answer.json()["total"]["total_tokens"])
+
+
 def report(
-    title: str, clients: list[Client], seconds: float, metrics: dict[str, str], killed: bool
+    title: str,
+    clients: list[Client],
+    seconds: float,
+    metrics: dict[str, str],
+    *,
+    killed: bool,
+    ledger: dict[str, int | None],
 ) -> None:
     reserved = admission.estimate(
         admission.parse_request(
@@ -317,13 +338,15 @@ def report(
             f"| {s['429']} | {s['503']} | {s['refused'] + s['cut']} |"
         )
     print(
-        "\n| client | engines' usage (answered streams) | gateways' counters "
-        "(llmgw_gateway_tokens_total) | difference |"
+        "\n| client | engines' usage (answered streams) | the ledger (GET /v1/usage) "
+        "| difference | gateways' counters (llmgw_gateway_tokens_total) | difference |"
     )
-    print("|---|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|")
     for cl in clients:
         gw = counted(metrics, cl.name)
-        print(f"| {cl.name} | {cl.served} | {gw} | {gw - cl.served} |")
+        led = ledger.get(cl.name)
+        shown = ("-", "-") if led is None else (str(led), str(led - cl.served))
+        print(f"| {cl.name} | {cl.served} | {shown[0]} | {shown[1]} | {gw} | {gw - cl.served} |")
 
 
 MAX_TOKENS_DEFAULT = 32
@@ -390,10 +413,14 @@ def _windows(work: Path, args: argparse.Namespace, tree: str | None, label: str)
                 kill_at=None if kill is None else args.window * kill,
             )
             seconds = time.monotonic() - started
+            # The gateways flush the ledger every second: what the survivors counted is
+            # in it after two (the killed one's last second is lost with it).
+            time.sleep(2.5)
+            ledger = {cl.name: ledger_total(c, cl.name) for cl in clients}
             title = f"{phase}{label} ({seconds:.1f} s" + (
                 f", killed at {args.window * kill:.0f} s)" if kill is not None else ")"
             )
-            report(title, clients, seconds, metrics, kill is not None)
+            report(title, clients, seconds, metrics, killed=kill is not None, ledger=ledger)
 
 
 if __name__ == "__main__":
