@@ -19,6 +19,7 @@ import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import openai
@@ -66,7 +67,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> I
             second.start()
             c.agent("n1")
             for g in (gw, second):
-                eventually(lambda g=g: g.ready("chat", 1), "chat ready at the gateway")
+                eventually(partial(g.ready, "chat", 1), "chat ready at the gateway")
             yield Shared(c, [gw, second])
         finally:
             second.stop()
