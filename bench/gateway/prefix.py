@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 (options and th
         "--prefix-cache-blocks 1024 --prefill-delay 0.0005; llamacpp: --parallel 1 "
         "--threads 1 --ctx-size 4096)",
     )
-    p.add_argument("--model-mb", type=int, default=20, help="llamacpp: the generated GGUF's size")
+    p.add_argument("--model-mb", type=int, default=30, help="llamacpp: the generated GGUF's size")
     p.add_argument("--cost", action="store_true", help="the routing decision's cost only")
     args, rest = p.parse_known_args(argv)
     if args.cost:
