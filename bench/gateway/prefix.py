@@ -1,28 +1,34 @@
 """``python -m bench prefix``: the routing profiles against the engines' own prefix-cache
 counts (``docs/benchmarks/prefix-routing.md`` has a run and what it means).
 
-Real processes: ``llmgw serve`` with a declared catalog of four models, one per profile
-compared (``round-robin``, ``least-loaded``, ``session``, ``prefix``), each with two
-replicas; one ``llmgw agent`` starting sim engines for them (each engine with its own
-simulated prefix cache, ``--prefix-cache-blocks`` blocks of 16 words, reporting
-``usage.prompt_tokens_details.cached_tokens``); one or two ``llmgw gateway``s. Each
-workload is built from a seed, with text of its own (so a workload finds nothing another
-left in the caches), and replayed by ``--clients`` threads, streamed with
-``stream_options.include_usage``:
+Real processes: ``llmgw serve`` with a declared catalog, agents starting the engines,
+one or two ``llmgw gateway``s. Routers compared: ``round-robin``, ``least-loaded``,
+``session`` with the conversation as its key and without one, ``prefix``.
+
+- ``--engine sim`` (default): one model per router, each with ``--replicas`` sim engines
+  of its own (its own caches: ``--prefix-cache-blocks`` blocks of 16 words, reporting
+  ``usage.prompt_tokens_details.cached_tokens``; ``--prefill-delay`` seconds per prompt
+  word not cached before the first token, so TTFT shows a hit).
+- ``--engine llamacpp``: per router and count of gateways, a fresh cluster of two
+  llama-servers (``--threads 1``, one per agent) serving a random GGUF of ``--model-mb``
+  generated at run time; the engines' counts from each answer's ``timings``.
+
+Workloads, each built from a seed with text of its own (a workload finds nothing another
+left in the caches), turns interleaved across conversations (``replay``):
 
 - (a) K shared system prompts x M multi-turn conversations resending their history;
 - (b) the same, with one system prompt taking 80% of the conversations (hot);
 - (c) unrelated prompts (nothing to gain);
 - (d) the mooncake trace (``--trace``), in order, each 512-token block id made a fixed
-  block of 16 generated words (one sim cache block), the first ``--trace-requests``.
+  block of generated words (16 for the sim: one sim cache block), the first
+  ``--trace-requests``.
 
-Printed per workload, profile and gateways: the fraction of prompt tokens the engines
+Printed per workload, router and gateways: the fraction of prompt tokens the engines
 recomputed (1 - their cached / prompt tokens), TTFT p50/p95, requests/s, the busiest
 replica's share of requests, and how often a conversation's turn went to the replica of
-its previous turn. With two gateways a conversation's turns alternate between them.
-
-The sim engine does not model prefill time (its first token waits only for a slot), so
-its TTFT shows queueing, not the prefill saved: the recomputed share is the figure.
+its previous turn; then, for ``prefix``, what a gateway restart costs in hit rate (one
+gateway) and how often two gateways send the same request to the same replica (two).
+``--cost``: the routing decision's cost instead (``bench/gateway/prefix_cost.py``).
 """
 
 from __future__ import annotations
