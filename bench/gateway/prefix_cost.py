@@ -3,7 +3,7 @@ profile adds to a routing decision, before and after in one run.
 
 The decision the issue bounds: a 4k-token chat (a system prompt of about 8,400
 characters every one of 64 replicas holds, then ten turns of about 800 characters one
-replica holds: 35 blocks) hashed (``prompt_of``), scored (``gateway.stages.routing.choose``
+replica holds: 38 blocks) hashed (``prompt_of``), scored (``gateway.stages.routing.choose``
 with the ``prefix`` profile, its load view included) and recorded (``PrefixTable.record``),
 against the same decision by ``least-loaded`` (what ``prefix`` adds is the difference).
 

@@ -16,7 +16,7 @@ replicas holding it makes the scoring one look-up per block, whatever the number
 replicas. A send touches its blocks in C (``map`` and ``dict.update`` over a dict kept
 in the order of last sends), not a Python step per block.
 
-The cost, for a 4k-token chat (35 blocks) and 64 replicas (``python -m bench prefix
+The cost, for a 4k-token chat (38 blocks) and 64 replicas (``python -m bench prefix
 --cost``, docs/benchmarks/prefix-routing.md): about 45 us of CPU added to least-loaded's
 decision on a loaded 2-core machine, 383k instructions (476k before the table's touch
 and the cut went to C); most of it is hashing the prompt's text (SipHash over 16k
