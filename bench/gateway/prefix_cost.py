@@ -1,7 +1,7 @@
 """``python -m bench prefix --cost [--base TREE] [--callgrind]``: what the ``prefix``
 profile adds to a routing decision, before and after in one run.
 
-The decision the issue bounds: a 4k-token chat (a system prompt of about 8,400
+The decision the issue bounds: a 4k-token chat (a system prompt of about 8,700
 characters every one of 64 replicas holds, then ten turns of about 800 characters one
 replica holds: 38 blocks) hashed (``prompt_of``), scored (``gateway.stages.routing.choose``
 with the ``prefix`` profile, its load view included) and recorded (``PrefixTable.record``),
