@@ -4,9 +4,12 @@ One tick, every ``interval`` seconds:
 
 1. look at each engine: exited (failed, with its exit code and the end of
    its log), answering its health check (ready), or neither yet (starting);
-2. report the node (the heartbeat) with those replica states;
-3. read the node's placements and apply ``reconcile.decide``; engines just started
-   are reported ``starting`` at once.
+2. report the node with those replica states: the full report when something changed,
+   else a heartbeat (``agent.heartbeat``);
+3. read the node's placements, only when they may have changed (a full report was
+   sent, or the heartbeat's answer tells another placement generation than the one
+   they were read under: ``_placements_now``), and apply ``reconcile.decide``; engines
+   just started are reported ``starting`` at once.
 
 When the control plane cannot be reached, steps 2 and 3 are skipped and
 nothing is stopped: a network partition must not take down replicas that

@@ -1,14 +1,12 @@
 """Heartbeats end to end: a real `llmgw serve`, a real `llmgw agent` that sends heartbeats
 between its full reports, and an agent of before heartbeats (full reports only) beside it.
 
-The server is restarted on the same ports in the middle: the new process holds no report,
-so the heartbeat names one it does not know, is answered "send the full report", and the
-agent's next report heals it.
+A heartbeat naming a report the server does not hold (the node forgotten, the server
+restarted) is answered "send the full report", and the agent's report in that tick heals it.
 """
 
 from __future__ import annotations
 
-import signal
 import socket
 import threading
 import time
@@ -75,10 +73,16 @@ def _nodes(c: Cluster) -> dict[str, dict[str, Any]]:
         return {n["name"]: n for n in client.get("/v1/nodes").json()}
 
 
-def _healed(c: Cluster, agent: AgentProc) -> None:
-    """The agent was asked for its full report by a heartbeat, and sent it."""
+def _healed(c: Cluster, agent: AgentProc, puts: int) -> None:
+    """The agent was asked for its full report by a heartbeat, and sent it in the same
+    tick: the first thing it sent past that heartbeat is the full report (its placements
+    are read after the report, in a tick)."""
     eventually(lambda: agent.logs("agent.report_asked"), f"{agent.node} asked to report")
-    eventually(lambda: _puts(c, agent.node) >= 1, f"{agent.node}'s full report")
+    eventually(lambda: _puts(c, agent.node) > puts, f"{agent.node}'s full report")
+    mine = [x for x in c.server.logs("api.request") if x.get("actor") == f"agent-{agent.node}"]
+    asked = datetime.fromisoformat(agent.logs("agent.report_asked")[0]["timestamp"])
+    after = [x for x in mine if datetime.fromisoformat(x["timestamp"]) >= asked]
+    assert (after[0]["method"], after[0]["path"]) == ("PUT", f"/v1/nodes/{agent.node}"), after[0]
 
 
 def test_old_and_new_agents_coexist_and_a_heartbeat_after_a_restart_gets_the_full_report(
@@ -128,26 +132,27 @@ def test_old_and_new_agents_coexist_and_a_heartbeat_after_a_restart_gets_the_ful
             eventually(lambda: _puts(c, "old") > old_puts, "the old agent still reports")
             assert _nodes(c)["old"]["state"] == "fresh"
 
-            # A new process on the same ports holds no report: the heartbeat is told to
-            # send the full report, and does. The agent is paused meanwhile, so its next
-            # tick is a heartbeat to the new process (not a full report sent while the
-            # server was down, which would heal it too, by the old way).
-            paused = [a.proc for a in (new, udp) if a.proc is not None]
-            for proc in paused:
-                proc.send_signal(signal.SIGSTOP)
-            try:
-                c.server.stop()
-                c.server.start()
-            finally:
-                for proc in paused:
-                    proc.send_signal(signal.SIGCONT)
+            # A heartbeat naming a report the server no longer holds (the node forgotten:
+            # its lease write finds no row and drops the report) is answered "send the full
+            # report"; the agent sends it in the tick that was told, within one interval.
+            puts = {name: _puts(c, name) for name in ("new", "udp")}
+            for name in ("new", "udp"):
+                done = c.cli("nodes", "forget", name)
+                assert done.returncode == 0, done.stderr
             for agent in (new, udp):
-                _healed(c, agent)
+                _healed(c, agent, puts[agent.node])
+            # One heartbeat each was answered "send the full report", and none after it.
+            assert _metric(c, "llmgw_node_heartbeats_refused_total") == 2
+
+            # A new process on the same ports holds no report: the agents heal by a full
+            # report (told so by a heartbeat, or sent after finding the server gone).
+            c.server.stop()
+            c.server.start()
             eventually(
                 lambda: _metric(c, "llmgw_node_heartbeats_total") >= 5,
                 "heartbeats taken again after the full report",
             )
-            assert _metric(c, "llmgw_node_heartbeats_refused_total") >= 1
+            eventually(lambda: all(_puts(c, n) >= 1 for n in ("new", "udp")), "full reports")
             nodes = _nodes(c)
             assert {nodes[n]["state"] for n in ("new", "old", "udp")} == {"fresh"}
             assert old.answers[-1] == 200
