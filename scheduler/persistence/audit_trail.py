@@ -207,6 +207,30 @@ def moves_between(
     return moves
 
 
+def nodes_named_after(
+    conn: Connection, *, after: int, limit: int
+) -> list[tuple[int, tuple[str, ...] | None]]:
+    """The next ``limit`` events past ``after``, in order, as (position, the nodes it
+    names), None for nodes that cannot be read: what a follower of which nodes moved needs
+    (``llmgw.api.reports.placement_generations``), without decoding whole events (a round
+    of 100,000 placements is 100,000 of them)."""
+    rows = conn.execute(
+        select(pevents_t.c.position, pevents_t.c.nodes)
+        .where(pevents_t.c.position > after)
+        .order_by(pevents_t.c.position)
+        .limit(limit)
+    ).all()
+    named: list[tuple[int, tuple[str, ...] | None]] = []
+    for position, text in rows:
+        try:
+            nodes = json.loads(text)
+        except (TypeError, ValueError):
+            nodes = None
+        ok = isinstance(nodes, list) and all(isinstance(n, str) for n in nodes)
+        named.append((int(position), tuple(nodes) if ok else None))
+    return named
+
+
 def events_head(conn: Connection) -> int:
     """The last placement event's position (0 for none)."""
     return int(conn.execute(select(func.coalesce(func.max(pevents_t.c.position), 0))).scalar_one())

@@ -27,12 +27,12 @@ import threading
 
 import structlog
 
-from scheduler.persistence.row_decoding import Unreadable
+from scheduler.persistence.audit_trail import nodes_named_after
 from scheduler.persistence.store import SchedulerStore
 
 log = structlog.get_logger("llmgw.api")
 
-PAGE = 1000
+PAGE = 10_000
 
 
 class PlacementGenerations:
@@ -63,17 +63,16 @@ class PlacementGenerations:
                 return 0
             read = 0
             while True:
-                page = self._store.follow_page(after=self._after, limit=PAGE)
-                for entry in page:
-                    if isinstance(entry, Unreadable):
+                with self._store.engine.connect() as conn:
+                    page = nodes_named_after(conn, after=self._after, limit=PAGE)
+                for position, nodes in page:
+                    if nodes is None:
                         # Which nodes it named is not known: every node's generation moves.
-                        position = int(entry.key[0])
                         self._named = {}
                         self._base = position
                         log.warning("api.placement_generation_reset", position=position)
                     else:
-                        position = entry.position
-                        for node in entry.nodes:
+                        for node in nodes:
                             self._named[node] = position
                     self._after = max(self._after, position)
                 read += len(page)
