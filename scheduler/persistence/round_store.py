@@ -28,6 +28,7 @@ from scheduler.persistence.audit_trail import (
     REMOVED,
     REPLICA_FAILED,
     UPDATED,
+    Move,
     TrailEntry,
     append_trail,
     lock_trail,
@@ -43,7 +44,6 @@ from scheduler.persistence.lifecycle_store import (
     set_cordon,
 )
 from scheduler.persistence.placement_rows import placement_row, read_placements, reporting_nodes
-from scheduler.persistence.record_format import PlacementEvent
 from scheduler.persistence.recorded_rounds import record_round
 from scheduler.persistence.tables import PlacementRoundRow, PlacementRow, table
 from scheduler.persistence.versions import record_definitions
@@ -95,7 +95,7 @@ def _count_hosted(conn: Connection) -> dict[str, int]:
 CATCH_UP_ROUNDS = 20
 
 
-def _moved(counts: Mapping[str, int], moves: list[PlacementEvent] | None) -> dict[str, int] | None:
+def _moved(counts: Mapping[str, int], moves: list[Move] | None) -> dict[str, int] | None:
     """``counts`` after ``moves`` (None when the moves could not all be read)."""
     if moves is None:
         return None
