@@ -315,8 +315,11 @@ class _Client:
         async def connection(nodes: list[int]) -> None:
             if not nodes:
                 return
-            server = self.server_of(nodes[0])
-            http = _Http(self.host, self.ports[server])
+            # Each node's report to its own server (a share holds nodes of every server
+            # when there are more servers than client processes: sent all to the first
+            # node's, they left report ids the heartbeats' servers did not hold, and the
+            # heartbeat phase began with a storm of REPORT answers).
+            https = {s: _Http(self.host, port) for s, port in enumerate(self.ports)}
             # Each node's turns, in time order; one request in flight, as an agent has.
             turns = sorted(
                 (self.phase.start_at + self.offset(i) + k * self.interval, i)
@@ -334,9 +337,10 @@ class _Client:
                         await asyncio.sleep(due - now)
                     elif now - due > self.interval:
                         continue  # a whole interval late: dropped
-                    await self.report(http, i, counted_from=due)
+                    await self.report(https[self.server_of(i)], i, counted_from=due)
             finally:
-                http.close()
+                for http in https.values():
+                    http.close()
 
         await asyncio.gather(*(connection(share) for share in shares))
 
@@ -467,6 +471,8 @@ class _Client:
         try:
             while True:
                 i = await queue.get()
+                if i in self.stopped:
+                    continue  # a stopped agent sends nothing (its lease must age)
                 await self.report(http, i, counted_from=time.time())
         finally:
             http.close()
