@@ -167,6 +167,9 @@ class PlacementFeed:
                 key = (r.placement.model, r.placement.replica)
                 rows[key] = r
                 touched.add(key)
+            # Readable now (on PostgreSQL a row committed between a whole read's two
+            # statements may have been taken for unreadable).
+            self._unreadable -= touched
             gone = written - touched
             for key in gone:
                 if rows.pop(key, None) is not None:

@@ -268,3 +268,25 @@ def test_a_placer_plans_from_the_placements_written_as_a_full_round_would_and_re
             for r in result.plan.remove
         }
         assert again == written, f"round {round_id} planned again differs"
+
+
+def test_a_row_written_unreadable_is_dropped_as_a_whole_read_skips_it(engine: Engine) -> None:
+    store = SchedulerStore(engine)
+    _report(store, "n0", T0, [])
+    _apply(store, T0, place=(_placement("m0", 0, ("n0",)), _placement("m0", 1, ("n0",))))
+    feed = PlacementFeed(engine)
+    feed.read(T0)
+    # Written (stamped with the next change) but unreadable: its nodes are not JSON.
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE placement_changes SET seq = seq + 1"))
+        conn.execute(
+            text(
+                "UPDATE placements SET nodes = 'not json', "
+                "change_seq = (SELECT seq FROM placement_changes) WHERE replica = 1"
+            )
+        )
+    later = feed.read(T0 + timedelta(seconds=5))
+    assert not later.whole and [p.replica for p in later.state.placements] == [0]
+    assert _view(later.state) == _view(store.state())
+    # Read again, nothing written: the unreadable row is not taken for a deletion.
+    assert not feed.read(T0 + timedelta(seconds=10)).changed
