@@ -22,7 +22,8 @@ TOKEN_REVOKED = "token.revoked"
 TOKEN_LIMITS_CHANGED = "token.limits_changed"
 # The usage counts of one (client, model asked, model served, replica, minute), summed
 # over the flushes of all gateways (events.core.usage). No change to the catalog's
-# state on replay: the usage ledger is the sum of these events (events.read.ledger), in the hash chain.
+# state on replay: the usage ledger is the sum of these events (events.read.ledger),
+# in the hash chain.
 USAGE_RECORDED = "usage.recorded"
 
 # The version of each event type's payload this code writes. Older versions

@@ -220,8 +220,7 @@ def _gateways(value: Any) -> tuple[str, ...]:
         or not all(isinstance(v, str) and GATEWAY.fullmatch(v) for v in value)
     ):
         raise UnreadableEvent(
-            f"usage gateways is not a list of 1 to {MAX_GATEWAYS} names "
-            f"(pattern {GATEWAY.pattern})"
+            f"usage gateways is not a list of 1 to {MAX_GATEWAYS} names (pattern {GATEWAY.pattern})"
         )
     return tuple(value)
 

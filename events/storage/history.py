@@ -80,12 +80,7 @@ def newest(engine: Engine, query: HistoryQuery, count: int) -> list[StoredEvent]
     History page: the newest catalog changes, however many usage events came since)."""
     columns = [*_COLUMNS[:-1], RAW_RECORDED_AT]
     convert = recorded_at_from_db(engine.dialect)
-    stmt = (
-        select(*columns)
-        .where(*_conditions(query, 0))
-        .order_by(t.c.position.desc())
-        .limit(count)
-    )
+    stmt = select(*columns).where(*_conditions(query, 0)).order_by(t.c.position.desc()).limit(count)
     with engine.connect() as conn:
         rows = conn.execute(stmt).all()
     return [decode(row, convert) for row in reversed(rows)]

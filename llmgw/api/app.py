@@ -71,10 +71,10 @@ from llmgw.api.routes import (
 from llmgw.api.routes.report_fast_path import ReportPath
 from llmgw.api.runtime.autoscale_gauges import AutoscaleCollector
 from llmgw.api.runtime.changes_watch import watch_changes
-from llmgw.api.runtime.usage_rollup import UsageRollup
 from llmgw.api.runtime.fleet_gauges import FleetCollector
 from llmgw.api.runtime.scheduler_thread import SchedulerThread
 from llmgw.api.runtime.services import Services
+from llmgw.api.runtime.usage_rollup import UsageRollup
 from llmgw.api.telemetry.request_log import RequestLog
 
 log = structlog.get_logger("llmgw.api")

@@ -1,7 +1,7 @@
 """The dashboard's usage page in a real headless chromium, against a real `llmgw serve`:
 the ledger per client and model with its total, the filters (client, by day), a new
-flush drawn as it is recorded (pending: the page looks again every 2 s), and a malformed usage event named,
-not summed."""
+flush drawn as it is recorded (pending: the page looks again every 2 s), and a
+malformed usage event named, not summed."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ which hold app-2's streams whose usage event was cut out for the client. The cou
 reach the ledger without a stop too (flushed every second, pending until their minute
 is rolled up); the control plane's graceful stop rolls them up into events, the ledger
 unchanged, one event per client, model, replica and minute. `llmgw verify` covers the
-usage events, `history` leaves them out unless asked (an edited one fails it, named), `llmgw replay` applies them, and a
-malformed usage event is skipped and named by `llmgw usage`, replay and the API, the
-rest still summed.
+usage events (an edited one fails it, named), `history` leaves them out unless asked,
+`llmgw replay` applies them, and a malformed usage event is skipped and named by
+`llmgw usage`, replay and the API, the rest still summed.
 """
 
 from __future__ import annotations

@@ -179,7 +179,9 @@ def _parse_and_record(svc: Services, body: bytes, token: str) -> dict[str, Any]:
         if not isinstance(row, dict) or any(
             k in row for k in ("gateway", "flush", "gateways", "flushes")
         ):
-            raise _refused(f"rows[{index}]: an object without gateway(s) or flush(es)")
+            raise _refused(
+                f"rows[{index}]: an object without gateway or flush (nor gateways, flushes)"
+            )
         try:
             rows.append(check_usage({**_DEFAULTS, **row, "gateways": [poster], "flushes": 1}))
         except UnreadableEvent as exc:

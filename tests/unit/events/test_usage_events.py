@@ -146,9 +146,10 @@ def test_a_version_1_event_one_flush_row_still_reads_as_one_flush_of_its_gateway
     assert not ledger.skipped and ledger.total.requests == 2 * ROW.requests
     assert read_row(next(log.read())).gateways == ("gw-9-w0",)
     bad = NewEvent(USAGE_RECORDED, "", json.dumps({**v1, "flush": "f"}), 1)
-    assert "usage gateways is not a list" in summarise(
-        _appended(bad).read(), LedgerQuery()
-    ).skipped[0].reason
+    assert (
+        "usage gateways is not a list"
+        in summarise(_appended(bad).read(), LedgerQuery()).skipped[0].reason
+    )
 
 
 def test_rows_of_one_key_sum_to_one_row_of_every_count_and_gateway() -> None:
