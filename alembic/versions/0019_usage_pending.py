@@ -1,13 +1,16 @@
 """Usage flushes pending their roll-up: rows of their own, not one event each.
 
 Revision ID: 0019_usage_pending
-Revises: 0018_token_priority
+Revises: 0021_node_changes
 Create Date: 2026-12-07
 
 ``POST /v1/usage`` stores a gateway flush's rows in ``usage_pending`` and its id in
 ``usage_flushes`` (primary key: a flush sent again stores nothing twice). The roll-up
 (events.write.usage) appends one ``usage.recorded`` event per key and closed minute,
 summed over all flushes, and deletes the rows it summed in the same transaction.
+
+(0019 was the number reserved for it; it landed after 0021_node_changes, so it revises
+that one: one head.)
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from alembic import op
 from events.database.tables import UTCDateTime
 
 revision: str = "0019_usage_pending"
-down_revision: str | Sequence[str] | None = "0018_token_priority"
+down_revision: str | Sequence[str] | None = "0021_node_changes"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
