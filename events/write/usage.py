@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Table, delete, insert, or_, select
+from sqlalchemy import Engine, Table, delete, insert, select, text
 from sqlalchemy.exc import IntegrityError
 
 from events.core.usage import UsageRow, event_for, key_of, minute_text, summed
@@ -142,10 +142,12 @@ def roll_up(store: SqlLog, now: datetime | None = None, grace: timedelta = GRACE
             done.events = len(events)
             done.minutes = sorted({minute_text(key[0]) for key in groups})
         for start in range(0, len(good), _CHUNK):
-            # One bound parameter an id: a write section's statements are compiled plain
-            # (no expanding IN).
-            chunk = good[start : start + _CHUNK]
-            section.execute(delete(p).where(or_(*(p.c.id == i for i in chunk))))
+            # The ids written out (whole numbers, read as int above): a write section's
+            # statements are compiled plain (no expanding IN), and 500 bound
+            # parameters cost more CPU to compile than the rows to sum. By id, never
+            # by minute: a late flush committed meanwhile is not deleted unsummed.
+            ids = ",".join(str(i) for i in good[start : start + _CHUNK])
+            section.execute(text(f"DELETE FROM usage_pending WHERE id IN ({ids})"))
         done.rows = len(good)
         section.execute(delete(f).where(f.c.received_at < when - FLUSH_MEMORY))
     return done
