@@ -1,7 +1,7 @@
 """Usage flushes pending their roll-up: rows of their own, not one event each.
 
 Revision ID: 0019_usage_pending
-Revises: 0021_node_changes
+Revises: 0020_allowances
 Create Date: 2026-12-07
 
 ``POST /v1/usage`` stores a gateway flush's rows in ``usage_pending`` and its id in
@@ -9,8 +9,8 @@ Create Date: 2026-12-07
 (events.write.usage) appends one ``usage.recorded`` event per key and closed minute,
 summed over all flushes, and deletes the rows it summed in the same transaction.
 
-(0019 was the number reserved for it; it landed after 0021_node_changes, so it revises
-that one: one head.)
+(0019 was the number reserved for it; it landed after 0021_node_changes and
+0020_allowances, so it revises the head they left: one head.)
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from alembic import op
 from events.database.tables import UTCDateTime
 
 revision: str = "0019_usage_pending"
-down_revision: str | Sequence[str] | None = "0021_node_changes"
+down_revision: str | Sequence[str] | None = "0020_allowances"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

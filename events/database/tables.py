@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from sqlalchemy import (
     BigInteger,
     DateTime,
+    Double,
     Index,
     Integer,
     String,
@@ -250,3 +251,27 @@ class UsageFlushRow(Base):
     flush: Mapped[str] = mapped_column(String(64), primary_key=True)
     rows: Mapped[int] = mapped_column(Integer)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+
+
+class AllowanceRow(Base):
+    """A limited client token's shared account of one limit (catalog.forms.allowance).
+
+    Gateways draw a client's allowance from it in chunks and give back what they did not
+    use (``POST /v1/gateway/allowances``), so a limit holds across gateways and across
+    the control plane's replicas: each draw reads and writes its rows in one
+    transaction, the rows locked (``FOR UPDATE`` on PostgreSQL; SQLite has one writer).
+    ``kind``: ``requests``, ``tokens``, ``tokens:MODEL`` or ``budget``. A bucket's
+    ``level`` is what is left to grant at ``at`` (seconds since the epoch, the
+    database's clock on PostgreSQL); a budget's ``slots`` (JSON, slot -> tokens) what
+    was granted in each slot of its ``period_s``.
+    """
+
+    __tablename__ = "allowances"
+
+    client: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(160), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    level: Mapped[float] = mapped_column(Double)
+    at: Mapped[float] = mapped_column(Double)
+    period_s: Mapped[int | None] = mapped_column(Integer)
+    slots: Mapped[str] = mapped_column(Text, server_default="{}")
