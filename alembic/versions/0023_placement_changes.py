@@ -1,7 +1,7 @@
 """Placements say when they last changed, by a sequence; a round reads only those.
 
 Revision ID: 0023_placement_changes
-Revises: 0020_allowances
+Revises: 0019_usage_pending
 Create Date: 2026-12-07
 
 A round at 200,000 placements must not read (and decode) every placement when few
@@ -24,7 +24,7 @@ from alembic import op
 from events.database.tables import Position
 
 revision: str = "0023_placement_changes"
-down_revision: str | Sequence[str] | None = "0020_allowances"
+down_revision: str | Sequence[str] | None = "0019_usage_pending"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

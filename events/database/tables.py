@@ -221,6 +221,38 @@ class TokenRow(Base):
     revision: Mapped[int] = mapped_column(Position, index=True)
 
 
+class UsagePendingRow(Base):
+    """One row of a gateway's usage flush (``POST /v1/usage``) not yet rolled up.
+
+    The roll-up (events.write.usage.roll_up) sums the rows of every closed minute into
+    ``usage.recorded`` events and deletes them in the same transaction; until then the
+    ledger's reads add them to the events. ``row`` is the row's JSON as posted (checked),
+    without who posted it (``poster``) or the flush (``flush``).
+    """
+
+    __tablename__ = "usage_pending"
+
+    id: Mapped[int] = mapped_column(Position, primary_key=True, autoincrement=True)
+    poster: Mapped[str] = mapped_column(String(200))
+    flush: Mapped[str] = mapped_column(String(64))
+    minute: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    row: Mapped[str] = mapped_column(Text)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class UsageFlushRow(Base):
+    """A flush received (who posted it and its id): the same flush sent again stores
+    nothing. Kept ``FLUSH_MEMORY`` after its rows (events.write.usage), long past any
+    gateway's retry."""
+
+    __tablename__ = "usage_flushes"
+
+    poster: Mapped[str] = mapped_column(String(200), primary_key=True)
+    flush: Mapped[str] = mapped_column(String(64), primary_key=True)
+    rows: Mapped[int] = mapped_column(Integer)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+
+
 class AllowanceRow(Base):
     """A limited client token's shared account of one limit (catalog.forms.allowance).
 
