@@ -44,7 +44,7 @@ from gateway.stages import admission, prefix, quota, sse
 from gateway.stages.admission import Refusal, Request
 from gateway.stages.queue import Bounds, ModelQueue, Waiter, free_slots, open_replicas
 from gateway.stages.routing import Choice, choose, eligible, observe_ttft, picked
-from gateway.state import State
+from gateway.state import Recent, State
 from gateway.table import ModelEntry, Replica
 from gateway.upstream import Answer, BrokenAnswer, Unreachable, Upstream
 from gateway.usage import Usage
@@ -321,20 +321,12 @@ class Proxy:
                 if slo_binding and not choice.meets_slo:
                     # Shown in GET /routing too: a choice not made is a choice.
                     state.remember(
-                        m.name,
-                        {
-                            "at": round(time.time(), 3),
-                            "replica": None,
-                            "reason": f"{choice.reason}: not sent, its fallbacks first",
-                        },
+                        m.name, Recent(time.time(), None, choice, ": not sent, its fallbacks first")
                     )
                     raise _OverSlo(choice)
             replica = choice.replica
             tried.add(replica.key)
-            state.remember(
-                m.name,
-                {"at": round(time.time(), 3), "replica": replica.key, "reason": choice.reason},
-            )
+            state.remember(m.name, Recent(time.time(), replica.key, choice))
             ticket = (
                 None
                 if prompt is None

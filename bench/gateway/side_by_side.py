@@ -800,6 +800,7 @@ def to_json(run: Run) -> dict[str, Any]:
                 summary.append(row)
     settings = asdict(run.settings)
     settings["peers_venv"] = str(run.settings.peers_venv)
+    settings["base_tree"] = None if run.settings.base_tree is None else str(run.settings.base_tree)
     return {
         "machine": common.machine(),
         "settings": settings,
