@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +67,7 @@ MISS_BELOW = 0.5
 _MASK = (1 << 64) - 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: made on every request, frozen costs 4x)
 class Prompt:
     """A prompt's blocks: their chained hashes, and the characters up to each one's end."""
 
@@ -335,11 +335,16 @@ class PrefixTable:
             self.stats.pop(replica, None)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Pick:
     replica: Replica
     matched: int  # blocks guessed cached there
-    reason: str
+    # Why, made into text only when read (``GET /routing``): not on every request.
+    why: Callable[[], str]
+
+    @property
+    def reason(self) -> str:
+        return self.why()
 
 
 def choose(
@@ -365,17 +370,20 @@ def choose(
         best = max(tied, key=lambda r: rendezvous_score(key, r))
     if best.key not in holders:
         n = table.deepest(prompt, {best.key})[0]
-    skipped = len(replicas) - len(near)
-    spill = (
-        f"; {skipped} more than {BALANCE:g} in flight above the least loaded passed over"
-        if skipped
-        else ""
-    )
-    if tied is not near:
-        why = f"prefix: {n} of {len(prompt.blocks)} blocks cached there, longest of {len(near)}"
-    else:
-        why = (
-            f"prefix: rendezvous of its first blocks among {len(near)} ({n} of "
-            f"{len(prompt.blocks)} blocks cached there)"
+    skipped, among, longest = len(replicas) - len(near), len(near), tied is not near
+
+    def why() -> str:
+        spill = (
+            f"; {skipped} more than {BALANCE:g} in flight above the least loaded passed over"
+            if skipped
+            else ""
         )
-    return Pick(best, n, why + spill)
+        blocks = len(prompt.blocks)
+        if longest:
+            return f"prefix: {n} of {blocks} blocks cached there, longest of {among}{spill}"
+        return (
+            f"prefix: rendezvous of its first blocks among {among} ({n} of {blocks} blocks "
+            f"cached there){spill}"
+        )
+
+    return Pick(best, n, why)
