@@ -27,7 +27,10 @@ as OpenAI's API and vLLM do.
 As vLLM does, a request whose client goes away is abandoned (streamed or not, waiting
 for a slot or generating): its slot is freed. ``GET /metrics`` shows it, with vLLM's
 names where vLLM has one: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
-and ``sim_requests_cancelled_total``. On SIGTERM it stops accepting and lets the
+and ``sim_requests_cancelled_total``; and the usage of every answer given whole,
+``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total`` and
+``vllm:prefix_cache_hits_total`` (the cached prompt tokens), the engine's own totals a
+gateway's usage ledger is held against. On SIGTERM it stops accepting and lets the
 requests in flight finish (uvicorn's graceful stop), and says how many there are.
 
 A replica spanning nodes runs one sim process per node, with vLLM's flags
@@ -85,6 +88,16 @@ class Counts:
     running: int = 0
     waiting: int = 0
     cancelled: int = 0
+    # The usage of every answer given whole (vLLM's counters of the same names): what the
+    # engine itself served, for a gateway's ledger to be held against.
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    cached_tokens: int = 0
+
+    def answered(self, usage: dict[str, Any]) -> None:
+        self.prompt_tokens += usage["prompt_tokens"]
+        self.generation_tokens += usage["completion_tokens"]
+        self.cached_tokens += usage["prompt_tokens_details"]["cached_tokens"]
 
 
 class PrefixCache:
@@ -162,6 +175,7 @@ async def _events(
     *,
     chat: bool,
     usage: Callable[[], str] | None = None,
+    answered: Callable[[], None] | None = None,
 ) -> AsyncIterator[str]:
     """A streamed answer. The slot is taken here, after the headers, as vLLM sends them
     before the request is scheduled; Starlette cancels this generator when the client
@@ -183,6 +197,10 @@ async def _events(
         yield chunk(None, "length")
         if usage is not None:
             yield usage()
+        # Counted before the end is sent: a client that has the whole stream finds it
+        # in the counters.
+        if answered is not None:
+            answered()
         yield "data: [DONE]\n\n"
         stage = "finished"
     finally:
@@ -240,6 +258,9 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
             f"vllm:num_requests_running{{model_name={label}}} {counts.running}",
             f"vllm:num_requests_waiting{{model_name={label}}} {counts.waiting}",
             f"sim_requests_cancelled_total{{model_name={label}}} {counts.cancelled}",
+            f"vllm:prompt_tokens_total{{model_name={label}}} {counts.prompt_tokens}",
+            f"vllm:generation_tokens_total{{model_name={label}}} {counts.generation_tokens}",
+            f"vllm:prefix_cache_hits_total{{model_name={label}}} {counts.cached_tokens}",
         ]
         return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
@@ -394,6 +415,7 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
                 else {"index": 0, "text": text}
             )
             choice["finish_reason"] = "length"
+            counts.answered(usage)
             return JSONResponse(
                 {
                     "id": ident,
@@ -434,7 +456,16 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
             return f"data: {json.dumps(data)}\n\n"
 
         final = usage_chunk if include_usage else None
-        events = _events(counts, gate, token_delay, words, chunk, chat=chat, usage=final)
+        events = _events(
+            counts,
+            gate,
+            token_delay,
+            words,
+            chunk,
+            chat=chat,
+            usage=final,
+            answered=lambda: counts.answered(usage),
+        )
         return StreamingResponse(events, media_type="text/event-stream")
 
     app = Starlette(
