@@ -901,20 +901,22 @@ def _relay(
     the stream. It runs in the engine connection's parser and must not raise: a
     failure is a refusal, and the piece goes through ``send``."""
     check = tally.framing.check
+    cutter = tally.usage
 
     def sink(chunk: bytes) -> bool:
         size = tally.size + len(chunk)
         if size > limit or check(chunk) >= 0:
             return False
         try:
-            out, held, found = tally.usage.peek(chunk)
+            out, held, found = cutter.peek(chunk)
             if out and not write(out):
                 tally.judged = chunk
                 return False
         except Exception:
             tally.judged = chunk
             return False
-        tally.usage.commit(held, found)
+        if held or found is not None or cutter.pending:  # (else nothing to take)
+            cutter.commit(held, found)
         tally.size = size
         tally.take(chunk)
         # The client has the whole answer: one that hangs up now (the SDKs stop at

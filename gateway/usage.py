@@ -123,6 +123,8 @@ class Events:
 
     def peek(self, chunk: bytes) -> tuple[bytes, bytes, Usage | None]:
         """(to pass on, to hold, the usage in it) for ``chunk`` after what is held."""
+        if not self.pending and chunk.endswith(b"\n\n") and b'"usage"' not in chunk:
+            return chunk, b"", None  # (nearly every piece: whole events, no usage)
         buf = self.pending + chunk if self.pending else chunk
         end = buf.rfind(b"\n\n")
         if end < 0:
