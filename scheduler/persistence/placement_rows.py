@@ -76,14 +76,29 @@ def read_placements(
     models: Sequence[str] | None = None,
     *,
     keys: Sequence[tuple[str, int]] | None = None,
+    node: str | None = None,
 ) -> list[StoredPlacement]:
-    """Every readable placement (of ``models``, or with the (model, replica) ``keys``, if
-    given), by model and replica."""
+    """Every readable placement (of ``models``, or with the (model, replica) ``keys``, or
+    on ``node``, if given), by model and replica."""
     query = raw(placements_t).order_by(placements_t.c.model, placements_t.c.replica)
     if models is not None:
         query = query.where(placements_t.c.model.in_(models))
     if keys is not None:
         query = query.where(tuple_(placements_t.c.model, placements_t.c.replica).in_(keys))
+    if node is not None:
+        # The nodes column is a JSON list: the name, quoted, is in the text of exactly the
+        # rows that list it (a name has no quote); held exactly once decoded, below.
+        query = query.where(placements_t.c.nodes.contains(json.dumps(node), autoescape=True))
+        found = decode_rows(
+            conn,
+            query,
+            table="placements",
+            key=("model", "replica"),
+            decode=_placement,
+            times=("placed_at",),
+            nullable_times=("state_since",),
+        )
+        return [r for r in found if node in r.placement.nodes]
     return decode_rows(
         conn,
         query,
@@ -95,14 +110,13 @@ def read_placements(
     )
 
 
-def reporting_nodes(conn: Connection) -> frozenset[str]:
-    """Nodes whose agent reports replica states; the others' replicas count as unreported."""
-    return frozenset(
-        name
-        for (name,) in conn.execute(
-            select(nodes_t.c.name).where(nodes_t.c.reports_replicas.is_(True))
-        )
-    )
+def reporting_nodes(conn: Connection, among: Sequence[str] | None = None) -> frozenset[str]:
+    """Nodes (of ``among``, if given) whose agent reports replica states; the others'
+    replicas count as unreported."""
+    query = select(nodes_t.c.name).where(nodes_t.c.reports_replicas.is_(True))
+    if among is not None:
+        query = query.where(nodes_t.c.name.in_(among))
+    return frozenset(name for (name,) in conn.execute(query))
 
 
 def _placement(r: Row) -> StoredPlacement:
