@@ -9,7 +9,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from catalog.definition.routing_profiles import PREFIX
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
@@ -19,12 +19,28 @@ from gateway.stages.ledger import Ledger
 from gateway.stages.prefix import PrefixTable, Stats
 from gateway.stages.queue import ModelQueue
 from gateway.stages.quota import Quotas
-from gateway.stages.routing import Load, joined, predicted_ttft, ramp
+from gateway.stages.routing import Choice, Load, joined, predicted_ttft, ramp
 from gateway.stages.setaside import SetAside
 from gateway.table import Table
 from gateway.windows import Windows
 
 RECENT = 20
+
+
+class Recent(NamedTuple):
+    """One routing choice, as ``GET /routing`` shows it (made into text only then)."""
+
+    at: float  # time.time()
+    replica: str | None  # None: not sent there
+    choice: Choice
+    note: str = ""
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "at": round(self.at, 3),
+            "replica": self.replica,
+            "reason": self.choice.reason + self.note,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +69,7 @@ class State:
         self.aside = SetAside()
         # The prefix profile's table: the prompt blocks sent to each replica recently.
         self.prefix = PrefixTable()
-        self.recent: dict[str, deque[dict[str, Any]]] = {}
+        self.recent: dict[str, deque[Recent]] = {}
         self.windows = Windows(time.monotonic(), time.time())
         # sha256 -> client; replaced whole by the follower.
         self.clients: dict[str, Client] = {}
@@ -108,7 +124,7 @@ class State:
             found = self.loads[key] = Load()
         return found
 
-    def remember(self, model: str, choice: dict[str, Any]) -> None:
+    def remember(self, model: str, choice: Recent) -> None:
         q = self.recent.get(model)
         if q is None:
             q = self.recent[model] = deque(maxlen=RECENT)
@@ -156,7 +172,7 @@ class State:
                 "fallbacks": list(entry.fallbacks),
                 "starting": self.table.coming.get(name, 0),
                 "replicas": replicas,
-                "recent": list(self.recent.get(name, ())),
+                "recent": [r.view() for r in self.recent.get(name, ())],
                 "queue": self.queues[name].snapshot(now) if name in self.queues else None,
             }
         return {
