@@ -37,6 +37,7 @@ import structlog
 import uvicorn
 
 from catalog.forms.servers import ServerList
+from gateway.engineslots import EngineSlots
 from gateway.follower import Follower
 from gateway.metrics import Metrics
 from gateway.proxy import Proxy
@@ -234,6 +235,7 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     servers = ServerList(settings.server_list, on_switch=_switched(state))
     follower = Follower(state, servers, settings.token, settings.resync_s)
     signals = Signals(state, servers, settings.token, settings.signals_interval_s, settings.worker)
+    engine_slots = EngineSlots(state, follower.install)
     tasks: list[asyncio.Task[None]] = []
 
     async def startup() -> None:
@@ -244,6 +246,7 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         gc.freeze()
         tasks.append(asyncio.create_task(follower.run()))
         tasks.append(asyncio.create_task(signals.run()))
+        tasks.append(asyncio.create_task(engine_slots.run()))
 
     async def shutdown() -> None:
         await stop_tasks(tasks)
@@ -251,6 +254,7 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
             await signals.post_once()
         await follower.close()
         await signals.close()
+        await engine_slots.close()
         await upstream.close()
 
     app = GatewayApp(state, Proxy(state, upstream, settings), settings, startup, shutdown)
