@@ -54,6 +54,9 @@ class ControlPlane:
     # given, the token is issued into the database (limits live there), so the gateway
     # enforces them on every request (gateway.stages.quota) and their cost is measured.
     client_limits: tuple[str, ...] = ()
+    # The model's profile ``slots`` (0: none, so the gateway never queues: its queue
+    # stage is out); above the load's clients, the stage is in but never holds one.
+    slots: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -162,7 +165,14 @@ class ControlPlane:
             "context_length": 32768,
             "max_output": 4096,
             "scaling": {"min": 1},
-            "profiles": [{"name": "t4", "gpu_class": "T4", "tp": 1}],
+            "profiles": [
+                {
+                    "name": "t4",
+                    "gpu_class": "T4",
+                    "tp": 1,
+                    **({"slots": self.slots} if self.slots else {}),
+                }
+            ],
         }
         answer = client.post("/v1/catalog/models", json=definition, headers=self._auth("operator"))
         if answer.status_code != 201:

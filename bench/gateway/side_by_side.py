@@ -93,6 +93,9 @@ class Settings:
     llmgw: str = str(Path(sys.executable).parent / "llmgw")
     # `llmgw token new` flags for the client token of ours and its variants (limits).
     client_limits: tuple[str, ...] = ()
+    # The model's profile ``slots`` in a gateway's control plane, by ``ours`` or a
+    # variant's name (``--slots NAME=N``): the queue stage in (N) or out (none).
+    slots: tuple[tuple[str, int], ...] = ()
     peers_venv: Path = common.REPO / ".venv-peers"
 
 
@@ -296,6 +299,7 @@ def _start(
                     upstream,
                     workdir,
                     client_limits=settings.client_limits,
+                    slots=dict(settings.slots).get("ours", 0),
                 )
             )
         except Unavailable as exc:
@@ -312,6 +316,7 @@ def _start(
                     key=key,
                     label=f"llmgw {name}",
                     client_limits=settings.client_limits,
+                    slots=dict(settings.slots).get(name, 0),
                 )
             )
         except Unavailable as exc:
@@ -820,6 +825,15 @@ def _limits_and_peers_flags(parser: argparse.ArgumentParser) -> None:
         help="limits of the load's client token, as `llmgw token new` takes them, e.g. "
         "'--rpm 10000000 --tpm 1T' (the quota stage's cost: gateway.stages.quota)",
     )
+    parser.add_argument(
+        "--slots",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="the model's profile slots in the control plane of ours (NAME ours) or of a "
+        "--variant NAME (repeatable; none: no slots, the queue stage out): e.g. ours=4096 "
+        "puts the queue stage in without ever filling a replica (gateway.stages.queue)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -891,6 +905,7 @@ def main(argv: list[str] | None = None) -> int:
         client_limits=tuple(shlex.split(args.client_limits)),
         ours=ours_command,
         variants=tuple(_variant(parser, v) for v in args.variant),
+        slots=tuple(_slots(parser, v) for v in args.slots),
         llmgw=args.llmgw,
         peers_venv=args.peers_venv.resolve(),
     )
@@ -929,6 +944,13 @@ def _variant(parser: argparse.ArgumentParser, text: str) -> tuple[str, str]:
     if not sep or not name.strip() or not command.strip():
         parser.error(f"--variant takes NAME=COMMAND, not {text!r}")
     return name.strip(), command.strip()
+
+
+def _slots(parser: argparse.ArgumentParser, text: str) -> tuple[str, int]:
+    name, sep, count = text.partition("=")
+    if not sep or not name.strip() or not count.strip().isdigit():
+        parser.error(f"--slots takes NAME=N (ours, or a --variant's name), not {text!r}")
+    return name.strip(), int(count)
 
 
 if __name__ == "__main__":

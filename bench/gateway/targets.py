@@ -229,12 +229,15 @@ def ours(
     key: str = "ours",
     label: str = "llmgw gateway",
     client_limits: tuple[str, ...] = (),
+    slots: int = 0,
 ) -> Target:
     """Our gateway and the control plane it follows; Unavailable if this llmgw has none.
     ``key``/``label``: another variant of ours (``--variant``), with a control plane of
     its own."""
     home = "control" if key == "ours" else "control-" + key.replace(":", "-")
-    control = ControlPlane(llmgw, workdir / home, upstream, client_limits=client_limits).start()
+    control = ControlPlane(
+        llmgw, workdir / home, upstream, client_limits=client_limits, slots=slots
+    ).start()
     port = free_port()
     try:
         argv = shlex.split(
