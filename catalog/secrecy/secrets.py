@@ -13,7 +13,8 @@ file per secret, or its environment: ``agent.secrets``). The reference is all
 the catalog ever stores.
 
 A plain value under a name that looks like a secret (``*TOKEN*``, ``*KEY*``,
-``*SECRET*``, ``*PASSWORD*``, in any case) is refused when a model is added or
+``*SECRET*``, ``*PASSWORD*``, in any case, or a part such as ``MYSQL_PWD``, ``DB_PASS``,
+``GOOGLE_CREDENTIALS``: catalog.secrecy.secret_words) is refused when a model is added or
 applied, and in the declared file; values the log already holds from before
 this rule are redacted in every read by anyone but an operator (``redact``).
 
@@ -31,17 +32,28 @@ from typing import Any
 
 from catalog.errors import CatalogError
 from catalog.secrecy.secret_args import URL_CREDENTIALS, SecretArg, redact_args, secret_args
-from catalog.secrecy.secret_words import SECRET_PATTERN, SECRET_WORDS
+from catalog.secrecy.secret_words import (
+    NOT_SECRET_NAMES,
+    SECRET_PARTS,
+    SECRET_PATTERN,
+    SECRET_WORDS,
+)
 
 # What a value shown in place of a secret reads as.
 REDACTED = "[redacted]"
 SECRET_NAME = re.compile(SECRET_PATTERN)
+# Where a variable's name splits into the parts SECRET_PARTS are matched against.
+_NAME_PARTS = re.compile(r"[_.-]")
 
 
 def looks_secret(name: str) -> bool:
     """Whether an environment variable of this name is taken to hold a secret."""
     upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
+    if any(word in upper for word in SECRET_WORDS):
+        return True
+    if upper in NOT_SECRET_NAMES:
+        return False
+    return any(part in SECRET_PARTS for part in _NAME_PARTS.split(upper))
 
 
 def secret_name_problem(name: object) -> str | None:

@@ -4,16 +4,22 @@ every refusal says, and that redaction leaves no secret-looking plain value behi
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from catalog import CatalogError, parse_model
 from catalog.reading.declared import load_declared
-from catalog.secrecy.secret_words import SECRET_WORDS
+from catalog.secrecy.secret_words import (
+    NOT_SECRET_NAMES,
+    SECRET_NAMES_PATTERN,
+    SECRET_PARTS,
+    SECRET_WORDS,
+)
 from catalog.secrecy.secrets import (
     REDACTED,
     check_no_plain_secrets,
@@ -38,6 +44,18 @@ def secret_names(draw: st.DrawFn) -> str:
     word = draw(words)
     flips = draw(st.lists(st.booleans(), min_size=len(word), max_size=len(word)))
     return draw(affix) + _case(word, flips) + draw(affix)
+
+
+@st.composite
+def secret_part_names(draw: st.DrawFn) -> str:
+    """A name holding a secret's word as a whole part: MYSQL_PWD, db.pass, X-CREDS."""
+    part = draw(st.sampled_from(SECRET_PARTS))
+    flips = draw(st.lists(st.booleans(), min_size=len(part), max_size=len(part)))
+    before = draw(st.one_of(st.just(""), affix.map(lambda a: a + "_")))
+    after = draw(st.one_of(st.just(""), affix.map(lambda a: "." + a)))
+    name = before + _case(part, flips) + after
+    assume(name.upper() not in NOT_SECRET_NAMES)
+    return name
 
 
 plain_names = st.text(NAME_CHARS, min_size=1, max_size=20).filter(lambda n: not looks_secret(n))
@@ -71,6 +89,32 @@ def test_a_plain_value_under_a_secrets_name_is_refused_naming_the_fix(
     with pytest.raises(CatalogError) as again:
         check_no_plain_secrets(other.profiles, other.name)
     assert again.value.message == err.message
+
+
+@given(secret_part_names(), values)
+def test_a_secret_word_as_a_part_of_the_name_is_refused_too(name: str, value: str) -> None:
+    # MYSQL_PWD and DB_PASS hold passwords as surely as DB_PASSWORD does.
+    model = _model({name: value})
+    with pytest.raises(CatalogError) as caught:
+        check_no_plain_secrets(model.profiles, model.name)
+    assert caught.value.field == f"profiles.env.{name}"
+
+
+@pytest.mark.parametrize(
+    "name", ["PWD", "OLDPWD", "BYPASS_PROXY", "NCCL_P2P_PASSTHROUGH", "CREDSTORE_DIR", "COMPASS"]
+)
+def test_names_that_only_contain_a_parts_letters_are_not_secrets(name: str) -> None:
+    model = _model({name: "/srv/x"})
+    check_no_plain_secrets(model.profiles, model.name)
+
+
+@given(
+    st.one_of(secret_names(), secret_part_names(), plain_names, st.sampled_from(NOT_SECRET_NAMES))
+)
+def test_the_api_documents_pattern_names_exactly_the_names_the_rule_refuses(name: str) -> None:
+    # Clients read the schema's patternProperties (ECMA 262, searched unanchored) to know
+    # which variables take only a reference; it must say what looks_secret says.
+    assert bool(re.search(SECRET_NAMES_PATTERN, name)) == looks_secret(name)
 
 
 @given(plain_names, values)
