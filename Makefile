@@ -49,7 +49,10 @@ test:
 # The type check (half a minute of one core) runs beside the suite, whose processes leave
 # a core idle a quarter of the time while they wait on servers and agents. Its output is
 # kept aside and printed once the suite is done, so the suite's progress shows as it goes.
-test-steps: $(DEV_STAMP) chromium haproxy llamacpp ruff docs
+# The docs site is built strictly once, by the suite (tests/api/test_api_manual.py runs
+# `mkdocs build --strict`, as `make docs` does, and serves what it built), beside the other
+# tests: a `make docs` step first built the same site again, alone, before the suite began.
+test-steps: $(DEV_STAMP) chromium haproxy llamacpp ruff
 	@echo "==> mypy runs beside the suite; what it says is printed after the suite"
 	@log=$$(mktemp); \
 	$(MAKE) --no-print-directory typecheck > $$log 2>&1 & checker=$$!; \

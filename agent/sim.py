@@ -20,14 +20,19 @@ Usage as the real engines report it: every answer's ``usage`` carries
 ``prompt_tokens_details.cached_tokens``, the prompt's leading words found in a simulated
 prefix cache (``--prefix-cache-blocks`` blocks of ``--block-size`` words, least recently
 used evicted, as vLLM's automatic prefix caching keeps whole blocks), so a router's
-guesses can be checked against what the engine says it reused. A stream ends with a
+guesses can be checked against what the engine says it reused; with ``--prefill-delay``
+(seconds per prompt token not found cached, spent in the slot before the first token) a
+cache hit shortens the time to the first token, as on a real engine. A stream ends with a
 ``usage`` chunk (``choices: []``) only when asked with ``stream_options.include_usage``,
 as OpenAI's API and vLLM do.
 
 As vLLM does, a request whose client goes away is abandoned (streamed or not, waiting
 for a slot or generating): its slot is freed. ``GET /metrics`` shows it, with vLLM's
 names where vLLM has one: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
-and ``sim_requests_cancelled_total``. On SIGTERM it stops accepting and lets the
+and ``sim_requests_cancelled_total``; and the usage of every answer given whole,
+``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total`` and
+``vllm:prefix_cache_hits_total`` (the cached prompt tokens), the engine's own totals a
+gateway's usage ledger is held against. On SIGTERM it stops accepting and lets the
 requests in flight finish (uvicorn's graceful stop), and says how many there are.
 
 A replica spanning nodes runs one sim process per node, with vLLM's flags
@@ -85,6 +90,16 @@ class Counts:
     running: int = 0
     waiting: int = 0
     cancelled: int = 0
+    # The usage of every answer given whole (vLLM's counters of the same names): what the
+    # engine itself served, for a gateway's ledger to be held against.
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    cached_tokens: int = 0
+
+    def answered(self, usage: dict[str, Any]) -> None:
+        self.prompt_tokens += usage["prompt_tokens"]
+        self.generation_tokens += usage["completion_tokens"]
+        self.cached_tokens += usage["prompt_tokens_details"]["cached_tokens"]
 
 
 class PrefixCache:
@@ -162,6 +177,8 @@ async def _events(
     *,
     chat: bool,
     usage: Callable[[], str] | None = None,
+    answered: Callable[[], None] | None = None,
+    prefill: float = 0.0,
 ) -> AsyncIterator[str]:
     """A streamed answer. The slot is taken here, after the headers, as vLLM sends them
     before the request is scheduled; Starlette cancels this generator when the client
@@ -174,6 +191,10 @@ async def _events(
         counts.waiting -= 1
         counts.running += 1
         stage = "running"
+        if prefill:
+            # The prompt's tokens not found cached, computed in the slot before the
+            # first token (as an engine's prefill holds its batch slot).
+            await asyncio.sleep(prefill)
         if chat:
             yield chunk(None, None, role=True)
         for i, word in enumerate(words):
@@ -183,6 +204,10 @@ async def _events(
         yield chunk(None, "length")
         if usage is not None:
             yield usage()
+        # Counted before the end is sent: a client that has the whole stream finds it
+        # in the counters.
+        if answered is not None:
+            answered()
         yield "data: [DONE]\n\n"
         stage = "finished"
     finally:
@@ -225,11 +250,13 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
     *,
     prefix_cache_blocks: int = 4096,
     block_size: int = 16,
+    prefill_delay: float = 0.0,
 ) -> Starlette:
     """``slots``: requests answered at once (0: no limit); the rest wait their turn, as
     on llama.cpp's ``--parallel`` or vLLM's batch limit, so latency grows with load.
     ``prefix_cache_blocks``: blocks of ``block_size`` words the prefix cache holds (0:
-    none, every prompt computed whole)."""
+    none, every prompt computed whole). ``prefill_delay``: seconds per prompt token not
+    found cached, spent in the slot before the first token (0: prefill is free)."""
     gate = asyncio.Semaphore(slots) if slots > 0 else None
     counts = Counts()
     cache = PrefixCache(prefix_cache_blocks, block_size)
@@ -240,6 +267,9 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
             f"vllm:num_requests_running{{model_name={label}}} {counts.running}",
             f"vllm:num_requests_waiting{{model_name={label}}} {counts.waiting}",
             f"sim_requests_cancelled_total{{model_name={label}}} {counts.cancelled}",
+            f"vllm:prompt_tokens_total{{model_name={label}}} {counts.prompt_tokens}",
+            f"vllm:generation_tokens_total{{model_name={label}}} {counts.generation_tokens}",
+            f"vllm:prefix_cache_hits_total{{model_name={label}}} {counts.cached_tokens}",
         ]
         return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
@@ -366,11 +396,13 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
         ident, created = f"{prefix}-{uuid.uuid4().hex[:24]}", int(time.time())
         kind = "chat.completion" if chat else "text_completion"
         prompt_words = prompt.split()
+        cached = cache.prefill(prompt_words)
+        prefill = prefill_delay * (len(prompt_words) - cached)
         usage = {
             "prompt_tokens": len(prompt_words),
             "completion_tokens": len(words),
             "total_tokens": len(prompt_words) + len(words),
-            "prompt_tokens_details": {"cached_tokens": cache.prefill(prompt_words)},
+            "prompt_tokens_details": {"cached_tokens": cached},
         }
         if not body.get("stream"):
             if not await slot(request):
@@ -378,9 +410,10 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
                 return Response(status_code=499)
             counts.running += 1
             try:
-                if token_delay:
+                if token_delay or prefill:
                     # As vLLM's ``with_cancellation``: a client gone stops the work.
-                    done = await _unless_gone(request, asyncio.sleep(token_delay * len(words)))
+                    work = asyncio.sleep(prefill + token_delay * len(words))
+                    done = await _unless_gone(request, work)
                     if done is _GONE:
                         counts.cancelled += 1
                         return Response(status_code=499)
@@ -394,6 +427,7 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
                 else {"index": 0, "text": text}
             )
             choice["finish_reason"] = "length"
+            counts.answered(usage)
             return JSONResponse(
                 {
                     "id": ident,
@@ -434,7 +468,17 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
             return f"data: {json.dumps(data)}\n\n"
 
         final = usage_chunk if include_usage else None
-        events = _events(counts, gate, token_delay, words, chunk, chat=chat, usage=final)
+        events = _events(
+            counts,
+            gate,
+            token_delay,
+            words,
+            chunk,
+            chat=chat,
+            usage=final,
+            answered=lambda: counts.answered(usage),
+            prefill=prefill,
+        )
         return StreamingResponse(events, media_type="text/event-stream")
 
     app = Starlette(
@@ -502,6 +546,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="WORDS",
         help="words in a prefix-cache block (vLLM's default block is 16 tokens)",
     )
+    p.add_argument(
+        "--prefill-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="time per prompt token not found in the prefix cache, before the first token",
+    )
     p.add_argument("--nnodes", type=int, default=1, help="nodes the replica spans")
     p.add_argument("--node-rank", type=int, default=0, help="this node's rank; 0 is the head")
     p.add_argument("--master-addr", default="127.0.0.1", help="the head's address")
@@ -543,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
         args.max_model_len,
         prefix_cache_blocks=args.prefix_cache_blocks,
         block_size=args.block_size,
+        prefill_delay=args.prefill_delay,
     )
     counts: Counts = app.state.counts
 

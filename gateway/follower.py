@@ -6,7 +6,8 @@ and installs it; between two full reads (every ``resync``), the event stream
 (``/v1/events/stream?placements=true``) says when something changed: a catalog event
 re-reads the catalog and the placements, a placement event (``replica.ready``,
 ``placement.removed``, ...) the placements, a token event (``token.issued``,
-``token.revoked``: ``llmgw token new|revoke``) the tokens. A replica that becomes ready
+``token.revoked``: ``llmgw token new|revoke``) the tokens, a gateway's usage counts
+(``usage.recorded``) nothing. A replica that becomes ready
 thus takes traffic within the stream's poll (half a second by default; a few
 milliseconds on PostgreSQL, which notifies every write) and one read, and a revoked client
 token is refused here as soon.
@@ -271,7 +272,7 @@ class Follower:
                 failed = ServerFailed if resp.status >= 500 else FeedError
                 raise failed(f"the event stream answered {resp.status}")
             name: bytes | None = None
-            data = token = False
+            data = token = usage = False
             catalog = placements = tokens = False
             while True:
                 left = until - time.monotonic()
@@ -304,15 +305,28 @@ class Follower:
                 elif text.startswith(b"data:"):
                     data = True
                     token = token or _is_token_event(text[5:])
+                    usage = usage or _is_usage_event(text[5:])
                 elif not text:  # the end of a message
                     if data:
                         if name is not None and name.startswith(b"placement"):
                             placements = True
                         elif token:
                             tokens = True
-                        else:
+                        elif not usage:
                             catalog = True
-                    name, data, token = None, False, False
+                    name, data, token, usage = None, False, False, False
+
+
+def _is_usage_event(data: bytes) -> bool:
+    """Whether a catalog message's ``data:`` is a gateway's usage counts
+    (``usage.recorded``, every flush of every gateway): nothing to read again."""
+    if b'"usage.recorded"' not in data:
+        return False
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(event, dict) and event.get("type") == "usage.recorded"
 
 
 def _is_token_event(data: bytes) -> bool:

@@ -2,7 +2,8 @@
 HTTP server, and runs them on one uvloop event loop until SIGTERM or SIGINT.
 
 On SIGTERM the server stops accepting, waits for the requests in flight to finish (up
-to ``GRACE_S``), then stops following the control plane.
+to ``GRACE_S``), flushes the usage ledger (gateway.ledger), then stops following the
+control plane.
 
 ``--workers N`` (``run_workers``): one process is one core's worth of Python, so N worker
 processes serve one port. The supervisor makes the listening socket, then forks the
@@ -39,6 +40,7 @@ import uvicorn
 from catalog.forms.servers import ServerList
 from gateway.engineslots import EngineSlots
 from gateway.follower import Follower
+from gateway.ledger import Flusher
 from gateway.metrics import Metrics
 from gateway.proxy import Proxy
 from gateway.server import GatewayApp
@@ -236,6 +238,14 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     follower = Follower(state, servers, settings.token, settings.resync_s)
     signals = Signals(state, servers, settings.token, settings.signals_interval_s, settings.worker)
     engine_slots = EngineSlots(state, follower.install)
+    flusher = Flusher(
+        state.ledger,
+        servers,
+        settings.token,
+        settings.usage_flush_s,
+        worker=settings.worker,
+        gateway_id=settings.gateway_id,
+    )
     tasks: list[asyncio.Task[None]] = []
 
     async def startup() -> None:
@@ -247,14 +257,18 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         tasks.append(asyncio.create_task(follower.run()))
         tasks.append(asyncio.create_task(signals.run()))
         tasks.append(asyncio.create_task(engine_slots.run()))
+        tasks.append(asyncio.create_task(flusher.run(), name="usage-flush"))
 
     async def shutdown() -> None:
         await stop_tasks(tasks)
         with contextlib.suppress(Exception):
             await signals.post_once()
+        # Every request has ended (uvicorn drained them first): the ledger is whole.
+        await flusher.final()
         await follower.close()
         await signals.close()
         await engine_slots.close()
+        await flusher.close()
         await upstream.close()
 
     app = GatewayApp(state, Proxy(state, upstream, settings), settings, startup, shutdown)

@@ -385,6 +385,7 @@ class GatewayApp:
                 state.metrics.used(
                     trace.client, trace.served, used.prompt, used.cached, used.completion
                 )
+            _ledger(state, trace, label)
         state.metrics.request(label, trace.outcome).inc()
         log.info(
             "gateway.request",
@@ -408,6 +409,31 @@ class GatewayApp:
             priority=trace.priority_class,
             queued_ms=round(trace.queued_s * 1e3, 1) if trace.queued_s else None,
         )
+
+
+def _ledger(state: State, trace: Trace, model: str) -> None:
+    """A finished request in the usage ledger (gateway.stages.ledger): the engine's own
+    counts when it gave them; else, when something was sent, the gateway's (estimated);
+    else none used."""
+    used = trace.usage
+    tokens: tuple[int, int, int] | None
+    if used is not None:
+        tokens, estimated = (used.prompt, used.cached, used.completion), False
+    elif trace.bytes_sent and trace.served is not None:
+        tokens = (trace.prompt_tokens or 0, 0, trace.completion_tokens or 0)
+        estimated = True
+    else:
+        tokens, estimated = None, False
+    state.ledger.record(
+        trace.client,
+        model,
+        trace.served,
+        trace.replica,
+        trace.outcome,
+        tokens=tokens,
+        estimated=estimated,
+        now=time.time(),
+    )
 
 
 # The OpenAI SDKs send their read timeout (seconds) in this header: how long the client

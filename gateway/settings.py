@@ -6,6 +6,9 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 
+# The longest ``usage_flush_s`` may be set to.
+MAX_USAGE_FLUSH_S = 60.0
+
 
 @dataclass(frozen=True, slots=True)
 class GatewaySettings:
@@ -41,6 +44,9 @@ class GatewaySettings:
     max_wait_s: float = 300.0
     # Between two signal windows posted to the control plane.
     signals_interval_s: float = 5.0
+    # Between two flushes of the usage ledger to the control plane (gateway.ledger): what
+    # a SIGKILLed gateway had counted and not flushed is at most this long of its traffic.
+    usage_flush_s: float = 1.0
     # Between two full reads of the catalog, placements and client tokens (changes in
     # between come on the event stream).
     resync_s: float = 5.0

@@ -15,6 +15,7 @@ from catalog.definition.routing_profiles import PREFIX
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 from catalog.forms.priority import STANDARD
 from gateway.metrics import Metrics
+from gateway.stages.ledger import Ledger
 from gateway.stages.prefix import PrefixTable, Stats
 from gateway.stages.queue import ModelQueue
 from gateway.stages.quota import Quotas
@@ -58,6 +59,8 @@ class State:
         self.clients: dict[str, Client] = {}
         # What the limited client tokens' limits count (gateway.stages.quota).
         self.quotas = Quotas()
+        # Every finished request's usage until the next flush (gateway.ledger).
+        self.ledger = Ledger()
         # sha256 -> name of the cluster's operator and reader tokens: who may read
         # /metrics and /routing. Replaced whole by the follower.
         self.readers: dict[str, str] = {}

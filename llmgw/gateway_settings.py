@@ -11,6 +11,7 @@ settings file, then the defaults, the same order as every other command's settin
     read_timeout = "5m"
     max_wait = "5m"                     # for a starting replica, at most
     signals_interval = "5s"
+    usage_flush = "1s"                  # the usage ledger's flush to the control plane (<= 60s)
     resync = "5s"
     max_body_mb = 8
     max_answer_mb = 256                 # an engine's answer toward the client, at most
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscale.signals import MAX_WORKERS
-from gateway.settings import GatewaySettings
+from gateway.settings import MAX_USAGE_FLUSH_S, GatewaySettings
 from llmgw.settings import KEYS, SettingsError, _convert, _read
 
 GATEWAY_ENV: dict[str, str] = {
@@ -86,6 +87,13 @@ def resolve_gateway(
     except (OSError, IndexError):
         raise SettingsError(f"cannot read a token from {token_file}") from None
     defaults = GatewaySettings(server="", token="")
+    usage_flush_s = value("usage_flush", defaults.usage_flush_s)
+    if usage_flush_s > MAX_USAGE_FLUSH_S:
+        raise SettingsError(
+            f"usage_flush {usage_flush_s:g}s ([gateway] usage_flush): at most "
+            f"{MAX_USAGE_FLUSH_S:g}s: what a killed gateway had not flushed is lost, at most "
+            "this long of its traffic"
+        )
     gateway_id = value("gateway_id", None)
     workers = max(value("workers", defaults.workers), 1)
     if workers > MAX_WORKERS:
@@ -113,6 +121,7 @@ def resolve_gateway(
         slow_start_s=value("slow_start", defaults.slow_start_s),
         max_wait_s=value("max_wait", defaults.max_wait_s),
         signals_interval_s=value("signals_interval", defaults.signals_interval_s),
+        usage_flush_s=usage_flush_s,
         resync_s=value("resync", defaults.resync_s),
         tokenize_cache_s=value("tokenize_cache", defaults.tokenize_cache_s),
         admin_open=value("admin_open", defaults.admin_open),

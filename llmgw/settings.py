@@ -152,6 +152,7 @@ KEYS: dict[str, dict[str, str]] = {
         "read_timeout": "positive",
         "max_wait": "duration",
         "signals_interval": "positive",
+        "usage_flush": "positive",
         "resync": "positive",
         "tokenize_cache": "duration",
         "admin_open": "bool",

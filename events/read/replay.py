@@ -28,9 +28,11 @@ from events.core.types import (
     MODEL_REMOVED,
     MODEL_REPLACED,
     TOKEN_TYPES,
+    USAGE_RECORDED,
     StoredEvent,
 )
 from events.core.upcast import UnreadableEvent, upcast
+from events.core.usage import check_usage
 
 # A stored payload is one definition: what a request body may hold, at most.
 STORED_LIMITS = Limits(max_bytes=16 << 20, max_nodes=100_000)
@@ -232,6 +234,10 @@ class Replayer:
         elif event.type in TOKEN_TYPES:
             # The token table holds the tokens; the catalog has nothing to apply.
             check_token_change(event.type, payload)
+        elif event.type == USAGE_RECORDED:
+            # A gateway's usage counts: the ledger sums them (events.read.ledger); the
+            # catalog has nothing to apply.
+            check_usage(payload)
         elif event.type == MODEL_REMOVED:
             name = payload.get("name")
             if not isinstance(name, str):

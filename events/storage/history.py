@@ -63,3 +63,14 @@ def history(engine: Engine, query: HistoryQuery, after: int = 0) -> Iterator[Sto
         if len(rows) < sql_reads.READ_BATCH:
             return
         conditions[0] = t.c.position > rows[-1][0]
+
+
+def usage_events(engine: Engine, since: datetime | None = None) -> Iterator[StoredEvent]:
+    """The ``usage.recorded`` events, in log order; with ``since``, those recorded from
+    the start of its minute on (a row's minute is always before its event's time, so
+    these hold every row of a minute from ``since``'s on: events.read.ledger filters)."""
+    from events.core.types import USAGE_RECORDED
+
+    if since is not None:
+        since = since.replace(second=0, microsecond=0)
+    return history(engine, HistoryQuery(type=USAGE_RECORDED, since=since))

@@ -57,7 +57,17 @@ from llmgw.api.rendering.schemas import (
     spread_by_schema,
 )
 from llmgw.api.reports.heartbeat_listener import HeartbeatListener, ListenerThread
-from llmgw.api.routes import autoscale, catalog, events, fleet, gateway, health, nodes, service
+from llmgw.api.routes import (
+    autoscale,
+    catalog,
+    events,
+    fleet,
+    gateway,
+    health,
+    nodes,
+    service,
+    usage,
+)
 from llmgw.api.routes.report_fast_path import ReportPath
 from llmgw.api.runtime.autoscale_gauges import AutoscaleCollector
 from llmgw.api.runtime.changes_watch import watch_changes
@@ -121,7 +131,7 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
     )
     app.state.services = services
     problems.install(app)
-    for area in (catalog, events, nodes, service, fleet, health, gateway, autoscale):
+    for area in (catalog, events, nodes, service, fleet, health, gateway, autoscale, usage):
         app.include_router(area.router)
     swagger_ui.install(app, TITLE)
     dashboard.install(app)

@@ -96,7 +96,7 @@ class Daemon:
                 round=self.rounds,
                 recorded_round=outcome.round_id,
                 catalog_position=outcome.catalog_position,
-                nodes=len(outcome.nodes),
+                nodes=outcome.node_count,
                 placed=len(plan.place),
                 removed=len(plan.remove),
                 unplaced=len(plan.unplaced),

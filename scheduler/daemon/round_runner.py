@@ -2,10 +2,14 @@
 
 The planner is pure; this is the I/O around it. A round reads only the catalog
 events appended since the previous round (the catalog service keeps its replay
-state), the inventory and the current placements, and writes its changes in
-one transaction (``SchedulerStore.apply``); then, when they differ from the last it
-wrote, the replicas it left unplaced and why (``SchedulerStore.record_outcome``, read
-by ``GET /v1/fleet``).
+state), the nodes changed since the previous round and those not fresh
+(``SchedulerStore.node_feed``: the whole inventory only at a placer's first round),
+and the current placements, and plans from what changed
+(``scheduler.planner.rounds.incremental``: the previous plan when nothing the planner
+reads changed, a full plan otherwise). It writes its changes in one transaction
+(``SchedulerStore.apply``, recording the nodes as the planner was given them); then,
+when they differ from the last it wrote, the replicas it left unplaced and why
+(``SchedulerStore.record_outcome``, read by ``GET /v1/fleet``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -21,13 +26,17 @@ from events.catalog_service import CatalogService
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.outcome_store import UnplacedReason, reasons_of
+from scheduler.persistence.round_store import PlacementState
 from scheduler.persistence.serving_policy import ServingProcess, policy_fields
 from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Placement, Plan
-from scheduler.planner.plan_cache import memoised_plan as make_plan
+from scheduler.planner.rounds.incremental import Changes, IncrementalRounds
+
+if TYPE_CHECKING:
+    from catalog import Catalog
 
 log = structlog.get_logger("llmgw.scheduler")
 
@@ -42,6 +51,9 @@ class RoundOutcome:
     duration_ms: float
     # The placements the round started from.
     before: tuple[Placement, ...] = ()
+    # How many nodes the round planned on (``nodes`` is empty when it wrote nothing and
+    # was no dry run: building it costs O(nodes), which such a round does not pay).
+    node_count: int = 0
 
 
 def _pinned_now(plan: Plan, before: Sequence[Placement]) -> list[Placement]:
@@ -75,6 +87,9 @@ class Placer:
         # What this placer last wrote as the unplaced replicas and their reasons: written
         # again only when a round's differ (None: not yet, so the first round writes).
         self._outcome: tuple[UnplacedReason, ...] | None = None
+        # The inventory by what changed, and the round before's inputs and plan.
+        self._feed = store.node_feed()
+        self._rounds = IncrementalRounds()
 
     def run(
         self, *, dry_run: bool = False, now: datetime | None = None, fence: Fence | None = None
@@ -91,16 +106,15 @@ class Placer:
             log.info("placement.policy_recorded", **policy_fields(self.policy))
         catalog = self.catalog.catalog()
         position = self.catalog.position
-        nodes = self.store.nodes()
-        state = self.store.state()
-        plan = make_plan(
-            demands(catalog, self.wanted() if self.wanted else None),
-            nodes,
-            state.placements,
-            now,
-            self.policy,
-            lifecycle=state.lifecycle,
-        )
+        try:
+            state, plan = self._plan(catalog, now)
+        except BaseException:
+            # What the feed read since may be lost with this round: read it all next time.
+            self._feed.forget_all()
+            raise
+        writes = not dry_run and _writes(plan, state.placements)
+        # The nodes as the planner was given them: what a round records, what a dry run shows.
+        nodes = self._rounds.nodes(now) if dry_run or writes else []
         round_id = None
         if not dry_run:
             round_id = self.store.apply(
@@ -128,4 +142,40 @@ class Placer:
             round_id=round_id,
             duration_ms=(time.perf_counter() - started) * 1000,
             before=state.placements,
+            node_count=self._rounds.node_count,
         )
+
+    def _plan(self, catalog: Catalog, now: datetime) -> tuple[PlacementState, Plan]:
+        """Read what changed, then plan from it (``scheduler.planner.rounds.incremental``)."""
+        read = self._feed.read(now, self.policy.stale_after)
+        state = self.store.state()
+        asked = demands(catalog, self.wanted() if self.wanted else None)
+        if read.whole or not self._rounds.started:
+            if not read.whole:
+                self._feed.forget_all()
+                read = self._feed.read(now, self.policy.stale_after)
+            plan = self._rounds.start(
+                asked, read.nodes, state.placements, now, self.policy, lifecycle=state.lifecycle
+            )
+        else:
+            plan = self._rounds.next(
+                Changes(
+                    now=now,
+                    not_fresh=read.not_fresh,
+                    nodes=read.nodes,
+                    forgotten=read.forgotten,
+                    demands=asked,
+                    current=state.placements,
+                    lifecycle=state.lifecycle,
+                    policy=self.policy,
+                )
+            )
+        return state, plan
+
+
+def _writes(plan: Plan, before: Sequence[Placement]) -> bool:
+    """Whether ``SchedulerStore.apply`` records the plan: it places, removes or updates."""
+    if plan.place or plan.remove:
+        return True
+    had = {(p.model, p.replica): p for p in before}
+    return any(had.get((p.model, p.replica)) != p for p in plan.keep)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, Table, case, or_
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,14 +30,31 @@ class Backend:
             conn.exec_driver_sql(self.numbering_lock)
 
     def upsert(
-        self, conn: Connection, table: Table, key: str, rows: Sequence[dict[str, Any]]
+        self,
+        conn: Connection,
+        table: Table,
+        key: str,
+        rows: Sequence[dict[str, Any]],
+        *,
+        stamp: tuple[str, tuple[str, ...]] | None = None,
     ) -> None:
-        """Insert ``rows``, replacing those whose ``key`` is already stored."""
-        conn.execute(_upsert(self.dialect, table, key, tuple(rows[0])), list(rows))
+        """Insert ``rows``, replacing those whose ``key`` is already stored.
+
+        ``stamp`` (column, content columns): a replaced row takes the new value of that
+        column only when one of the content columns differs from what it held (compared
+        null-safely, before the row is changed); else it keeps its own.
+        """
+        conn.execute(_upsert(self.dialect, table, key, tuple(rows[0]), stamp), list(rows))
 
 
 @functools.lru_cache(maxsize=32)
-def _upsert(dialect: str, table: Table, key: str, columns: tuple[str, ...]) -> Any:
+def _upsert(
+    dialect: str,
+    table: Table,
+    key: str,
+    columns: tuple[str, ...],
+    stamp: tuple[str, tuple[str, ...]] | None = None,
+) -> Any:
     # Built once per shape: node reports upsert a batch every few milliseconds, and
     # building the statement (and its cache key) was a fifth of what a batch cost.
     # The dialect is imported when first used: PostgreSQL's costs about 80 ms, which a
@@ -51,10 +68,13 @@ def _upsert(dialect: str, table: Table, key: str, columns: tuple[str, ...]) -> A
         from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
         stmt = sqlite_insert(table)
-    return stmt.on_conflict_do_update(
-        index_elements=[table.c[key]],
-        set_={c: stmt.excluded[c] for c in columns if c != key},
-    )
+    values: dict[str, Any] = {c: stmt.excluded[c] for c in columns if c != key}
+    if stamp is not None:
+        # SET expressions read the row as it was: the comparison sees the old content.
+        column, content = stamp
+        differs = or_(*(table.c[c].is_distinct_from(stmt.excluded[c]) for c in content))
+        values[column] = case((differs, stmt.excluded[column]), else_=table.c[column])
+    return stmt.on_conflict_do_update(index_elements=[table.c[key]], set_=values)
 
 
 # One writer at a time by construction: a write transaction starts with BEGIN

@@ -25,6 +25,8 @@ from scheduler.planner.fleet.inventory import Node, NodeReport
 
 nodes_t = table(NodeRow)
 copies_t = table(RunningCopyRow)
+# What the planner reads of a node, as stored: a report changing one of them is a change.
+CONTENT_COLUMNS = ("gpu_class", "gpus", "gpus_reserved", "memory_gb", "labels", "fabric")
 
 
 class InventoryStore:
@@ -81,10 +83,12 @@ def write_reports(
             **node_content(n),
             "labels": json.dumps(node_content(n)["labels"]),
             "reported_at": n.reported_at,
+            "changed_at": n.reported_at,
         }
         for n in nodes
     ]
-    backend(conn).upsert(conn, nodes_t, "name", rows)
+    # changed_at moves only when the content does (a round reads the nodes changed).
+    backend(conn).upsert(conn, nodes_t, "name", rows, stamp=("changed_at", CONTENT_COLUMNS))
     addresses = register_addresses(conn, reports)
     record_replica_reports(
         conn, reports, received_at, actors, addresses=addresses, endpoints=endpoints
@@ -121,12 +125,12 @@ def read_nodes(conn: Connection) -> list[Node]:
         raw(nodes_t).order_by(nodes_t.c.name),
         table="nodes",
         key=("name",),
-        decode=_node,
+        decode=node_from_row,
         times=("reported_at",),
     )
 
 
-def _node(r: Row) -> Node:
+def node_from_row(r: Row) -> Node:
     # The row's columns are the current node content; "labels" is its one JSON column.
     content = {
         "name": r["name"],

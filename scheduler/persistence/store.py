@@ -5,6 +5,7 @@ API and the daemon use, and the one the contract suite
 (``tests/integration/test_scheduler_store_contract.py``) runs on each back end:
 
 - ``scheduler.persistence.inventory_store``: node reports, forgetting nodes, the inventory;
+- ``scheduler.persistence.node_changes``: the inventory a round reads, by what changed;
 - ``scheduler.persistence.round_store``: placements, fenced rounds, cordons;
 - ``scheduler.persistence.audit_trail``: the placements' audit trail (placement events);
 - ``scheduler.persistence.recorded_rounds``: recording a round's inputs and rebuilding them;
@@ -39,6 +40,7 @@ from scheduler.persistence.audit_trail import (
 from scheduler.persistence.inventory_store import InventoryStore, renew_leases, write_reports
 from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.lifecycle_store import read_cordons
+from scheduler.persistence.node_changes import NodeFeed
 from scheduler.persistence.outcome_store import Outcome, UnplacedReason, read_outcome, write_outcome
 from scheduler.persistence.record_format import PlacementEvent, RecordedRound
 from scheduler.persistence.recorded_rounds import RoundUnreadable, read_recorded_round
@@ -115,6 +117,11 @@ class SchedulerStore:
 
     def nodes(self) -> list[Node]:
         return self.inventory.nodes()
+
+    def node_feed(self) -> NodeFeed:
+        """The inventory read whole once, then by what changed (``node_changes``): one a
+        placer, which keeps it between rounds."""
+        return NodeFeed(self.engine)
 
     # -- placements and rounds --------------------------------------------
 

@@ -27,7 +27,11 @@ class NodeRow(Base):
     memory_gb: Mapped[float | None] = mapped_column(Float)
     labels: Mapped[str] = mapped_column(Text)  # JSON object
     fabric: Mapped[str | None] = mapped_column(String(255))
-    reported_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # The lease: the last report or heartbeat. Indexed: a round reads the nodes not fresh.
+    reported_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    # When the content above last changed (a report differing from the row); None: not
+    # since revision 0021. A round reads the nodes changed since its last by this index.
+    changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
     # Whether its agent has ever reported replica states. An older agent never
     # does, and its replicas must not time out for want of a report it cannot send.
     reports_replicas: Mapped[bool] = mapped_column(Boolean, server_default=false())

@@ -142,7 +142,8 @@ def _hosts_lost(nodes: Sequence[Node], states: list[int], current: Sequence[Plac
 class PlanMemo:
     """``plan`` remembering its last ``size`` rounds: same signature, same plans.
 
-    A daemon keeps one and calls it where it called ``plan``; a round whose key
+    A caller keeps one and calls it where it called ``plan`` (the daemon now plans from
+    what changed: ``scheduler.planner.rounds.incremental``); a round whose key
     (``round_key``) equals a remembered one returns that round's plan (plans are
     immutable, so sharing one is safe).
     """
@@ -174,7 +175,3 @@ class PlanMemo:
         if key is not None:
             self._entries = [(key, result), *self._entries[: self.size - 1]]
         return result
-
-
-# The one a round runner uses (``scheduler.daemon.round_runner``): ``plan``'s drop-in.
-memoised_plan = PlanMemo()

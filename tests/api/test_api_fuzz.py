@@ -69,8 +69,16 @@ schemathesis.openapi.format(
 )
 
 EXAMPLES = 12  # per operation and generation mode: the whole module stays well under a minute
-# The writes get more: the more that is accepted, the more the replay check below proves.
-MORE = {("POST", "/v1/catalog/models"): 60, ("PUT", "/v1/nodes/{name}"): 30}
+# The writes get more valid cases: the more that is accepted, the more the replay check below
+# proves. Their invalid cases get the same as every other operation's: one accepted is
+# already a failure (negative_data_rejection), so there is no replay for more of them to
+# feed, and each costs far more to draw (schemathesis mutates the document's schema anew
+# for every case: 60 of them were a third of the whole module's CPU).
+MORE = {
+    ("POST", "/v1/catalog/models"): 60,
+    ("PUT", "/v1/nodes/{name}"): 30,
+    ("POST", "/v1/usage"): 30,
+}
 
 CHECKS = [
     not_a_server_error,
@@ -132,6 +140,9 @@ OPERATIONS = [
     # The tokens' hashes a gateway verifies by (the operator may read them too).
     ("GET", "/v1/gateway/client-tokens"),
     ("GET", "/v1/gateway/reader-tokens"),
+    # The usage ledger: a gateway's flush in, the totals out.
+    ("POST", "/v1/usage"),
+    ("GET", "/v1/usage"),
 ]
 NOT_FUZZED = {("GET", "/v1/events/stream")}  # never ends; see test_api_stream
 # Invalid input is generated only where there is input: a path, query or body.
@@ -139,6 +150,7 @@ TAKE_INPUT = {op for op in OPERATIONS if "{" in op[1] or op[0] != "GET"} | {
     ("GET", "/v1/events"),
     ("GET", "/v1/placements"),
     ("GET", "/v1/diff"),
+    ("GET", "/v1/usage"),
 }
 CASES = [
     pytest.param(method, path, mode, id=f"{method} {path} {mode.value}")
@@ -174,7 +186,9 @@ def test_no_input_makes_the_api_fail_or_write_an_invalid_model(
 
     @given(case=strategy)
     @settings(
-        max_examples=MORE.get((method, path), EXAMPLES),
+        max_examples=MORE.get((method, path), EXAMPLES)
+        if mode is GenerationMode.POSITIVE
+        else EXAMPLES,
         deadline=None,
         derandomize=True,
         database=None,
@@ -202,11 +216,16 @@ def within_stated_rules(case: schemathesis.Case[Any]) -> schemathesis.Case[Any]:
     tp x pp; a duration written in parts is at most what a timedelta holds;
     ``gpus_reserved`` is at most ``gpus``; a replica is reported once; and an integer
     is written as one; a signal window ends after it starts, within an hour, and has no
-    more errors than requests. Everything else the document calls valid must be accepted: that
+    more errors than requests; a usage row's minute is a whole minute in UTC, its served
+    and replica both given or both null, its outcomes add up to its requests, its cached
+    tokens are at most its prompt tokens and its estimated at most its requests, and
+    ``since`` is an ISO-8601 time. Everything else the document calls valid must be accepted: that
     is what ``positive_data_acceptance`` checks, at full strength, on every other field
     and operation (and the negative cases still reach every rule).
     """
     body, name = case.body, (case.path_parameters or {}).get("name")
+    if case.path == "/v1/usage" and case.query and "since" in case.query:
+        case.query["since"] = "2026-12-07T04:05:00Z"
     if not isinstance(body, dict):
         return case
     body = case.body = _integers(body)
@@ -225,6 +244,10 @@ def within_stated_rules(case: schemathesis.Case[Any]) -> schemathesis.Case[Any]:
         for window in body.get("windows", []):
             if isinstance(window, dict):
                 _window_within_rules(window)
+    if case.path == "/v1/usage":
+        for row in body.get("rows", []):
+            if isinstance(row, dict):
+                _usage_row_within_rules(row)
     if case.path.startswith("/v1/catalog/models"):
         for definition in body.get("models", [body]):
             if isinstance(definition, dict):
@@ -240,6 +263,20 @@ def _window_within_rules(window: dict[str, Any]) -> None:
         window["errors"] = min(window["errors"], window["requests"])
     elif "errors" in window:
         window["errors"] = 0
+
+
+def _usage_row_within_rules(row: dict[str, Any]) -> None:
+    """A usage row's rules that no schema can say (events.core.usage.check_usage)."""
+    row["minute"] = "2026-12-07T04:05:00Z"
+    if (row.get("served") is None) != (row.get("replica") is None):
+        row["served"] = row["replica"] = None
+    requests = row.get("requests", 1)
+    row["outcomes"] = {"ok": requests} if isinstance(requests, int) else {}
+    prompt = row.get("prompt_tokens", 0)
+    if isinstance(row.get("cached_tokens"), int) and isinstance(prompt, int):
+        row["cached_tokens"] = min(row["cached_tokens"], prompt)
+    if isinstance(row.get("estimated"), int) and isinstance(requests, int):
+        row["estimated"] = min(row["estimated"], requests)
 
 
 def _integers(value: Any) -> Any:

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.api.server import LLMGW, ApiServer
+from tests import forkserver
+from tests.api.server import ApiServer
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [LLMGW, *args], check=False, env=env, capture_output=True, text=True, timeout=60
-    )
+    # Forked, as the suite's commands are (tests/forkserver.py): the same command and output.
+    done = forkserver.run(args, cwd=os.getcwd(), env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

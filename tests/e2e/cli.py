@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
@@ -40,15 +41,15 @@ class Cli:
         )
 
     def spawn(self, *args: str) -> Running:
-        """A command that keeps going (--watch, --follow), read a line at a time."""
+        """A command that keeps going (--watch, --follow), read a line at a time; forked
+        like the others (a fresh process with LLMGW_TEST_FORK=0)."""
         return Running(
-            subprocess.Popen(
-                [LLMGW, *args],
+            forkserver.popen(
+                args,
                 cwd=self.workdir,
                 env=self.env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                text=True,
             )
         )
 
@@ -65,14 +66,15 @@ class Cli:
 class Running:
     """A running ``llmgw``: its stdout lines as they come, and Ctrl-C (SIGINT) to end it."""
 
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
+    def __init__(self, proc: forkserver.Forked | subprocess.Popen[bytes]) -> None:
         self.proc = proc
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+        # As subprocess's text mode reads a pipe: the locale's encoding, universal newlines.
+        for line in io.TextIOWrapper(self.proc.stdout):
             self.lines.put(line.rstrip("\n"))
         self.lines.put(None)
 
@@ -97,5 +99,5 @@ class Running:
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
-        assert self.proc.stderr is not None
-        return self.proc.returncode, self.proc.stderr.read()
+        assert self.proc.stderr is not None and self.proc.returncode is not None
+        return self.proc.returncode, io.TextIOWrapper(self.proc.stderr).read()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import LLMGW, Cli
+from tests import forkserver
+from tests.e2e.cli import Cli
 
 STARTED_TOGETHER = 4
 
@@ -31,19 +32,22 @@ def test_commands_started_together_on_a_new_database_all_succeed(fresh: Cli) -> 
         )
         for i in range(STARTED_TOGETHER)
     ]
+    # Forked (tests/forkserver.py) as every command of the suite is: separate processes,
+    # each with its own connections, started within milliseconds of each other rather than
+    # each after half a second of its own imports (LLMGW_TEST_FORK=0 starts them fresh).
     procs = [
-        subprocess.Popen(
-            [LLMGW, "add", name],
+        forkserver.popen(
+            ["add", name],
             cwd=fresh.workdir,
             env=fresh.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
         )
         for name in files
     ]
     outcomes = [
-        (proc.wait(timeout=120), proc.stderr.read() if proc.stderr else "") for proc in procs
+        (proc.wait(timeout=120), proc.stderr.read().decode() if proc.stderr else "")
+        for proc in procs
     ]
     assert outcomes == [(0, "")] * STARTED_TOGETHER
     assert sorted(m["name"] for m in fresh.json("models")) == [

@@ -86,6 +86,13 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "scheduler.planner": ("catalog", "scheduler.lifecycle", "scheduler.planner.fleet"),
     # The planner's ground floor (nodes, placements, fit, capacity): nothing above it.
     "scheduler.planner.fleet": ("catalog", "scheduler.lifecycle"),
+    # Rounds planned from what changed (issue 42): above the planner, as pure as it.
+    "scheduler.planner.rounds": (
+        "catalog",
+        "scheduler.lifecycle",
+        "scheduler.planner",
+        "scheduler.planner.fleet",
+    ),
     "scheduler.persistence": (
         "catalog",
         "events.database",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from events.core.types import TOKEN_TYPES
+from events.core.types import TOKEN_TYPES, USAGE_RECORDED
 from events.storage.history import HistoryQuery, history
 from llmgw.cli.shared.context import EXIT_USAGE, App, SystemExitWith, parse_when, print_json
 from llmgw.cli.shared.live import json_line
@@ -45,6 +45,16 @@ def _token_reason(event: StoredEvent) -> str:
     return f"{change.describe()}: {event.reason}" if event.reason else change.describe()
 
 
+def _usage_reason(event: StoredEvent) -> str:
+    """Whose usage, of which model and minute, as the ledger reads it, or why not."""
+    from events.read.ledger import read_row
+
+    try:
+        return read_row(event).describe()
+    except Exception as exc:  # any row a reader must still see, named as replay names it
+        return f"unreadable row: {str(exc)[:200]}"
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryEntry:
     """One line of ``llmgw history``, from whichever log it comes."""
@@ -65,6 +75,8 @@ class HistoryEntry:
         reason = event.reason if event.unreadable is None else f"unreadable row: {event.unreadable}"
         if event.unreadable is None and event.type in TOKEN_TYPES:
             reason = _token_reason(event)
+        elif event.unreadable is None and event.type == USAGE_RECORDED:
+            reason = _usage_reason(event)
         return cls(event.position, event.recorded_at, event.type, event.model, event.actor, reason)
 
     @classmethod

@@ -106,7 +106,8 @@ def register_audit(
     p.add_argument(
         "--type",
         help="only events of this type (model.added, model.replaced, model.removed, "
-        "catalog.declared_changed, token.issued, token.revoked)",
+        "catalog.declared_changed, token.issued, token.revoked, token.limits_changed, "
+        "usage.recorded)",
     )
     p.add_argument(
         "--since", type=time_arg, metavar="TIME", help="only events recorded at or after TIME"
@@ -130,6 +131,29 @@ def register_audit(
     )
     p.add_argument("--json", action="store_true", help="a list of objects, for programs")
     p.set_defaults(run="catalog.history:cmd_history")
+
+    p = sub.add_parser(
+        "usage",
+        parents=[parent],
+        help="the usage ledger: requests and tokens per client and model, from the log",
+        description="The sum of the gateways' usage events (usage.recorded) in the log: per "
+        "client token and model asked (or --by client, model or day), the requests, their "
+        "prompt, cached and completion tokens as the engines counted them, and their "
+        "outcomes. A row that cannot be read is skipped and named. --since counts whole "
+        "minutes, from the minute TIME falls in.",
+    )
+    p.add_argument("--client", metavar="C", help="only this client token (its name)")
+    p.add_argument("--model", metavar="M", help="only this model (the model asked)")
+    p.add_argument(
+        "--since", type=time_arg, metavar="T", help="only the minutes from T's on (a time)"
+    )
+    p.add_argument(
+        "--by",
+        choices=["client", "model", "day"],
+        help="one line per client, per model or per day (UTC) instead of per client and model",
+    )
+    p.add_argument("--json", action="store_true", help="as JSON, for programs")
+    p.set_defaults(run="catalog.usage:cmd_usage")
 
     p = sub.add_parser("replay", parents=[parent], help="what applied, what was skipped and why")
     p.add_argument(

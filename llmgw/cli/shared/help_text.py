@@ -70,6 +70,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "llmgw history --placements --since today --json",
         "llmgw history --follow --placements   # then new events as they come, until Ctrl-C",
     ),
+    "usage": (
+        "llmgw usage --since today",
+        "llmgw usage --client app-1 --by day --json",
+        "llmgw usage --model chat --by client --since 1h",
+    ),
     "replay": ("llmgw replay --explain", "llmgw replay --strict   # in CI: fail on a skip"),
     "diff": ("llmgw diff 3 12", "llmgw diff yesterday now --json"),
     "verify": ("llmgw verify", "llmgw verify --expect-head 5f1c..."),

@@ -386,7 +386,10 @@ async function follow() {
           if (id) {
             state.head = Math.max(state.head, Number(id[1]));
             state.placed = Math.max(state.placed, Number(id[2]));
-            scheduleRefresh();
+            // A gateway's usage counts (every second of traffic): the usage page alone
+            // is drawn again, not the whole dashboard.
+            if (USAGE_EVENT.test(message)) scheduleUsage();
+            else scheduleRefresh();
           }
         }
       }
@@ -400,6 +403,61 @@ async function follow() {
     live.className = "status";
     await new Promise((r) => setTimeout(r, 2000));
   }
+}
+
+const USAGE_EVENT = /^data:.*"type":\s*"usage\.recorded"/m;
+let usagePending = null;
+function scheduleUsage() {
+  if (usagePending || location.hash !== "#usage") return;
+  usagePending = setTimeout(() => { usagePending = null; refreshUsage(); }, 1000);
+}
+
+// The usage ledger (GET /v1/usage) with the page's filters, as `llmgw usage` shows it.
+const USAGE_COLUMNS = ["requests", "prompt_tokens", "cached_tokens", "completion_tokens",
+  "total_tokens"];
+
+async function refreshUsage() {
+  const params = new URLSearchParams();
+  for (const [id, key] of [["usage-client", "client"], ["usage-model", "model"],
+    ["usage-by", "by"]]) {
+    const value = document.getElementById(id).value.trim();
+    if (value) params.set(key, value);
+  }
+  const span = Number(document.getElementById("usage-since").value);
+  if (span) params.set("since", new Date(Date.now() - span * 1000).toISOString());
+  try {
+    renderUsage(await getJSON(`/v1/usage?${params}`));
+  } catch (err) {
+    if (err.message !== "unauthenticated") showError(`cannot read the usage: ${err.message}`);
+  }
+}
+
+function renderUsage(data) {
+  const keys = data.by;
+  const head = document.querySelector("#usage thead tr");
+  head.replaceChildren(...[...keys, ...USAGE_COLUMNS, "outcomes"].map((k) =>
+    el("th", k.replace("_tokens", "").replace("_", " "))));
+  const outcomes = (o) => Object.entries(o).map(([k, v]) => `${k} ${v}`).join(", ");
+  const rows = data.groups.map((g) => {
+    const tr = row([...keys.map((k) => g[k]), ...USAGE_COLUMNS.map((c) => g[c]),
+      outcomes(g.outcomes)]);
+    tr.dataset.group = keys.map((k) => g[k]).join("/");
+    return tr;
+  });
+  const total = row(["total", ...keys.slice(1).map(() => ""),
+    ...USAGE_COLUMNS.map((c) => data.total[c]), outcomes(data.total.outcomes)]);
+  total.className = "total";
+  rows.push(total);
+  fill("usage", rows);
+  document.getElementById("usage-position").textContent =
+    `${data.rows} rows, as of log position ${data.position}` +
+    (data.truncated ? " (more groups than shown)" : "");
+  const skipped = document.getElementById("usage-skipped");
+  skipped.hidden = !data.skipped_count;
+  skipped.textContent = data.skipped_count
+    ? `${data.skipped_count} usage event(s) skipped, not summed: ` + data.skipped.map((x) =>
+      `position ${x.position}: ${x.reason}`).join("; ")
+    : "";
 }
 
 let pending = null;
@@ -430,6 +488,7 @@ function route() {
   for (const link of document.querySelectorAll("nav a")) {
     link.classList.toggle("active", link.dataset.page === page);
   }
+  if (page === "usage") refreshUsage();
 }
 
 async function start() {
@@ -443,6 +502,10 @@ async function start() {
   });
   route();
   document.getElementById("diff-form").addEventListener("submit", showDiff);
+  document.getElementById("usage-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    refreshUsage();
+  });
   document.getElementById("login").addEventListener("submit", async (event) => {
     event.preventDefault();
     state.token = document.getElementById("token").value.trim();
@@ -461,7 +524,11 @@ async function start() {
       refreshAutoscale();
     }
   }, 2000);
-  setInterval(() => { if (!document.getElementById("login").hidden) return; refresh(); }, 10000);
+  setInterval(() => {
+    if (!document.getElementById("login").hidden) return;
+    refresh();
+    if (location.hash === "#usage") refreshUsage();
+  }, 10000);
 }
 
 start();

@@ -72,3 +72,13 @@ def test_the_control_planes_replicas_as_a_list_a_comma_separated_variable_or_fla
         '[gateway]\nserver = ["http://cp-a:8080", "http://cp-b:8080"]\ntoken_file = "gw.token"\n'
     )
     assert resolve_gateway({}, tmp_path / "list.toml", env={}).server_list == both
+
+
+def test_the_usage_flush_is_a_second_by_default_and_at_most_a_minute(tmp_path: Path) -> None:
+    assert resolve_gateway({}, settings_file(tmp_path, ""), env={}).usage_flush_s == 1.0
+    quick = settings_file(tmp_path, 'usage_flush = "250ms"\n')
+    assert resolve_gateway({}, quick, env={}).usage_flush_s == 0.25
+    with pytest.raises(SettingsError, match=r"usage_flush 120s .* at most 60s: what a killed"):
+        resolve_gateway({}, settings_file(tmp_path, 'usage_flush = "2m"\n'), env={})
+    with pytest.raises(SettingsError, match=r"\[gateway\] usage_flush"):
+        resolve_gateway({}, settings_file(tmp_path, 'usage_flush = "0s"\n'), env={})

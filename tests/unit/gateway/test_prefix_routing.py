@@ -195,6 +195,50 @@ def test_a_guess_the_engine_denies_forgets_the_prefix_and_all_sent_there_before_
     assert table.stats["m/0"].misses == 1 and table.match(p, r)["m/0"] == len(p.blocks)
 
 
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.lists(st.sampled_from("abcd"), min_size=1, max_size=5)),
+        min_size=1,
+        max_size=20,
+    ),
+    st.integers(min_value=1, max_value=12),
+)
+@settings(max_examples=30, deadline=None)
+def test_the_table_forgets_exactly_what_a_least_recently_used_list_of_blocks_would(
+    sends: list[tuple[int, list[str]]], bound: int
+) -> None:
+    # Prompts that share heads (a conversation resent, a system prompt), sent again and
+    # again to three replicas: what each replica holds is what an LRU of its blocks,
+    # each send touching its blocks from the last to the first, would hold.
+    from collections import OrderedDict
+
+    rs = replicas(3)
+    table = PrefixTable(per_replica=bound)
+    lru: dict[str, OrderedDict[int, None]] = {r.key: OrderedDict() for r in rs}
+    sent = []
+    for i, parts in sends:
+        p = prompt_of(chat(*(c * (BLOCK_CHARS // 2) for c in parts)), "chat")
+        assert p is not None
+        sent.append(p)
+        key = rs[i].key
+        table.record(key, p, table.match(p, rs)[key])
+        for block in reversed(p.blocks):
+            lru[key][block] = None
+            lru[key].move_to_end(block)
+        while len(lru[key]) > bound:
+            lru[key].popitem(last=False)
+    for p in sent:
+        held = table.match(p, rs)
+        for r in rs:
+            expected = 0
+            for i, block in enumerate(p.blocks):
+                if block in lru[r.key]:
+                    expected = i + 1
+            assert held[r.key] == expected
+    for r in rs:
+        assert table.blocks(r.key) == len(lru[r.key])
+
+
 def test_replicas_that_left_the_table_are_forgotten() -> None:
     table = PrefixTable()
     p = prompt_of({"prompt": "x" * 2000}, "completions")

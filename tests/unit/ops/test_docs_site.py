@@ -1,8 +1,8 @@
 """The documentation's own rules: a short front door, figures drawn from the numbers the
 pages report, generated references that cover what they generate from.
 
-The strict build itself (every link and anchor) is ``make docs``, which ``make test`` runs,
-and ``tests/api/test_api_manual.py`` builds and serves the site.
+The strict build itself (every link and anchor) is ``make docs``, and
+``tests/api/test_api_manual.py`` (which ``make test`` runs) builds the site so and serves it.
 """
 
 from __future__ import annotations

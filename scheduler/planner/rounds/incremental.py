@@ -1,0 +1,289 @@
+"""A round planned from what changed since the last one, at the cost of what changed. Pure.
+
+A round's inputs at 100,000 nodes and 200,000 replicas are large, and between two rounds
+of a working fleet almost none of them change: a node's lease is renewed (its report time
+moves on, its freshness does not), a few nodes report a change, a replica or two changes
+state. ``PlanMemo`` (``scheduler.planner.plan_cache``) knows a round whose inputs did not
+change, but only by building a key of every node and placement, O(N + C) each round.
+``IncrementalRounds`` is told what changed (``Changes``) and keeps the rest from the round
+before, so a round with nothing changed costs what the changes cost:
+
+- node content: the nodes reported with a change (or new) and the nodes forgotten; a node
+  reported again with the same content is no change;
+- freshness: every node *not* fresh at ``now``, with its report time (``not_fresh``): what a
+  store reads from an index on the leases (``reported_at < now - stale_after``); every
+  other node is fresh. Only the nodes not fresh now or at the round before are compared;
+- demands, placements, lifecycle, policy: the new value when the caller read a new one
+  (None: as at the round before); compared with the round before's in full, only then.
+
+When nothing the planner reads changed, the round's plan is the round before's, under the
+same rules as the memo's (``round_key``): not when a lost node hosts a replica (its removal
+names how long the node was silent), nor when a replica is reported placed, starting or
+failed (a timeout), and not once the clock crosses the end of a failure's back-off. Else
+the round is planned in full by ``plan`` on the inputs patched with the changes: the same
+plan as a full round, which a hypothesis test holds on random fleets and changes
+(tests/unit/scheduler/test_incremental_rounds.py).
+
+The nodes a full plan is given (``nodes``, what a round records) carry, for each fresh node
+whose last known report time is older than the freshness boundary, the boundary itself: the
+store only said it is fresh, and ``plan`` reads a fresh node's report time only to judge it
+fresh. Those nodes planned again give the same plan, so ``explain --round`` replays it.
+
+Pure: holds values, reads no clock, does no I/O; the caller owns it, and must not change
+the values it gives it afterwards.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from operator import attrgetter
+from typing import Any
+
+from scheduler.lifecycle.inputs import Lifecycle
+from scheduler.lifecycle.replica_reports import FAILED, PLACED, STARTING
+from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement, Plan
+from scheduler.planner.plan import plan
+from scheduler.planner.plan_cache import NODE_FIELDS, PLACEMENT_FIELDS, STATUS_FIELDS
+
+_content = attrgetter(*NODE_FIELDS)
+_placement_fields = attrgetter(*PLACEMENT_FIELDS)
+_status_fields = attrgetter(*STATUS_FIELDS)
+_TIMED_STATES = frozenset({PLACED, STARTING, FAILED})
+
+_FRESH, _STALE, _LOST = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What changed since the round before, as a store reads it: O(what changed) to build.
+
+    ``not_fresh`` names every node that is not fresh at ``now`` (stale or lost) with its
+    report time; any node it does not name is fresh. ``nodes``: nodes new or reported
+    with new content (one reported again with the same content may be named too: it is
+    compared); ``forgotten``: names no longer in the inventory. ``demands``, ``current``,
+    ``lifecycle`` and ``policy``: the new value if one was read, None for as before.
+    """
+
+    now: datetime
+    not_fresh: Mapping[str, datetime] = field(default_factory=dict)
+    nodes: Sequence[Node] = ()
+    forgotten: Iterable[str] = ()
+    demands: Sequence[Demand] | None = None
+    current: Sequence[Placement] | None = None
+    lifecycle: Lifecycle | None = None
+    policy: StalenessPolicy | None = None
+
+
+class IncrementalRounds:
+    """The round before's inputs and plan, and the next round's plan from its changes.
+
+    ``start`` plans a round from whole inputs (a process's first round, or after the
+    store lost track of what changed); ``next`` plans one from its ``Changes``.
+    """
+
+    def __init__(self) -> None:
+        self.reused = 0
+        self.planned = 0
+        self._nodes: dict[str, Node] = {}
+        self._demands: tuple[Demand, ...] = ()
+        self._current: tuple[Placement, ...] = ()
+        self._lifecycle = Lifecycle()
+        self._policy = DEFAULT_STALENESS
+        # The round before: its time, the nodes not fresh then (their state), its plan.
+        self._now: datetime | None = None
+        self._states: dict[str, int] = {}
+        self._plan: Plan | None = None
+        self._not_fresh: Mapping[str, datetime] = {}
+        # Derived from the inputs when they change, not every round.
+        self._hosting: frozenset[str] = frozenset()
+        self._timed = False
+        self._backoff_ends: list[datetime] = []
+
+    @property
+    def started(self) -> bool:
+        return self._now is not None
+
+    def start(
+        self,
+        demands: Sequence[Demand],
+        nodes: Sequence[Node],
+        current: Sequence[Placement],
+        now: datetime,
+        policy: StalenessPolicy = DEFAULT_STALENESS,
+        *,
+        lifecycle: Lifecycle | None = None,
+    ) -> Plan:
+        """Plan a round from whole inputs (``plan``'s signature) and keep them."""
+        self._nodes = {}
+        for n in nodes:
+            if n.name in self._nodes:
+                raise ValueError(
+                    f'node "{n.name}" appears twice in the inventory; each node reports once'
+                )
+            self._nodes[n.name] = n
+        fresh_from = now - policy.stale_after
+        not_fresh = {n.name: n.reported_at for n in nodes if n.reported_at < fresh_from}
+        return self.next(
+            Changes(
+                now=now,
+                not_fresh=not_fresh,
+                demands=demands,
+                current=current,
+                lifecycle=lifecycle or Lifecycle(),
+                policy=policy,
+            ),
+            _whole=True,
+        )
+
+    def next(self, changes: Changes, *, _whole: bool = False) -> Plan:
+        """The plan of a round whose inputs are the round before's with ``changes``."""
+        if changes.now.tzinfo is None:
+            raise ValueError(f"now {changes.now} has no time zone; pass the current time in UTC")
+        if not _whole and not self.started:
+            raise ValueError("no round before: start with whole inputs (IncrementalRounds.start)")
+        if not _whole and self._plan is None:
+            _whole = True  # the round before was refused: plan this one whatever changed
+        changed = _whole | self._take_inventory(changes.nodes, changes.forgotten)
+        if changes.policy is not None and changes.policy != self._policy:
+            self._policy = changes.policy
+            changed = True
+        states = self._judge(changes.not_fresh, changes.now)
+        if states != self._states:
+            changed = True
+        if changes.demands is not None:
+            demands = tuple(changes.demands)
+            if demands != self._demands:
+                self._demands = demands
+                changed = True
+        if changes.current is not None and (
+            len(changes.current) != len(self._current)
+            or list(map(_placement_fields, changes.current))
+            != list(map(_placement_fields, self._current))
+        ):
+            self._current = tuple(changes.current)
+            self._hosting = frozenset(n for p in self._current for n in p.nodes)
+            changed = True
+        if changes.lifecycle is not None and (
+            changes.lifecycle is not self._lifecycle
+            and _lifecycle_key(changes.lifecycle) != _lifecycle_key(self._lifecycle)
+        ):
+            self._lifecycle = changes.lifecycle
+            self._timed = any(
+                s.reported and s.state in _TIMED_STATES for s in self._lifecycle.statuses.values()
+            )
+            backoff = self._lifecycle.backoff
+            self._backoff_ends = sorted(backoff.until(r) for r in self._lifecycle.failures)
+            changed = True
+        before, self._now = self._now, changes.now
+        self._states = states
+        self._not_fresh = changes.not_fresh
+        if (
+            not changed
+            and self._plan is not None
+            and not self._timed
+            and not self._lost_hosting(states)
+            and not self._backoff_crossed(before, changes.now)
+        ):
+            self.reused += 1
+            return self._plan
+        self.planned += 1
+        # Not the round before's plan any more, whatever happens: inputs ``plan`` refuses
+        # are refused again next round, not answered with an older plan.
+        self._plan = None
+        self._plan = plan(
+            self._demands,
+            self.nodes(changes.now),
+            self._current,
+            changes.now,
+            self._policy,
+            lifecycle=self._lifecycle,
+        )
+        return self._plan
+
+    def nodes(self, now: datetime | None = None) -> list[Node]:
+        """The nodes as ``plan`` is given them at ``now`` (the last round's time if None):
+        a node not fresh with its report time, a fresh one with its own or, if older, the
+        freshness boundary. What a round records; O(N), paid by a round that plans or
+        writes, never by one that reuses its plan and writes nothing."""
+        at = now or self._now
+        if at is None:
+            return list(self._nodes.values())
+        fresh_from = at - self._policy.stale_after
+        not_fresh = self._not_fresh
+        view = []
+        for name, known in self._nodes.items():
+            lease = not_fresh.get(name)
+            at_most = fresh_from if lease is None else lease
+            if (lease is None and known.reported_at >= fresh_from) or known.reported_at == at_most:
+                view.append(known)
+            else:
+                self._nodes[name] = moved = replace(known, reported_at=at_most)
+                view.append(moved)
+        return view
+
+    @property
+    def node_count(self) -> int:
+        return len(self._nodes)
+
+    @property
+    def demands(self) -> tuple[Demand, ...]:
+        return self._demands
+
+    @property
+    def current(self) -> tuple[Placement, ...]:
+        return self._current
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        return self._lifecycle
+
+    # -- the changes --------------------------------------------------------------------
+
+    def _take_inventory(self, nodes: Sequence[Node], forgotten: Iterable[str]) -> bool:
+        changed = False
+        for name in forgotten:
+            if self._nodes.pop(name, None) is not None:
+                changed = True
+        for n in nodes:
+            old = self._nodes.get(n.name)
+            if old is None or _content(old) != _content(n):
+                changed = True
+                self._nodes[n.name] = n
+        return changed
+
+    def _judge(self, not_fresh: Mapping[str, datetime], now: datetime) -> dict[str, int]:
+        """Each node not fresh at ``now``, stale or lost (every other node is fresh)."""
+        stale_from = now - self._policy.stale_after - self._policy.grace
+        return {
+            name: _STALE if at >= stale_from else _LOST
+            for name, at in not_fresh.items()
+            if name in self._nodes
+        }
+
+    def _lost_hosting(self, states: Mapping[str, int]) -> bool:
+        return any(s == _LOST and name in self._hosting for name, s in states.items())
+
+    def _backoff_crossed(self, before: datetime | None, now: datetime) -> bool:
+        """Whether a failure's back-off ended (or, the clock gone back, began again)
+        between the round before and this one: ``now < until`` changed for one of them."""
+        if before is None or not self._backoff_ends:
+            return before is None
+        low, high = (before, now) if before <= now else (now, before)
+        ends = self._backoff_ends
+        return bisect_right(ends, high) > bisect_right(ends, low)
+
+
+def _lifecycle_key(lifecycle: Lifecycle) -> tuple[Any, ...]:
+    return (
+        tuple(lifecycle.statuses),
+        tuple(map(_status_fields, lifecycle.statuses.values())),
+        tuple(lifecycle.cordons.items()),
+        lifecycle.failures,
+        lifecycle.backoff,
+        lifecycle.running,
+    )

@@ -1,0 +1,232 @@
+"""A round planned from what changed is the round planned in full, on any fleet and changes.
+
+``IncrementalRounds`` is told only what a store can read cheaply (the nodes reported with
+new content, those forgotten, the nodes not fresh now with their lease times, and the
+demands, placements and lifecycle when they were read anew); a full round is given every
+node with its real lease time. Their plans must be equal, round after round, whatever
+changed; and the nodes the incremental round records must plan again to the same plan
+(``explain --round``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from scheduler.lifecycle.inputs import Cordon, FailureRecord, Lifecycle
+from scheduler.lifecycle.replica_reports import ReplicaStatus
+from scheduler.lifecycle.staleness import StalenessPolicy
+from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.placements import Demand, Placement
+from scheduler.planner.plan import plan
+from scheduler.planner.rounds.incremental import Changes, IncrementalRounds
+from tests.unit.scheduler.placement_builders import NOW, cpu_profile, node, profile
+from tests.unit.scheduler.reference_rounds import digest
+
+POLICY = StalenessPolicy(stale_after=timedelta(seconds=90), grace=timedelta(seconds=300))
+STATES = ["ready", "ready", "ready", "starting", "placed", "failed"]
+
+
+@st.composite
+def a_node(draw: st.DrawFn, name: str) -> Node:
+    return node(
+        name,
+        draw(st.sampled_from(["A100", "L4", None])),
+        draw(st.sampled_from([1, 2, 8])),
+        memory_gb=draw(st.sampled_from([None, 64.0, 512.0])),
+        labels=draw(st.sampled_from([{}, {"zone": "eu"}, {"zone": "us"}])),
+        fabric=draw(st.sampled_from([None, "ib"])),
+    )
+
+
+@st.composite
+def some_demands(draw: st.DrawFn) -> list[Demand]:
+    return [
+        Demand(
+            f"m{i}",
+            draw(st.integers(min_value=0, max_value=4)),
+            (
+                profile("big", "A100", draw(st.sampled_from([1, 8])), priority=5),
+                profile("small", "L4", 1, selector=draw(st.sampled_from([{}, {"zone": "eu"}]))),
+                cpu_profile(memory_gb=draw(st.sampled_from([0, 32]))),
+            ),
+            priority=draw(st.sampled_from([0, 1])),
+            spread_by=draw(st.sampled_from([None, "zone"])),
+        )
+        for i in range(draw(st.integers(min_value=1, max_value=3)))
+    ]
+
+
+@st.composite
+def a_lifecycle(
+    draw: st.DrawFn, current: tuple[Placement, ...], names: list[str], now: datetime
+) -> Lifecycle:
+    placed_at = now - timedelta(minutes=draw(st.sampled_from([1, 19, 21, 60])))
+    statuses = {
+        (p.model, p.replica): ReplicaStatus(
+            draw(st.sampled_from(STATES)), placed_at, placed_at, reported=draw(st.booleans())
+        )
+        for p in current
+        if draw(st.booleans())
+    }
+    failures = tuple(
+        FailureRecord(
+            "m0",
+            name,
+            draw(st.integers(min_value=1, max_value=3)),
+            now - timedelta(seconds=draw(st.sampled_from([10, 50, 70, 200]))),
+            "crashed",
+        )
+        for name in names
+        if draw(st.integers(min_value=0, max_value=3)) == 0
+    )
+    cordons = {
+        name: Cordon(name, draw(st.sampled_from(["cordoned", "draining"])), "ops", "", now)
+        for name in names
+        if draw(st.integers(min_value=0, max_value=5)) == 0
+    }
+    return Lifecycle(statuses=statuses, cordons=cordons, failures=failures)
+
+
+def _full(
+    demands: list[Demand],
+    nodes: dict[str, Node],
+    current: tuple[Placement, ...],
+    now: datetime,
+    lifecycle: Lifecycle,
+) -> str:
+    return digest(plan(demands, list(nodes.values()), current, now, POLICY, lifecycle=lifecycle))
+
+
+@settings(max_examples=200, deadline=None, report_multiple_bugs=False)
+@given(st.data())
+def test_a_round_from_its_changes_is_the_full_round(data: st.DataObject) -> None:
+    draw = data.draw
+    count = draw(st.integers(min_value=1, max_value=8))
+    fleet = {f"n{i}": draw(a_node(f"n{i}")) for i in range(count)}
+    demands = draw(some_demands())
+    current: tuple[Placement, ...] = ()
+    lifecycle = Lifecycle()
+    now = NOW
+    rounds = IncrementalRounds()
+    first = rounds.start(demands, list(fleet.values()), current, now, POLICY, lifecycle=lifecycle)
+    assert digest(first) == _full(demands, fleet, current, now, lifecycle)
+    written = first
+    added = count
+    for _ in range(draw(st.integers(min_value=1, max_value=6))):
+        now += timedelta(seconds=draw(st.sampled_from([0, 1, 10, 60, 95, 200, 400, 3600])))
+        reported: list[Node] = []
+        forgotten: list[str] = []
+        # Leases: most nodes beat (their lease moves on, their content does not), some
+        # fall silent; neither is told to the incremental round but through not_fresh.
+        for name, n in list(fleet.items()):
+            if draw(st.integers(min_value=0, max_value=7)) > 0:
+                fleet[name] = dataclasses.replace(n, reported_at=now)
+        # A quiet round (nothing reported but leases) or one with changes: a few nodes
+        # report new content (or the same again), one may be forgotten or added.
+        new_current = new_demands = None
+        new_lifecycle = None
+        if not draw(st.booleans()):
+            for name in draw(st.lists(st.sampled_from(sorted(fleet)), max_size=2, unique=True)):
+                changed = draw(a_node(name)) if draw(st.booleans()) else fleet[name]
+                fleet[name] = dataclasses.replace(changed, reported_at=now)
+                reported.append(fleet[name])
+            if len(fleet) > 1 and draw(st.integers(min_value=0, max_value=4)) == 0:
+                gone = draw(st.sampled_from(sorted(fleet)))
+                del fleet[gone]
+                forgotten.append(gone)
+                reported = [n for n in reported if n.name != gone]
+            if draw(st.integers(min_value=0, max_value=4)) == 0:
+                new = draw(a_node(f"n{added}"))
+                added += 1
+                fleet[new.name] = dataclasses.replace(new, reported_at=now)
+                reported.append(fleet[new.name])
+            # The store wrote the round before's plan (or not: a conflict, a dry run).
+            if draw(st.booleans()) and written.changes_anything:
+                current = written.placements
+                new_current = current
+            if draw(st.integers(min_value=0, max_value=3)) == 0:
+                demands = draw(some_demands())
+                new_demands = demands
+            if draw(st.integers(min_value=0, max_value=3)) == 0:
+                lifecycle = draw(a_lifecycle(current, sorted(fleet), now))
+                new_lifecycle = lifecycle
+        fresh_from = now - POLICY.stale_after
+        changes = Changes(
+            now=now,
+            not_fresh={n.name: n.reported_at for n in fleet.values() if n.reported_at < fresh_from},
+            nodes=reported,
+            forgotten=forgotten,
+            demands=new_demands,
+            current=new_current,
+            lifecycle=new_lifecycle,
+        )
+        reused = rounds.reused
+        got = rounds.next(changes)
+        event("reused the plan" if rounds.reused > reused else "planned again")
+        assert digest(got) == _full(demands, fleet, current, now, lifecycle)
+        # What the round records plans again to the same plan.
+        recorded = rounds.nodes(now)
+        assert {n.name for n in recorded} == set(fleet)
+        assert digest(plan(demands, recorded, current, now, POLICY, lifecycle=lifecycle)) == (
+            digest(got)
+        )
+        written = got
+
+
+def test_nothing_changed_reuses_the_plan_and_a_change_plans_again() -> None:
+    fleet = [node("a"), node("b"), node("c", silent_for=timedelta(seconds=100))]
+    demands = [Demand("m", 2, (profile(gpus=4),))]
+    rounds = IncrementalRounds()
+    first = rounds.start(demands, fleet, (), NOW, POLICY)
+    second = rounds.next(
+        Changes(now=NOW, not_fresh={"c": NOW - timedelta(seconds=100)}, current=first.placements)
+    )
+    # Ten seconds on: leases renewed, nothing told but the one node still not fresh.
+    later = NOW + timedelta(seconds=10)
+    assert rounds.next(Changes(now=later, not_fresh={"c": NOW - timedelta(seconds=100)})) is (
+        second
+    )
+    assert (rounds.planned, rounds.reused) == (2, 1)
+    # A node reported again with the same content is no change either.
+    assert (
+        rounds.next(
+            Changes(now=later, not_fresh={"c": NOW - timedelta(seconds=100)}, nodes=[node("a")])
+        )
+        is second
+    )
+    # Node a falls silent past stale-after: it hosts a replica, so the round plans again.
+    silent = {"a": NOW, "c": NOW - timedelta(seconds=100)}
+    moved = rounds.next(Changes(now=NOW + timedelta(seconds=91), not_fresh=silent))
+    assert rounds.planned == 3
+    truth = [
+        dataclasses.replace(fleet[0], reported_at=NOW),
+        dataclasses.replace(fleet[1], reported_at=NOW + timedelta(seconds=91)),
+        fleet[2],
+    ]
+    assert digest(moved) == digest(
+        plan(demands, truth, first.placements, NOW + timedelta(seconds=91), POLICY)
+    )
+
+
+def test_changes_before_a_start_are_refused() -> None:
+    with pytest.raises(ValueError, match="start with whole inputs"):
+        IncrementalRounds().next(Changes(now=NOW))
+    with pytest.raises(ValueError, match="appears twice"):
+        IncrementalRounds().start([], [node("a"), node("a")], (), NOW)
+
+
+def test_inputs_the_planner_refuses_are_refused_again_not_answered_with_an_older_plan() -> None:
+    demands = [Demand("m", 1, (profile(gpus=4),))]
+    rounds = IncrementalRounds()
+    rounds.start(demands, [node("a")], (), NOW, POLICY)
+    twice = Changes(now=NOW, demands=[*demands, *demands])
+    with pytest.raises(ValueError, match="demanded twice"):
+        rounds.next(twice)
+    # Nothing changed since the refused round: still refused, as a full round would be.
+    with pytest.raises(ValueError, match="demanded twice"):
+        rounds.next(Changes(now=NOW + timedelta(seconds=10)))
