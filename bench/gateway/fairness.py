@@ -303,7 +303,7 @@ def engine_argv(opts: Options, work: Path, model: str, port: int) -> list[str]:
         return [
             llama_server(opts), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
             "--alias", model, "--parallel", str(opts.slots), "--ctx-size",
-            str(512 * opts.slots), "--threads", "1", "--no-webui",
+            str(512 * opts.slots), "--threads", "1",
         ]  # fmt: skip
     return [
         sys.executable, "-m", "agent.sim", "--port", str(port), "--model", model,
