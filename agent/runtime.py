@@ -4,9 +4,12 @@ One tick, every ``interval`` seconds:
 
 1. look at each engine: exited (failed, with its exit code and the end of
    its log), answering its health check (ready), or neither yet (starting);
-2. report the node (the heartbeat) with those replica states;
-3. read the node's placements and apply ``reconcile.decide``; engines just started
-   are reported ``starting`` at once.
+2. report the node with those replica states: the full report when something changed,
+   else a heartbeat (``agent.heartbeat``);
+3. read the node's placements, only when they may have changed (a full report was
+   sent, or the heartbeat's answer tells another placement generation than the one
+   they were read under: ``_placements_now``), and apply ``reconcile.decide``; engines
+   just started are reported ``starting`` at once.
 
 When the control plane cannot be reached, steps 2 and 3 are skipped and
 nothing is stopped: a network partition must not take down replicas that
@@ -138,6 +141,14 @@ class Agent:
         # What the last placements read said of each replica: a change there (a new
         # version placed, the server's state of it) is reported in full too.
         self.placed: list[tuple[str, int, str | None, str]] = []
+        # The node's placement generation as the server last told it (a heartbeat's
+        # answer, a report's), and the one the placements kept were read under: while the
+        # two are equal the placements are not read again (see ``_placements_now``).
+        self._told: int | None = None
+        self._wants: list[Want] | None = None
+        self._read_under: int | None = None
+        self._read_at = 0.0
+        self._must_read = True
         # Its host is the server that accepted the last report (with several, it changes).
         self.channel = HeartbeatChannel(
             "", timeout=min(5.0, max(config.interval, 2.0)), datagrams=config.heartbeat_datagrams
@@ -173,7 +184,7 @@ class Agent:
         self.observe()
         if not self.report():
             return
-        wants = self.placements()
+        wants = self._placements_now()
         if wants is None:
             return
         self.worker_keys = {w.key for w in wants if w.worker}
@@ -367,6 +378,9 @@ class Agent:
             # report; the count rides on the next one (at most full_report_every later).
             answer = self.server.report(self.config.node, body, switches=self._send_switches)
             self.accepted = Accepted.of(answer, said, self.clock(), self.server.url)
+            # Something changed (or a time away, or a server that asked): read the
+            # placements this tick, whatever the generation.
+            self._told, self._must_read = _generation(answer), True
         except Unreachable as exc:
             self._away = True
             log.warning(
@@ -457,6 +471,7 @@ class Agent:
             self.accepted = None
             return False
         if word == "OK":
+            self._told = _generation(reason)
             return True
         self.accepted = None
         if word == "REPORT":
@@ -464,6 +479,29 @@ class Agent:
         else:
             log.warning("agent.heartbeat_refused", answer=word, reason=reason)
         return False
+
+    def _placements_now(self) -> list[Want] | None:
+        """The node's placements: those read before while the server's generation for the
+        node is the one they were read under (``llmgw.api.reports.placement_generations``),
+        else read now. Read anyway after a full report, at least every
+        ``full_report_every``, from a server that tells no generation (one of before), and
+        every tick while the node runs a part of a replica spanning nodes (the head's
+        endpoint, which its workers start from, is another node's report)."""
+        told, now, kept = self._told, self.clock(), self._wants
+        if (
+            kept is not None
+            and not self._must_read
+            and told is not None
+            and told == self._read_under
+            and now - self._read_at < self.config.full_report_every
+            and all(w.nnodes <= 1 for w in kept)
+        ):
+            return kept
+        wants = self.placements()
+        if wants is not None:
+            self._wants, self._read_under, self._read_at = wants, told, now
+            self._must_read = False
+        return wants
 
     def placements(self) -> list[Want] | None:
         try:
@@ -616,6 +654,20 @@ class Agent:
     def _save(self, record: Record) -> None:
         self.records[record.key] = record
         self.state.save(record)
+
+
+def _generation(told: Any) -> int | None:
+    """A placement generation as a server tells it (a heartbeat answer's third word, a
+    report answer's ``placements_generation``); None if it tells none (a server of before)."""
+    if isinstance(told, dict):
+        told = told.get("placements_generation")
+    if isinstance(told, bool):
+        return None
+    if isinstance(told, int):
+        return told if told >= 0 else None
+    if isinstance(told, str) and 0 < len(told) <= 20 and told.isascii() and told.isdigit():
+        return int(told)
+    return None
 
 
 def _gang(want: Want, advertise: str, port: int) -> engines.Gang | None:

@@ -8,7 +8,9 @@ on sim engines, about 11 minutes; with options of its own, such as ``--engine ll
 --help``), and gateway (only when named: it needs the peers' venv,
 ``make bench-peers``, and takes about a quarter of an hour; ``python -m bench.gateway
 --help`` has its options), and heartbeats (only when named, with options of its own:
-``python -m bench heartbeats --help``). The default sizes are the ones the issue asks for;
+``python -m bench heartbeats --help``), and quotas (client limits across two gateways, one
+killed mid-window; only when named: ``python -m bench quotas --help``). The default sizes
+are the ones the issue asks for;
 ``--quick`` uses small ones so that a change can be tried in a minute. Logs are generated
 once and cached under ``bench/.cache/`` (SQLite) and in ``llmgw_bench_*`` databases
 (PostgreSQL). Progress goes to stderr; stdout holds only markdown tables, ready
@@ -101,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench.gateway import fairness
 
         return fairness.main(given[1:])
+    if given[:1] == ["quotas"]:
+        # Its own options (the window, the clients' limits): see bench/gateway/quotas.py.
+        from bench.gateway import quotas
+
+        return quotas.main(given[1:])
     if given[:1] == ["heartbeats"]:
         # Options of its own (--nodes, --interval, --servers, --store, --json): its own parser.
         from bench.api import heartbeats

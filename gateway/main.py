@@ -38,6 +38,7 @@ import structlog
 import uvicorn
 
 from catalog.forms.servers import ServerList
+from gateway.allowance import AllowanceClient
 from gateway.engineslots import EngineSlots
 from gateway.follower import Follower
 from gateway.ledger import Flusher
@@ -229,8 +230,10 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         Metrics(multiprocess) if multiprocess else None,
         slow_start_s=settings.slow_start_s,
     )
-    # Each of N workers holds 1/N of every client's limits (gateway.stages.quota).
-    state.quotas = Quotas(share=settings.workers if multiprocess else 1)
+    # Every client's rate limits and budget are shared with the other gateways through
+    # the control plane's accounts, drawn in chunks (gateway.allowance); each of N
+    # workers holds 1/N of a gateway's chunks and max_inflight (gateway.stages.quota).
+    state.quotas = Quotas(share=settings.workers if multiprocess else 1, shared=True)
     upstream = Upstream(
         settings.connect_timeout_s, settings.read_timeout_s, settings.tokenize_cache_s
     )
@@ -238,6 +241,7 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     follower = Follower(state, servers, settings.token, settings.resync_s)
     signals = Signals(state, servers, settings.token, settings.signals_interval_s, settings.worker)
     engine_slots = EngineSlots(state, follower.install)
+    allowances = AllowanceClient(state.quotas, servers, follower.session)
     flusher = Flusher(
         state.ledger,
         servers,
@@ -257,13 +261,17 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         tasks.append(asyncio.create_task(follower.run()))
         tasks.append(asyncio.create_task(signals.run()))
         tasks.append(asyncio.create_task(engine_slots.run()))
+        tasks.append(asyncio.create_task(allowances.run(), name="allowances"))
         tasks.append(asyncio.create_task(flusher.run(), name="usage-flush"))
 
     async def shutdown() -> None:
         await stop_tasks(tasks)
         with contextlib.suppress(Exception):
             await signals.post_once()
-        # Every request has ended (uvicorn drained them first): the ledger is whole.
+        # Every request has ended (uvicorn drained them first): what is held goes back.
+        with contextlib.suppress(Exception):
+            await allowances.close()
+        # ... and the ledger is whole.
         await flusher.final()
         await follower.close()
         await signals.close()

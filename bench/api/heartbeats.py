@@ -41,6 +41,7 @@ import multiprocessing
 import os
 import random
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -80,6 +81,14 @@ STATE_CHANGES_PER_S = 1.0
 TICK_S = 0.02
 # Heartbeat lines per datagram (a simulated host's nodes; ~100 bytes a line).
 DATAGRAM_LINES = 40
+# The probe: one more node, beaten from the benchmark's own (otherwise idle) process,
+# PROBE_PER_S heartbeats a second, each answer's arrival stamped by the kernel.
+PROBE = "probe"
+PROBE_PER_S = 20.0
+# How often a client process's loop is asked to wake, to measure how late it does.
+LAG_TICK_S = 0.005
+# SO_TIMESTAMPNS (Linux): the kernel stamps each segment or datagram as it arrives.
+SO_TIMESTAMPNS = 35
 
 
 def _name(i: int) -> str:
@@ -115,6 +124,9 @@ class Stats:
     failures: list[str] = field(default_factory=list)
     latencies: array[float] = field(default_factory=lambda: array("d"))  # ms, in the window
     report_latencies: array[float] = field(default_factory=lambda: array("d"))
+    # ms a client's loop woke after it asked to, in the window: time an answer that has
+    # arrived waits before the simulated agent reads it (its own process's scheduling).
+    loop_lags: array[float] = field(default_factory=lambda: array("d"))
     cpu_s: float = 0.0
     heartbeat_ports: dict[int, int] = field(default_factory=dict)  # server -> listener port
 
@@ -127,6 +139,7 @@ class Stats:
         self.failures += other.failures[: max(0, 5 - len(self.failures))]
         self.latencies.extend(other.latencies)
         self.report_latencies.extend(other.report_latencies)
+        self.loop_lags.extend(other.loop_lags)
         self.cpu_s += other.cpu_s
         self.heartbeat_ports.update(other.heartbeat_ports)
 
@@ -302,8 +315,11 @@ class _Client:
         async def connection(nodes: list[int]) -> None:
             if not nodes:
                 return
-            server = self.server_of(nodes[0])
-            http = _Http(self.host, self.ports[server])
+            # Each node's report to its own server (a share holds nodes of every server
+            # when there are more servers than client processes: sent all to the first
+            # node's, they left report ids the heartbeats' servers did not hold, and the
+            # heartbeat phase began with a storm of REPORT answers).
+            https = {s: _Http(self.host, port) for s, port in enumerate(self.ports)}
             # Each node's turns, in time order; one request in flight, as an agent has.
             turns = sorted(
                 (self.phase.start_at + self.offset(i) + k * self.interval, i)
@@ -321,9 +337,10 @@ class _Client:
                         await asyncio.sleep(due - now)
                     elif now - due > self.interval:
                         continue  # a whole interval late: dropped
-                    await self.report(http, i, counted_from=due)
+                    await self.report(https[self.server_of(i)], i, counted_from=due)
             finally:
-                http.close()
+                for http in https.values():
+                    http.close()
 
         await asyncio.gather(*(connection(share) for share in shares))
 
@@ -369,6 +386,7 @@ class _Client:
         workers = [self._reporter(s) for s in range(len(self.ports)) for _ in range(2)]
         tasks = [asyncio.ensure_future(w) for w in workers]
         tasks.append(asyncio.ensure_future(self._changes()))
+        tasks.append(asyncio.ensure_future(self._lag()))
         try:
             await self._beat(conn_of)
             # The answers still on their way count until the phase ends.
@@ -421,6 +439,14 @@ class _Client:
             for conn, lines in batches.items():
                 conn.send(lines)
 
+    async def _lag(self) -> None:
+        """How late this process's loop wakes (``Stats.loop_lags``)."""
+        while True:
+            asked = time.perf_counter()
+            await asyncio.sleep(LAG_TICK_S)
+            if self.in_window(time.time()):
+                self.stats.loop_lags.append((time.perf_counter() - asked - LAG_TICK_S) * 1000)
+
     async def _changes(self) -> None:
         """The fleet's changes: one node in CHANGE_PER a label each interval, one replica
         state change a second (this process's share of both)."""
@@ -445,12 +471,16 @@ class _Client:
         try:
             while True:
                 i = await queue.get()
+                if i in self.stopped:
+                    continue  # a stopped agent sends nothing (its lease must age)
                 await self.report(http, i, counted_from=time.time())
         finally:
             http.close()
 
 
 def _client_main(job: dict[str, Any], commands: Any, answers: Any) -> None:
+    if job["own_session"]:
+        os.setsid()  # its own autogroup, as the servers (``_serve``)
     client = _Client(job)
 
     async def main() -> None:
@@ -491,6 +521,8 @@ def _serve(
     }
     for name in ("LLMGW_CONFIG", "LLMGW_TOKENS", "LLMGW_OPEN_READS", "LLMGW_SETTINGS"):
         env.pop(name, None)
+    if args.server_tree:
+        env["PYTHONPATH"] = args.server_tree  # that tree's packages first (bench.shared.ab)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -508,6 +540,11 @@ def _serve(
         env=env,
         stdout=subprocess.PIPE,
         stderr=(workdir / f"serve-{k}.log").open("wb"),
+        # A session of its own, as a server started by its own service manager has: with
+        # the kernel's autogroups, a process shares the CPU of its session's group, so a
+        # server left in the benchmark's session shared one group's share of a loaded
+        # machine with the simulated agents that load it (docs/benchmarks/heartbeats.md).
+        start_new_session=not args.same_session,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().decode()
@@ -533,11 +570,12 @@ def _cpu(procs: Sequence[subprocess.Popen[bytes]]) -> float:
     return total
 
 
-def _p99(values: Sequence[float]) -> float | None:
+def _p99(values: Sequence[float], q: float = 0.99) -> float | None:
+    """The ``q`` quantile (the 99th percentile unless told)."""
     if not values:
         return None
     ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2)
+    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], 2)
 
 
 # -- staleness and rounds ---------------------------------------------------------------
@@ -590,7 +628,8 @@ def _rounds(nodes: int, db_url: str) -> dict[str, float | None]:
     issue 42 and what a placer's first round reads) and what a later round reads, the
     nodes changed since and those not fresh (``round_read_changes_cpu_ms``: a placer's
     ``NodeFeed``, at the newest lease's time, nothing having changed since its first
-    read). The idle and change figures add the latter to the planner's incremental round.
+    read, and its ``PlacementFeed``'s read with nothing written). The idle and change
+    figures add the latter to the planner's incremental round.
     """
     from sqlalchemy import func, select
 
@@ -612,6 +651,14 @@ def _rounds(nodes: int, db_url: str) -> dict[str, float | None]:
         began = time.process_time()
         feed.read(newest + timedelta(seconds=1), DEFAULT_STALENESS.stale_after)
         changes_ms = (time.process_time() - began) * 1000
+        # The placements as a later round reads them (``PlacementFeed``, nothing written
+        # since its first read); this run's database holds none: bench.placement.round_reads
+        # measures it at 200,000.
+        placements = store.placement_feed()
+        placements.read(newest)
+        began = time.process_time()
+        placements.read(newest + timedelta(seconds=1))
+        changes_ms += (time.process_time() - began) * 1000
     finally:
         engine.dispose()
     common.progress(f"heartbeats: the planner's round on {nodes:,} nodes, from nothing first")
@@ -663,9 +710,68 @@ def _auth(workdir: Path, nodes: int) -> tuple[Path, dict[int, str]]:
         issued = issue_token(f"agent-{_name(i)}", "agent", [_name(i)])
         tokens[i] = issued.token
         lines.append(issued.entry.to_toml())
+    probe = issue_token(f"agent-{PROBE}", "agent", [PROBE])
+    tokens[-1] = probe.token
+    lines.append(probe.entry.to_toml())
     path = workdir / "auth.toml"
     path.write_text("\n".join(lines))
     return path, tokens
+
+
+@dataclass
+class Probe:
+    """Heartbeats of one more node from this (otherwise idle) process, each waiting for
+    its answer: ``server_ms`` from the send to the answer's arrival as the kernel stamped
+    it (the server's share: its process waking, answering, writing), ``seen_ms`` to when
+    this thread read it."""
+
+    server_ms: array[float] = field(default_factory=lambda: array("d"))
+    seen_ms: array[float] = field(default_factory=lambda: array("d"))
+    failures: list[str] = field(default_factory=list)
+
+
+def _probe(api_port: int, token: str, udp: bool, window: tuple[float, float]) -> Probe:
+    import urllib.request
+
+    out = Probe()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{api_port}/v1/nodes/{PROBE}",
+        data=json.dumps({"gpus": 0, "labels": {}}).encode(),
+        method="PUT",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        accepted = json.loads(answer.read())
+    line = f"HB {PROBE} {token} {accepted['report_id']}\n".encode()
+    address = ("127.0.0.1", accepted["heartbeat_port"])
+    if udp:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.connect(address)
+    else:
+        sock = socket.create_connection(address)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    sock.settimeout(10.0)
+    try:
+        time.sleep(max(0.0, window[0] - time.time()))
+        while time.time() < window[1]:
+            sent = time.time()
+            sock.send(line)
+            data, ancillary, _, _ = sock.recvmsg(256, socket.CMSG_SPACE(16))
+            seen = time.time()
+            if not data.startswith(b"OK ") and len(out.failures) < 5:
+                out.failures.append(f"probe: {data[:200]!r}")
+            for level, kind, stamp in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    seconds, nanos = struct.unpack("qq", stamp[:16])
+                    out.server_ms.append((seconds + nanos / 1e9 - sent) * 1000)
+            out.seen_ms.append((seen - sent) * 1000)
+            time.sleep(max(0.0, sent + 1 / PROBE_PER_S - time.time()))
+    except OSError as exc:
+        out.failures.append(f"probe: {exc}")
+    finally:
+        sock.close()
+    return out
 
 
 def _idle(
@@ -716,6 +822,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 (the phase
         workers = []
         stop_node = nodes - 1
         seen: dict[str, float] = {}
+        probed: list[Probe] = []
         try:
             for c in range(clients):
                 mine = [i for i in range(c, nodes, clients) if i != stop_node or c == 0]
@@ -731,6 +838,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 (the phase
                     "connections": max(1, args.connections // clients),
                     "http_connections": max(1, args.http_connections // clients),
                     "transport": args.transport,
+                    "own_session": not args.same_session,
                 }
                 commands: Any = ctx.Queue()
                 proc = ctx.Process(target=_client_main, args=(job, commands, answers))
@@ -776,8 +884,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 (the phase
 
                 t = threading.Thread(target=sample, daemon=True)
                 t.start()
-                watcher = None
+                watcher = probing = None
                 if kind == "new":
+
+                    def probe() -> None:
+                        probed.append(_probe(ports[0], tokens[-1], args.transport == "udp", window))
+
+                    probing = threading.Thread(target=probe, daemon=True)
+                    probing.start()
+
                     # The stopped node's lease is read while the other nodes keep beating.
                     def watch() -> None:
                         seen.update(
@@ -790,6 +905,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 (the phase
                 t.join()
                 if watcher is not None:
                     watcher.join()
+                if probing is not None:
+                    probing.join()
                 return stats, edges[1] - edges[0], last
 
             common.progress(f"heartbeats: today's full reports, {args.old_duration:.0f} s")
@@ -823,6 +940,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 (the phase
                       "stale": stale_s, "lost": lost_s, **idle})
     )  # fmt: skip
     rounds = _rounds(nodes, db_url) if args.rounds else {}
+    probe = probed[0] if probed else Probe(failures=["probe: none ran"])
     per_report = old_cpu / old.reports if old.reports else None
     # The window's server CPU, less its full reports at today's cost, over its heartbeats.
     beats_cpu = new_cpu - (per_report or 0.0) * new.reports
@@ -851,6 +969,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 (the phase
         "reports_per_s": round(new.reports / args.duration, 2),
         "heartbeats_asked_for_report": new.asked,
         "report_p99_ms": _p99(new.report_latencies),
+        # Where an agent's latency goes (docs/benchmarks/heartbeats.md): the simulated
+        # agents' loops waking late, against the probe's, from an idle process.
+        "agent_p50_ms": _p99(new.latencies, 0.5),
+        "agent_loop_lag_p99_ms": _p99(new.loop_lags),
+        "probe_server_p50_ms": _p99(probe.server_ms, 0.5),
+        "probe_server_p99_ms": _p99(probe.server_ms),
+        "probe_seen_p99_ms": _p99(probe.seen_ms),
+        "probe_heartbeats": len(probe.seen_ms),
         "server_cpu_cores": round(new_cpu / args.duration, 3),
         "client_cpu_ms_per_message": (
             round(new.cpu_s / max(new.answered, 1) * 1000, 4) if new.answered else None
@@ -871,7 +997,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 (the phase
             "duration_s": args.old_duration,
         },
         **{k: v for k, v in rounds.items() if k not in KEYS},
-        "failures": (old.failures + new.failures)[:5],
+        "failures": (old.failures + new.failures + probe.failures)[:5],
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "machine": common.machine(),
@@ -924,6 +1050,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         dest="rounds",
         action="store_false",
         help="skip the scheduler's round figures",
+    )
+    parser.add_argument(
+        "--same-session",
+        action="store_true",
+        help="leave the servers and simulated agents in this session (one autogroup: "
+        "they share one share of the CPU), as the benchmark did before",
+    )
+    parser.add_argument(
+        "--server-tree",
+        default=None,
+        help="run the servers from this tree (another version, to compare: run the "
+        "benchmark with and without it, alternated)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)

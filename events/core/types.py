@@ -20,9 +20,10 @@ TOKEN_ISSUED = "token.issued"
 TOKEN_REVOKED = "token.revoked"
 # A client token's limits changed (``llmgw token limits``): who, when, before and after.
 TOKEN_LIMITS_CHANGED = "token.limits_changed"
-# A gateway's usage counts of one (client, model asked, model served, replica, minute),
-# as of one flush (events.core.usage). No change to the catalog's state on replay: the
-# usage ledger is the sum of these events (events.read.ledger), in the hash chain.
+# The usage counts of one (client, model asked, model served, replica, minute), summed
+# over the flushes of all gateways (events.core.usage). No change to the catalog's
+# state on replay: the usage ledger is the sum of these events (events.read.ledger),
+# in the hash chain.
 USAGE_RECORDED = "usage.recorded"
 
 # The version of each event type's payload this code writes. Older versions
@@ -45,10 +46,12 @@ USAGE_RECORDED = "usage.recorded"
 #     (catalog.forms.client_limits.ClientLimits.to_json); absent: none.
 #   token.revoked 1: {"name": name, "role": role}.
 #   token.limits_changed 1: {"name": name, "role": role, "before": limits, "after": limits}.
-#   usage.recorded 1: {"gateway": poster, "flush": id, "minute": ISO minute, "client": name,
-#     "model": asked, "served": name or null, "replica": key or null, "requests": n,
-#     "outcomes": {outcome: n}, "prompt_tokens": n, "cached_tokens": n,
-#     "completion_tokens": n, "estimated": n} (events.core.usage).
+#   usage.recorded 2: {"gateways": [posters], "flushes": n, "minute": ISO minute,
+#     "client": name, "model": asked, "served": name or null, "replica": key or null,
+#     "requests": n, "outcomes": {outcome: n}, "prompt_tokens": n, "cached_tokens": n,
+#     "completion_tokens": n, "estimated": n}: one closed minute's flushes of one key,
+#     summed by the roll-up (events.core.usage). Version 1 (one flush's row) had
+#     "gateway": poster and "flush": id instead of the first two; upcast.
 CURRENT_SCHEMA: dict[str, int] = {
     MODEL_ADDED: 2,
     MODEL_REMOVED: 1,
@@ -57,7 +60,7 @@ CURRENT_SCHEMA: dict[str, int] = {
     TOKEN_ISSUED: 1,
     TOKEN_REVOKED: 1,
     TOKEN_LIMITS_CHANGED: 1,
-    USAGE_RECORDED: 1,
+    USAGE_RECORDED: 2,
 }
 # The types that record a token's change (events.core.token_change).
 TOKEN_TYPES = frozenset({TOKEN_ISSUED, TOKEN_REVOKED, TOKEN_LIMITS_CHANGED})

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from events.core.types import CURRENT_SCHEMA, MODEL_ADDED
+from events.core.types import CURRENT_SCHEMA, MODEL_ADDED, USAGE_RECORDED
 
 Payload = dict[str, Any]
 
@@ -21,9 +21,20 @@ def _added_v1_to_v2(payload: Payload) -> Payload:
     return {**payload, "declared_digest": None}
 
 
+def _usage_v1_to_v2(payload: Payload) -> Payload:
+    """v1 was one flush's row (``gateway``, ``flush``); v2 sums flushes (``gateways``,
+    ``flushes``): a v1 row is one flush of one gateway. Anything not a v1 row is left
+    for the reader to name."""
+    if not isinstance(payload, dict) or "gateways" in payload or "flushes" in payload:
+        return payload
+    out = {k: v for k, v in payload.items() if k not in ("gateway", "flush")}
+    return {**out, "gateways": [payload["gateway"]] if "gateway" in payload else None, "flushes": 1}
+
+
 # (type, from_version) -> function giving the payload at from_version + 1
 UPCASTERS: dict[tuple[str, int], Callable[[Payload], Payload]] = {
     (MODEL_ADDED, 1): _added_v1_to_v2,
+    (USAGE_RECORDED, 1): _usage_v1_to_v2,
 }
 
 

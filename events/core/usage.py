@@ -2,11 +2,16 @@
 
 Pure. A gateway counts every finished request in memory (gateway.stages.ledger) per
 (client token, model asked, model served, replica, minute) and flushes the counts to
-the control plane (``POST /v1/usage``); each row of a flush is one ``usage.recorded``
-event, appended under the flush's id as the command key, so a flush sent again (its
-answer lost) appends nothing twice. The ledger is the sum of these events
-(events.read.ledger): several gateways, and several flushes of one gateway within a
-minute, are separate events, summed on reading.
+the control plane (``POST /v1/usage``), which keeps each flush's rows in a table of
+their own, pending (events.write.usage). Once a minute is closed (its end and a grace
+for late flushes past), the roll-up sums the pending rows of all gateways and flushes
+into one ``usage.recorded`` event per key (``summed``); a flush of that minute arriving
+later still becomes one more event, summed on reading (events.read.ledger).
+
+Schema version 2 (the roll-up's) records ``gateways`` (the posters summed, sorted)
+and ``flushes`` (how many flush rows); version 1 (one event a flush row, before the
+roll-up) recorded ``gateway`` and ``flush`` and is upcast (events.core.upcast) to
+``gateways: [gateway]``, ``flushes: 1``.
 
 Nothing of a prompt or an answer is in a row: names and counts only.
 
@@ -28,7 +33,7 @@ from events.core.types import CURRENT_SCHEMA, USAGE_RECORDED, NewEvent
 from events.core.upcast import UnreadableEvent
 
 # Who posted (a gateway token's name and worker, autoscale.signals.identity) and the
-# flush's id (the gateway's, random): together the command key.
+# flush's id (the gateway's, random): together a flush's identity (events.write.usage).
 GATEWAY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 FLUSH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # A client token's name (llmgw.api.guards.tokens.NAME_PATTERN).
@@ -37,12 +42,14 @@ OUTCOME = re.compile(r"[a-z][a-z_]{0,31}")
 # A model's or replica's name: printable (catalog.forms.printable), 1 to 255 characters.
 MAX_NAME = 255
 MAX_OUTCOMES = 16
+# Posters one summed event names at most (more are counted in ``flushes``, not named).
+MAX_GATEWAYS = 64
 # Counts beyond this are not a minute of any gateway's traffic.
 MAX_COUNT = 10**15
 _KEYS = frozenset(
     {
-        "gateway",
-        "flush",
+        "gateways",
+        "flushes",
         "minute",
         "client",
         "model",
@@ -79,13 +86,14 @@ class UsageRow:
     estimated: int = 0
     # (outcome, requests), by outcome; their sum is ``requests``.
     outcomes: tuple[tuple[str, int], ...] = ()
-    gateway: str = ""
-    flush: str = ""
+    # The posters whose flushes this row sums (sorted), and how many flush rows.
+    gateways: tuple[str, ...] = ()
+    flushes: int = 1
 
     def payload(self) -> dict[str, Any]:
         return {
-            "gateway": self.gateway,
-            "flush": self.flush,
+            "gateways": list(self.gateways),
+            "flushes": self.flushes,
             "minute": minute_text(self.minute),
             "client": self.client,
             "model": self.model,
@@ -106,12 +114,44 @@ class UsageRow:
             f"usage of {self.client} on {self.model}{served} in the minute "
             f"{minute_text(self.minute)}: {self.requests} requests, {self.prompt_tokens} "
             f"prompt ({self.cached_tokens} cached) and {self.completion_tokens} completion "
-            f"tokens (gateway {self.gateway})"
+            f"tokens ({self.flushes} flushes of {', '.join(self.gateways)})"
         )
 
 
 def minute_text(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:00Z")
+
+
+def key_of(row: UsageRow) -> tuple[Any, ...]:
+    """What the roll-up sums by: (minute, client, model asked, served, replica)."""
+    return (row.minute, row.client, row.model, row.served or "", row.replica or "")
+
+
+def summed(rows: list[UsageRow]) -> UsageRow:
+    """Rows of one key (``key_of``) as one: counts, outcomes and flushes added, the
+    gateways' names joined (at most ``MAX_GATEWAYS``)."""
+    first = rows[0]
+    outcomes: dict[str, int] = {}
+    gateways: set[str] = set()
+    for row in rows:
+        gateways.update(row.gateways)
+        for name, count in row.outcomes:
+            outcomes[name] = outcomes.get(name, 0) + count
+    return UsageRow(
+        minute=first.minute,
+        client=first.client,
+        model=first.model,
+        served=first.served,
+        replica=first.replica,
+        requests=sum(r.requests for r in rows),
+        prompt_tokens=sum(r.prompt_tokens for r in rows),
+        cached_tokens=sum(r.cached_tokens for r in rows),
+        completion_tokens=sum(r.completion_tokens for r in rows),
+        estimated=sum(r.estimated for r in rows),
+        outcomes=tuple(sorted(outcomes.items())),
+        gateways=tuple(sorted(gateways)[:MAX_GATEWAYS]),
+        flushes=sum(r.flushes for r in rows),
+    )
 
 
 def event_for(row: UsageRow) -> NewEvent:
@@ -132,8 +172,10 @@ def check_usage(payload: Any) -> UsageRow:
     extra = sorted(k for k in payload if k not in _KEYS)
     if extra:
         raise UnreadableEvent(f"usage payload has unknown fields {extra[:5]}")
-    gateway = _text(payload, "gateway", GATEWAY)
-    flush = _text(payload, "flush", FLUSH)
+    gateways = _gateways(payload.get("gateways"))
+    flushes = payload.get("flushes")
+    if type(flushes) is not int or not 1 <= flushes <= MAX_COUNT:
+        raise UnreadableEvent(f"usage flushes is not a whole number from 1 to {MAX_COUNT}")
     client = _text(payload, "client", CLIENT)
     model = _name(payload, "model")
     served = _optional(payload, "served")
@@ -158,8 +200,8 @@ def check_usage(payload: Any) -> UsageRow:
         served=served,
         replica=replica,
         outcomes=outcomes,
-        gateway=gateway,
-        flush=flush,
+        gateways=gateways,
+        flushes=flushes,
         **counts,
     )
 
@@ -169,6 +211,18 @@ def _text(payload: dict[str, Any], key: str, pattern: re.Pattern[str]) -> str:
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise UnreadableEvent(f"usage {key} is not a name (pattern {pattern.pattern})")
     return value
+
+
+def _gateways(value: Any) -> tuple[str, ...]:
+    if (
+        not isinstance(value, list)
+        or not 1 <= len(value) <= MAX_GATEWAYS
+        or not all(isinstance(v, str) and GATEWAY.fullmatch(v) for v in value)
+    ):
+        raise UnreadableEvent(
+            f"usage gateways is not a list of 1 to {MAX_GATEWAYS} names (pattern {GATEWAY.pattern})"
+        )
+    return tuple(value)
 
 
 def _name(payload: dict[str, Any], key: str) -> str:

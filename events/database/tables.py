@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from sqlalchemy import (
     BigInteger,
     DateTime,
+    Double,
     Index,
     Integer,
     String,
@@ -218,3 +219,59 @@ class TokenRow(Base):
     revoked_by: Mapped[str | None] = mapped_column(String(255))
     # The log position of the event of this row's last change (issue or revocation).
     revision: Mapped[int] = mapped_column(Position, index=True)
+
+
+class UsagePendingRow(Base):
+    """One row of a gateway's usage flush (``POST /v1/usage``) not yet rolled up.
+
+    The roll-up (events.write.usage.roll_up) sums the rows of every closed minute into
+    ``usage.recorded`` events and deletes them in the same transaction; until then the
+    ledger's reads add them to the events. ``row`` is the row's JSON as posted (checked),
+    without who posted it (``poster``) or the flush (``flush``).
+    """
+
+    __tablename__ = "usage_pending"
+
+    id: Mapped[int] = mapped_column(Position, primary_key=True, autoincrement=True)
+    poster: Mapped[str] = mapped_column(String(200))
+    flush: Mapped[str] = mapped_column(String(64))
+    minute: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    row: Mapped[str] = mapped_column(Text)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class UsageFlushRow(Base):
+    """A flush received (who posted it and its id): the same flush sent again stores
+    nothing. Kept ``FLUSH_MEMORY`` after its rows (events.write.usage), long past any
+    gateway's retry."""
+
+    __tablename__ = "usage_flushes"
+
+    poster: Mapped[str] = mapped_column(String(200), primary_key=True)
+    flush: Mapped[str] = mapped_column(String(64), primary_key=True)
+    rows: Mapped[int] = mapped_column(Integer)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+
+
+class AllowanceRow(Base):
+    """A limited client token's shared account of one limit (catalog.forms.allowance).
+
+    Gateways draw a client's allowance from it in chunks and give back what they did not
+    use (``POST /v1/gateway/allowances``), so a limit holds across gateways and across
+    the control plane's replicas: each draw reads and writes its rows in one
+    transaction, the rows locked (``FOR UPDATE`` on PostgreSQL; SQLite has one writer).
+    ``kind``: ``requests``, ``tokens``, ``tokens:MODEL`` or ``budget``. A bucket's
+    ``level`` is what is left to grant at ``at`` (seconds since the epoch, the
+    database's clock on PostgreSQL); a budget's ``slots`` (JSON, slot -> tokens) what
+    was granted in each slot of its ``period_s``.
+    """
+
+    __tablename__ = "allowances"
+
+    client: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(160), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    level: Mapped[float] = mapped_column(Double)
+    at: Mapped[float] = mapped_column(Double)
+    period_s: Mapped[int | None] = mapped_column(Integer)
+    slots: Mapped[str] = mapped_column(Text, server_default="{}")

@@ -1,10 +1,14 @@
-"""The usage ledger: the ``usage.recorded`` events of the log, summed.
+"""The usage ledger: the ``usage.recorded`` events of the log, and the flushed rows not
+yet rolled up into events (``usage_pending``), summed.
 
-Pure: events in, totals out. Every gateway flushes its own counts, several times a
-minute, each row one event (events.core.usage); the ledger of a client and model is
-the sum of all of them, whichever gateway and flush. Each event is read on its own as
-replay reads it: a row that cannot be read (a hand-edited payload, a newer release's)
-is skipped and named, never summed and never the end of the ledger.
+Pure: events and rows in, totals out. Every gateway flushes its own counts, several
+times a minute; the roll-up sums a closed minute's rows of all gateways into one event
+per key (events.core.usage), and a late flush of that minute into one more. The ledger
+of a client and model is the sum of all of them, events and pending rows: a flush
+counts as soon as it is stored. Each event is read on its own as replay reads it, each
+pending row as the roll-up does (``read_pending``): one that cannot be read (a
+hand-edited payload, a newer release's) is skipped and named, never summed and never
+the end of the ledger.
 
 ``LedgerQuery`` filters by client, model (the model asked) and the rows' minutes
 (``since``: from the minute it falls in), and groups by ``client``, ``model``, ``day``
@@ -24,6 +28,7 @@ from events.core.rows import ReplayEvent
 from events.core.types import USAGE_RECORDED, StoredEvent
 from events.core.upcast import UnreadableEvent, upcast
 from events.core.usage import UsageRow, check_usage
+from events.storage.usage_pending import PendingRow
 
 BY = ("client", "model", "day")
 # A row is a few hundred bytes; anything much larger is not one.
@@ -95,6 +100,9 @@ class Ledger:
     truncated: bool = False
     # The last position read: the ledger is as of it.
     position: int = 0
+    # Of ``rows``, those still pending (stored, not yet rolled up into events).
+    pending: int = 0
+    max_groups: int = MAX_GROUPS
 
     def to_json(self) -> dict[str, Any]:
         groups = []
@@ -104,6 +112,7 @@ class Ledger:
             "by": list(self.keys),
             "position": self.position,
             "rows": self.rows,
+            "pending": self.pending,
             "groups": groups,
             "total": self.total.to_json(),
             "truncated": self.truncated,
@@ -140,17 +149,38 @@ def read_row(event: StoredEvent | ReplayEvent) -> UsageRow:
     return check_usage(upcast(event.type, event.schema_version, payload))
 
 
+def pending_id(row: PendingRow) -> str:
+    """How a pending row is named where an event is named by its id."""
+    return f"usage_pending:{row.id}"
+
+
+def read_pending(row: PendingRow) -> UsageRow:
+    """One pending row (``usage_pending``, as stored) as the flush posted it;
+    ``UnreadableEvent`` naming why not."""
+    if not isinstance(row.row, str) or not isinstance(row.poster, str):
+        raise UnreadableEvent("pending usage row is not text")
+    try:
+        payload = read_json(row.row, "row", ROW_LIMITS)
+    except CatalogError as exc:
+        raise UnreadableEvent(str(exc)[:300]) from None
+    if not isinstance(payload, dict) or "gateways" in payload or "flushes" in payload:
+        raise UnreadableEvent("pending usage row is not a flush's row (a JSON object)")
+    return check_usage({**payload, "gateways": [row.poster], "flushes": 1})
+
+
 def summarise(
     events: Iterable[StoredEvent | ReplayEvent],
     query: LedgerQuery,
     max_groups: int = MAX_GROUPS,
     max_events: int | None = None,
+    pending: Iterable[PendingRow] = (),
 ) -> Ledger:
-    """The ledger of ``events`` (the log's ``usage.recorded`` events, in log order); with
-    ``max_events``, of at most that many (then ``truncated``, and ``position`` the last
-    one read: the ledger up to it)."""
+    """The ledger of ``events`` (the log's ``usage.recorded`` events, in log order) and
+    ``pending`` (the rows not yet rolled up, ``pending`` in the answer); with
+    ``max_events``, of at most that many events (then ``truncated``, and ``position``
+    the last one read: the ledger up to it)."""
     keys = keys_of(query.by)
-    ledger = Ledger(keys)
+    ledger = Ledger(keys, max_groups=max_groups)
     since = None if query.since is None else minute_of(query.since)
     read = 0
     for event in events:
@@ -162,28 +192,45 @@ def summarise(
         try:
             row = read_row(event)
         except Exception as exc:  # any bad row is one bad row: skipped and named
-            reason = str(exc) if isinstance(exc, UnreadableEvent) else f"{type(exc).__name__}"
-            ledger.skipped_count += 1
-            if len(ledger.skipped) < MAX_NAMED:
-                ledger.skipped.append(SkippedRow(event.position, event.event_id, reason[:300]))
+            _skip(ledger, event.position, event.event_id, exc)
             continue
-        if query.client is not None and row.client != query.client:
+        _count(ledger, query, since, row)
+    for stored in pending:
+        try:
+            row = read_pending(stored)
+        except Exception as exc:  # the same for a bad pending row
+            _skip(ledger, 0, pending_id(stored), exc)
             continue
-        if query.model is not None and row.model != query.model:
-            continue
-        if since is not None and row.minute < since:
-            continue
-        ledger.rows += 1
-        ledger.total.add(row)
-        key = tuple(_value(row, k) for k in keys)
-        found = ledger.groups.get(key)
-        if found is None:
-            if len(ledger.groups) >= max_groups:
-                ledger.truncated = True
-                continue
-            found = ledger.groups[key] = Totals()
-        found.add(row)
+        if _count(ledger, query, since, row):
+            ledger.pending += 1
     return ledger
+
+
+def _skip(ledger: Ledger, position: int, name: str, exc: Exception) -> None:
+    reason = str(exc) if isinstance(exc, UnreadableEvent) else f"{type(exc).__name__}"
+    ledger.skipped_count += 1
+    if len(ledger.skipped) < MAX_NAMED:
+        ledger.skipped.append(SkippedRow(position, name, reason[:300]))
+
+
+def _count(ledger: Ledger, query: LedgerQuery, since: datetime | None, row: UsageRow) -> bool:
+    if query.client is not None and row.client != query.client:
+        return False
+    if query.model is not None and row.model != query.model:
+        return False
+    if since is not None and row.minute < since:
+        return False
+    ledger.rows += 1
+    ledger.total.add(row)
+    key = tuple(_value(row, k) for k in ledger.keys)
+    found = ledger.groups.get(key)
+    if found is None:
+        if len(ledger.groups) >= ledger.max_groups:
+            ledger.truncated = True
+            return True
+        found = ledger.groups[key] = Totals()
+    found.add(row)
+    return True
 
 
 def _value(row: UsageRow, key: str) -> str:

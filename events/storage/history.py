@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Engine, select
 
@@ -26,8 +27,9 @@ class HistoryQuery:
     """Which events ``history`` returns; every filter given must hold.
 
     ``model``, ``actor`` and ``type`` match exactly (a model by the name the
-    event recorded); ``since`` and ``until`` bound ``recorded_at``, both
-    inclusive.
+    event recorded); ``without_type`` leaves that type out (``llmgw history`` leaves
+    the usage ledger's ``usage.recorded`` out unless asked); ``since`` and ``until``
+    bound ``recorded_at``, both inclusive.
     """
 
     model: str | None = None
@@ -35,21 +37,29 @@ class HistoryQuery:
     type: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    without_type: str | None = None
 
 
-def history(engine: Engine, query: HistoryQuery, after: int = 0) -> Iterator[StoredEvent]:
-    """The events matching ``query``, in log order, filtered in SQL and streamed in batches."""
-    conditions = [t.c.position > after]
+def _conditions(query: HistoryQuery, after: int) -> list[Any]:
+    conditions: list[Any] = [t.c.position > after]
     if query.model is not None:
         conditions.append(t.c.model == query.model)
     if query.actor is not None:
         conditions.append(t.c.actor == query.actor)
     if query.type is not None:
         conditions.append(t.c.type == query.type)
+    if query.without_type is not None:
+        conditions.append(t.c.type != query.without_type)
     if query.since is not None:
         conditions.append(t.c.recorded_at >= query.since)
     if query.until is not None:
         conditions.append(t.c.recorded_at <= query.until)
+    return conditions
+
+
+def history(engine: Engine, query: HistoryQuery, after: int = 0) -> Iterator[StoredEvent]:
+    """The events matching ``query``, in log order, filtered in SQL and streamed in batches."""
+    conditions = _conditions(query, after)
     columns = [*_COLUMNS[:-1], RAW_RECORDED_AT]
     convert = recorded_at_from_db(engine.dialect)
     while True:
@@ -63,6 +73,17 @@ def history(engine: Engine, query: HistoryQuery, after: int = 0) -> Iterator[Sto
         if len(rows) < sql_reads.READ_BATCH:
             return
         conditions[0] = t.c.position > rows[-1][0]
+
+
+def newest(engine: Engine, query: HistoryQuery, count: int) -> list[StoredEvent]:
+    """The last ``count`` events matching ``query``, in log order (the dashboard's
+    History page: the newest catalog changes, however many usage events came since)."""
+    columns = [*_COLUMNS[:-1], RAW_RECORDED_AT]
+    convert = recorded_at_from_db(engine.dialect)
+    stmt = select(*columns).where(*_conditions(query, 0)).order_by(t.c.position.desc()).limit(count)
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    return [decode(row, convert) for row in reversed(rows)]
 
 
 def usage_events(engine: Engine, since: datetime | None = None) -> Iterator[StoredEvent]:

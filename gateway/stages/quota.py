@@ -25,18 +25,48 @@ Over a limit: ``Refusal`` 429, OpenAI's error shape, ``code`` naming the limit
 ``budget_exhausted``) and ``retry_after`` when it will fit again. ``headers`` gives
 OpenAI's ``x-ratelimit-*`` headers for every answer of a limited token.
 
-With ``llmgw gateway --workers N`` each worker is a ``Quotas(share=N)`` and holds 1/N
-of every limit (rounded down, at least 1): the workers share no memory, and the
-kernel spreads connections over them, so together they never serve more than the
-limit. Sharing a limit across processes and gateways (allowance chunks drawn from the
-control plane) is issue 39's second half.
+Alone (``Quotas()``, no control plane to share with), each process counts a whole
+limit; with ``llmgw gateway --workers N`` each worker is a ``Quotas(share=N)`` and holds
+1/N of every limit (rounded down, at least 1).
+
+**Shared** (``Quotas(shared=True)``, what ``llmgw gateway`` runs): the rate limits and the
+budget are accounts of the control plane, shared by every gateway
+(catalog.forms.allowance). This process holds a ``Holding`` of each, drawn in chunks by
+the allowance client (gateway.allowance) off the request path, and a request spends from
+what is held here: it never waits on the control plane. The bound on what every gateway
+together admits, for one limit of L a minute (a budget: L over its period):
+
+- a grant leaves the account when it is made, and the account is the single bucket the
+  limit describes, so over any interval of T seconds what the gateways are granted, less
+  what they give back, is at most L + L*T/60 (the bucket full at the start, plus its
+  refill), exactly as for one gateway;
+- what they admit is what they were granted plus what they held when the interval
+  began, less what they hold at its end. A gateway holds at most ``cap`` = 5% of L
+  (``CHUNK_SHARE``; its N workers 1/N of that each), and owes at most one request's
+  reservation R: a request is admitted when what is held covers its reservation, or, on
+  credit, when nothing is owed and the account had room for it at its last answer (the
+  first request of a client a gateway has not drawn for yet is one). A holding thus
+  ranges over [-R, cap] and each gateway adds at most cap + R;
+- so with G gateways what a client is admitted over any interval is at most what one
+  gateway alone would admit plus G * (5% of L + R): with two gateways, 10% of L plus
+  two requests' reservations (one of them if the interval begins before a gateway's first
+  request). A killed gateway's holding is lost (the client is then granted less, never
+  more), and through a control-plane outage a gateway serves within what it holds and
+  then refuses with 503 ``allowance_not_renewed``. ``max_inflight`` is not shared: each
+  process counts its own (1/N of it with N workers).
+
+What the engine serves beyond a request's reservation (the prompt's estimate was low)
+comes out of the holding as it does out of a single gateway's bucket.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from catalog.forms.allowance import BUDGET, CHUNK_SHARE, MODEL_PREFIX, REQUESTS, TOKENS, Draw
+from catalog.forms.allowance import Granted as Answer
 from catalog.forms.client_limits import ClientLimits
 from gateway.stages.admission import (
     EMBEDDINGS,
@@ -56,6 +86,17 @@ BUDGET_SLOTS = 60
 # own beyond it; a budget's wait is said in the message too.
 MAX_RETRY_AFTER_S = 60
 MINUTE = 60.0
+# A holding covers this many seconds of the client's recent rate here (drawn ahead).
+AHEAD_S = 2.0
+# The recent rate's time constant.
+RATE_TAU_S = 2.0
+# While the account has more than this share of its limit left, a holding is the whole
+# cap: the client is far from its limit, and what is held cannot raise the bound.
+PLENTY = 0.5
+# A holding idle this long is given back whole (its client's next request is on credit).
+IDLE_S = 30.0
+# How long a refusal for an allowance the control plane did not renew says to wait.
+UNRENEWED_RETRY_S = 5
 
 
 @dataclass(slots=True)
@@ -142,6 +183,92 @@ class Use:
 
 
 @dataclass(slots=True)
+class Holding:
+    """What this process holds of one shared limit's account (``Quotas(shared=True)``).
+
+    ``held`` is spent by requests and refunded at their settlement (negative: owed, the
+    next grant pays it first); what a refund brings above ``cap`` is given back. The
+    allowance client sets ``target`` from the recent rate and draws when ``held`` falls
+    below ``low``."""
+
+    size: int
+    cap: float
+    held: float = 0.0
+    # Above the cap (refunds): given back at the next draw.
+    give: float = 0.0
+    # Asked for here, all told, admitted or refused (the allowance client takes the
+    # recent rate from it), the largest single reservation and when one was last asked
+    # (monotonic).
+    used: float = 0.0
+    largest: float = 0.0
+    last: float = -math.inf
+    # The account's units left at its last answer (None: never answered here), when
+    # (monotonic), and whether it refills (a bucket; a budget does not).
+    left: int | None = None
+    left_at: float = 0.0
+    refills: bool = True
+    # The allowance client's: the recent rate (units/s), what to hold, when to draw.
+    rate: float = 0.0
+    counted: float = 0.0
+    target: float = 0.0
+    low: float = 0.0
+    # A request refused for want of this holding (its reservation): asked for at once.
+    short: float = 0.0
+
+    def plan(self, now: float, dt: float) -> None:
+        """The recent rate over ``dt`` seconds, and the target held from it."""
+        if dt > 0:
+            weight = math.exp(-dt / RATE_TAU_S)
+            self.rate = self.rate * weight + (self.used - self.counted) / dt * (1 - weight)
+        self.counted = self.used
+        if now - self.last > IDLE_S:
+            self.target = 0.0
+        elif self.left is not None and self.left >= PLENTY * self.size:
+            self.target = self.cap
+        else:
+            self.target = min(self.cap, max(self.rate * AHEAD_S, 4 * self.largest))
+        # Topped up as soon as a request's worth is missing: a gateway can spend at most
+        # its cap per round trip to the control plane, so every round trip counts.
+        self.low = max(self.target - self.largest, self.target / 2)
+
+    def draw(self) -> tuple[int, int, bool]:
+        """(want, give_back, ask) for the next call, ``ask`` when it must be made even
+        for nothing (a request was refused: the account's ``left`` is asked afresh, so
+        the next one may go on credit). What is given back leaves ``held`` now (a call
+        that fails loses it: the client is granted less, never more)."""
+        give = math.floor(self.give)
+        self.give -= give
+        if self.held > 2 * self.target or (self.target == 0 and self.held > 0):
+            excess = math.floor(self.held - self.target)
+            self.held -= excess
+            give += excess
+        goal = self.target
+        ask = self.short > 0
+        if ask:
+            goal = max(goal, min(self.short, self.cap))
+            self.short = 0.0
+        want = 0
+        if self.held < self.low or ((self.left is None or ask) and self.held < goal):
+            want = math.ceil(goal - self.held)
+        return want, give, ask
+
+    def account(self, now: float) -> float | None:
+        """What the account has now, by its last answer and its refill since (others'
+        draws since then unknown here); None: never answered."""
+        if self.left is None:
+            return None
+        if not self.refills:
+            return float(self.left)
+        return min(float(self.size), self.left + (now - self.left_at) * self.size / MINUTE)
+
+    def refund(self, amount: float) -> None:
+        self.held += amount
+        if self.held > self.cap:
+            self.give += self.held - self.cap
+            self.held = self.cap
+
+
+@dataclass(slots=True)
 class Ticket:
     """One admitted request's reservation, until it settles."""
 
@@ -154,6 +281,8 @@ class Ticket:
     # The budget slot the reservation went into (where its settlement goes too).
     slot: int | None = None
     settled: bool = False
+    # Shared: the token holdings the reservation was spent from (refunded at settlement).
+    spent: tuple[Holding, ...] = ()
 
 
 def reservation(
@@ -182,10 +311,19 @@ def _retry(seconds: float) -> int:
 class Quotas:
     """Every limited client token's counts in this gateway process."""
 
-    def __init__(self, share: int = 1) -> None:
+    def __init__(self, share: int = 1, *, shared: bool = False) -> None:
         self.uses: dict[str, Use] = {}
         # This process's share of each limit: 1/share of it (``--workers``).
         self.share = max(share, 1)
+        # Shared with the other gateways through the control plane's accounts.
+        self.shared = shared
+        # (client, kind) -> what this process holds of that account.
+        self.holdings: dict[tuple[str, str], Holding] = {}
+        # Whether the last call to the control plane for allowances answered, and why not.
+        self.renewable = True
+        self.renew_error = ""
+        # The allowance client's wake-up: a holding fell below its low mark.
+        self.wake: Callable[[], None] | None = None
 
     def use(self, client: str, limits: ClientLimits, now: float) -> Use:
         found = self.uses.get(client)
@@ -251,6 +389,10 @@ class Quotas:
                 type="requests",
                 retry_after=1,
             )
+        if self.shared:
+            return self._admit_shared(
+                use, client, limits, model=model, tokens=tokens, prompt=prompt, now=now
+            )
         requests = use.requests
         if requests is not None and requests.refill(now) < 1:
             raise Refusal(
@@ -314,6 +456,174 @@ class Quotas:
             slot = budget.add(tokens, now)
         return Ticket(client, model, tokens, prompt, slot)
 
+    def _holding(self, client: str, kind: str, size: int) -> Holding:
+        key = (client, kind)
+        found = self.holdings.get(key)
+        if found is None or found.size != size:
+            cap = CHUNK_SHARE * size / self.share
+            if found is None:
+                found = self.holdings[key] = Holding(size, cap, refills=kind != BUDGET)
+            else:
+                found.size, found.cap = size, cap
+        return found
+
+    def _admit_shared(
+        self,
+        use: Use,
+        client: str,
+        limits: ClientLimits,
+        *,
+        model: str,
+        tokens: int,
+        prompt: int,
+        now: float,
+    ) -> Ticket:
+        wanted: list[tuple[Holding, int, str]] = []
+        if limits.rpm is not None:
+            wanted.append((self._holding(client, REQUESTS, limits.rpm), 1, "rpm"))
+        if limits.tpm is not None:
+            wanted.append((self._holding(client, TOKENS, limits.tpm), tokens, "tpm"))
+        if limits.model_tpm:
+            size = limits.tpm_for(model)
+            if size is not None:
+                holding = self._holding(client, MODEL_PREFIX + model, size)
+                wanted.append((holding, tokens, f"tpm {model}"))
+        if limits.budget is not None and limits.budget_period_s is not None:
+            wanted.append((self._holding(client, BUDGET, limits.budget), tokens, "budget"))
+        for holding, amount, what in wanted:
+            if holding.held >= amount:
+                continue
+            if holding.held >= 0 and self.renewable and amount <= holding.size:
+                account = holding.account(now)
+                if account is None or account + holding.held + holding.give >= amount:
+                    continue  # on credit: the next grant pays it
+            holding.short = amount
+            holding.used += amount  # (demand: the rate counts what was refused too)
+            holding.last = now
+            if self.wake is not None:
+                self.wake()
+            raise self._short(client, limits, holding, amount, what=what, now=now)
+        spent = []
+        wake = False
+        for holding, amount, what in wanted:
+            holding.held -= amount
+            holding.used += amount
+            holding.last = now
+            holding.largest = max(holding.largest, amount)
+            if holding.held < holding.low or holding.target == 0:
+                wake = True
+            if what != "rpm":
+                spent.append(holding)
+        if wake and self.wake is not None:
+            self.wake()
+        use.inflight += 1
+        return Ticket(client, model, tokens, prompt, spent=tuple(spent))
+
+    def _short(
+        self,
+        client: str,
+        limits: ClientLimits,
+        holding: Holding,
+        amount: int,
+        *,
+        what: str,
+        now: float,
+    ) -> Refusal:
+        """The refusal of a request this process does not hold enough for."""
+        if not self.renewable:
+            return Refusal(
+                503,
+                f"client {client!r}: its allowance ({what}) could not be renewed from the "
+                f"control plane ({self.renew_error or 'no answer'}); this gateway has served "
+                "what it held and serves no more of it until the control plane answers. "
+                "Retry after the Retry-After header's seconds",
+                code="allowance_not_renewed",
+                type="service_unavailable",
+                retry_after=UNRENEWED_RETRY_S,
+            )
+        if what == "rpm":
+            return Refusal(
+                429,
+                f"client {client!r}: over its limit of {holding.size} requests a minute "
+                "(rpm); retry after the Retry-After header's seconds",
+                code="rate_limit_requests",
+                type="requests",
+                retry_after=_retry(_shared_wait(holding, amount, now)),
+            )
+        if what == "budget":
+            return Refusal(
+                429,
+                f"client {client!r}: its budget of {holding.size} tokens over "
+                f"{limits.budget_period_s} s is used (the request reserves {amount}); room "
+                "again as its oldest tokens leave the period, or ask the operator "
+                "(`llmgw token limits`)",
+                code="budget_exhausted",
+                type="tokens",
+                retry_after=MAX_RETRY_AFTER_S,
+            )
+        if amount > holding.size:
+            return Refusal(
+                429,
+                f"client {client!r}: the request reserves {amount} tokens (its prompt "
+                f"and max_tokens), more than its limit {what} of {holding.size} a "
+                "minute allows at once; ask for fewer max_tokens or a shorter prompt",
+                param="max_tokens",
+                code="rate_limit_tokens",
+                type="tokens",
+                retry_after=MAX_RETRY_AFTER_S,
+            )
+        return Refusal(
+            429,
+            f"client {client!r}: over its limit {what} of {holding.size} tokens a "
+            f"minute (the request reserves {amount}: its prompt and max_tokens); "
+            "retry after the Retry-After header's seconds, or ask for fewer max_tokens",
+            code="rate_limit_tokens",
+            type="tokens",
+            retry_after=_retry(_shared_wait(holding, amount, now)),
+        )
+
+    def draws(self, now: float, dt: float) -> list[Draw]:
+        """What to ask the control plane for now (the allowance client's call): each
+        holding's rate and target made again, then its draw when it has one."""
+        out = []
+        for (client, kind), holding in self.holdings.items():
+            holding.plan(now, dt)
+            want, give, ask = holding.draw()
+            if want or give or ask:
+                out.append(Draw(client, kind, want, give))
+        return out
+
+    def granted(self, answers: list[Answer], now: float) -> None:
+        """The control plane's answer: grants added; a limit it does not know any more
+        (revoked, removed) dropped."""
+        self.renewable, self.renew_error = True, ""
+        for a in answers:
+            key = (a.client, a.kind)
+            holding = self.holdings.get(key)
+            if holding is None:
+                continue
+            if a.size is None:
+                del self.holdings[key]
+                continue
+            # (Refunds may have come in since the draw was planned: never above the cap.)
+            holding.refund(a.granted)
+            holding.left, holding.left_at = a.left, now
+
+    def unrenewed(self, reason: str) -> None:
+        """The control plane did not answer: what is held is spent, then refused."""
+        self.renewable, self.renew_error = False, reason[:300]
+
+    def release(self) -> list[Draw]:
+        """Everything held, to give back (a graceful stop)."""
+        out = []
+        for (client, kind), holding in self.holdings.items():
+            give = max(0, math.floor(holding.held + holding.give))
+            holding.held -= give
+            holding.give = 0.0
+            if give:
+                out.append(Draw(client, kind, 0, give))
+        return out
+
     def settle(self, ticket: Ticket, used: int, now: float) -> None:
         """The request ended having used ``used`` tokens (the engine's usage): its
         reservation is given back and that taken instead. Once per ticket."""
@@ -325,6 +635,10 @@ class Quotas:
             return
         use.inflight = max(use.inflight - 1, 0)
         delta = used - ticket.reserved
+        if self.shared:
+            for holding in ticket.spent:
+                holding.refund(-delta)
+            return
         for bucket in (use.tokens, use.models.get(ticket.model) if use.models else None):
             if bucket is not None:
                 bucket.refill(now)
@@ -338,6 +652,8 @@ class Quotas:
                 ) -> list[tuple[bytes, bytes]]:  # fmt: skip
         """OpenAI's ``x-ratelimit-*`` headers for a limited token's answer: the requests
         bucket, and the tokens one (``tpm``, else the model's own)."""
+        if self.shared:
+            return self._shared_headers(client, limits, model)
         use = self.use(client, limits, now)
         shown = use.shown
         if shown is None or (use.tokens is None and use.shown_model != model):
@@ -352,6 +668,41 @@ class Quotas:
                 (reset, _duration(bucket.reset_s())),
             )
         return out
+
+    def _shared_headers(
+        self, client: str, limits: ClientLimits, model: str | None
+    ) -> list[tuple[bytes, bytes]]:
+        """The headers from what the accounts had at their last answer and what is
+        held here: the remaining figure another gateway's use since then lowers."""
+        out: list[tuple[bytes, bytes]] = []
+        for size, kind, name in (
+            (limits.rpm, REQUESTS, b"requests"),
+            (
+                limits.tpm if limits.tpm is not None else limits.tpm_for(model or ""),
+                TOKENS if limits.tpm is not None else MODEL_PREFIX + (model or ""),
+                b"tokens",
+            ),
+        ):
+            if size is None:
+                continue
+            holding = self.holdings.get((client, kind))
+            if holding is None:
+                remaining = float(size)
+            else:
+                left = size if holding.left is None else holding.left
+                remaining = min(float(size), max(0.0, left + holding.held))
+            out += (
+                (b"x-ratelimit-limit-" + name, b"%d" % size),
+                (b"x-ratelimit-remaining-" + name, b"%d" % remaining),
+                (b"x-ratelimit-reset-" + name, _duration((size - remaining) * MINUTE / size)),
+            )
+        return out
+
+
+def _shared_wait(holding: Holding, amount: int, now: float) -> float:
+    """Seconds until the account has refilled what the request lacks here."""
+    lacking = amount - holding.held - holding.give - (holding.account(now) or 0.0)
+    return max(0.0, lacking) * MINUTE / holding.size
 
 
 def _shown(

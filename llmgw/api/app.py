@@ -74,6 +74,7 @@ from llmgw.api.runtime.changes_watch import watch_changes
 from llmgw.api.runtime.fleet_gauges import FleetCollector
 from llmgw.api.runtime.scheduler_thread import SchedulerThread
 from llmgw.api.runtime.services import Services
+from llmgw.api.runtime.usage_rollup import UsageRollup
 from llmgw.api.telemetry.request_log import RequestLog
 
 log = structlog.get_logger("llmgw.api")
@@ -106,10 +107,13 @@ def create_app(services: Services, *, scheduler: SchedulerThread | None = None) 
         if scheduler is not None:
             scheduler.start()
         watching = watch_changes(services)
+        rollup = UsageRollup(services)
+        rollup.start()
         try:
             yield
         finally:
             services.stopping.set()
+            await to_thread.run_sync(rollup.stop)  # every pending usage row into the log
             await to_thread.run_sync(watching.stop)
             if heartbeats is not None:
                 listener, flusher = heartbeats

@@ -28,6 +28,7 @@ from scheduler.persistence.audit_trail import (
     REMOVED,
     REPLICA_FAILED,
     UPDATED,
+    Move,
     TrailEntry,
     append_trail,
     lock_trail,
@@ -42,8 +43,12 @@ from scheduler.persistence.lifecycle_store import (
     record_failures,
     set_cordon,
 )
-from scheduler.persistence.placement_rows import placement_row, read_placements
-from scheduler.persistence.record_format import PlacementEvent
+from scheduler.persistence.placement_rows import (
+    next_change,
+    placement_row,
+    read_placements,
+    reporting_nodes,
+)
 from scheduler.persistence.recorded_rounds import record_round
 from scheduler.persistence.tables import PlacementRoundRow, PlacementRow, table
 from scheduler.persistence.versions import record_definitions
@@ -95,7 +100,7 @@ def _count_hosted(conn: Connection) -> dict[str, int]:
 CATCH_UP_ROUNDS = 20
 
 
-def _moved(counts: Mapping[str, int], moves: list[PlacementEvent] | None) -> dict[str, int] | None:
+def _moved(counts: Mapping[str, int], moves: list[Move] | None) -> dict[str, int] | None:
     """``counts`` after ``moves`` (None when the moves could not all be read)."""
     if moves is None:
         return None
@@ -164,6 +169,11 @@ class HostedCounts:
         return hosted
 
 
+def round_head(conn: Connection) -> int:
+    """The last round's id (0 before any): what a plan's write is fenced on."""
+    return _round_head(conn)
+
+
 class RoundStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -189,8 +199,22 @@ class RoundStore:
     def replicas(
         self, *, node: str | None = None, model: str | None = None
     ) -> list[tuple[Placement, ReplicaStatus]]:
-        """Every placement with its state, optionally only those on ``node`` or of ``model``."""
-        return self.state().replicas(node=node, model=model)
+        """Every placement with its state, optionally only those on ``node`` or of ``model``.
+
+        With ``node`` (an agent's read of its placements), only that node's rows and the
+        reporting flags of their nodes are read: the whole state, read and then filtered,
+        cost 3.9 s of CPU at 110,000 placements, for each agent's read."""
+        if node is None:
+            return self.state().replicas(model=model)
+        with self.engine.connect() as conn:
+            rows = read_placements(conn, node=node)
+            among = sorted({n for r in rows for n in r.placement.nodes})
+            reporting = reporting_nodes(conn, among) if among else frozenset()
+        return [
+            (r.placement, r.status(reporting))
+            for r in rows
+            if model is None or r.placement.model == model
+        ]
 
     def service(self) -> tuple[dict[str, Cordon], dict[str, int]]:
         """The cordons by node, and how many replicas each node hosts: what `nodes list` shows."""
@@ -241,6 +265,7 @@ class RoundStore:
                     f"round {head} was written since this plan read round {based_on.round_id}"
                 )
             round_id = head + 1
+            seq = next_change(conn)
             record_round(
                 conn,
                 round_id=round_id,
@@ -265,7 +290,7 @@ class RoundStore:
             if plan.place:
                 conn.execute(
                     insert(placements_t),
-                    [placement_row(p, round_id, now) for p in plan.place],
+                    [placement_row(p, round_id, now, seq) for p in plan.place],
                 )
             for copy in plan.again:
                 # Placed again where it runs: it starts as its engine last reported, not
@@ -276,7 +301,9 @@ class RoundStore:
                         placements_t.c.model == copy.model,
                         placements_t.c.replica == copy.replica,
                     )
-                    .values(state=copy.state, state_since=now, endpoint=copy.endpoint)
+                    .values(
+                        state=copy.state, state_since=now, endpoint=copy.endpoint, change_seq=seq
+                    )
                 )
             for p in updated:
                 conn.execute(
@@ -288,6 +315,7 @@ class RoundStore:
                         version=p.version,
                         moving=p.moving,
                         moving_for=p.moving_for,
+                        change_seq=seq,
                     )
                 )
             record_failures(

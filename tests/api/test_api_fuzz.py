@@ -140,6 +140,8 @@ OPERATIONS = [
     # The tokens' hashes a gateway verifies by (the operator may read them too).
     ("GET", "/v1/gateway/client-tokens"),
     ("GET", "/v1/gateway/reader-tokens"),
+    # Chunks of the client tokens' shared allowances a gateway draws and gives back.
+    ("POST", "/v1/gateway/allowances"),
     # The usage ledger: a gateway's flush in, the totals out.
     ("POST", "/v1/usage"),
     ("GET", "/v1/usage"),

@@ -111,7 +111,7 @@ def test_reports_on_the_lean_path_are_logged_counted_and_stored_as_the_route_doe
 
     assert answer.status_code == 200, answer.text
     # The answer is the node as listed, and what its heartbeats name (agent.heartbeat).
-    heartbeats = {"report_id", "heartbeat_port"}
+    heartbeats = {"report_id", "heartbeat_port", "placements_generation"}
     assert listed["node-1"] == {k: v for k, v in answer.json().items() if k not in heartbeats}
     put = 'llmgw_http_requests_total{method="PUT",route="/v1/nodes/{name}",status="200"}'
     assert after[put] == before.get(put, 0) + 1

@@ -1,7 +1,7 @@
 """The dashboard's usage page in a real headless chromium, against a real `llmgw serve`:
 the ledger per client and model with its total, the filters (client, by day), a new
-flush drawn as it is recorded (the event stream), and a malformed usage event named,
-not summed."""
+flush drawn as it is recorded (pending: the page looks again every 2 s), and a
+malformed usage event named, not summed."""
 
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ def test_the_usage_page_shows_the_ledger_filters_it_and_follows_new_flushes(
     expect(one).to_have_text(["app-1", "chat", "3", "30", "0", "30", "60", "ok 3"])
     expect(table.locator("tbody tr.total td").nth(2)).to_have_text("4")
 
-    # A flush recorded while the page is open is drawn (the event stream says so).
+    # A flush recorded while the page is open is drawn (pending, no event: the page
+    # looks again every 2 s).
     _flush(api, tokens, "two", [_row("app-1", "chat", 2, 5)])
     expect(one.nth(2)).to_have_text("5")
     expect(table.locator("tbody tr.total td").nth(5)).to_have_text("42")

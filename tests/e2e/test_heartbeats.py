@@ -1,16 +1,15 @@
 """Heartbeats end to end: a real `llmgw serve`, a real `llmgw agent` that sends heartbeats
 between its full reports, and an agent of before heartbeats (full reports only) beside it.
 
-The server is restarted on the same ports in the middle: the new process holds no report,
-so the heartbeat names one it does not know, is answered "send the full report", and the
-agent's next report heals it.
+A heartbeat naming a report the server does not hold (the node forgotten, the server
+restarted) is answered "send the full report", and the agent's report in that tick heals it.
 """
 
 from __future__ import annotations
 
-import signal
 import socket
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.agents import AgentProc, Cluster, cluster, eventually
+from tests.api.server import ApiServer, Tokens
+from tests.e2e.agents import SIM, AgentProc, Cluster, cluster, eventually
 
 pytestmark = pytest.mark.slow
 
@@ -73,10 +73,16 @@ def _nodes(c: Cluster) -> dict[str, dict[str, Any]]:
         return {n["name"]: n for n in client.get("/v1/nodes").json()}
 
 
-def _healed(c: Cluster, agent: AgentProc) -> None:
-    """The agent was asked for its full report by a heartbeat, and sent it."""
+def _healed(c: Cluster, agent: AgentProc, puts: int) -> None:
+    """The agent was asked for its full report by a heartbeat, and sent it in the same
+    tick: the first thing it sent past that heartbeat is the full report (its placements
+    are read after the report, in a tick)."""
     eventually(lambda: agent.logs("agent.report_asked"), f"{agent.node} asked to report")
-    eventually(lambda: _puts(c, agent.node) >= 1, f"{agent.node}'s full report")
+    eventually(lambda: _puts(c, agent.node) > puts, f"{agent.node}'s full report")
+    mine = [x for x in c.server.logs("api.request") if x.get("actor") == f"agent-{agent.node}"]
+    asked = datetime.fromisoformat(agent.logs("agent.report_asked")[0]["timestamp"])
+    after = [x for x in mine if datetime.fromisoformat(x["timestamp"]) >= asked]
+    assert (after[0]["method"], after[0]["path"]) == ("PUT", f"/v1/nodes/{agent.node}"), after[0]
 
 
 def test_old_and_new_agents_coexist_and_a_heartbeat_after_a_restart_gets_the_full_report(
@@ -126,26 +132,27 @@ def test_old_and_new_agents_coexist_and_a_heartbeat_after_a_restart_gets_the_ful
             eventually(lambda: _puts(c, "old") > old_puts, "the old agent still reports")
             assert _nodes(c)["old"]["state"] == "fresh"
 
-            # A new process on the same ports holds no report: the heartbeat is told to
-            # send the full report, and does. The agent is paused meanwhile, so its next
-            # tick is a heartbeat to the new process (not a full report sent while the
-            # server was down, which would heal it too, by the old way).
-            paused = [a.proc for a in (new, udp) if a.proc is not None]
-            for proc in paused:
-                proc.send_signal(signal.SIGSTOP)
-            try:
-                c.server.stop()
-                c.server.start()
-            finally:
-                for proc in paused:
-                    proc.send_signal(signal.SIGCONT)
+            # A heartbeat naming a report the server no longer holds (the node forgotten:
+            # its lease write finds no row and drops the report) is answered "send the full
+            # report"; the agent sends it in the tick that was told, within one interval.
+            puts = {name: _puts(c, name) for name in ("new", "udp")}
+            for name in ("new", "udp"):
+                done = c.cli("nodes", "forget", name)
+                assert done.returncode == 0, done.stderr
             for agent in (new, udp):
-                _healed(c, agent)
+                _healed(c, agent, puts[agent.node])
+            # One heartbeat each was answered "send the full report", and none after it.
+            assert _metric(c, "llmgw_node_heartbeats_refused_total") == 2
+
+            # A new process on the same ports holds no report: the agents heal by a full
+            # report (told so by a heartbeat, or sent after finding the server gone).
+            c.server.stop()
+            c.server.start()
             eventually(
                 lambda: _metric(c, "llmgw_node_heartbeats_total") >= 5,
                 "heartbeats taken again after the full report",
             )
-            assert _metric(c, "llmgw_node_heartbeats_refused_total") >= 1
+            eventually(lambda: all(_puts(c, n) >= 1 for n in ("new", "udp")), "full reports")
             nodes = _nodes(c)
             assert {nodes[n]["state"] for n in ("new", "old", "udp")} == {"fresh"}
             assert old.answers[-1] == 200
@@ -182,3 +189,90 @@ def test_an_agent_token_issued_after_the_server_started_may_send_heartbeats(
         eventually(lambda: _metric(c, "llmgw_node_heartbeats_total") >= 10, "ten heartbeats taken")
         assert _puts(c, "late") <= 2, "the agent sends heartbeats, not reports"
         assert not late.logs("agent.heartbeat_refused")
+
+
+def _placement_reads(c: Cluster) -> int:
+    return sum(
+        1
+        for x in c.server.logs("api.request")
+        if x["method"] == "GET" and x["path"] == "/v1/placements"
+    )
+
+
+def test_an_agent_reads_its_placements_only_when_its_heartbeats_say_they_moved(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """Each heartbeat's answer carries the node's placement generation: while it stays
+    the one the agent read its placements under, the agent does not read them again (it
+    read them every tick, a whole placement state's read for the server each time); a
+    round that places a replica on the node moves it, and the agent reads and starts it."""
+    with cluster(tmp_path, sqlite_url, ["solo"], models=[]) as c:
+        agent = c.agent("solo", "--full-report-every", "300")
+        eventually(lambda: _metric(c, "llmgw_node_heartbeats_total") >= 5, "five heartbeats")
+        reads = _placement_reads(c)
+        beats = _metric(c, "llmgw_node_heartbeats_total")
+        eventually(
+            lambda: _metric(c, "llmgw_node_heartbeats_total") >= beats + 10, "ten more heartbeats"
+        )
+        assert _placement_reads(c) <= reads + 1, "placements read on ticks where none moved"
+        assert _puts(c, "solo") <= 2
+
+        # A round places a replica here: the node's generation moves with the round's
+        # event naming it, the agent reads its placements and starts the engine.
+        c.add({**SIM, "scaling": {"min": 1}})
+        c.place()
+        eventually(lambda: c.ready("chat", 1), "the replica placed by the round, ready")
+        assert agent.logs("agent.engine_started")
+
+
+def _node(server: ApiServer, token: str, name: str) -> dict[str, Any]:
+    with server.client(token) as client:
+        return next(n for n in client.get("/v1/nodes").json() if n["name"] == name)
+
+
+def test_two_servers_on_one_database_judge_a_node_that_stopped_beating_alike(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Heartbeats renew a lease in the one server that takes them, written to the shared
+    table; every replica judges the node from that table: the one that never heard a
+    heartbeat sees the same renewed lease, and both call the node stale, then lost, once
+    it stops."""
+    tokens = Tokens.issue(agent_nodes=["gone"])
+    env = {"LLMGW_STALE_AFTER": "3s", "LLMGW_GRACE": "2s"}
+    servers = [
+        ApiServer(tmp_path, pg_url, tokens=tokens, env=env, declared={"models": []})
+        for _ in range(2)
+    ]
+    for server in servers:
+        server.start()
+    taking, other = servers
+    try:
+        token = tokens.agents["gone"]
+        with taking.client(token) as client:
+            answer = client.put("/v1/nodes/gone", json={"gpus": 0, "labels": {}})
+        assert answer.status_code == 200, answer.text
+        accepted = answer.json()
+        reported = datetime.fromisoformat(accepted["reported_at"])
+        line = f"HB gone {token} {accepted['report_id']}\n".encode()
+        with socket.create_connection(("127.0.0.1", accepted["heartbeat_port"])) as beat:
+            for _ in range(3):
+                time.sleep(0.4)  # the heartbeats' pace, not a bound on anything
+                beat.sendall(line)
+                assert beat.recv(256).startswith(b"OK gone"), "the heartbeat was taken"
+
+        def alike() -> set[datetime] | None:
+            seen = {datetime.fromisoformat(_node(s, tokens.reader, "gone")["reported_at"])
+                    for s in servers}  # fmt: skip
+            return seen if len(seen) == 1 and min(seen) > reported else None
+
+        eventually(alike, "both servers read the lease the heartbeats renewed, alike")
+
+        def states() -> set[str]:
+            return {_node(s, tokens.reader, "gone")["state"] for s in servers}
+
+        eventually(lambda: states() == {"stale"}, "both servers judge the node stale")
+        eventually(lambda: states() == {"lost"}, "both servers judge the node lost")
+        assert not other.logs("api.heartbeats_refused")
+    finally:
+        for server in servers:
+            server.stop()

@@ -8,10 +8,12 @@ Every request is answered by the one sim replica, whose own counters
 model, the engine's own usage: for app-1, the ``usage`` of each answer its client saw
 (non-streams, and streams that asked for it); for both together, the engine's counters,
 which hold app-2's streams whose usage event was cut out for the client. The counts
-reach the ledger without a stop too (flushed every second). `llmgw verify` covers the
-usage events (an edited one fails it, named), `llmgw replay` applies them, and a
-malformed usage event is skipped and named by `llmgw usage`, replay and the API, the
-rest still summed.
+reach the ledger without a stop too (flushed every second, pending until their minute
+is rolled up); the control plane's graceful stop rolls them up into events, the ledger
+unchanged, one event per client, model, replica and minute. `llmgw verify` covers the
+usage events (an edited one fails it, named), `history` leaves them out unless asked,
+`llmgw replay` applies them, and a malformed usage event is skipped and named by
+`llmgw usage`, replay and the API, the rest still summed.
 """
 
 from __future__ import annotations
@@ -195,24 +197,45 @@ def test_the_ledger_equals_the_engines_usage_per_client_after_a_graceful_stop(
         after = cli.json("usage")
         assert _pairs(after)["app-1", "chat"] == grown
         assert not killed.logs("gateway.usage_flushed")
-        ledger = after
+        # The flushes of a minute not yet closed (and its grace) are pending rows,
+        # counted by the reads all the same (`pending` of `rows`).
+        assert after["pending"] <= after["rows"]
+
+        # The control plane's graceful stop rolls every pending row up into the log: the
+        # ledger is the same, exactly, now all events (one per client, model, replica
+        # and minute, however many flushes of how many gateways).
+        assert c.server.stop() == 0
+        assert "api.usage_rolled_up" in c.server.log_path.read_text()
+        ledger = cli.json("usage")
+        assert ledger["groups"] == after["groups"] and ledger["pending"] == 0
+        c.server.start()
 
         # `verify` covers the usage events; `replay` applies them.
         head = cli.json("verify")
         assert head["ok"], head
         listed = cli.json("history", "--type", USAGE_RECORDED)
         assert all(e["reason"].startswith("usage of app-") for e in listed), listed[:2]
+        # (app-1, app-2) x the few minutes the test ran, not x its dozens of flushes.
+        assert 2 <= len(listed) <= 2 * 4, listed
         usage_positions = [e["position"] for e in listed]
         assert usage_positions and head["head"]["position"] >= usage_positions[-1]
         replayed = cli.json("replay")
         assert set(usage_positions) <= set(replayed["applied"]) and not replayed["skipped"]
+        # `history` leaves the usage events out unless asked (`--usage`, `--type`).
+        assert not {e["type"] for e in cli.json("history")} & {USAGE_RECORDED}
+        assert {e["position"] for e in cli.json("history", "--usage")} >= set(usage_positions)
+        with c.server.client(c.tokens.reader) as http:
+            page = http.get("/v1/events", params={"newest": 5, "usage": "false"}).json()
+            assert page["events"] and USAGE_RECORDED not in {e["type"] for e in page["events"]}
+            page = http.get("/v1/events", params={"newest": 1}).json()
+            assert [e["position"] for e in page["events"]] == [head["head"]["position"]]
 
         # A malformed usage event (written through the log: its hash is good) is skipped
         # and named, by the ledger, the API and replay; the rest is still summed.
         log = open_log(make_engine(sqlite_url))
         bad = {**json.loads(_payload(sqlite_url, usage_positions[0])), "cached_tokens": -1}
         appended = log.append(
-            [NewEvent(USAGE_RECORDED, "", json.dumps(bad), 1)], expected_head=None, actor="x"
+            [NewEvent(USAGE_RECORDED, "", json.dumps(bad), 2)], expected_head=None, actor="x"
         )
         position = appended.events[0].position
         hostile = cli("usage", "--json")

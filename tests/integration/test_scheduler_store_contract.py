@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, insert
+from sqlalchemy import Engine, event, insert
 
 from catalog import Catalog
 from events.catalog_service import CatalogService
@@ -107,6 +107,26 @@ def test_placements_replicas_and_service_agree(store: SchedulerStore, placer: Pl
     assert store.replicas(model="other") == []
     _, hosted = store.service()
     assert sum(hosted.values()) == sum(len(p.nodes) for p in placements)
+
+
+def test_a_nodes_placements_are_read_from_its_rows_alone_and_as_the_whole_state_says(
+    engine: Engine, store: SchedulerStore, placer: Placer
+) -> None:
+    """An agent's read of its placements (``GET /v1/placements?node=``) reads that node's
+    rows, not the whole state (every placement, replica failure, running copy and cordon:
+    3.9 s of CPU at 110,000 placements, for each agent's read); it answers what the whole
+    state says of the node, with names a LIKE pattern would confuse."""
+    store.report([_report("n_1"), _report("nx1"), _report("n1", replicas=[])], T0)
+    placer.run(now=T0)
+    state = store.state()
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    for name in ("n_1", "nx1", "n1", "n", "n%1", "absent"):
+        statements.clear()
+        assert store.replicas(node=name) == state.replicas(node=name), name
+        read = " ".join(statements)
+        assert not any(t in read for t in ("replica_failures", "running_copies", "node_cordons"))
+    assert sum(len(store.replicas(node=n)) for n in ("n_1", "nx1", "n1")) == 2
 
 
 def test_a_report_with_its_service_state_is_the_report_then_the_service(

@@ -125,6 +125,10 @@ class ReportAnswer(NodeState):
     report_id: str | None = None
     # The heartbeat listener's port on this server (None: send full reports only).
     heartbeat_port: int | None = None
+    # The node's placement generation (llmgw.api.reports.placement_generations): its
+    # placements have not changed while its heartbeats are answered the same (None: not
+    # known yet).
+    placements_generation: int | None = None
 
 
 class SecretReference(_Open):

@@ -10,7 +10,11 @@ the agent with each report's answer) and sends a line each interval::
 
 each with that node's own agent token, and reads one line back per heartbeat, in order:
 
-- ``OK <node>``: the lease is renewed (``llmgw.api.reports.leases``);
+- ``OK <node> <generation>``: the lease is renewed (``llmgw.api.reports.leases``); the
+  generation is the node's placement generation
+  (``llmgw.api.reports.placement_generations``): while it is the one the agent read its
+  placements under, they have not changed (``OK <node>`` alone before it is known; an
+  agent of before generations reads the third word as a reason, and ignores it);
 - ``REPORT <node>``: this server does not hold that report; send the full report
   (``PUT /v1/nodes/{name}``), whose answer carries the new report id;
 - ``DENIED <node> <reason>``: the token may not report that node (as the API's 401/403);
@@ -188,11 +192,19 @@ class HeartbeatListener:
 def _joined(out: list[bytes | None], beats: list[tuple[str, str]], leases: LeaseBook) -> bytes:
     taken = iter(leases.renew(beats, datetime.now(UTC)) if beats else ())
     names = iter(beats)
+    generation = leases.generations.of
     parts = []
     for answer in out:
         if answer is None:
-            node = next(names)[0].encode()
-            parts.append((b"OK " if next(taken) else b"REPORT ") + node + b"\n")
+            name = next(names)[0]
+            if not next(taken):
+                parts.append(b"REPORT %s\n" % name.encode())
+                continue
+            told = generation(name)
+            if told is None:
+                parts.append(b"OK %s\n" % name.encode())
+            else:
+                parts.append(b"OK %s %d\n" % (name.encode(), told))
         else:
             parts.append(answer)
     return b"".join(parts)
@@ -212,7 +224,7 @@ class ListenerThread:
     def start(self, host: str, port: int) -> int:
         """Listen on a new thread; the port listened on (the error, if it cannot)."""
         started: concurrent.futures.Future[int] = concurrent.futures.Future()
-        loop = asyncio.new_event_loop()
+        loop = _new_loop()
 
         def run() -> None:
             asyncio.set_event_loop(loop)
@@ -242,6 +254,18 @@ class ListenerThread:
             log.warning("api.heartbeats_stop_slow", error=str(exc) or type(exc).__name__)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(STOP_TIMEOUT_S)
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where installed (a dependency of the server), else asyncio's. Each
+    heartbeat is an event of its own (an agent's line a connection an interval): asyncio's
+    selector loop took about half the listener's CPU per heartbeat in its own Python
+    (docs/benchmarks/heartbeats.md), uvloop's is C."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover: installed with the server
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 class _Datagrams(asyncio.DatagramProtocol):

@@ -32,6 +32,7 @@ from typing import Any
 
 import structlog
 
+from llmgw.api.reports.placement_generations import PlacementGenerations
 from llmgw.api.telemetry.metrics import Metrics
 from scheduler.persistence.store import SchedulerStore
 
@@ -69,6 +70,9 @@ class LeaseBook:
         self.refused = 0  # answered "send the full report"
         self.flushes = 0
         self.written = 0
+        # Each node's placement generation, told with its heartbeats' answers; followed
+        # from the placement trail by the writer's thread, after each flush.
+        self.generations = PlacementGenerations(store)
 
     # -- reports ------------------------------------------------------------------
 
@@ -135,10 +139,20 @@ class LeaseBook:
     def run(self, stopping: threading.Event, clock: Callable[[], float] = time.monotonic) -> None:
         """Flush every ``period_s`` until ``stopping``; then once more."""
         next_at = clock() + self.period_s
+        self.follow()
         while not stopping.wait(max(0.0, next_at - clock())):
             next_at = clock() + self.period_s
             self.flush()
+            self.follow()
         self.flush()
+
+    def follow(self) -> None:
+        """Follow the placement trail (``PlacementGenerations``); a failure is logged and
+        the next period tries again (meanwhile the generations told are the last known)."""
+        try:
+            self.generations.follow()
+        except Exception as exc:
+            log.warning("api.placement_trail_unread", error=str(exc)[:500])
 
     def start(self, stopping: threading.Event) -> threading.Thread:
         thread = threading.Thread(target=self.run, args=(stopping,), name="node-leases")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from itertools import islice
 from typing import Annotated
 
 import structlog
@@ -37,7 +38,9 @@ from sqlalchemy.exc import OperationalError
 from starlette.responses import Response
 
 from catalog.secrecy.secrets import redact
-from events.core.types import StoredEvent
+from events.core.types import USAGE_RECORDED, StoredEvent
+from events.storage.history import HistoryQuery, history
+from events.storage.history import newest as newest_events
 from llmgw.api.rendering import schemas
 from llmgw.api.rendering.problems import ApiJSON, Problem, errors, json_text
 from llmgw.api.routes.access import SECURED, Reader
@@ -73,10 +76,35 @@ def list_events(
     call: Reader,
     after: After = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    usage: Annotated[
+        bool,
+        Query(
+            description="false: leave out the usage ledger's `usage.recorded` events (one a "
+            "minute per client, model and replica with traffic), for an audit of the "
+            "catalog's changes"
+        ),
+    ] = True,
+    newest: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=1000,
+            description="instead of `after` and `limit`: the newest this many events (of "
+            "those `usage` keeps), in log order",
+        ),
+    ] = None,
 ) -> Response:
-    # Positions are gapless: the next ``limit`` events are exactly those up to after + limit.
-    events = list(call.svc.store.read(after=after, until=after + limit))
-    head = call.svc.store.head()
+    store = call.svc.store
+    kept = HistoryQuery(without_type=None if usage else USAGE_RECORDED)
+    if newest is not None:
+        events = newest_events(store.engine, kept, newest)
+    elif usage:
+        # Positions are gapless: the next ``limit`` events are exactly those up to
+        # after + limit.
+        events = list(store.read(after=after, until=after + limit))
+    else:
+        events = list(islice(history(store.engine, kept, after), limit))
+    head = store.head()
     return ApiJSON(
         {
             "events": call.shown([event_json(e) for e in events]),

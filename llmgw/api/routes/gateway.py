@@ -14,14 +14,30 @@ from a book this server has not refreshed yet.
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 from anyio import to_thread
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.responses import Response
 
-from llmgw.api.rendering.problems import ApiJSON, errors
+from catalog.forms.allowance import (
+    MAX_AMOUNT,
+    MAX_DRAWS,
+    MAX_KIND,
+    MAX_NAME,
+    AllowanceError,
+    kinds,
+    parse_draws,
+)
+from catalog.reading.documents import NotJSON
+from events.write.allowances import Asked, exchange
+from llmgw.api.guards.bodies import parse, receive
+from llmgw.api.rendering.problems import ApiJSON, Problem, errors
+from llmgw.api.rendering.schemas import printable_schema
 from llmgw.api.routes.access import SECURED, Caller, Gateway
+from llmgw.api.runtime.services import Services
 
 log = structlog.get_logger("llmgw.api")
 
@@ -76,3 +92,75 @@ async def reader_tokens(call: Gateway) -> Response:
             for e in call.svc.book.readers()
         ]
     )
+
+
+_DRAW = {
+    "type": "object",
+    "required": ["client", "kind"],
+    "additionalProperties": False,
+    "properties": {
+        "client": printable_schema(MAX_NAME) | {"minLength": 1},
+        "kind": printable_schema(MAX_KIND)
+        | {"minLength": 1, "description": "requests, tokens, tokens:MODEL or budget"},
+        "want": {"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT},
+        "give_back": {"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT},
+    },
+}
+_ALLOWANCES_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["draws"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "draws": {"type": "array", "maxItems": MAX_DRAWS, "items": _DRAW}
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "/v1/gateway/allowances",
+    responses=errors(401, 403, 413, 422, 503),
+    openapi_extra={**_ALLOWANCES_BODY, **SECURED},
+    tags=["gateway"],
+    summary="Draw chunks of client tokens' allowances and give back what was not used "
+    "(for `llmgw gateway`)",
+)
+async def allowances(request: Request, call: Gateway) -> Response:
+    """A gateway's chunks of its limited clients' allowances: for each draw, what it
+    gives back is returned to the client's shared account first, then up to ``want``
+    is granted from it, in one transaction (events.write.allowances). A client or
+    limit the control plane does not know (revoked, changed) is granted nothing, its
+    ``size`` null."""
+    svc = call.svc
+    body = await receive(request, svc.settings.max_body_bytes)
+    return ApiJSON(await to_thread.run_sync(_exchange, svc, body))
+
+
+def _exchange(svc: Services, body: bytes) -> dict[str, Any]:
+    try:
+        data = parse(body, svc.settings.max_body_bytes, "invalid-allowances", json_only=True)
+    except NotJSON:
+        raise Problem(
+            422, "invalid-allowances", "request body: not JSON; a gateway posts a JSON object"
+        ) from None
+    try:
+        draws = parse_draws(data)
+    except AllowanceError as exc:
+        raise Problem(422, "invalid-allowances", f"nothing granted: {exc}") from None
+    limits = {e.name: kinds(e.limits) for e in svc.book.clients()}
+    asked = []
+    for d in draws:
+        size, period = limits.get(d.client, {}).get(d.kind, (None, None))
+        asked.append(Asked(d, size, period))
+    # (A database that does not answer: 503, the app's handler; the gateway asks again.)
+    with svc.writing:
+        granted = exchange(svc.engine, asked)
+    return {"draws": [g.to_json() for g in granted]}

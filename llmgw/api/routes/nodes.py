@@ -108,13 +108,15 @@ async def report_node(name: str, request: Request, call: Reporter) -> Response:
 
 
 def report_answer(svc: Services, recorded: Recorded) -> dict[str, Any]:
-    """The node as recorded, the report's id and where to send heartbeats naming it."""
+    """The node as recorded, the report's id and where to send heartbeats naming it, and
+    its placement generation (``llmgw.api.reports.placement_generations``)."""
     node, cordon, hosted, report_id = recorded
     answer = node_json(node, datetime.now(UTC), svc.settings.policy, cordon, hosted)
     port = svc.leases.port
     if port is not None:
         answer["report_id"] = report_id
         answer["heartbeat_port"] = port
+    answer["placements_generation"] = svc.leases.generations.of(node.name)
     return answer
 
 

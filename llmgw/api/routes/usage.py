@@ -4,11 +4,14 @@
 A gateway posts what it counted since its last flush (gateway.ledger), at most every
 second. The body is received with the API's size cap and checked whole in a worker
 thread (each row as replay reads a ``usage.recorded`` payload: events.core.usage);
-nothing is stored unless all of it is valid. Each row becomes one event of the log,
-under the flush's id (events.write.usage): a flush sent again is recorded once. Who
-posted is the token's name and worker, never the body's.
+nothing is stored unless all of it is valid. The rows are stored pending, under the
+flush's id (events.write.usage): durable when the answer is sent, and a flush sent again
+is recorded once. The serve's roll-up (llmgw.api.runtime.usage_rollup) sums the closed
+minutes' rows into ``usage.recorded`` events. Who posted is the token's name and
+worker, never the body's.
 
-``GET /v1/usage`` sums the log's usage events (events.read.ledger) for operator and
+``GET /v1/usage`` sums the log's usage events and the pending rows (events.read.ledger)
+for operator and
 reader tokens, with the CLI's filters (``client``, ``model``, ``since``, ``by``); at
 most ``MAX_GROUPS`` groups and ``MAX_EVENTS`` events read (``truncated`` says when more
 were left out).
@@ -39,6 +42,7 @@ from events.core.usage import (
 )
 from events.read.ledger import BY, MAX_GROUPS, LedgerQuery, summarise
 from events.storage.history import usage_events
+from events.storage.usage_pending import pending_rows
 from events.write.usage import record_usage
 from llmgw.api.guards.bodies import parse, receive
 from llmgw.api.guards.tokens import Role
@@ -133,7 +137,8 @@ _USAGE_BODY: dict[str, Any] = {
     responses=errors(401, 403, 413, 422, 503),
     openapi_extra={**_USAGE_BODY, **SECURED},
     tags=["usage"],
-    summary="A gateway's usage counts since its last flush, into the ledger (the log)",
+    summary="A gateway's usage counts since its last flush, into the ledger (pending "
+    "until their minute is rolled up into the log)",
 )
 async def post_usage(request: Request, call: Signaller) -> Response:
     svc = call.svc
@@ -171,20 +176,22 @@ def _parse_and_record(svc: Services, body: bytes, token: str) -> dict[str, Any]:
     poster = identity(token, worker)
     rows = []
     for index, row in enumerate(rows_in):
-        if not isinstance(row, dict) or "gateway" in row or "flush" in row:
-            raise _refused(f"rows[{index}]: an object without gateway or flush")
+        if not isinstance(row, dict) or any(
+            k in row for k in ("gateway", "flush", "gateways", "flushes")
+        ):
+            raise _refused(
+                f"rows[{index}]: an object without gateway or flush (nor gateways, flushes)"
+            )
         try:
-            rows.append(check_usage({**_DEFAULTS, **row, "gateway": poster, "flush": flush}))
+            rows.append(check_usage({**_DEFAULTS, **row, "gateways": [poster], "flushes": 1}))
         except UnreadableEvent as exc:
             raise _refused(f"rows[{index}]: {exc}") from None
     if not rows:
         return {"gateway": poster, "flush": flush, "rows": 0, "already_recorded": False}
     with svc.writing:
-        outcome = record_usage(svc.store, poster, flush, rows)
-    if outcome.already_recorded:
+        stored = record_usage(svc.engine, poster, flush, rows)
+    if not stored:
         svc.metrics.commands_repeated.inc()
-    else:
-        svc.metrics.events_appended.labels("usage.recorded").inc(len(outcome.events))
     log.info(
         "api.usage_recorded",
         gateway=poster,
@@ -192,15 +199,13 @@ def _parse_and_record(svc: Services, body: bytes, token: str) -> dict[str, Any]:
         flush=flush,
         rows=len(rows),
         requests=sum(r.requests for r in rows),
-        first=outcome.events[0].position,
-        already_recorded=outcome.already_recorded,
+        already_recorded=not stored,
     )
     return {
         "gateway": poster,
         "flush": flush,
         "rows": len(rows),
-        "positions": [outcome.events[0].position, outcome.events[-1].position],
-        "already_recorded": outcome.already_recorded,
+        "already_recorded": not stored,
     }
 
 
@@ -236,7 +241,8 @@ async def _usage_reader(call: Reader) -> Caller:
     openapi_extra=SECURED,
     tags=["usage"],
     summary="The usage ledger: tokens and requests per client and model (or per client, "
-    "model or day), summed from the log's usage events",
+    "model or day), summed from the log's usage events and the flushed rows not yet "
+    "rolled up into events",
 )
 async def get_usage(
     call: Reader,
@@ -261,7 +267,13 @@ async def get_usage(
 
 
 def _read(svc: Services, query: LedgerQuery) -> dict[str, Any]:
-    ledger = summarise(usage_events(svc.engine, query.since), query, MAX_GROUPS, MAX_EVENTS)
+    ledger = summarise(
+        usage_events(svc.engine, query.since),
+        query,
+        MAX_GROUPS,
+        MAX_EVENTS,
+        pending=pending_rows(svc.engine, query.since),
+    )
     if ledger.skipped:
         first = ledger.skipped[0]
         log.warning(

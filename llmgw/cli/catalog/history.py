@@ -117,6 +117,11 @@ def history_query(args: argparse.Namespace) -> HistoryQuery:
         model=args.model,
         actor=args.actor,
         type=args.type,
+        # The usage ledger's events (a minute's counts per client, model and replica)
+        # would bury the catalog's changes: left out unless asked for.
+        without_type=None
+        if getattr(args, "usage", False) or args.type is not None
+        else USAGE_RECORDED,
         since=None if args.since is None else parse_when(args.since),
         until=None if args.until is None else _until(args.until),
     )

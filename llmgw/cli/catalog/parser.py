@@ -110,6 +110,13 @@ def register_audit(
         "usage.recorded)",
     )
     p.add_argument(
+        "--usage",
+        action="store_true",
+        help="also the usage ledger's usage.recorded events (one a minute per client, "
+        "model and replica with traffic), left out by default; --type usage.recorded "
+        "lists them alone",
+    )
+    p.add_argument(
         "--since", type=time_arg, metavar="TIME", help="only events recorded at or after TIME"
     )
     p.add_argument(

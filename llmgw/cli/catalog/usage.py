@@ -1,5 +1,6 @@
-"""`llmgw usage`: the usage ledger, summed from the log's ``usage.recorded`` events
-(events.read.ledger), read straight from the database like `llmgw history`."""
+"""`llmgw usage`: the usage ledger, summed from the log's ``usage.recorded`` events and
+the flushed rows not yet rolled up into them (events.read.ledger), read straight from
+the database like `llmgw history`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 
 from events.read.ledger import LedgerQuery, summarise
 from events.storage.history import usage_events
+from events.storage.usage_pending import pending_rows
 from llmgw.cli.shared.context import App, parse_when, print_json
 from llmgw.cli.shared.tables import table
 
@@ -21,12 +23,14 @@ def cmd_usage(app: App, args: argparse.Namespace) -> int:
         since=None if args.since is None else parse_when(args.since),
         by=args.by,
     )
-    ledger = summarise(usage_events(app.store.engine, query.since), query)
+    engine = app.store.engine
+    ledger = summarise(
+        usage_events(engine, query.since), query, pending=pending_rows(engine, query.since)
+    )
     data = ledger.to_json()
     for skipped in ledger.skipped:
         sys.stderr.write(
-            f"skipped usage event at position {skipped.position} ({skipped.event_id}): "
-            f"{skipped.reason}\n"
+            f"skipped usage {_where(skipped.position, skipped.event_id)}: {skipped.reason}\n"
         )
     if ledger.skipped_count > len(ledger.skipped):
         sys.stderr.write(f"... {ledger.skipped_count - len(ledger.skipped)} more skipped\n")
@@ -50,3 +54,8 @@ def cmd_usage(app: App, args: argparse.Namespace) -> int:
 
 def _outcomes(outcomes: dict[str, int]) -> str:
     return ", ".join(f"{name} {count}" for name, count in outcomes.items())
+
+
+def _where(position: int, name: str) -> str:
+    """An event by position and id; a pending row (position 0) by its name."""
+    return f"event at position {position} ({name})" if position else f"row {name}"

@@ -179,16 +179,12 @@ async function refresh() {
     // What was just drawn is as of the placement log's head: follow the stream from
     // there. From 0, the first connection replayed the whole log (a burst of redraws).
     state.placed = Math.max(state.placed, fleet.placement_head || 0);
-    // The history shows the last 100 catalog events, counted back from the head: the
-    // catalog position /v1/fleet read, or the head seen before. From 0, the first load
-    // showed the log's oldest 100 events.
-    const known = Math.max(state.head, fleet.catalog_position || 0);
-    let page = await getJSON(`/v1/events?after=${Math.max(known - 100, 0)}&limit=100`);
-    if (page.head > known + 100) {
-      // The log moved on by more than a page since: read the last page again.
-      page = await getJSON(`/v1/events?after=${page.head - 100}&limit=100`);
-    }
-    state.head = page.head;
+    // The history shows the newest 100 events, the usage ledger's left out unless the
+    // page's box asks for them (one a minute per client, model and replica with
+    // traffic: they would push every catalog change off the page).
+    const usage = document.getElementById("history-usage").checked;
+    const page = await getJSON(`/v1/events?newest=100&usage=${usage}`);
+    state.head = Math.max(state.head, page.head, fleet.catalog_position || 0);
     renderEvents(page.events);
     await refreshAutoscale();
     document.getElementById("login").hidden = true;
@@ -450,13 +446,14 @@ function renderUsage(data) {
   rows.push(total);
   fill("usage", rows);
   document.getElementById("usage-position").textContent =
-    `${data.rows} rows, as of log position ${data.position}` +
+    `${data.rows} rows (${data.pending || 0} pending, not yet rolled up), ` +
+    `as of log position ${data.position}` +
     (data.truncated ? " (more groups than shown)" : "");
   const skipped = document.getElementById("usage-skipped");
   skipped.hidden = !data.skipped_count;
   skipped.textContent = data.skipped_count
     ? `${data.skipped_count} usage event(s) skipped, not summed: ` + data.skipped.map((x) =>
-      `position ${x.position}: ${x.reason}`).join("; ")
+      `${x.position ? `position ${x.position}` : x.event_id}: ${x.reason}`).join("; ")
     : "";
 }
 
@@ -502,6 +499,7 @@ async function start() {
   });
   route();
   document.getElementById("diff-form").addEventListener("submit", showDiff);
+  document.getElementById("history-usage").addEventListener("change", () => refresh());
   document.getElementById("usage-form").addEventListener("submit", (event) => {
     event.preventDefault();
     refreshUsage();
@@ -523,6 +521,9 @@ async function start() {
         document.getElementById("login").hidden) {
       refreshAutoscale();
     }
+    // A gateway's flush is a pending row (no event on the stream) until its minute is
+    // rolled up: the usage page looks again as often.
+    if (page === "#usage" && document.getElementById("login").hidden) refreshUsage();
   }, 2000);
   setInterval(() => {
     if (!document.getElementById("login").hidden) return;

@@ -1,11 +1,13 @@
 """``usage.recorded``: what a gateway's flush records, how replay and the ledger read it
 back (bounded; any other shape is unreadable, skipped and named, never summed), and the
 ledger's sums (per client and model, however the counts were split into flushes and
-gateways), and a flush sent twice recorded once."""
+gateways), how the roll-up sums one key's rows, and the version-1 events (one flush's
+row) still read."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,11 +18,10 @@ from hypothesis import strategies as st
 from catalog import Catalog
 from events.core.types import USAGE_RECORDED, NewEvent
 from events.core.upcast import UnreadableEvent
-from events.core.usage import MAX_COUNT, UsageRow, check_usage, event_for
-from events.read.ledger import LedgerQuery, summarise
+from events.core.usage import MAX_COUNT, UsageRow, check_usage, event_for, summed
+from events.read.ledger import LedgerQuery, read_row, summarise
 from events.read.replay import replay
 from events.storage.memory_log import MemoryLog
-from events.write.usage import record_usage
 from tests.support import model
 
 MINUTE = datetime(2026, 12, 7, 4, 5, tzinfo=UTC)
@@ -36,8 +37,8 @@ ROW = UsageRow(
     completion_tokens=12,
     estimated=1,
     outcomes=(("cancelled", 1), ("ok", 2)),
-    gateway="gw-1-w0",
-    flush="f1",
+    gateways=("gw-1-w0",),
+    flushes=1,
 )
 
 
@@ -49,7 +50,7 @@ def test_what_replay_reads_back_is_what_was_written() -> None:
     assert check_usage(json.loads(event.payload)) == ROW
     # Names and counts only: nothing of a prompt or an answer.
     assert set(json.loads(event.payload)) == {
-        "gateway", "flush", "minute", "client", "model", "served", "replica", "requests",
+        "gateways", "flushes", "minute", "client", "model", "served", "replica", "requests",
         "outcomes", "prompt_tokens", "cached_tokens", "completion_tokens", "estimated",
     }  # fmt: skip
 
@@ -63,8 +64,12 @@ def _good() -> dict[str, Any]:
     [
         ({"client": "a b"}, "usage client is not a name"),
         ({"client": "x" * 65}, "usage client is not a name"),
-        ({"gateway": ""}, "usage gateway is not a name"),
-        ({"flush": "../x"}, "usage flush is not a name"),
+        ({"gateways": [""]}, "usage gateways is not a list"),
+        ({"gateways": []}, "usage gateways is not a list"),
+        ({"gateways": "gw-1"}, "usage gateways is not a list"),
+        ({"gateways": [f"g{i}" for i in range(65)]}, "usage gateways is not a list"),
+        ({"flushes": 0}, "usage flushes is not a whole number"),
+        ({"gateway": "gw-1"}, "unknown fields"),
         ({"model": ""}, "usage model is not a name"),
         ({"model": "m\n"}, "usage model is not a name"),
         ({"served": None}, "served and replica must both be given"),
@@ -133,23 +138,27 @@ def test_the_ledger_skips_a_malformed_row_names_it_and_sums_the_rest() -> None:
     assert ledger.to_json()["skipped"][0]["position"] == 2
 
 
-def test_a_flush_sent_again_is_recorded_once() -> None:
-    log = MemoryLog()
-    rows = [ROW, UsageRow(MINUTE, "app-2", "chat", None, None, 1, outcomes=(("refused", 1),))]
-    first = record_usage(log, "gw-1-w0", "abc", rows)
-    again = record_usage(log, "gw-1-w0", "abc", rows)
-    assert not first.already_recorded and again.already_recorded
-    assert log.head() == 2
-    # Another gateway's flush of the same id is its own.
-    record_usage(log, "gw-2-w0", "abc", rows)
-    assert log.head() == 4
-    ledger = summarise(log.read(), LedgerQuery(by="client"))
-    assert ledger.groups[("app-1",)].requests == 2 * ROW.requests
-    # Who posted is stamped on every row, whatever the row said.
-    assert {check_usage(json.loads(e.payload)).gateway for e in log.read()} == {
-        "gw-1-w0",
-        "gw-2-w0",
-    }
+def test_a_version_1_event_one_flush_row_still_reads_as_one_flush_of_its_gateway() -> None:
+    v1 = {k: v for k, v in _good().items() if k not in ("gateways", "flushes")}
+    old = NewEvent(USAGE_RECORDED, "", json.dumps({**v1, "gateway": "gw-9-w0", "flush": "f"}), 1)
+    log = _appended(old, event_for(ROW))
+    ledger = summarise(log.read(), LedgerQuery())
+    assert not ledger.skipped and ledger.total.requests == 2 * ROW.requests
+    assert read_row(next(log.read())).gateways == ("gw-9-w0",)
+    bad = NewEvent(USAGE_RECORDED, "", json.dumps({**v1, "flush": "f"}), 1)
+    assert (
+        "usage gateways is not a list"
+        in summarise(_appended(bad).read(), LedgerQuery()).skipped[0].reason
+    )
+
+
+def test_rows_of_one_key_sum_to_one_row_of_every_count_and_gateway() -> None:
+    other = replace(ROW, gateways=("gw-2-w0",), requests=1, outcomes=(("ok", 1),), estimated=0)
+    one = summed([ROW, other, ROW])
+    assert (one.requests, one.flushes, one.gateways) == (7, 3, ("gw-1-w0", "gw-2-w0"))
+    assert one.outcomes == (("cancelled", 2), ("ok", 5))
+    assert one.prompt_tokens == 3 * ROW.prompt_tokens
+    assert check_usage(json.loads(event_for(one).payload)) == one
 
 
 _rows = st.builds(
@@ -164,8 +173,7 @@ _rows = st.builds(
         cached_tokens=min(cached, prompt),
         completion_tokens=completion,
         outcomes=(("ok", n),),
-        gateway="gw-1-w0",
-        flush="f",
+        gateways=("gw-1-w0",),
     ),
     st.sampled_from(["app-1", "app-2", "batch"]),
     st.sampled_from(["chat", "coder"]),

@@ -68,7 +68,7 @@ def test_every_flush_is_accepted_and_sums_to_what_was_recorded(
     assert not len(ledger) and ledger.take() == []
     got: Counter[tuple[str, str, str]] = Counter()
     for row in rows:
-        read = check_usage(json.loads(json.dumps({**row, "gateway": "gw-1-w0", "flush": "f"})))
+        read = check_usage(json.loads(json.dumps({**row, "gateways": ["gw-1-w0"], "flushes": 1})))
         for field in ("requests", "prompt_tokens", "cached_tokens", "completion_tokens"):
             got[read.client, read.model, field] += getattr(read, field)
         assert read.minute.timestamp() % 60 == 0

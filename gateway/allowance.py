@@ -1,0 +1,123 @@
+"""The allowance client: draws this gateway's chunks of its clients' shared limits.
+
+Off the request path. Every ``TICK_S`` (sooner when a request takes a holding below
+its low mark: ``Quotas.wake``) it asks ``Quotas.draws`` what to draw and give back, and
+makes it one call, ``POST /v1/gateway/allowances`` on the control plane it follows
+(the follower's server list: a failed server is left for the next, as the follower
+does). The answer's grants are added to the holdings (``Quotas.granted``). A call that
+fails leaves the holdings as they are: requests go on spending them, and once they are
+spent are refused with 503 ``allowance_not_renewed`` (``Quotas.unrenewed``) until a
+call answers again. A control plane without the route (an older release: 404) leaves
+the gateway counting each limit on its own, as before, said once in the log.
+
+A graceful stop gives back everything held (``close``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+
+import aiohttp
+import structlog
+
+from catalog.forms.allowance import AllowanceError, Draw, parse_granted
+from catalog.forms.servers import ServerList
+from gateway.stages.quota import Quotas
+
+log = structlog.get_logger("gateway")
+
+PATH = "/v1/gateway/allowances"
+# How often the holdings are looked at when nothing wakes the client.
+TICK_S = 0.2
+# A call's bound (an answer later than this is a failed call).
+CALL_TIMEOUT_S = 5.0
+# The longest answer read.
+MAX_ANSWER_BYTES = 8 << 20
+# The longest pause between two calls after failures.
+MAX_PAUSE_S = 1.0
+
+
+class AllowanceClient:
+    def __init__(self, quotas: Quotas, servers: ServerList, session: aiohttp.ClientSession) -> None:
+        self.quotas = quotas
+        self.servers = servers
+        self.session = session
+        self._wake = asyncio.Event()
+        quotas.wake = self._wake.set
+        self._last = time.monotonic()
+        self._absent = False
+
+    async def run(self) -> None:
+        pause = TICK_S
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), pause)
+            self._wake.clear()
+            if self._absent:
+                return
+            ok = await self.exchange()
+            pause = TICK_S if ok else min(pause * 2, MAX_PAUSE_S)
+
+    async def exchange(self) -> bool:
+        """One round: plan, call, apply. False when the call failed."""
+        now = time.monotonic()
+        draws = self.quotas.draws(now, now - self._last)
+        self._last = now
+        if not draws:
+            return True
+        return await self._call(draws)
+
+    async def _call(self, draws: list[Draw]) -> bool:
+        server = self.servers.current
+        status = 0
+        body = {
+            "draws": [
+                {"client": d.client, "kind": d.kind, "want": d.want, "give_back": d.give_back}
+                for d in draws
+            ]
+        }
+        try:
+            async with self.session.post(
+                server + PATH, json=body, timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
+            ) as resp:
+                raw = await resp.content.read(MAX_ANSWER_BYTES + 1)
+                if resp.status == 404 and not self._absent:
+                    self._absent = True
+                    self.quotas.shared = False
+                    log.warning(
+                        "gateway.allowances_absent",
+                        server=server,
+                        detail="the control plane grants no allowances (an older "
+                        "release): each gateway counts every client's whole limit",
+                    )
+                    return True
+                status = resp.status
+                if status != 200:
+                    raise AllowanceError(
+                        f"answered {status}: {raw[:300].decode('utf-8', 'replace')}"
+                    )
+                answers = parse_granted(json.loads(raw))
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            reason = f"{PATH} on {server}: {type(exc).__name__}: {exc}"[:300]
+            if self.quotas.renewable:
+                log.warning("gateway.allowances_failed", server=server, error=reason)
+            self.quotas.unrenewed(reason)
+            if not isinstance(exc, AllowanceError) or status >= 500:
+                # Unreachable, too slow or failing: the next server (as the follower).
+                self.servers.failed(server, reason)
+            return False
+        if not self.quotas.renewable:
+            log.info("gateway.allowances_renewed", server=server)
+        self.quotas.granted(answers, time.monotonic())
+        return True
+
+    async def close(self) -> None:
+        """Give back everything held (a graceful stop), within ``CALL_TIMEOUT_S``."""
+        if self._absent or not self.quotas.shared:
+            return
+        draws = self.quotas.release()
+        if draws:
+            await self._call(draws)

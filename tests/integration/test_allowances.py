@@ -1,0 +1,70 @@
+"""Client allowances' accounts on real SQLite and PostgreSQL databases migrated by Alembic
+(events.write.allowances): a grant is atomic in the database, so gateways drawing at once
+through two control-plane replicas (two engines, each its own connection pool) are never
+granted the same tokens; what is given back can be granted again; a limit changed
+resizes its account."""
+
+from __future__ import annotations
+
+import threading
+
+from sqlalchemy import Engine
+
+from catalog.forms.allowance import BUDGET, TOKENS, Draw
+from events.database.connection import make_engine
+from events.write.allowances import Asked, exchange, read_accounts
+
+PERIOD = 86_400
+
+
+def _budget(want: int, give_back: int = 0, size: int = 1000) -> Asked:
+    return Asked(Draw("app-1", BUDGET, want, give_back), size, PERIOD)
+
+
+def test_concurrent_draws_through_two_replicas_never_grant_more_than_the_account(
+    db_url: str, engine: Engine
+) -> None:
+    other = make_engine(db_url)  # a second control-plane replica on the same database
+    granted: list[int] = []
+    lock = threading.Lock()
+
+    def gateway(replica: Engine) -> None:
+        while True:
+            answer = exchange(replica, [_budget(7)])[0]
+            with lock:
+                granted.append(answer.granted)
+            if answer.granted == 0:
+                return
+
+    threads = [threading.Thread(target=gateway, args=(e,)) for e in [engine, other] * 4]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    other.dispose()
+    # Every token of the budget granted once: none twice, none lost.
+    assert sum(granted) == 1000
+    assert exchange(engine, [_budget(1)])[0].granted == 0
+    # What a gateway did not use goes back and is granted again.
+    back = exchange(engine, [_budget(0, give_back=40)])[0]
+    assert (back.granted, back.left) == (0, 40)
+    assert exchange(engine, [_budget(50)])[0].granted == 40
+
+
+def test_a_bucket_starts_full_grants_what_it_has_and_resizes_with_its_limit(
+    engine: Engine,
+) -> None:
+    tokens = Draw("app-1", TOKENS, 600, 0)
+    first = exchange(engine, [Asked(tokens, 1000)])[0]
+    assert (first.granted, first.size) == (600, 1000)
+    assert first.left <= 400 + 1  # (a moment's refill)
+    second = exchange(engine, [Asked(tokens, 1000)])[0]
+    assert second.granted < 600  # what was left, not another 600
+    # The limit raised to 10,000: the new size less what the old one lacked.
+    raised = exchange(engine, [Asked(Draw("app-1", TOKENS, 0, 0), 10_000)])[0]
+    assert raised.size == 10_000 and 9000 - 1 <= raised.left <= 10_000
+    stored = read_accounts(engine, "app-1")[("app-1", TOKENS)]
+    assert stored.size == 10_000
+    # A client or limit the control plane does not know: nothing, said with a null size.
+    unknown = exchange(engine, [Asked(Draw("gone", TOKENS, 10, 0), None)])[0]
+    assert (unknown.granted, unknown.size) == (0, None)

@@ -1,0 +1,186 @@
+"""The usage roll-up on real databases (SQLite files and PostgreSQL): a gateway's flush is
+stored pending, once however often it is sent; every closed minute's pending rows of all
+gateways become one ``usage.recorded`` event per key, summed, and leave the table in the
+same transaction; a late flush adds one more event; a row that cannot be read is left,
+skipped and named; and two real `llmgw serve` processes on one PostgreSQL rolling up at
+once never count a row twice."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, func, insert, select
+
+from events.core.types import USAGE_RECORDED
+from events.core.usage import UsageRow
+from events.database.connection import make_engine
+from events.database.tables import UsagePendingRow
+from events.read.ledger import LedgerQuery, read_row, summarise
+from events.storage.backends import open_log
+from events.storage.history import usage_events
+from events.storage.usage_pending import pending_rows
+from events.write.usage import GRACE, closed_before, record_usage, roll_up
+from tests.api.server import ApiServer
+
+MINUTE = datetime(2026, 12, 7, 4, 5, tzinfo=UTC)
+# A time at which MINUTE is closed (its end and the grace past).
+LATER = MINUTE + timedelta(minutes=1) + GRACE
+ROW = UsageRow(
+    minute=MINUTE,
+    client="app-1",
+    model="chat",
+    served="chat",
+    replica="chat/r1",
+    requests=3,
+    prompt_tokens=90,
+    cached_tokens=30,
+    completion_tokens=12,
+    outcomes=(("ok", 3),),
+)
+OTHER = replace(ROW, client="app-2", requests=1, prompt_tokens=5, cached_tokens=0,
+                completion_tokens=1, outcomes=(("ok", 1),))  # fmt: skip
+
+
+def _ledger(engine: Engine, by: str | None = None) -> dict[str, Any]:
+    return summarise(
+        usage_events(engine), LedgerQuery(by=by), pending=pending_rows(engine)
+    ).to_json()
+
+
+def _events(engine: Engine) -> list[UsageRow]:
+    return [read_row(e) for e in usage_events(engine)]
+
+
+def _pending(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(UsagePendingRow)).scalar_one())
+
+
+def test_a_minute_is_closed_after_its_end_and_the_grace() -> None:
+    assert closed_before(LATER - timedelta(microseconds=1)) == MINUTE
+    assert closed_before(LATER) == MINUTE + timedelta(minutes=1)
+
+
+def test_a_flush_sent_again_is_stored_once_even_after_its_minute_was_rolled_up(
+    engine: Engine,
+) -> None:
+    assert record_usage(engine, "gw-1-w0", "abc", [ROW, OTHER])
+    assert not record_usage(engine, "gw-1-w0", "abc", [ROW, OTHER])
+    assert _pending(engine) == 2
+    # Counted at once, before any roll-up: the ledger reads the pending rows too.
+    assert _ledger(engine)["total"]["requests"] == 4
+    roll_up(open_log(engine), LATER)
+    assert not record_usage(engine, "gw-1-w0", "abc", [ROW, OTHER])
+    assert _pending(engine) == 0
+    # Another gateway's flush of the same id is its own.
+    assert record_usage(engine, "gw-2-w0", "abc", [ROW])
+    assert _ledger(engine)["total"]["requests"] == 7
+
+
+def test_two_gateways_flushes_of_a_minute_are_one_event_per_key(engine: Engine) -> None:
+    store = open_log(engine)
+    head = store.head()
+    for gateway in ("gw-1-w0", "gw-2-w0"):
+        for flush in ("f1", "f2", "f3"):
+            record_usage(engine, gateway, flush, [ROW, OTHER])
+    before = _ledger(engine)
+    # The open minute (and its grace) is left pending.
+    assert roll_up(store, LATER - timedelta(seconds=1)).events == 0
+    done = roll_up(store, LATER)
+    assert (done.rows, done.events) == (12, 2) and store.head() == head + 2
+    assert _pending(engine) == 0
+    events = sorted(_events(engine), key=lambda r: r.client)
+    assert [(e.client, e.requests, e.flushes, e.gateways) for e in events] == [
+        ("app-1", 18, 6, ("gw-1-w0", "gw-2-w0")),
+        ("app-2", 6, 6, ("gw-1-w0", "gw-2-w0")),
+    ]
+    assert events[0].prompt_tokens == 6 * ROW.prompt_tokens
+    # The ledger is the same before and after: only where the counts live moved.
+    after = _ledger(engine)
+    assert (after["groups"], after["total"]) == (before["groups"], before["total"])
+    assert (before["pending"], after["pending"], after["rows"]) == (12, 0, 2)
+    assert roll_up(store, LATER).events == 0  # nothing twice
+
+
+def test_a_late_flush_of_a_rolled_minute_is_one_more_event_summed_on_reading(
+    engine: Engine,
+) -> None:
+    store = open_log(engine)
+    record_usage(engine, "gw-1-w0", "f1", [ROW])
+    roll_up(store, LATER)
+    record_usage(engine, "gw-2-w0", "late", [ROW])
+    assert roll_up(store, LATER + timedelta(minutes=5)).events == 1
+    assert [e.requests for e in _events(engine)] == [3, 3]
+    groups = _ledger(engine)["groups"]
+    assert [(g["client"], g["requests"]) for g in groups] == [("app-1", 6)]
+
+
+def test_a_hostile_pending_row_is_left_skipped_and_named_and_the_rest_rolled_up(
+    engine: Engine,
+) -> None:
+    store = open_log(engine)
+    record_usage(engine, "gw-1-w0", "f1", [ROW])
+    good = {k: v for k, v in json.loads(json.dumps(ROW.payload())).items()
+            if k not in ("gateways", "flushes")}  # fmt: skip
+    with engine.begin() as conn:
+        for poster, row in (
+            ("gw-1-w0", "{not json"),
+            ("gw-1-w0", json.dumps({**good, "requests": -1})),
+            ("gw-1-w0", json.dumps({**good, "gateways": ["forged"]})),
+            ("gw-1-w0", json.dumps([1, 2])),
+        ):
+            conn.execute(
+                insert(UsagePendingRow).values(
+                    poster=poster, flush="x", minute=MINUTE, row=row, received_at=MINUTE
+                )
+            )
+    done = roll_up(store, LATER)
+    assert (done.rows, done.events) == (1, 1)
+    assert [s.name.split(":")[0] for s in done.skipped] == ["usage_pending"] * 4
+    assert "requests is not a whole number" in done.skipped[1].reason
+    assert _pending(engine) == 4  # left for an operator to look at, never summed
+    ledger = _ledger(engine)
+    assert ledger["total"]["requests"] == 3
+    assert ledger["skipped_count"] == 4
+    assert ledger["skipped"][0]["event_id"] == done.skipped[0].name
+    assert roll_up(store, LATER).events == 0
+
+
+@pytest.mark.slow
+def test_two_serve_processes_rolling_up_at_once_on_postgres_never_double_count(
+    pg_url: str, tmp_path: Path
+) -> None:
+    engine = make_engine(pg_url)
+    env = {"LLMGW_USAGE_ROLLUP_S": "0.05"}
+    servers = [ApiServer(tmp_path, pg_url, declared=None, env=env) for _ in range(2)]
+    old = datetime.now(UTC) - timedelta(minutes=10)
+    sent = 0
+    try:
+        for server in servers:
+            server.start()
+        for i in range(150):  # flushes arriving while both roll up
+            minute = old + timedelta(minutes=i % 3)
+            row = replace(ROW, minute=minute.replace(second=0, microsecond=0), requests=1 + i % 4,
+                          outcomes=(("ok", 1 + i % 4),))  # fmt: skip
+            record_usage(engine, f"gw-{i % 5}-w0", f"f{i}", [row, OTHER])
+            sent += row.requests + OTHER.requests
+        deadline = time.monotonic() + 60
+        while _pending(engine) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _pending(engine) == 0
+    finally:
+        for server in servers:
+            server.stop()
+    events = _events(engine)
+    assert sum(e.requests for e in events) == sent
+    assert sum(e.flushes for e in events) == 300
+    rolled = [s.log_path.read_text().count("api.usage_rolled_up") for s in servers]
+    assert sum(rolled) >= 1, rolled
+    assert all(e.type == USAGE_RECORDED for e in usage_events(engine))
+    engine.dispose()

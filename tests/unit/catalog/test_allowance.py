@@ -1,0 +1,97 @@
+"""A shared allowance's account rules and its wire form (catalog.forms.allowance): a
+bucket refills at its limit a minute and never above it, a budget counts its period in
+slots and takes back what was not used, a limit changed keeps what was used, and a call
+is bounded and refused naming the field."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from catalog.forms.allowance import (
+    MAX_DRAWS,
+    Account,
+    AllowanceError,
+    parse_draws,
+    parse_granted,
+)
+
+
+def test_a_bucket_grants_what_it_has_and_refills_at_its_limit_a_minute() -> None:
+    a = Account.new(600, None, 0.0)
+    assert a.grant(500, 0.0) == 500
+    assert a.grant(500, 0.0) == 100  # what it has, not what was asked
+    assert a.grant(10, 0.5) == 5  # 10 a second come back
+    a.give_back(1000, 1.0)
+    assert a.left() == 600  # never above the limit
+
+
+def test_a_budget_counts_its_period_and_takes_back_what_was_not_used() -> None:
+    day = 86_400
+    a = Account.new(1000, day, 0.0)
+    assert a.grant(800, 10.0) == 800
+    assert a.grant(800, 20.0) == 200
+    a.give_back(300, 30.0)
+    assert a.grant(1000, 40.0) == 300
+    assert a.grant(1, 0.9 * day) == 0  # still within the period
+    assert a.grant(1000, 2 * day) == 1000  # the period has passed
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["grant", "back"]), st.integers(0, 500), st.floats(0, 30)),
+        max_size=60,
+    )
+)
+def test_a_bucket_never_grants_more_than_its_size_plus_its_refill(
+    steps: list[tuple[str, int, float]],
+) -> None:
+    a, now, granted, back = Account.new(1000, None, 0.0), 0.0, 0, 0
+    for kind, amount, dt in steps:
+        now += dt
+        if kind == "grant":
+            granted += a.grant(amount, now)
+        else:
+            given_back = min(amount, granted - back)
+            a.give_back(given_back, now)
+            back += given_back
+        assert 0 <= a.level <= 1000
+    assert granted - back <= 1000 + 1000 * now / 60 + 1e-6
+
+
+def test_a_changed_limit_keeps_what_was_used() -> None:
+    a = Account.new(1000, None, 0.0)
+    a.grant(400, 0.0)
+    a.resize(2000, None, 0.0)
+    assert a.left() == 1600
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ([], '{"draws": [...]}'),
+        ({"draws": [], "more": 1}, "nothing else"),
+        ({"draws": [{"client": "a", "kind": "tokens", "want": -1}]}, "draws[0].want"),
+        ({"draws": [{"client": "a", "kind": "tokens", "want": True}]}, "draws[0].want"),
+        ({"draws": [{"client": "", "kind": "tokens"}]}, "draws[0].client"),
+        ({"draws": [{"client": "a\x00", "kind": "tokens"}]}, "printable"),
+        ({"draws": [{"client": "a" * 65, "kind": "tokens"}]}, "1 to 64"),
+        ({"draws": [{"client": "a", "kind": "tokens", "why": 1}]}, "unknown field(s) 'why'"),
+        ({"draws": [{"client": "a", "kind": "t"}] * (MAX_DRAWS + 1)}, "at most"),
+    ],
+)
+def test_a_call_is_bounded_and_a_refusal_names_the_field(body: object, says: str) -> None:
+    with pytest.raises(AllowanceError, match=None) as refused:
+        parse_draws(body)
+    assert says in str(refused.value)
+
+
+def test_the_answer_is_read_back_as_written() -> None:
+    draws = parse_draws({"draws": [{"client": "a", "kind": "tokens:chat", "want": 5}]})
+    assert (draws[0].want, draws[0].give_back) == (5, 0)
+    answers = parse_granted(
+        {"draws": [{"client": "a", "kind": "tokens", "granted": 5, "left": 9, "size": None}]}
+    )
+    assert answers[0].size is None and answers[0].granted == 5

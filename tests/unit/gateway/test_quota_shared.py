@@ -1,0 +1,196 @@
+"""A limit shared by several gateways through the control plane's account
+(gateway.stages.quota with ``shared=True``, catalog.forms.allowance): the overshoot bound
+docs/operator/tenants.md states, held over any run of requests, draws, failed calls and
+a gateway killed; and what a gateway does through an outage.
+
+The gateways' calls are played in process: a call gives back and grants on one
+``Account``, as the control plane's transaction does (events.write.allowances).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from catalog.forms.allowance import CHUNK_SHARE, TOKENS, Account, Granted
+from catalog.forms.client_limits import ClientLimits
+from gateway.stages.admission import Refusal
+from gateway.stages.quota import Quotas, Ticket
+
+
+@dataclass
+class Cluster:
+    """G gateways sharing one client's ``tpm`` account of ``size``."""
+
+    size: int
+    gateways: list[Quotas]
+    account: Account
+    now: float = 0.0
+    served: int = 0
+    # Per gateway: requests admitted and not settled (reservation, what it will use).
+    inflight: list[list[tuple[Ticket, int]]] = field(default_factory=list)
+    alive: list[bool] = field(default_factory=list)
+    largest: int = 0
+
+    @classmethod
+    def of(cls, size: int, gateways: int) -> Cluster:
+        return cls(
+            size,
+            [Quotas(shared=True) for _ in range(gateways)],
+            Account.new(size, None, 0.0),
+            inflight=[[] for _ in range(gateways)],
+            alive=[True] * gateways,
+        )
+
+    @property
+    def limits(self) -> ClientLimits:
+        return ClientLimits(tpm=self.size)
+
+    def call(self, g: int, dt: float, *, answered: bool = True) -> None:
+        """Gateway g's allowance client makes one call (``answered``: it reaches the
+        control plane)."""
+        q = self.gateways[g]
+        draws = q.draws(self.now, dt)
+        if not answered:
+            q.unrenewed("connection refused")
+            return
+        out = []
+        for d in draws:
+            self.account.give_back(d.give_back, self.now)
+            granted = self.account.grant(d.want, self.now)
+            out.append(Granted(d.client, d.kind, granted, self.account.left(), self.size))
+        q.granted(out, self.now)
+
+    def request(self, g: int, reserve: int, use: int) -> bool:
+        try:
+            ticket = self.gateways[g].admit(
+                "app", self.limits, "chat", reserve, prompt=1, now=self.now
+            )
+        except Refusal:
+            return False
+        self.largest = max(self.largest, reserve)
+        self.inflight[g].append((ticket, use))
+        return True
+
+    def settle(self, g: int) -> None:
+        if self.inflight[g]:
+            ticket, use = self.inflight[g].pop(0)
+            self.gateways[g].settle(ticket, use, self.now)
+            self.served += use
+
+    def kill(self, g: int) -> None:
+        """SIGKILL: what it held is lost; its requests in flight were served whole."""
+        self.served += sum(r.reserved for r, _ in self.inflight[g])
+        self.inflight[g] = []
+        self.alive[g] = False
+
+
+# (gateway, kind of step, seconds passed, reservation, share of it used)
+STEP = st.tuples(
+    st.integers(0, 3),
+    st.sampled_from(["request", "request", "request", "settle", "call", "fail", "kill"]),
+    st.floats(0, 2.0),
+    st.integers(1, 400),
+    st.floats(0, 1),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(100, 20_000),
+    gateways=st.integers(1, 4),
+    steps=st.lists(STEP, max_size=200),
+)
+def test_what_every_gateway_together_admits_is_bounded_by_the_chunks_outstanding(
+    size: int, gateways: int, steps: list[tuple[int, str, float, int, float]]
+) -> None:
+    """Over a run that starts with the account full, what all gateways admitted (the
+    engines' usage, a killed gateway's requests counted whole) is at most what one bucket
+    allows, size * (1 + T/60), plus G * (5% of the limit + one request's reservation)."""
+    c = Cluster.of(size, gateways)
+    for which, kind, dt, reserve, share in steps:
+        g = which % gateways
+        c.now += dt
+        if not c.alive[g]:
+            continue
+        if kind == "request":
+            c.request(g, reserve, math.floor(reserve * share))
+        elif kind == "settle":
+            c.settle(g)
+        elif kind in ("call", "fail"):
+            c.call(g, dt, answered=kind == "call")
+        elif kind == "kill" and sum(c.alive) > 1:
+            c.kill(g)
+        for q, alive in zip(c.gateways, c.alive, strict=True):
+            h = q.holdings.get(("app", TOKENS))
+            if alive and h is not None:
+                # A holding never above its cap, never owing more than one request.
+                assert h.held <= CHUNK_SHARE * size + 1e-6
+                assert h.held >= -c.largest - 1e-6
+    for g in range(gateways):
+        while c.alive[g] and c.inflight[g]:
+            c.settle(g)
+    bound = size * (1 + c.now / 60) + gateways * (CHUNK_SHARE * size + c.largest)
+    assert c.served <= bound
+
+
+def test_two_gateways_together_serve_one_limit_not_two() -> None:
+    """Two gateways, each asked as fast as it answers: together about the limit, where
+    each counting on its own would serve it twice."""
+    size = 6000
+    c = Cluster.of(size, 2)
+    admitted = 0
+    for step in range(600):  # 60 s in steps of 0.1 s
+        c.now = step * 0.1
+        for g in (0, 1):
+            c.call(g, 0.1)
+            while c.request(g, 60, 50):
+                admitted += 1
+                c.settle(g)
+    bound = size * (1 + c.now / 60) + 2 * (CHUNK_SHARE * size + 60)
+    assert c.served <= bound
+    assert c.served >= size * (1 + c.now / 60) * 0.9  # and the limit is there to use
+
+
+def test_through_an_outage_a_gateway_serves_what_it_holds_then_refuses_503() -> None:
+    c = Cluster.of(60_000, 1)
+    c.request(0, 100, 100)
+    c.settle(0)
+    c.call(0, 0.2)  # drew its chunk
+    q = c.gateways[0]
+    held = q.holdings[("app", TOKENS)].held
+    assert 0 < held <= CHUNK_SHARE * 60_000
+    c.call(0, 0.2, answered=False)  # the control plane is gone
+    served = 0
+    with pytest.raises(Refusal) as refused:
+        for _ in range(10_000):
+            c.now += 0.01
+            q.admit("app", c.limits, "chat", 100, prompt=1, now=c.now)
+            served += 100
+    assert served <= held
+    r = refused.value
+    assert (r.status, r.code) == (503, "allowance_not_renewed")
+    assert "could not be renewed" in r.message and "connection refused" in r.message
+    assert r.retry_after is not None and r.retry_after >= 1
+    # The control plane back: the next call renews, and requests are admitted again.
+    c.call(0, 0.2)
+    q.admit("app", c.limits, "chat", 100, prompt=1, now=c.now)
+
+
+def test_what_a_gateway_does_not_use_goes_back_to_the_account() -> None:
+    c = Cluster.of(6000, 1)
+    for _ in range(20):
+        c.request(0, 60, 60)
+        c.settle(0)
+        c.call(0, 0.2)
+    held = c.gateways[0].holdings[("app", TOKENS)].held
+    assert held > 0
+    before = c.account.left()
+    c.now += 31  # idle: the holding is given back whole
+    c.call(0, 31)
+    assert c.gateways[0].holdings[("app", TOKENS)].held == 0
+    assert c.account.left() >= min(6000, before + held)
