@@ -90,6 +90,9 @@ class State:
         self.queues: dict[str, ModelQueue] = {}
         # Called after each new table is installed (the proxy wakes its queues' waiters).
         self.installed: list[Callable[[], None]] = []
+        # What replicas' engines said of their slots on /props, by (replica key,
+        # endpoint): gateway.engineslots fills it, the follower builds tables with it.
+        self.engine_slots: dict[tuple[str, str], int] = {}
 
     def install(self, table: Table) -> None:
         """A new table: requests from now on route by it; waiters are woken. A replica
@@ -154,6 +157,7 @@ class State:
                         "failures": self.aside.count(r.key),
                         "inflight": load.inflight,
                         "slots": r.slots or None,
+                        "slots_source": r.slots_source or None,
                         "weight": r.weight,
                         "effective_context_length": r.context,
                         "context_detail": r.context_detail,

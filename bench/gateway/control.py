@@ -59,6 +59,9 @@ class ControlPlane:
     more_upstreams: tuple[str, ...] = ()
     # The model's routing profile ("": the catalog's default, least-loaded).
     routing: str = ""
+    # The model's profile ``slots`` (0: none, so the gateway never queues: its queue
+    # stage is out); above the load's clients, the stage is in but never holds one.
+    slots: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -171,7 +174,14 @@ class ControlPlane:
             "context_length": 32768,
             "max_output": 4096,
             "scaling": {"min": len(self.endpoints)},
-            "profiles": [{"name": "t4", "gpu_class": "T4", "tp": 1}],
+            "profiles": [
+                {
+                    "name": "t4",
+                    "gpu_class": "T4",
+                    "tp": 1,
+                    **({"slots": self.slots} if self.slots else {}),
+                }
+            ],
         }
         if self.routing:
             definition["routing_profile"] = self.routing

@@ -94,6 +94,9 @@ class Settings:
     llmgw: str = str(Path(sys.executable).parent / "llmgw")
     # `llmgw token new` flags for the client token of ours and its variants (limits).
     client_limits: tuple[str, ...] = ()
+    # The model's profile ``slots`` in a gateway's control plane, by ``ours`` or a
+    # variant's name (``--slots NAME=N``): the queue stage in (N) or out (none).
+    slots: tuple[tuple[str, int], ...] = ()
     peers_venv: Path = common.REPO / ".venv-peers"
     # Stubs, each a replica of the model: ours and vllm-router spread over them all
     # (LiteLLM and the pass-throughs stay in front of the first; direct is the first).
@@ -330,6 +333,7 @@ def _start(
                     client_limits=settings.client_limits,
                     more_upstreams=more,
                     routing=settings.routing,
+                    slots=dict(settings.slots).get("ours", 0),
                 )
             )
         except Unavailable as exc:
@@ -351,6 +355,7 @@ def _start(
                     client_limits=limits,
                     more_upstreams=more,
                     routing=routing,
+                    slots=dict(settings.slots).get(name, 0),
                 )
             )
         except Unavailable as exc:
@@ -923,6 +928,15 @@ def _limits_and_peers_flags(parser: argparse.ArgumentParser) -> None:
         help="the model's routing profile in ours' catalog (default: the catalog's, "
         "least-loaded), e.g. prefix",
     )
+    parser.add_argument(
+        "--slots",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="the model's profile slots in the control plane of ours (NAME ours) or of a "
+        "--variant NAME (repeatable; none: no slots, the queue stage out): e.g. ours=4096 "
+        "puts the queue stage in without ever filling a replica (gateway.stages.queue)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -996,6 +1010,7 @@ def main(argv: list[str] | None = None) -> int:
         variants=tuple(_variant(parser, v) for v in args.variant)
         + ((("base", OURS_DEFAULT),) if base_tree is not None else ()),
         base_tree=base_tree,
+        slots=tuple(_slots(parser, v) for v in args.slots),
         llmgw=args.llmgw,
         peers_venv=args.peers_venv.resolve(),
         replicas=args.replicas,
@@ -1061,6 +1076,13 @@ def _variant(parser: argparse.ArgumentParser, text: str) -> tuple[str, str]:
     if not sep or not name.strip() or not command.strip():
         parser.error(f"--variant takes NAME=COMMAND, not {text!r}")
     return name.strip(), command.strip()
+
+
+def _slots(parser: argparse.ArgumentParser, text: str) -> tuple[str, int]:
+    name, sep, count = text.partition("=")
+    if not sep or not name.strip() or not count.strip().isdigit():
+        parser.error(f"--slots takes NAME=N (ours, or a --variant's name), not {text!r}")
+    return name.strip(), int(count)
 
 
 if __name__ == "__main__":

@@ -234,6 +234,7 @@ def ours(
     client_limits: tuple[str, ...] = (),
     more_upstreams: tuple[str, ...] = (),
     routing: str = "",
+    slots: int = 0,
 ) -> Target:
     """Our gateway and the control plane it follows; Unavailable if this llmgw has none.
     ``key``/``label``: another variant of ours (``--variant``), with a control plane of
@@ -247,6 +248,7 @@ def ours(
         client_limits=client_limits,
         more_upstreams=more_upstreams,
         routing=routing,
+        slots=slots,
     ).start()
     port = free_port()
     try:
