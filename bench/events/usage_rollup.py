@@ -97,7 +97,14 @@ def run(directory: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="python -m bench.events.usage_rollup",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         figures = run(Path(tmp))
     json.dump(figures, sys.stdout, indent=2)
