@@ -11,7 +11,9 @@ policy would have done.
 Beside the decisions it counts, per model:
 
 - replica-hours: the wanted count integrated over time from ``since`` to ``until``;
-- breached windows: ticks whose window would have missed the SLO. What happened is
+- breached windows: ticks whose window would have missed the SLO (a queue wait p99
+  above the model's queue limit in two consecutive windows counts, as it does for the
+  decision). What happened is
   read from the recorded p99s; under another policy a tick counts as breached when
   it had no more replicas than really ran and the recorded window breached, or when
   the load per replica it would have had exceeds the replica's capacity (the
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from autoscale.decide import Decision, Limits, breaches
+from autoscale.decide import Decision, Limits, breaches, queue_limit
 from autoscale.policy import Policy
 from autoscale.rolling import Rolling
 from autoscale.rounds import ModelState, decide_round
@@ -222,7 +224,8 @@ def _score(
     limit = tick.limits[decision.model]
     capacity_default = policy.for_model(decision.model).default_capacity
     ran = _count(actual, decision.model, limit)
-    observed = bool(summary is not None and breaches(summary, limit))
+    queue = queue_limit(limit, policy.for_model(decision.model))
+    observed = bool(summary is not None and breaches(summary, limit, queue))
     if summary is not None and summary.requests > 0 and ran == 0:
         observed = True
     happened.ticks += 1

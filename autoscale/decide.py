@@ -20,7 +20,13 @@ The rules, in order (each ends the decision):
    served. Up when needed exceeds current, or when the SLO was breached in the
    window and every replica asked for is serving (a breach with replicas still
    starting is what those replicas are for). Bounded by ``up_step`` and
-   ``scaling.max``; not within ``up_cooldown`` of the last change.
+   ``scaling.max``; not within ``up_cooldown`` of the last change. A breach is a
+   TTFT or TPOT p99 above the ``slo``, or the gateways' queue wait p99 above the
+   model's ``slo.ttft_p99`` (or the policy's ``default_queue_wait`` when it has
+   none) in two consecutive windows of one gateway (``queue_limit``): a request
+   that waits that long in a gateway's queue for a free slot has missed its first
+   token's SLO before an engine sees it. Code ``queue_wait`` when that is the
+   cause (``load`` when the load alone asks for more, ``slo`` for the others).
 4. Down only when needed is below current, the SLO held, nothing waited, and
    ``down_cooldown`` has passed since the last change: to ``max(needed, current -
    down_step, min)``. Needed is computed at the target share, so the remaining
@@ -42,6 +48,8 @@ from typing import Any, NamedTuple
 from autoscale.policy import ModelPolicy
 from autoscale.windows import Summary
 
+# The stable code of a scale-up for the gateways' queue wait (rule 3).
+QUEUE_WAIT = "queue_wait"
 UP = "up"
 DOWN = "down"
 HOLD = "hold"
@@ -101,8 +109,8 @@ class Decision(NamedTuple):
     current: int
     wanted: int
     action: str
-    # A stable word for alerts and filters (load, slo, waiting, idle, cooldown, at_max,
-    # bounds, no_signal, steady, starting) and the sentence people read.
+    # A stable word for alerts and filters (load, slo, queue_wait, waiting, idle,
+    # cooldown, at_max, bounds, no_signal, steady, starting) and the sentence people read.
     code: str
     reason: str
     needed: int
@@ -114,15 +122,35 @@ class Decision(NamedTuple):
         return self.wanted != self.current
 
 
-def breaches(summary: Summary, limits: Limits) -> tuple[str, ...]:
-    """Each SLO target the window's p99 exceeded, said with both numbers."""
+def queue_limit(limits: Limits, policy: ModelPolicy) -> float:
+    """The queue wait p99 (seconds) above which the model scales up: its
+    ``slo.ttft_p99``, else the policy's ``default_queue_wait``."""
+    return limits.ttft_p99_s or policy.default_queue_wait.total_seconds()
+
+
+def queue_over(summary: Summary, limit: float | None) -> bool:
+    """Whether two consecutive windows of one gateway both had a queue wait p99 above
+    ``limit`` (None: the queue is not judged)."""
+    held = summary.queue_wait_sustained_s
+    return limit is not None and held is not None and held > limit
+
+
+def breaches(summary: Summary, limits: Limits, queue: float | None = None) -> tuple[str, ...]:
+    """Each SLO target the window's p99 exceeded, said with both numbers; and the queue
+    wait when ``queue`` (``queue_limit``) is given and two consecutive windows exceeded it."""
     ttft, tpot = summary.ttft_p99_s, summary.tpot_p99_s
     ttft_slo, tpot_slo = limits.ttft_p99_s, limits.tpot_p99_s
     ttft_over = bool(ttft_slo and ttft is not None and ttft > ttft_slo)
     tpot_over = bool(tpot_slo and tpot is not None and tpot > tpot_slo)
-    if not (ttft_over or tpot_over):
+    queued = queue_over(summary, queue)
+    if not (ttft_over or tpot_over or queued):
         return ()
     out = []
+    if queued:
+        out.append(
+            f"queue wait p99 {summary.queue_wait_sustained_s:.3f}s > {queue:g}s in two "
+            "consecutive windows"
+        )
     if ttft_over:
         out.append(f"ttft p99 {ttft:.3f}s > {ttft_slo:g}s")
     if tpot_over:
@@ -184,7 +212,8 @@ def decide(
             wanted, "waiting", f"{summary.waiting} request(s) wait with no replica: asking for 1", 1
         )
     needed = needed_replicas(summary, capacity, policy.target)
-    why = breaches(summary, limits)
+    queue = queue_limit(limits, policy)
+    why = breaches(summary, limits, queue)
 
     since = _since(last, now)
     up_target = needed
@@ -192,7 +221,13 @@ def decide(
     if why and not starting and base > 0:
         up_target = max(up_target, base + 1)
     if up_target > base:
-        cause = "slo" if why and needed <= base else "load"
+        cause = (
+            "load"
+            if not why or needed > base
+            else QUEUE_WAIT
+            if queue_over(summary, queue)
+            else "slo"
+        )
         if base >= hi:
             return out(
                 base,
@@ -213,9 +248,9 @@ def decide(
             )
         wanted = min(up_target, base + policy.up_step, hi)
         said = (
-            "; ".join(why)
-            if cause == "slo"
-            else f"{_per(summary, base, capacity)} > target {policy.target:g}"
+            f"{_per(summary, base, capacity)} > target {policy.target:g}"
+            if cause == "load"
+            else "; ".join(why)
         )
         return out(wanted, cause, f"up {base} -> {wanted}: {said}", needed, why)
     if why and starting:

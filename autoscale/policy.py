@@ -14,11 +14,12 @@ rest of the settings file's refusals do.
     up_cooldown = "15s"     # after any change, before the next scale-up
     down_cooldown = "5m"    # after any change, before the next scale-down
     default_capacity = 4    # concurrent requests a replica carries when never benched
+    default_queue_wait = "2s"  # queue wait p99 that scales up a model with no slo.ttft_p99
     retention = "168h"      # signal windows and decision rounds older than this go
 
     [autoscale.models."llama-70b"]
     enabled = false         # opt out: this model keeps scaling.min
-    target = 0.5            # any of target, steps, cooldowns, default_capacity
+    target = 0.5            # any of target, steps, cooldowns, the defaults
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ MODEL_KEYS = (
     "up_cooldown",
     "down_cooldown",
     "default_capacity",
+    "default_queue_wait",
 )
 KEYS = (
     "enabled",
@@ -53,6 +55,7 @@ KEYS = (
     "up_cooldown",
     "down_cooldown",
     "default_capacity",
+    "default_queue_wait",
     "retention",
     "models",
 )
@@ -78,6 +81,9 @@ class ModelPolicy:
     up_cooldown: timedelta = timedelta(seconds=15)
     down_cooldown: timedelta = timedelta(minutes=5)
     default_capacity: float = 4.0
+    # The gateways' queue wait p99 above which a model without ``slo.ttft_p99`` scales up
+    # (held for two consecutive windows of one gateway; ``autoscale.decide``).
+    default_queue_wait: timedelta = timedelta(seconds=2)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +94,7 @@ class ModelPolicy:
             "up_cooldown": format_duration(self.up_cooldown),
             "down_cooldown": format_duration(self.down_cooldown),
             "default_capacity": self.default_capacity,
+            "default_queue_wait": format_duration(self.default_queue_wait),
         }
 
 
@@ -206,6 +213,8 @@ def _model_values(data: Mapping[str, Any], where: str, keys: tuple[str, ...]) ->
             out[key] = _step(data[key], f"{where} {key}")
         elif key in ("up_cooldown", "down_cooldown"):
             out[key] = _duration(data, key, where, timedelta(0), zero=True)
+        elif key == "default_queue_wait":
+            out[key] = _duration(data, key, where, timedelta(0))
         elif key == "default_capacity":
             out[key] = _capacity(data[key], f"{where} default_capacity")
     return out

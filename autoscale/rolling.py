@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from autoscale.windows import Summary, Window
+from autoscale.windows import Summary, Window, sustained_queue_wait
 
 MICRO = 1_000_000
 ONE_US = timedelta(microseconds=1)
@@ -342,6 +342,14 @@ class Rolling:
         """The model's summary; None when no live window is of it."""
         m = self.models.get(model)
         return None if m is None else m.summary()
+
+    def sustained_queue_wait(self, model: str) -> float | None:
+        """``windows.sustained_queue_wait`` of the model's live windows: a walk over them,
+        taken only when a decision needs it (its queue wait p99 is above its threshold)."""
+        m = self.models.get(model)
+        if m is None:
+            return None
+        return sustained_queue_wait(w for c in m.chunks for w in c.windows)
 
 
 def _pieces(ordered: list[Window], pieces: int) -> list[list[Window]]:

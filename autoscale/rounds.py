@@ -11,8 +11,8 @@ from collections.abc import Mapping, MutableMapping
 from datetime import datetime
 from typing import NamedTuple
 
-from autoscale.decide import Decision, Last, Limits, decide
-from autoscale.policy import Policy
+from autoscale.decide import Decision, Last, Limits, decide, queue_limit
+from autoscale.policy import ModelPolicy, Policy
 from autoscale.rolling import Rolling
 from autoscale.windows import EMPTY, Summary
 
@@ -31,6 +31,22 @@ def summary_for(model: str, windows: Rolling, heard: bool) -> Summary | None:
     if own is not None:
         return own
     return EMPTY if heard else None
+
+
+def judged_summary(
+    model: str, windows: Rolling, heard: bool, limit: Limits, policy: ModelPolicy
+) -> Summary | None:
+    """``summary_for``, with the sustained queue wait taken when the decision needs it:
+    only when the window's highest queue wait p99 is above the model's ``queue_limit``
+    (at or below it, no two windows can be above it), so a round walks no windows for a
+    model whose queue stayed short."""
+    summary = summary_for(model, windows, heard)
+    if summary is None:
+        return None
+    top = summary.queue_wait_p99_s
+    if top is None or top <= queue_limit(limit, policy):
+        return summary
+    return summary._replace(queue_wait_sustained_s=windows.sustained_queue_wait(model))
 
 
 def decide_round(
@@ -57,7 +73,7 @@ def decide_round(
         before = state.get(model)
         current = limit.min if before is None else before.wanted
         last = Last(None if before is None else before.changed_at)
-        summary = summary_for(model, windows, heard)
+        summary = judged_summary(model, windows, heard, limit, own)
         decision = decide(model, summary, current, limit, own, last=last, now=at)
         if decision.changes:
             # Only changes are state: a model never changed follows scaling.min, whatever

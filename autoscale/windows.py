@@ -13,6 +13,9 @@ windows arrive and leave):
   windows that served requests. Percentiles of separate windows cannot be merged
   exactly; the highest is the conservative reading (a breach in any window of the
   last minute counts);
+- ``queue_wait_sustained_s``: the highest queue wait p99 that two consecutive windows
+  of one gateway both reached (``sustained_queue_wait``): a queue that stayed long, not
+  one burst. Taken only when a decision needs it (``autoscale.rounds``), else None;
 - ``waiting``: the most requests any window held for lack of a ready replica;
 - ``replicas``: the most distinct replicas any one gateway window saw serving,
   which tells a decision whether replicas it asked for have started to take load.
@@ -20,7 +23,7 @@ windows arrive and leave):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -77,6 +80,9 @@ class Summary(NamedTuple):
     queue_wait_p99_s: float | None = None
     ttft_p99_s: float | None = None
     tpot_p99_s: float | None = None
+    # Taken only when ``queue_wait_p99_s`` is above the model's queue threshold (at or
+    # below it, no two windows can be above it): None otherwise.
+    queue_wait_sustained_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,6 +97,7 @@ class Summary(NamedTuple):
             "queue_wait_p99_s": self.queue_wait_p99_s,
             "ttft_p99_s": self.ttft_p99_s,
             "tpot_p99_s": self.tpot_p99_s,
+            "queue_wait_sustained_s": self.queue_wait_sustained_s,
         }
 
     @classmethod
@@ -99,3 +106,34 @@ class Summary(NamedTuple):
 
 
 EMPTY = Summary()
+
+
+def sustained_queue_wait(windows: Iterable[Window]) -> float | None:
+    """The highest queue wait p99 two consecutive windows of one gateway both reached:
+    over every pair of a gateway's windows where one starts where the other ended (a
+    gateway's windows follow each other without a gap while it has traffic), the lower
+    of the two p99s; None when no such pair served requests.
+
+    Only windows that served requests count, as for the other p99s. A function of the
+    set of windows (whatever their order), so the daemon and a backtest agree.
+    """
+    counted = [w for w in windows if w.requests > 0 and w.queue_wait_p99_s is not None]
+    # (gateway, end) -> the highest p99 of a window of that gateway ending then.
+    ended: dict[tuple[str, datetime], float] = {}
+    for w in counted:
+        q = w.queue_wait_p99_s
+        assert q is not None
+        key = (w.gateway, w.end)
+        if q > ended.get(key, -1.0):
+            ended[key] = q
+    best: float | None = None
+    for w in counted:
+        before = ended.get((w.gateway, w.start))
+        if before is None:
+            continue
+        q = w.queue_wait_p99_s
+        assert q is not None
+        pair = min(before, q)
+        if best is None or pair > best:
+            best = pair
+    return best

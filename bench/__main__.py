@@ -2,7 +2,8 @@
 
 Areas: replay, append, peer, placement, writers, decode, reports, batch, headers, autoscale
 (all when none is named), fairness (only when named: the gateway's queue against FIFO
-on sim engines, about 11 minutes; ``python -m bench.gateway.fairness --help``), prefix
+on sim engines, about 11 minutes; with options of its own, such as ``--engine llamacpp``:
+``python -m bench fairness --help``), prefix
 (the routing profiles against the engines' prefix caches: ``python -m bench prefix
 --help``), and gateway (only when named: it needs the peers' venv,
 ``make bench-peers``, and takes about a quarter of an hour; ``python -m bench.gateway
@@ -97,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench.gateway import prefix
 
         return prefix.main(given[1:])
+    if given[:1] == ["fairness"] and set(given[1:]) - {"--quick"}:
+        # With its own options (--engine llamacpp, --duration, ...): its own parser.
+        from bench.gateway import fairness
+
+        return fairness.main(given[1:])
     if given[:1] == ["quotas"]:
         # Its own options (the window, the clients' limits): see bench/gateway/quotas.py.
         from bench.gateway import quotas

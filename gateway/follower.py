@@ -199,7 +199,8 @@ class Follower:
         self.state.readers = readers
 
     def install(self) -> None:
-        self.state.install(build(self.models, self.placements, self.position))
+        state = self.state
+        state.install(build(self.models, self.placements, self.position, state.engine_slots))
         self._confirmed()
 
     def _confirmed(self) -> None:

@@ -39,6 +39,7 @@ import uvicorn
 
 from catalog.forms.servers import ServerList
 from gateway.allowance import AllowanceClient
+from gateway.engineslots import EngineSlots
 from gateway.follower import Follower
 from gateway.ledger import Flusher
 from gateway.metrics import Metrics
@@ -239,6 +240,7 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     servers = ServerList(settings.server_list, on_switch=_switched(state))
     follower = Follower(state, servers, settings.token, settings.resync_s)
     signals = Signals(state, servers, settings.token, settings.signals_interval_s, settings.worker)
+    engine_slots = EngineSlots(state, follower.install)
     allowances = AllowanceClient(state.quotas, servers, follower.session)
     flusher = Flusher(
         state.ledger,
@@ -258,6 +260,7 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         gc.freeze()
         tasks.append(asyncio.create_task(follower.run()))
         tasks.append(asyncio.create_task(signals.run()))
+        tasks.append(asyncio.create_task(engine_slots.run()))
         tasks.append(asyncio.create_task(allowances.run(), name="allowances"))
         tasks.append(asyncio.create_task(flusher.run(), name="usage-flush"))
 
@@ -272,6 +275,7 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         await flusher.final()
         await follower.close()
         await signals.close()
+        await engine_slots.close()
         await flusher.close()
         await upstream.close()
 

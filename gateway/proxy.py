@@ -44,7 +44,7 @@ from gateway.stages import admission, prefix, quota, sse
 from gateway.stages.admission import Refusal, Request
 from gateway.stages.queue import Bounds, ModelQueue, Waiter, free_slots, open_replicas
 from gateway.stages.routing import Choice, choose, eligible, observe_ttft, picked
-from gateway.state import State
+from gateway.state import Recent, State
 from gateway.table import ModelEntry, Replica
 from gateway.upstream import Answer, BrokenAnswer, Unreachable, Upstream
 from gateway.usage import Usage
@@ -115,7 +115,9 @@ class Trace:
     finished: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+# (Not frozen: a frozen dataclass's fields are set one by one through object.__setattr__,
+# four times the instructions of a plain one's, and one is made on every request.)
+@dataclass(slots=True)
 class Call:
     """One request as the proxy handles it: its facts, its body, where to answer."""
 
@@ -321,20 +323,12 @@ class Proxy:
                 if slo_binding and not choice.meets_slo:
                     # Shown in GET /routing too: a choice not made is a choice.
                     state.remember(
-                        m.name,
-                        {
-                            "at": round(time.time(), 3),
-                            "replica": None,
-                            "reason": f"{choice.reason}: not sent, its fallbacks first",
-                        },
+                        m.name, Recent(time.time(), None, choice, ": not sent, its fallbacks first")
                     )
                     raise _OverSlo(choice)
             replica = choice.replica
             tried.add(replica.key)
-            state.remember(
-                m.name,
-                {"at": round(time.time(), 3), "replica": replica.key, "reason": choice.reason},
-            )
+            state.remember(m.name, Recent(time.time(), replica.key, choice))
             ticket = (
                 None
                 if prompt is None
@@ -907,20 +901,22 @@ def _relay(
     the stream. It runs in the engine connection's parser and must not raise: a
     failure is a refusal, and the piece goes through ``send``."""
     check = tally.framing.check
+    cutter = tally.usage
 
     def sink(chunk: bytes) -> bool:
         size = tally.size + len(chunk)
         if size > limit or check(chunk) >= 0:
             return False
         try:
-            out, held, found = tally.usage.peek(chunk)
+            out, held, found = cutter.peek(chunk)
             if out and not write(out):
                 tally.judged = chunk
                 return False
         except Exception:
             tally.judged = chunk
             return False
-        tally.usage.commit(held, found)
+        if held or found is not None or cutter.pending:  # (else nothing to take)
+            cutter.commit(held, found)
         tally.size = size
         tally.take(chunk)
         # The client has the whole answer: one that hangs up now (the SDKs stop at

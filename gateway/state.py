@@ -9,7 +9,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from catalog.definition.routing_profiles import PREFIX
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
@@ -19,12 +19,28 @@ from gateway.stages.ledger import Ledger
 from gateway.stages.prefix import PrefixTable, Stats
 from gateway.stages.queue import ModelQueue
 from gateway.stages.quota import Quotas
-from gateway.stages.routing import Load, joined, predicted_ttft, ramp
+from gateway.stages.routing import Choice, Load, joined, predicted_ttft, ramp
 from gateway.stages.setaside import SetAside
 from gateway.table import Table
 from gateway.windows import Windows
 
 RECENT = 20
+
+
+class Recent(NamedTuple):
+    """One routing choice, as ``GET /routing`` shows it (made into text only then)."""
+
+    at: float  # time.time()
+    replica: str | None  # None: not sent there
+    choice: Choice
+    note: str = ""
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "at": round(self.at, 3),
+            "replica": self.replica,
+            "reason": self.choice.reason + self.note,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +69,7 @@ class State:
         self.aside = SetAside()
         # The prefix profile's table: the prompt blocks sent to each replica recently.
         self.prefix = PrefixTable()
-        self.recent: dict[str, deque[dict[str, Any]]] = {}
+        self.recent: dict[str, deque[Recent]] = {}
         self.windows = Windows(time.monotonic(), time.time())
         # sha256 -> client; replaced whole by the follower.
         self.clients: dict[str, Client] = {}
@@ -74,6 +90,9 @@ class State:
         self.queues: dict[str, ModelQueue] = {}
         # Called after each new table is installed (the proxy wakes its queues' waiters).
         self.installed: list[Callable[[], None]] = []
+        # What replicas' engines said of their slots on /props, by (replica key,
+        # endpoint): gateway.engineslots fills it, the follower builds tables with it.
+        self.engine_slots: dict[tuple[str, str], int] = {}
 
     def install(self, table: Table) -> None:
         """A new table: requests from now on route by it; waiters are woken. A replica
@@ -108,7 +127,7 @@ class State:
             found = self.loads[key] = Load()
         return found
 
-    def remember(self, model: str, choice: dict[str, Any]) -> None:
+    def remember(self, model: str, choice: Recent) -> None:
         q = self.recent.get(model)
         if q is None:
             q = self.recent[model] = deque(maxlen=RECENT)
@@ -138,6 +157,7 @@ class State:
                         "failures": self.aside.count(r.key),
                         "inflight": load.inflight,
                         "slots": r.slots or None,
+                        "slots_source": r.slots_source or None,
                         "weight": r.weight,
                         "effective_context_length": r.context,
                         "context_detail": r.context_detail,
@@ -156,7 +176,7 @@ class State:
                 "fallbacks": list(entry.fallbacks),
                 "starting": self.table.coming.get(name, 0),
                 "replicas": replicas,
-                "recent": list(self.recent.get(name, ())),
+                "recent": [r.view() for r in self.recent.get(name, ())],
                 "queue": self.queues[name].snapshot(now) if name in self.queues else None,
             }
         return {

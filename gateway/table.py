@@ -40,6 +40,11 @@ SLOT_FLAGS = {
     "sim": ("--slots",),
 }
 MAX_SLOTS = 4096
+# Engines whose server says its slots on ``GET /props`` (``total_slots``): llama.cpp's.
+# The sim answers /props too, but its count is its --slots, which the args already say.
+PROPS_ENGINES = frozenset({"llamacpp"})
+# Where a replica's slots came from (``Replica.slots_source``, ``GET /routing``).
+FROM_PROFILE, FROM_ENGINE, FROM_ARGS = "profile", "engine", "args"
 
 
 def slots_of(engine: str, args: Iterable[str], field: int = 0) -> int:
@@ -85,8 +90,10 @@ class Replica:
     # arithmetic behind it (``context_detail``, e.g. "--ctx-size 2048 / --parallel 4 = 512").
     context: int | None = None
     context_detail: str = ""
-    # Requests its engine answers at once (``slots_of``); 0: not known, never full.
+    # Requests its engine answers at once (``slots_of``, or its engine's ``/props``); 0:
+    # not known, never full. ``slots_source``: profile, engine or args ("" when unknown).
     slots: int = 0
+    slots_source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +162,9 @@ class Table:
     position: int = 0
     # The models with a ready replica whose slots are known: only they may queue.
     slotted: frozenset[str] = frozenset()
+    # (replica key, endpoint) of the ready replicas whose engine says its slots on
+    # ``/props`` and whose profile sets no ``slots``: gateway.engineslots asks them.
+    ask_props: frozenset[tuple[str, str]] = frozenset()
 
     def resolve(self, name: str) -> ModelEntry | None:
         canonical = self.index.get(name)
@@ -164,16 +174,27 @@ class Table:
         return sorted(self.index)
 
 
-def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], position: int) -> Table:
+def build(
+    models: Iterable[Model],
+    placements: Iterable[Mapping[str, Any]],
+    position: int,
+    engine_slots: Mapping[tuple[str, str], int] | None = None,
+) -> Table:
     """A table from parsed catalog models and ``/v1/placements`` entries.
 
     A replica's weight is the feed's ``weight`` when it carries one (a weight derived
     from measured capacity), else its profile's ``weight`` in the catalog.
+
+    A replica's slots: its profile's ``slots`` when set; else what its engine said on
+    ``/props`` (``engine_slots``, by replica key and endpoint: gateway.engineslots);
+    else its engine's flag in the profile's args; else not known.
     """
     entries: dict[str, ModelEntry] = {}
     index: dict[str, str] = {}
     weights: dict[tuple[str, str], float] = {}
-    slots: dict[tuple[str, str], int] = {}
+    # (model, profile) -> (slots, source, whether its engine says them on /props)
+    slots: dict[tuple[str, str], tuple[int, str, bool]] = {}
+    said = engine_slots or {}
     for m in models:
         entries[m.name] = ModelEntry.of(m)
         index[m.name] = m.name
@@ -181,7 +202,12 @@ def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], posi
             index[alias] = m.name
         for prof in m.profiles:
             weights[(m.name, prof.name)] = prof.weight if prof.weight > 0 else 1.0
-            slots[(m.name, prof.name)] = slots_of(prof.engine, prof.args, prof.slots)
+            declared = 0 < prof.slots <= MAX_SLOTS
+            found = slots_of(prof.engine, prof.args, prof.slots)
+            source = FROM_PROFILE if declared else FROM_ARGS if found else ""
+            asks = not declared and prof.engine in PROPS_ENGINES
+            slots[(m.name, prof.name)] = (found, source, asks)
+    ask: set[tuple[str, str]] = set()
     ready: dict[str, list[Replica]] = {}
     coming: dict[str, int] = {}
     for p in placements:
@@ -203,6 +229,13 @@ def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], posi
         )
         key = f"{model}/{p.get('replica')}"
         context, detail = _context(p)
+        count, source, asks = slots.get((model, profile), (0, "", False))
+        if asks:
+            where = (key, endpoint.rstrip("/"))
+            ask.add(where)
+            told = said.get(where, 0)
+            if 0 < told <= MAX_SLOTS:
+                count, source = told, FROM_ENGINE
         ready.setdefault(model, []).append(
             Replica(
                 key,
@@ -213,7 +246,8 @@ def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], posi
                 stable_hash(key),
                 context,
                 detail,
-                slots.get((model, profile), 0),
+                count,
+                source,
             )
         )
     return Table(
@@ -223,6 +257,7 @@ def build(models: Iterable[Model], placements: Iterable[Mapping[str, Any]], posi
         coming=coming,
         position=position,
         slotted=frozenset(m for m, rs in ready.items() if any(r.slots for r in rs)),
+        ask_props=frozenset(ask),
     )
 
 

@@ -78,22 +78,35 @@ def ask(body: dict[str, Any], raw: bytes) -> bytes | None:
 _decode = msgspec.json.Decoder().decode
 
 
-def _usage_only(event: bytes) -> bool:
-    """Whether one event is the stream's usage event (choices empty, usage an object)."""
+def _usage_only(event: bytes) -> Usage | None:
+    """The counts of one event when it is the stream's usage event (choices empty, usage
+    an object with a prompt or completion count); None for any other."""
     for line in event.splitlines():
         if not line.startswith(b"data:"):
             continue
         try:
             data = _decode(line[5:].strip())
         except (msgspec.DecodeError, RecursionError):
-            return False
-        return (
-            isinstance(data, dict)
-            and isinstance(data.get("usage"), dict)
-            and not data.get("choices")
-            and "error" not in data
-        )
-    return False
+            return None
+        if not isinstance(data, dict) or data.get("choices") or "error" in data:
+            return None
+        counts = data.get("usage")
+        if not isinstance(counts, dict):
+            return None
+        prompt, completion = _count(counts, "prompt_tokens"), _count(counts, "completion_tokens")
+        if prompt is None and completion is None:
+            return None
+        details = counts.get("prompt_tokens_details")
+        cached = _count(details, "cached_tokens") if isinstance(details, dict) else None
+        return Usage(prompt or 0, cached or 0, completion or 0)
+    return None
+
+
+def _count(counts: dict[str, Any], name: str) -> int | None:
+    value = counts.get(name)
+    if type(value) is int and 0 <= value < 10**12:  # (as parse reads: at most 12 digits)
+        return value
+    return None
 
 
 class Events:
@@ -110,6 +123,8 @@ class Events:
 
     def peek(self, chunk: bytes) -> tuple[bytes, bytes, Usage | None]:
         """(to pass on, to hold, the usage in it) for ``chunk`` after what is held."""
+        if not self.pending and chunk.endswith(b"\n\n") and b'"usage"' not in chunk:
+            return chunk, b"", None  # (nearly every piece: whole events, no usage)
         buf = self.pending + chunk if self.pending else chunk
         end = buf.rfind(b"\n\n")
         if end < 0:
@@ -117,13 +132,22 @@ class Events:
                 return buf, b"", None
             return b"", buf, None
         out, held = buf[: end + 2], buf[end + 2 :]
-        if b'"usage"' not in out:
+        if b'"usage"' not in out or b"_tokens" not in out:
             return out, held, None
-        usage = parse(out) if b"_tokens" in out else None
-        if self.strip and usage is not None:
-            events = out.split(b"\n\n")
-            out = b"".join(e + b"\n\n" for e in events[:-1] if not _usage_only(e))
-        return out, held, usage
+        if self.strip:
+            # Each event read once: the usage event's counts from its own decoding (the
+            # regexes and a second decoding of it cost as much again).
+            events = out.split(b"\n\n")[:-1]
+            kept, found = [], None
+            for e in events:
+                counts = _usage_only(e) if b'"usage"' in e else None
+                if counts is None:
+                    kept.append(e)
+                else:
+                    found = counts
+            if found is not None:
+                return b"".join(e + b"\n\n" for e in kept), held, found
+        return out, held, parse(out)
 
     def commit(self, held: bytes, usage: Usage | None) -> None:
         self.pending = held

@@ -54,6 +54,14 @@ class ControlPlane:
     # given, the token is issued into the database (limits live there), so the gateway
     # enforces them on every request (gateway.stages.quota) and their cost is measured.
     client_limits: tuple[str, ...] = ()
+    # More stubs: the model gets one replica per stub (replica i at ``endpoints[i]``),
+    # ``upstream`` first; none: one replica, at ``upstream``.
+    more_upstreams: tuple[str, ...] = ()
+    # The model's routing profile ("": the catalog's default, least-loaded).
+    routing: str = ""
+    # The model's profile ``slots`` (0: none, so the gateway never queues: its queue
+    # stage is out); above the load's clients, the stage is in but never holds one.
+    slots: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -63,6 +71,10 @@ class ControlPlane:
         if found is None:
             raise Unavailable(f"no llmgw at {self.llmgw}")
         self.llmgw = str(Path(found).resolve())
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return (self.upstream, *self.more_upstreams)
 
     @property
     def env(self) -> dict[str, str]:
@@ -161,9 +173,18 @@ class ControlPlane:
             "source": f"org/{MODEL}",
             "context_length": 32768,
             "max_output": 4096,
-            "scaling": {"min": 1},
-            "profiles": [{"name": "t4", "gpu_class": "T4", "tp": 1}],
+            "scaling": {"min": len(self.endpoints)},
+            "profiles": [
+                {
+                    "name": "t4",
+                    "gpu_class": "T4",
+                    "tp": 1,
+                    **({"slots": self.slots} if self.slots else {}),
+                }
+            ],
         }
+        if self.routing:
+            definition["routing_profile"] = self.routing
         answer = client.post("/v1/catalog/models", json=definition, headers=self._auth("operator"))
         if answer.status_code != 201:
             raise Unavailable(f"adding {MODEL}: {answer.status_code} {answer.text[:300]}")
@@ -172,20 +193,27 @@ class ControlPlane:
         placed = client.get(
             "/v1/placements", params={"node": NODE}, headers=self._auth("agent")
         ).json()
+        # Replica i at stub i, in the order of their ids (the same at every beat).
+        endpoints = self.endpoints
         replicas = [
             {
                 "model": p["model"],
                 "replica": p["replica"],
                 "state": "ready",
-                "endpoint": self.upstream,
+                "endpoint": endpoints[i % len(endpoints)],
             }
-            for p in placed
+            for i, p in enumerate(sorted(placed, key=lambda p: str(p["replica"])))
         ]
         answer = client.put(
             f"/v1/nodes/{NODE}",
             # The node's address, as a current agent registers it: the control plane
             # takes a replica's endpoint only at its node's own address.
-            json={**INVENTORY, "address": "127.0.0.1", "replicas": replicas},
+            json={
+                **INVENTORY,
+                "gpus": len(endpoints),
+                "address": "127.0.0.1",
+                "replicas": replicas,
+            },
             headers=self._auth("agent"),
         )
         if answer.status_code != 200:

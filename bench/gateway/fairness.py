@@ -27,6 +27,17 @@ two gateways; a request is one chat completion of ``--tokens`` tokens):
 4. ``critical during batch flood``: a ``critical`` client at the light rate while a
    ``batch`` client floods: the critical client's p95 TTFT against the same bound.
 
+``--engine llamacpp``: the engines are llama.cpp's ``llama-server`` (the one ``make
+llamacpp`` installs, or ``--server PATH``) on the tiny random-weight model
+(``engine_check.tiny_gguf``), each with ``--parallel S`` (``--slots``); requests ask
+``ignore_eos`` so each answers exactly ``--tokens`` tokens. ``queued``'s profile is a
+``llamacpp`` profile with no ``slots`` and no args: the gateways read each replica's
+slots from its ``/props`` (``total_slots``); ``fifo``'s profile names no engine the
+gateways ask (``sim``, no args), so they know no slots and send everything at once, as
+before. A llama.cpp slot's speed is the CPU's, not a setting: the replicas' capacity is
+measured first (``REPLICAS x S`` closed-loop clients for ``--calibrate`` seconds) and the
+rates follow from it.
+
 Every answer's status is counted: 429 ``queue_full`` is the queue's refusal of the flood
 beyond ``queue_max_length`` (the bound is there to be hit); any 5xx is a failure of the
 target. Prints markdown tables; stderr has progress.
@@ -58,6 +69,9 @@ MODELS = ("queued", "fifo")
 REPLICAS = 2
 
 
+ENGINES = ("sim", "llamacpp")
+
+
 @dataclass
 class Options:
     duration: float = 60.0
@@ -66,6 +80,9 @@ class Options:
     token_delay: float = 0.02
     slots: int = 2
     queue_max_length: int = 64
+    engine: str = "sim"
+    server: str = ""  # llama-server (llamacpp): "" for the one make llamacpp installs
+    calibrate: float = 15.0  # seconds measuring a llama.cpp replica's capacity
 
 
 @dataclass
@@ -74,6 +91,7 @@ class Cluster(ControlPlane):
     are engines this script started (``endpoints``: (model, replica index) -> URL)."""
 
     slots: int = 2
+    engine: str = "sim"
     # model -> its engines' URLs, given to its placed replicas in turn
     engines: dict[str, list[str]] = field(default_factory=dict)
     _given: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -90,14 +108,19 @@ class Cluster(ControlPlane):
 
     def _add_model(self, client: httpx.Client) -> None:
         for name in MODELS:
-            args = ["--slots", str(self.slots)] if name == "queued" else []
+            if self.engine == "llamacpp":
+                # queued: a llamacpp profile with no slots, read from the engines' /props;
+                # fifo: a profile of no engine the gateways ask, and no args: no slots.
+                engine, args = ("llamacpp" if name == "queued" else "sim"), []
+            else:
+                engine, args = "sim", ["--slots", str(self.slots)] if name == "queued" else []
             definition = {
                 "name": name,
                 "source": f"sim/{name}",
-                "context_length": 8192,
-                "max_output": 1024,
+                "context_length": 8192 if self.engine == "sim" else 512,
+                "max_output": 1024 if self.engine == "sim" else 256,
                 "scaling": {"min": REPLICAS, "max": REPLICAS},
-                "profiles": [{"name": "sim", "engine": "sim", "gpu_class": "SIM", "args": args}],
+                "profiles": [{"name": "p", "engine": engine, "gpu_class": "SIM", "args": args}],
             }
             answer = client.post(
                 "/v1/catalog/models", json=definition, headers=self._auth("operator")
@@ -165,6 +188,9 @@ async def one(
         "max_tokens": n,
         "stream": True,
         "stream_options": {"include_usage": True},
+        # llama.cpp: exactly the tokens asked (the random model may end early); the sim
+        # answers exactly them anyway.
+        "ignore_eos": True,
     }
     started = time.monotonic()
     try:
@@ -182,7 +208,7 @@ async def one(
                 return
             out.ttft.append(first - started)
             out.latency.append(time.monotonic() - started)
-            # The sim engine answers exactly the tokens asked (a broken stream is short).
+            # Both engines answer exactly the tokens asked (a broken stream is short).
             # Counted only within the scenario: the backlog drained after it says nothing
             # of who was served while all wanted more than their share.
             if b"[DONE]" in data and time.monotonic() <= until:
@@ -266,6 +292,34 @@ def statuses(samples: dict[str, Samples]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in sorted(merged.items()))
 
 
+def engine_argv(opts: Options, work: Path, model: str, port: int) -> list[str]:
+    """One engine's command line: the sim with --slots, or llama-server with --parallel."""
+    if opts.engine == "llamacpp":
+        from engine_check.tiny_gguf import write
+
+        gguf = work / "tiny.gguf"
+        if not gguf.exists():
+            write(gguf)
+        return [
+            llama_server(opts), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+            "--alias", model, "--parallel", str(opts.slots), "--ctx-size",
+            str(512 * opts.slots), "--threads", "1",
+        ]  # fmt: skip
+    return [
+        sys.executable, "-m", "agent.sim", "--port", str(port), "--model", model,
+        "--slots", str(opts.slots), "--token-delay", str(opts.token_delay),
+    ]  # fmt: skip
+
+
+def llama_server(opts: Options) -> str:
+    from agent.binaries import find_llamacpp_server
+
+    found, _ = find_llamacpp_server(opts.server or None)
+    if found is None:
+        raise SystemExit("no llama-server: run make llamacpp, or give --server PATH")
+    return found
+
+
 def start_engines(
     opts: Options, work: Path
 ) -> tuple[list[subprocess.Popen[bytes]], dict[str, list[str]]]:
@@ -274,26 +328,9 @@ def start_engines(
     for model in MODELS:
         for i in range(REPLICAS):
             port = free_port()
-            log = (work / f"sim-{model}-{i}.log").open("wb")
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "agent.sim",
-                        "--port",
-                        str(port),
-                        "--model",
-                        model,
-                        "--slots",
-                        str(opts.slots),
-                        "--token-delay",
-                        str(opts.token_delay),
-                    ],
-                    stdout=log,
-                    stderr=log,
-                )
-            )
+            log = (work / f"{opts.engine}-{model}-{i}.log").open("wb")
+            argv = engine_argv(opts, work, model, port)
+            procs.append(subprocess.Popen(argv, stdout=log, stderr=log))
             endpoints[model].append(f"http://127.0.0.1:{port}")
     try:
         for urls in endpoints.values():
@@ -308,7 +345,10 @@ def start_engines(
 
 
 def _healthy(url: str) -> bool:
-    return httpx.get(url + "/health", timeout=5).status_code == 200
+    try:
+        return httpx.get(url + "/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def start_gateway(cp: Cluster, opts: Options, n: int) -> tuple[subprocess.Popen[bytes], str]:
@@ -333,7 +373,10 @@ def start_gateway(cp: Cluster, opts: Options, n: int) -> tuple[subprocess.Popen[
 
     def ready() -> bool:
         models = httpx.get(url + "/routing", timeout=5).json()["models"]
-        return all(len(models.get(m, {}).get("replicas", ())) == REPLICAS for m in MODELS)
+        if not all(len(models.get(m, {}).get("replicas", ())) == REPLICAS for m in MODELS):
+            return False
+        # queued's replicas know their slots (from the profile, or llama.cpp's /props).
+        return all(r["slots"] for r in models["queued"]["replicas"])
 
     wait_for(ready, timeout=120)
     return proc, url
@@ -341,7 +384,9 @@ def start_gateway(cp: Cluster, opts: Options, n: int) -> tuple[subprocess.Popen[
 
 def run_all(opts: Options, work: Path) -> list[Table]:
     engines, endpoints = start_engines(opts, work)
-    cp = Cluster(LLMGW, work / "cp", upstream="", slots=opts.slots, engines=endpoints)
+    cp = Cluster(
+        LLMGW, work / "cp", upstream="", slots=opts.slots, engine=opts.engine, engines=endpoints
+    )
     gws: list[subprocess.Popen[bytes]] = []
     try:
         cp.start()
@@ -377,8 +422,34 @@ def run_all(opts: Options, work: Path) -> list[Table]:
             stop_process(proc)
 
 
+async def measured_capacity(urls: list[str], token: str, opts: Options) -> float:
+    """Requests a second the replicas serve with every slot busy: REPLICAS x slots
+    closed-loop clients on ``queued`` (which never queues them: one a slot)."""
+    out = Samples()
+    until = time.monotonic() + opts.calibrate
+    clients = REPLICAS * opts.slots
+
+    async def loop(i: int, session: aiohttp.ClientSession) -> None:
+        while time.monotonic() < until:
+            await one(
+                session, urls[i % len(urls)], token=token, model="queued", n=opts.tokens,
+                out=out, until=until,
+            )  # fmt: skip
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+        started = time.monotonic()
+        await asyncio.gather(*(loop(i, session) for i in range(clients)))
+        took = time.monotonic() - started
+    return len(out.latency) / took
+
+
 async def _scenarios(urls: list[str], tokens: dict[str, str], opts: Options) -> list[Table]:
-    capacity = REPLICAS * opts.slots / (opts.tokens * opts.token_delay)
+    if opts.engine == "llamacpp":
+        progress(f"fairness: measuring the replicas' capacity ({opts.calibrate:g} s)")
+        capacity = await measured_capacity(urls, tokens["light"], opts)
+        progress(f"fairness: capacity {capacity:.2f} requests/s")
+    else:
+        capacity = REPLICAS * opts.slots / (opts.tokens * opts.token_delay)
     # The light client at an eighth of capacity, the flood at ten times that: together
     # 1.4x what the replicas serve, so every slot is busy and a backlog grows.
     light = opts.rate or capacity / 8
@@ -411,11 +482,18 @@ async def _scenarios(urls: list[str], tokens: dict[str, str], opts: Options) -> 
             {"crit": (tokens["crit"], light), "bulk": (tokens["bulk"], flood)},
             opts,
         )
+    engines = (
+        f"llama.cpp replicas (llama-server --parallel {opts.slots}, tiny random model) x "
+        f"{opts.slots} slots, {opts.tokens} tokens a request"
+        if opts.engine == "llamacpp"
+        else f"sim replicas x {opts.slots} slots, {opts.tokens} tokens a request at "
+        f"{opts.token_delay * 1e3:g} ms each"
+    )
+    measured = "measured" if opts.engine == "llamacpp" else "about"
     table = Table(
-        f"Fairness when the replicas are full ({REPLICAS} sim replicas x {opts.slots} slots, "
-        f"{opts.tokens} tokens a request at {opts.token_delay * 1e3:g} ms each, two gateways "
-        f"with --slot-share 0.5, {opts.duration:g} s a scenario; capacity about "
-        f"{capacity:.1f} requests/s)",
+        f"Fairness when the replicas are full ({REPLICAS} {engines}, two gateways "
+        f"with --slot-share 0.5, {opts.duration:g} s a scenario; capacity {measured} "
+        f"{capacity:.2f} requests/s)",
         ["scenario", "figure", "FIFO (no queue)", "queue", "target"],
     )
     for model in MODELS:
@@ -473,10 +551,35 @@ def main(argv: list[str] | None = None) -> int:
         help="the light client's requests/s (an eighth of capacity)",
     )
     p.add_argument("--tokens", type=int, default=16, help="tokens a request")
-    p.add_argument("--slots", type=int, default=2, help="slots a sim replica")
+    p.add_argument(
+        "--slots", type=int, default=2, help="slots a replica (sim --slots, llama.cpp --parallel)"
+    )
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="sim",
+        help="the replicas' engine: the sim, or llama.cpp's llama-server (make llamacpp)",
+    )
+    p.add_argument(
+        "--server", default="", help="llama-server to run (default: as the agent finds it)"
+    )
+    p.add_argument(
+        "--calibrate",
+        type=float,
+        default=15.0,
+        help="seconds measuring a llama.cpp replica's capacity before the scenarios (15)",
+    )
     p.add_argument("--keep", type=Path, help="run in this directory and keep the logs")
     args = p.parse_args(argv)
-    opts = Options(duration=args.duration, rate=args.rate, tokens=args.tokens, slots=args.slots)
+    opts = Options(
+        duration=args.duration,
+        rate=args.rate,
+        tokens=args.tokens,
+        slots=args.slots,
+        engine=args.engine,
+        server=args.server,
+        calibrate=args.calibrate,
+    )
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
         tables = run_all(opts, args.keep)

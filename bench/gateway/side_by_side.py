@@ -32,6 +32,7 @@ window's raw figures and the summary, for docs and charts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -93,7 +94,18 @@ class Settings:
     llmgw: str = str(Path(sys.executable).parent / "llmgw")
     # `llmgw token new` flags for the client token of ours and its variants (limits).
     client_limits: tuple[str, ...] = ()
+    # The model's profile ``slots`` in a gateway's control plane, by ``ours`` or a
+    # variant's name (``--slots NAME=N``): the queue stage in (N) or out (none).
+    slots: tuple[tuple[str, int], ...] = ()
     peers_venv: Path = common.REPO / ".venv-peers"
+    # Stubs, each a replica of the model: ours and vllm-router spread over them all
+    # (LiteLLM and the pass-throughs stay in front of the first; direct is the first).
+    replicas: int = 1
+    # The model's routing profile in ours' catalog ("": the default, least-loaded).
+    routing: str = ""
+    # LLMGW_BENCH_BASE: another tree whose control plane and gateway are the variant
+    # ``base`` (run as ``python -m llmgw`` with that tree first on the path).
+    base_tree: Path | None = None
 
 
 @dataclass
@@ -106,7 +118,8 @@ class Measured:
     mode: str
     window: dict[str, Any]
     cpu: float  # the gateway's CPU seconds in the window (0 for direct)
-    stub_cpu: float
+    stub_cpu: float  # all the stubs'
+
     rss: int  # the gateway's RSS after the window
 
 
@@ -118,6 +131,7 @@ class Run:
     rss_start: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     load: list[tuple[float, float, float]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def body(stream: bool) -> str:
@@ -158,6 +172,18 @@ def stub(settings: Settings, workdir: Path) -> Iterator[tuple[psutil.Process, in
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@contextmanager
+def stubs(settings: Settings, workdir: Path) -> Iterator[list[tuple[psutil.Process, int]]]:
+    """``settings.replicas`` stubs, each in a process of its own (and its log)."""
+    with contextlib.ExitStack() as stack:
+        started = []
+        for i in range(max(1, settings.replicas)):
+            home = workdir if i == 0 else workdir / f"stub-{i}"
+            home.mkdir(exist_ok=True)
+            started.append(stack.enter_context(stub(settings, home)))
+        yield started
 
 
 def check(target: Target, timeout: float = 60.0) -> None:
@@ -243,7 +269,7 @@ def job_for(target: Target, clients: int, stream: bool, settings: Settings, requ
 
 def measure(
     target: Target,
-    stub_proc: psutil.Process,
+    stub_procs: Sequence[psutil.Process],
     clients: int,
     mode: str,
     *,
@@ -253,19 +279,22 @@ def measure(
     load = Load(target, job_for(target, clients, mode == "stream", settings, 0))
     try:
         cpu0, _ = tree_usage(target.process())
-        stub0, _ = tree_usage(stub_proc)
+        stub0 = sum(tree_usage(p)[0] for p in stub_procs)
         window = load.window()
         cpu1, rss = tree_usage(target.process())
-        stub1, _ = tree_usage(stub_proc)
+        stub1 = sum(tree_usage(p)[0] for p in stub_procs)
     finally:
         load.close()
     return Measured(target.key, rnd, clients, mode, window, cpu1 - cpu0, stub1 - stub0, rss)
 
 
-def start_targets(settings: Settings, upstream: str, workdir: Path, run: Run) -> list[Target]:
+def start_targets(
+    settings: Settings, upstream: str, workdir: Path, run: Run, more: tuple[str, ...] = ()
+) -> list[Target]:
+    """``more``: the other stubs, replicas too for ours and vllm-router."""
     wanted: list[Target] = []
     try:
-        return _start(settings, upstream, workdir, run, wanted)
+        return _start(settings, upstream, workdir, run, wanted, more=more)
     except BaseException:
         # A failure that is not a target's own Unavailable (a bad --variant, ^C, a
         # control plane that broke mid-start) must not leave the control planes and
@@ -276,7 +305,13 @@ def start_targets(settings: Settings, upstream: str, workdir: Path, run: Run) ->
 
 
 def _start(
-    settings: Settings, upstream: str, workdir: Path, run: Run, wanted: list[Target]
+    settings: Settings,
+    upstream: str,
+    workdir: Path,
+    run: Run,
+    wanted: list[Target],
+    *,
+    more: tuple[str, ...],
 ) -> list[Target]:
     have_peers = (settings.peers_venv / "bin" / "python").exists()
     for peer in settings.peers:
@@ -286,7 +321,7 @@ def _start(
         if peer == "litellm":
             wanted.append(litellm(settings.peers_venv, upstream, workdir))
         elif peer == "vllm-router":
-            wanted.append(vllm_router(settings.peers_venv, upstream))
+            wanted.append(vllm_router(settings.peers_venv, upstream, more))
     if settings.ours is not None:
         try:
             wanted.append(
@@ -296,22 +331,31 @@ def _start(
                     upstream,
                     workdir,
                     client_limits=settings.client_limits,
+                    more_upstreams=more,
+                    routing=settings.routing,
+                    slots=dict(settings.slots).get("ours", 0),
                 )
             )
         except Unavailable as exc:
             run.skipped["ours"] = str(exc)
     for name, command in settings.variants:
         key = f"ours:{name}"
+        llmgw, limits, routing = settings.llmgw, settings.client_limits, settings.routing
+        if name == "base" and settings.base_tree is not None:
+            llmgw, limits, routing = _base_side(settings, settings.base_tree, workdir, run)
         try:
             wanted.append(
                 ours(
                     command,
-                    settings.llmgw,
+                    llmgw,
                     upstream,
                     workdir,
                     key=key,
                     label=f"llmgw {name}",
-                    client_limits=settings.client_limits,
+                    client_limits=limits,
+                    more_upstreams=more,
+                    routing=routing,
+                    slots=dict(settings.slots).get(name, 0),
                 )
             )
         except Unavailable as exc:
@@ -332,7 +376,53 @@ def _start(
     return started
 
 
-def rounds(run: Run, targets: Sequence[Target], stub_proc: psutil.Process) -> None:
+def _base_side(
+    settings: Settings, tree: Path, workdir: Path, run: Run
+) -> tuple[str, tuple[str, ...], str]:
+    """The base tree's ``llmgw`` (a script running it from ``tree``: its control plane
+    too, since an older gateway may refuse a newer table), the base's client token
+    limits (none when it has no ``--rpm``: what a limited token costs is measured against
+    the tree before limits) and its routing profile (the catalog's default when it does
+    not know this run's)."""
+    script = workdir / "base-llmgw"
+    script.write_text(
+        f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(tree))} exec {shlex.quote(sys.executable)} "
+        '-m llmgw "$@"\n'
+    )
+    script.chmod(0o755)
+    known = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from catalog.definition.routing_profiles import KNOWN; print(' '.join(KNOWN))",
+        ],
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        cwd=tree,  # (python puts its working directory first on the path)
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    routing = settings.routing
+    if routing and routing not in known:
+        run.notes.append(
+            f"llmgw base has no routing profile {routing!r}: its model has the default"
+        )
+        routing = ""
+    flags = subprocess.run(
+        [str(script), "token", "new", "--help"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    limits = settings.client_limits
+    if limits and "--rpm" not in flags:
+        run.notes.append("llmgw base has no client token limits: its client token is plain")
+        limits = ()
+    return str(script), limits, routing
+
+
+def rounds(run: Run, targets: Sequence[Target], stub_procs: Sequence[psutil.Process]) -> None:
     settings = run.settings
     for rnd in range(settings.repeats):
         # The order rotates from round to round: no gateway is always first after a change.
@@ -345,7 +435,7 @@ def rounds(run: Run, targets: Sequence[Target], stub_proc: psutil.Process) -> No
                         f"{mode}, {target.label}"
                     )
                     run.measured.append(
-                        measure(target, stub_proc, clients, mode, settings=settings, rnd=rnd)
+                        measure(target, stub_procs, clients, mode, settings=settings, rnd=rnd)
                     )
         run.load.append(os.getloadavg())
 
@@ -355,18 +445,21 @@ def execute(settings: Settings) -> Run:
     run.load.append(os.getloadavg())
     with (
         tempfile.TemporaryDirectory(prefix="llmgw-bench-gateway-") as tmp,
-        stub(settings, Path(tmp)) as (stub_proc, stub_port),
+        stubs(settings, Path(tmp)) as started,
     ):
         workdir = Path(tmp)
+        stub_procs = [proc for proc, _ in started]
+        stub_port = started[0][1]
         upstream = f"http://127.0.0.1:{stub_port}"
+        more = tuple(f"http://127.0.0.1:{port}" for _, port in started[1:])
         targets: list[Target] = []
         try:
-            targets = start_targets(settings, upstream, workdir, run)
+            targets = start_targets(settings, upstream, workdir, run, more)
             targets.append(direct(stub_port))
             run.labels["direct"] = targets[-1].label
             for target in targets:
                 run.rss_start[target.key] = tree_usage(target.process())[1]
-            rounds(run, targets, stub_proc)
+            rounds(run, targets, stub_procs)
         finally:
             for target in targets:
                 target.stop()
@@ -687,6 +780,8 @@ def _notes(run: Run, table: common.Table) -> None:
     )
     for key, why in run.skipped.items():
         table.note(f"not measured: {key}: {why}")
+    for note in run.notes:
+        table.note(note)
 
 
 def to_json(run: Run) -> dict[str, Any]:
@@ -710,6 +805,7 @@ def to_json(run: Run) -> dict[str, Any]:
                 summary.append(row)
     settings = asdict(run.settings)
     settings["peers_venv"] = str(run.settings.peers_venv)
+    settings["base_tree"] = None if run.settings.base_tree is None else str(run.settings.base_tree)
     return {
         "machine": common.machine(),
         "settings": settings,
@@ -820,6 +916,27 @@ def _limits_and_peers_flags(parser: argparse.ArgumentParser) -> None:
         help="limits of the load's client token, as `llmgw token new` takes them, e.g. "
         "'--rpm 10000000 --tpm 1T' (the quota stage's cost: gateway.stages.quota)",
     )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="stubs, each a replica of the model for ours and vllm-router (default 1)",
+    )
+    parser.add_argument(
+        "--routing",
+        default="",
+        help="the model's routing profile in ours' catalog (default: the catalog's, "
+        "least-loaded), e.g. prefix",
+    )
+    parser.add_argument(
+        "--slots",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="the model's profile slots in the control plane of ours (NAME ours) or of a "
+        "--variant NAME (repeatable; none: no slots, the queue stage out): e.g. ours=4096 "
+        "puts the queue stage in without ever filling a replica (gateway.stages.queue)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -868,7 +985,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak-target", default="ours", help="the gateway the soak runs on")
     parser.add_argument("--soak-clients", type=int, default=16)
     args = parser.parse_args(argv)
-    base = quick_settings() if args.quick else Settings()
+    base, base_tree = quick_settings() if args.quick else Settings(), _base_tree(parser)
     ours_command: str | None
     if args.ours == "none":
         ours_command = None
@@ -890,9 +1007,14 @@ def main(argv: list[str] | None = None) -> int:
         candidates=_csv(args.candidates),
         client_limits=tuple(shlex.split(args.client_limits)),
         ours=ours_command,
-        variants=tuple(_variant(parser, v) for v in args.variant),
+        variants=tuple(_variant(parser, v) for v in args.variant)
+        + ((("base", OURS_DEFAULT),) if base_tree is not None else ()),
+        base_tree=base_tree,
+        slots=tuple(_slots(parser, v) for v in args.slots),
         llmgw=args.llmgw,
         peers_venv=args.peers_venv.resolve(),
+        replicas=args.replicas,
+        routing=args.routing,
     )
     unknown = set(settings.modes) - set(MODES) or set(settings.peers) - set(PEERS)
     unknown = unknown or set(settings.candidates) - set(KINDS)
@@ -924,11 +1046,43 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _base_tree(parser: argparse.ArgumentParser) -> Path | None:
+    """``LLMGW_BENCH_BASE=TREE``: the gateway of another tree (its packages, e.g. a
+    ``git archive`` of an older commit) as the variant ``base``, following a control
+    plane of that tree; its ``gateway`` package must come from TREE, or the run stops."""
+    tree = os.environ.get("LLMGW_BENCH_BASE")
+    if not tree:
+        return None
+    root = Path(tree).resolve()
+    found = subprocess.run(
+        [sys.executable, "-c", "import gateway.proxy, llmgw; print(gateway.proxy.__file__)"],
+        env={**os.environ, "PYTHONPATH": str(root)},
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    where = found.stdout.strip()
+    if found.returncode != 0 or not where.startswith(str(root) + os.sep):
+        parser.error(
+            f"LLMGW_BENCH_BASE={tree}: its gateway does not import from there "
+            f"({where or found.stderr.strip()[-300:]})"
+        )
+    return root
+
+
 def _variant(parser: argparse.ArgumentParser, text: str) -> tuple[str, str]:
     name, sep, command = text.partition("=")
     if not sep or not name.strip() or not command.strip():
         parser.error(f"--variant takes NAME=COMMAND, not {text!r}")
     return name.strip(), command.strip()
+
+
+def _slots(parser: argparse.ArgumentParser, text: str) -> tuple[str, int]:
+    name, sep, count = text.partition("=")
+    if not sep or not name.strip() or not count.strip().isdigit():
+        parser.error(f"--slots takes NAME=N (ours, or a --variant's name), not {text!r}")
+    return name.strip(), int(count)
 
 
 if __name__ == "__main__":

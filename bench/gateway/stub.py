@@ -8,7 +8,9 @@ with keep-alive (what every gateway under test keeps to its upstream) and answer
 - ``POST /v1/chat/completions`` and ``POST /v1/completions``: a chat completion (or
   completion) of a few words, with ``usage``; with ``"stream": true`` in the body, ``--chunks``
   server-sent events of one token each, ``--chunk-delay-ms`` apart, then ``data: [DONE]``,
-  each event written as its own HTTP chunk as an engine writes it;
+  each event written as its own HTTP chunk as an engine writes it; asked for its usage
+  (``stream_options.include_usage``), the stream ends with a usage event (``choices``
+  empty) before ``[DONE]``, as vLLM's, llama.cpp's and OpenAI's do;
 - ``GET /health``, ``GET /healthz``, ``GET /v1/models``, ``GET /metrics``: what routers probe.
 
 Prints ``listening on http://127.0.0.1:PORT`` once bound; stops on SIGTERM or SIGINT. Every
@@ -78,8 +80,9 @@ def _chunked(payload: bytes) -> bytes:
     return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
 
 
-def _stream_events(chunks: int) -> list[bytes]:
-    """The HTTP chunks of one streamed chat completion: role, ``chunks`` tokens, finish, DONE."""
+def _stream_events(chunks: int, usage: bool = False) -> list[bytes]:
+    """The HTTP chunks of one streamed chat completion: role, ``chunks`` tokens, finish,
+    (``usage``: the usage event,) DONE."""
     created = int(time.time())
 
     def event(delta: dict[str, str], finish: str | None = None) -> bytes:
@@ -95,6 +98,16 @@ def _stream_events(chunks: int) -> list[bytes]:
     out = [event({"role": "assistant", "content": ""})]
     out += [event({"content": f" tok{i}"}) for i in range(chunks)]
     out.append(event({}, "stop"))
+    if usage:
+        data = {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": MODEL,
+            "choices": [],
+            "usage": {"prompt_tokens": 8, "completion_tokens": chunks, "total_tokens": 8 + chunks},
+        }
+        out.append(_chunked(b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"))
     out.append(_chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
     return out
 
@@ -116,6 +129,7 @@ class Answers:
             b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
         )
         self.stream = _stream_events(chunks)
+        self.stream_usage = _stream_events(chunks, usage=True)
         self.chunk_delay = chunk_delay
         self.unknown: Counter[str] = Counter()
 
@@ -179,7 +193,8 @@ class StubProtocol(asyncio.Protocol):
         answers = self.answers
         if method == b"POST" and path in (b"/v1/chat/completions", b"/chat/completions"):
             if _wants_stream(body):
-                self.busy = asyncio.ensure_future(self._stream())
+                events = answers.stream_usage if _wants_usage(body) else answers.stream
+                self.busy = asyncio.ensure_future(self._stream(events))
             else:
                 self.transport.write(answers.chat)
         elif method == b"POST" and path in (b"/v1/completions", b"/completions"):
@@ -195,13 +210,13 @@ class StubProtocol(asyncio.Protocol):
             answers.unknown[asked.decode(errors="replace")] += 1
             self.transport.write(answers.not_found)
 
-    async def _stream(self) -> None:
+    async def _stream(self, events: list[bytes]) -> None:
         answers = self.answers
         try:
             if self.transport is None:
                 return
             self.transport.write(answers.stream_head)
-            for chunk in answers.stream:
+            for chunk in events:
                 if answers.chunk_delay:
                     await asyncio.sleep(answers.chunk_delay)
                 if self.transport is None:
@@ -221,6 +236,16 @@ def _wants_stream(body: bytes) -> bool:
         return bool(json.loads(body).get("stream"))
     except (ValueError, AttributeError):
         return False
+
+
+def _wants_usage(body: bytes) -> bool:
+    if b'"include_usage"' not in body:
+        return False
+    try:
+        options = json.loads(body).get("stream_options")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(options, dict) and options.get("include_usage") is True
 
 
 async def serve(host: str, port: int, answers: Answers) -> None:

@@ -180,7 +180,9 @@ def litellm(peers_venv: Path, upstream: str, workdir: Path) -> Target:
     )
 
 
-def vllm_router(peers_venv: Path, upstream: str) -> Target:
+def vllm_router(peers_venv: Path, upstream: str, more: tuple[str, ...] = ()) -> Target:
+    """``more``: further stubs, each a worker of its own (``--worker-urls`` takes them
+    all), the policy still its default."""
     port = free_port()
     return Target(
         key="vllm-router",
@@ -189,6 +191,7 @@ def vllm_router(peers_venv: Path, upstream: str) -> Target:
             str(peers_venv / "bin" / "vllm-router"),
             "--worker-urls",
             upstream,
+            *more,
             "--host",
             "127.0.0.1",
             "--port",
@@ -229,12 +232,24 @@ def ours(
     key: str = "ours",
     label: str = "llmgw gateway",
     client_limits: tuple[str, ...] = (),
+    more_upstreams: tuple[str, ...] = (),
+    routing: str = "",
+    slots: int = 0,
 ) -> Target:
     """Our gateway and the control plane it follows; Unavailable if this llmgw has none.
     ``key``/``label``: another variant of ours (``--variant``), with a control plane of
-    its own."""
+    its own. ``more_upstreams``: a replica at each of these stubs too; ``routing``: the
+    model's routing profile."""
     home = "control" if key == "ours" else "control-" + key.replace(":", "-")
-    control = ControlPlane(llmgw, workdir / home, upstream, client_limits=client_limits).start()
+    control = ControlPlane(
+        llmgw,
+        workdir / home,
+        upstream,
+        client_limits=client_limits,
+        more_upstreams=more_upstreams,
+        routing=routing,
+        slots=slots,
+    ).start()
     port = free_port()
     try:
         argv = shlex.split(

@@ -11,8 +11,12 @@ over the nodes: the reading cost does not depend on where they are). CPU of this
 - ``feed_whole_cpu_ms``: a placer's first read (``NodeFeed``: the whole inventory);
 - ``feed_idle_cpu_ms``: its read after every lease was renewed and nothing changed;
 - ``feed_one_changed_cpu_ms``: its read after one node reported a new label;
-- ``state_cpu_ms``: the placements and their lifecycle (``SchedulerStore.state``), which
-  a round still reads whole (not done in issue 42's round: see docs/benchmarks/heartbeats.md).
+- ``state_cpu_ms``: the placements and their lifecycle read whole (``SchedulerStore.state``),
+  as a round read them before the placement feed;
+- ``placements_whole_cpu_ms``: a placer's first read of them (``PlacementFeed``: whole);
+- ``placements_idle_cpu_ms``: its read when nothing was written since;
+- ``placements_one_changed_cpu_ms``: its read after one replica report changed one state;
+- ``round_reads_idle_cpu_ms``: what a round with nothing changed reads, both feeds.
 
 One JSON object.
 """
@@ -24,7 +28,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +126,10 @@ def measure(nodes: int, store_kind: str) -> dict[str, Any]:
             store.renew_leases(dict.fromkeys(names[start : start + 10 * BATCH], at))
 
     stale_after = DEFAULT_STALENESS.stale_after
+    # The first node's agent reports replica states (none yet): the one that changes later.
+    reporter = fleet[0]
+    report_body = {"name": reporter.name, "gpu_class": reporter.gpu_class, "gpus": reporter.gpus}
+    store.report([parse_node_report({**report_body, "replicas": []})], reported)
     renew(NOW)
     every, _ = _cpu(store.nodes)
     feed = store.node_feed()
@@ -147,6 +155,7 @@ def measure(nodes: int, store_kind: str) -> dict[str, Any]:
     renew(changed_at)
     change, found = _cpu(lambda: feed.read(changed_at, stale_after))
     state_ms, state = _cpu(store.state)
+    p_whole, p_idle, p_change = _placement_feed(store, report_body, rows[0], changed_at)
     engine.dispose()
     if not first.whole or quiet.whole or quiet.nodes or [n.name for n in found.nodes] != [one.name]:
         raise AssertionError("the feed did not read what changed")
@@ -159,7 +168,35 @@ def measure(nodes: int, store_kind: str) -> dict[str, Any]:
         "feed_idle_cpu_ms": round(idle, 2),
         "feed_one_changed_cpu_ms": round(change, 2),
         "state_cpu_ms": round(state_ms, 1),
+        "placements_whole_cpu_ms": round(p_whole, 1),
+        "placements_idle_cpu_ms": round(p_idle, 2),
+        "placements_one_changed_cpu_ms": round(p_change, 2),
+        "round_reads_idle_cpu_ms": round(idle + p_idle, 2),
     }
+
+
+def _placement_feed(
+    store: Any, report_body: dict[str, Any], hosted: dict[str, Any], at: datetime
+) -> tuple[float, float, float]:
+    """The placement feed's first read, its read with nothing written, and its read after
+    one replica report (a replica on the reporting node starting)."""
+    from scheduler.planner.fleet.inventory import parse_node_report
+
+    placements = store.placement_feed()
+    whole, first = _cpu(lambda: placements.read(at))
+    idle, quiet = _cpu(lambda: placements.read(at + timedelta(seconds=10)))
+    said = {"model": hosted["model"], "replica": hosted["replica"], "state": "starting"}
+    store.report([parse_node_report({**report_body, "replicas": [said]})], at)
+    change, found = _cpu(lambda: placements.read(at + timedelta(seconds=20)))
+    key = (hosted["model"], hosted["replica"])
+    if (
+        not first.whole
+        or quiet.changed
+        or found.whole
+        or found.state.lifecycle.statuses[key].state != "starting"
+    ):
+        raise AssertionError("the placement feed did not read what changed")
+    return whole, idle, change
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, islice, repeat
 from typing import Any
@@ -77,7 +77,7 @@ _MASK = (1 << 64) - 1
 _CUT = re.compile(f".{{1,{BLOCK_CHARS}}}", re.DOTALL)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: made on every request, frozen costs 4x)
 class Prompt:
     """A prompt's blocks: their chained hashes, and the characters up to each one's end."""
 
@@ -359,11 +359,16 @@ class PrefixTable:
             self.stats.pop(replica, None)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Pick:
     replica: Replica
     matched: int  # blocks guessed cached there
-    reason: str
+    # Why, made into text only when read (``GET /routing``): not on every request.
+    why: Callable[[], str]
+
+    @property
+    def reason(self) -> str:
+        return self.why()
 
 
 def choose(
@@ -389,17 +394,20 @@ def choose(
         best = max(tied, key=lambda r: rendezvous_score(key, r))
     if best.key not in holders:
         n = table.deepest(prompt, {best.key})[0]
-    skipped = len(replicas) - len(near)
-    spill = (
-        f"; {skipped} more than {BALANCE:g} in flight above the least loaded passed over"
-        if skipped
-        else ""
-    )
-    if tied is not near:
-        why = f"prefix: {n} of {len(prompt.blocks)} blocks cached there, longest of {len(near)}"
-    else:
-        why = (
-            f"prefix: rendezvous of its first blocks among {len(near)} ({n} of "
-            f"{len(prompt.blocks)} blocks cached there)"
+    skipped, among, longest = len(replicas) - len(near), len(near), tied is not near
+
+    def why() -> str:
+        spill = (
+            f"; {skipped} more than {BALANCE:g} in flight above the least loaded passed over"
+            if skipped
+            else ""
         )
-    return Pick(best, n, why + spill)
+        blocks = len(prompt.blocks)
+        if longest:
+            return f"prefix: {n} of {blocks} blocks cached there, longest of {among}{spill}"
+        return (
+            f"prefix: rendezvous of its first blocks among {among} ({n} of {blocks} blocks "
+            f"cached there){spill}"
+        )
+
+    return Pick(best, n, why)

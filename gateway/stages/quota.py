@@ -464,6 +464,17 @@ class Quotas:
             if found is None:
                 found = self.holdings[key] = Holding(size, cap, refills=kind != BUDGET)
             else:
+                # A limit changed (`token limits`): what this gateway holds beyond the new
+                # cap goes back at the next draw rather than being served under the old
+                # limit (a leaked key cut to --rpm 1 stops at once), and the account's
+                # last answer is read as the control plane resizes it: it keeps what it
+                # lacked (catalog.forms.allowance.Account.resize).
+                if found.held > cap:
+                    excess = found.held - cap
+                    found.held -= excess
+                    found.give += excess
+                if found.left is not None:
+                    found.left = max(0, size - (found.size - found.left))
                 found.size, found.cap = size, cap
         return found
 

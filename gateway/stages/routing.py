@@ -36,7 +36,7 @@ start) are not ramped: there is nobody to spare them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from catalog.definition.routing_profiles import LATENCY, PREFIX, ROUND_ROBIN, SESSION
@@ -93,14 +93,24 @@ def joined(
         load.warm_from, load.warm_until = now, now + window_s
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass is made by object.__setattr__ field by field, four
+# times the instructions of a plain one, and one is made on every request.
+@dataclass(slots=True)
 class Choice:
     replica: Replica
-    reason: str
+    # Why, as text or as a function making it: the text is read only by ``GET /routing``
+    # and refusals, so a choice made on every request formats it only when asked (a
+    # float's formatting was a tenth of least-loaded's choice).
+    why: str | Callable[[], str]
     predicted_ttft_s: float | None = None
     meets_slo: bool = True
     # prefix: the prompt's blocks guessed cached on the replica chosen
     prefix_blocks: int = 0
+
+    @property
+    def reason(self) -> str:
+        why = self.why
+        return why if isinstance(why, str) else why()
 
 
 _IDLE = Load()
@@ -135,7 +145,7 @@ def choose(
     if not replicas:
         return None
     if len(replicas) == 1 and profile not in (LATENCY, PREFIX):
-        return Choice(replicas[0], f"{profile}: the only eligible replica")
+        return Choice(replicas[0], _only(profile))
     if profile == ROUND_ROBIN:
         return _round_robin(replicas, loads, now)
     if profile == SESSION and session is not None:
@@ -161,9 +171,9 @@ def _least_loaded(
         score = (load.inflight / weight, load.turns / r.weight)
         if score < best_score:
             best, best_score = r, score
+    inflight, n = best_score[0], len(replicas)
     return Choice(
-        best,
-        f"{label}: {best_score[0]:.2g} in flight per unit of weight, lowest of {len(replicas)}",
+        best, lambda: f"{label}: {inflight:.2g} in flight per unit of weight, lowest of {n}"
     )
 
 
@@ -181,7 +191,7 @@ def _prefix(
         weight = r.weight if now >= load.warm_until else r.weight * ramp(load, now)
         inflight.append(load.inflight / weight)
     pick = prefix_stage.choose(replicas, inflight, prompt, prefixes)
-    return Choice(pick.replica, pick.reason, prefix_blocks=pick.matched)
+    return Choice(pick.replica, pick.why, prefix_blocks=pick.matched)
 
 
 def _round_robin(replicas: Sequence[Replica], loads: Mapping[str, Load], now: float) -> Choice:
@@ -194,7 +204,8 @@ def _round_robin(replicas: Sequence[Replica], loads: Mapping[str, Load], now: fl
         score = (load.turns + step) / r.weight
         if score < best_score:
             best, best_score = r, score
-    return Choice(best, f"round-robin: its turn among {len(replicas)} (by weight)")
+    n = len(replicas)
+    return Choice(best, lambda: f"round-robin: its turn among {n} (by weight)")
 
 
 def _session(replicas: Sequence[Replica], session: str) -> Choice:
@@ -213,7 +224,20 @@ def _session(replicas: Sequence[Replica], session: str) -> Choice:
             score = -r.weight / math.log(u)
             if score > best_score:
                 best, best_score = r, score
-    return Choice(best, f"session: key hashed to it among {len(replicas)}")
+    n = len(replicas)
+    return Choice(best, lambda: f"session: key hashed to it among {n}")
+
+
+_ONLY: dict[str, str] = {}
+
+
+def _only(profile: str) -> str:
+    found = _ONLY.get(profile)
+    if found is None:
+        if len(_ONLY) > 64:  # (profiles are the catalog's few; bounded all the same)
+            _ONLY.clear()
+        found = _ONLY[profile] = f"{profile}: the only eligible replica"
+    return found
 
 
 def predicted_ttft(load: Load) -> float:
@@ -233,16 +257,21 @@ def _latency(
         if t < best_t:
             best, best_t = r, t
     meets = slo <= 0 or best_t <= slo
-    verdict = (
-        "no SLO"
-        if slo <= 0
-        else f"within slo.ttft_p99 {slo:g}s"
-        if meets
-        else f"above slo.ttft_p99 {slo:g}s"
-    )
+    n = len(replicas)
+
+    def why() -> str:
+        verdict = (
+            "no SLO"
+            if slo <= 0
+            else f"within slo.ttft_p99 {slo:g}s"
+            if meets
+            else f"above slo.ttft_p99 {slo:g}s"
+        )
+        return f"latency: predicted TTFT {best_t:.3f}s, lowest of {n} ({verdict})"
+
     return Choice(
         best,
-        f"latency: predicted TTFT {best_t:.3f}s, lowest of {len(replicas)} ({verdict})",
+        why,
         predicted_ttft_s=best_t,
         meets_slo=meets,
     )

@@ -4,7 +4,8 @@ The planner is pure; this is the I/O around it. A round reads only the catalog
 events appended since the previous round (the catalog service keeps its replay
 state), the nodes changed since the previous round and those not fresh
 (``SchedulerStore.node_feed``: the whole inventory only at a placer's first round),
-and the current placements, and plans from what changed
+and the placements written since (``SchedulerStore.placement_feed``: whole at the
+first round and every few minutes), and plans from what changed
 (``scheduler.planner.rounds.incremental``: the previous plan when nothing the planner
 reads changed, a full plan otherwise). It writes its changes in one transaction
 (``SchedulerStore.apply``, recording the nodes as the planner was given them); then,
@@ -89,6 +90,7 @@ class Placer:
         self._outcome: tuple[UnplacedReason, ...] | None = None
         # The inventory by what changed, and the round before's inputs and plan.
         self._feed = store.node_feed()
+        self._placements = store.placement_feed()
         self._rounds = IncrementalRounds()
 
     def run(
@@ -109,8 +111,9 @@ class Placer:
         try:
             state, plan = self._plan(catalog, now)
         except BaseException:
-            # What the feed read since may be lost with this round: read it all next time.
+            # What the feeds read since may be lost with this round: read it all next time.
             self._feed.forget_all()
+            self._placements.forget_all()
             raise
         writes = not dry_run and _writes(plan, state.placements)
         # The nodes as the planner was given them: what a round records, what a dry run shows.
@@ -148,7 +151,8 @@ class Placer:
     def _plan(self, catalog: Catalog, now: datetime) -> tuple[PlacementState, Plan]:
         """Read what changed, then plan from it (``scheduler.planner.rounds.incremental``)."""
         read = self._feed.read(now, self.policy.stale_after)
-        state = self.store.state()
+        placed = self._placements.read(now)
+        state = placed.state
         asked = demands(catalog, self.wanted() if self.wanted else None)
         if read.whole or not self._rounds.started:
             if not read.whole:
@@ -165,8 +169,9 @@ class Placer:
                     nodes=read.nodes,
                     forgotten=read.forgotten,
                     demands=asked,
-                    current=state.placements,
-                    lifecycle=state.lifecycle,
+                    # The same objects as the round before's when nothing in them changed.
+                    current=state.placements if placed.changed else None,
+                    lifecycle=state.lifecycle if placed.changed else None,
                     policy=self.policy,
                 )
             )

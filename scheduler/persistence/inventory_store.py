@@ -12,6 +12,7 @@ from events.database.connection import WRITE
 from scheduler.lifecycle.endpoints import NO_NETWORKS, EndpointPolicy
 from scheduler.persistence.backend import backend
 from scheduler.persistence.lifecycle_store import record_replica_reports
+from scheduler.persistence.placement_rows import reporting_changed
 from scheduler.persistence.record_format import (
     CURRENT_SCHEMA,
     NODE,
@@ -56,7 +57,11 @@ class InventoryStore:
         What it reported running unplaced goes with it."""
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
             conn.execute(delete(copies_t).where(copies_t.c.node == name))
-            return conn.execute(delete(nodes_t).where(nodes_t.c.name == name)).rowcount > 0
+            forgotten = conn.execute(delete(nodes_t).where(nodes_t.c.name == name)).rowcount > 0
+            if forgotten:
+                # It may have reported replica states: their ``reported`` reads it.
+                reporting_changed(conn)
+            return forgotten
 
     def nodes(self) -> list[Node]:
         """Every node that can be read, by name; a row that cannot is skipped and named."""

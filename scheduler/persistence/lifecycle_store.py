@@ -28,7 +28,13 @@ from scheduler.persistence.audit_trail import (
     append_trail,
     lock_trail,
 )
-from scheduler.persistence.placement_rows import StoredPlacement, read_placements, reporting_nodes
+from scheduler.persistence.placement_rows import (
+    StoredPlacement,
+    next_change,
+    read_placements,
+    reporting_changed,
+    reporting_nodes,
+)
 from scheduler.persistence.record_format import UnreadableRow, checked
 from scheduler.persistence.row_decoding import Row, decode_rows, raw
 from scheduler.persistence.tables import (
@@ -82,11 +88,7 @@ def record_replica_reports(
     actor_of = {id(r): a for r, a in zip(reports, actors, strict=True)}
     if not with_replicas:
         return
-    conn.execute(
-        update(nodes_t)
-        .where(nodes_t.c.name.in_([r.name for r in with_replicas]))
-        .values(reports_replicas=True)
-    )
+    _mark_reporting(conn, [r.name for r in with_replicas])
     # Only the replicas the batch reports on: by model, a model with thousands of
     # replicas (or a batch naming many models) read nearly every placement.
     keys = sorted({(rep.model, rep.replica) for r in with_replicas for rep in r.replicas or ()})
@@ -172,9 +174,22 @@ def record_replica_reports(
         _log_report(report.name, ignored, refused)
     if not writes:
         return
+    _write_states(conn, writes)
+    for model, node in cleared:
+        conn.execute(
+            delete(failures_t).where(failures_t.c.model == model, failures_t.c.node == node)
+        )
+    append_trail(conn, trail, now=now)
+
+
+def _write_states(
+    conn: Connection, writes: Sequence[tuple[str, int, str, str | None, dict[str, Any]]]
+) -> None:
+    """Write the states reported, stamped with this transaction's change number."""
     # Taken before any row is changed, in the order a round takes its locks,
     # so that a report and a round never wait for each other in a cycle.
     lock_trail(conn)
+    seq = next_change(conn)
     for model, replica, nodes_text, version, values in writes:
         conn.execute(
             update(placements_t)
@@ -186,13 +201,24 @@ def record_replica_reports(
                 placements_t.c.nodes == nodes_text,
                 placements_t.c.version == version,
             )
-            .values(**values)
+            .values(**values, change_seq=seq)
         )
-    for model, node in cleared:
-        conn.execute(
-            delete(failures_t).where(failures_t.c.model == model, failures_t.c.node == node)
-        )
-    append_trail(conn, trail, now=now)
+
+
+def _mark_reporting(conn: Connection, names: Sequence[str]) -> None:
+    """Mark the nodes as reporting replica states. Only those not yet: the set each
+    replica's state reads changed, which a round's feed then reads again
+    (``scheduler.persistence.placement_changes``)."""
+    first = conn.execute(
+        update(nodes_t)
+        .where(nodes_t.c.name.in_(names), nodes_t.c.reports_replicas.is_not(True))
+        .values(reports_replicas=True)
+    )
+    if first.rowcount:
+        # Said under the numbering lock, taken before any row of placement_changes is
+        # changed, as a round takes them (never a cycle of waits on PostgreSQL).
+        lock_trail(conn)
+        reporting_changed(conn)
 
 
 # How many replicas a report's log line names, of those it ignored or refused.

@@ -13,16 +13,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select, tuple_
+from sqlalchemy import Connection, select, tuple_, update
 
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.persistence.record_format import checked, names, replica_state
 from scheduler.persistence.row_decoding import Row, decode_rows, json_column, raw
-from scheduler.persistence.tables import NodeRow, PlacementRow, table
+from scheduler.persistence.tables import NodeRow, PlacementChangesRow, PlacementRow, table
 from scheduler.planner.fleet.placements import Placement
 
 nodes_t = table(NodeRow)
 placements_t = table(PlacementRow)
+changes_t = table(PlacementChangesRow)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,22 @@ class StoredPlacement:
         )
 
 
-def placement_row(p: Placement, round_id: int, now: datetime) -> dict[str, Any]:
+def next_change(conn: Connection) -> int:
+    """The change sequence number for this transaction's writes to placements: call under
+    the numbering lock (``audit_trail.lock_trail``), which orders the numbers as the
+    commits (``scheduler.persistence.placement_changes``)."""
+    conn.execute(update(changes_t).where(changes_t.c.id == 1).values(seq=changes_t.c.seq + 1))
+    return int(conn.execute(select(changes_t.c.seq).where(changes_t.c.id == 1)).scalar_one())
+
+
+def reporting_changed(conn: Connection) -> None:
+    """Say that the set of nodes reporting replica states changed (``reporting_nodes``)."""
+    conn.execute(
+        update(changes_t).where(changes_t.c.id == 1).values(reporting=changes_t.c.reporting + 1)
+    )
+
+
+def placement_row(p: Placement, round_id: int, now: datetime, seq: int = 0) -> dict[str, Any]:
     return {
         "model": p.model,
         "replica": p.replica,
@@ -68,6 +84,7 @@ def placement_row(p: Placement, round_id: int, now: datetime) -> dict[str, Any]:
         "moving_for": p.moving_for,
         "state": "placed",
         "state_since": now,
+        "change_seq": seq,
     }
 
 
@@ -77,14 +94,17 @@ def read_placements(
     *,
     keys: Sequence[tuple[str, int]] | None = None,
     node: str | None = None,
+    since: int | None = None,
 ) -> list[StoredPlacement]:
     """Every readable placement (of ``models``, or with the (model, replica) ``keys``, or
-    on ``node``, if given), by model and replica."""
+    written after change ``since``, or on ``node``, if given), by model and replica."""
     query = raw(placements_t).order_by(placements_t.c.model, placements_t.c.replica)
     if models is not None:
         query = query.where(placements_t.c.model.in_(models))
     if keys is not None:
         query = query.where(tuple_(placements_t.c.model, placements_t.c.replica).in_(keys))
+    if since is not None:
+        query = query.where(placements_t.c.change_seq > since)
     if node is not None:
         # The nodes column is a JSON list: the name, quoted, is in the text of exactly the
         # rows that list it (a name has no quote); held exactly once decoded, below.

@@ -43,7 +43,12 @@ from scheduler.persistence.lifecycle_store import (
     record_failures,
     set_cordon,
 )
-from scheduler.persistence.placement_rows import placement_row, read_placements, reporting_nodes
+from scheduler.persistence.placement_rows import (
+    next_change,
+    placement_row,
+    read_placements,
+    reporting_nodes,
+)
 from scheduler.persistence.recorded_rounds import record_round
 from scheduler.persistence.tables import PlacementRoundRow, PlacementRow, table
 from scheduler.persistence.versions import record_definitions
@@ -164,6 +169,11 @@ class HostedCounts:
         return hosted
 
 
+def round_head(conn: Connection) -> int:
+    """The last round's id (0 before any): what a plan's write is fenced on."""
+    return _round_head(conn)
+
+
 class RoundStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -255,6 +265,7 @@ class RoundStore:
                     f"round {head} was written since this plan read round {based_on.round_id}"
                 )
             round_id = head + 1
+            seq = next_change(conn)
             record_round(
                 conn,
                 round_id=round_id,
@@ -279,7 +290,7 @@ class RoundStore:
             if plan.place:
                 conn.execute(
                     insert(placements_t),
-                    [placement_row(p, round_id, now) for p in plan.place],
+                    [placement_row(p, round_id, now, seq) for p in plan.place],
                 )
             for copy in plan.again:
                 # Placed again where it runs: it starts as its engine last reported, not
@@ -290,7 +301,9 @@ class RoundStore:
                         placements_t.c.model == copy.model,
                         placements_t.c.replica == copy.replica,
                     )
-                    .values(state=copy.state, state_since=now, endpoint=copy.endpoint)
+                    .values(
+                        state=copy.state, state_since=now, endpoint=copy.endpoint, change_seq=seq
+                    )
                 )
             for p in updated:
                 conn.execute(
@@ -302,6 +315,7 @@ class RoundStore:
                         version=p.version,
                         moving=p.moving,
                         moving_for=p.moving_for,
+                        change_seq=seq,
                     )
                 )
             record_failures(

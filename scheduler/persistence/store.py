@@ -7,6 +7,7 @@ API and the daemon use, and the one the contract suite
 - ``scheduler.persistence.inventory_store``: node reports, forgetting nodes, the inventory;
 - ``scheduler.persistence.node_changes``: the inventory a round reads, by what changed;
 - ``scheduler.persistence.round_store``: placements, fenced rounds, cordons;
+- ``scheduler.persistence.placement_changes``: the placements a round reads, by what changed;
 - ``scheduler.persistence.audit_trail``: the placements' audit trail (placement events);
 - ``scheduler.persistence.recorded_rounds``: recording a round's inputs and rebuilding them;
 - ``scheduler.persistence.lifecycle_store``: replica states, cordons, failures;
@@ -42,6 +43,7 @@ from scheduler.persistence.lease_store import Fence
 from scheduler.persistence.lifecycle_store import read_cordons
 from scheduler.persistence.node_changes import NodeFeed
 from scheduler.persistence.outcome_store import Outcome, UnplacedReason, read_outcome, write_outcome
+from scheduler.persistence.placement_changes import PlacementFeed
 from scheduler.persistence.record_format import PlacementEvent, RecordedRound
 from scheduler.persistence.recorded_rounds import RoundUnreadable, read_recorded_round
 from scheduler.persistence.round_store import (
@@ -124,6 +126,11 @@ class SchedulerStore:
         return NodeFeed(self.engine)
 
     # -- placements and rounds --------------------------------------------
+
+    def placement_feed(self) -> PlacementFeed:
+        """The placements read whole once, then by what changed (``placement_changes``):
+        one a placer, which keeps it between rounds."""
+        return PlacementFeed(self.engine)
 
     def state(self) -> PlacementState:
         return self.rounds.state()

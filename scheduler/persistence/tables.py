@@ -73,6 +73,29 @@ class PlacementRow(Base):
     # move makes room for ("" for a spread repair). "" when it is not moving.
     moving: Mapped[str] = mapped_column(Text, server_default="")
     moving_for: Mapped[str] = mapped_column(String(255), server_default="")
+    # The change sequence of the last write to the row (``PlacementChangesRow.seq``): a
+    # round reads the placements written since its last read by this index. 0: not since
+    # revision 0023 (read with the whole placements).
+    change_seq: Mapped[int] = mapped_column(Position, server_default="0", index=True)
+
+
+class PlacementChangesRow(Base):
+    """Where the placements' change sequence stands (one row; ``scheduler.persistence.
+    placement_changes``).
+
+    ``seq`` grows by one for each transaction that writes placements (a round's, a replica
+    report's), taken under the numbering lock (``lock_trail``) and held to its commit, so
+    every row stamped with a number at most the one a reader sees has committed.
+    ``reporting`` grows whenever the set of nodes whose agents report replica states
+    changes (a node's first replica report, a node forgotten): what a replica's state
+    reads besides its own row.
+    """
+
+    __tablename__ = "placement_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(Position)
+    reporting: Mapped[int] = mapped_column(Position)
 
 
 class PlacementRoundRow(Base):

@@ -253,3 +253,75 @@ def test_a_load_step_scales_up_to_what_carries_it_then_down_to_min_and_zero_wake
     )
     assert backtest.returncode == 0, backtest.stderr
     assert json.loads(backtest.stdout)["same_decisions"] is True
+
+
+# One slot a replica, 0.8 s a request: three clients keep two of them waiting in the
+# gateway's queue, about 1 s each, above the model's slo.ttft_p99. The load (3 in
+# flight) is far below what the default capacity says one replica carries: only the
+# queue can scale it up.
+QUEUE_SETTINGS = """
+[autoscale]
+interval = "1s"
+window = "4s"
+up_cooldown = "1s"
+down_cooldown = "10m"
+default_capacity = 100
+
+[gateway]
+signals_interval = "1s"
+"""
+QUEUED = {
+    "name": "queued",
+    "source": "sim/queued",
+    "scaling": {"min": 1, "max": 2},
+    "slo": {"ttft_p99": "500ms"},
+    "profiles": [
+        {
+            "name": "sim",
+            "engine": "sim",
+            "gpu_class": "SIM",
+            "args": ["--slots", "1", "--token-delay", "0.05"],
+        }
+    ],
+}
+
+
+def test_a_queue_that_grows_at_the_gateway_shows_in_the_autoscalers_decisions(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    settings = tmp_path / "llmgw.toml"
+    settings.write_text(QUEUE_SETTINGS)
+    started = datetime.now(UTC) - timedelta(seconds=1)
+    with gateway_cluster(
+        tmp_path, sqlite_url, ["n1"], [QUEUED], ROUNDS, gateway_args=("--settings", str(settings))
+    ) as (c, gw, tokens):
+        c.agent("n1", gpus="SIM:4")
+        eventually(lambda: gw.ready("queued", 1), "queued has its one replica at the gateway")
+        clients = Clients(gw, tokens.client, "queued")
+        try:
+            clients.scale(3)
+            eventually(
+                lambda: _count(c, "queued") == 2 and gw.ready("queued", 2),
+                "a second replica, asked for by the queue, ready at the gateway",
+                timeout=120,
+            )
+        finally:
+            clients.close()
+        assert clients.ok > 0 and clients.failed == [], clients.failed[:5]
+        history = c.cli("autoscale", "history", "--json")
+        assert history.returncode == 0, history.stderr
+        (up,) = [d for d in json.loads(history.stdout) if d["model"] == "queued"]
+        assert (up["current"], up["wanted"], up["code"]) == (1, 2, "queue_wait"), up
+        summary = up["inputs"]["summary"]
+        assert summary["queue_wait_sustained_s"] > 0.5  # slo.ttft_p99
+        assert summary["load"] < 100 * 0.7  # the load alone asked for no more
+        assert "in two consecutive windows" in up["reason"]
+        backtest = c.cli(
+            "autoscale",
+            "backtest",
+            "--since",
+            started.replace(tzinfo=None).isoformat(timespec="seconds"),
+            "--json",
+        )
+        assert backtest.returncode == 0, backtest.stderr
+        assert json.loads(backtest.stdout)["same_decisions"] is True

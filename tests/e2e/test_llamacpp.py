@@ -198,6 +198,32 @@ def test_a_cpu_replica_starts_becomes_ready_serves_openai_and_says_its_real_cont
     ]
 
 
+def test_the_gateway_counts_the_slots_llama_cpp_says_on_props(stack: Stack) -> None:
+    """The profile sets no ``slots``: the gateway asks the engine's ``/props`` and counts
+    its ``total_slots`` (the engine's word wins over the args' ``--parallel``)."""
+    c, gw, _ = stack
+    placement = eventually(lambda: ready(c, "tiny"), "tiny[0] ready", timeout=180)
+    props = httpx.get(placement["endpoint"] + "/props", timeout=30)
+    assert props.status_code == 200, props.text
+    total = props.json()["total_slots"]
+    assert total == 4  # the profile's --parallel 4, as the engine runs it
+
+    def counted() -> dict[str, Any] | None:
+        found = gateway_sees(gw, 512)
+        return found if found is not None and found["slots_source"] == "engine" else None
+
+    seen = eventually(counted, "the gateway counts tiny/0's slots from /props", timeout=60)
+    assert seen["slots"] == total
+    # The gateway writes its log lines together, within 20 ms (llmgw.logs.BufferedLines).
+    said = eventually(
+        lambda: [e for e in gw.logs("gateway.engine_slots") if e["replica"] == "tiny/0"] or None,
+        "the gateway logs what the engine said",
+        timeout=10,
+    )
+    assert said[-1]["total_slots"] == total and said[-1]["source"] == "/props"
+    assert not gw.logs("gateway.engine_slots_unknown")
+
+
 def test_the_gateway_refuses_a_prompt_over_what_one_slot_gives_counted_by_the_engine(
     stack: Stack,
 ) -> None:

@@ -179,3 +179,40 @@ def test_autoscale_explain_rounds_seconds_for_humans_and_keeps_json_exact(
     assert "ttft p99 0.0746s, tpot p99 0.0312s (SLO 1s / 0.1s)" in done.stdout, done.stdout
     assert "0.0746024809999426" not in done.stdout
     assert cli.json("autoscale", "explain", "chat")["signals"]["ttft_p99_s"] == ttft
+
+
+def test_a_queue_that_grows_scales_up_recorded_as_queue_wait_and_replays_the_same(
+    engine: Engine,
+) -> None:
+    # Load 3: one replica carries it by its capacity (0.75 x 4), but its engine's slots
+    # do not: the gateway's queue grows by 0.4 s a window until a second replica serves.
+    store = AutoscaleStore(engine)
+    catalog = Catalog.build([CHAT])
+    with engine.begin() as conn:
+        store.append(conn, CAPACITY, "chat", {"profile": "main", "capacity": 4}, at=T0)
+    scaler = Autoscaler(store, lambda: (catalog.models(), 1), POLICY)
+    at, queue = T0, 0.0
+    for _ in range(10):  # less than down_cooldown after the change: no way back down
+        at += STEP
+        wanted = store.state().get("chat")
+        replicas = 1 if wanted is None else wanted.wanted
+        queue = queue + 0.5 if replicas == 1 else 0.05
+        serving = {f"chat/{i}": ReplicaLoad(10, 3 / replicas, 2) for i in range(replicas)}
+        w = Window(
+            "gw-1", "chat", at - STEP, at, at - timedelta(milliseconds=500), requests=30,
+            inflight_mean=3.0, inflight_max=4, queue_wait_p99_s=queue, ttft_p99_s=0.2,
+            tpot_p99_s=0.03, replicas=serving,
+        )  # fmt: skip
+        store.record_signals("gw-1", [w], w.received_at)
+        scaler.run(at)
+    (up,) = store.events(kinds=("autoscale.decision",))
+    assert (up.body["current"], up.body["wanted"], up.body["code"]) == (1, 2, "queue_wait")
+    # Not at the first window above slo.ttft_p99 (1s: 1.5s), at the second (2s).
+    summary = up.body["inputs"]["summary"]
+    assert (summary["queue_wait_p99_s"], summary["queue_wait_sustained_s"]) == (2.0, 1.5)
+    assert up.body["reason"] == "up 1 -> 2: queue wait p99 1.500s > 1s in two consecutive windows"
+    assert up.recorded_at == T0 + 4 * STEP
+    result = run_backtest(store, T0, at, None, "recorded")
+    assert result.same and result.models["chat"][1].decisions == [
+        (up.recorded_at, 1, 2, "queue_wait")
+    ]

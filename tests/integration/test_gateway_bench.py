@@ -49,6 +49,29 @@ def test_the_stub_answers_the_official_openai_client_plain_and_streamed(stub_por
     assert [m.id for m in client.models.list()] == ["bench-model"]
 
 
+def test_the_stub_ends_a_stream_asked_for_its_usage_with_the_usage_event(stub_port: int) -> None:
+    # As vLLM's and OpenAI's: our gateway asks for it on every stream and cuts it out
+    # again, and the benchmark must make it pay for that as an engine would.
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{stub_port}/v1", api_key="unused")
+    messages: list[openai.types.chat.ChatCompletionMessageParam] = [
+        {"role": "user", "content": "hello"}
+    ]
+    asked = list(
+        client.chat.completions.create(
+            model="bench-model",
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert asked[-1].choices == []
+    assert asked[-1].usage is not None and asked[-1].usage.completion_tokens == CHUNKS
+    plain = list(
+        client.chat.completions.create(model="bench-model", messages=messages, stream=True)
+    )
+    assert all(c.usage is None for c in plain) and len(plain) == len(asked) - 1
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_load_generator_counts_every_answer_and_streamed_event(
     stub_port: int, stream: bool

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
+from sqlalchemy.event import listen, remove
 
 from catalog import Catalog
 from events.catalog_service import CatalogService
@@ -166,3 +167,49 @@ def test_a_placer_plans_from_what_changed_as_a_full_round_would_and_records_it(
                 for r in result.plan.remove
             }
         assert again == written, f"round {round_id} planned again differs"
+
+
+class RacedFeed(NodeFeed):
+    """A feed whose whole read raced a report: the node was committed between the read of
+    the rows and the read of the names, so it is among the names but not the rows (what
+    PostgreSQL's read-committed statements allow), and taken for unreadable."""
+
+    def _whole(self, conn: Connection, now: datetime, fresh_from: datetime) -> NodeChanges:
+        found = super()._whole(conn, now, fresh_from)
+        self.raced.report([_node("late")], now)
+        assert self._names is not None
+        self._names.discard("late")
+        self._unreadable.add("late")
+        return found
+
+    raced: SchedulerStore
+
+
+def test_a_node_taken_for_unreadable_by_a_raced_whole_read_is_readable_once_read(
+    engine: Engine,
+) -> None:
+    store = SchedulerStore(engine)
+    store.report([_node("a")], T0)
+    feed = RacedFeed(engine)
+    feed.raced = store
+    feed.read(T0 + timedelta(seconds=1), STALE_AFTER)
+    name_scans: list[str] = []
+
+    def count(conn: object, cursor: object, statement: str, *rest: object) -> None:
+        if (
+            statement.lstrip().upper().startswith("SELECT NODES.NAME")
+            and "WHERE" not in statement.upper()
+        ):
+            name_scans.append(statement)
+
+    listen(engine, "before_cursor_execute", count)
+    try:
+        # The late node is read as changed (within the margin) and known from then on:
+        # later rounds do not read every name again for a count that never matches.
+        read = feed.read(T0 + timedelta(seconds=2), STALE_AFTER)
+        assert "late" in {n.name for n in read.nodes}
+        for step in range(3, 6):
+            feed.read(T0 + timedelta(seconds=step), STALE_AFTER)
+    finally:
+        remove(engine, "before_cursor_execute", count)
+    assert name_scans == []

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoscale.backtest import Result, backtest
-from autoscale.decide import Last, decide
+from autoscale.decide import Last, decide, queue_limit
 from autoscale.limits import model_limits
 from autoscale.policy import Policy, PolicyError, parse_policy
 from autoscale.rolling import Rolling
-from autoscale.rounds import summary_for
+from autoscale.rounds import judged_summary
 from autoscale.store import DECISION, HOLD, AutoscaleStore, StoredEvent
 from catalog import Catalog
 from catalog.forms.text import shown
@@ -131,7 +131,8 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
     last = store.events(model=model, kinds=(DECISION,), limit=1)
     limits = model_limits([found], store.capacities())[model]
     windows = Rolling.of(store.windows(now - policy.window, now, model))
-    summary = summary_for(model, windows, bool(store.heard(now - policy.window, now)))
+    heard = bool(store.heard(now - policy.window, now))
+    summary = judged_summary(model, windows, heard, limits, own)
     replicas = SchedulerStore(app.engine).replicas(model=model)
     ready = sum(s.counts_as_ready for _, s in replicas)
     current = limits.min if state is None else state.wanted
@@ -184,6 +185,10 @@ def cmd_explain(app: App, args: argparse.Namespace) -> int:
             f"{summary.load:.2f}, ttft p99 {_seconds(summary.ttft_p99_s)}, tpot p99 "
             f"{_seconds(summary.tpot_p99_s)} (SLO {_seconds(limits.ttft_p99_s)} / "
             f"{_seconds(limits.tpot_p99_s)})"
+        )
+        print(
+            f"  queue wait p99 {_seconds(summary.queue_wait_p99_s)} (scales up above "
+            f"{_seconds(queue_limit(limits, own))} in two consecutive windows of a gateway)"
         )
     if own.enabled:
         print(f"  if decided now: {nxt.wanted} ({nxt.code}): {shown(nxt.reason)}")

@@ -160,10 +160,14 @@ class IncrementalRounds:
             if demands != self._demands:
                 self._demands = demands
                 changed = True
-        if changes.current is not None and (
-            len(changes.current) != len(self._current)
-            or list(map(_placement_fields, changes.current))
-            != list(map(_placement_fields, self._current))
+        if (
+            changes.current is not None
+            and changes.current is not self._current
+            and (
+                len(changes.current) != len(self._current)
+                or list(map(_placement_fields, changes.current))
+                != list(map(_placement_fields, self._current))
+            )
         ):
             self._current = tuple(changes.current)
             self._hosting = frozenset(n for p in self._current for n in p.nodes)

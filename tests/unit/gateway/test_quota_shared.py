@@ -194,3 +194,26 @@ def test_what_a_gateway_does_not_use_goes_back_to_the_account() -> None:
     c.call(0, 31)
     assert c.gateways[0].holdings[("app", TOKENS)].held == 0
     assert c.account.left() >= min(6000, before + held)
+
+
+def test_a_lowered_limit_stops_what_the_gateway_held_under_the_old_one() -> None:
+    """`token limits app --tpm 100` on a client cut down (a leaked key): what the gateway
+    drew under the old limit goes back, and it serves at most one more request on credit
+    before the new limit's account says no; the old holding is never spent."""
+    c = Cluster.of(60_000, 1)
+    for _ in range(5):
+        c.request(0, 100, 100)
+        c.settle(0)
+        c.call(0, 0.2)
+    assert c.gateways[0].holdings[("app", TOKENS)].held >= 1000
+    c.size = 100
+    c.account.resize(100, None, c.now)
+    admitted = 0
+    for _ in range(50):
+        c.now += 0.01
+        if c.request(0, 100, 100):
+            admitted += 1
+            c.settle(0)
+    assert admitted <= 1
+    c.call(0, 0.2)  # the excess reaches the account
+    assert c.account.left() <= 100

@@ -11,6 +11,7 @@ from starlette.testclient import TestClient
 from agent.sim import create_app
 from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
+from gateway.engineslots import total_slots
 from gateway.stages.queue import budget, free_slots, open_replicas
 from gateway.stages.routing import Load
 from gateway.table import build, slots_of
@@ -90,3 +91,49 @@ def test_the_sim_engine_says_its_slots_as_llamacpp_does() -> None:
     with TestClient(create_app("tiny", slots=3)) as client:
         assert client.get("/props").json()["total_slots"] == 3
     assert slots_of("sim", ["--slots", "3"]) == 3
+
+
+def test_what_a_llamacpp_engine_says_on_props_wins_over_its_args_and_the_field_over_both() -> None:
+    said = {("tiny/0", "http://h:0"): 6}  # replica 0's engine said total_slots 6
+    m = model(engine="llamacpp", gpu_class="", args=["--parallel", "4"])
+    table = build([m], ready(m), 1, said)
+    assert [(r.slots, r.slots_source) for r in table.ready["tiny"]] == [
+        (6, "engine"),
+        (4, "args"),  # not asked yet, or never answered: its args are in force
+    ]
+    # Both are asked (a profile without ``slots``), by replica key and endpoint: a
+    # replica that moves to another endpoint is asked again.
+    assert table.ask_props == {("tiny/0", "http://h:0"), ("tiny/1", "http://h:1")}
+    assert build([m], ready(m), 1, {("tiny/0", "http://h:9"): 6}).ready["tiny"][0].slots == 4
+    # No --parallel at all: only the engine can say (llama.cpp then chose its own count).
+    bare = model(engine="llamacpp", gpu_class="")
+    assert [r.slots for r in build([bare], ready(bare), 1, said).ready["tiny"]] == [6, 0]
+    # The profile's field is the operator's word: no engine is asked, none overrides it.
+    fixed = model(engine="llamacpp", gpu_class="", args=["--parallel", "4"], slots=2)
+    table = build([fixed], ready(fixed), 1, said)
+    assert [(r.slots, r.slots_source) for r in table.ready["tiny"]] == [(2, "profile")] * 2
+    assert table.ask_props == frozenset()
+    # vLLM and the sim are not asked (the sim's /props says its --slots, as its args do).
+    for other in (model(engine="vllm", args=["--max-num-seqs", "8"]), model(engine="sim")):
+        assert build([other], ready(other), 1, said).ask_props == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("body", "slots"),
+    [
+        ({"total_slots": 4, "default_generation_settings": {"n_ctx": 512}}, 4),
+        ({"total_slots": 0}, 0),  # the sim with no limit
+        ({"total_slots": -1}, 0),
+        ({"total_slots": 1 << 20}, 0),  # beyond any engine: not believed
+        ({"total_slots": True}, 0),
+        ({"total_slots": "4"}, 0),
+        ({"total_slots": 4.0}, 0),
+        ({}, 0),
+        ([4], 0),
+        (None, 0),
+    ],
+)
+def test_an_engines_total_slots_is_read_only_as_a_whole_number_in_bounds(
+    body: Any, slots: int
+) -> None:
+    assert total_slots(body) == slots
