@@ -116,9 +116,11 @@ docs: $(DEV_STAMP)
 # all ~250 of them again: collection 15 s of CPU a process, 5 s with them.
 PACKAGES := catalog events scheduler declared llmgw agent gateway httpguard autoscale engine_check
 
+# --durations: the slowest tests, printed at the end of every run (CI's log included), so
+# that the suite's time is seen where it goes (the aim: make test under 240 s).
 pytest: $(DEV_STAMP)
 	$(BIN)/python -m compileall -q $(PACKAGES) tests bench docsite > /dev/null
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n 4 --dist loadgroup -q
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n 4 --dist loadgroup -q --durations=30
 
 ## bench: print the benchmark tables (see docs/benchmarks/)
 bench: $(DEV_STAMP)
