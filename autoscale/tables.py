@@ -1,6 +1,6 @@
 """The autoscaler's SQL tables: gateways' signal windows, decision rounds, decisions.
 
-Created and changed only by Alembic (``alembic/versions/0008_autoscale.py``). They
+Created and changed only by Alembic (``alembic/versions/scheduler/0008_autoscale.py``). They
 share the catalog tables' metadata so that ``alembic check`` sees every table.
 
 Windows are summaries (one row per gateway, model and window of ~5 s), never one row

@@ -28,6 +28,8 @@ def alembic_config(url: str) -> Config:
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
+    # versions/ holds a folder per area (log, tenants, scheduler): one history, one chain.
+    config.set_main_option("recursive_version_locations", "true")
     # ConfigParser interpolation would read a '%' in a password as syntax.
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return config

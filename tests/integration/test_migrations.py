@@ -88,6 +88,7 @@ def _second_heads(location: Path) -> str | None:
 
     config = Config()
     config.set_main_option("script_location", str(location))
+    config.set_main_option("recursive_version_locations", "true")
     heads = sorted(ScriptDirectory.from_config(config).get_heads())
     if len(heads) == 1:
         return None
