@@ -305,10 +305,12 @@ class Proxy:
                 candidates = eligible(ready, state.loads, now)
                 picked: Choice | None = None
                 if candidates and (state.queues or m.name in state.table.slotted):
-                    candidates, picked, queued = await self._slots(
-                        call, m, candidates, tried, session=session, prompt=prompt, now=now
-                    )
-                    waiter = waiter or queued
+                    free, picked, prefer = self._at_once(m, candidates, session, prompt, now)
+                    if free:
+                        candidates = free
+                    elif picked is None:
+                        candidates, queued = await self._gate(call, m, tried, prefer)
+                        waiter = waiter or queued
                 if picked is None:
                     picked = self._choose(m, candidates, session, prompt, now)
                 if picked is None:  # (no candidate)
@@ -372,21 +374,19 @@ class Proxy:
             now=now,
         )
 
-    async def _slots(
+    def _at_once(
         self,
-        call: Call,
         m: ModelEntry,
         candidates: list[Replica],
-        tried: set[str],
-        *,
         session: str | None,
         prompt: prefix.Prompt | None,
         now: float,
-    ) -> tuple[list[Replica], Choice | None, Waiter | None]:
-        """A model with slots known: the replicas with a free one, at once when nobody
-        waits for one (no await on this path), else after the queue; or the choice
-        already made, when a profile that chooses for the cache chose a replica with a
-        free slot.
+    ) -> tuple[list[Replica], Choice | None, Replica | None]:
+        """A model with slots known: (the replicas with a free one, when nobody waits
+        for one; the choice already made, when a profile that chooses for the cache
+        chose a replica with a free slot; the replica to hold for). Nothing of the
+        first two: the request waits in the queue (``_gate``). No await: this is every
+        request's path to a model with slots.
 
         ``prefix`` (with a prompt) and ``session`` (with a key) choose among all the
         candidates, full or not, so that a full replica holding the prompt is waited
@@ -404,14 +404,12 @@ class Proxy:
             want = self._choose(m, candidates, session, prompt, now)
             assert want is not None  # (candidates is not empty)
             if not busy and is_open(want.replica, state.loads, self.share):
-                return candidates, want, None
+                return [], want, None
             if want.sticky:
                 prefer = self._hold(m, want.replica, candidates)
-        free = [] if prefer else open_replicas(candidates, state.loads, self.share)
-        if free and not busy:
-            return free, None, None
-        gated, waiter = await self._gate(call, m, tried, prefer)
-        return gated, None, waiter
+        if busy or prefer is not None:
+            return [], None, prefer
+        return open_replicas(candidates, state.loads, self.share), None, None
 
     def _queue(self, m: ModelEntry) -> ModelQueue:
         q = self.state.queues.get(m.name)
