@@ -80,6 +80,9 @@ _CACHED_TOKENS = re.compile(rb'"(?:cached_tokens|cache_n)"\s*:\s*(\d{1,9})')
 # llama.cpp's prompt tokens computed (a stream's final chunk has its timings, and usage
 # only when asked): with cache_n, the prompt's tokens.
 _PROMPT_N = re.compile(rb'"prompt_n"\s*:\s*(\d{1,9})')
+# The profiles that choose a replica for its cache: a request of theirs may wait for the
+# replica chosen when it is full (a hold, gateway.stages.queue).
+FOR_CACHE = frozenset({PREFIX, SESSION})
 ROUTES = {
     admission.CHAT: "/v1/chat/completions",
     admission.COMPLETIONS: "/v1/completions",
@@ -285,7 +288,7 @@ class Proxy:
         trace.prompt_tokens = tokens
         admission.fits(req, m, tokens, how, w)
 
-    async def _attempts(
+    async def _attempts(  # noqa: PLR0915 (the slot stage's common path inline: a call costs)
         self, call: Call, m: ModelEntry, *, slo_binding: bool, first: Choice | None = None
     ) -> bool:
         state, req, trace = self.state, call.req, call.trace
@@ -305,14 +308,29 @@ class Proxy:
                 candidates = eligible(ready, state.loads, now)
                 picked: Choice | None = None
                 if candidates and (state.queues or m.name in state.table.slotted):
-                    free, picked, prefer = self._at_once(m, candidates, session, prompt, now)
+                    if m.routing_profile in FOR_CACHE:
+                        free, picked, prefer = self._at_once(m, candidates, session, prompt, now)
+                    else:  # (inline: every request's path to a model with slots)
+                        q = state.queues.get(m.name)
+                        busy = q is not None and (q.length or q.granted)
+                        free = [] if busy else open_replicas(candidates, state.loads, self.share)
+                        prefer = None
                     if free:
                         candidates = free
                     elif picked is None:
                         candidates, queued = await self._gate(call, m, tried, prefer)
                         waiter = waiter or queued
                 if picked is None:
-                    picked = self._choose(m, candidates, session, prompt, now)
+                    picked = choose(
+                        m.routing_profile,
+                        candidates,
+                        state.loads,
+                        session=session,
+                        ttft_slo_s=m.ttft_slo_s,
+                        prompt=prompt,
+                        prefixes=state.prefix,
+                        now=now,
+                    )
                 if picked is None:  # (no candidate)
                     if ready:
                         trace.tried.append(f"{m.name!r}: every ready replica is set aside")
@@ -374,7 +392,7 @@ class Proxy:
             now=now,
         )
 
-    def _at_once(
+    def _at_once(  # (the profiles of FOR_CACHE only)
         self,
         m: ModelEntry,
         candidates: list[Replica],

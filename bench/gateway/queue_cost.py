@@ -11,7 +11,9 @@ alone). Each request below is that decision, the choice included, in three versi
 - ``out``: the stage out (``choose`` alone);
 - ``before``: the block of ``main`` before holds (issue 41), copied here: ``open_replicas``
   then ``choose`` among the free replicas;
-- ``after``: this tree's own code, ``Proxy._at_once`` then ``choose`` when it did not.
+- ``after``: this tree's: ``Proxy._at_once`` (its own code) for ``prefix`` and ``session``,
+  then ``choose`` when it did not choose; the other profiles' block, inline in
+  ``Proxy._attempts``, copied.
 
 By default it times them (``timeit``, least of 7 repeats: moved by the machine's load);
 ``--callgrind`` counts their instructions under valgrind instead (not moved by it), as
@@ -30,7 +32,7 @@ import timeit
 from collections.abc import Callable
 from pathlib import Path
 
-from gateway.proxy import Proxy
+from gateway.proxy import FOR_CACHE, Proxy
 from gateway.settings import GatewaySettings
 from gateway.stages.prefix import prompt_of
 from gateway.stages.queue import ModelQueue, open_replicas
@@ -76,11 +78,18 @@ def common_path(version: str, replicas: int, profile: str = "least-loaded") -> C
         pick(candidates)
 
     def after() -> None:
+        # (gateway/proxy.py's Proxy._attempts: _at_once for the profiles that choose for
+        # the cache, else the block inline as before)
         candidates = ready
         if candidates and (queues or "m" in slotted):
-            free, picked, _prefer = proxy._at_once(m, candidates, session, prompt, 0.0)
-            if picked is not None:
-                return
+            if profile in FOR_CACHE:
+                free, picked, _prefer = proxy._at_once(m, candidates, session, prompt, 0.0)
+                if picked is not None:
+                    return
+            else:
+                q = queues.get("m")
+                busy = q is not None and (q.length or q.granted)
+                free = [] if busy else open_replicas(candidates, loads, 1.0)
             candidates = free
         pick(candidates)
 
