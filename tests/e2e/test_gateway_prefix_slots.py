@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.e2e.agents import eventually
+from tests.e2e.agents import Cluster, eventually
 from tests.e2e.gateways import GatewayProc, GatewayTokens, gateway_cluster
 
 pytestmark = pytest.mark.slow
@@ -47,10 +47,11 @@ GATEWAY_ARGS = ("--queue-hold", "60s", "--queue-starvation", "2m")
 SYSTEM = "You answer questions about clusters of cards, briefly and exactly. " * 40
 
 
+Setup = tuple[GatewayProc, GatewayTokens, Cluster]
+
+
 @pytest.fixture(scope="module")
-def setup(
-    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
-) -> Iterator[tuple[GatewayProc, GatewayTokens]]:
+def setup(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Setup]:
     work = tmp_path_factory.mktemp("gwprefixslots")
     shutil.copy(sqlite_template, work / "llmgw.db")
     with gateway_cluster(
@@ -64,7 +65,7 @@ def setup(
         c.agent("n1", gpus="SIM:4")
         eventually(lambda: gw.ready("held", 2), "two prefix replicas at the gateway")
         eventually(lambda: gw.ready("keyed", 2), "two session replicas at the gateway")
-        yield gw, tokens
+        yield gw, tokens, c
 
 
 def ask(
@@ -104,9 +105,9 @@ def replicas_of(gw: GatewayProc, model: str) -> dict[str, dict[str, Any]]:
 
 
 def test_with_every_slot_busy_a_conversations_next_turn_waits_for_its_prefixs_replica(
-    setup: tuple[GatewayProc, GatewayTokens],
+    setup: Setup,
 ) -> None:
-    gw, tokens = setup
+    gw, tokens, _ = setup
     token = tokens.client
     messages: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": SYSTEM},
@@ -162,12 +163,12 @@ def test_with_every_slot_busy_a_conversations_next_turn_waits_for_its_prefixs_re
 
 
 def test_a_hot_prefix_still_spills_past_the_balance_bound(
-    setup: tuple[GatewayProc, GatewayTokens],
+    setup: Setup,
 ) -> None:
     """Ten requests of one prefix at once on two one-slot replicas: a few wait for the
     replica holding the prefix (the bound: its in-flight requests and holders at most 2
     above the other's), the rest spill to the other replica."""
-    gw, tokens = setup
+    gw, tokens, _ = setup
     token = tokens.client
     hot: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": "hot " + SYSTEM},
@@ -192,9 +193,9 @@ def test_a_hot_prefix_still_spills_past_the_balance_bound(
 
 
 def test_a_session_keys_request_waits_for_its_replicas_slot(
-    setup: tuple[GatewayProc, GatewayTokens],
+    setup: Setup,
 ) -> None:
-    gw, tokens = setup
+    gw, tokens, _ = setup
     token = tokens.client
     messages: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": SYSTEM},
@@ -212,3 +213,52 @@ def test_a_session_keys_request_waits_for_its_replicas_slot(
     assert again.headers["x-llmgw-replica"] == home
     busy.join()
     assert replicas_of(gw, "keyed")[home]["slot_hold"]["waited"] >= 1
+
+
+def test_a_hold_ends_at_queue_hold_and_the_turn_takes_the_free_replica(
+    setup: Setup, tmp_path: Path
+) -> None:
+    """A gateway with ``--queue-hold 1s``: the conversation's next turn waits for its
+    replica's slot one second, then takes the other replica's free slot."""
+    _, tokens, c = setup
+    token = tokens.client
+    gw = GatewayProc(
+        tmp_path, c.server.url, tokens.gateway_b, "--queue-hold", "1s", admin=c.tokens.reader
+    )
+    gw.start()
+    try:
+        eventually(lambda: gw.ready("held", 2), "the second gateway has the replicas")
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": "short holds: " + SYSTEM},
+            {"role": "user", "content": "question one: " + "what " * 60},
+        ]
+        first = ask(gw, token, "held", messages)
+        home = first.headers["x-llmgw-replica"]
+        messages.append({"role": "assistant", "content": first.parse().choices[0].message.content})
+        busy = Streamed(
+            lambda: ask(
+                gw,
+                token,
+                "held",
+                [*messages, {"role": "user", "content": "tell me more"}],
+                max_tokens=200,
+                stream=True,
+            )
+        )
+        eventually(lambda: busy.replica is not None, "home's slot taken")
+        assert busy.replica == home
+        messages.append({"role": "user", "content": "question two: " + "when " * 60})
+        second = ask(gw, token, "held", messages)
+        assert second.headers["x-llmgw-replica"] != home  # (home is busy for 10 s or more)
+        busy.join()
+        held = replicas_of(gw, "held")[home]["slot_hold"]
+        assert held["expired"] == 1 and held["waited"] == 0, held
+        assert [x for x in gw.logs("gateway.hold_expired") if x["replica"] == home]
+        line = [
+            x
+            for x in gw.logs("gateway.request")
+            if x.get("replica") != home and x.get("status") == 200
+        ][-1]
+        assert (line["queued_ms"] or 0) >= 1000, line  # it held a second first
+    finally:
+        gw.stop()
