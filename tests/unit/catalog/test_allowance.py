@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.forms.allowance import (
+    CREDIT_LEASE_S,
     MAX_DRAWS,
     Account,
     AllowanceError,
@@ -95,3 +96,30 @@ def test_the_answer_is_read_back_as_written() -> None:
         {"draws": [{"client": "a", "kind": "tokens", "granted": 5, "left": 9, "size": None}]}
     )
     assert answers[0].size is None and answers[0].granted == 5
+
+
+def test_the_credit_lent_is_at_most_one_request_and_a_lapsed_lease_is_charged() -> None:
+    """Every gateway's line together is at most the pool: the largest reservation a
+    gateway said its requests make."""
+    a = Account.new(1000, None, 0.0)
+    assert a.lend("gw-a", 300, 300, 0.0) == (300, False)
+    assert a.lend("gw-b", 200, 300, 1.0) == (0, False)  # the pool is lent: none
+    assert a.lend("gw-a", 100, 300, 2.0) == (300, True)  # renewed (never lowered); asked
+    assert a.lend("gw-a", 0, 300, 3.0) == (0, False)  # returned: nothing charged
+    assert a.left() == 1000
+    assert a.lend("gw-b", 200, 300, 4.0)[0] == 200
+    assert a.lend("gw-c", 250, 300, 4.0)[0] == 100  # what the pool has left
+    assert a.lend("", 500, 500, 4.0) == (0, False)  # an older gateway borrows nothing
+    # gw-b and gw-c are killed: their leases run out unrenewed, the account is charged
+    # their lines (what they may owe) before the credit is lent again.
+    later = 4.0 + CREDIT_LEASE_S
+    assert a.lend("gw-a", 300, 300, later) == (300, False)
+    assert a.left() == 700
+    assert a.lend("gw-a", 5000, 5000, later)[0] == 1000  # never more than the limit
+
+
+def test_a_lapsed_credit_on_a_budget_counts_in_its_window() -> None:
+    a = Account.new(1000, 3600, 0.0)
+    a.lend("gw-a", 300, 300, 0.0)
+    a.lend("gw-b", 300, 300, CREDIT_LEASE_S + 1)
+    assert a.left() == 700 and sum(a.slots.values()) == 300
