@@ -18,12 +18,14 @@ when the interval began: each holds at most ``CHUNK_SHARE`` of the limit
 **Credit.** Each account also lends credit: the right to admit a request a gateway
 does not hold enough for, owing the rest until its next grant pays it. What it lends,
 every gateway's line together, is at most its ``pool``: the largest reservation a gateway
-said its requests make (``reserve``), so whatever every gateway together owes is at most
-one request's reservation. A line is lent for a lease its holder renews with each call
-(``Account.lend``), and comes back when its holder returns it (a call that asks for none,
-made only while it owes nothing) or when the lease runs out unrenewed (a gateway killed,
-cut off): the account is then charged the line, as if it had been granted, which covers
-whatever the holder owed, before it is lent again.
+said its requests make (``reserve``); before any was said, it is lent whole to one
+gateway only. A gateway admits on credit only when it owes nothing, so whatever every
+gateway together owes is at most one request's reservation. A line is lent for a lease
+its holder renews with each call (``Account.lend``), and comes back when its holder
+returns it (a call that asks for none, made only while it owes nothing) or when the
+lease runs out unrenewed (a gateway killed, cut off): the account is then charged the
+line, as if it had been granted, which covers whatever the holder owed, before it is
+lent again.
 
 The wire form (``POST /v1/gateway/allowances``) is parsed here, bounded, so the
 control plane and the gateway read only what the other could have written.
@@ -174,13 +176,16 @@ class Account:
 
     def lend(self, gateway: str, line: int, reserve: int, now: float) -> tuple[int, bool]:
         """Credit for ``gateway`` asking for a ``line`` (0: it holds none, or returns
-        it), its requests reserving up to ``reserve``: (the line it holds now, 0 for
-        none; whether a gateway asked for more than was left).
+        it), its requests reserving up to ``reserve`` (0: none seen yet): (the line it
+        holds now, 0 for none; whether a gateway asked for more than was left).
 
         A lease run out unrenewed charges the account its line first (what its holder
         may owe, paid). The pool grows to the largest ``reserve`` said (at most the
-        limit); a line is renewed (raised as far as the pool has room, never lowered) or
-        returned, and a new one lent as far as the pool has room."""
+        limit); each line is set to what its holder asks as far as the pool has room
+        (a holder asks for no less than it owes). While nothing is known of the
+        client's requests (the pool empty), the credit is lent whole to one gateway
+        and to no other: it owes one request at most, as any holder (a gateway admits
+        on credit only when it owes nothing)."""
         for holder, (held, until) in list(self.lent.items()):
             if until <= now:
                 self.charge(math.ceil(held), now)
@@ -188,12 +193,13 @@ class Account:
         if not gateway:
             return 0, False  # (an older gateway: it borrows nothing)
         self.pool = min(max(self.pool, reserve), self.size)
-        mine = self.lent.pop(gateway, None)
+        self.lent.pop(gateway, None)
         if line <= 0:
             return 0, False
-        free = self.pool - sum(held for held, _ in self.lent.values())
-        have = 0 if mine is None else int(mine[0])
-        got = max(have, min(line, free))
+        if self.pool == 0:
+            got = 0 if self.lent else self.size
+        else:
+            got = max(0, min(line, self.pool - math.ceil(sum(h for h, _ in self.lent.values()))))
         if got < line:
             self.wanted = now + CREDIT_LEASE_S
         if got <= 0:

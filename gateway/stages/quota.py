@@ -280,27 +280,34 @@ class Holding:
 
     def lend(self, now: float, short: float) -> tuple[int, int] | None:
         """(line, reserve) of credit to ask for, renew (a positive line) or return (0)
-        in the next call; None: no word of it this call. The line is what a request may
-        lack of what is held (its reservation over the target held, or what the last
-        refused one lacked), ``reserve`` the largest reservation (the account's pool
-        grows to it). Asked for when a request was refused for want of what is held or
-        when requests are larger than the target; kept while the client uses this
-        gateway; returned once another gateway lacks credit or the client is idle here,
-        and never while anything is owed (the next grant pays it first). Returned: not
+        in the next call; None: no word of it this call. ``reserve`` is the largest
+        reservation seen (0: none yet; the account's pool grows to it); the line what a
+        request may lack of what is held (its reservation over the target held, or
+        what the last refused one lacked; all that can be lent while no request was
+        seen), never less than what is owed. Asked for ahead of need: when requests
+        are larger than the target, before the client's first request here, or when
+        one was refused for want of it; kept while the client uses this gateway;
+        returned once another gateway lacked credit or the client is idle here, and
+        never while anything is owed (the next grant pays it first). Returned: not
         used from now on, whatever the call."""
-        reserve = min(self.size, math.ceil(max(self.largest, short, 1)))
-        need = min(reserve, max(1, math.ceil(max(reserve - self.target, self.lacked))))
+        reserve = min(self.size, math.ceil(max(self.largest, short)))
+        owed = math.ceil(max(0.0, -self.held))
+        if reserve:
+            need = min(reserve, max(1, math.ceil(max(reserve - self.target, self.lacked))))
+        else:
+            need = self.size
+        line = max(need, owed)
         self.lacked = 0.0
         active = now - self.last <= IDLE_S
         if self.credit:
-            if self.held < 0 or (active and not self.contested):
-                if need <= self.credit and now - self.credit_sent < CREDIT_RENEW_S:
+            if owed or (active and not self.contested):
+                if line == self.credit and now - self.credit_sent < CREDIT_RENEW_S:
                     return None
-                return max(self.credit, need), reserve
+                return line, reserve
             self.credit, self.credit_until, self.contested = 0, -math.inf, False
             return 0, reserve
-        if short > 0 or (active and reserve > self.target):
-            return need, reserve
+        if short > 0 or (active and reserve == 0) or (active and reserve > self.target):
+            return line, reserve
         return None
 
     def account(self, now: float) -> float | None:
@@ -562,6 +569,7 @@ class Quotas:
             room = account is None or account + holding.held + holding.give >= amount
             if (
                 room
+                and holding.held >= 0
                 and holding.held - amount >= -holding.credit
                 and now < holding.credit_until
                 and self.renewable
