@@ -281,26 +281,30 @@ class Holding:
     def lend(self, now: float, short: float) -> tuple[int, int] | None:
         """(line, reserve) of credit to ask for, renew (a positive line) or return (0)
         in the next call; None: no word of it this call. ``reserve`` is the largest
-        reservation seen (0: none yet; the account's pool grows to it); the line what a
-        request may lack of what is held (its reservation over the target held, or
-        what the last refused one lacked; all that can be lent while no request was
-        seen), never less than what is owed. Asked for ahead of need: when requests
-        are larger than the target, before the client's first request here, or when
-        one was refused for want of it; kept while the client uses this gateway;
-        returned once another gateway lacked credit or the client is idle here, and
-        never while anything is owed (the next grant pays it first). Returned: not
-        used from now on, whatever the call."""
+        reservation seen (0: none yet; the account's pool grows to it); the line a
+        whole request (all that can be lent while no request was seen), or, once
+        another gateway lacked credit, only what a request may lack of what is held
+        (its reservation over the target, or what the last refused one lacked), and
+        never less than what is owed. Asked for ahead of need: when requests are
+        larger than the target, before the client's first request here, or when one
+        was refused for want of it; kept while the client uses this gateway and its
+        requests are larger than the target; returned when they fit in it or the
+        client is idle here, and never while anything is owed (the next grant pays it
+        first). Returned or lowered: so from now on, whatever the call (raised: from
+        its answer)."""
         reserve = min(self.size, math.ceil(max(self.largest, short)))
         owed = math.ceil(max(0.0, -self.held))
-        if reserve:
+        if not reserve:
+            need = self.size
+        elif self.contested:
             need = min(reserve, max(1, math.ceil(max(reserve - self.target, self.lacked))))
         else:
-            need = self.size
+            need = reserve
         line = max(need, owed)
         self.lacked = 0.0
         active = now - self.last <= IDLE_S
         if self.credit:
-            if owed or (active and not self.contested):
+            if owed or (active and not 0 < reserve <= self.target):
                 if line == self.credit and now - self.credit_sent < CREDIT_RENEW_S:
                     return None
                 return line, reserve
@@ -685,6 +689,10 @@ class Quotas:
             credit = holding.lend(now, short) if self.gateway else None
             line, reserve = credit or (0, 0)
             holding.credit_asked = None if credit is None else line
+            if credit is not None and line < holding.credit:
+                # Lowered (returned): at once, before the control plane lends the rest
+                # to another gateway; never below what is owed (``lend``).
+                holding.credit = line
             if line:
                 holding.credit_sent = now
             if want or give or ask or credit is not None:
