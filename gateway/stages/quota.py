@@ -42,18 +42,19 @@ together admits, for one limit of L a minute (a budget: L over its period):
   refill), exactly as for one gateway;
 - what they admit is what they were granted plus what they held when the interval
   began, less what they hold at its end. A gateway holds at most ``cap`` = 5% of L
-  (``CHUNK_SHARE``; its N workers 1/N of that each), and owes at most one request's
-  reservation R: a request is admitted when what is held covers its reservation, or, on
-  credit, when nothing is owed and the account had room for it at its last answer (the
-  first request of a client a gateway has not drawn for yet is one). A holding thus
-  ranges over [-R, cap] and each gateway adds at most cap + R;
+  (``CHUNK_SHARE``; its N workers 1/N of that each). A request is admitted when what is
+  held covers its reservation, or, on credit, when nothing is owed, the account had room
+  for it at its last answer and what it lacks is within the line of the account's credit
+  this process holds (``Holding.lend``, ``Account.lend``): every line together is at
+  most one request's reservation R (the largest one asked for), a line lowered or
+  returned is so from the sending of the call, and a line whose lease lapsed is charged
+  to the account. So at any instant every gateway together owes at most R;
 - so with G gateways what a client is admitted over any interval is at most what one
-  gateway alone would admit plus G * (5% of L + R): with two gateways, 10% of L plus
-  two requests' reservations (one of them if the interval begins before a gateway's first
-  request). A killed gateway's holding is lost (the client is then granted less, never
-  more), and through a control-plane outage a gateway serves within what it holds and
-  then refuses with 503 ``allowance_not_renewed``. ``max_inflight`` is not shared: each
-  process counts its own (1/N of it with N workers).
+  gateway alone would admit plus G * 5% of L plus R: with two gateways, 10% of L plus
+  one request's reservation. A killed gateway's holding is lost (the client is then
+  granted less, never more), and through a control-plane outage a gateway serves within
+  what it holds and then refuses with 503 ``allowance_not_renewed``. ``max_inflight`` is
+  not shared: each process counts its own (1/N of it with N workers).
 
 What the engine serves beyond a request's reservation (the prompt's estimate was low)
 comes out of the holding as it does out of a single gateway's bucket.
