@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from catalog.forms.allowance import AllowanceError, Draw, parse_granted
+from catalog.forms.allowance import MAX_DRAWS, AllowanceError, Draw, parse_granted
 from catalog.forms.client_limits import NO_LIMITS
 from catalog.forms.servers import ServerList
 from gateway.stages.quota import Quotas
@@ -83,9 +83,12 @@ class AllowanceClient:
             now = time.monotonic()
             draws = self.quotas.draws(now, now - self._last)
             self._last = now
-            if not draws:
-                return True
-            return await self._call(draws)
+            ok = True
+            # (At most MAX_DRAWS a call, what the control plane reads: a gateway that
+            # learns many limited tokens at once draws for each of them.)
+            for start in range(0, len(draws), MAX_DRAWS):
+                ok = await self._call(draws[start : start + MAX_DRAWS]) and ok
+            return ok
 
     async def _call(self, draws: list[Draw]) -> bool:
         server = self.servers.current

@@ -252,3 +252,28 @@ def test_a_lowered_limit_stops_what_the_gateway_held_under_the_old_one() -> None
     assert admitted <= 1
     c.call(0, 0.2)  # the excess reaches the account
     assert c.account.left() <= 100
+
+
+def test_a_gateway_runs_on_credit_only_within_its_line_lowered_from_the_sending() -> None:
+    """A request over what is held goes on credit only within the line the account lent;
+    a line lowered (another gateway lacked credit) or returned (idle) is so from the
+    moment the call is planned, before the control plane may lend it elsewhere."""
+    q = Quotas(shared=True, gateway="gw-a")
+    limits = ClientLimits(tpm=1000)
+    holding = ("app", TOKENS)
+    with pytest.raises(Refusal):  # nothing held, no line: refused, and asked for at once
+        q.admit("app", limits, "chat", 900, prompt=1, now=0.0)
+    (d,) = q.draws(0.0, 0.2)
+    assert (d.want, d.credit, d.reserve, d.gateway) == (50, 900, 900, "gw-a")
+    q.granted([Granted("app", TOKENS, 50, 950, 1000, 900, False)], 0.1)
+    ticket = q.admit("app", limits, "chat", 900, prompt=1, now=1.0)  # on credit
+    assert q.holdings[holding].held == -850
+    q.settle(ticket, 900, 1.1)
+    q.draws(1.2, 1.0)  # owes: the line renewed, never lowered below what is owed
+    q.granted([Granted("app", TOKENS, 900, 0, 1000, 900, True)], 1.3)  # another asked
+    (d,) = q.draws(2.5, 1.3)
+    assert d.credit == 850 and q.holdings[holding].credit == 850  # lowered at once
+    (d,) = q.draws(40.0, 37.5)  # idle: returned at once
+    assert d.credit == 0 and q.holdings[holding].credit == 0
+    with pytest.raises(Refusal):
+        q.admit("app", limits, "chat", 900, prompt=1, now=40.1)
