@@ -19,13 +19,17 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
 import structlog
 
-from catalog.forms.allowance import AllowanceError, Draw, parse_granted
+from catalog.forms.allowance import MAX_DRAWS, AllowanceError, Draw, parse_granted
+from catalog.forms.client_limits import NO_LIMITS
 from catalog.forms.servers import ServerList
 from gateway.stages.quota import Quotas
+from gateway.state import Client
 
 log = structlog.get_logger("gateway")
 
@@ -49,6 +53,18 @@ class AllowanceClient:
         quotas.wake = self._wake.set
         self._last = time.monotonic()
         self._absent = False
+        # One call at a time (a credit is trusted from the sending of the call that
+        # renewed it: two in flight would mix them up).
+        self._calling = asyncio.Lock()
+
+    async def prepare(self, clients: Mapping[str, Client]) -> None:
+        """Draw now for limited client tokens new here (the follower awaits it before
+        taking them)."""
+        if self._absent or not self.quotas.shared:
+            return
+        limited = [(c.name, c.limits) for c in clients.values() if c.limits is not NO_LIMITS]
+        if self.quotas.prepare(limited, time.monotonic()):
+            await self.exchange()
 
     async def run(self) -> None:
         pause = TICK_S
@@ -63,22 +79,35 @@ class AllowanceClient:
 
     async def exchange(self) -> bool:
         """One round: plan, call, apply. False when the call failed."""
-        now = time.monotonic()
-        draws = self.quotas.draws(now, now - self._last)
-        self._last = now
-        if not draws:
-            return True
-        return await self._call(draws)
+        async with self._calling:
+            now = time.monotonic()
+            draws = self.quotas.draws(now, now - self._last)
+            self._last = now
+            ok = True
+            # (At most MAX_DRAWS a call, what the control plane reads: a gateway that
+            # learns many limited tokens at once draws for each of them.)
+            for start in range(0, len(draws), MAX_DRAWS):
+                ok = await self._call(draws[start : start + MAX_DRAWS]) and ok
+            return ok
 
     async def _call(self, draws: list[Draw]) -> bool:
         server = self.servers.current
         status = 0
-        body = {
+        body: dict[str, Any] = {
             "draws": [
-                {"client": d.client, "kind": d.kind, "want": d.want, "give_back": d.give_back}
+                {
+                    "client": d.client,
+                    "kind": d.kind,
+                    "want": d.want,
+                    "give_back": d.give_back,
+                    "credit": d.credit,
+                    "reserve": d.reserve,
+                }
                 for d in draws
             ]
         }
+        if self.quotas.gateway:
+            body["gateway"] = self.quotas.gateway
         try:
             async with self.session.post(
                 server + PATH, json=body, timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
@@ -118,6 +147,7 @@ class AllowanceClient:
         """Give back everything held (a graceful stop), within ``CALL_TIMEOUT_S``."""
         if self._absent or not self.quotas.shared:
             return
-        draws = self.quotas.release()
-        if draws:
-            await self._call(draws)
+        async with self._calling:
+            draws = self.quotas.release()
+            if draws:
+                await self._call(draws)

@@ -169,6 +169,11 @@ class Follower:
                 log.warning("gateway.client_skipped", client=name[:64], reason=str(exc)[:300])
                 continue
             clients[digest] = Client(name, listed or None, limits, *_place(entry))
+        if self.state.prepare is not None:
+            # A limited token new here is taken once its allowance is drawn (a call
+            # bounded in time; failed, it is taken anyway): its first request is
+            # served from what is held, not refused for want of it.
+            await self.state.prepare(clients)
         self.state.clients = clients
 
     async def read_readers(self) -> None:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import gc
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -233,7 +234,13 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     # Every client's rate limits and budget are shared with the other gateways through
     # the control plane's accounts, drawn in chunks (gateway.allowance); each of N
     # workers holds 1/N of a gateway's chunks and max_inflight (gateway.stages.quota).
-    state.quotas = Quotas(share=settings.workers if multiprocess else 1, shared=True)
+    # Its id in the calls is this process's own: the account's credit is lent to one
+    # process at a time, a worker included.
+    state.quotas = Quotas(
+        share=settings.workers if multiprocess else 1,
+        shared=True,
+        gateway=f"{settings.gateway_id[:40]}/{os.getpid()}/{secrets.token_hex(4)}",
+    )
     upstream = Upstream(
         settings.connect_timeout_s, settings.read_timeout_s, settings.tokenize_cache_s
     )
@@ -242,6 +249,7 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     signals = Signals(state, servers, settings.token, settings.signals_interval_s, settings.worker)
     engine_slots = EngineSlots(state, follower.install)
     allowances = AllowanceClient(state.quotas, servers, follower.session)
+    state.prepare = allowances.prepare
     flusher = Flusher(
         state.ledger,
         servers,

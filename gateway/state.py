@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -75,6 +75,9 @@ class State:
         self.clients: dict[str, Client] = {}
         # What the limited client tokens' limits count (gateway.stages.quota).
         self.quotas = Quotas()
+        # Awaited with each new set of client tokens before it is taken: draws ahead
+        # for limited tokens new here (gateway.allowance).
+        self.prepare: Callable[[dict[str, Client]], Awaitable[None]] | None = None
         # Every finished request's usage until the next flush (gateway.ledger).
         self.ledger = Ledger()
         # sha256 -> name of the cluster's operator and reader tokens: who may read

@@ -329,8 +329,10 @@ def report(
     print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for cl in clients:
         allowed = cl.tpm * (1 + seconds / 60)
-        one = CHUNK_SHARE * cl.tpm + reserved + MAX_TOKENS_DEFAULT
-        bound = allowed + 2 * one + (one if killed else 0)
+        # Each gateway's chunks, one request's reservation for all (the account's credit
+        # pool), and what a killed gateway held (docs/operator/tenants.md).
+        one = reserved + MAX_TOKENS_DEFAULT
+        bound = allowed + 2 * CHUNK_SHARE * cl.tpm + one + (CHUNK_SHARE * cl.tpm if killed else 0)
         s = cl.statuses
         print(
             f"| {cl.name} | {cl.tpm} | {cl.served} | {allowed:.0f} | {cl.served / allowed:.3f} "

@@ -15,6 +15,18 @@ what every gateway together can spend is what one bucket allows plus what they h
 when the interval began: each holds at most ``CHUNK_SHARE`` of the limit
 (gateway.stages.quota, where the bound is derived).
 
+**Credit.** Each account also lends credit: the right to admit a request a gateway
+does not hold enough for, owing the rest until its next grant pays it. What it lends,
+every gateway's line together, is at most its ``pool``: the largest reservation a gateway
+said its requests make (``reserve``); before any was said, it is lent whole to one
+gateway only. A gateway admits on credit only when it owes nothing, so whatever every
+gateway together owes is at most one request's reservation. A line is lent for a lease
+its holder renews with each call (``Account.lend``), and comes back when its holder
+returns it (a call that asks for none, made only while it owes nothing) or when the
+lease runs out unrenewed (a gateway killed, cut off): the account is then charged the
+line, as if it had been granted, which covers whatever the holder owed, before it is
+lent again.
+
 The wire form (``POST /v1/gateway/allowances``) is parsed here, bounded, so the
 control plane and the gateway read only what the other could have written.
 """
@@ -45,6 +57,14 @@ MAX_NAME = 64
 MAX_KIND = 7 + 128
 # A draw asks for at most this many units (a limit's own bound is smaller).
 MAX_AMOUNT = 10**15
+# How long an account's credit stays lent without a call of its holder renewing it
+# (the control plane's clock), and how long after sending the call that was answered
+# the holder uses it (its own clock: shorter, so it stops before the control plane may
+# lend it again, whatever the call's delay and the two clocks' rates).
+CREDIT_LEASE_S = 10.0
+CREDIT_TRUST_S = 5.0
+# The longest gateway id.
+MAX_GATEWAY = 64
 
 
 class AllowanceError(ValueError):
@@ -75,6 +95,12 @@ class Account:
     at: float
     period_s: int | None = None
     slots: dict[int, int] = field(default_factory=dict)
+    # The credit: the lines lent (gateway -> [line, until when: epoch seconds]), the
+    # pool they share, and until when a gateway asked for more than was left (the
+    # holders are told: they return theirs when they owe nothing).
+    lent: dict[str, list[float]] = field(default_factory=dict)
+    pool: int = 0
+    wanted: float = 0.0
 
     @classmethod
     def new(cls, size: int, period_s: int | None, now: float) -> Account:
@@ -96,6 +122,7 @@ class Account:
         elif period_s is None and size != self.size:
             self.level = size - (self.size - self.level)
         self.size = size
+        self.pool = min(self.pool, size)
 
     def refill(self, now: float) -> None:
         if self.period_s is not None:
@@ -138,28 +165,80 @@ class Account:
     def left(self) -> int:
         return max(0, math.floor(self.level))
 
+    def charge(self, amount: int, now: float) -> None:
+        """``amount`` taken out of the account as a grant is, whether it has it or not
+        (a bucket below empty refills from there; a budget counts it now)."""
+        self.refill(now)
+        if self.period_s is not None:
+            slot = self._slot(now)
+            self.slots[slot] = self.slots.get(slot, 0) + amount
+        self.level -= amount
+
+    def lend(self, gateway: str, line: int, reserve: int, now: float) -> tuple[int, bool]:
+        """Credit for ``gateway`` asking for a ``line`` (0: it holds none, or returns
+        it), its requests reserving up to ``reserve`` (0: none seen yet): (the line it
+        holds now, 0 for none; whether a gateway asked for more than was left).
+
+        A lease run out unrenewed charges the account its line first (what its holder
+        may owe, paid). The pool grows to the largest ``reserve`` said (at most the
+        limit); each line is set to what its holder asks as far as the pool has room
+        (a holder asks for no less than it owes). While nothing is known of the
+        client's requests (the pool empty), the credit is lent whole to one gateway
+        and to no other: it owes one request at most, as any holder (a gateway admits
+        on credit only when it owes nothing)."""
+        for holder, (held, until) in list(self.lent.items()):
+            if until <= now:
+                self.charge(math.ceil(held), now)
+                del self.lent[holder]
+        if not gateway:
+            return 0, False  # (an older gateway: it borrows nothing)
+        self.pool = min(max(self.pool, reserve), self.size)
+        self.lent.pop(gateway, None)
+        if line <= 0:
+            return 0, False
+        if self.pool == 0:
+            got = 0 if self.lent else self.size
+        else:
+            got = max(0, min(line, self.pool - math.ceil(sum(h for h, _ in self.lent.values()))))
+        if got < line:
+            self.wanted = now + CREDIT_LEASE_S
+        if got <= 0:
+            return 0, False
+        self.lent[gateway] = [got, now + CREDIT_LEASE_S]
+        return got, self.wanted > now
+
 
 @dataclass(frozen=True, slots=True)
 class Draw:
     """One line of a gateway's call: for ``client``'s ``kind``, ``want`` more units
-    and ``give_back`` it did not use."""
+    and ``give_back`` it did not use; ``credit``: the line of credit it asks for or
+    renews (0: none, or it returns the one it holds), its requests reserving up to
+    ``reserve``; ``gateway``: the calling gateway's id (the call's, the same on every
+    line)."""
 
     client: str
     kind: str
     want: int
     give_back: int
+    credit: int = 0
+    reserve: int = 0
+    gateway: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Granted:
     """The answer to a ``Draw``: ``granted`` units, what the account has ``left`` and its
-    ``size`` (None: the client has no such limit now, or is unknown)."""
+    ``size`` (None: the client has no such limit now, or is unknown); ``credit``: the
+    line of credit the gateway holds now (0: none), ``contested`` when another gateway
+    asked for it."""
 
     client: str
     kind: str
     granted: int
     left: int
     size: int | None
+    credit: int = 0
+    contested: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -168,6 +247,8 @@ class Granted:
             "granted": self.granted,
             "left": self.left,
             "size": self.size,
+            "credit": self.credit,
+            "contested": self.contested,
         }
 
 
@@ -185,8 +266,8 @@ def _text(entry: Mapping[str, Any], key: str, most: int, where: str) -> str:
     return value
 
 
-_DRAW_KEYS = frozenset({"client", "kind", "want", "give_back"})
-_ANSWER_KEYS = frozenset({"client", "kind", "granted", "left", "size"})
+_DRAW_KEYS = frozenset({"client", "kind", "want", "give_back", "credit", "reserve"})
+_ANSWER_KEYS = frozenset({"client", "kind", "granted", "left", "size", "credit", "contested"})
 
 
 def _known(entry: Mapping[str, Any], keys: frozenset[str], where: str) -> None:
@@ -199,9 +280,17 @@ def _known(entry: Mapping[str, Any], keys: frozenset[str], where: str) -> None:
 
 
 def parse_draws(body: Any) -> list[Draw]:
-    """The draws of ``{"draws": [{"client", "kind", "want", "give_back"}, ...]}``."""
-    if not isinstance(body, dict) or not isinstance(body.get("draws"), list) or len(body) != 1:
-        raise AllowanceError('the body must be {"draws": [...]}, nothing else')
+    """The draws of ``{"gateway": ID, "draws": [{"client", "kind", "want", "give_back",
+    "credit"}, ...]}`` (``gateway`` and ``credit`` optional: an older gateway's call)."""
+    if (
+        not isinstance(body, dict)
+        or not isinstance(body.get("draws"), list)
+        or set(body) - {"draws", "gateway"}
+    ):
+        raise AllowanceError(
+            'the body must be {"draws": [...]} (and the gateway\'s id, "gateway"), nothing else'
+        )
+    gateway = "" if "gateway" not in body else _text(body, "gateway", MAX_GATEWAY, "body")
     entries = body["draws"]
     if len(entries) > MAX_DRAWS:
         raise AllowanceError(f"draws: at most {MAX_DRAWS} in one call")
@@ -217,6 +306,9 @@ def parse_draws(body: Any) -> list[Draw]:
                 _text(entry, "kind", MAX_KIND, where),
                 _amount(entry, "want", where),
                 _amount(entry, "give_back", where),
+                _amount(entry, "credit", where),
+                _amount(entry, "reserve", where),
+                gateway,
             )
         )
     return out
@@ -242,6 +334,8 @@ def parse_granted(body: Any) -> list[Granted]:
                 _amount(entry, "granted", where),
                 _amount(entry, "left", where),
                 None if size is None else _amount(entry, "size", where),
+                _amount(entry, "credit", where),
+                entry.get("contested") is True,
             )
         )
     return out

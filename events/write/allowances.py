@@ -7,7 +7,10 @@ two calls never wait on each other in a circle; on SQLite the transaction is
 the gateway did not use, then granted what it asks. So a grant is atomic in the
 database, whichever control-plane replica answers: two replicas can never grant the
 same tokens. A missing row is made (a full bucket, an unused budget); a row whose limit
-changed is resized (catalog.forms.allowance.Account.resize).
+changed is resized (catalog.forms.allowance.Account.resize). Each draw's credit is lent,
+renewed or returned in the same transaction (``Account.lend``); the credit's state is
+kept in the row's ``slots`` JSON under ``"credit"`` (no column of its own: a budget's slots
+are the numbered keys, and an older release reads only those).
 """
 
 from __future__ import annotations
@@ -46,18 +49,38 @@ def _now(conn: Connection) -> float:
     return time.time()
 
 
-def _slots(text: str) -> dict[int, int]:
+def _account(r: Any) -> Account:
+    """A row's account: its budget slots and its credit from the ``slots`` JSON."""
+    account = Account(int(r.size), float(r.level), float(r.at), r.period_s)
     try:
-        data = json.loads(text or "{}")
+        data = json.loads(r.slots or "{}")
     except ValueError:
-        return {}
+        return account
     if not isinstance(data, dict):
-        return {}
-    out: dict[int, int] = {}
+        return account
     for key, value in data.items():
         if isinstance(key, str) and key.lstrip("-").isdigit() and isinstance(value, int):
-            out[int(key)] = value
-    return out
+            account.slots[int(key)] = value
+    credit = data.get("credit")
+    if isinstance(credit, dict):
+        pool, wanted, lent = credit.get("pool"), credit.get("wanted"), credit.get("lent")
+        if isinstance(pool, int) and isinstance(wanted, int | float) and isinstance(lent, dict):
+            account.pool, account.wanted = pool, float(wanted)
+            for holder, value in lent.items():
+                if (
+                    isinstance(value, list)
+                    and len(value) == 2
+                    and all(isinstance(x, int | float) for x in value)
+                ):
+                    account.lent[holder] = [float(value[0]), float(value[1])]
+    return account
+
+
+def _stored(account: Account) -> str:
+    data: dict[str, Any] = {str(k): v for k, v in account.slots.items()}
+    if account.pool:
+        data["credit"] = {"pool": account.pool, "wanted": account.wanted, "lent": account.lent}
+    return json.dumps(data)
 
 
 def exchange(engine: Engine, asked: Sequence[Asked]) -> list[Granted]:
@@ -77,7 +100,10 @@ def exchange(engine: Engine, asked: Sequence[Asked]) -> list[Granted]:
             account.resize(a.size, a.period_s, now)
             account.give_back(d.give_back, now)
             granted = account.grant(d.want, now)
-            answers.append(Granted(d.client, d.kind, granted, account.left(), account.size))
+            credit, contested = account.lend(d.gateway, d.credit, d.reserve, now)
+            answers.append(
+                Granted(d.client, d.kind, granted, account.left(), account.size, credit, contested)
+            )
         for (client, kind), account in accounts.items():
             conn.execute(
                 update(t)
@@ -87,7 +113,7 @@ def exchange(engine: Engine, asked: Sequence[Asked]) -> list[Granted]:
                     level=account.level,
                     at=account.at,
                     period_s=account.period_s,
-                    slots=json.dumps({str(k): v for k, v in account.slots.items()}),
+                    slots=_stored(account),
                 )
             )
     return answers
@@ -120,12 +146,7 @@ def _locked(
         .order_by(t.c.client, t.c.kind)
         .with_for_update()
     ).all()
-    return {
-        (r.client, r.kind): Account(
-            int(r.size), float(r.level), float(r.at), r.period_s, _slots(r.slots)
-        )
-        for r in found
-    }
+    return {(r.client, r.kind): _account(r) for r in found}
 
 
 def read_accounts(engine: Engine, client: str | None = None) -> dict[tuple[str, str], Account]:
@@ -134,9 +155,4 @@ def read_accounts(engine: Engine, client: str | None = None) -> dict[tuple[str, 
     if client is not None:
         query = query.where(t.c.client == client)
     with engine.connect() as conn:
-        return {
-            (r.client, r.kind): Account(
-                int(r.size), float(r.level), float(r.at), r.period_s, _slots(r.slots)
-            )
-            for r in conn.execute(query)
-        }
+        return {(r.client, r.kind): _account(r) for r in conn.execute(query)}

@@ -42,18 +42,19 @@ together admits, for one limit of L a minute (a budget: L over its period):
   refill), exactly as for one gateway;
 - what they admit is what they were granted plus what they held when the interval
   began, less what they hold at its end. A gateway holds at most ``cap`` = 5% of L
-  (``CHUNK_SHARE``; its N workers 1/N of that each), and owes at most one request's
-  reservation R: a request is admitted when what is held covers its reservation, or, on
-  credit, when nothing is owed and the account had room for it at its last answer (the
-  first request of a client a gateway has not drawn for yet is one). A holding thus
-  ranges over [-R, cap] and each gateway adds at most cap + R;
+  (``CHUNK_SHARE``; its N workers 1/N of that each). A request is admitted when what is
+  held covers its reservation, or, on credit, when nothing is owed, the account had room
+  for it at its last answer and what it lacks is within the line of the account's credit
+  this process holds (``Holding.lend``, ``Account.lend``): every line together is at
+  most one request's reservation R (the largest one asked for), a line lowered or
+  returned is so from the sending of the call, and a line whose lease lapsed is charged
+  to the account. So at any instant every gateway together owes at most R;
 - so with G gateways what a client is admitted over any interval is at most what one
-  gateway alone would admit plus G * (5% of L + R): with two gateways, 10% of L plus
-  two requests' reservations (one of them if the interval begins before a gateway's first
-  request). A killed gateway's holding is lost (the client is then granted less, never
-  more), and through a control-plane outage a gateway serves within what it holds and
-  then refuses with 503 ``allowance_not_renewed``. ``max_inflight`` is not shared: each
-  process counts its own (1/N of it with N workers).
+  gateway alone would admit plus G * 5% of L plus R: with two gateways, 10% of L plus
+  one request's reservation. A killed gateway's holding is lost (the client is then
+  granted less, never more), and through a control-plane outage a gateway serves within
+  what it holds and then refuses with 503 ``allowance_not_renewed``. ``max_inflight`` is
+  not shared: each process counts its own (1/N of it with N workers).
 
 What the engine serves beyond a request's reservation (the prompt's estimate was low)
 comes out of the holding as it does out of a single gateway's bucket.
@@ -62,10 +63,19 @@ comes out of the holding as it does out of a single gateway's bucket.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from catalog.forms.allowance import BUDGET, CHUNK_SHARE, MODEL_PREFIX, REQUESTS, TOKENS, Draw
+from catalog.forms.allowance import (
+    BUDGET,
+    CHUNK_SHARE,
+    CREDIT_TRUST_S,
+    MODEL_PREFIX,
+    REQUESTS,
+    TOKENS,
+    Draw,
+    kinds,
+)
 from catalog.forms.allowance import Granted as Answer
 from catalog.forms.client_limits import ClientLimits
 from gateway.stages.admission import (
@@ -97,6 +107,9 @@ PLENTY = 0.5
 IDLE_S = 30.0
 # How long a refusal for an allowance the control plane did not renew says to wait.
 UNRENEWED_RETRY_S = 5
+# A credit held is renewed by a call at least this often (its holder trusts it for
+# CREDIT_TRUST_S after the call that renewed it was sent).
+CREDIT_RENEW_S = 1.0
 
 
 @dataclass(slots=True)
@@ -214,6 +227,17 @@ class Holding:
     low: float = 0.0
     # A request refused for want of this holding (its reservation): asked for at once.
     short: float = 0.0
+    # The account's credit (catalog.forms.allowance): the line this process holds (0:
+    # none), until when it uses it (monotonic), whether another gateway asked for it,
+    # and when the last call that asked for it or renewed it was planned (sent just after).
+    credit: int = 0
+    credit_until: float = -math.inf
+    contested: bool = False
+    credit_sent: float = -math.inf
+    # The line asked for in the call being made (None: the call has no word of it), and
+    # what the last request refused lacked of what was held.
+    credit_asked: int | None = None
+    lacked: float = 0.0
 
     def plan(self, now: float, dt: float) -> None:
         """The recent rate over ``dt`` seconds, and the target held from it."""
@@ -222,8 +246,11 @@ class Holding:
             self.rate = self.rate * weight + (self.used - self.counted) / dt * (1 - weight)
         self.counted = self.used
         if now - self.last > IDLE_S:
-            self.target = 0.0
-        elif self.left is not None and self.left >= PLENTY * self.size:
+            # Idle: one request's worth kept (the whole cap for a client not yet seen
+            # here), so that its next request needs no credit.
+            self.target = min(self.cap, self.largest or self.cap)
+        elif self.left is None or self.left >= PLENTY * self.size:
+            # (Never answered: a new account is full.)
             self.target = self.cap
         else:
             self.target = min(self.cap, max(self.rate * AHEAD_S, 4 * self.largest))
@@ -251,6 +278,42 @@ class Holding:
         if self.held < self.low or ((self.left is None or ask) and self.held < goal):
             want = math.ceil(goal - self.held)
         return want, give, ask
+
+    def lend(self, now: float, short: float) -> tuple[int, int] | None:
+        """(line, reserve) of credit to ask for, renew (a positive line) or return (0)
+        in the next call; None: no word of it this call. ``reserve`` is the largest
+        reservation seen (0: none yet; the account's pool grows to it); the line a
+        whole request (all that can be lent while no request was seen), or, once
+        another gateway lacked credit, only what a request may lack of what is held
+        (its reservation over the target, or what the last refused one lacked), and
+        never less than what is owed. Asked for ahead of need: when requests are
+        larger than the target, before the client's first request here, or when one
+        was refused for want of it; kept while the client uses this gateway and its
+        requests are larger than the target; returned when they fit in it or the
+        client is idle here, and never while anything is owed (the next grant pays it
+        first). Returned or lowered: so from now on, whatever the call (raised: from
+        its answer)."""
+        reserve = min(self.size, math.ceil(max(self.largest, short)))
+        owed = math.ceil(max(0.0, -self.held))
+        if not reserve:
+            need = self.size
+        elif self.contested:
+            need = min(reserve, max(1, math.ceil(max(reserve - self.target, self.lacked))))
+        else:
+            need = reserve
+        line = max(need, owed)
+        self.lacked = 0.0
+        active = now - self.last <= IDLE_S
+        if self.credit:
+            if owed or (active and not 0 < reserve <= self.target):
+                if line == self.credit and now - self.credit_sent < CREDIT_RENEW_S:
+                    return None
+                return line, reserve
+            self.credit, self.credit_until, self.contested = 0, -math.inf, False
+            return 0, reserve
+        if short > 0 or (active and reserve == 0) or (active and reserve > self.target):
+            return line, reserve
+        return None
 
     def account(self, now: float) -> float | None:
         """What the account has now, by its last answer and its refill since (others'
@@ -311,8 +374,11 @@ def _retry(seconds: float) -> int:
 class Quotas:
     """Every limited client token's counts in this gateway process."""
 
-    def __init__(self, share: int = 1, *, shared: bool = False) -> None:
+    def __init__(self, share: int = 1, *, shared: bool = False, gateway: str = "") -> None:
         self.uses: dict[str, Use] = {}
+        # This process's id in its calls for allowances (unique among every gateway's
+        # processes): the account's credit is lent to it by it. None (""): never lent.
+        self.gateway = gateway
         # This process's share of each limit: 1/share of it (``--workers``).
         self.share = max(share, 1)
         # Shared with the other gateways through the control plane's accounts.
@@ -504,16 +570,23 @@ class Quotas:
         for holding, amount, what in wanted:
             if holding.held >= amount:
                 continue
-            if holding.held >= 0 and self.renewable and amount <= holding.size:
-                account = holding.account(now)
-                if account is None or account + holding.held + holding.give >= amount:
-                    continue  # on credit: the next grant pays it
+            account = holding.account(now)
+            room = account is None or account + holding.held + holding.give >= amount
+            if (
+                room
+                and holding.held >= 0
+                and holding.held - amount >= -holding.credit
+                and now < holding.credit_until
+                and self.renewable
+            ):
+                continue  # on the account's credit, lent here: the next grant pays it
             holding.short = amount
+            holding.lacked = max(holding.lacked, amount - holding.held)
             holding.used += amount  # (demand: the rate counts what was refused too)
             holding.last = now
             if self.wake is not None:
                 self.wake()
-            raise self._short(client, limits, holding, amount, what=what, now=now)
+            raise self._short(client, limits, holding, amount, what=what, now=now, room=room)
         spent = []
         wake = False
         for holding, amount, what in wanted:
@@ -539,8 +612,10 @@ class Quotas:
         *,
         what: str,
         now: float,
+        room: bool = False,
     ) -> Refusal:
-        """The refusal of a request this process does not hold enough for."""
+        """The refusal of a request this process does not hold enough for (``room``: the
+        account had room for it at its last answer: this gateway is drawing more)."""
         if not self.renewable:
             return Refusal(
                 503,
@@ -551,6 +626,17 @@ class Quotas:
                 code="allowance_not_renewed",
                 type="service_unavailable",
                 retry_after=UNRENEWED_RETRY_S,
+            )
+        if room and amount <= holding.size:
+            return Refusal(
+                429,
+                f"client {client!r}: this gateway is drawing more of its allowance ({what}) "
+                "from the control plane (the request is over what it holds here, and the "
+                "account's credit is lent to another gateway); retry after the "
+                "Retry-After header's seconds",
+                code="rate_limit_requests" if what == "rpm" else "rate_limit_tokens",
+                type="requests" if what == "rpm" else "tokens",
+                retry_after=1,
             )
         if what == "rpm":
             return Refusal(
@@ -598,11 +684,33 @@ class Quotas:
         holding's rate and target made again, then its draw when it has one."""
         out = []
         for (client, kind), holding in self.holdings.items():
+            short = holding.short
             holding.plan(now, dt)
             want, give, ask = holding.draw()
-            if want or give or ask:
-                out.append(Draw(client, kind, want, give))
+            credit = holding.lend(now, short) if self.gateway else None
+            line, reserve = credit or (0, 0)
+            holding.credit_asked = None if credit is None else line
+            if credit is not None and line < holding.credit:
+                # Lowered (returned): at once, before the control plane lends the rest
+                # to another gateway; never below what is owed (``lend``).
+                holding.credit = line
+            if line:
+                holding.credit_sent = now
+            if want or give or ask or credit is not None:
+                out.append(Draw(client, kind, want, give, line, reserve, self.gateway))
         return out
+
+    def prepare(self, clients: Iterable[tuple[str, ClientLimits]], now: float) -> bool:
+        """Holdings made for limited clients not yet seen here (a new token, a gateway
+        just started), drawn at the next call ahead of their first request; True when
+        one was made."""
+        made = False
+        for client, limits in clients:
+            for kind, (size, _period) in kinds(limits).items():
+                if (client, kind) not in self.holdings:
+                    self._holding(client, kind, size).last = now
+                    made = True
+        return made
 
     def granted(self, answers: list[Answer], now: float) -> None:
         """The control plane's answer: grants added; a limit it does not know any more
@@ -619,6 +727,13 @@ class Quotas:
             # (Refunds may have come in since the draw was planned: never above the cap.)
             holding.refund(a.granted)
             holding.left, holding.left_at = a.left, now
+            if holding.credit_asked is not None:
+                # Lent or renewed: trusted from the call's sending on, never later.
+                holding.credit, holding.contested = a.credit, a.contested
+                holding.credit_until = (
+                    holding.credit_sent + CREDIT_TRUST_S if a.credit else -math.inf
+                )
+                holding.credit_asked = None
 
     def unrenewed(self, reason: str) -> None:
         """The control plane did not answer: what is held is spent, then refused."""
@@ -631,8 +746,13 @@ class Quotas:
             give = max(0, math.floor(holding.held + holding.give))
             holding.held -= give
             holding.give = 0.0
-            if give:
-                out.append(Draw(client, kind, 0, give))
+            # The credit returned too unless owed on (its lease then runs out, and the
+            # account is charged its line).
+            back = holding.credit > 0 and holding.held >= 0
+            if back:
+                holding.credit, holding.credit_until = 0, -math.inf
+            if give or back:
+                out.append(Draw(client, kind, 0, give, 0, 0, self.gateway))
         return out
 
     def settle(self, ticket: Ticket, used: int, now: float) -> None:

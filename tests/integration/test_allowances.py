@@ -68,3 +68,30 @@ def test_a_bucket_starts_full_grants_what_it_has_and_resizes_with_its_limit(
     # A client or limit the control plane does not know: nothing, said with a null size.
     unknown = exchange(engine, [Asked(Draw("gone", TOKENS, 10, 0), None)])[0]
     assert (unknown.granted, unknown.size) == (0, None)
+
+
+def test_an_accounts_credit_pool_is_kept_across_calls_and_replicas(
+    db_url: str, engine: Engine
+) -> None:
+    """Kept in the row (its ``slots`` JSON): a second replica's call sees the pool lent,
+    and a budget's slots stay what they were."""
+    other = make_engine(db_url)
+    try:
+        for kind, period in ((TOKENS, None), (BUDGET, PERIOD)):
+            ask = Asked(Draw("app-1", kind, 10, 0, 300, 300, "gw-a"), 1000, period)
+            first = exchange(engine, [ask])[0]
+            assert (first.granted, first.credit, first.contested) == (10, 300, False)
+            b = exchange(other, [Asked(Draw("app-1", kind, 0, 0, 200, 300, "gw-b"), 1000, period)])
+            assert (b[0].credit, b[0].contested) == (0, False)
+            renewed = exchange(other, [ask])[0]
+            assert (renewed.credit, renewed.contested) == (300, True)
+            returned = Asked(Draw("app-1", kind, 0, 0, 0, 300, "gw-a"), 1000, period)
+            assert exchange(engine, [returned])[0].credit == 0
+            b = exchange(engine, [Asked(Draw("app-1", kind, 0, 0, 200, 300, "gw-b"), 1000, period)])
+            assert b[0].credit == 200
+            stored = read_accounts(engine, "app-1")[("app-1", kind)]
+            assert stored.pool == 300 and list(stored.lent) == ["gw-b"]
+            assert stored.lent["gw-b"][0] == 200
+            assert sum(stored.slots.values()) == (20 if period else 0)
+    finally:
+        other.dispose()

@@ -25,6 +25,7 @@ from starlette.responses import Response
 from catalog.forms.allowance import (
     MAX_AMOUNT,
     MAX_DRAWS,
+    MAX_GATEWAY,
     MAX_KIND,
     MAX_NAME,
     AllowanceError,
@@ -104,6 +105,20 @@ _DRAW = {
         | {"minLength": 1, "description": "requests, tokens, tokens:MODEL or budget"},
         "want": {"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT},
         "give_back": {"type": "integer", "minimum": 0, "maximum": MAX_AMOUNT},
+        "credit": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": MAX_AMOUNT,
+            "description": "the line of the account's credit asked for or renewed "
+            "(0: none, or the one held is returned)",
+        },
+        "reserve": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": MAX_AMOUNT,
+            "description": "the largest reservation of the gateway's requests (the "
+            "account's credit pool grows to it)",
+        },
     },
 }
 _ALLOWANCES_BODY: dict[str, Any] = {
@@ -116,7 +131,9 @@ _ALLOWANCES_BODY: dict[str, Any] = {
                     "required": ["draws"],
                     "additionalProperties": False,
                     "properties": {
-                        "draws": {"type": "array", "maxItems": MAX_DRAWS, "items": _DRAW}
+                        "gateway": printable_schema(MAX_GATEWAY)
+                        | {"minLength": 1, "description": "the calling gateway's id"},
+                        "draws": {"type": "array", "maxItems": MAX_DRAWS, "items": _DRAW},
                     },
                 }
             }

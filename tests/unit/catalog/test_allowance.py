@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.forms.allowance import (
+    CREDIT_LEASE_S,
     MAX_DRAWS,
     Account,
     AllowanceError,
@@ -95,3 +96,39 @@ def test_the_answer_is_read_back_as_written() -> None:
         {"draws": [{"client": "a", "kind": "tokens", "granted": 5, "left": 9, "size": None}]}
     )
     assert answers[0].size is None and answers[0].granted == 5
+
+
+def test_the_credit_lent_is_at_most_one_request_and_a_lapsed_lease_is_charged() -> None:
+    """Every gateway's line together is at most the pool: the largest reservation a
+    gateway said its requests make."""
+    a = Account.new(1000, None, 0.0)
+    assert a.lend("gw-a", 300, 300, 0.0) == (300, False)
+    assert a.lend("gw-b", 200, 300, 1.0) == (0, False)  # the pool is lent: none
+    assert a.lend("gw-a", 100, 300, 2.0) == (100, True)  # what it asks now; gw-b asked
+    assert a.lend("gw-b", 250, 300, 2.5) == (200, True)  # what the pool has left
+    assert a.lend("gw-a", 0, 300, 3.0) == (0, False)  # returned: nothing charged
+    assert a.left() == 1000
+    assert a.lend("gw-c", 250, 300, 4.0)[0] == 100
+    assert a.lend("", 500, 500, 4.0) == (0, False)  # an older gateway borrows nothing
+    # gw-b and gw-c are killed: their leases run out unrenewed, the account is charged
+    # their lines (what they may owe) before the credit is lent again.
+    later = 4.0 + CREDIT_LEASE_S
+    assert a.lend("gw-a", 300, 300, later) == (300, False)
+    assert a.left() == 700
+    assert a.lend("gw-a", 5000, 5000, later)[0] == 1000  # never more than the limit
+
+
+def test_before_any_request_is_known_the_credit_is_lent_whole_to_one_gateway() -> None:
+    a = Account.new(1000, None, 0.0)
+    assert a.lend("gw-a", 1000, 0, 0.0) == (1000, False)  # (it owes one request at most)
+    assert a.lend("gw-b", 1000, 0, 0.0) == (0, False)
+    assert a.lend("gw-b", 40, 51, 1.0) == (0, False)  # the pool is 51: none left yet
+    assert a.lend("gw-a", 1, 51, 2.0) == (1, True)  # its line now within the pool
+    assert a.lend("gw-b", 40, 51, 3.0) == (40, True)
+
+
+def test_a_lapsed_credit_on_a_budget_counts_in_its_window() -> None:
+    a = Account.new(1000, 3600, 0.0)
+    a.lend("gw-a", 300, 300, 0.0)
+    a.lend("gw-b", 300, 300, CREDIT_LEASE_S + 1)
+    assert a.left() == 700 and sum(a.slots.values()) == 300

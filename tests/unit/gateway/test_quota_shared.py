@@ -40,7 +40,7 @@ class Cluster:
     def of(cls, size: int, gateways: int) -> Cluster:
         return cls(
             size,
-            [Quotas(shared=True) for _ in range(gateways)],
+            [Quotas(shared=True, gateway=f"gw-{g}") for g in range(gateways)],
             Account.new(size, None, 0.0),
             inflight=[[] for _ in range(gateways)],
             alive=[True] * gateways,
@@ -62,17 +62,23 @@ class Cluster:
         for d in draws:
             self.account.give_back(d.give_back, self.now)
             granted = self.account.grant(d.want, self.now)
-            out.append(Granted(d.client, d.kind, granted, self.account.left(), self.size))
+            credit, contested = self.account.lend(d.gateway, d.credit, d.reserve, self.now)
+            out.append(
+                Granted(
+                    d.client, d.kind, granted, self.account.left(), self.size, credit, contested
+                )
+            )
         q.granted(out, self.now)
 
     def request(self, g: int, reserve: int, use: int) -> bool:
+        # (Asked for, admitted or not: a gateway sizes the credit it asks for by it.)
+        self.largest = max(self.largest, reserve)
         try:
             ticket = self.gateways[g].admit(
                 "app", self.limits, "chat", reserve, prompt=1, now=self.now
             )
         except Refusal:
             return False
-        self.largest = max(self.largest, reserve)
         self.inflight[g].append((ticket, use))
         return True
 
@@ -110,7 +116,8 @@ def test_what_every_gateway_together_admits_is_bounded_by_the_chunks_outstanding
 ) -> None:
     """Over a run that starts with the account full, what all gateways admitted (the
     engines' usage, a killed gateway's requests counted whole) is at most what one bucket
-    allows, size * (1 + T/60), plus G * (5% of the limit + one request's reservation)."""
+    allows, size * (1 + T/60), plus G * 5% of the limit, plus ONE request's reservation
+    whatever the number of gateways: the account's credit is lent to one at a time."""
     c = Cluster.of(size, gateways)
     for which, kind, dt, reserve, share in steps:
         g = which % gateways
@@ -125,17 +132,45 @@ def test_what_every_gateway_together_admits_is_bounded_by_the_chunks_outstanding
             c.call(g, dt, answered=kind == "call")
         elif kind == "kill" and sum(c.alive) > 1:
             c.kill(g)
+        owed = 0.0
         for q, alive in zip(c.gateways, c.alive, strict=True):
             h = q.holdings.get(("app", TOKENS))
             if alive and h is not None:
                 # A holding never above its cap, never owing more than one request.
                 assert h.held <= CHUNK_SHARE * size + 1e-6
                 assert h.held >= -c.largest - 1e-6
+                owed += max(0.0, -h.held)
+        # Every gateway together owes at most one request.
+        assert owed <= c.largest + 1e-6
     for g in range(gateways):
         while c.alive[g] and c.inflight[g]:
             c.settle(g)
-    bound = size * (1 + c.now / 60) + gateways * (CHUNK_SHARE * size + c.largest)
+    bound = size * (1 + c.now / 60) + gateways * CHUNK_SHARE * size + c.largest
     assert c.served <= bound
+
+
+def test_one_request_on_credit_whatever_the_number_of_gateways() -> None:
+    """Requests larger than any holding (900 of a 1,000 limit) go on credit. Two gateways
+    whose last answer showed the account with room both did, while a third drained it:
+    each owed a request, and together they served 2,700 of a 1,000 limit. The account's
+    credit is lent to one gateway at a time: the other is refused, and what they serve
+    stays within one bucket, the chunks and ONE request's reservation."""
+    c = Cluster.of(1000, 3)
+    for g in (0, 1):  # each draws its chunk, and sees the account with room
+        c.request(g, 10, 10)
+        c.settle(g)
+        c.call(g, 0.0)
+    for _ in range(100):  # the third drains the account (no time passes: no refill)
+        if c.request(2, 50, 50):
+            c.settle(2)
+        c.call(2, 0.0)
+    assert c.account.left() == 0
+    admitted = [c.request(g, 900, 900) for g in (0, 1)]
+    assert admitted.count(True) <= 1
+    for g in range(3):
+        while c.inflight[g]:
+            c.settle(g)
+    assert c.served <= 1000 + 3 * CHUNK_SHARE * 1000 + 900
 
 
 def test_two_gateways_together_serve_one_limit_not_two() -> None:
@@ -151,7 +186,7 @@ def test_two_gateways_together_serve_one_limit_not_two() -> None:
             while c.request(g, 60, 50):
                 admitted += 1
                 c.settle(g)
-    bound = size * (1 + c.now / 60) + 2 * (CHUNK_SHARE * size + 60)
+    bound = size * (1 + c.now / 60) + 2 * CHUNK_SHARE * size + 60
     assert c.served <= bound
     assert c.served >= size * (1 + c.now / 60) * 0.9  # and the limit is there to use
 
@@ -190,10 +225,10 @@ def test_what_a_gateway_does_not_use_goes_back_to_the_account() -> None:
     held = c.gateways[0].holdings[("app", TOKENS)].held
     assert held > 0
     before = c.account.left()
-    c.now += 31  # idle: the holding is given back whole
+    c.now += 31  # idle: given back but one request's worth (its next needs no credit)
     c.call(0, 31)
-    assert c.gateways[0].holdings[("app", TOKENS)].held == 0
-    assert c.account.left() >= min(6000, before + held)
+    assert c.gateways[0].holdings[("app", TOKENS)].held == 60
+    assert c.account.left() >= min(6000, before + held - 60)
 
 
 def test_a_lowered_limit_stops_what_the_gateway_held_under_the_old_one() -> None:
@@ -217,3 +252,28 @@ def test_a_lowered_limit_stops_what_the_gateway_held_under_the_old_one() -> None
     assert admitted <= 1
     c.call(0, 0.2)  # the excess reaches the account
     assert c.account.left() <= 100
+
+
+def test_a_gateway_runs_on_credit_only_within_its_line_lowered_from_the_sending() -> None:
+    """A request over what is held goes on credit only within the line the account lent;
+    a line lowered (another gateway lacked credit) or returned (idle) is so from the
+    moment the call is planned, before the control plane may lend it elsewhere."""
+    q = Quotas(shared=True, gateway="gw-a")
+    limits = ClientLimits(tpm=1000)
+    holding = ("app", TOKENS)
+    with pytest.raises(Refusal):  # nothing held, no line: refused, and asked for at once
+        q.admit("app", limits, "chat", 900, prompt=1, now=0.0)
+    (d,) = q.draws(0.0, 0.2)
+    assert (d.want, d.credit, d.reserve, d.gateway) == (50, 900, 900, "gw-a")
+    q.granted([Granted("app", TOKENS, 50, 950, 1000, 900, False)], 0.1)
+    ticket = q.admit("app", limits, "chat", 900, prompt=1, now=1.0)  # on credit
+    assert q.holdings[holding].held == -850
+    q.settle(ticket, 900, 1.1)
+    q.draws(1.2, 1.0)  # owes: the line renewed, never lowered below what is owed
+    q.granted([Granted("app", TOKENS, 900, 0, 1000, 900, True)], 1.3)  # another asked
+    (d,) = q.draws(2.5, 1.3)
+    assert d.credit == 850 and q.holdings[holding].credit == 850  # lowered at once
+    (d,) = q.draws(40.0, 37.5)  # idle: returned at once
+    assert d.credit == 0 and q.holdings[holding].credit == 0
+    with pytest.raises(Refusal):
+        q.admit("app", limits, "chat", 900, prompt=1, now=40.1)
