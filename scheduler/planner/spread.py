@@ -82,6 +82,11 @@ class Spread:
         """Whether the model has a required spread (which every way of placing honours)."""
         return self.rules.get(model, (None, False))[1]
 
+    def plain_gang(self, model: str) -> bool:
+        """Whether ``choose_gang`` (preferring spread) ranks a node by the model's replicas
+        on it alone: no spread label and no required spread."""
+        return self.rules.get(model, (None, False)) == (None, False)
+
     def add(self, model: str, nodes: Sequence[str], delta: int = 1) -> None:
         counts = self.on_node.setdefault(model, {})
         for name in nodes:

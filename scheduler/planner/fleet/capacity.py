@@ -19,9 +19,11 @@ when a round needs it.
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left, insort
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
 
 from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.fit import (
@@ -58,6 +60,10 @@ class Capacity:
         # Each pool's names in name order (``eligible``): a pool's members never change
         # (consuming moves a node between its buckets), so they are sorted once.
         self._eligible: dict[_PoolKey, tuple[str, ...]] = {}
+        # Gangs: per pool and (cards, memory, nodes) need, each fabric's fitting nodes and
+        # its best group, kept as capacity is consumed (``_gangs``).
+        self._gangs: dict[tuple[_PoolKey, int, int, int], _Gangs] = {}
+        self._gangs_of_node: dict[str, list[_Gangs]] = {}
 
     def copy(self) -> Capacity:
         """The same free capacity, to try another way of placing on: O(N), pools rebuilt lazily."""
@@ -73,6 +79,8 @@ class Capacity:
         other._name_pools_of_node = {}
         other._no_fit = set()
         other._eligible = self._eligible
+        other._gangs = {}
+        other._gangs_of_node = {}
         return other
 
     def node(self, name: str) -> Node:
@@ -114,7 +122,7 @@ class Capacity:
                     and (memory_gb_per_node <= 0 or memory is None or memory >= memory_gb_per_node)
                 ):
                     return False
-        if self._pools_of_node or self._name_pools_of_node:
+        if self._pools_of_node or self._name_pools_of_node or self._gangs_of_node:
             self.consume(nodes, gpus_per_node, memory_gb_per_node)
             return True
         for name in nodes:
@@ -132,18 +140,25 @@ class Capacity:
                 continue
             pools = self._pools_of_node.get(name, ())
             name_pools = self._name_pools_of_node.get(name, ())
+            gangs = self._gangs_of_node.get(name, ())
+            before = self._entry(name)
             for pool in pools:
-                pool.remove(self._entry(name))
+                pool.remove(before)
             for name_pool in name_pools:
-                name_pool.remove(self._entry(name))
+                name_pool.remove(before)
             self._free_gpus[name] -= gpus_per_node
             memory = self._free_memory[name]
             if memory is not None:
                 self._free_memory[name] = memory - memory_gb_per_node
+            after = self._entry(name)
             for pool in pools:
-                pool.add(self._entry(name))
+                pool.add(after)
             for name_pool in name_pools:
-                name_pool.add(self._entry(name))
+                name_pool.add(after)
+            if gangs:
+                fabric = self._nodes[name].fabric
+                for gang in gangs:
+                    gang.replace(fabric, before, after)  # type: ignore[arg-type]
 
     def release(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> None:
         """Give a replica's share back (an eviction): the inverse of ``consume``."""
@@ -220,17 +235,11 @@ class Capacity:
     def first_gang(
         self, profile: PlacementProfile, avoid: Collection[str] = ()
     ) -> tuple[str, ...] | None:
-        """The first fabric, in name order of its nodes, to have ``profile.nodes`` that fit."""
-        by_fabric: dict[str, list[str]] = {}
-        for _, _, name in sorted(self.fitting(profile, avoid), key=lambda e: e[2]):
-            fabric = self._nodes[name].fabric
-            if fabric is None:
-                continue
-            group = by_fabric.setdefault(fabric, [])
-            group.append(name)
-            if len(group) == profile.nodes:
-                return tuple(group)
-        return None
+        """The first fabric, in name order of its nodes, to have ``profile.nodes`` that fit:
+        the fabric whose ``profile.nodes``-th fitting node by name comes first, with those
+        nodes. Read from the fabrics' kept groups (``_gangs``): O(log F), not a sort of
+        every fitting node per gang (which made a round from nothing O(N^2) in gangs)."""
+        return self._gangs_for(profile).first(avoid, self._nodes)
 
     def best_node(self, profile: PlacementProfile, avoid: Collection[str] = ()) -> str | None:
         """The fitting node with the fewest free GPUs, then least free memory, then name.
@@ -248,26 +257,41 @@ class Capacity:
 
         Within each fabric the best-fitting nodes are taken; among fabrics that
         have enough, the one leaving the fewest GPUs (then memory) idle on the
-        chosen nodes wins, ties broken by fabric name. O(F) for F fitting nodes.
+        chosen nodes wins, ties broken by fabric name. O(log F) for F fabrics: each
+        fabric's group is kept as capacity is consumed (``_gangs``), and only the
+        fabrics of ``avoid`` are looked at again.
         """
-        size = profile.nodes
-        by_fabric: dict[str, list[tuple[int, float, str]]] = {}
-        for entry in self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb):
-            fabric = self._nodes[entry[2]].fabric
-            if fabric is None or entry[2] in avoid:
-                continue
-            group = by_fabric.setdefault(fabric, [])
-            if len(group) < size:
-                group.append(entry)
-        candidates = [
-            (sum(e[0] for e in group), sum(e[1] for e in group), fabric, group)
-            for fabric, group in by_fabric.items()
-            if len(group) == size
-        ]
-        if not candidates:
-            return None
-        best = min(candidates, key=lambda c: c[:3])
-        return tuple(sorted(entry[2] for entry in best[3]))
+        return self.ranked_gang(profile, avoid, {})
+
+    def ranked_gang(
+        self, profile: PlacementProfile, avoid: Collection[str], ranks: Mapping[str, int]
+    ) -> tuple[str, ...] | None:
+        """``best_gang`` with a rank per node taken first (``Spread.choose_gang`` without a
+        spread label or a required spread: a node's rank is how many of the model's
+        replicas it runs): per fabric the ``profile.nodes`` least by (rank, free GPUs,
+        free memory, name), and the fabric least by (their rank, GPUs, memory, name).
+        A node of rank 0 is every node but the model's own, so only the fabrics of the
+        model's nodes (and of ``avoid``) are looked at again."""
+        return self._gangs_for(profile).best(avoid, ranks, self._nodes)
+
+    def _gangs_for(self, profile: PlacementProfile) -> _Gangs:
+        """The pool's fabrics and their groups for this gang need, built on first use."""
+        pool_key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
+        key = (pool_key, profile.gpus_per_node, profile.min_memory_gb, profile.nodes)
+        gangs = self._gangs.get(key)
+        if gangs is None:
+            gangs = self._gangs[key] = _Gangs(
+                profile.gpus_per_node, profile.min_memory_gb, profile.nodes
+            )
+            nodes, gangs_of_node = self._nodes, self._gangs_of_node
+            for name in self._pool(profile).names():
+                fabric = nodes[name].fabric
+                if fabric is None:
+                    continue
+                gangs.add(fabric, self._entry(name))
+                gangs_of_node.setdefault(name, []).append(gangs)
+            gangs.settle()
+        return gangs
 
     def _by_class(self) -> dict[str | None, list[Node]]:
         """The nodes grouped by GPU class, in name order; built on first use."""
@@ -425,3 +449,148 @@ class _NamePool:
                     best = name
                     break
         return best
+
+
+_GangKey = tuple[tuple[int, int], int, float, str]
+
+
+class _Gangs:
+    """One pool's fabrics for one gang need (cards, memory, ``size`` nodes): each fabric's
+    fitting nodes in best-fit order (free GPUs, free memory, name), and the fabrics with
+    ``size`` of them in two heaps, by best fit (their GPUs, memory, fabric) and by first
+    fit (their ``size``-th name). Consuming a node re-ranks its fabric alone; stale heap
+    entries are dropped when met (their key no longer the fabric's)."""
+
+    __slots__ = ("_best", "_first", "_floor", "_gpus", "_size", "best_key", "fabrics", "first_key")
+
+    def __init__(self, gpus: int, memory_gb: int, size: int) -> None:
+        self._gpus, self._floor, self._size = gpus, float(max(memory_gb, 0)), size
+        self.fabrics: dict[str, list[tuple[int, float, str]]] = {}
+        self.best_key: dict[str, _GangKey] = {}
+        self.first_key: dict[str, str] = {}
+        self._best: list[_GangKey] = []
+        self._first: list[tuple[str, str]] = []
+
+    def _fits(self, entry: tuple[int, float, str]) -> bool:
+        # ``_Pool.fitting``'s test: at least the cards (by free-GPU level), and memory.
+        return entry[0] >= self._gpus and entry[1] >= self._floor
+
+    def add(self, fabric: str, entry: tuple[int, float, str]) -> None:
+        """While building (then ``settle``): one pool member."""
+        if self._fits(entry):
+            self.fabrics.setdefault(fabric, []).append(entry)
+
+    def settle(self) -> None:
+        for fabric, entries in self.fabrics.items():
+            entries.sort()
+            self._rekey(fabric, entries, push=False)
+        heapq.heapify(self._best)
+        heapq.heapify(self._first)
+
+    def replace(
+        self, fabric: str, before: tuple[int, float, str], after: tuple[int, float, str]
+    ) -> None:
+        entries = self.fabrics.setdefault(fabric, [])
+        if self._fits(before):
+            del entries[bisect_left(entries, before)]
+        if self._fits(after):
+            insort(entries, after)
+        self._rekey(fabric, entries, push=True)
+
+    def _rekey(self, fabric: str, entries: list[tuple[int, float, str]], *, push: bool) -> None:
+        size = self._size
+        if len(entries) < size:
+            self.best_key.pop(fabric, None)
+            self.first_key.pop(fabric, None)
+            return
+        chosen = entries[:size]
+        best = ((0, 0), sum(e[0] for e in chosen), sum(e[1] for e in chosen), fabric)
+        first = sorted(e[2] for e in entries)[size - 1]
+        if self.best_key.get(fabric) != best:
+            self.best_key[fabric] = best
+            if push:
+                heapq.heappush(self._best, best)
+            else:
+                self._best.append(best)
+        if self.first_key.get(fabric) != first:
+            self.first_key[fabric] = first
+            if push:
+                heapq.heappush(self._first, (first, fabric))
+            else:
+                self._first.append((first, fabric))
+
+    def best(
+        self, avoid: Collection[str], ranks: Mapping[str, int], nodes: Mapping[str, Node]
+    ) -> tuple[str, ...] | None:
+        """The least group by (rank, GPUs, memory, fabric): the fabrics holding a node of
+        ``avoid`` or of rank above 0 ranked again here, every other from its heap."""
+        again = {
+            fabric
+            for name in (*avoid, *(n for n, r in ranks.items() if r))
+            if (node := nodes.get(name)) is not None
+            and (fabric := node.fabric) is not None
+            and fabric in self.fabrics
+        }
+        found: tuple[_GangKey, tuple[str, ...]] | None = None
+        for fabric in again:
+            ranked = sorted(
+                (ranks.get(e[2], 0), *e) for e in self.fabrics[fabric] if e[2] not in avoid
+            )[: self._size]
+            if len(ranked) < self._size:
+                continue
+            key = (
+                (sum(e[0] for e in ranked), 0),
+                sum(e[1] for e in ranked),
+                sum(e[2] for e in ranked),
+                fabric,
+            )
+            if found is None or key < found[0]:
+                found = (key, tuple(e[3] for e in ranked))
+        top = self._least(self._best, self.best_key, again)
+        if top is not None and (found is None or top < found[0]):
+            fabric = top[3]
+            found = (top, tuple(e[2] for e in self.fabrics[fabric][: self._size]))
+        return None if found is None else tuple(sorted(found[1]))
+
+    def first(self, avoid: Collection[str], nodes: Mapping[str, Node]) -> tuple[str, ...] | None:
+        """The group whose ``size``-th fitting name comes first (``first_gang``)."""
+        again = {
+            fabric
+            for name in avoid
+            if (node := nodes.get(name)) is not None
+            and (fabric := node.fabric) is not None
+            and fabric in self.fabrics
+        }
+        found: tuple[str, tuple[str, ...]] | None = None
+        for fabric in again:
+            names = sorted(e[2] for e in self.fabrics[fabric] if e[2] not in avoid)
+            if len(names) >= self._size:
+                group = tuple(names[: self._size])
+                if found is None or group[-1] < found[0]:
+                    found = (group[-1], group)
+        top = self._least(self._first, self.first_key, again, first=True)
+        if top is not None and (found is None or top[0] < found[0]):
+            names = sorted(e[2] for e in self.fabrics[top[1]])
+            found = (top[0], tuple(names[: self._size]))
+        return None if found is None else found[1]
+
+    @staticmethod
+    def _least(heap: list[Any], keys: Mapping[str, Any], skip: Collection[str], *, first: bool = False) -> Any:
+        """The heap's least live entry whose fabric is not in ``skip`` (left in the heap)."""
+        aside = []
+        top = None
+        while heap:
+            entry = heap[0]
+            fabric = entry[1] if first else entry[3]
+            live = (keys.get(fabric) == entry[0]) if first else (keys.get(fabric) == entry)
+            if not live:
+                heapq.heappop(heap)
+                continue
+            if fabric in skip:
+                aside.append(heapq.heappop(heap))
+                continue
+            top = entry
+            break
+        for entry in aside:
+            heapq.heappush(heap, entry)
+        return top
