@@ -43,7 +43,7 @@ does the same by comparing every input.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from operator import attrgetter
 
@@ -66,7 +66,22 @@ from scheduler.planner.resilience import resilience
 from scheduler.planner.rollout import finish, judge
 from scheduler.planner.spread import Spread
 from scheduler.planner.spread_repair import repair
-from scheduler.planner.survivors import keep_current
+from scheduler.planner.survivors import KeepMemo, keep_current
+
+
+@dataclass(slots=True)
+class Carried:
+    """What one round's planning leaves for the next to start from (``IncrementalRounds``
+    keeps one): the parts of a round whose inputs did not change are taken from it, the
+    rest computed, and each part reused only where it is provably what computing it again
+    gives (``survivors.KeepMemo`` says how), so the plan is ``plan``'s without it.
+
+    ``inventory``: a version of the nodes' content (every field but the report time),
+    which the caller moves whenever a node is added, forgotten or reported changed;
+    None when unknown (nothing that reads the nodes' content is reused)."""
+
+    inventory: object = None
+    keep: KeepMemo = field(default_factory=KeepMemo)
 
 
 def plan(
@@ -77,11 +92,13 @@ def plan(
     policy: StalenessPolicy = DEFAULT_STALENESS,
     *,
     lifecycle: Lifecycle | None = None,
+    carried: Carried | None = None,
 ) -> Plan:
     """Decide which replicas to keep, start and stop, and explain what cannot run.
 
     ``lifecycle`` adds replica states, cordons and failure back-offs
-    (``scheduler.planner.rollout`` says what they change).
+    (``scheduler.planner.rollout`` says what they change). ``carried``: the round
+    before's work (``Carried``), used and updated; the plan is the same without it.
 
     Raises ValueError for inputs no round can make sense of: a naive ``now``,
     two nodes with one name, or one model demanded twice.
@@ -119,6 +136,8 @@ def plan(
         capacity=capacity,
         now=now,
         policy=policy,
+        memo=None if carried is None else carried.keep,
+        inventory_version=None if carried is None else carried.inventory,
     )
     # A node given up and back: its replicas placed again where their engines still run
     # (``scheduler.planner.readoption``), before anything new is placed.

@@ -86,6 +86,19 @@ class Capacity:
     def node(self, name: str) -> Node:
         return self._nodes[name]
 
+    def free_state(self) -> tuple[dict[str, int], dict[str, float | None]]:
+        """Every node's free cards and memory, copied (compared whole by a memo)."""
+        return dict(self._free_gpus), dict(self._free_memory)
+
+    def set_free_state(self, gpus: dict[str, int], memory: dict[str, float | None]) -> None:
+        """Take ``free_state`` as it would be after some consuming, before any pool is built
+        (a memo's: ``survivors.KeepMemo``); the dictionaries are the capacity's from now."""
+        if self._pools or self._name_pools or self._gangs:
+            raise ValueError("free capacity is set only before any pool is built")
+        if gpus.keys() != self._free_gpus.keys() or memory.keys() != self._free_memory.keys():
+            raise ValueError("free capacity is set for the same nodes only")
+        self._free_gpus, self._free_memory = gpus, memory
+
     def knows(self, name: str) -> bool:
         return name in self._nodes
 
