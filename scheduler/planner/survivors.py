@@ -74,6 +74,8 @@ class KeepMemo:
     # ``valid`` in catalog order, and per node the positions there of those it runs.
     ordered: list[Placement] | None = None
     by_node: dict[str, list[int]] | None = None
+    # Rounds that kept from the memo rather than taking every placement again.
+    hits: int = 0
 
 
 def keep_current(
@@ -121,7 +123,10 @@ def keep_current(
             hosting = keeper.hosts_of_what_fits(valid, capacity, memo)
     mass_loss = _is_mass_loss(len(lost & hosting), len(hosting | fresh), policy)
     if memo is not None and memo.start is not None and memo.start == start and memo.all_fit:
-        placements = keeper.keep_fitting(valid, lost if not mass_loss else frozenset(), capacity, memo)
+        memo.hits += 1
+        placements = keeper.keep_fitting(
+            valid, lost if not mass_loss else frozenset(), capacity, memo
+        )
     else:
         on_live = valid if mass_loss or not lost else keeper.keep_off_lost(valid, lost)
         placements = keeper.keep_what_fits(on_live, capacity)

@@ -237,6 +237,11 @@ class IncrementalRounds:
         return view
 
     @property
+    def carried(self) -> Carried:
+        """The planning work carried from round to round (``plan``'s ``carried``)."""
+        return self._carried
+
+    @property
     def node_count(self) -> int:
         return len(self._nodes)
 
