@@ -50,7 +50,7 @@ from operator import attrgetter
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy
 from scheduler.planner.defrag import defragment
-from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.fleet.capacity import Capacity, PoolMemo
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement, Plan, Removal, Unplaced
 from scheduler.planner.fleet.rejections import (
@@ -82,6 +82,7 @@ class Carried:
 
     inventory: object = None
     keep: KeepMemo = field(default_factory=KeepMemo)
+    pools: PoolMemo = field(default_factory=PoolMemo)
 
 
 def plan(
@@ -139,6 +140,9 @@ def plan(
         memo=None if carried is None else carried.keep,
         inventory_version=None if carried is None else carried.inventory,
     )
+    if carried is not None:
+        # Every pool from here on is the round before's, patched (``PoolMemo``).
+        capacity.settle(carried.pools, carried.inventory)
     # A node given up and back: its replicas placed again where their engines still run
     # (``scheduler.planner.readoption``), before anything new is placed.
     readopted = readopt(

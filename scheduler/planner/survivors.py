@@ -105,7 +105,11 @@ def keep_current(
         valid = keeper.keep_valid(current)
         hosting = {name for placement in valid for name in placement.nodes}
         if memo is not None:
-            memo.inventory, memo.current, memo.demands = inventory_version, list(current), list(demands)
+            memo.inventory, memo.current, memo.demands = (
+                inventory_version,
+                list(current),
+                list(demands),
+            )
             memo.valid, memo.removals = list(valid), list(keeper.removals)
             memo.recorded_as, memo.hosting = keeper.recorded_as, frozenset(hosting)
             memo.start = memo.free = memo.ordered = memo.by_node = None
@@ -301,7 +305,9 @@ class _Keeper:
             # ``keep_off_lost``'s removals, in its order (``valid``'s, slot order).
             for placement in valid:
                 if id(placement) in gone:
-                    self.drop(placement, self._lost_reason(min(n for n in placement.nodes if n in lost)))
+                    self.drop(
+                        placement, self._lost_reason(min(n for n in placement.nodes if n in lost))
+                    )
         touched = {name for i in gone_at for name in ordered[i].nodes}
         free_gpus, free_memory = dict(memo.free[0]), dict(memo.free[1])
         start_gpus, start_memory = memo.start

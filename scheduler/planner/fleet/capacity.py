@@ -64,6 +64,11 @@ class Capacity:
         # its best group, kept as capacity is consumed (``_gangs``).
         self._gangs: dict[tuple[_PoolKey, int, int, int], _Gangs] = {}
         self._gangs_of_node: dict[str, list[_Gangs]] = {}
+        # Once settled (``settle``): the pools as they were then, kept across rounds
+        # (``PoolMemo``), and the nodes consumed since, by which a pool taken from them
+        # is brought up to date.
+        self._origin: PoolMemo | None = None
+        self._dirty: set[str] = set()
 
     def copy(self) -> Capacity:
         """The same free capacity, to try another way of placing on: O(N), pools rebuilt lazily."""
@@ -81,7 +86,25 @@ class Capacity:
         other._eligible = self._eligible
         other._gangs = {}
         other._gangs_of_node = {}
+        other._origin = self._origin
+        other._dirty = set(self._dirty)
         return other
+
+    def settle(self, memo: PoolMemo, version: object) -> None:
+        """From now on, build pools from ``memo`` (the pools of the round before's settled
+        capacity, patched to this one's by the nodes whose free room or freshness differ)
+        rather than by sorting their nodes; ``version`` names the nodes' content (None:
+        unknown, the memo starts over). Called before any pool is built."""
+        if self._pools or self._name_pools or self._gangs:
+            raise ValueError("a capacity is settled before any pool is built")
+        memo.advance(
+            version,
+            frozenset(self._fresh),
+            dict(self._free_gpus),
+            dict(self._free_memory),
+            self._nodes,
+        )
+        self._origin, self._dirty = memo, set()
 
     def node(self, name: str) -> Node:
         return self._nodes[name]
@@ -135,11 +158,13 @@ class Capacity:
                     and (memory_gb_per_node <= 0 or memory is None or memory >= memory_gb_per_node)
                 ):
                     return False
-        if self._pools_of_node or self._name_pools_of_node or self._gangs_of_node:
+        if self._pools or self._name_pools_of_node or self._gangs_of_node:
             self.consume(nodes, gpus_per_node, memory_gb_per_node)
             return True
         for name in nodes:
             if name in known:
+                if self._origin is not None:
+                    self._dirty.add(name)
                 free_gpus[name] -= gpus_per_node
                 memory = free_memory[name]
                 if memory is not None:
@@ -151,7 +176,13 @@ class Capacity:
         for name in nodes:
             if name not in self._nodes:
                 continue
-            pools = self._pools_of_node.get(name, ())
+            origin = self._origin
+            if origin is None:
+                pools = self._pools_of_node.get(name, ())
+            else:
+                self._dirty.add(name)
+                built = self._pools
+                pools = [p for k in origin.keys_of_node.get(name, ()) if (p := built.get(k))]
             name_pools = self._name_pools_of_node.get(name, ())
             gangs = self._gangs_of_node.get(name, ())
             before = self._entry(name)
@@ -233,7 +264,12 @@ class Capacity:
         key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
         names = self._eligible.get(key)
         if names is None:
-            names = self._eligible[key] = tuple(sorted(self._pool(profile).names()))
+            if self._origin is not None:
+                self._pool(profile)
+                names = self._origin.eligible_names(key)
+            else:
+                names = tuple(sorted(self._pool(profile).names()))
+            self._eligible[key] = names
         return names
 
     def first_node(self, profile: PlacementProfile, avoid: Collection[str] = ()) -> str | None:
@@ -324,20 +360,44 @@ class Capacity:
             name,
         )
 
+    def _from_origin(self, origin: PoolMemo, key: _PoolKey, profile: PlacementProfile) -> _Pool:
+        """The pool as the settled capacity had it (``PoolMemo``), brought up to date by
+        the nodes consumed since: the same buckets as sorting its nodes now, since a pool
+        is its members' entries in order, whatever way they were put there."""
+        base = origin.pool(key, profile, self._by_class())
+        members = origin.members[key]
+        dirty = self._dirty & members if len(self._dirty) < len(members) else members & self._dirty
+        if len(dirty) * origin.rebuild_share > len(members):
+            # Most of it consumed since (a round placing much): sorted afresh.
+            pool = _Pool()
+            pool.fill(sorted(self._entry(name) for name in members))
+            return pool
+        pool = base.copy()
+        for name in dirty:
+            pool.remove(origin.entry(name))
+            pool.add(self._entry(name))
+        return pool
+
     def _name_pool(self, profile: PlacementProfile) -> _NamePool:
         key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
         pool = self._name_pools.get(key)
         if pool is None:
             pool = self._name_pools[key] = _NamePool()
-            for name in self._pool(profile).names():
-                pool.add(self._entry(name))
-                self._name_pools_of_node.setdefault(name, []).append(pool)
+            # Each level's names sorted once: the same buckets as adding them one by one,
+            # without an insertion (a list shift) per node.
+            names = list(self._pool(profile).names())
+            pool.fill(sorted(self._entry(name)[::2] for name in names))
+            name_pools_of_node = self._name_pools_of_node
+            for name in names:
+                name_pools_of_node.setdefault(name, []).append(pool)
         return pool
 
     def _pool(self, profile: PlacementProfile) -> _Pool:
         """The fresh nodes of the right class and labels, built on first use: O(N log N)."""
         key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
         pool = self._pools.get(key)
+        if pool is None and self._origin is not None:
+            pool = self._pools[key] = self._from_origin(self._origin, key, profile)
         if pool is None:
             pool = _Pool()
             # A GPU profile can only use nodes of its class: look at those alone.
@@ -380,6 +440,12 @@ class _Pool:
             bucket = self._buckets[level] = []
             insort(self._levels, level)
         insort(bucket, (memory, name))
+
+    def copy(self) -> _Pool:
+        other = _Pool()
+        other._buckets = {level: list(bucket) for level, bucket in self._buckets.items()}
+        other._levels = list(self._levels)
+        return other
 
     def fill(self, entries: list[tuple[int, float, str]]) -> None:
         """Add ``entries``, sorted, to an empty pool."""
@@ -432,6 +498,15 @@ class _NamePool:
             bucket = self._buckets[level] = []
             insort(self._levels, level)
         insort(bucket, name)
+
+    def fill(self, entries: list[tuple[int, str]]) -> None:
+        """Add ``entries`` (free-GPU level, name), sorted, to an empty pool."""
+        for level, name in entries:
+            bucket = self._buckets.get(level)
+            if bucket is None:
+                bucket = self._buckets[level] = []
+                self._levels.append(level)
+            bucket.append(name)
 
     def remove(self, entry: tuple[int, float, str]) -> None:
         level, _, name = entry
@@ -588,7 +663,9 @@ class _Gangs:
         return None if found is None else found[1]
 
     @staticmethod
-    def _least(heap: list[Any], keys: Mapping[str, Any], skip: Collection[str], *, first: bool = False) -> Any:
+    def _least(
+        heap: list[Any], keys: Mapping[str, Any], skip: Collection[str], *, first: bool = False
+    ) -> Any:
         """The heap's least live entry whose fabric is not in ``skip`` (left in the heap)."""
         aside = []
         top = None
@@ -607,3 +684,117 @@ class _Gangs:
         for entry in aside:
             heapq.heappush(heap, entry)
         return top
+
+
+class PoolMemo:
+    """The pools of a settled capacity (``Capacity.settle``: the round's, as keeping left
+    it, before anything new is placed), kept from round to round and patched by the
+    nodes whose free room or freshness changed, instead of sorting every pool's nodes
+    again each round: a pool is its members' entries (free GPUs, free memory, name) in
+    order, so removing a node's old entry and adding its new one gives the very pool a
+    sort gives. Starts over when the nodes' content may have changed (``version``).
+
+    Pure: values only; the caller (``plan``'s ``carried``) owns it."""
+
+    def __init__(self) -> None:
+        self.version: object = None
+        self.fresh: frozenset[str] | None = None
+        self.gpus: dict[str, int] = {}
+        self.memory: dict[str, float | None] = {}
+        self.pools: dict[_PoolKey, _Pool] = {}
+        self.members: dict[_PoolKey, set[str]] = {}
+        self.profiles: dict[_PoolKey, PlacementProfile] = {}
+        self.keys_of_node: dict[str, list[_PoolKey]] = {}
+        self._eligible: dict[_PoolKey, tuple[str, ...]] = {}
+        self._nodes: Mapping[str, Node] = {}
+        # Pools patched rather than built (for tests and benchmarks).
+        self.patched = 0
+        # A pool most of whose nodes were consumed since the capacity settled (more than
+        # one in this many) is sorted afresh rather than patched node by node.
+        self.rebuild_share = 8
+
+    def entry(self, name: str) -> tuple[int, float, str]:
+        """A node's pool entry as the settled capacity had it (``Capacity._entry``)."""
+        memory = self.memory[name]
+        return (max(self.gpus[name], 0), math.inf if memory is None else memory, name)
+
+    def advance(
+        self,
+        version: object,
+        fresh: frozenset[str],
+        gpus: dict[str, int],
+        memory: dict[str, float | None],
+        nodes: Mapping[str, Node],
+    ) -> None:
+        """Bring every kept pool to a new settled capacity."""
+        if version is None or version != self.version or self.fresh is None:
+            self.pools, self.members, self.profiles = {}, {}, {}
+            self.keys_of_node, self._eligible = {}, {}
+        else:
+            moved = {k for k, _ in gpus.items() ^ self.gpus.items()}
+            moved.update(k for k, _ in memory.items() ^ self.memory.items())
+            turned = fresh ^ self.fresh
+            for key, pool in self.pools.items():
+                members, profile = self.members[key], self.profiles[key]
+                for name in turned:
+                    now_in = name in fresh and _eligible_node(nodes[name], profile)
+                    if name in members:
+                        pool.remove(self.entry(name))
+                        members.discard(name)
+                        self.keys_of_node[name].remove(key)
+                        self._eligible.pop(key, None)
+                    if now_in:
+                        members.add(name)
+                        self.keys_of_node.setdefault(name, []).append(key)
+                        self._eligible.pop(key, None)
+                        pool.add(_entry_of(name, gpus, memory))
+                for name in moved:
+                    if name in members and name not in turned:
+                        pool.remove(self.entry(name))
+                        pool.add(_entry_of(name, gpus, memory))
+                self.patched += 1
+        self.version, self.fresh, self.gpus, self.memory = version, fresh, gpus, memory
+        self._nodes = nodes
+
+    def pool(
+        self, key: _PoolKey, profile: PlacementProfile, by_class: Mapping[str | None, list[Node]]
+    ) -> _Pool:
+        """The settled pool of ``key``, sorted from its nodes the first time."""
+        pool = self.pools.get(key)
+        if pool is None:
+            fresh = self.fresh or frozenset()
+            candidates = (
+                self._nodes.values()
+                if profile.gpu_class is None
+                else by_class.get(profile.gpu_class, ())
+            )
+            names = [n.name for n in candidates if n.name in fresh and _eligible_node(n, profile)]
+            pool = self.pools[key] = _Pool()
+            pool.fill(sorted(_entry_of(name, self.gpus, self.memory) for name in names))
+            self.members[key] = set(names)
+            self.profiles[key] = profile
+            for name in names:
+                self.keys_of_node.setdefault(name, []).append(key)
+        return pool
+
+    def eligible_names(self, key: _PoolKey) -> tuple[str, ...]:
+        names = self._eligible.get(key)
+        if names is None:
+            names = self._eligible[key] = tuple(sorted(self.members[key]))
+        return names
+
+
+def _entry_of(
+    name: str, gpus: Mapping[str, int], memory: Mapping[str, float | None]
+) -> tuple[int, float, str]:
+    free = memory[name]
+    return (max(gpus[name], 0), math.inf if free is None else free, name)
+
+
+def _eligible_node(node: Node, profile: PlacementProfile) -> bool:
+    """Whether a fresh node belongs to the profile's pool (``Capacity._pool``'s test)."""
+    selector = profile.node_selector
+    return (profile.gpu_class is None or node.gpu_class == profile.gpu_class) and (
+        gpu_class_matches(node.gpu_class, profile)
+        and (not selector or missing_label(node.labels, selector) is None)
+    )

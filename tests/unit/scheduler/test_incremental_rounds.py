@@ -282,7 +282,11 @@ def test_rounds_after_nodes_lost_or_changed_are_the_full_rounds(data: st.DataObj
         elif event_kind == "cordon":
             name = draw(st.sampled_from(names))
             lifecycle = Lifecycle(
-                cordons={name: Cordon(name, draw(st.sampled_from(["cordoned", "draining"])), "ops", "", now)}
+                cordons={
+                    name: Cordon(
+                        name, draw(st.sampled_from(["cordoned", "draining"])), "ops", "", now
+                    )
+                }
             )
             new_lifecycle = lifecycle
         # Leases: every node not silent beats.
@@ -293,7 +297,9 @@ def test_rounds_after_nodes_lost_or_changed_are_the_full_rounds(data: st.DataObj
         got = rounds.next(
             Changes(
                 now=now,
-                not_fresh={n.name: n.reported_at for n in fleet.values() if n.reported_at < fresh_from},
+                not_fresh={
+                    n.name: n.reported_at for n in fleet.values() if n.reported_at < fresh_from
+                },
                 nodes=reported,
                 forgotten=forgotten,
                 current=current,
@@ -326,8 +332,6 @@ def test_a_lost_node_keeps_the_rest_from_the_round_before() -> None:
     lost_at = NOW + timedelta(seconds=400)
     got = rounds.next(Changes(now=lost_at, not_fresh={host: NOW}))
     assert rounds.carried.keep.hits == hits + 1
-    truth = [
-        dataclasses.replace(n, reported_at=NOW if n.name == host else lost_at) for n in fleet
-    ]
+    truth = [dataclasses.replace(n, reported_at=NOW if n.name == host else lost_at) for n in fleet]
     assert digest(got) == digest(plan(demands, truth, settled.placements, lost_at, POLICY))
     assert [r.placement.nodes for r in got.remove] == [(host,), (host,)]
