@@ -71,9 +71,9 @@ class KeepMemo:
     start: tuple[dict[str, int], dict[str, float | None]] | None = None
     all_fit: bool = False
     free: tuple[dict[str, int], dict[str, float | None]] | None = None
-    # ``valid`` in catalog order, and per node the positions there of those it runs.
+    # ``valid`` in catalog order, and each one's nodes.
     ordered: list[Placement] | None = None
-    by_node: dict[str, list[int]] | None = None
+    nodes_of: list[tuple[str, ...]] | None = None
     # Rounds that kept from the memo rather than taking every placement again.
     hits: int = 0
 
@@ -112,7 +112,7 @@ def keep_current(
             )
             memo.valid, memo.removals = list(valid), list(keeper.removals)
             memo.recorded_as, memo.hosting = keeper.recorded_as, frozenset(hosting)
-            memo.start = memo.free = memo.ordered = memo.by_node = None
+            memo.start = memo.free = memo.ordered = memo.nodes_of = None
     lost = frozenset(name for name in hosting if state.get(name, Freshness.LOST) is Freshness.LOST)
     fresh = {name for name, f in state.items() if f is Freshness.FRESH}
     start = capacity.free_state()
@@ -140,7 +140,7 @@ def keep_current(
             memo.all_fit = len(placements) == len(valid)
             memo.free = capacity.free_state()
             memo.ordered = placements if memo.all_fit else None
-            memo.by_node = None
+            memo.nodes_of = None
     return Kept(
         placements=placements,
         removals=keeper.removals,
@@ -277,7 +277,7 @@ class _Keeper:
             memo.all_fit = len(fitting) == len(placements)
             memo.free = trial.free_state()
             memo.ordered = fitting if memo.all_fit else None
-            memo.by_node = None
+            memo.nodes_of = None
         return hosts
 
     def keep_fitting(
@@ -293,38 +293,43 @@ class _Keeper:
         is the memo's, counted again only on the nodes a dropped placement ran on."""
         ordered = memo.ordered
         assert ordered is not None and memo.free is not None and memo.start is not None
-        if memo.by_node is None:
-            by_node: dict[str, list[int]] = {}
-            for i, placement in enumerate(ordered):
-                for name in placement.nodes:
-                    by_node.setdefault(name, []).append(i)
-            memo.by_node = by_node
-        gone_at = sorted({i for name in lost for i in memo.by_node.get(name, ())})
-        gone = {id(ordered[i]) for i in gone_at}
-        if gone:
-            # ``keep_off_lost``'s removals, in its order (``valid``'s, slot order).
-            for placement in valid:
-                if id(placement) in gone:
-                    self.drop(
-                        placement, self._lost_reason(min(n for n in placement.nodes if n in lost))
-                    )
-        touched = {name for i in gone_at for name in ordered[i].nodes}
+        if memo.nodes_of is None:
+            memo.nodes_of = list(map(_nodes_of, ordered))
+        nodes_of = memo.nodes_of
+        gone_at = (
+            [i for i, names in enumerate(nodes_of) if not lost.isdisjoint(names)] if lost else []
+        )
+        # ``keep_off_lost``'s removals, in its order (``valid``'s: slot order, one a slot).
+        for placement in sorted((ordered[i] for i in gone_at), key=_slot_order):
+            self.drop(placement, self._lost_reason(min(n for n in placement.nodes if n in lost)))
         free_gpus, free_memory = dict(memo.free[0]), dict(memo.free[1])
-        start_gpus, start_memory = memo.start
-        for name in touched:
-            if name not in free_gpus:
-                continue
-            gpus, memory = start_gpus[name], start_memory[name]
-            for i in memo.by_node[name]:
-                placement = ordered[i]
-                if id(placement) in gone:
+        touched = {name for i in gone_at for name in nodes_of[i]}.intersection(free_gpus)
+        if touched:
+            # Counted again from the start over what stays there, in catalog order.
+            gone = set(gone_at)
+            start_gpus, start_memory = memo.start
+            for name in touched:
+                free_gpus[name], free_memory[name] = start_gpus[name], start_memory[name]
+            for i, names in enumerate(nodes_of):
+                if i in gone or touched.isdisjoint(names):
                     continue
-                gpus -= placement.gpus_per_node
-                if memory is not None:
-                    memory = memory - placement.memory_gb_per_node
-            free_gpus[name], free_memory[name] = gpus, memory
+                placement = ordered[i]
+                for name in names:
+                    if name in touched:
+                        free_gpus[name] -= placement.gpus_per_node
+                        memory = free_memory[name]
+                        if memory is not None:
+                            free_memory[name] = memory - placement.memory_gb_per_node
         capacity.set_free_state(free_gpus, free_memory)
-        return [p for p in ordered if id(p) not in gone] if gone else list(ordered)
+        if not gone_at:
+            return list(ordered)
+        kept: list[Placement] = []
+        last = 0
+        for i in gone_at:
+            kept += ordered[last:i]
+            last = i + 1
+        kept += ordered[last:]
+        return kept
 
     def keep_what_fits(self, placements: list[Placement], capacity: Capacity) -> list[Placement]:
         """Let placements consume capacity, dropping any that would overcommit a node.
@@ -450,6 +455,7 @@ def _shape(nodes: int, gpus_per_node: int, gpu_class: str | None) -> str:
 
 
 _slot_order = attrgetter("model", "replica")
+_nodes_of = attrgetter("nodes")
 
 
 def _full_order(placement: Placement) -> tuple[str, int, str, tuple[str, ...], int, str, int]:
