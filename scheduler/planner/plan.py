@@ -49,7 +49,7 @@ from operator import attrgetter
 
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy
-from scheduler.planner.defrag import defragment
+from scheduler.planner.defrag import IndexMemo, defragment
 from scheduler.planner.fleet.capacity import Capacity, PoolMemo
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement, Plan, Removal, Unplaced
@@ -64,7 +64,7 @@ from scheduler.planner.preemption import Preempted, preempt
 from scheduler.planner.readoption import readopt
 from scheduler.planner.resilience import resilience
 from scheduler.planner.rollout import finish, judge
-from scheduler.planner.spread import Spread
+from scheduler.planner.spread import Spread, SpreadMemo
 from scheduler.planner.spread_repair import repair
 from scheduler.planner.survivors import KeepMemo, keep_current
 
@@ -83,6 +83,8 @@ class Carried:
     inventory: object = None
     keep: KeepMemo = field(default_factory=KeepMemo)
     pools: PoolMemo = field(default_factory=PoolMemo)
+    spread: SpreadMemo = field(default_factory=SpreadMemo)
+    index: IndexMemo = field(default_factory=IndexMemo)
 
 
 def plan(
@@ -167,7 +169,11 @@ def plan(
             removals=[*kept.removals, *readopted.removals],
         )
     again = {(p.model, p.replica) for p in readopted.placements}
-    spread = Spread.of(judged.demands, inventory, kept.placements)
+    spread = (
+        Spread.of(judged.demands, inventory, kept.placements)
+        if carried is None
+        else carried.spread.of(judged.demands, inventory, kept.placements, carried.inventory)
+    )
     attempt = place_missing(
         judged.demands,
         kept.placements,
@@ -212,6 +218,8 @@ def plan(
             rolling={p.model for p in judged.held if not p.moving},
             avoid=judged.avoid,
             repair_all_spreads=policy.repair_spread,
+            memo=None if carried is None else carried.index,
+            inventory_version=None if carried is None else carried.inventory,
         )
         kept_now = moved.keep
         attempt.placed.extend(m.copy for m in moved.moves if m.copy is not None)
