@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import is_
+from itertools import compress
+from operator import is_, not_
 from typing import TypeVar
 
 from catalog.definition.views import PlacementProfile
@@ -229,8 +230,9 @@ def removed_from(old: Sequence[_T], new: Sequence[_T]) -> list[_T] | None:
     there = set(map(id, new))
     if len(there) != len(new):
         return None
-    removed = [x for x in old if id(x) not in there]
+    # In C: which of ``old`` are still there, then the two parts by those flags.
+    flags = list(map(there.__contains__, map(id, old)))
+    removed = list(compress(old, map(not_, flags)))
     if len(removed) + len(new) != len(old):
         return None
-    stayed = [x for x in old if id(x) in there]
-    return removed if all(map(is_, stayed, new)) else None
+    return removed if all(map(is_, compress(old, flags), new)) else None
