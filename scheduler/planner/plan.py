@@ -243,12 +243,18 @@ def plan(
         after=moved.notes if moved is not None else {},
     )
     # Placed again where they run: new rows for the store, though kept through the round.
+    # (Nothing placed again, the usual case: no pass over every kept replica to ask.)
     keep = tuple(
-        sorted((p for p in kept_now if (p.model, p.replica) not in again), key=_slot_order)
+        sorted(
+            (p for p in kept_now if (p.model, p.replica) not in again) if again else kept_now,
+            key=_slot_order,
+        )
     )
     place = tuple(
         sorted(
-            [*attempt.placed, *(p for p in kept_now if (p.model, p.replica) in again)],
+            [*attempt.placed, *(p for p in kept_now if (p.model, p.replica) in again)]
+            if again
+            else attempt.placed,
             key=_slot_order,
         )
     )
