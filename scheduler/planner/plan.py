@@ -141,6 +141,7 @@ def plan(
         policy=policy,
         memo=None if carried is None else carried.keep,
         inventory_version=None if carried is None else carried.inventory,
+        fresh=fresh,
     )
     if carried is not None:
         # Every pool from here on is the round before's, patched (``PoolMemo``).

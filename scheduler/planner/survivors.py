@@ -89,12 +89,14 @@ def keep_current(
     policy: StalenessPolicy,
     memo: KeepMemo | None = None,
     inventory_version: object = None,
+    fresh: frozenset[str] | None = None,
 ) -> Kept:
     """Keep every current placement that has no reason to go, consuming its capacity.
 
     ``memo``: the round before's work (``KeepMemo``), reused where it provably holds and
     updated with this round's; ``inventory_version`` names the nodes' content (None:
-    unknown, the placements are judged again)."""
+    unknown, the placements are judged again). ``fresh``: the nodes ``state`` says are
+    fresh, if the caller has them."""
     keeper = _Keeper(demands, inventory, now)
     if memo is not None and _same_judging(memo, current, demands, inventory_version):
         valid = list(memo.valid)
@@ -113,8 +115,14 @@ def keep_current(
             memo.valid, memo.removals = list(valid), list(keeper.removals)
             memo.recorded_as, memo.hosting = keeper.recorded_as, frozenset(hosting)
             memo.start = memo.free = memo.ordered = memo.nodes_of = None
-    lost = frozenset(name for name in hosting if state.get(name, Freshness.LOST) is Freshness.LOST)
-    fresh = {name for name, f in state.items() if f is Freshness.FRESH}
+    if fresh is None:
+        fresh = frozenset(name for name, f in state.items() if f is Freshness.FRESH)
+    # A fresh node is not lost: only the others hosting a replica are asked (few).
+    lost = frozenset(
+        name
+        for name in hosting.difference(fresh)
+        if state.get(name, Freshness.LOST) is Freshness.LOST
+    )
     start = capacity.free_state()
     known = memo is not None and memo.start is not None and memo.start == start
     if lost:

@@ -158,7 +158,7 @@ class Capacity:
                     and (memory_gb_per_node <= 0 or memory is None or memory >= memory_gb_per_node)
                 ):
                     return False
-        if self._pools or self._name_pools_of_node or self._gangs_of_node:
+        if self._pools or self._name_pools or self._gangs_of_node:
             self.consume(nodes, gpus_per_node, memory_gb_per_node)
             return True
         for name in nodes:
@@ -179,11 +179,13 @@ class Capacity:
             origin = self._origin
             if origin is None:
                 pools = self._pools_of_node.get(name, ())
+                name_pools = self._name_pools_of_node.get(name, ())
             else:
                 self._dirty.add(name)
-                built = self._pools
-                pools = [p for k in origin.keys_of_node.get(name, ()) if (p := built.get(k))]
-            name_pools = self._name_pools_of_node.get(name, ())
+                keys = origin.keys_of_node.get(name, ())
+                built, named = self._pools, self._name_pools
+                pools = [p for k in keys if (p := built.get(k))]
+                name_pools = [q for k in keys if (q := named.get(k))]
             gangs = self._gangs_of_node.get(name, ())
             before = self._entry(name)
             for pool in pools:
@@ -378,9 +380,27 @@ class Capacity:
             pool.add(self._entry(name))
         return pool
 
+    def _name_pool_from_origin(self, origin: PoolMemo, key: _PoolKey) -> _NamePool:
+        """``_from_origin`` for first fit's pool in name order."""
+        base = origin.name_pool(key)
+        members = origin.members[key]
+        dirty = self._dirty & members if len(self._dirty) < len(members) else members & self._dirty
+        if len(dirty) * origin.rebuild_share > len(members):
+            pool = _NamePool()
+            pool.fill(sorted(self._entry(name)[::2] for name in members))
+            return pool
+        pool = base.copy()
+        for name in dirty:
+            pool.remove(origin.entry(name))
+            pool.add(self._entry(name))
+        return pool
+
     def _name_pool(self, profile: PlacementProfile) -> _NamePool:
         key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
         pool = self._name_pools.get(key)
+        if pool is None and self._origin is not None:
+            self._pool(profile)  # the origin's members for this key
+            pool = self._name_pools[key] = self._name_pool_from_origin(self._origin, key)
         if pool is None:
             pool = self._name_pools[key] = _NamePool()
             # Each level's names sorted once: the same buckets as adding them one by one,
@@ -498,6 +518,12 @@ class _NamePool:
             bucket = self._buckets[level] = []
             insort(self._levels, level)
         insort(bucket, name)
+
+    def copy(self) -> _NamePool:
+        other = _NamePool()
+        other._buckets = {level: list(bucket) for level, bucket in self._buckets.items()}
+        other._levels = list(self._levels)
+        return other
 
     def fill(self, entries: list[tuple[int, str]]) -> None:
         """Add ``entries`` (free-GPU level, name), sorted, to an empty pool."""
@@ -702,6 +728,8 @@ class PoolMemo:
         self.gpus: dict[str, int] = {}
         self.memory: dict[str, float | None] = {}
         self.pools: dict[_PoolKey, _Pool] = {}
+        # First fit's pools in name order, of the same members, built when first asked.
+        self.name_pools: dict[_PoolKey, _NamePool] = {}
         self.members: dict[_PoolKey, set[str]] = {}
         self.profiles: dict[_PoolKey, PlacementProfile] = {}
         self.keys_of_node: dict[str, list[_PoolKey]] = {}
@@ -729,17 +757,20 @@ class PoolMemo:
         """Bring every kept pool to a new settled capacity."""
         if version is None or version != self.version or self.fresh is None:
             self.pools, self.members, self.profiles = {}, {}, {}
-            self.keys_of_node, self._eligible = {}, {}
+            self.keys_of_node, self._eligible, self.name_pools = {}, {}, {}
         else:
             moved = {k for k, _ in gpus.items() ^ self.gpus.items()}
             moved.update(k for k, _ in memory.items() ^ self.memory.items())
             turned = fresh ^ self.fresh
             for key, pool in self.pools.items():
                 members, profile = self.members[key], self.profiles[key]
+                named = self.name_pools.get(key)
+                both: tuple[_Pool | _NamePool, ...] = (pool,) if named is None else (pool, named)
                 for name in turned:
                     now_in = name in fresh and _eligible_node(nodes[name], profile)
                     if name in members:
-                        pool.remove(self.entry(name))
+                        for each in both:
+                            each.remove(self.entry(name))
                         members.discard(name)
                         self.keys_of_node[name].remove(key)
                         self._eligible.pop(key, None)
@@ -747,11 +778,13 @@ class PoolMemo:
                         members.add(name)
                         self.keys_of_node.setdefault(name, []).append(key)
                         self._eligible.pop(key, None)
-                        pool.add(_entry_of(name, gpus, memory))
+                        for each in both:
+                            each.add(_entry_of(name, gpus, memory))
                 for name in moved:
                     if name in members and name not in turned:
-                        pool.remove(self.entry(name))
-                        pool.add(_entry_of(name, gpus, memory))
+                        for each in both:
+                            each.remove(self.entry(name))
+                            each.add(_entry_of(name, gpus, memory))
                 self.patched += 1
         self.version, self.fresh, self.gpus, self.memory = version, fresh, gpus, memory
         self._nodes = nodes
@@ -776,6 +809,14 @@ class PoolMemo:
             for name in names:
                 self.keys_of_node.setdefault(name, []).append(key)
         return pool
+
+    def name_pool(self, key: _PoolKey) -> _NamePool:
+        """The settled pool of ``key`` in name order (``pool`` built first)."""
+        named = self.name_pools.get(key)
+        if named is None:
+            named = self.name_pools[key] = _NamePool()
+            named.fill(sorted(self.entry(name)[::2] for name in self.members[key]))
+        return named
 
     def eligible_names(self, key: _PoolKey) -> tuple[str, ...]:
         names = self._eligible.get(key)
