@@ -35,14 +35,24 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
-from catalog.definition.routing_profiles import PREFIX
+from catalog.definition.routing_profiles import PREFIX, SESSION
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 from catalog.forms.priority import STANDARD
 from gateway import usage
 from gateway.settings import GatewaySettings
 from gateway.stages import admission, prefix, quota, sse
 from gateway.stages.admission import Refusal, Request
-from gateway.stages.queue import Bounds, ModelQueue, Waiter, free_slots, open_replicas
+from gateway.stages.queue import (
+    Bounds,
+    ModelQueue,
+    Waiter,
+    free_slots,
+    holdable,
+    is_open,
+    open_replicas,
+    rooms,
+    unreserved,
+)
 from gateway.stages.routing import Choice, choose, eligible, observe_ttft, picked
 from gateway.state import Recent, State
 from gateway.table import ModelEntry, Replica
@@ -70,6 +80,9 @@ _CACHED_TOKENS = re.compile(rb'"(?:cached_tokens|cache_n)"\s*:\s*(\d{1,9})')
 # llama.cpp's prompt tokens computed (a stream's final chunk has its timings, and usage
 # only when asked): with cache_n, the prompt's tokens.
 _PROMPT_N = re.compile(rb'"prompt_n"\s*:\s*(\d{1,9})')
+# The profiles that choose a replica for its cache: a request of theirs may wait for the
+# replica chosen when it is full (a hold, gateway.stages.queue).
+FOR_CACHE = frozenset({PREFIX, SESSION})
 ROUTES = {
     admission.CHAT: "/v1/chat/completions",
     admission.COMPLETIONS: "/v1/completions",
@@ -275,7 +288,7 @@ class Proxy:
         trace.prompt_tokens = tokens
         admission.fits(req, m, tokens, how, w)
 
-    async def _attempts(
+    async def _attempts(  # noqa: PLR0915 (the slot stage's common path inline: a call costs)
         self, call: Call, m: ModelEntry, *, slo_binding: bool, first: Choice | None = None
     ) -> bool:
         state, req, trace = self.state, call.req, call.trace
@@ -293,27 +306,32 @@ class Proxy:
                 first = None
                 ready = [r for r in state.table.ready.get(m.name, ()) if r.key not in tried]
                 candidates = eligible(ready, state.loads, now)
+                picked: Choice | None = None
                 if candidates and (state.queues or m.name in state.table.slotted):
-                    # Slots known: the replicas with a free one, at once when nobody
-                    # waits for one (no await on this path), else after the queue.
-                    free = open_replicas(candidates, state.loads, self.share)
-                    q = state.queues.get(m.name)
-                    if free and (q is None or not (q.length or q.granted)):
+                    if m.routing_profile in FOR_CACHE:
+                        free, picked, prefer = self._at_once(m, candidates, session, prompt, now)
+                    else:  # (inline: every request's path to a model with slots)
+                        q = state.queues.get(m.name)
+                        busy = q is not None and (q.length or q.granted)
+                        free = [] if busy else open_replicas(candidates, state.loads, self.share)
+                        prefer = None
+                    if free:
                         candidates = free
-                    else:
-                        candidates, queued = await self._gate(call, m, tried)
+                    elif picked is None:
+                        candidates, queued = await self._gate(call, m, tried, prefer)
                         waiter = waiter or queued
-                picked = choose(
-                    m.routing_profile,
-                    candidates,
-                    state.loads,
-                    session=session,
-                    ttft_slo_s=m.ttft_slo_s,
-                    prompt=prompt,
-                    prefixes=state.prefix,
-                    now=now,
-                )
                 if picked is None:
+                    picked = choose(
+                        m.routing_profile,
+                        candidates,
+                        state.loads,
+                        session=session,
+                        ttft_slo_s=m.ttft_slo_s,
+                        prompt=prompt,
+                        prefixes=state.prefix,
+                        now=now,
+                    )
+                if picked is None:  # (no candidate)
                     if ready:
                         trace.tried.append(f"{m.name!r}: every ready replica is set aside")
                     elif not tried:
@@ -355,15 +373,66 @@ class Proxy:
                 )
         return False
 
-    async def _gate(
-        self, call: Call, m: ModelEntry, tried: set[str]
-    ) -> tuple[list[Replica], Waiter | None]:
-        """The replicas with a free slot after waiting in the model's queue
-        (``gateway.stages.queue``): every ready one is full, or others wait already."""
-        state, share = self.state, self.share
+    def _choose(
+        self,
+        m: ModelEntry,
+        candidates: list[Replica],
+        session: str | None,
+        prompt: prefix.Prompt | None,
+        now: float,
+    ) -> Choice | None:
+        return choose(
+            m.routing_profile,
+            candidates,
+            self.state.loads,
+            session=session,
+            ttft_slo_s=m.ttft_slo_s,
+            prompt=prompt,
+            prefixes=self.state.prefix,
+            now=now,
+        )
+
+    def _at_once(  # (the profiles of FOR_CACHE only)
+        self,
+        m: ModelEntry,
+        candidates: list[Replica],
+        session: str | None,
+        prompt: prefix.Prompt | None,
+        now: float,
+    ) -> tuple[list[Replica], Choice | None, Replica | None]:
+        """A model with slots known: (the replicas with a free one, when nobody waits
+        for one; the choice already made, when a profile that chooses for the cache
+        chose a replica with a free slot; the replica to hold for). Nothing of the
+        first two: the request waits in the queue (``_gate``). No await: this is every
+        request's path to a model with slots.
+
+        ``prefix`` (with a prompt) and ``session`` (with a key) choose among all the
+        candidates, full or not, so that a full replica holding the prompt is waited
+        for (a hold, gateway.stages.queue) rather than overridden by whichever replica
+        frees a slot first; past the balance bound (``_hold``) or not chosen for its
+        cache, the request takes the first free slot, as any."""
+        state = self.state
         q = state.queues.get(m.name)
+        busy = q is not None and bool(q.length or q.granted)
+        prefer: Replica | None = None
+        if len(candidates) > 1 and (
+            (prompt is not None and m.routing_profile == PREFIX)
+            or (session is not None and m.routing_profile == SESSION)
+        ):
+            want = self._choose(m, candidates, session, prompt, now)
+            assert want is not None  # (candidates is not empty)
+            if not busy and is_open(want.replica, state.loads, self.share):
+                return [], want, None
+            if want.sticky:
+                prefer = self._hold(m, want.replica, candidates)
+        if busy or prefer is not None:
+            return [], None, prefer
+        return open_replicas(candidates, state.loads, self.share), None, None
+
+    def _queue(self, m: ModelEntry) -> ModelQueue:
+        q = self.state.queues.get(m.name)
         if q is None:
-            q = state.queues[m.name] = ModelQueue(
+            q = self.state.queues[m.name] = ModelQueue(
                 m.name,
                 Bounds(
                     self.settings.queue_max_length,
@@ -371,18 +440,55 @@ class Proxy:
                     self.settings.queue_starvation_s,
                 ),
             )
+        return q
+
+    def _hold(self, m: ModelEntry, chosen: Replica, candidates: list[Replica]) -> Replica | None:
+        """``chosen`` (for what it holds) when the request may wait for its slot
+        (``queue.holdable``); else None, counted as a spill."""
+        if self.settings.queue_hold_s <= 0:
+            return None
+        q = self._queue(m)
+        if holdable(chosen.key, candidates, self.state.loads, q.holding()):
+            return chosen
+        q.spilled(chosen.key)
+        return None
+
+    async def _gate(
+        self, call: Call, m: ModelEntry, tried: set[str], prefer: Replica | None = None
+    ) -> tuple[list[Replica], Waiter | None]:
+        """The replicas with a free slot after waiting in the model's queue
+        (``gateway.stages.queue``): every ready one is full, or others wait already.
+        With ``prefer``, the request holds for that replica's slot (a hold): granted it,
+        that replica alone."""
+        state, share = self.state, self.share
+        q = self._queue(m)
         waiter: Waiter | None = None
         while True:
-            waiter = await self._wait(call, m, q, waiter)
+            waiter = await self._wait(call, m, q, waiter, prefer)
+            slot, waiter.slot = waiter.slot, None
             ready = [r for r in state.table.ready.get(m.name, ()) if r.key not in tried]
-            free = open_replicas(eligible(ready, state.loads, time.monotonic()), state.loads, share)
+            candidates = eligible(ready, state.loads, time.monotonic())
+            if slot is not None:
+                mine = [r for r in candidates if r.key == slot]
+                if mine and is_open(mine[0], state.loads, share):
+                    return mine, waiter
+            free = unreserved(candidates, state.loads, share, q.reserved)
             if free or not ready:
                 # Nothing ready at all: the caller's path for a model without replicas.
                 return free, waiter
+            prefer = None  # (its slot went: back at its line's head, for any slot)
 
-    async def _wait(self, call: Call, m: ModelEntry, q: ModelQueue, again: Waiter | None) -> Waiter:
-        """Wait in ``q`` until woken for a free slot; a ``Refusal`` when the queue is
-        full (429 ``queue_full``) or the wait is over (503 ``queue_timeout``)."""
+    async def _wait(
+        self,
+        call: Call,
+        m: ModelEntry,
+        q: ModelQueue,
+        again: Waiter | None,
+        prefer: Replica | None = None,
+    ) -> Waiter:
+        """Wait in ``q`` until woken for a free slot (with ``prefer``, for that replica's
+        until the hold ends); a ``Refusal`` when the queue is full (429 ``queue_full``)
+        or the wait is over (503 ``queue_timeout``)."""
         trace, metrics = call.trace, self.state.metrics
         now = time.monotonic()
         if again is None:
@@ -392,6 +498,9 @@ class Proxy:
             w = Waiter(trace.client, trace.priority_class, call.share, now, now + bound)
         else:
             w = again  # woken, but the slot went (a replica left): back at its line's head
+        w.prefer = None if prefer is None else prefer.key
+        # At most queue_starvation: a starved waiter is never a holder (no starvation).
+        w.hold_until = now + min(self.settings.queue_hold_s, self.settings.queue_starvation_s)
         loop = asyncio.get_running_loop()
         w.ticket = loop.create_future()
         queued, evicted = q.push(w, front=again is not None)
@@ -408,12 +517,18 @@ class Proxy:
                 model=m.name,
                 priority=w.klass,
                 length=q.length,
+                holds_for=w.prefer,
             )
         self.pump(m.name)
         woken = False
         try:
-            async with asyncio.timeout(w.deadline - now):
-                await w.ticket
+            if w.prefer is not None and w.hold_until < w.deadline:
+                await self._held(call, m, q, w)
+            if w.ticket.done():
+                w.ticket.result()  # (granted; a displaced waiter's refusal raised)
+            else:
+                async with asyncio.timeout(w.deadline - time.monotonic()):
+                    await w.ticket
             woken = True
         except TimeoutError:
             trace.outcome = "unavailable"
@@ -433,13 +548,40 @@ class Proxy:
             if not woken and not q.remove(w) and _granted(w.ticket):
                 # Woken for a slot and gone before taking it (the client left): it is
                 # someone else's now.
-                q.granted -= 1
+                q.taken(w)
                 self.pump(m.name)
-        q.granted -= 1
+        slot = w.slot
+        q.taken(w)
+        w.slot = slot  # (for _gate: the replica whose slot it was granted)
         waited = time.monotonic() - w.enqueued
         trace.queued_s = waited
         metrics.queue_wait.labels(m.name, w.klass).observe(waited)
         return w
+
+    async def _held(self, call: Call, m: ModelEntry, q: ModelQueue, w: Waiter) -> None:
+        """A holder's wait for its replica's slot, until its hold ends; then it stays
+        in line for any slot (a new ticket), and the queue is pumped for it."""
+        try:
+            async with asyncio.timeout(w.hold_until - time.monotonic()):
+                await w.ticket
+        except TimeoutError:
+            ticket = w.ticket
+            if _granted(ticket):
+                return
+            if ticket.done() and not ticket.cancelled():
+                exc = ticket.exception()
+                assert exc is not None
+                raise exc from None  # (displaced by a higher class: queue_full)
+            replica = w.prefer
+            if q.release(w):
+                log.info(
+                    "gateway.hold_expired",
+                    request_id=call.trace.request_id,
+                    model=m.name,
+                    replica=replica,
+                )
+            w.ticket = asyncio.get_running_loop().create_future()
+            self.pump(m.name)
 
     def pump_all(self) -> None:
         for model in list(self.state.queues):
@@ -456,12 +598,32 @@ class Proxy:
             return
         loads, now = self.state.loads, time.monotonic()
         ready = eligible(self.state.table.ready.get(model, ()), loads, now)
-        free = free_slots(ready, loads, self.share)
-        while q.length and free > q.granted:
-            w = q.pop(now)
-            if w is None or w.ticket is None or w.ticket.done():
+        if not q.reserved and not any(h.holding for h in q.holds.values()):
+            free = free_slots(ready, loads, self.share)
+            while q.length and free > q.granted:
+                w = q.pop(now)
+                if w is None or w.ticket is None or w.ticket.done():
+                    continue
+                q.granted += 1
+                w.ticket.set_result(None)
+            return
+        # Some wait for one replica's slot (holds): per replica, the free slots not
+        # reserved; the waiters granted any slot take those too, so a grant needs one
+        # more unreserved free slot than there are such grants outstanding.
+        room = rooms(ready, loads, self.share, q.reserved)
+        spare = sum(room.values()) - (q.granted - sum(q.reserved.values()))
+        while q.length and spare > 0:
+            w = q.pop(now, room)
+            if w is None:
+                break  # only holders of full replicas wait
+            if w.ticket is None or w.ticket.done():
+                if w.slot is not None:  # (gone: its reservation undone)
+                    room[w.slot] += 1
+                    q.granted += 1
+                    q.taken(w)
                 continue
             q.granted += 1
+            spare -= 1
             w.ticket.set_result(None)
 
     def _check(self, model: str, ticket: prefix.Ticket, trace: Trace) -> None:

@@ -68,6 +68,10 @@ class GatewaySettings:
     queue_max_length: int = 1024
     queue_max_wait_s: float = 60.0
     queue_starvation_s: float = 30.0
+    # How long a request whose routing profile chose a replica for its cache (``prefix``,
+    # ``session`` with a key) waits for that replica's slot before it takes any free one
+    # (at most queue_starvation: the no-starvation bound holds). 0: it never waits for it.
+    queue_hold_s: float = 5.0
     # This gateway's part of each replica's slots (1: all of them; with N gateways in
     # front of the same replicas, 1/N each).
     slot_share: float = 1.0

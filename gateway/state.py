@@ -11,13 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from catalog.definition.routing_profiles import PREFIX
+from catalog.definition.routing_profiles import PREFIX, SESSION
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 from catalog.forms.priority import STANDARD
 from gateway.metrics import Metrics
 from gateway.stages.ledger import Ledger
 from gateway.stages.prefix import PrefixTable, Stats
-from gateway.stages.queue import ModelQueue
+from gateway.stages.queue import Holds, ModelQueue
 from gateway.stages.quota import Quotas
 from gateway.stages.routing import Choice, Load, joined, predicted_ttft, ramp
 from gateway.stages.setaside import SetAside
@@ -114,6 +114,8 @@ class State:
             if key not in live and self.loads[key].inflight == 0:
                 del self.loads[key]
         self.prefix.retain(live)
+        for q in self.queues.values():
+            q.retain(live)
         for model in table.models:
             self.metrics.ready_replicas.labels(model).set(len(table.ready.get(model, ())))
         changed, self.changed = self.changed, asyncio.Event()
@@ -145,6 +147,7 @@ class State:
         models: dict[str, Any] = {}
         for name, entry in self.table.models.items():
             replicas: list[dict[str, Any]] = []
+            queue = self.queues.get(name)
             for r in self.table.ready.get(name, ()):
                 load = self.loads.get(r.key, Load())
                 aside = load.set_aside_until > now
@@ -171,6 +174,10 @@ class State:
                 )
                 if entry.routing_profile == PREFIX:
                     replicas[-1]["prefix"] = self.prefix_view(r.key)
+                if queue is not None and entry.routing_profile in (PREFIX, SESSION):
+                    # Requests that waited for this replica's slot (chosen for its
+                    # cache) against those that took another's (gateway.stages.queue).
+                    replicas[-1]["slot_hold"] = queue.holds.get(r.key, Holds()).view()
             models[name] = {
                 "routing_profile": entry.routing_profile,
                 "fallbacks": list(entry.fallbacks),

@@ -23,6 +23,7 @@ settings file, then the defaults, the same order as every other command's settin
     queue_max_length = 1024             # requests waiting for a full model's free slot
     queue_max_wait = "60s"              # at most (or the client's shorter timeout)
     queue_starvation = "30s"            # a lower class waits at most this long
+    queue_hold = "5s"                   # waits for the replica its prefix/session chose
     slot_share = 1.0                    # this gateway's part of each replica's slots
 """
 
@@ -130,6 +131,7 @@ def resolve_gateway(
         queue_max_length=max(value("queue_max_length", defaults.queue_max_length), 1),
         queue_max_wait_s=value("queue_max_wait", defaults.queue_max_wait_s),
         queue_starvation_s=value("queue_starvation", defaults.queue_starvation_s),
+        queue_hold_s=value("queue_hold", defaults.queue_hold_s),
         slot_share=min(value("slot_share", defaults.slot_share), 1.0),
     )
 

@@ -161,6 +161,7 @@ KEYS: dict[str, dict[str, str]] = {
         "queue_max_length": "count",
         "queue_max_wait": "positive",
         "queue_starvation": "positive",
+        "queue_hold": "duration",
         "slot_share": "number",
     },
 }

@@ -365,6 +365,9 @@ class Pick:
     matched: int  # blocks guessed cached there
     # Why, made into text only when read (``GET /routing``): not on every request.
     why: Callable[[], str]
+    # Chosen for the longest cached prefix covering the rendezvous key's blocks (its
+    # conversation is there), not by the rendezvous hash alone.
+    longest: bool = False
 
     @property
     def reason(self) -> str:
@@ -410,4 +413,4 @@ def choose(
             f"cached there){spill}"
         )
 
-    return Pick(best, n, why)
+    return Pick(best, n, why, longest)

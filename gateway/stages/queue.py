@@ -25,6 +25,21 @@ The order, as ``docs/operator/gateway.md`` states it:
 Bounded: at most ``max_length`` waiters a model (a newcomer that outranks a waiter takes
 the place of the newest of the lowest class, which is refused ``queue_full``), each for at
 most ``max_wait_s`` (or the client's own shorter timeout): then ``queue_timeout``.
+
+**Waiting for one replica** (a *hold*). A request whose routing profile chose a replica
+for what that replica holds (``Choice.sticky``: the replica holding the prompt's
+conversation under ``prefix``, a session key's replica under ``session``) and found it
+full waits for *that* replica's slot, not the first slot freed anywhere, which would send
+it to an engine without its prefix (issue 41). It holds only within the prefix profile's
+balance bound (``holdable``: the replica's in-flight requests plus the waiters already
+holding for it, per unit of weight, at most ``BALANCE`` above the least loaded replica's),
+so a hot prefix spills; and only for ``hold_s`` (at most ``starvation_s``): then it takes
+the first free slot, as any other waiter (``release``). While it holds, the order above
+is unchanged among the waiters a freed slot can serve: a slot freed on replica A goes to
+the first of them by that order, holders of A and free waiters alike; a holder of A is
+passed over for B's slot (and its client's later requests are not held behind it). A
+holder granted its replica's slot has it reserved (``reserved``) until it takes it, so a
+free waiter woken meanwhile does not take it.
 """
 
 from __future__ import annotations
@@ -36,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from catalog.forms.priority import PRIORITY_CLASSES, STANDARD
+from gateway.stages.prefix import BALANCE
 from gateway.stages.routing import Load
 from gateway.table import Replica
 
@@ -83,6 +99,30 @@ def open_replicas(
     return out
 
 
+def is_open(r: Replica, loads: Mapping[str, Load], share: float) -> bool:
+    """Whether ``r`` has a free slot (or its slots are not known)."""
+    slots = r.slots
+    if slots <= 0:
+        return True
+    load = loads.get(r.key)
+    return load is None or load.inflight < max(1, int(slots * share))
+
+
+def unreserved(
+    replicas: Iterable[Replica],
+    loads: Mapping[str, Load],
+    share: float,
+    reserved: Mapping[str, int],
+) -> list[Replica]:
+    """The replicas with a free slot not reserved for a holder (or slots not known)."""
+    return [
+        r
+        for r in replicas
+        if r.slots <= 0
+        or loads.get(r.key, _IDLE).inflight + reserved.get(r.key, 0) < budget(r.slots, share)
+    ]
+
+
 def free_slots(replicas: Iterable[Replica], loads: Mapping[str, Load], share: float) -> float:
     """Free slots among ``replicas`` (infinite when one's slots are not known)."""
     free = 0.0
@@ -91,6 +131,59 @@ def free_slots(replicas: Iterable[Replica], loads: Mapping[str, Load], share: fl
             return math.inf
         free += max(0, budget(r.slots, share) - loads.get(r.key, _IDLE).inflight)
     return free
+
+
+def holdable(
+    key: str,
+    replicas: Iterable[Replica],
+    loads: Mapping[str, Load],
+    holding: Mapping[str, int],
+    bound: float = BALANCE,
+) -> bool:
+    """Whether a request may wait for replica ``key``'s slot: its in-flight requests plus
+    the waiters holding for it (per unit of weight) are at most ``bound`` above the least
+    loaded replica's (the prefix profile's balance rule, with the holders counted as the
+    in-flight requests they will be)."""
+    mine = math.inf
+    least = math.inf
+    for r in replicas:
+        load = (loads.get(r.key, _IDLE).inflight + holding.get(r.key, 0)) / r.weight
+        least = min(least, load)
+        if r.key == key:
+            mine = load
+    return mine - least <= bound
+
+
+def rooms(
+    replicas: Iterable[Replica],
+    loads: Mapping[str, Load],
+    share: float,
+    reserved: Mapping[str, int],
+) -> dict[str, float]:
+    """Per replica, its free slots not reserved for a holder (infinite when its slots
+    are not known)."""
+    out: dict[str, float] = {}
+    for r in replicas:
+        if r.slots <= 0:
+            out[r.key] = math.inf
+        else:
+            inflight = loads.get(r.key, _IDLE).inflight
+            out[r.key] = max(0, budget(r.slots, share) - inflight - reserved.get(r.key, 0))
+    return out
+
+
+def servable(w: Waiter, now: float, room: Mapping[str, float]) -> bool:
+    """Whether a free slot can serve ``w`` now: it holds for nothing, its hold is over,
+    its replica left (not in ``room``), or its replica has room."""
+    prefer = w.prefer
+    return prefer is None or now >= w.hold_until or room.get(prefer, 1) > 0
+
+
+def _first(line: Iterable[Waiter], now: float, room: Mapping[str, float]) -> Waiter | None:
+    for w in line:
+        if servable(w, now, room):
+            return w
+    return None
 
 
 def lowered(own: str, asked: str | None) -> str:
@@ -113,6 +206,29 @@ class Waiter:
     seq: int = 0
     charged: float = 0.0  # tokens charged when it left the queue
     ticket: Any = None  # the edge's (the proxy's future)
+    # The replica it holds for (module docstring), and until when (monotonic).
+    prefer: str | None = None
+    hold_until: float = 0.0
+    # The replica whose slot it was granted, reserved until it takes it (None: any).
+    slot: str | None = None
+
+
+@dataclass(slots=True)
+class Holds:
+    """One replica's holds, for ``GET /routing``."""
+
+    holding: int = 0  # waiting for its slot now
+    waited: int = 0  # held and were granted its slot
+    expired: int = 0  # held until ``hold_s`` (or it left), then took any slot
+    spilled: int = 0  # chose it, full, but past the balance bound: took any slot
+
+    def view(self) -> dict[str, int]:
+        return {
+            "holding": self.holding,
+            "waited": self.waited,
+            "expired": self.expired,
+            "spilled": self.spilled,
+        }
 
 
 @dataclass(slots=True)
@@ -132,7 +248,52 @@ class ModelQueue:
     clock: float = 0.0
     # Waiters woken for a free slot that have not taken it yet: a newcomer must not.
     granted: int = 0
+    # replica -> slots granted to its holders and not taken yet (part of ``granted``).
+    reserved: dict[str, int] = field(default_factory=dict)
+    # replica -> its holds (the waiters holding for it now, and counts).
+    holds: dict[str, Holds] = field(default_factory=dict)
     _seq: int = 0
+
+    def holding(self) -> dict[str, int]:
+        """Per replica, the waiters holding for it now."""
+        return {k: h.holding for k, h in self.holds.items() if h.holding}
+
+    def spilled(self, replica: str) -> None:
+        """A request chose ``replica``, found it full and past the balance bound."""
+        self._holds(replica).spilled += 1
+
+    def _holds(self, replica: str) -> Holds:
+        found = self.holds.get(replica)
+        if found is None:
+            found = self.holds[replica] = Holds()
+        return found
+
+    def release(self, w: Waiter) -> bool:
+        """``w``'s hold is over (``hold_s`` passed, or its replica left): from now on it
+        takes any slot. False when it held for nothing."""
+        if w.prefer is None:
+            return False
+        h = self._holds(w.prefer)
+        h.holding -= 1
+        h.expired += 1
+        w.prefer = None
+        return True
+
+    def taken(self, w: Waiter) -> None:
+        """``w``, granted a slot, took it (or left without it): it is no longer promised."""
+        self.granted -= 1
+        if w.slot is not None:
+            left = self.reserved.get(w.slot, 0) - 1
+            if left > 0:
+                self.reserved[w.slot] = left
+            else:
+                self.reserved.pop(w.slot, None)
+            w.slot = None
+
+    def retain(self, live: set[str]) -> None:
+        """Forget the holds of replicas gone that nobody holds for."""
+        for key in [k for k, h in self.holds.items() if k not in live and not h.holding]:
+            del self.holds[key]
 
     def push(self, w: Waiter, *, front: bool = False) -> tuple[bool, Waiter | None]:
         """Queue ``w``: (queued, the waiter it displaced). Not queued when the queue is
@@ -157,6 +318,8 @@ class ModelQueue:
         else:
             line.append(w)
         self.length += 1
+        if w.prefer is not None:
+            self._holds(w.prefer).holding += 1
         return True, evicted
 
     def _waits(self, client: str) -> bool:
@@ -182,14 +345,37 @@ class ModelQueue:
         if not line:
             del lines[w.client]
         self.length -= 1
+        if w.prefer is not None:
+            self._holds(w.prefer).holding -= 1
         return True
 
-    def pop(self, now: float) -> Waiter | None:
-        """The waiter that goes next (the module's order), charged its guess."""
+    def pop(self, now: float, room: dict[str, float] | None = None) -> Waiter | None:
+        """The waiter that goes next (the module's order), charged its guess.
+
+        ``room``: per ready replica, its free slots not reserved (``rooms``), when some
+        waiter holds for a replica: the next waiter a free slot can serve (a holder only
+        when its replica has room, or once its hold is over); the holder granted its
+        replica's slot has it reserved (``slot``), and ``room`` is updated. None when
+        no waiter can be served now."""
         if not self.length:
             return None
-        w = self._starved(now) or self._fair()
+        found = self._starved(now, room) or self._fair(now, room)
+        if found is None:
+            if room is None:
+                raise LookupError("pop from an empty queue")  # length said otherwise: a bug
+            return None
+        w = found
         self.remove(w)
+        if w.prefer is not None:
+            h = self._holds(w.prefer)
+            if room is not None and room.get(w.prefer, 0) > 0 and now < w.hold_until:
+                h.waited += 1
+                w.slot = w.prefer
+                room[w.prefer] -= 1
+                self.reserved[w.prefer] = self.reserved.get(w.prefer, 0) + 1
+            else:  # its hold is over, or its replica left: any slot
+                h.expired += 1
+            w.prefer = None
         guess = self.per_request.get(w.client, FIRST_GUESS)
         start = self.vt.get(w.client, self.clock)
         self.clock = max(self.clock, start)
@@ -197,25 +383,35 @@ class ModelQueue:
         w.charged = guess
         return w
 
-    def _starved(self, now: float) -> Waiter | None:
+    def _starved(self, now: float, room: dict[str, float] | None = None) -> Waiter | None:
+        # (A waiter's hold ends by starvation_s, so a starved waiter is always served.)
         oldest: Waiter | None = None
         for lines in self.waiting.values():
             for line in lines.values():
-                head = line[0]
-                if now - head.enqueued >= self.bounds.starvation_s and (
-                    oldest is None or head.seq < oldest.seq
+                head = line[0] if room is None else _first(line, now, room)
+                if (
+                    head is not None
+                    and now - head.enqueued >= self.bounds.starvation_s
+                    and (oldest is None or head.seq < oldest.seq)
                 ):
                     oldest = head
         return oldest
 
-    def _fair(self) -> Waiter:
+    def _fair(self, now: float, room: dict[str, float] | None) -> Waiter | None:
         for klass in CLASSES:
             lines = self.waiting[klass]
-            if lines:
-                vt, clock = self.vt, self.clock
+            if not lines:
+                continue
+            vt, clock = self.vt, self.clock
+            if room is None:
                 client = min(lines, key=lambda c: (vt.get(c, clock), lines[c][0].seq))
                 return lines[client][0]
-        raise LookupError("pop from an empty queue")  # length said otherwise: a bug
+            # Each client's first waiter a free slot can serve (a holder of a full
+            # replica is passed over, not its client's later requests).
+            heads = [(c, w) for c, line in lines.items() if (w := _first(line, now, room))]
+            if heads:
+                return min(heads, key=lambda cw: (vt.get(cw[0], clock), cw[1].seq))[1]
+        return None  # (with room: only holders of full replicas wait)
 
     def served(self, w: Waiter, tokens: int | None) -> None:
         """``w``'s request completed with ``tokens`` (prompt and completion; None: not

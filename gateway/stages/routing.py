@@ -106,6 +106,10 @@ class Choice:
     meets_slo: bool = True
     # prefix: the prompt's blocks guessed cached on the replica chosen
     prefix_blocks: int = 0
+    # Chosen for what it holds (a session key's replica, the replica holding the
+    # prompt's conversation): worth waiting for its slot when it is full
+    # (gateway.stages.queue, ``holdable``). A choice by load or turn is not.
+    sticky: bool = False
 
     @property
     def reason(self) -> str:
@@ -191,7 +195,9 @@ def _prefix(
         weight = r.weight if now >= load.warm_until else r.weight * ramp(load, now)
         inflight.append(load.inflight / weight)
     pick = prefix_stage.choose(replicas, inflight, prompt, prefixes)
-    return Choice(pick.replica, pick.why, prefix_blocks=pick.matched)
+    return Choice(
+        pick.replica, pick.why, prefix_blocks=pick.matched, sticky=pick.longest and pick.matched > 0
+    )
 
 
 def _round_robin(replicas: Sequence[Replica], loads: Mapping[str, Load], now: float) -> Choice:
@@ -225,7 +231,7 @@ def _session(replicas: Sequence[Replica], session: str) -> Choice:
             if score > best_score:
                 best, best_score = r, score
     n = len(replicas)
-    return Choice(best, lambda: f"session: key hashed to it among {n}")
+    return Choice(best, lambda: f"session: key hashed to it among {n}", sticky=True)
 
 
 _ONLY: dict[str, str] = {}

@@ -169,6 +169,20 @@ class Replicas:
                                                          "placement.fenced", "placement.lease"))
             ]  # fmt: skip
             lines.append(f"replica {i} ({self.urls[i]}): {said[-6:]}")
+        # Who holds what on the database: a frozen replica's session that still holds a
+        # lock (active, not idle, so no idle-in-transaction timeout ends it) shows here.
+        try:
+            sessions = self.query(
+                "SELECT a.pid, a.application_name, a.state, a.wait_event_type, a.wait_event,"
+                " now() - a.xact_start, left(a.query, 120),"
+                " (SELECT string_agg(l.locktype || ':' || l.mode || ':' || l.granted::text, ' ')"
+                "  FROM pg_locks l WHERE l.pid = a.pid AND l.locktype <> 'virtualxid')"
+                " FROM pg_stat_activity a WHERE a.datname = current_database()"
+                " AND a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL"
+            )
+        except psycopg.Error as exc:
+            sessions = [(f"pg_stat_activity unreadable: {exc}",)]
+        lines.extend(f"session: {row}" for row in sessions)
         return "\n".join(lines)
 
     def close(self) -> None:

@@ -81,6 +81,13 @@ def register(
         "([gateway] queue_starvation; default 30s)",
     )
     p.add_argument(
+        "--queue-hold",
+        metavar="DURATION",
+        help="how long a request whose prefix or session key chose a full replica waits "
+        "for that replica's slot before it takes any free one ([gateway] queue_hold; "
+        "default 5s, at most queue_starvation; 0: never)",
+    )
+    p.add_argument(
         "--slot-share",
         type=float,
         metavar="FRACTION",
