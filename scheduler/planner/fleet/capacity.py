@@ -23,6 +23,7 @@ import heapq
 import math
 from bisect import bisect_left, insort
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from catalog.definition.views import PlacementProfile
@@ -36,6 +37,7 @@ from scheduler.planner.fleet.fit import (
 from scheduler.planner.fleet.inventory import Node
 
 _PoolKey = tuple[str | None, tuple[tuple[str, str], ...]]
+_second = itemgetter(1)
 
 
 class Capacity:
@@ -405,8 +407,9 @@ class Capacity:
             pool = self._name_pools[key] = _NamePool()
             # Each level's names sorted once: the same buckets as adding them one by one,
             # without an insertion (a list shift) per node.
-            names = list(self._pool(profile).names())
-            pool.fill(sorted(self._entry(name)[::2] for name in names))
+            source = self._pool(profile)
+            pool.take_levels(source)
+            names = list(source.names())
             name_pools_of_node = self._name_pools_of_node
             for name in names:
                 name_pools_of_node.setdefault(name, []).append(pool)
@@ -460,6 +463,12 @@ class _Pool:
             bucket = self._buckets[level] = []
             insort(self._levels, level)
         insort(bucket, (memory, name))
+
+    def buckets(self) -> Mapping[int, list[tuple[float, str]]]:
+        return self._buckets
+
+    def levels(self) -> Sequence[int]:
+        return self._levels
 
     def copy(self) -> _Pool:
         other = _Pool()
@@ -524,6 +533,14 @@ class _NamePool:
         other._buckets = {level: list(bucket) for level, bucket in self._buckets.items()}
         other._levels = list(self._levels)
         return other
+
+    def take_levels(self, pool: _Pool) -> None:
+        """Fill an empty pool with ``pool``'s nodes: each of its levels' names sorted (in C),
+        the buckets adding them one by one would give."""
+        self._buckets = {
+            level: sorted(map(_second, bucket)) for level, bucket in pool.buckets().items()
+        }
+        self._levels = list(pool.levels())
 
     def fill(self, entries: list[tuple[int, str]]) -> None:
         """Add ``entries`` (free-GPU level, name), sorted, to an empty pool."""
@@ -815,7 +832,7 @@ class PoolMemo:
         named = self.name_pools.get(key)
         if named is None:
             named = self.name_pools[key] = _NamePool()
-            named.fill(sorted(self.entry(name)[::2] for name in self.members[key]))
+            named.take_levels(self.pools[key])
         return named
 
     def eligible_names(self, key: _PoolKey) -> tuple[str, ...]:
