@@ -63,7 +63,7 @@ from scheduler.planner.packing import Option, Requirement, place_missing
 from scheduler.planner.preemption import Preempted, preempt
 from scheduler.planner.readoption import readopt
 from scheduler.planner.resilience import resilience
-from scheduler.planner.rollout import finish, judge
+from scheduler.planner.rollout import JudgeMemo, finish, judge
 from scheduler.planner.spread import Spread, SpreadMemo
 from scheduler.planner.spread_repair import repair
 from scheduler.planner.survivors import KeepMemo, keep_current
@@ -85,6 +85,7 @@ class Carried:
     pools: PoolMemo = field(default_factory=PoolMemo)
     spread: SpreadMemo = field(default_factory=SpreadMemo)
     index: IndexMemo = field(default_factory=IndexMemo)
+    judged: JudgeMemo = field(default_factory=JudgeMemo)
 
 
 def plan(
@@ -124,7 +125,15 @@ def plan(
     }
     fresh = frozenset(name for name, f in state.items() if f is Freshness.FRESH)
     lifecycle = lifecycle or Lifecycle()
-    judged = judge(demands, current, lifecycle, inventory=inventory, state=state, now=now)
+    judged = judge(
+        demands,
+        current,
+        lifecycle,
+        inventory=inventory,
+        state=state,
+        now=now,
+        memo=None if carried is None else carried.judged,
+    )
     closed = lifecycle.closed_nodes & fresh
     # Cordoned and draining nodes take nothing new; what runs there stays (or drains).
     capacity = Capacity(nodes, fresh - closed)
