@@ -65,7 +65,6 @@ class Capacity:
         # Gangs: per pool and (cards, memory, nodes) need, each fabric's fitting nodes and
         # its best group, kept as capacity is consumed (``_gangs``).
         self._gangs: dict[tuple[_PoolKey, int, int, int], _Gangs] = {}
-        self._gangs_of_node: dict[str, list[_Gangs]] = {}
         # Once settled (``settle``): the pools as they were then, kept across rounds
         # (``PoolMemo``), and the nodes consumed since, by which a pool taken from them
         # is brought up to date.
@@ -87,7 +86,6 @@ class Capacity:
         other._no_fit = set()
         other._eligible = self._eligible
         other._gangs = {}
-        other._gangs_of_node = {}
         other._origin = self._origin
         other._dirty = set(self._dirty)
         return other
@@ -160,7 +158,7 @@ class Capacity:
                     and (memory_gb_per_node <= 0 or memory is None or memory >= memory_gb_per_node)
                 ):
                     return False
-        if self._pools or self._name_pools or self._gangs_of_node:
+        if self._pools or self._name_pools:
             self.consume(nodes, gpus_per_node, memory_gb_per_node)
             return True
         for name in nodes:
@@ -188,7 +186,6 @@ class Capacity:
                 built, named = self._pools, self._name_pools
                 pools = [p for k in keys if (p := built.get(k))]
                 name_pools = [q for k in keys if (q := named.get(k))]
-            gangs = self._gangs_of_node.get(name, ())
             before = self._entry(name)
             for pool in pools:
                 pool.remove(before)
@@ -203,10 +200,12 @@ class Capacity:
                 pool.add(after)
             for name_pool in name_pools:
                 name_pool.add(after)
-            if gangs:
-                fabric = self._nodes[name].fabric
-                for gang in gangs:
-                    gang.replace(fabric, before, after)  # type: ignore[arg-type]
+            fabric = None
+            for pool in pools:
+                # A pool's gang groups (``_gangs_for``) see every change of its nodes.
+                if pool.gangs and (fabric := fabric or self._nodes[name].fabric) is not None:
+                    for gang in pool.gangs:
+                        gang.replace(fabric, before, after)
 
     def release(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> None:
         """Give a replica's share back (an eviction): the inverse of ``consume``."""
@@ -336,14 +335,16 @@ class Capacity:
             gangs = self._gangs[key] = _Gangs(
                 profile.gpus_per_node, profile.min_memory_gb, profile.nodes
             )
-            nodes, gangs_of_node = self._nodes, self._gangs_of_node
-            for name in self._pool(profile).names():
-                fabric = nodes[name].fabric
-                if fabric is None:
-                    continue
-                gangs.add(fabric, self._entry(name))
-                gangs_of_node.setdefault(name, []).append(gangs)
+            # Only the nodes that fit now: the others are known to the groups when a
+            # change makes them fit (the pool tells its groups of every change).
+            pool = self._pool(profile)
+            nodes = self._nodes
+            for entry in pool.fitting(profile.gpus_per_node, profile.min_memory_gb):
+                fabric = nodes[entry[2]].fabric
+                if fabric is not None:
+                    gangs.add(fabric, entry)
             gangs.settle()
+            pool.gangs.append(gangs)
         return gangs
 
     def _by_class(self) -> dict[str | None, list[Node]]:
@@ -450,9 +451,11 @@ class Capacity:
 class _Pool:
     """Nodes bucketed by free GPUs; each bucket sorted by (free memory, name)."""
 
-    __slots__ = ("_buckets", "_levels")
+    __slots__ = ("_buckets", "_levels", "gangs")
 
     def __init__(self) -> None:
+        # The gang groups kept over this pool's nodes (``Capacity._gangs_for``).
+        self.gangs: list[_Gangs] = []
         self._buckets: dict[int, list[tuple[float, str]]] = {}
         self._levels: list[int] = []  # sorted free-GPU counts with a non-empty bucket
 
