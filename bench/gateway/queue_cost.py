@@ -6,14 +6,16 @@ The common path: a model whose replicas' slots are known, none full, nobody wait
 for the replica chosen; for the other profiles ``open_replicas``, a comparison per
 replica against its share of the slots) and then, unless ``_at_once`` chose, the
 routing profile's ``choose``; a model without slots skips the stage (out: ``choose``
-alone). Each request below is that decision, the choice included, in three versions:
+alone). Each request below is that decision, the choice included, in two versions:
 
 - ``out``: the stage out (``choose`` alone);
-- ``before``: the block of ``main`` before holds (issue 41), copied here: ``open_replicas``
-  then ``choose`` among the free replicas;
-- ``after``: this tree's: ``Proxy._at_once`` (its own code) for ``prefix`` and ``session``,
+- ``in``: this tree's: ``Proxy._at_once`` (its own code) for ``prefix`` and ``session``,
   then ``choose`` when it did not choose; the other profiles' block, inline in
   ``Proxy._attempts``, copied.
+
+No older version of the block is kept here: against an older tree, run this bench in
+each tree and compare the ``in - out`` column, or measure the whole request path of both
+with ``LLMGW_BENCH_BASE=TREE python -m bench.gateway.instructions`` (docs/benchmarks).
 
 By default it times them (``timeit``, least of 7 repeats: moved by the machine's load);
 ``--callgrind`` counts their instructions under valgrind instead (not moved by it), as
@@ -40,13 +42,13 @@ from gateway.stages.routing import Load, choose
 from gateway.state import State
 from gateway.table import ModelEntry, Replica, stable_hash
 
-VERSIONS = ("out", "before", "after")
+VERSIONS = ("out", "in")
 _SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 40}
 
 
 def common_path(version: str, replicas: int, profile: str = "least-loaded") -> Callable[[], None]:
     """One request's routing decision on a model with slots, none full (``version``: the
-    stage out, main's block before holds, or this tree's ``Proxy._at_once``)."""
+    stage out, or in: this tree's ``Proxy._at_once``)."""
     ready = [
         Replica(f"m/{i}", "m", f"http://h:{i}", 1.0, "p", stable_hash(f"m/{i}"), slots=4096)
         for i in range(replicas)
@@ -68,16 +70,10 @@ def common_path(version: str, replicas: int, profile: str = "least-loaded") -> C
     def pick(candidates: list[Replica]) -> None:
         choose(profile, candidates, loads, session=session, prompt=prompt, prefixes=table)
 
-    def before() -> None:
-        candidates = ready
-        if candidates and (queues or "m" in slotted):
-            free = open_replicas(candidates, loads, 1.0)
-            q = queues.get("m")
-            if free and (q is None or not (q.length or q.granted)):
-                candidates = free
-        pick(candidates)
+    def out() -> None:
+        pick(ready)
 
-    def after() -> None:
+    def stage_in() -> None:
         # (gateway/proxy.py's Proxy._attempts: _at_once for the profiles that choose for
         # the cache, else the block inline as before)
         candidates = ready
@@ -93,7 +89,7 @@ def common_path(version: str, replicas: int, profile: str = "least-loaded") -> C
             candidates = free
         pick(candidates)
 
-    return {"out": before, "before": before, "after": after}[version]
+    return {"out": out, "in": stage_in}[version]
 
 
 def _instructions(version: str, replicas: int, iterations: int, profile: str) -> int:
@@ -129,15 +125,12 @@ def main(argv: list[str] | None = None) -> int:
             check()
         return 0
     unit = "instructions" if args.callgrind else "us"
-    print(
-        f"| profile | replicas | stage out ({unit}) | before ({unit}) | after ({unit}) "
-        "| after - before |"
-    )
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| profile | replicas | stage out ({unit}) | stage in ({unit}) | in - out |")
+    print("|---|---:|---:|---:|---:|")
     for profile in args.profiles.split(","):
         for n in (int(x) for x in args.replicas.split(",")):
             if args.callgrind:
-                # (The start-up is the same for the three: measured once.)
+                # (The start-up is the same for both: measured once.)
                 base = _instructions("out", n, 0, profile)
                 got = [
                     (_instructions(v, n, args.iterations, profile) - base) / args.iterations
@@ -154,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 ]
                 fmt = "{:.3f}"
             cells = " | ".join(fmt.format(x) for x in got)
-            print(f"| {profile} | {n} | {cells} | {fmt.format(got[2] - got[1])} |")
+            print(f"| {profile} | {n} | {cells} | {fmt.format(got[1] - got[0])} |")
     return 0
 
 

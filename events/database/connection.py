@@ -48,16 +48,37 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 IDLE_IN_TRANSACTION_S = 5.0
 
 
+# How long the *server* keeps sending to a process that reads nothing before it drops
+# the connection (its own socket's TCP_USER_TIMEOUT, set per session). A backend blocked
+# writing a result to a frozen process is "active", not idle: neither the
+# idle-in-transaction timeout nor a statement timeout ends it (PostgreSQL cannot cancel
+# a statement in the middle of a message), and the frozen process's kernel still answers
+# the window probes, so no keepalive fails either. It held its locks (the lease row FOR
+# SHARE, a replica's fenced round) for as long as the process stayed stopped. Linux
+# (5.11 and later) counts zero-window probing against this timeout.
+STALLED_READER_S = 2 * IDLE_IN_TRANSACTION_S
+
+
+def _server_options(idle_ms: int, stalled_ms: int, statement_ms: int | None = None) -> str:
+    options = [
+        f"-c idle_in_transaction_session_timeout={idle_ms}",
+        f"-c tcp_user_timeout={stalled_ms}",
+    ]
+    if statement_ms is not None:
+        options[:0] = [f"-c statement_timeout={statement_ms}", f"-c lock_timeout={statement_ms}"]
+    return " ".join(options)
+
+
 def session_connect_args() -> dict[str, Any]:
     """libpq settings for every connection the command line and ``llmgw serve`` open:
-    TCP keepalives (a dead peer noticed in about 10 s, not the kernel's two hours) and
-    ``IDLE_IN_TRANSACTION_S``."""
+    TCP keepalives (a dead peer noticed in about 10 s, not the kernel's two hours),
+    ``IDLE_IN_TRANSACTION_S`` and, on the server's side, ``STALLED_READER_S``."""
     return {
         "keepalives": 1,
         "keepalives_idle": 5,
         "keepalives_interval": 2,
         "keepalives_count": 3,
-        "options": f"-c idle_in_transaction_session_timeout={int(IDLE_IN_TRANSACTION_S * 1000)}",
+        "options": _server_options(int(IDLE_IN_TRANSACTION_S * 1000), int(STALLED_READER_S * 1000)),
     }
 
 
@@ -66,8 +87,9 @@ def bounded_connect_args(bound_s: float) -> dict[str, Any]:
     (the scheduler leader's, bounded by its leadership lease).
 
     Keepalives notice a dead peer within about the bound; a statement, a wait for a
-    lock and a transaction left idle (its process frozen mid-write) end within it, so
-    none of them can hold a row or a table lock past it.
+    lock, a transaction left idle (its process frozen mid-write) and a result the
+    process stopped reading (frozen mid-read: the server's own ``tcp_user_timeout``)
+    end within it, so none of them can hold a row or a table lock past it.
     """
     ms = max(1000, int(bound_s * 1000))
     return {
@@ -77,10 +99,7 @@ def bounded_connect_args(bound_s: float) -> dict[str, Any]:
         "keepalives_count": 3,
         "tcp_user_timeout": ms,
         "connect_timeout": max(2, int(bound_s)),
-        "options": (
-            f"-c statement_timeout={ms} -c lock_timeout={ms} "
-            f"-c idle_in_transaction_session_timeout={max(1000, ms // 2)}"
-        ),
+        "options": _server_options(max(1000, ms // 2), ms, statement_ms=ms),
     }
 
 

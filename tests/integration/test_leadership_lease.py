@@ -163,6 +163,7 @@ def test_the_leaders_connections_carry_keepalives_and_timeouts(pg_url: str) -> N
                     "statement_timeout",
                     "lock_timeout",
                     "idle_in_transaction_session_timeout",
+                    "tcp_user_timeout",
                 )
             }
     finally:
@@ -171,6 +172,7 @@ def test_the_leaders_connections_carry_keepalives_and_timeouts(pg_url: str) -> N
         "statement_timeout": "4s",
         "lock_timeout": "4s",
         "idle_in_transaction_session_timeout": "2s",
+        "tcp_user_timeout": "4000",  # (milliseconds, shown without a unit)
     }
     args = bounded_connect_args(4.0)
     assert args["keepalives"] == 1 and args["keepalives_idle"] == 2
@@ -201,6 +203,42 @@ def test_a_frozen_leaders_open_transaction_cannot_hold_the_lease_past_its_timeou
         other.dispose()
 
 
+def test_a_leader_frozen_while_reading_cannot_hold_the_lease_past_its_timeout(
+    pg_url: str,
+) -> None:
+    """A leader frozen while a result was on its way (the server blocked writing to it,
+    "active" in ClientWrite, which no statement or idle timeout ends) held the lease row
+    FOR SHARE for as long as it stayed frozen: the replicas' chaos test saw both
+    followers fail every round for a minute. The server's own tcp_user_timeout drops
+    the connection; the takeover goes through within the bound."""
+    engine = bounded_engine(pg_url, LEASE_S)
+    other = bounded_engine(pg_url, LEASE_S)
+    try:
+        old = LeaseLeadership(engine, LEASE_S, holder="replica-a")
+        assert old.ensure()
+        fence = old.fence()
+        assert fence is not None
+        frozen = engine.connect()
+        frozen.begin()
+        fence(frozen)
+        # A result far larger than both sockets' buffers, sent and never read: from the
+        # server's side, exactly a process stopped mid-read (its kernel still answers).
+        raw = frozen.connection.dbapi_connection
+        assert raw is not None
+        raw.pgconn.send_query(b"SELECT repeat('x', 1000) FROM generate_series(1, 200000)")
+        new = LeaseLeadership(other, LEASE_S, holder="replica-b")
+        started = time.monotonic()
+        _wait_until(lambda: _try(new), "the takeover past the stalled reader", timeout=30)
+        assert new.epoch == 2
+        # The lease (1 s) plus the server's tcp_user_timeout (1 s) and a lock wait, with
+        # room for a loaded machine; held for as long as the reader stalled before.
+        assert time.monotonic() - started < 20
+        frozen.invalidate()
+    finally:
+        engine.dispose()
+        other.dispose()
+
+
 def _try(leadership: LeaseLeadership) -> bool:
     try:
         return leadership.ensure()
@@ -219,6 +257,8 @@ def test_every_connection_of_the_command_line_and_serve_ends_an_idle_transaction
     try:
         with engine.connect() as conn:
             shown = conn.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one()
+            stalled = conn.execute(text("SHOW tcp_user_timeout")).scalar_one()
     finally:
         engine.dispose()
     assert shown == "5s"
+    assert stalled == "10000"  # milliseconds
