@@ -53,7 +53,7 @@ from scheduler.lifecycle.inputs import Lifecycle, ModelLifecycle
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.fit import gpus_fit, memory_fits, selector_key
 from scheduler.planner.fleet.inventory import Node
-from scheduler.planner.fleet.placements import Demand, Move, Placement
+from scheduler.planner.fleet.placements import Demand, Move, Placement, removed_from, same_objects
 from scheduler.planner.order import placement_order
 
 # node -> its spread domain for a model (the node itself, or its spread_by label's value).
@@ -385,6 +385,75 @@ class _Index:
         self.cleared: dict[
             tuple[object, ...], tuple[tuple[tuple[Placement, str], ...] | None, frozenset[str]]
         ] = {}
+
+
+@dataclass(slots=True)
+class IndexMemo:
+    """The round before's ``_Index`` base (placements by node, spread counts, hosts), for a
+    round whose kept placements are the same less a few (a node lost): those few taken
+    out of it, which is the index ``_Index`` builds from the rest (each node's list keeps
+    its order, a stable sort of a subsequence being the subsequence of the sort; counts
+    are counts), instead of indexing every replica again. The searches, trials and
+    destinations (``near``, ``searches``, ``cleared``) hold for one round's capacity and
+    budgets and start empty. Held by ``plan``'s ``carried``."""
+
+    inventory: object = None
+    demands: list[Demand] = field(default_factory=list)
+    keep: list[Placement] = field(default_factory=list)
+    index: _Index | None = None
+    patched: int = 0
+
+    def index_of(
+        self,
+        keep: Sequence[Placement],
+        demands: Sequence[Demand],
+        version: object,
+        domain: Domain,
+        required: Collection[str],
+    ) -> _Index:
+        known = self.index
+        removed = (
+            removed_from(self.keep, keep)
+            if known is not None
+            and version is not None
+            and version == self.inventory
+            and same_objects(self.demands, demands)
+            and known.spread.required == frozenset(required)
+            else None
+        )
+        if known is None or removed is None:
+            index = _Index(keep, domain, required)
+        else:
+            index = known
+            index.spread.domain = domain
+            index.near, index.searches, index.cleared = {}, {}, {}
+            gone = {id(p) for p in removed}
+            models: set[str] = set()
+            for p in removed:
+                for n in p.nodes:
+                    index.spread.count[p.model, domain(p.model, n)] -= 1
+                if len(p.nodes) == 1:
+                    models.add(p.model)
+            for name in {p.nodes[0] for p in removed if len(p.nodes) == 1}:
+                here = [p for p in index.on_node[name] if id(p) not in gone]
+                if here:
+                    index.on_node[name] = here
+                else:
+                    del index.on_node[name]
+            for model in models:
+                hosts = frozenset(
+                    n
+                    for n in index.hosts.get(model, ())
+                    if any(p.model == model for p in index.on_node.get(n, ()))
+                )
+                if hosts:
+                    index.hosts[model] = hosts
+                else:
+                    index.hosts.pop(model, None)
+            self.patched += 1
+        self.inventory, self.demands, self.keep = version, list(demands), list(keep)
+        self.index = index
+        return index
 
 
 # A model name no model has: ``_Search`` looks for replicas to move for nobody in particular.
@@ -750,11 +819,15 @@ def defragment(
     rolling: Collection[str] = (),
     avoid: Mapping[str, frozenset[str]] | None = None,
     repair_all_spreads: bool = False,
+    memo: IndexMemo | None = None,
+    inventory_version: object = None,
 ) -> Defragmented:
     """The round's step: plan one defragmentation (or one spread repair) if none is under way.
 
     ``repair_all_spreads`` (``[scheduler] repair_spread``): every movable model's spread
     is repaired, not only those that opted in with ``disruption.repair_spread``.
+    ``memo``: the round before's index, patched when only a few kept placements went
+    (``IndexMemo``); ``inventory_version`` names the nodes' content (None: unknown).
 
     ``unplaced``: model -> the profiles its unplaced replicas tried. ``keep``: the
     placements kept this round (the only ones moved); ``others``: every other placement
@@ -813,7 +886,13 @@ def defragment(
                 domain=domain,
                 required=required,
                 avoid=(avoid or {}).get(demand.model, ()),
-                index=index if index is not None else (index := _Index(keep, domain, required)),
+                index=index
+                if index is not None
+                else (
+                    index := _Index(keep, domain, required)
+                    if memo is None
+                    else memo.index_of(keep, demands, inventory_version, domain, required)
+                ),
             )
             if found.node is not None and found.moves:
                 _start(

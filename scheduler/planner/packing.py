@@ -147,6 +147,12 @@ class Attempt:
                     else capacity.best_gang(profile, avoid)
                 )
                 return Choice(None) if gang is None else gang
+            if spread.plain_gang(model):
+                # Ranked by the model's replicas per node alone: the capacity's kept
+                # fabric groups answer it (``Capacity.ranked_gang``, the same choice as
+                # ``choose_gang``) without a scan of every fitting node per gang.
+                gang = capacity.ranked_gang(profile, avoid, spread.on_node.get(model, {}))
+                return Choice(None) if gang is None else gang
             fitting = list(capacity.fitting(profile, avoid))
             return spread.choose_gang(model, fitting, profile.nodes, eligible, prefer=prefer)
         if plain:

@@ -43,14 +43,14 @@ does the same by comparing every input.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from operator import attrgetter
 
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, Freshness, StalenessPolicy
-from scheduler.planner.defrag import defragment
-from scheduler.planner.fleet.capacity import Capacity
+from scheduler.planner.defrag import IndexMemo, defragment
+from scheduler.planner.fleet.capacity import Capacity, PoolMemo
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement, Plan, Removal, Unplaced
 from scheduler.planner.fleet.rejections import (
@@ -63,10 +63,29 @@ from scheduler.planner.packing import Option, Requirement, place_missing
 from scheduler.planner.preemption import Preempted, preempt
 from scheduler.planner.readoption import readopt
 from scheduler.planner.resilience import resilience
-from scheduler.planner.rollout import finish, judge
-from scheduler.planner.spread import Spread
+from scheduler.planner.rollout import JudgeMemo, finish, judge
+from scheduler.planner.spread import Spread, SpreadMemo
 from scheduler.planner.spread_repair import repair
-from scheduler.planner.survivors import keep_current
+from scheduler.planner.survivors import KeepMemo, keep_current
+
+
+@dataclass(slots=True)
+class Carried:
+    """What one round's planning leaves for the next to start from (``IncrementalRounds``
+    keeps one): the parts of a round whose inputs did not change are taken from it, the
+    rest computed, and each part reused only where it is provably what computing it again
+    gives (``survivors.KeepMemo`` says how), so the plan is ``plan``'s without it.
+
+    ``inventory``: a version of the nodes' content (every field but the report time),
+    which the caller moves whenever a node is added, forgotten or reported changed;
+    None when unknown (nothing that reads the nodes' content is reused)."""
+
+    inventory: object = None
+    keep: KeepMemo = field(default_factory=KeepMemo)
+    pools: PoolMemo = field(default_factory=PoolMemo)
+    spread: SpreadMemo = field(default_factory=SpreadMemo)
+    index: IndexMemo = field(default_factory=IndexMemo)
+    judged: JudgeMemo = field(default_factory=JudgeMemo)
 
 
 def plan(
@@ -77,11 +96,13 @@ def plan(
     policy: StalenessPolicy = DEFAULT_STALENESS,
     *,
     lifecycle: Lifecycle | None = None,
+    carried: Carried | None = None,
 ) -> Plan:
     """Decide which replicas to keep, start and stop, and explain what cannot run.
 
     ``lifecycle`` adds replica states, cordons and failure back-offs
-    (``scheduler.planner.rollout`` says what they change).
+    (``scheduler.planner.rollout`` says what they change). ``carried``: the round
+    before's work (``Carried``), used and updated; the plan is the same without it.
 
     Raises ValueError for inputs no round can make sense of: a naive ``now``,
     two nodes with one name, or one model demanded twice.
@@ -104,7 +125,15 @@ def plan(
     }
     fresh = frozenset(name for name, f in state.items() if f is Freshness.FRESH)
     lifecycle = lifecycle or Lifecycle()
-    judged = judge(demands, current, lifecycle, inventory=inventory, state=state, now=now)
+    judged = judge(
+        demands,
+        current,
+        lifecycle,
+        inventory=inventory,
+        state=state,
+        now=now,
+        memo=None if carried is None else carried.judged,
+    )
     closed = lifecycle.closed_nodes & fresh
     # Cordoned and draining nodes take nothing new; what runs there stays (or drains).
     capacity = Capacity(nodes, fresh - closed)
@@ -119,7 +148,13 @@ def plan(
         capacity=capacity,
         now=now,
         policy=policy,
+        memo=None if carried is None else carried.keep,
+        inventory_version=None if carried is None else carried.inventory,
+        fresh=fresh,
     )
+    if carried is not None:
+        # Every pool from here on is the round before's, patched (``PoolMemo``).
+        capacity.settle(carried.pools, carried.inventory)
     # A node given up and back: its replicas placed again where their engines still run
     # (``scheduler.planner.readoption``), before anything new is placed.
     readopted = readopt(
@@ -144,7 +179,11 @@ def plan(
             removals=[*kept.removals, *readopted.removals],
         )
     again = {(p.model, p.replica) for p in readopted.placements}
-    spread = Spread.of(judged.demands, inventory, kept.placements)
+    spread = (
+        Spread.of(judged.demands, inventory, kept.placements)
+        if carried is None
+        else carried.spread.of(judged.demands, inventory, kept.placements, carried.inventory)
+    )
     attempt = place_missing(
         judged.demands,
         kept.placements,
@@ -189,6 +228,8 @@ def plan(
             rolling={p.model for p in judged.held if not p.moving},
             avoid=judged.avoid,
             repair_all_spreads=policy.repair_spread,
+            memo=None if carried is None else carried.index,
+            inventory_version=None if carried is None else carried.inventory,
         )
         kept_now = moved.keep
         attempt.placed.extend(m.copy for m in moved.moves if m.copy is not None)
@@ -212,12 +253,18 @@ def plan(
         after=moved.notes if moved is not None else {},
     )
     # Placed again where they run: new rows for the store, though kept through the round.
+    # (Nothing placed again, the usual case: no pass over every kept replica to ask.)
     keep = tuple(
-        sorted((p for p in kept_now if (p.model, p.replica) not in again), key=_slot_order)
+        sorted(
+            (p for p in kept_now if (p.model, p.replica) not in again) if again else kept_now,
+            key=_slot_order,
+        )
     )
     place = tuple(
         sorted(
-            [*attempt.placed, *(p for p in kept_now if (p.model, p.replica) in again)],
+            [*attempt.placed, *(p for p in kept_now if (p.model, p.replica) in again)]
+            if again
+            else attempt.placed,
             key=_slot_order,
         )
     )

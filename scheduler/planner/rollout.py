@@ -46,6 +46,7 @@ from scheduler.planner.fleet.placements import (
     Removal,
     RolloutProgress,
     Unplaced,
+    same_objects,
 )
 
 
@@ -119,6 +120,24 @@ def _ready(lifecycle: Lifecycle, p: Placement) -> bool:
     return status is None or status.counts_as_ready
 
 
+@dataclass(slots=True)
+class JudgeMemo:
+    """The round before's judgement, for a round judging the same placements, demands and
+    lifecycle (the same objects). ``judge`` reads the time only for a replica reported
+    placed or starting (its startup timeout), a failure (its back-off ends) and the
+    failure records' back-offs (``Lifecycle.avoided``), and the nodes' freshness only for
+    a replica with a cause to be old (``_alive``): a judgement with none of the first
+    three, no replica with such a cause (alive or not), and the same records avoided now
+    is what judging again gives. Held by ``plan``'s ``carried``."""
+
+    current: list[Placement] = field(default_factory=list)
+    demands: list[Demand] = field(default_factory=list)
+    lifecycle: Lifecycle | None = None
+    avoided: object = None
+    judged: Judged | None = None
+    hits: int = 0
+
+
 def judge(
     demands: Sequence[Demand],
     current: Sequence[Placement],
@@ -127,8 +146,58 @@ def judge(
     inventory: Mapping[str, Node],
     state: Mapping[str, Freshness],
     now: datetime,
+    memo: JudgeMemo | None = None,
 ) -> Judged:
+    """The current placements judged (see module); ``memo``: the round before's, reused
+    when it provably holds (``JudgeMemo``) and updated."""
+    if memo is not None:
+        avoided = lifecycle.avoided(now) if lifecycle.failures else None
+        known = memo.judged
+        if (
+            known is not None
+            and memo.lifecycle is lifecycle
+            and memo.avoided == avoided
+            and same_objects(memo.current, current)
+            and same_objects(memo.demands, demands)
+        ):
+            memo.hits += 1
+            return _copied(known)
+        out, timed = _judge(demands, current, lifecycle, inventory=inventory, state=state, now=now)
+        steady = not (timed or out.failures or out.rolling or out.held or out.removals)
+        memo.current, memo.demands, memo.lifecycle = list(current), list(demands), lifecycle
+        memo.avoided, memo.judged = avoided, _copied(out) if steady else None
+        return out
+    return _judge(demands, current, lifecycle, inventory=inventory, state=state, now=now)[0]
+
+
+def _copied(judged: Judged) -> Judged:
+    """A judgement whose lists and maps the caller may change without changing this one."""
+    return Judged(
+        current=list(judged.current),
+        held=list(judged.held),
+        removals=list(judged.removals),
+        failures=list(judged.failures),
+        demands=list(judged.demands),
+        avoid=dict(judged.avoid),
+        notes=list(judged.notes),
+        rolling=dict(judged.rolling),
+        reserved={m: set(r) for m, r in judged.reserved.items()},
+    )
+
+
+def _judge(
+    demands: Sequence[Demand],
+    current: Sequence[Placement],
+    lifecycle: Lifecycle,
+    *,
+    inventory: Mapping[str, Node],
+    state: Mapping[str, Freshness],
+    now: datetime,
+) -> tuple[Judged, bool]:
+    """``judge``, and whether it read the time for a replica's startup timeout or the
+    nodes' freshness for an old replica (then it is not reused: ``JudgeMemo``)."""
     out = Judged()
+    timed = False
     by_model = {d.model: d for d in demands}
     draining = lifecycle.draining_nodes
     old: dict[str, list[tuple[Placement, str]]] = {}
@@ -138,6 +207,7 @@ def judge(
         spec = demand.lifecycle if demand is not None else None
         status = _status(lifecycle, p)
         if demand is not None and status is not None and status.reported:
+            timed = timed or status.state in (PLACED, STARTING)
             failure = _failure(p, status, spec, now)
             if failure is not None:
                 reason, removal = failure
@@ -158,6 +228,8 @@ def judge(
             # pin it to the current version, whose engine view it already runs.
             p = replace(p, version=spec.version)
         cause = _old_because(p, spec, draining)
+        # An old replica is judged by its nodes' freshness too (``_alive``).
+        timed = timed or (demand is not None and cause is not None)
         if demand is not None and cause is not None and _alive(p, inventory, state):
             old.setdefault(p.model, []).append((p, cause))
         else:
@@ -165,7 +237,7 @@ def judge(
     _avoid(out, lifecycle, now)
     _keep_clear(out, old, demands)
     out.demands = [_roll(d, old[d.model], out, lifecycle) if d.model in old else d for d in demands]
-    return out
+    return out, timed
 
 
 def _keep_clear(

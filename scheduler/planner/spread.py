@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.planner.fleet.inventory import Node
-from scheduler.planner.fleet.placements import Demand, Placement
+from scheduler.planner.fleet.placements import Demand, Placement, removed_from, same_objects
 
 _UNLABELLED = 1 << 62  # ranks a node without the label after every labelled one
 
@@ -82,6 +82,11 @@ class Spread:
         """Whether the model has a required spread (which every way of placing honours)."""
         return self.rules.get(model, (None, False))[1]
 
+    def plain_gang(self, model: str) -> bool:
+        """Whether ``choose_gang`` (preferring spread) ranks a node by the model's replicas
+        on it alone: no spread label and no required spread."""
+        return self.rules.get(model, (None, False)) == (None, False)
+
     def add(self, model: str, nodes: Sequence[str], delta: int = 1) -> None:
         counts = self.on_node.setdefault(model, {})
         for name in nodes:
@@ -95,6 +100,18 @@ class Spread:
 
     def remove(self, model: str, nodes: Sequence[str]) -> None:
         self.add(model, nodes, -1)
+
+    def discard(self, model: str, nodes: Sequence[str]) -> None:
+        """``remove``, leaving no count at 0: the counts ``of`` would build without it."""
+        self.remove(model, nodes)
+        for counts in (self.on_node.get(model, {}), self.in_domain.get(model, {})):
+            for key in [k for k, v in counts.items() if v == 0]:
+                del counts[key]
+        # ``of`` makes a model's counts at its first replica (its domains' even when none
+        # of its nodes has the label): they go with its last.
+        if not self.on_node.get(model, True):
+            del self.on_node[model]
+            self.in_domain.pop(model, None)
 
     def choose(
         self,
@@ -232,3 +249,49 @@ class Spread:
     def _value(self, name: str, label: str) -> str | None:
         node = self.inventory.get(name)
         return None if node is None else node.labels.get(label)
+
+
+@dataclass(slots=True)
+class SpreadMemo:
+    """The round before's counts (``Spread.of`` of its kept placements), for a round whose
+    kept placements are the same less a few (a node lost): those few taken out of them,
+    which gives the counts ``Spread.of`` builds (counts of the same replicas; none left
+    at 0), instead of counting every replica again. Held by ``plan``'s ``carried``."""
+
+    inventory: object = None
+    demands: list[Demand] = field(default_factory=list)
+    placements: list[Placement] = field(default_factory=list)
+    on_node: dict[str, dict[str, int]] = field(default_factory=dict)
+    in_domain: dict[str, dict[str, int]] = field(default_factory=dict)
+    patched: int = 0
+
+    def of(
+        self,
+        demands: Sequence[Demand],
+        inventory: Mapping[str, Node],
+        placements: Sequence[Placement],
+        version: object,
+    ) -> Spread:
+        removed = (
+            removed_from(self.placements, placements)
+            if version is not None
+            and version == self.inventory
+            and same_objects(self.demands, demands)
+            else None
+        )
+        if removed is None:
+            spread = Spread.of(demands, inventory, placements)
+        else:
+            spread = Spread(
+                {d.model: (d.spread_by, d.spread_required) for d in demands},
+                inventory,
+                self.on_node,
+                self.in_domain,
+            )
+            for p in removed:
+                spread.discard(p.model, p.nodes)
+            self.patched += 1
+        kept = spread.copy()
+        self.inventory, self.demands, self.placements = version, list(demands), list(placements)
+        self.on_node, self.in_domain = kept.on_node, kept.in_domain
+        return spread

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from operator import attrgetter
+from operator import attrgetter, is_
 
 from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.staleness import Freshness, StalenessPolicy, format_age
@@ -38,6 +38,46 @@ class Kept:
     lost_nodes: frozenset[str]
 
 
+@dataclass(slots=True)
+class KeepMemo:
+    """What keeping the current placements found in one round, for the next to start from.
+
+    Owned by the caller across rounds (``plan``'s ``memo``; ``IncrementalRounds`` keeps
+    one). Reused only where the next round's inputs to that part are the same, so the
+    kept placements, removals and free capacity are exactly those a round without it
+    computes:
+
+    - ``keep_valid`` reads the placements, the demands and each placement's nodes'
+      class and labels: reused when the placements and demands are the same objects in
+      the same order and ``inventory`` (a version the caller moves whenever a node's
+      content changes) is the same;
+    - taking every valid placement, in catalog order, from the capacity the round
+      starts with (``start``: its free cards and memory, compared whole) either fits
+      them all (``all_fit``, leaving ``free``) or not. When all fit, a subset of them
+      taken in the same order fits too (each meets no more consumption than it did),
+      and leaves every node no placement left untouched as ``free`` has it; a node some
+      dropped placement ran on is counted again from ``start`` over what stays there,
+      in the same order, so even its float memory is the same figure.
+    """
+
+    inventory: object = None
+    current: list[Placement] = field(default_factory=list)
+    demands: list[Demand] = field(default_factory=list)
+    valid: list[Placement] = field(default_factory=list)
+    removals: list[Removal] = field(default_factory=list)
+    recorded_as: dict[Placement, Placement] = field(default_factory=dict)
+    hosting: frozenset[str] = frozenset()
+    # Every valid placement taken from ``start``: whether all fit and what was free after.
+    start: tuple[dict[str, int], dict[str, float | None]] | None = None
+    all_fit: bool = False
+    free: tuple[dict[str, int], dict[str, float | None]] | None = None
+    # ``valid`` in catalog order, and each one's nodes.
+    ordered: list[Placement] | None = None
+    nodes_of: list[tuple[str, ...]] | None = None
+    # Rounds that kept from the memo rather than taking every placement again.
+    hits: int = 0
+
+
 def keep_current(
     current: Sequence[Placement],
     *,
@@ -47,25 +87,87 @@ def keep_current(
     capacity: Capacity,
     now: datetime,
     policy: StalenessPolicy,
+    memo: KeepMemo | None = None,
+    inventory_version: object = None,
+    fresh: frozenset[str] | None = None,
 ) -> Kept:
-    """Keep every current placement that has no reason to go, consuming its capacity."""
+    """Keep every current placement that has no reason to go, consuming its capacity.
+
+    ``memo``: the round before's work (``KeepMemo``), reused where it provably holds and
+    updated with this round's; ``inventory_version`` names the nodes' content (None:
+    unknown, the placements are judged again). ``fresh``: the nodes ``state`` says are
+    fresh, if the caller has them."""
     keeper = _Keeper(demands, inventory, now)
-    valid = keeper.keep_valid(current)
-    hosting = {name for placement in valid for name in placement.nodes}
-    lost = frozenset(name for name in hosting if state.get(name, Freshness.LOST) is Freshness.LOST)
-    fresh = {name for name, f in state.items() if f is Freshness.FRESH}
+    if memo is not None and _same_judging(memo, current, demands, inventory_version):
+        valid = list(memo.valid)
+        keeper.removals = list(memo.removals)
+        keeper.recorded_as = memo.recorded_as
+        hosting = set(memo.hosting)
+    else:
+        valid = keeper.keep_valid(current)
+        hosting = {name for placement in valid for name in placement.nodes}
+        if memo is not None:
+            memo.inventory, memo.current, memo.demands = (
+                inventory_version,
+                list(current),
+                list(demands),
+            )
+            memo.valid, memo.removals = list(valid), list(keeper.removals)
+            memo.recorded_as, memo.hosting = keeper.recorded_as, frozenset(hosting)
+            memo.start = memo.free = memo.ordered = memo.nodes_of = None
+    if fresh is None:
+        fresh = frozenset(name for name, f in state.items() if f is Freshness.FRESH)
+    # A fresh node is not lost: only the others hosting a replica are asked (few).
+    lost = frozenset(
+        name
+        for name in hosting.difference(fresh)
+        if state.get(name, Freshness.LOST) is Freshness.LOST
+    )
+    start = capacity.free_state()
+    known = memo is not None and memo.start is not None and memo.start == start
     if lost:
         # Judged on the nodes whose placements would still be held: a replica
         # dropped for room stops counting in the next round, which would then
         # come to another decision and remove what this one held.
-        hosting = keeper.hosts_of_what_fits(valid, capacity)
+        if known and memo is not None and memo.all_fit:
+            hosting = set(memo.hosting)  # every valid placement fits: each node hosts
+        else:
+            hosting = keeper.hosts_of_what_fits(valid, capacity, memo)
     mass_loss = _is_mass_loss(len(lost & hosting), len(hosting | fresh), policy)
-    on_live_nodes = valid if mass_loss or not lost else keeper.keep_off_lost(valid, lost)
+    if memo is not None and memo.start is not None and memo.start == start and memo.all_fit:
+        memo.hits += 1
+        placements = keeper.keep_fitting(
+            valid, lost if not mass_loss else frozenset(), capacity, memo
+        )
+    else:
+        on_live = valid if mass_loss or not lost else keeper.keep_off_lost(valid, lost)
+        placements = keeper.keep_what_fits(on_live, capacity)
+        if memo is not None and on_live is valid:
+            # Every valid placement was taken from this start: what the next round may reuse.
+            memo.start = start
+            memo.all_fit = len(placements) == len(valid)
+            memo.free = capacity.free_state()
+            memo.ordered = placements if memo.all_fit else None
+            memo.nodes_of = None
     return Kept(
-        placements=keeper.keep_what_fits(on_live_nodes, capacity),
+        placements=placements,
         removals=keeper.removals,
         mass_loss=mass_loss,
         lost_nodes=lost,
+    )
+
+
+def _same_judging(
+    memo: KeepMemo, current: Sequence[Placement], demands: Sequence[Demand], version: object
+) -> bool:
+    """Whether ``keep_valid`` would read what it read in the memo's round."""
+    return (
+        version is not None
+        and memo.inventory == version
+        and len(memo.current) == len(current)
+        and len(memo.demands) == len(demands)
+        and all(map(is_, memo.current, current))
+        and all(map(is_, memo.demands, demands))
     )
 
 
@@ -164,13 +266,78 @@ class _Keeper:
                 kept.append(placement)
         return kept
 
-    def hosts_of_what_fits(self, placements: list[Placement], capacity: Capacity) -> set[str]:
-        """The nodes ``keep_what_fits`` would leave hosting a placement (on a copy of capacity)."""
+    def hosts_of_what_fits(
+        self, placements: list[Placement], capacity: Capacity, memo: KeepMemo | None = None
+    ) -> set[str]:
+        """The nodes ``keep_what_fits`` would leave hosting a placement (on a copy of capacity).
+
+        ``placements`` are every valid one: with a ``memo``, the trial is what the next
+        round may reuse (``KeepMemo``)."""
         trial, hosts = capacity.copy(), set[str]()
+        start = capacity.free_state() if memo is not None else None
+        fitting = []
         for placement in self._in_catalog_order(placements):
             if trial.take(placement.nodes, placement.gpus_per_node, placement.memory_gb_per_node):
                 hosts.update(placement.nodes)
+                fitting.append(placement)
+        if memo is not None:
+            memo.start = start
+            memo.all_fit = len(fitting) == len(placements)
+            memo.free = trial.free_state()
+            memo.ordered = fitting if memo.all_fit else None
+            memo.nodes_of = None
         return hosts
+
+    def keep_fitting(
+        self,
+        valid: list[Placement],
+        lost: frozenset[str],
+        capacity: Capacity,
+        memo: KeepMemo,
+    ) -> list[Placement]:
+        """``keep_off_lost`` then ``keep_what_fits``, when every valid placement was seen to
+        fit from this very capacity (``memo.all_fit``): those on a lost node go (in slot
+        order, naming it), the rest all fit (``KeepMemo`` says why), and the free capacity
+        is the memo's, counted again only on the nodes a dropped placement ran on."""
+        ordered = memo.ordered
+        assert ordered is not None and memo.free is not None and memo.start is not None
+        if memo.nodes_of is None:
+            memo.nodes_of = list(map(_nodes_of, ordered))
+        nodes_of = memo.nodes_of
+        gone_at = (
+            [i for i, names in enumerate(nodes_of) if not lost.isdisjoint(names)] if lost else []
+        )
+        # ``keep_off_lost``'s removals, in its order (``valid``'s: slot order, one a slot).
+        for placement in sorted((ordered[i] for i in gone_at), key=_slot_order):
+            self.drop(placement, self._lost_reason(min(n for n in placement.nodes if n in lost)))
+        free_gpus, free_memory = dict(memo.free[0]), dict(memo.free[1])
+        touched = {name for i in gone_at for name in nodes_of[i]}.intersection(free_gpus)
+        if touched:
+            # Counted again from the start over what stays there, in catalog order.
+            gone = set(gone_at)
+            start_gpus, start_memory = memo.start
+            for name in touched:
+                free_gpus[name], free_memory[name] = start_gpus[name], start_memory[name]
+            for i, names in enumerate(nodes_of):
+                if i in gone or touched.isdisjoint(names):
+                    continue
+                placement = ordered[i]
+                for name in names:
+                    if name in touched:
+                        free_gpus[name] -= placement.gpus_per_node
+                        memory = free_memory[name]
+                        if memory is not None:
+                            free_memory[name] = memory - placement.memory_gb_per_node
+        capacity.set_free_state(free_gpus, free_memory)
+        if not gone_at:
+            return list(ordered)
+        kept: list[Placement] = []
+        last = 0
+        for i in gone_at:
+            kept += ordered[last:i]
+            last = i + 1
+        kept += ordered[last:]
+        return kept
 
     def keep_what_fits(self, placements: list[Placement], capacity: Capacity) -> list[Placement]:
         """Let placements consume capacity, dropping any that would overcommit a node.
@@ -296,6 +463,7 @@ def _shape(nodes: int, gpus_per_node: int, gpu_class: str | None) -> str:
 
 
 _slot_order = attrgetter("model", "replica")
+_nodes_of = attrgetter("nodes")
 
 
 def _full_order(placement: Placement) -> tuple[str, int, str, tuple[str, ...], int, str, int]:

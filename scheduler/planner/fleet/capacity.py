@@ -19,9 +19,12 @@ when a round needs it.
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left, insort
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from operator import itemgetter
+from typing import Any
 
 from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.fit import (
@@ -34,6 +37,7 @@ from scheduler.planner.fleet.fit import (
 from scheduler.planner.fleet.inventory import Node
 
 _PoolKey = tuple[str | None, tuple[tuple[str, str], ...]]
+_second = itemgetter(1)
 
 
 class Capacity:
@@ -58,6 +62,14 @@ class Capacity:
         # Each pool's names in name order (``eligible``): a pool's members never change
         # (consuming moves a node between its buckets), so they are sorted once.
         self._eligible: dict[_PoolKey, tuple[str, ...]] = {}
+        # Gangs: per pool and (cards, memory, nodes) need, each fabric's fitting nodes and
+        # its best group, kept as capacity is consumed (``_gangs``).
+        self._gangs: dict[tuple[_PoolKey, int, int, int], _Gangs] = {}
+        # Once settled (``settle``): the pools as they were then, kept across rounds
+        # (``PoolMemo``), and the nodes consumed since, by which a pool taken from them
+        # is brought up to date.
+        self._origin: PoolMemo | None = None
+        self._dirty: set[str] = set()
 
     def copy(self) -> Capacity:
         """The same free capacity, to try another way of placing on: O(N), pools rebuilt lazily."""
@@ -73,10 +85,42 @@ class Capacity:
         other._name_pools_of_node = {}
         other._no_fit = set()
         other._eligible = self._eligible
+        other._gangs = {}
+        other._origin = self._origin
+        other._dirty = set(self._dirty)
         return other
+
+    def settle(self, memo: PoolMemo, version: object) -> None:
+        """From now on, build pools from ``memo`` (the pools of the round before's settled
+        capacity, patched to this one's by the nodes whose free room or freshness differ)
+        rather than by sorting their nodes; ``version`` names the nodes' content (None:
+        unknown, the memo starts over). Called before any pool is built."""
+        if self._pools or self._name_pools or self._gangs:
+            raise ValueError("a capacity is settled before any pool is built")
+        memo.advance(
+            version,
+            frozenset(self._fresh),
+            dict(self._free_gpus),
+            dict(self._free_memory),
+            self._nodes,
+        )
+        self._origin, self._dirty = memo, set()
 
     def node(self, name: str) -> Node:
         return self._nodes[name]
+
+    def free_state(self) -> tuple[dict[str, int], dict[str, float | None]]:
+        """Every node's free cards and memory, copied (compared whole by a memo)."""
+        return dict(self._free_gpus), dict(self._free_memory)
+
+    def set_free_state(self, gpus: dict[str, int], memory: dict[str, float | None]) -> None:
+        """Take ``free_state`` as it would be after some consuming, before any pool is built
+        (a memo's: ``survivors.KeepMemo``); the dictionaries are the capacity's from now."""
+        if self._pools or self._name_pools or self._gangs:
+            raise ValueError("free capacity is set only before any pool is built")
+        if gpus.keys() != self._free_gpus.keys() or memory.keys() != self._free_memory.keys():
+            raise ValueError("free capacity is set for the same nodes only")
+        self._free_gpus, self._free_memory = gpus, memory
 
     def knows(self, name: str) -> bool:
         return name in self._nodes
@@ -114,11 +158,13 @@ class Capacity:
                     and (memory_gb_per_node <= 0 or memory is None or memory >= memory_gb_per_node)
                 ):
                     return False
-        if self._pools_of_node or self._name_pools_of_node:
+        if self._pools or self._name_pools:
             self.consume(nodes, gpus_per_node, memory_gb_per_node)
             return True
         for name in nodes:
             if name in known:
+                if self._origin is not None:
+                    self._dirty.add(name)
                 free_gpus[name] -= gpus_per_node
                 memory = free_memory[name]
                 if memory is not None:
@@ -130,20 +176,36 @@ class Capacity:
         for name in nodes:
             if name not in self._nodes:
                 continue
-            pools = self._pools_of_node.get(name, ())
-            name_pools = self._name_pools_of_node.get(name, ())
+            origin = self._origin
+            if origin is None:
+                pools = self._pools_of_node.get(name, ())
+                name_pools = self._name_pools_of_node.get(name, ())
+            else:
+                self._dirty.add(name)
+                keys = origin.keys_of_node.get(name, ())
+                built, named = self._pools, self._name_pools
+                pools = [p for k in keys if (p := built.get(k))]
+                name_pools = [q for k in keys if (q := named.get(k))]
+            before = self._entry(name)
             for pool in pools:
-                pool.remove(self._entry(name))
+                pool.remove(before)
             for name_pool in name_pools:
-                name_pool.remove(self._entry(name))
+                name_pool.remove(before)
             self._free_gpus[name] -= gpus_per_node
             memory = self._free_memory[name]
             if memory is not None:
                 self._free_memory[name] = memory - memory_gb_per_node
+            after = self._entry(name)
             for pool in pools:
-                pool.add(self._entry(name))
+                pool.add(after)
             for name_pool in name_pools:
-                name_pool.add(self._entry(name))
+                name_pool.add(after)
+            fabric = None
+            for pool in pools:
+                # A pool's gang groups (``_gangs_for``) see every change of its nodes.
+                if pool.gangs and (fabric := fabric or self._nodes[name].fabric) is not None:
+                    for gang in pool.gangs:
+                        gang.replace(fabric, before, after)
 
     def release(self, nodes: Sequence[str], gpus_per_node: int, memory_gb_per_node: int) -> None:
         """Give a replica's share back (an eviction): the inverse of ``consume``."""
@@ -205,7 +267,12 @@ class Capacity:
         key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
         names = self._eligible.get(key)
         if names is None:
-            names = self._eligible[key] = tuple(sorted(self._pool(profile).names()))
+            if self._origin is not None:
+                self._pool(profile)
+                names = self._origin.eligible_names(key)
+            else:
+                names = tuple(sorted(self._pool(profile).names()))
+            self._eligible[key] = names
         return names
 
     def first_node(self, profile: PlacementProfile, avoid: Collection[str] = ()) -> str | None:
@@ -220,17 +287,11 @@ class Capacity:
     def first_gang(
         self, profile: PlacementProfile, avoid: Collection[str] = ()
     ) -> tuple[str, ...] | None:
-        """The first fabric, in name order of its nodes, to have ``profile.nodes`` that fit."""
-        by_fabric: dict[str, list[str]] = {}
-        for _, _, name in sorted(self.fitting(profile, avoid), key=lambda e: e[2]):
-            fabric = self._nodes[name].fabric
-            if fabric is None:
-                continue
-            group = by_fabric.setdefault(fabric, [])
-            group.append(name)
-            if len(group) == profile.nodes:
-                return tuple(group)
-        return None
+        """The first fabric, in name order of its nodes, to have ``profile.nodes`` that fit:
+        the fabric whose ``profile.nodes``-th fitting node by name comes first, with those
+        nodes. Read from the fabrics' kept groups (``_gangs``): O(log F), not a sort of
+        every fitting node per gang (which made a round from nothing O(N^2) in gangs)."""
+        return self._gangs_for(profile).first(avoid, self._nodes)
 
     def best_node(self, profile: PlacementProfile, avoid: Collection[str] = ()) -> str | None:
         """The fitting node with the fewest free GPUs, then least free memory, then name.
@@ -248,26 +309,43 @@ class Capacity:
 
         Within each fabric the best-fitting nodes are taken; among fabrics that
         have enough, the one leaving the fewest GPUs (then memory) idle on the
-        chosen nodes wins, ties broken by fabric name. O(F) for F fitting nodes.
+        chosen nodes wins, ties broken by fabric name. O(log F) for F fabrics: each
+        fabric's group is kept as capacity is consumed (``_gangs``), and only the
+        fabrics of ``avoid`` are looked at again.
         """
-        size = profile.nodes
-        by_fabric: dict[str, list[tuple[int, float, str]]] = {}
-        for entry in self._pool(profile).fitting(profile.gpus_per_node, profile.min_memory_gb):
-            fabric = self._nodes[entry[2]].fabric
-            if fabric is None or entry[2] in avoid:
-                continue
-            group = by_fabric.setdefault(fabric, [])
-            if len(group) < size:
-                group.append(entry)
-        candidates = [
-            (sum(e[0] for e in group), sum(e[1] for e in group), fabric, group)
-            for fabric, group in by_fabric.items()
-            if len(group) == size
-        ]
-        if not candidates:
-            return None
-        best = min(candidates, key=lambda c: c[:3])
-        return tuple(sorted(entry[2] for entry in best[3]))
+        return self.ranked_gang(profile, avoid, {})
+
+    def ranked_gang(
+        self, profile: PlacementProfile, avoid: Collection[str], ranks: Mapping[str, int]
+    ) -> tuple[str, ...] | None:
+        """``best_gang`` with a rank per node taken first (``Spread.choose_gang`` without a
+        spread label or a required spread: a node's rank is how many of the model's
+        replicas it runs): per fabric the ``profile.nodes`` least by (rank, free GPUs,
+        free memory, name), and the fabric least by (their rank, GPUs, memory, name).
+        A node of rank 0 is every node but the model's own, so only the fabrics of the
+        model's nodes (and of ``avoid``) are looked at again."""
+        return self._gangs_for(profile).best(avoid, ranks, self._nodes)
+
+    def _gangs_for(self, profile: PlacementProfile) -> _Gangs:
+        """The pool's fabrics and their groups for this gang need, built on first use."""
+        pool_key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
+        key = (pool_key, profile.gpus_per_node, profile.min_memory_gb, profile.nodes)
+        gangs = self._gangs.get(key)
+        if gangs is None:
+            gangs = self._gangs[key] = _Gangs(
+                profile.gpus_per_node, profile.min_memory_gb, profile.nodes
+            )
+            # Only the nodes that fit now: the others are known to the groups when a
+            # change makes them fit (the pool tells its groups of every change).
+            pool = self._pool(profile)
+            nodes = self._nodes
+            for entry in pool.fitting(profile.gpus_per_node, profile.min_memory_gb):
+                fabric = nodes[entry[2]].fabric
+                if fabric is not None:
+                    gangs.add(fabric, entry)
+            gangs.settle()
+            pool.gangs.append(gangs)
+        return gangs
 
     def _by_class(self) -> dict[str | None, list[Node]]:
         """The nodes grouped by GPU class, in name order; built on first use."""
@@ -287,20 +365,63 @@ class Capacity:
             name,
         )
 
+    def _from_origin(self, origin: PoolMemo, key: _PoolKey, profile: PlacementProfile) -> _Pool:
+        """The pool as the settled capacity had it (``PoolMemo``), brought up to date by
+        the nodes consumed since: the same buckets as sorting its nodes now, since a pool
+        is its members' entries in order, whatever way they were put there."""
+        base = origin.pool(key, profile, self._by_class())
+        members = origin.members[key]
+        dirty = self._dirty & members if len(self._dirty) < len(members) else members & self._dirty
+        if len(dirty) * origin.rebuild_share > len(members):
+            # Most of it consumed since (a round placing much): sorted afresh.
+            pool = _Pool()
+            pool.fill(sorted(self._entry(name) for name in members))
+            return pool
+        pool = base.copy()
+        for name in dirty:
+            pool.remove(origin.entry(name))
+            pool.add(self._entry(name))
+        return pool
+
+    def _name_pool_from_origin(self, origin: PoolMemo, key: _PoolKey) -> _NamePool:
+        """``_from_origin`` for first fit's pool in name order."""
+        base = origin.name_pool(key)
+        members = origin.members[key]
+        dirty = self._dirty & members if len(self._dirty) < len(members) else members & self._dirty
+        if len(dirty) * origin.rebuild_share > len(members):
+            pool = _NamePool()
+            pool.fill(sorted(self._entry(name)[::2] for name in members))
+            return pool
+        pool = base.copy()
+        for name in dirty:
+            pool.remove(origin.entry(name))
+            pool.add(self._entry(name))
+        return pool
+
     def _name_pool(self, profile: PlacementProfile) -> _NamePool:
         key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
         pool = self._name_pools.get(key)
+        if pool is None and self._origin is not None:
+            self._pool(profile)  # the origin's members for this key
+            pool = self._name_pools[key] = self._name_pool_from_origin(self._origin, key)
         if pool is None:
             pool = self._name_pools[key] = _NamePool()
-            for name in self._pool(profile).names():
-                pool.add(self._entry(name))
-                self._name_pools_of_node.setdefault(name, []).append(pool)
+            # Each level's names sorted once: the same buckets as adding them one by one,
+            # without an insertion (a list shift) per node.
+            source = self._pool(profile)
+            pool.take_levels(source)
+            names = list(source.names())
+            name_pools_of_node = self._name_pools_of_node
+            for name in names:
+                name_pools_of_node.setdefault(name, []).append(pool)
         return pool
 
     def _pool(self, profile: PlacementProfile) -> _Pool:
         """The fresh nodes of the right class and labels, built on first use: O(N log N)."""
         key: _PoolKey = (profile.gpu_class, selector_key(profile.node_selector))
         pool = self._pools.get(key)
+        if pool is None and self._origin is not None:
+            pool = self._pools[key] = self._from_origin(self._origin, key, profile)
         if pool is None:
             pool = _Pool()
             # A GPU profile can only use nodes of its class: look at those alone.
@@ -330,9 +451,11 @@ class Capacity:
 class _Pool:
     """Nodes bucketed by free GPUs; each bucket sorted by (free memory, name)."""
 
-    __slots__ = ("_buckets", "_levels")
+    __slots__ = ("_buckets", "_levels", "gangs")
 
     def __init__(self) -> None:
+        # The gang groups kept over this pool's nodes (``Capacity._gangs_for``).
+        self.gangs: list[_Gangs] = []
         self._buckets: dict[int, list[tuple[float, str]]] = {}
         self._levels: list[int] = []  # sorted free-GPU counts with a non-empty bucket
 
@@ -343,6 +466,18 @@ class _Pool:
             bucket = self._buckets[level] = []
             insort(self._levels, level)
         insort(bucket, (memory, name))
+
+    def buckets(self) -> Mapping[int, list[tuple[float, str]]]:
+        return self._buckets
+
+    def levels(self) -> Sequence[int]:
+        return self._levels
+
+    def copy(self) -> _Pool:
+        other = _Pool()
+        other._buckets = {level: list(bucket) for level, bucket in self._buckets.items()}
+        other._levels = list(self._levels)
+        return other
 
     def fill(self, entries: list[tuple[int, float, str]]) -> None:
         """Add ``entries``, sorted, to an empty pool."""
@@ -396,6 +531,29 @@ class _NamePool:
             insort(self._levels, level)
         insort(bucket, name)
 
+    def copy(self) -> _NamePool:
+        other = _NamePool()
+        other._buckets = {level: list(bucket) for level, bucket in self._buckets.items()}
+        other._levels = list(self._levels)
+        return other
+
+    def take_levels(self, pool: _Pool) -> None:
+        """Fill an empty pool with ``pool``'s nodes: each of its levels' names sorted (in C),
+        the buckets adding them one by one would give."""
+        self._buckets = {
+            level: sorted(map(_second, bucket)) for level, bucket in pool.buckets().items()
+        }
+        self._levels = list(pool.levels())
+
+    def fill(self, entries: list[tuple[int, str]]) -> None:
+        """Add ``entries`` (free-GPU level, name), sorted, to an empty pool."""
+        for level, name in entries:
+            bucket = self._buckets.get(level)
+            if bucket is None:
+                bucket = self._buckets[level] = []
+                self._levels.append(level)
+            bucket.append(name)
+
     def remove(self, entry: tuple[int, float, str]) -> None:
         level, _, name = entry
         bucket = self._buckets[level]
@@ -425,3 +583,279 @@ class _NamePool:
                     best = name
                     break
         return best
+
+
+_GangKey = tuple[tuple[int, int], int, float, str]
+
+
+class _Gangs:
+    """One pool's fabrics for one gang need (cards, memory, ``size`` nodes): each fabric's
+    fitting nodes in best-fit order (free GPUs, free memory, name), and the fabrics with
+    ``size`` of them in two heaps, by best fit (their GPUs, memory, fabric) and by first
+    fit (their ``size``-th name). Consuming a node re-ranks its fabric alone; stale heap
+    entries are dropped when met (their key no longer the fabric's)."""
+
+    __slots__ = ("_best", "_first", "_floor", "_gpus", "_size", "best_key", "fabrics", "first_key")
+
+    def __init__(self, gpus: int, memory_gb: int, size: int) -> None:
+        self._gpus, self._floor, self._size = gpus, float(max(memory_gb, 0)), size
+        self.fabrics: dict[str, list[tuple[int, float, str]]] = {}
+        self.best_key: dict[str, _GangKey] = {}
+        self.first_key: dict[str, str] = {}
+        self._best: list[_GangKey] = []
+        self._first: list[tuple[str, str]] = []
+
+    def _fits(self, entry: tuple[int, float, str]) -> bool:
+        # ``_Pool.fitting``'s test: at least the cards (by free-GPU level), and memory.
+        return entry[0] >= self._gpus and entry[1] >= self._floor
+
+    def add(self, fabric: str, entry: tuple[int, float, str]) -> None:
+        """While building (then ``settle``): one pool member."""
+        if self._fits(entry):
+            self.fabrics.setdefault(fabric, []).append(entry)
+
+    def settle(self) -> None:
+        for fabric, entries in self.fabrics.items():
+            entries.sort()
+            self._rekey(fabric, entries, push=False)
+        heapq.heapify(self._best)
+        heapq.heapify(self._first)
+
+    def replace(
+        self, fabric: str, before: tuple[int, float, str], after: tuple[int, float, str]
+    ) -> None:
+        entries = self.fabrics.setdefault(fabric, [])
+        if self._fits(before):
+            del entries[bisect_left(entries, before)]
+        if self._fits(after):
+            insort(entries, after)
+        self._rekey(fabric, entries, push=True)
+
+    def _rekey(self, fabric: str, entries: list[tuple[int, float, str]], *, push: bool) -> None:
+        size = self._size
+        if len(entries) < size:
+            self.best_key.pop(fabric, None)
+            self.first_key.pop(fabric, None)
+            return
+        chosen = entries[:size]
+        best = ((0, 0), sum(e[0] for e in chosen), sum(e[1] for e in chosen), fabric)
+        first = sorted(e[2] for e in entries)[size - 1]
+        if self.best_key.get(fabric) != best:
+            self.best_key[fabric] = best
+            if push:
+                heapq.heappush(self._best, best)
+            else:
+                self._best.append(best)
+        if self.first_key.get(fabric) != first:
+            self.first_key[fabric] = first
+            if push:
+                heapq.heappush(self._first, (first, fabric))
+            else:
+                self._first.append((first, fabric))
+
+    def best(
+        self, avoid: Collection[str], ranks: Mapping[str, int], nodes: Mapping[str, Node]
+    ) -> tuple[str, ...] | None:
+        """The least group by (rank, GPUs, memory, fabric): the fabrics holding a node of
+        ``avoid`` or of rank above 0 ranked again here, every other from its heap."""
+        again = {
+            fabric
+            for name in (*avoid, *(n for n, r in ranks.items() if r))
+            if (node := nodes.get(name)) is not None
+            and (fabric := node.fabric) is not None
+            and fabric in self.fabrics
+        }
+        found: tuple[_GangKey, tuple[str, ...]] | None = None
+        for fabric in again:
+            ranked = sorted(
+                (ranks.get(e[2], 0), *e) for e in self.fabrics[fabric] if e[2] not in avoid
+            )[: self._size]
+            if len(ranked) < self._size:
+                continue
+            key = (
+                (sum(e[0] for e in ranked), 0),
+                sum(e[1] for e in ranked),
+                sum(e[2] for e in ranked),
+                fabric,
+            )
+            if found is None or key < found[0]:
+                found = (key, tuple(e[3] for e in ranked))
+        top = self._least(self._best, self.best_key, again)
+        if top is not None and (found is None or top < found[0]):
+            fabric = top[3]
+            found = (top, tuple(e[2] for e in self.fabrics[fabric][: self._size]))
+        return None if found is None else tuple(sorted(found[1]))
+
+    def first(self, avoid: Collection[str], nodes: Mapping[str, Node]) -> tuple[str, ...] | None:
+        """The group whose ``size``-th fitting name comes first (``first_gang``)."""
+        again = {
+            fabric
+            for name in avoid
+            if (node := nodes.get(name)) is not None
+            and (fabric := node.fabric) is not None
+            and fabric in self.fabrics
+        }
+        found: tuple[str, tuple[str, ...]] | None = None
+        for fabric in again:
+            names = sorted(e[2] for e in self.fabrics[fabric] if e[2] not in avoid)
+            if len(names) >= self._size:
+                group = tuple(names[: self._size])
+                if found is None or group[-1] < found[0]:
+                    found = (group[-1], group)
+        top = self._least(self._first, self.first_key, again, first=True)
+        if top is not None and (found is None or top[0] < found[0]):
+            names = sorted(e[2] for e in self.fabrics[top[1]])
+            found = (top[0], tuple(names[: self._size]))
+        return None if found is None else found[1]
+
+    @staticmethod
+    def _least(
+        heap: list[Any], keys: Mapping[str, Any], skip: Collection[str], *, first: bool = False
+    ) -> Any:
+        """The heap's least live entry whose fabric is not in ``skip`` (left in the heap)."""
+        aside = []
+        top = None
+        while heap:
+            entry = heap[0]
+            fabric = entry[1] if first else entry[3]
+            live = (keys.get(fabric) == entry[0]) if first else (keys.get(fabric) == entry)
+            if not live:
+                heapq.heappop(heap)
+                continue
+            if fabric in skip:
+                aside.append(heapq.heappop(heap))
+                continue
+            top = entry
+            break
+        for entry in aside:
+            heapq.heappush(heap, entry)
+        return top
+
+
+class PoolMemo:
+    """The pools of a settled capacity (``Capacity.settle``: the round's, as keeping left
+    it, before anything new is placed), kept from round to round and patched by the
+    nodes whose free room or freshness changed, instead of sorting every pool's nodes
+    again each round: a pool is its members' entries (free GPUs, free memory, name) in
+    order, so removing a node's old entry and adding its new one gives the very pool a
+    sort gives. Starts over when the nodes' content may have changed (``version``).
+
+    Pure: values only; the caller (``plan``'s ``carried``) owns it."""
+
+    def __init__(self) -> None:
+        self.version: object = None
+        self.fresh: frozenset[str] | None = None
+        self.gpus: dict[str, int] = {}
+        self.memory: dict[str, float | None] = {}
+        self.pools: dict[_PoolKey, _Pool] = {}
+        # First fit's pools in name order, of the same members, built when first asked.
+        self.name_pools: dict[_PoolKey, _NamePool] = {}
+        self.members: dict[_PoolKey, set[str]] = {}
+        self.profiles: dict[_PoolKey, PlacementProfile] = {}
+        self.keys_of_node: dict[str, list[_PoolKey]] = {}
+        self._eligible: dict[_PoolKey, tuple[str, ...]] = {}
+        self._nodes: Mapping[str, Node] = {}
+        # Pools patched rather than built (for tests and benchmarks).
+        self.patched = 0
+        # A pool most of whose nodes were consumed since the capacity settled (more than
+        # one in this many) is sorted afresh rather than patched node by node.
+        self.rebuild_share = 8
+
+    def entry(self, name: str) -> tuple[int, float, str]:
+        """A node's pool entry as the settled capacity had it (``Capacity._entry``)."""
+        memory = self.memory[name]
+        return (max(self.gpus[name], 0), math.inf if memory is None else memory, name)
+
+    def advance(
+        self,
+        version: object,
+        fresh: frozenset[str],
+        gpus: dict[str, int],
+        memory: dict[str, float | None],
+        nodes: Mapping[str, Node],
+    ) -> None:
+        """Bring every kept pool to a new settled capacity."""
+        if version is None or version != self.version or self.fresh is None:
+            self.pools, self.members, self.profiles = {}, {}, {}
+            self.keys_of_node, self._eligible, self.name_pools = {}, {}, {}
+        else:
+            moved = {k for k, _ in gpus.items() ^ self.gpus.items()}
+            moved.update(k for k, _ in memory.items() ^ self.memory.items())
+            turned = fresh ^ self.fresh
+            for key, pool in self.pools.items():
+                members, profile = self.members[key], self.profiles[key]
+                named = self.name_pools.get(key)
+                both: tuple[_Pool | _NamePool, ...] = (pool,) if named is None else (pool, named)
+                for name in turned:
+                    now_in = name in fresh and _eligible_node(nodes[name], profile)
+                    if name in members:
+                        for each in both:
+                            each.remove(self.entry(name))
+                        members.discard(name)
+                        self.keys_of_node[name].remove(key)
+                        self._eligible.pop(key, None)
+                    if now_in:
+                        members.add(name)
+                        self.keys_of_node.setdefault(name, []).append(key)
+                        self._eligible.pop(key, None)
+                        for each in both:
+                            each.add(_entry_of(name, gpus, memory))
+                for name in moved:
+                    if name in members and name not in turned:
+                        for each in both:
+                            each.remove(self.entry(name))
+                            each.add(_entry_of(name, gpus, memory))
+                self.patched += 1
+        self.version, self.fresh, self.gpus, self.memory = version, fresh, gpus, memory
+        self._nodes = nodes
+
+    def pool(
+        self, key: _PoolKey, profile: PlacementProfile, by_class: Mapping[str | None, list[Node]]
+    ) -> _Pool:
+        """The settled pool of ``key``, sorted from its nodes the first time."""
+        pool = self.pools.get(key)
+        if pool is None:
+            fresh = self.fresh or frozenset()
+            candidates = (
+                self._nodes.values()
+                if profile.gpu_class is None
+                else by_class.get(profile.gpu_class, ())
+            )
+            names = [n.name for n in candidates if n.name in fresh and _eligible_node(n, profile)]
+            pool = self.pools[key] = _Pool()
+            pool.fill(sorted(_entry_of(name, self.gpus, self.memory) for name in names))
+            self.members[key] = set(names)
+            self.profiles[key] = profile
+            for name in names:
+                self.keys_of_node.setdefault(name, []).append(key)
+        return pool
+
+    def name_pool(self, key: _PoolKey) -> _NamePool:
+        """The settled pool of ``key`` in name order (``pool`` built first)."""
+        named = self.name_pools.get(key)
+        if named is None:
+            named = self.name_pools[key] = _NamePool()
+            named.take_levels(self.pools[key])
+        return named
+
+    def eligible_names(self, key: _PoolKey) -> tuple[str, ...]:
+        names = self._eligible.get(key)
+        if names is None:
+            names = self._eligible[key] = tuple(sorted(self.members[key]))
+        return names
+
+
+def _entry_of(
+    name: str, gpus: Mapping[str, int], memory: Mapping[str, float | None]
+) -> tuple[int, float, str]:
+    free = memory[name]
+    return (max(gpus[name], 0), math.inf if free is None else free, name)
+
+
+def _eligible_node(node: Node, profile: PlacementProfile) -> bool:
+    """Whether a fresh node belongs to the profile's pool (``Capacity._pool``'s test)."""
+    selector = profile.node_selector
+    return (profile.gpu_class is None or node.gpu_class == profile.gpu_class) and (
+        gpu_class_matches(node.gpu_class, profile)
+        and (not selector or missing_label(node.labels, selector) is None)
+    )

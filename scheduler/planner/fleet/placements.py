@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
+from operator import is_, not_
+from typing import TypeVar
 
 from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.inputs import ModelLifecycle, RunningCopy
@@ -205,3 +209,30 @@ class Plan:
 
 def _count(count: int, what: str) -> str:
     return f"{count} {what}{'' if count == 1 else 's'}"
+
+
+_T = TypeVar("_T")
+
+
+def same_objects(old: Sequence[object], new: Sequence[object]) -> bool:
+    """Whether two sequences hold the very same objects in the same order (in C)."""
+    return len(old) == len(new) and all(map(is_, old, new))
+
+
+def removed_from(old: Sequence[_T], new: Sequence[_T]) -> list[_T] | None:
+    """The objects of ``old`` that ``new`` lacks, if ``new`` is ``old`` without them (the
+    same objects, in the same order); None if it is anything else. What a round's memo of
+    the round before's placements is patched by (``survivors``, ``spread``, ``defrag``)."""
+    if len(new) > len(old):
+        return None
+    if len(new) == len(old):
+        return [] if all(map(is_, old, new)) else None
+    there = set(map(id, new))
+    if len(there) != len(new):
+        return None
+    # In C: which of ``old`` are still there, then the two parts by those flags.
+    flags = list(map(there.__contains__, map(id, old)))
+    removed = list(compress(old, map(not_, flags)))
+    if len(removed) + len(new) != len(old):
+        return None
+    return removed if all(map(is_, compress(old, flags), new)) else None

@@ -40,14 +40,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.replica_reports import FAILED, PLACED, STARTING
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement, Plan
-from scheduler.planner.plan import plan
+from scheduler.planner.plan import Carried, plan
 from scheduler.planner.plan_cache import NODE_FIELDS, PLACEMENT_FIELDS, STATUS_FIELDS
 
 _content = attrgetter(*NODE_FIELDS)
@@ -103,6 +103,9 @@ class IncrementalRounds:
         self._hosting: frozenset[str] = frozenset()
         self._timed = False
         self._backoff_ends: list[datetime] = []
+        # The round before's planning work, reused where it provably holds (``Carried``);
+        # its ``inventory`` moves with every change to the nodes' content.
+        self._carried = Carried(inventory=0)
 
     @property
     def started(self) -> bool:
@@ -120,6 +123,8 @@ class IncrementalRounds:
     ) -> Plan:
         """Plan a round from whole inputs (``plan``'s signature) and keep them."""
         self._nodes = {}
+        # Whole inputs: nothing planned before is known to hold for them.
+        self._carried = Carried(inventory=0)
         for n in nodes:
             if n.name in self._nodes:
                 raise ValueError(
@@ -206,6 +211,7 @@ class IncrementalRounds:
             changes.now,
             self._policy,
             lifecycle=self._lifecycle,
+            carried=self._carried,
         )
         return self._plan
 
@@ -229,6 +235,11 @@ class IncrementalRounds:
                 self._nodes[name] = moved = replace(known, reported_at=at_most)
                 view.append(moved)
         return view
+
+    @property
+    def carried(self) -> Carried:
+        """The planning work carried from round to round (``plan``'s ``carried``)."""
+        return self._carried
 
     @property
     def node_count(self) -> int:
@@ -258,6 +269,8 @@ class IncrementalRounds:
             if old is None or _content(old) != _content(n):
                 changed = True
                 self._nodes[n.name] = n
+        if changed:
+            self._carried.inventory = cast(int, self._carried.inventory) + 1
         return changed
 
     def _judge(self, not_fresh: Mapping[str, datetime], now: datetime) -> dict[str, int]:

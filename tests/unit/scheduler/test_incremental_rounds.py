@@ -230,3 +230,108 @@ def test_inputs_the_planner_refuses_are_refused_again_not_answered_with_an_older
     # Nothing changed since the refused round: still refused, as a full round would be.
     with pytest.raises(ValueError, match="demanded twice"):
         rounds.next(Changes(now=NOW + timedelta(seconds=10)))
+
+
+@settings(max_examples=150, deadline=None, report_multiple_bugs=False)
+@given(st.data())
+def test_rounds_after_nodes_lost_or_changed_are_the_full_rounds(data: st.DataObject) -> None:
+    """Histories of small changes to a settled fleet, each round's plan written: nodes lost
+    (silent past grace) or forgotten, back again, a node's content changed, cordons; every
+    incremental round equals ``plan()`` on the whole inputs, and the rounds after a lost
+    node keep the running replicas from the round before's work (``Carried``)."""
+    draw = data.draw
+    count = draw(st.integers(min_value=2, max_value=10))
+    fleet = {f"n{i}": draw(a_node(f"n{i}")) for i in range(count)}
+    demands = draw(some_demands())
+    if draw(st.booleans()):
+        # A gang: a node lost takes its replica off the other node too.
+        demands.append(
+            Demand(
+                "gang",
+                draw(st.integers(min_value=1, max_value=3)),
+                (profile("pair", "A100", draw(st.sampled_from([1, 4])), nodes=2, memory_gb=32),),
+                priority=draw(st.sampled_from([0, 1])),
+            )
+        )
+    lifecycle = Lifecycle()
+    now = NOW
+    rounds = IncrementalRounds()
+    current = rounds.start(demands, list(fleet.values()), (), now, POLICY).placements
+    silent: set[str] = set()
+    for _ in range(draw(st.integers(min_value=2, max_value=8))):
+        now += timedelta(seconds=draw(st.sampled_from([10, 10, 400])))
+        reported: list[Node] = []
+        forgotten: list[str] = []
+        new_lifecycle = None
+        event_kind = draw(st.sampled_from(["lose", "lose", "back", "change", "cordon", "quiet"]))
+        names = sorted(fleet)
+        if event_kind == "lose" and len(fleet) > 1:
+            gone = draw(st.sampled_from(names))
+            if draw(st.integers(min_value=0, max_value=3)) == 0:
+                del fleet[gone]
+                forgotten.append(gone)
+                silent.discard(gone)
+            else:
+                silent.add(gone)
+        elif event_kind == "back" and silent:
+            silent.discard(draw(st.sampled_from(sorted(silent))))
+        elif event_kind == "change":
+            name = draw(st.sampled_from(names))
+            fleet[name] = dataclasses.replace(draw(a_node(name)), reported_at=now)
+            reported.append(fleet[name])
+        elif event_kind == "cordon":
+            name = draw(st.sampled_from(names))
+            lifecycle = Lifecycle(
+                cordons={
+                    name: Cordon(
+                        name, draw(st.sampled_from(["cordoned", "draining"])), "ops", "", now
+                    )
+                }
+            )
+            new_lifecycle = lifecycle
+        # Leases: every node not silent beats.
+        for name, n in list(fleet.items()):
+            if name not in silent:
+                fleet[name] = dataclasses.replace(n, reported_at=now)
+        fresh_from = now - POLICY.stale_after
+        got = rounds.next(
+            Changes(
+                now=now,
+                not_fresh={
+                    n.name: n.reported_at for n in fleet.values() if n.reported_at < fresh_from
+                },
+                nodes=reported,
+                forgotten=forgotten,
+                current=current,
+                lifecycle=new_lifecycle,
+            )
+        )
+        assert digest(got) == _full(demands, fleet, current, now, lifecycle)
+        recorded = rounds.nodes(now)
+        assert digest(plan(demands, recorded, current, now, POLICY, lifecycle=lifecycle)) == (
+            digest(got)
+        )
+        # The store writes the plan: the next round starts from it.
+        current = got.placements
+    event(f"kept from the round before: {min(rounds.carried.keep.hits, 3)}")
+
+
+def test_a_lost_node_keeps_the_rest_from_the_round_before() -> None:
+    """A settled fleet loses a node hosting a replica: the round keeps every other replica
+    from the round before's work (no replica taken from capacity again) and is the
+    full round's plan."""
+    fleet = [node(f"n{i}", "A100", 8) for i in range(4)]
+    demands = [Demand("m", 6, (profile("big", "A100", 4),))]
+    rounds = IncrementalRounds()
+    first = rounds.start(demands, fleet, (), NOW, POLICY)
+    later = NOW + timedelta(seconds=10)
+    settled = rounds.next(Changes(now=later, current=first.placements))
+    assert settled.placements == first.placements and not settled.place
+    hits = rounds.carried.keep.hits
+    host = settled.keep[0].nodes[0]
+    lost_at = NOW + timedelta(seconds=400)
+    got = rounds.next(Changes(now=lost_at, not_fresh={host: NOW}))
+    assert rounds.carried.keep.hits == hits + 1
+    truth = [dataclasses.replace(n, reported_at=NOW if n.name == host else lost_at) for n in fleet]
+    assert digest(got) == digest(plan(demands, truth, settled.placements, lost_at, POLICY))
+    assert [r.placement.nodes for r in got.remove] == [(host,), (host,)]
