@@ -4,12 +4,10 @@ One synthetic fleet (``fleets.synthetic_nodes``) of N nodes asking twice as many
 (``fleets.synthetic_demands``), planner CPU (``time.process_time``) of:
 
 - a round from nothing (``plan_fresh_cpu_ms``);
-- a round with nothing changed, three ways, alternated (best of ``--repeats``): planned in
-  full (``plan_idle_cpu_ms``: ``plan()`` on the same inputs), through ``PlanMemo`` as the
-  daemon ran it before issue 42 (``memo_idle_cpu_ms``: the inputs as a store reads them a
-  round later, every lease 10 s newer, built before the clock starts), and from its
-  changes (``round_idle_cpu_ms``: ``IncrementalRounds.next`` told the nodes not fresh,
-  10 s later);
+- a round with nothing changed, two ways, alternated (best of ``--repeats``): planned in
+  full (``plan_idle_cpu_ms``: ``plan()`` on the same inputs) and from its changes
+  (``round_idle_cpu_ms``: ``IncrementalRounds.next`` told the nodes not fresh, 10 s later,
+  as the daemon runs it);
 - a round after a node hosting a replica is lost: in full (``plan_change_cpu_ms``) and
   from its changes (``round_change_cpu_ms``).
 
@@ -42,7 +40,6 @@ from scheduler.planner.plan import plan
 FIGURES = (
     "plan_fresh_cpu_ms",
     "plan_idle_cpu_ms",
-    "memo_idle_cpu_ms",
     "round_idle_cpu_ms",
     "plan_change_cpu_ms",
     "round_change_cpu_ms",
@@ -89,8 +86,7 @@ def _tiled(size: int, tiles: int) -> tuple[list[Node], list[Demand], tuple[Place
 
 
 def measure(nodes: int, repeats: int = 3, tiles: int = 1) -> dict[str, float | None]:
-    # Imported here: older trees (``LLMGW_BENCH_BASE``) have neither.
-    from scheduler.planner.plan_cache import PlanMemo
+    # Imported here: older trees (``LLMGW_BENCH_BASE``) do not have it.
     from scheduler.planner.rounds.incremental import Changes, IncrementalRounds
 
     fresh: float | None = None
@@ -104,31 +100,28 @@ def measure(nodes: int, repeats: int = 3, tiles: int = 1) -> dict[str, float | N
         fresh = (time.process_time() - began) * 1000
     host = current[0].nodes[0]
 
-    memo = PlanMemo()
-    memo(demands, fleet, current, NOW)
     rounds = IncrementalRounds()
     rounds.start(demands, fleet, current, NOW)
     # The inputs of each later round, made before any clock starts (reading them is the
-    # store's cost): for the memo, every node as read again, its lease 10 s newer; for
-    # the incremental round, only the nodes not fresh at its time.
+    # store's cost): only the nodes not fresh at its time, of every node as read again,
+    # its lease 10 s newer.
     later = [NOW + timedelta(seconds=10 * (i + 1)) for i in range(repeats)]
-    memo_inputs = [
+    read_again = [
         [replace(n, labels=dict(n.labels), reported_at=n.reported_at + (at - NOW)) for n in fleet]
         for at in later
     ]
     stale_changes = [
         Changes(now=at, not_fresh=_not_fresh(again, at))
-        for at, again in zip(later, memo_inputs, strict=True)
+        for at, again in zip(later, read_again, strict=True)
     ]
-    idle: dict[str, float] = dict.fromkeys(("plan", "memo", "round"), math.inf)
-    for at, again, changes in zip(later, memo_inputs, stale_changes, strict=True):
+    idle: dict[str, float] = dict.fromkeys(("plan", "round"), math.inf)
+    for changes in stale_changes:
         idle["plan"] = min(idle["plan"], _cpu(lambda: plan(demands, fleet, current, NOW)))
-        idle["memo"] = min(idle["memo"], _cpu(partial(memo, demands, again, current, at)))
         idle["round"] = min(idle["round"], _cpu(partial(rounds.next, changes)))
-    if memo.hits != repeats or rounds.reused != repeats:
+    if rounds.reused != repeats:
         raise AssertionError(
-            f"a round with nothing changed was planned again (memo hits {memo.hits}, "
-            f"incremental rounds reused {rounds.reused}, of {repeats})"
+            f"a round with nothing changed was planned again (incremental rounds reused "
+            f"{rounds.reused}, of {repeats})"
         )
 
     lost = [replace(n, reported_at=NOW - timedelta(days=1)) if n.name == host else n for n in fleet]
@@ -144,7 +137,6 @@ def measure(nodes: int, repeats: int = 3, tiles: int = 1) -> dict[str, float | N
         "replicas": len(current),
         "plan_fresh_cpu_ms": None if fresh is None else round(fresh, 1),
         "plan_idle_cpu_ms": round(idle["plan"], 1),
-        "memo_idle_cpu_ms": round(idle["memo"], 1),
         "round_idle_cpu_ms": round(idle["round"], 2),
         "plan_change_cpu_ms": round(change_plan, 1),
         "round_change_cpu_ms": round(change_round, 1),

@@ -16,7 +16,7 @@ multi-node replicas, CPU nodes and a few stale nodes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 
 from bench.placement import firstfit, spreadcheck
@@ -175,55 +175,23 @@ def _unspread(result: Plan, demands: Sequence[Demand], nodes: Sequence[Node]) ->
 # -- measuring -----------------------------------------------------------------------------
 
 
-def reported_again(nodes: Sequence[Node], seconds: int) -> list[Node]:
-    """The inventory as the store reads it a round later: new objects, every report
-    ``seconds`` newer, nothing else changed."""
-    return [
-        replace(n, labels=dict(n.labels), reported_at=n.reported_at + timedelta(seconds=seconds))
-        for n in nodes
-    ]
-
-
 def _round(
     demands: Sequence[Demand], nodes: Sequence[Node], repeats: int
-) -> tuple[float, float, float, Plan]:
-    """Best seconds of a round from scratch, of one with nothing changed, of one whose
-    inputs did not change (remembered by ``PlanMemo``), and the first plan."""
+) -> tuple[float, float, Plan]:
+    """Best seconds of a round from scratch and of one with nothing changed, and the first
+    plan. (A round planned from its changes, as the daemon runs it: ``python -m
+    bench.placement.round_scale``.)"""
     first = plan(demands, nodes, (), NOW)
     current = first.placements
     again = plan(demands, nodes, current, NOW)
     if again.changes_anything:
         raise AssertionError("a round with nothing changed changed something")
-    # Imported here: ``bench.shared.ab`` runs this module's fleets against older trees without it.
-    from scheduler.planner.plan_cache import PlanMemo
-
-    memo = PlanMemo()
-    first_memo = memo(demands, nodes, current, NOW)
-    # Each remembered round gets inputs as a store would read them: fresh copies,
-    # reported 10 s later, at a time 10 s later (same freshness, same plan). They
-    # are made before the clock starts: reading them is the store's cost, not the round's.
-    later = [
-        (
-            reported_again(nodes, 10 * i),
-            [replace(p) for p in current],
-            NOW + timedelta(seconds=10 * i),
-        )
-        for i in range(repeats, 0, -1)
-    ]
-
-    def remembered() -> Plan:
-        again_nodes, again_current, again_now = later.pop()
-        return memo(demands, again_nodes, again_current, again_now)
-
-    t_fresh, t_same, t_memo = common.best_of(
+    t_fresh, t_same = common.best_of(
         repeats,
         lambda: plan(demands, nodes, (), NOW),
         lambda: plan(demands, nodes, current, NOW),
-        remembered,
     )
-    if memo.hits != repeats or memo(demands, nodes, current, NOW) is not first_memo:
-        raise AssertionError("a round whose inputs did not change was planned again")
-    return t_fresh, t_same, t_memo, first
+    return t_fresh, t_same, first
 
 
 def run(quick: bool) -> list[common.Table]:
@@ -237,7 +205,6 @@ def run(quick: bool) -> list[common.Table]:
             "round",
             "replicas/s",
             "nothing changed",
-            "inputs unchanged (memo)",
         ],
     )
     quality_table = common.Table(
@@ -270,7 +237,7 @@ def run(quick: bool) -> list[common.Table]:
     for label, nodes, demands in fleets:
         asked = sum(max(d.replicas, 0) for d in demands)
         common.progress(f"placement: {label}, {len(nodes):,} nodes, {asked:,} replicas")
-        t_fresh, t_same, t_memo, result = _round(demands, nodes, repeats=3)
+        t_fresh, t_same, result = _round(demands, nodes, repeats=3)
         ours = quality(result.placements)
         speed.add(
             label,
@@ -280,7 +247,6 @@ def run(quick: bool) -> list[common.Table]:
             common.ms(t_fresh),
             common.rate(ours.replicas, t_fresh),
             common.ms(t_same),
-            common.ms(t_memo),
         )
         ff_placements = firstfit.place(demands, nodes, NOW)
         ff = quality(ff_placements)
@@ -312,13 +278,6 @@ def run(quick: bool) -> list[common.Table]:
         "round: `plan(demands, nodes, current=(), now)`, nothing placed yet; nothing changed: "
         "the same inputs with the first round's placements as `current` (it must keep them "
         "all and change nothing, which is checked); best of 3, interleaved"
-    )
-    speed.note(
-        "inputs unchanged (memo): the same round through "
-        "`scheduler.planner.plan_cache.PlanMemo`, as the daemon runs it, with the inputs "
-        "as a store reads them a round later (new objects, "
-        "every node reported 10 s later, `now` 10 s later: the same freshness); it must "
-        "return the remembered plan, which is checked; the goal of issue 13 is 'close to free'"
     )
     speed.note(
         "synthetic fleets: 2 replicas asked per node; 10% CPU nodes, five GPU classes, zones "

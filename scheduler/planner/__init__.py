@@ -8,8 +8,8 @@ placements, whether a node fits and why not, free capacity); above it, what is a
 replicas to use what packing left), the spread repair (``spread_repair`` and its
 ``repair_*`` helpers), ``preemption``, the fewest moves that make room for an unplaced
 replica or repair a spread (``defrag``), the lifecycle inside a round (``rollout``),
-reusing the plan of an unchanged round (``plan_cache``; ``rounds``, above: a round planned
-from what changed), and why things went where they did (``resilience``, ``replica_stories``).
+reusing what an unchanged round can keep (``rounds``, above: a round planned from what
+changed), and why things went where they did (``resilience``, ``replica_stories``).
 
 Pure: no I/O, no clock, no randomness. May import ``catalog`` and
 ``scheduler.lifecycle``; never ``events``, ``scheduler.persistence``,

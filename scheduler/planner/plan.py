@@ -36,8 +36,7 @@ replica (L: distinct free-GPU counts, a handful), O(F) per new multi-node one
 once for its explanation; three times the placing when a baseline is tried.
 A round whose inputs did not change (report times aside) need not be planned
 at all: ``scheduler.planner.rounds.incremental`` (what the daemon runs) returns the plan
-of the round before at the cost of what changed; ``scheduler.planner.plan_cache.PlanMemo``
-does the same by comparing every input.
+of the round before at the cost of what changed.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 A round's inputs at 100,000 nodes and 200,000 replicas are large, and between two rounds
 of a working fleet almost none of them change: a node's lease is renewed (its report time
 moves on, its freshness does not), a few nodes report a change, a replica or two changes
-state. ``PlanMemo`` (``scheduler.planner.plan_cache``) knows a round whose inputs did not
-change, but only by building a key of every node and placement, O(N + C) each round.
-``IncrementalRounds`` is told what changed (``Changes``) and keeps the rest from the round
-before, so a round with nothing changed costs what the changes cost:
+state. A memo of a round's inputs would know a round whose inputs did not change, but only
+by building a key of every node and placement, O(N + C) each round (``PlanMemo`` did so
+until issue 42). ``IncrementalRounds`` is told what changed (``Changes``) and keeps the
+rest from the round before, so a round with nothing changed costs what the changes cost:
 
 - node content: the nodes reported with a change (or new) and the nodes forgotten; a node
   reported again with the same content is no change;
@@ -17,7 +17,7 @@ before, so a round with nothing changed costs what the changes cost:
   (None: as at the round before); compared with the round before's in full, only then.
 
 When nothing the planner reads changed, the round's plan is the round before's, under the
-same rules as the memo's (``round_key``): not when a lost node hosts a replica (its removal
+same rules as a memo's would be: not when a lost node hosts a replica (its removal
 names how long the node was silent), nor when a replica is reported placed, starting or
 failed (a timeout), and not once the clock crosses the end of a failure's back-off. Else
 the round is planned in full by ``plan`` on the inputs patched with the changes: the same
@@ -48,8 +48,35 @@ from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.plan import Carried, plan
-from scheduler.planner.plan_cache import NODE_FIELDS, PLACEMENT_FIELDS, STATUS_FIELDS
 
+# Every field of a node but its report time, of a placement, and of a replica's state:
+# what the planner reads of them, so what a change is judged by (a test checks these
+# lists against the dataclasses, so that a new field is not missed). Read in C by
+# ``attrgetter``.
+NODE_FIELDS = ("name", "gpu_class", "gpus", "memory_gb", "labels", "fabric", "gpus_reserved")
+PLACEMENT_FIELDS = (
+    "model",
+    "replica",
+    "profile",
+    "nodes",
+    "gpus_per_node",
+    "gpu_class",
+    "memory_gb_per_node",
+    "fingerprint",
+    "version",
+    "moving",
+    "moving_for",
+)
+STATUS_FIELDS = (
+    "state",
+    "since",
+    "placed_at",
+    "message",
+    "endpoint",
+    "reported",
+    "effective_context_length",
+    "context_detail",
+)
 _content = attrgetter(*NODE_FIELDS)
 _placement_fields = attrgetter(*PLACEMENT_FIELDS)
 _status_fields = attrgetter(*STATUS_FIELDS)

@@ -23,12 +23,27 @@ from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement
 from scheduler.planner.plan import plan
-from scheduler.planner.rounds.incremental import Changes, IncrementalRounds
+from scheduler.planner.rounds.incremental import (
+    NODE_FIELDS,
+    PLACEMENT_FIELDS,
+    STATUS_FIELDS,
+    Changes,
+    IncrementalRounds,
+)
 from tests.unit.scheduler.placement_builders import NOW, cpu_profile, node, profile
 from tests.unit.scheduler.reference_rounds import digest
 
 POLICY = StalenessPolicy(stale_after=timedelta(seconds=90), grace=timedelta(seconds=300))
 STATES = ["ready", "ready", "ready", "starting", "placed", "failed"]
+
+
+def test_a_change_is_judged_by_every_field_the_planner_reads() -> None:
+    """A field added to a node, a placement or a replica state must be compared too, or a
+    round that changed only that field would be taken for one with nothing changed."""
+    node_fields = {f.name for f in dataclasses.fields(Node)}
+    assert set(NODE_FIELDS) == node_fields - {"reported_at"}
+    assert set(PLACEMENT_FIELDS) == {f.name for f in dataclasses.fields(Placement)}
+    assert set(STATUS_FIELDS) == {f.name for f in dataclasses.fields(ReplicaStatus)}
 
 
 @st.composite
