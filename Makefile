@@ -120,7 +120,7 @@ PACKAGES := catalog events scheduler declared llmgw agent gateway httpguard auto
 # that the suite's time is seen where it goes (the aim: make test under 240 s).
 pytest: $(DEV_STAMP)
 	$(BIN)/python -m compileall -q $(PACKAGES) tests bench docsite > /dev/null
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n 4 --dist loadgroup -q --durations=30
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n 6 --dist loadgroup -q --durations=30
 
 ## bench: print the benchmark tables (see docs/benchmarks/)
 bench: $(DEV_STAMP)

@@ -4,8 +4,8 @@
 # started (scripts/suite_cpu.py). Prints the suite's CPU, its wall time and how busy it
 # kept the cores, then the CPU by area, by module and the costliest tests.
 #
-#   sudo scripts/suite-cpu.sh                # the suite as make pytest runs it (-n 4)
-#   sudo scripts/suite-cpu.sh -n 6           # other pytest arguments replace -n 4
+#   sudo scripts/suite-cpu.sh                # the suite as make pytest runs it (-n 6)
+#   sudo scripts/suite-cpu.sh -n 4           # other pytest arguments replace -n 6
 #   scripts/suite-cpu.sh --report FILE       # the summary of an earlier run's log
 #
 # Needs write access to the cgroup v1 cpuacct hierarchy (root), Linux only. CPU, not wall
@@ -20,7 +20,7 @@ log=${SUITE_CPU_LOG:-/tmp/llmgw-suite-cpu-$$.jsonl}
 mkdir "$root"
 : > "$log"
 args=("$@")
-[ ${#args[@]} -gt 0 ] || args=(-n 4)
+[ ${#args[@]} -gt 0 ] || args=(-n 6)
 start=$(date +%s.%N)
 set +e
 (
