@@ -259,9 +259,8 @@ def _still_holds(  # noqa: PLR0917
     models of the placements taken out (``_Index.changed``); the node's own room and the
     budgets are compared; and each destination list it looked at is the same nodes with
     the same room (``_Index.near_holds``), which is all ``_destination`` reads of capacity."""
-    if len(read.candidates) != len(candidates) or any(
-        a is not b for a, b in zip(read.candidates, candidates, strict=True)
-    ):
+    # Compared in C: the same objects compare equal at once (the key holds their ids).
+    if read.candidates != tuple(candidates):
         return False
     if read.free != (capacity.free_gpus(name), capacity.free_memory(name)):
         return False
