@@ -1,7 +1,10 @@
 """Entry points for the child processes of the concurrency tests.
 
-Run as ``python -m tests.procs ROLE URL ...`` from the repository root; each
-prints one JSON line with what it did, for the parent to check against the log.
+Each runs in a process of its own, forked from a server that imported this module once
+(``tests/integration/test_concurrency.py``: a fresh interpreter cost each writer 0.5 s of
+CPU in imports, eighteen of them a run), and returns what it did for the parent to check
+against the log. ``python -m tests.procs ROLE URL ...`` runs one as a fresh interpreter and
+prints that as one JSON line.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 
 from catalog import Catalog, CatalogError
 from events.catalog_service import CatalogService
@@ -18,7 +22,7 @@ from events.write.commands import CommandConflict
 from tests.support import model
 
 
-def writer(url: str, name: str, count: int) -> None:
+def writer(url: str, name: str, count: int) -> dict[str, list[str]]:
     """Add ``count`` models of our own and race the others for ``count`` shared names."""
     service = CatalogService(open_log(make_engine(url)), Catalog.build([]), "catalog.yaml")
     added: list[str] = []
@@ -33,10 +37,10 @@ def writer(url: str, name: str, count: int) -> None:
                 conflicts.append(candidate)
             except CatalogError:
                 refused.append(candidate)
-    print(json.dumps({"added": added, "refused": refused, "conflicts": conflicts}))
+    return {"added": added, "refused": refused, "conflicts": conflicts}
 
 
-def batch_writer(url: str, name: str, batch: int) -> None:
+def batch_writer(url: str, name: str, batch: int, ready: Callable[[], None]) -> None:
     """Append batches forever, until killed: each batch must land whole or not at all."""
     service = CatalogService(open_log(make_engine(url)), Catalog.build([]), "catalog.yaml")
     n = 0
@@ -46,10 +50,10 @@ def batch_writer(url: str, name: str, batch: int) -> None:
         if n == 1:
             # After the first batch, so the parent's kill lands on a writer that
             # has written (however slow the machine is to start it).
-            print("ready", flush=True)
+            ready()
 
 
-def tailer(url: str, seconds: float) -> None:
+def tailer(url: str, seconds: float) -> dict[str, list[int]]:
     """Follow the log by position, as a reader tailing it would, and report what it saw."""
     store = open_log(make_engine(url))
     seen: list[int] = []
@@ -57,16 +61,16 @@ def tailer(url: str, seconds: float) -> None:
     while time.monotonic() < deadline:
         for event in store.read(after=seen[-1] if seen else 0):
             seen.append(event.position)
-    print(json.dumps({"seen": seen}))
+    return {"seen": seen}
 
 
 if __name__ == "__main__":
     role, url, *rest = sys.argv[1:]
     if role == "writer":
-        writer(url, rest[0], int(rest[1]))
+        print(json.dumps(writer(url, rest[0], int(rest[1]))))
     elif role == "batch_writer":
-        batch_writer(url, rest[0], int(rest[1]))
+        batch_writer(url, rest[0], int(rest[1]), lambda: print("ready", flush=True))
     elif role == "tailer":
-        tailer(url, float(rest[0]))
+        print(json.dumps(tailer(url, float(rest[0]))))
     else:
         raise SystemExit(f"unknown role {role!r}")
