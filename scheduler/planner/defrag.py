@@ -184,6 +184,10 @@ def _clear_alone(  # noqa: PLR0917
     budgets that stood in the way are remembered too, for the refusal."""
     key = (name, profile.gpus_per_node, profile.min_memory_gb, *map(id, candidates))
     known = index.cleared.get(key)
+    before = None if known is not None else index.cleared_before.get(key)
+    if before is not None and _still_holds(before[2], name, candidates, capacity, index, budget):
+        known = index.cleared[key] = before
+        index.reused += 1
     if known is None:
         trial = _Trial(frozenset((name,)))
         stood: set[str] = set()
@@ -208,13 +212,63 @@ def _clear_alone(  # noqa: PLR0917
         known = index.cleared[key] = (
             None if found is None else tuple((m.placement, m.to) for m in found),
             frozenset(stood),
+            _Read(
+                tuple(candidates),
+                (capacity.free_gpus(name), capacity.free_memory(name)),
+                tuple(budget.get(p.model) for p in candidates),
+                tuple(trial.read),
+            ),
         )
-    moves, stood_in_the_way = known
+    moves, stood_in_the_way, _ = known
     blocked.update(stood_in_the_way)
     if moves is None or (most is not None and len(moves) > most):
         return None
     reason = f"to make room for model {model}, profile {profile.name} on node {name}"
     return tuple(Move(victim, to, reason) for victim, to in moves)
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """What one node's trial read beyond its key, to tell whether a later round's trial of
+    the same node would find the same (``IndexMemo``): its candidates (by identity: the key
+    holds only their ids), the node's free cards and memory, the candidates' budgets, and
+    the victim profiles whose best-fitting destinations (``near``) it looked at."""
+
+    candidates: tuple[Placement, ...]
+    free: tuple[int, float | None]
+    budgets: tuple[int | None, ...]
+    near: tuple[PlacementProfile, ...]
+
+
+# A node's trial: its moves as (victim, destination), None if it cannot be cleared; the
+# models whose budgets stood in the way; what it read.
+_Cleared = tuple[tuple[tuple[Placement, str], ...] | None, frozenset[str], _Read]
+
+
+def _still_holds(  # noqa: PLR0917
+    read: _Read,
+    name: str,
+    candidates: Sequence[Placement],
+    capacity: Capacity,
+    index: _Index,
+    budget: Mapping[str, int],
+) -> bool:
+    """Whether the round before's trial of ``name`` is this round's: everything ``_clear``
+    reads is the same. The profiles and the spread's domains are (``IndexMemo`` patches an
+    index only for the same demands and inventory); the spread counts are but for the
+    models of the placements taken out (``_Index.changed``); the node's own room and the
+    budgets are compared; and each destination list it looked at is the same nodes with
+    the same room (``_Index.near_holds``), which is all ``_destination`` reads of capacity."""
+    # Compared in C: the same objects compare equal at once (the key holds their ids).
+    if read.candidates != tuple(candidates):
+        return False
+    if read.free != (capacity.free_gpus(name), capacity.free_memory(name)):
+        return False
+    changed = index.changed
+    for p, limit in zip(candidates, read.budgets, strict=True):
+        if p.model in changed or budget.get(p.model) != limit:
+            return False
+    return all(index.near_holds(profile, capacity) for profile in read.near)
 
 
 def _refused(
@@ -369,7 +423,16 @@ class _Index:
         self.spread = _Spread(placements, domain, required)
         # id(profile) -> its best-fitting nodes (``_destination``); the profiles are the
         # round's demands', alive as long as this index.
-        self.near: dict[int, list[str]] = {}
+        self.near: Near = {}
+        # The round before's trials and destinations (``IndexMemo``), each trial taken
+        # again when what it read is the same (``_still_holds``); the models whose spread
+        # counts changed since; and, per profile, whether its destinations are the same.
+        self.cleared_before: dict[tuple[object, ...], _Cleared] = {}
+        self.near_before: Near = {}
+        self.changed: frozenset[str] = frozenset()
+        self.near_same: dict[int, bool] = {}
+        # How many trials were the round before's (for the tests).
+        self.reused = 0
         # model -> the nodes running one of its single-node replicas.
         self.hosts: dict[str, frozenset[str]] = {}
         hosts: dict[str, set[str]] = {}
@@ -382,9 +445,17 @@ class _Index:
         # (node, cards, memory, candidates by identity) -> a single node's trial
         # (``_clear_alone``). Like ``near``, it holds for one capacity and one set of
         # budgets: an index serves the searches of one round's step, before any move.
-        self.cleared: dict[
-            tuple[object, ...], tuple[tuple[tuple[Placement, str], ...] | None, frozenset[str]]
-        ] = {}
+        self.cleared: dict[tuple[object, ...], _Cleared] = {}
+
+    def near_holds(self, profile: PlacementProfile, capacity: Capacity) -> bool:
+        """Whether ``profile``'s best-fitting destinations are the round before's: the
+        same nodes, in the same order, with the same room."""
+        same = self.near_same.get(id(profile))
+        if same is None:
+            before = self.near_before.get(id(profile))
+            same = before is not None and before == _near(profile, capacity, self.near)
+            self.near_same[id(profile)] = same
+        return same
 
 
 @dataclass(slots=True)
@@ -426,7 +497,9 @@ class IndexMemo:
         else:
             index = known
             index.spread.domain = domain
-            index.near, index.searches, index.cleared = {}, {}, {}
+            index.cleared_before, index.near_before = index.cleared, index.near
+            index.changed = frozenset(p.model for p in removed)
+            index.near, index.searches, index.cleared, index.near_same = {}, {}, {}, {}
             gone = {id(p) for p in removed}
             models: set[str] = set()
             for p in removed:
@@ -625,7 +698,7 @@ def _clear(
     profiles: Mapping[tuple[str, str], PlacementProfile],
     spread: _Spread,
     most: int | None,
-    near: dict[int, list[str]],
+    near: Near,
     trial: _Trial,
 ) -> tuple[Move, ...] | None:
     """The fewest of ``candidates`` to move elsewhere so that ``profile`` fits on ``name``.
@@ -683,6 +756,8 @@ class _Trial:
     used: dict[str, tuple[int, float]] = field(default_factory=dict)
     spent: dict[str, int] = field(default_factory=dict)
     moved: list[tuple[str, str, str]] = field(default_factory=list)
+    # The victim profiles whose destinations were looked at, in order (``_Read``).
+    read: list[PlacementProfile] = field(default_factory=list)
 
     def undo(self, spread: _Spread) -> None:
         for model, source, to in reversed(self.moved):
@@ -695,6 +770,23 @@ class _Trial:
 _KEEP = _LOOK + 16
 
 
+# id(profile) -> its best-fitting nodes and their free cards and memory (``_destination``).
+Near = dict[int, tuple[list[str], tuple[tuple[int, float | None], ...]]]
+
+
+def _near(
+    profile: PlacementProfile, capacity: Capacity, near: Near
+) -> tuple[list[str], tuple[tuple[int, float | None], ...]]:
+    """The best-fitting nodes of ``profile`` (read once a round), with their room: what
+    ``_destination`` reads of capacity, for ``_Index.near_holds`` a round later."""
+    known = near.get(id(profile))
+    if known is None:
+        names = [name for _, _, name in islice(capacity.fitting(profile), _KEEP)]
+        room = tuple((capacity.free_gpus(n), capacity.free_memory(n)) for n in names)
+        known = near[id(profile)] = (names, room)
+    return known
+
+
 def _destination(  # noqa: PLR0917
     victim: Placement,
     away_from: str,
@@ -702,7 +794,7 @@ def _destination(  # noqa: PLR0917
     profile: PlacementProfile,
     spread: _Spread,
     trial: _Trial,
-    near: dict[int, list[str]],
+    near: Near,
 ) -> str | None:
     """The best-fitting other fresh node of the victim's own profile (class, labels,
     memory) with room once the trial's earlier moves are counted, within its spread
@@ -710,10 +802,9 @@ def _destination(  # noqa: PLR0917
 
     The best-fitting nodes of each profile are read from ``capacity`` once a round
     (``near``, by the profile's identity: capacity does not change during a search)."""
-    fitting = near.get(id(profile))
-    if fitting is None:
-        fitting = [name for _, _, name in islice(capacity.fitting(profile), _KEEP)]
-        near[id(profile)] = fitting
+    fitting = _near(profile, capacity, near)[0]
+    if not any(seen is profile for seen in trial.read):
+        trial.read.append(profile)
     first = None
     looked = 0
     used, cleared = trial.used, trial.cleared

@@ -7,6 +7,8 @@ with those few taken out; they must be exactly what counting the rest gives.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -71,3 +73,115 @@ def test_indexes_less_the_placements_gone_are_the_indexes_of_the_rest(
         assert _index_view(index) == _index_view(_Index(after, domain, required))
         before = after
     assert spread_memo.patched > 0 and index_memo.patched > 0
+
+
+# A fleet where replicas must be moved to make room: 8 cards a node, replicas of 1, 2 and
+# 4 cards, and a model of higher priority asking for a whole node (or two).
+MOVED = [
+    Demand("a", 4, (profile("one", "A100", 1),), spread_by="zone", spread_required=True),
+    Demand("b", 4, (profile("two", "A100", 2),), spread_by="zone"),
+    Demand("d", 2, (profile("four", "A100", 4, memory_gb=40),)),
+    Demand("e", 1, (profile("eight", "A100", 8), profile("gang", "A100", 8, nodes=2)), priority=1),
+]
+SIZES = {"a": (1, "one"), "b": (2, "two"), "d": (4, "four")}
+FLEET = {
+    f"n{i}": node(f"n{i}", labels={"zone": "eu" if i % 3 else "us"}, memory_gb=80, fabric="f")
+    for i in range(8)
+}
+
+
+@st.composite
+def held(draw: st.DrawFn) -> list[Placement]:
+    out = []
+    for model, (gpus, name) in SIZES.items():
+        for replica in range(draw(st.integers(min_value=0, max_value=6))):
+            where = draw(st.sampled_from(sorted(FLEET)))
+            out.append(Placement(model, replica, name, (where,), gpus, "A100", 10 * gpus))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_trials_carried_from_the_round_before_are_the_trials_made_afresh(
+    data: st.DataObject,
+) -> None:
+    """``moves_for`` on an index patched from the round before's (its trials taken again
+    where what they read is the same) is ``moves_for`` on an index built afresh, round
+    after round, as placements go, nodes go stale, room changes and budgets move."""
+    from scheduler.planner.defrag import moves_for
+    from scheduler.planner.fleet.capacity import Capacity
+
+    draw = data.draw
+    before = draw(held())
+    domain = _domains(MOVED, FLEET)
+    required = {"a"}
+    memo = IndexMemo()
+    priorities = {d.model: d.priority for d in MOVED}
+    profiles = {(d.model, p.name): p for d in MOVED for p in d.profiles}
+    for round_ in range(draw(st.integers(min_value=2, max_value=5))):
+        after = before if round_ == 0 else [p for p in before if draw(st.integers(0, 5)) > 0]
+        fresh = set(FLEET) - set(draw(st.lists(st.sampled_from(sorted(FLEET)), max_size=2)))
+        capacity = Capacity(list(FLEET.values()), fresh)
+        for p in after:
+            capacity.consume(p.nodes, p.gpus_per_node, p.memory_gb_per_node)
+        for name in draw(st.lists(st.sampled_from(sorted(FLEET)), max_size=4)):
+            capacity.consume((name,), draw(st.integers(-2, 3)), draw(st.sampled_from([0, 10])))
+        budget = {
+            m: draw(st.integers(0, 2))
+            for m in draw(st.lists(st.sampled_from(sorted(SIZES)), unique=True))
+        }
+        carried = memo.index_of(after, MOVED, "v", domain, required)
+        afresh = _Index(after, domain, required)
+        for demand in MOVED:
+            for shape in demand.profiles:
+                common: dict[str, Any] = {
+                    "priorities": priorities,
+                    "budget": budget,
+                    "profiles": profiles,
+                    "domain": domain,
+                    "required": required,
+                }
+                got = moves_for(
+                    demand.model, demand.priority, shape, capacity, after, index=carried, **common
+                )
+                want = moves_for(
+                    demand.model, demand.priority, shape, capacity, after, index=afresh, **common
+                )
+                assert got == want
+        before = after
+
+
+def test_a_node_lost_leaves_the_other_nodes_trials_as_they_were() -> None:
+    """The round after a node is lost tries again only what read that node: every other
+    node's trial is the round before's (on the old tree every trial was made again)."""
+    from scheduler.planner.defrag import moves_for
+    from scheduler.planner.fleet.capacity import Capacity
+
+    # Every node runs a replica of a and of b, but n6, full of d's: losing n6 changes
+    # neither the others' room nor anyone's destinations, nor the spread of a or b.
+    before = [
+        Placement(model, i, name, (f"n{i}",), gpus, "A100", 10 * gpus)
+        for i in range(8)
+        for model, (gpus, name) in SIZES.items()
+        if (model == "d") == (i == 6)
+    ]
+    before.append(Placement("d", 8, "four", ("n6",), 4, "A100", 40))
+    domain = _domains(MOVED, FLEET)
+    memo = IndexMemo()
+    priorities = {d.model: d.priority for d in MOVED}
+    profiles = {(d.model, p.name): p for d in MOVED for p in d.profiles}
+    eight = MOVED[-1].profiles[0]
+    found = []
+    for lost in ((), ("n6",)):
+        after = [p for p in before if p.nodes[0] not in lost]
+        capacity = Capacity(list(FLEET.values()), set(FLEET) - set(lost))
+        for p in after:
+            capacity.consume(p.nodes, p.gpus_per_node, p.memory_gb_per_node)
+        index = memo.index_of(after, MOVED, "v", domain, {"a"})
+        common: dict[str, Any] = {"priorities": priorities, "budget": {}, "profiles": profiles}
+        common |= {"domain": domain, "required": {"a"}}
+        found.append(moves_for("e", 1, eight, capacity, after, index=index, **common))
+        afresh = _Index(after, domain, {"a"})
+        assert found[-1] == moves_for("e", 1, eight, capacity, after, index=afresh, **common)
+    assert found[0].node is not None
+    assert index.reused > 0
