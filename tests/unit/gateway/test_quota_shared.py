@@ -277,3 +277,36 @@ def test_a_gateway_runs_on_credit_only_within_its_line_lowered_from_the_sending(
     assert d.credit == 0 and q.holdings[holding].credit == 0
     with pytest.raises(Refusal):
         q.admit("app", limits, "chat", 900, prompt=1, now=40.1)
+
+
+def test_far_from_its_limit_a_busy_client_costs_a_call_per_half_cap_not_per_tick() -> None:
+    """A client using a sliver of a large limit: its gateway tops the holding up once
+    half of it is spent, not at every tick a request was served in (five calls a second
+    for every active limited client, as much CPU as serving them); near the limit every
+    round trip counts again."""
+    c = Cluster.of(6_000_000, 1)  # holding: 5% = 300,000 tokens
+    c.gateways[0].prepare([("app", c.limits)], c.now)  # (the token seen in the feed)
+    c.call(0, 0.2)  # the first chunk
+    calls = 0
+    for _ in range(100):  # 20 s of ticks, a request of 100 tokens in each
+        c.now += 0.2
+        assert c.request(0, 100, 100)
+        c.settle(0)
+        if c.gateways[0].draws(c.now, 0.2):
+            calls += 1
+    # (One: the credit line lent before the first request goes back once requests are
+    # seen to fit in what is held.)
+    assert calls <= 1, f"{calls} calls for 10,000 tokens of a 300,000-token holding"
+
+    # Near the limit (the account under half full): topped up as soon as a request's
+    # worth is missing, as before.
+    near = Cluster.of(6000, 1)
+    near.gateways[0].prepare([("app", near.limits)], near.now)
+    near.call(0, 0.2)
+    near.account.grant(4000, near.now)  # other gateways took most of the minute
+    near.call(0, 0.2)  # its answer: the account is no longer plenty
+    for _ in range(2):
+        assert near.request(0, 100, 100)
+        near.settle(0)
+    holding = near.gateways[0].holdings[("app", TOKENS)]
+    assert any(d.want for d in near.gateways[0].draws(near.now, 0.2)), vars(holding)
