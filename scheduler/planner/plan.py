@@ -55,6 +55,7 @@ from scheduler.planner.fleet.placements import Demand, Placement, Plan, Removal,
 from scheduler.planner.fleet.rejections import (
     ClassIndex,
     ProfileRejections,
+    RejectionMemo,
     count_rejections,
     render,
 )
@@ -85,6 +86,7 @@ class Carried:
     spread: SpreadMemo = field(default_factory=SpreadMemo)
     index: IndexMemo = field(default_factory=IndexMemo)
     judged: JudgeMemo = field(default_factory=JudgeMemo)
+    rejections: RejectionMemo = field(default_factory=RejectionMemo)
 
 
 def plan(
@@ -250,6 +252,8 @@ def plan(
         closed=closed,
         avoid=judged.avoid,
         after=moved.notes if moved is not None else {},
+        memo=None if carried is None else carried.rejections,
+        inventory_version=None if carried is None else carried.inventory,
     )
     # Placed again where they run: new rows for the store, though kept through the round.
     # (Nothing placed again, the usual case: no pass over every kept replica to ask.)
@@ -313,15 +317,26 @@ def _explain(
     closed: frozenset[str] = frozenset(),
     avoid: Mapping[str, frozenset[str]] | None = None,
     after: Mapping[str, str] | None = None,
+    memo: RejectionMemo | None = None,
+    inventory_version: object = None,
 ) -> tuple[Unplaced, ...]:
     """One explanation per model, shared by its unplaced replicas.
 
     Explained against the capacity left at the end of the round: a profile
     that found no room earlier finds none now either, and "why not now" is the
-    question an operator asks.
+    question an operator asks. With a ``memo``, the counts are the round before's,
+    recounted at the nodes that changed (``RejectionMemo``): the same counts.
     """
     nodes = list(inventory.values())
-    index = ClassIndex.of(nodes, fresh, closed)
+    if memo is not None:
+        if failed:
+            gpus, memory = capacity.free_state()
+            memo.advance(
+                inventory_version, nodes, fresh=fresh, closed=closed, gpus=gpus, memory=memory
+            )
+        index = None
+    else:
+        index = ClassIndex.of(nodes, fresh, closed)
     counted: dict[tuple[str, Requirement, frozenset[str]], ProfileRejections] = {}
     unplaced: list[Unplaced] = []
     for model, (options, replicas) in failed.items():
@@ -329,7 +344,9 @@ def _explain(
         avoided = (avoid or {}).get(model, frozenset())
         for profile, requirement in options:
             key = (profile.name, requirement, avoided)
-            if key not in counted:
+            if key not in counted and memo is not None:
+                counted[key] = memo.count(key, profile, nodes, capacity=capacity, avoid=avoided)
+            elif key not in counted:
                 counted[key] = count_rejections(
                     profile,
                     nodes,

@@ -15,11 +15,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.fit import Check, memory_fits, missing_label
 from scheduler.planner.fleet.inventory import Node
+
+# One node's place in a profile's counts: the first check it fails and its detail, or
+# (None, its fabric) when it fits (``RejectionMemo``).
+_Outcome = tuple[Check | None, str | None]
 
 
 class FreeCapacity(Protocol):
@@ -126,6 +130,19 @@ def count_rejections(
     fit_without_fabric = _count_examined(
         profile, examined, fresh, capacity, closed, avoid, failures, fabric_sizes
     )
+    return _assemble(profile, len(nodes), failures, fabric_sizes, fit_without_fabric)
+
+
+def _assemble(
+    profile: PlacementProfile,
+    total: int,
+    failures: Mapping[tuple[Check, str], int],
+    fabric_sizes: Mapping[str, int],
+    fit_without_fabric: int,
+) -> ProfileRejections:
+    """The counts as ``ProfileRejections`` (zero counts, left by a memo's recount, dropped)."""
+    failures = Counter({k: n for k, n in failures.items() if n})
+    nodes = range(total)
     wrong_classes = {cls: n for (check, cls), n in failures.items() if check is Check.GPU_CLASS}
     return ProfileRejections(
         profile=profile.name,
@@ -281,3 +298,172 @@ def _verb(count: int, singular: str, plural: str) -> str:
 
 def _by_count(counts: Mapping[str, int]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+@dataclass(slots=True)
+class _Counted:
+    """One profile's counts (``_count_examined``'s) and each examined node's part in them."""
+
+    outcomes: dict[str, _Outcome]
+    failures: Counter[tuple[Check, str]]
+    fabric_sizes: Counter[str]
+    without_fabric: int
+
+
+class RejectionMemo:
+    """The rejection counts of the round before, kept from round to round and recounted
+    only at the nodes whose freshness, cordon or free room changed (``plan``'s ``carried``):
+    a count is a sum over nodes of each node's first failing check, and a node whose inputs
+    are the same gives the same check, so moving only the changed nodes' parts gives the
+    very counts ``count_rejections`` gives. Starts over when the nodes' content may have
+    changed (``version``: None, or another than the round before's).
+
+    A round calls ``advance`` once, then ``count`` per profile; counts no round asked for
+    are dropped at the next ``advance`` (their nodes' parts would be out of date).
+
+    Pure: values only; the caller owns it."""
+
+    def __init__(self) -> None:
+        self.version: object = None
+        self._fresh: frozenset[str] | None = None
+        self._closed: frozenset[str] = frozenset()
+        self._gpus: dict[str, int] = {}
+        self._memory: dict[str, float | None] = {}
+        self._by_class: dict[str | None, list[Node]] = {}
+        self._nodes: dict[str, Node] = {}
+        self._stale: Counter[str | None] = Counter()
+        self._shut: Counter[str | None] = Counter()
+        self._counted: dict[object, _Counted] = {}
+        self._used: set[object] = set()
+        self._changed: frozenset[str] = frozenset()
+        self._total = 0
+        # Counts recounted node by node rather than counted afresh (for tests and benchmarks).
+        self.recounted = 0
+
+    def advance(
+        self,
+        version: object,
+        nodes: Sequence[Node],
+        *,
+        fresh: frozenset[str],
+        closed: frozenset[str],
+        gpus: dict[str, int],
+        memory: dict[str, float | None],
+    ) -> None:
+        """Start a round: ``gpus`` and ``memory`` are every node's free room as counted
+        (the memo keeps them; pass copies)."""
+        if version is None or version != self.version or self._fresh is None:
+            index = ClassIndex.of(nodes, fresh, closed)
+            self._by_class = {k: list(v) for k, v in index.by_class.items()}
+            self._stale, self._shut = Counter(index.stale), Counter(index.closed)
+            self._counted = {}
+            self._changed = frozenset()
+            self._nodes = {n.name: n for n in nodes}
+        else:
+            self._counted = {k: v for k, v in self._counted.items() if k in self._used}
+            turned = (fresh ^ self._fresh) | (closed ^ self._closed)
+            moved = {k for k, _ in gpus.items() ^ self._gpus.items()}
+            moved.update(k for k, _ in memory.items() ^ self._memory.items())
+            for name in turned:
+                gpu_class = self._nodes[name].gpu_class
+                if name not in self._fresh:
+                    self._stale[gpu_class] -= 1
+                elif name in self._closed:
+                    self._shut[gpu_class] -= 1
+                if name not in fresh:
+                    self._stale[gpu_class] += 1
+                elif name in closed:
+                    self._shut[gpu_class] += 1
+            self._changed = frozenset(turned | moved)
+        self.version, self._fresh, self._closed = version, fresh, closed
+        self._gpus, self._memory = gpus, memory
+        self._total = len(nodes)
+        self._used = set()
+
+    def count(
+        self,
+        key: object,
+        profile: PlacementProfile,
+        nodes: Sequence[Node],
+        *,
+        capacity: FreeCapacity,
+        avoid: Collection[str] = (),
+    ) -> ProfileRejections:
+        """``count_rejections(profile, nodes, ...)`` with this round's ``advance``'s
+        freshness and cordons; ``key`` names the profile, its requirement and ``avoid``."""
+        fresh = self._fresh or frozenset()
+        closed = self._closed
+        examined: Sequence[Node] = (
+            nodes if profile.gpu_class is None else self._by_class.get(profile.gpu_class, ())
+        )
+        counted = self._counted.get(key)
+        if counted is None:
+            counted = self._counted[key] = _Counted({}, Counter(), Counter(), 0)
+            for node in examined:
+                outcome = _outcome(profile, node, fresh, capacity, closed, avoid)
+                counted.outcomes[node.name] = outcome
+                _add(counted, outcome, 1)
+        else:
+            self.recounted += 1
+            outcomes = counted.outcomes
+            for name in self._changed:
+                old = outcomes.get(name)
+                if old is None:
+                    continue
+                new = _outcome(profile, self._nodes[name], fresh, capacity, closed, avoid)
+                if new != old:
+                    _add(counted, old, -1)
+                    _add(counted, new, 1)
+                    outcomes[name] = new
+        self._used.add(key)
+        failures: Counter[tuple[Check, str]] = Counter(counted.failures)
+        if profile.gpu_class is not None:
+            # Every node of another class fails at freshness, cordon or class (``ClassIndex``).
+            for gpu_class, members in self._by_class.items():
+                if gpu_class == profile.gpu_class:
+                    continue
+                stale, shut = self._stale.get(gpu_class, 0), self._shut.get(gpu_class, 0)
+                failures[Check.STALE, ""] += stale
+                failures[Check.CORDONED, ""] += shut
+                if len(members) > stale + shut:
+                    failures[Check.GPU_CLASS, gpu_class or ""] += len(members) - stale - shut
+        return _assemble(
+            profile, self._total, failures, counted.fabric_sizes, counted.without_fabric
+        )
+
+
+def _outcome(  # noqa: PLR0917
+    profile: PlacementProfile,
+    node: Node,
+    fresh: Collection[str],
+    capacity: FreeCapacity,
+    closed: Collection[str],
+    avoid: Collection[str],
+) -> _Outcome:
+    """One node's first failing check for ``profile`` (``_count_examined``'s chain)."""
+    name, wanted, selector = node.name, profile.gpu_class, profile.node_selector
+    if name not in fresh:
+        return Check.STALE, ""
+    if name in closed:
+        return Check.CORDONED, ""
+    if wanted is not None and node.gpu_class != wanted:
+        return Check.GPU_CLASS, node.gpu_class or ""
+    if selector and (label := missing_label(node.labels, selector)) is not None:
+        return Check.LABELS, label
+    if name in avoid:
+        return Check.BACKOFF, ""
+    if profile.gpus_per_node != 0 and capacity.free_gpus(name) < profile.gpus_per_node:
+        return Check.FREE_GPUS, ""
+    if not memory_fits(capacity.free_memory(name), profile.min_memory_gb):
+        return Check.MEMORY, ""
+    return None, node.fabric
+
+
+def _add(counted: _Counted, outcome: _Outcome, n: int) -> None:
+    check, detail = outcome
+    if check is not None:
+        counted.failures[check, cast(str, detail)] += n
+    elif detail is None:
+        counted.without_fabric += n
+    else:
+        counted.fabric_sizes[detail] += n

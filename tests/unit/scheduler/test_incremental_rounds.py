@@ -253,7 +253,8 @@ def test_rounds_after_nodes_lost_or_changed_are_the_full_rounds(data: st.DataObj
     """Histories of small changes to a settled fleet, each round's plan written: nodes lost
     (silent past grace) or forgotten, back again, a node's content changed, cordons; every
     incremental round equals ``plan()`` on the whole inputs, and the rounds after a lost
-    node keep the running replicas from the round before's work (``Carried``)."""
+    node keep the running replicas from the round before's work (``Carried``), and the
+    unplaced replicas' rejection counts (``RejectionMemo``)."""
     draw = data.draw
     count = draw(st.integers(min_value=2, max_value=10))
     fleet = {f"n{i}": draw(a_node(f"n{i}")) for i in range(count)}
@@ -329,6 +330,7 @@ def test_rounds_after_nodes_lost_or_changed_are_the_full_rounds(data: st.DataObj
         # The store writes the plan: the next round starts from it.
         current = got.placements
     event(f"kept from the round before: {min(rounds.carried.keep.hits, 3)}")
+    event(f"rejections recounted: {min(rounds.carried.rejections.recounted, 3)}")
 
 
 def test_a_lost_node_keeps_the_rest_from_the_round_before() -> None:
