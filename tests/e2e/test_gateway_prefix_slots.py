@@ -259,6 +259,8 @@ def test_a_hold_ends_at_queue_hold_and_the_turn_takes_the_free_replica(
             for x in gw.logs("gateway.request")
             if x.get("replica") != home and x.get("status") == 200
         ][-1]
-        assert (line["queued_ms"] or 0) >= 1000, line  # it held a second first
+        # It held about a second first (the hold's timer and the line's clock are read a
+        # fraction of a millisecond apart: 999.8 was seen).
+        assert (line["queued_ms"] or 0) >= 990, line
     finally:
         gw.stop()
