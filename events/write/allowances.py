@@ -16,17 +16,21 @@ are the numbered keys, and an older release reads only those).
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 from sqlalchemy import Connection, Engine, Table, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from catalog.forms.allowance import Account, Draw, Granted
+from catalog.forms.allowance import MAX_AMOUNT, Account, Draw, Granted
 from events.database.connection import WRITE, is_sqlite
 from events.database.tables import AllowanceRow
+
+log = structlog.get_logger("llmgw.catalog")
 
 t: Table = AllowanceRow.__table__  # type: ignore[assignment]  # declarative tables are Tables
 
@@ -49,31 +53,69 @@ def _now(conn: Connection) -> float:
     return time.time()
 
 
+# The longest ``slots`` text read (a budget's 60 slots and a few credit lines are a few
+# kilobytes); a longer one, like one that is not JSON or nests past the parser's depth,
+# is read as no slots and no credit, and said.
+MAX_SLOTS_TEXT = 1 << 20
+
+
 def _account(r: Any) -> Account:
-    """A row's account: its budget slots and its credit from the ``slots`` JSON."""
+    """A row's account: its budget slots and its credit from the ``slots`` JSON. Whatever
+    the text holds, it is read inside this net: a part that is not what this release
+    writes (not JSON, too long or deep, a number out of range, not finite) is left out
+    and the row named in the log, never an error of the call."""
     account = Account(int(r.size), float(r.level), float(r.at), r.period_s)
+    text = r.slots or "{}"
     try:
-        data = json.loads(r.slots or "{}")
-    except ValueError:
-        return account
+        data = json.loads(text) if len(text) <= MAX_SLOTS_TEXT else None
+    except (ValueError, RecursionError):
+        data = None
     if not isinstance(data, dict):
+        log.warning("allowance.slots_unreadable", client=r.client, kind=r.kind, chars=len(text))
         return account
     for key, value in data.items():
-        if isinstance(key, str) and key.lstrip("-").isdigit() and isinstance(value, int):
+        if (
+            isinstance(key, str)
+            and key.lstrip("-").isdigit()
+            and len(key) <= 20
+            and isinstance(value, int)
+            and abs(value) <= MAX_AMOUNT
+        ):
             account.slots[int(key)] = value
     credit = data.get("credit")
+    if credit is None:
+        return account
+    pool = wanted = lent = None
     if isinstance(credit, dict):
-        pool, wanted, lent = credit.get("pool"), credit.get("wanted"), credit.get("lent")
-        if isinstance(pool, int) and isinstance(wanted, int | float) and isinstance(lent, dict):
-            account.pool, account.wanted = pool, float(wanted)
-            for holder, value in lent.items():
-                if (
-                    isinstance(value, list)
-                    and len(value) == 2
-                    and all(isinstance(x, int | float) for x in value)
-                ):
-                    account.lent[holder] = [float(value[0]), float(value[1])]
+        pool, wanted, lent = credit.get("pool"), _finite(credit.get("wanted")), credit.get("lent")
+    if (
+        not (isinstance(pool, int) and 0 <= pool <= MAX_AMOUNT)
+        or wanted is None
+        or (not isinstance(lent, dict))
+    ):
+        log.warning("allowance.credit_unreadable", client=r.client, kind=r.kind)
+        return account
+    account.pool, account.wanted = pool, wanted
+    for holder, value in lent.items():
+        line = value if isinstance(value, list) and len(value) == 2 else (None, None)
+        held, until = _finite(line[0]), _finite(line[1])
+        if isinstance(holder, str) and held is not None and until is not None:
+            account.lent[holder] = [held, until]
+        else:
+            # (Left out: its line is lent again; what its holder owed is not charged.)
+            log.warning("allowance.credit_line_unreadable", client=r.client, kind=r.kind)
     return account
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number a line can hold, else None (JSON
+    read by Python takes ``NaN``, ``Infinity`` and integers past a float's range)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int) and abs(value) > MAX_AMOUNT * 1000:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and abs(number) <= MAX_AMOUNT * 1000 else None
 
 
 def _stored(account: Account) -> str:

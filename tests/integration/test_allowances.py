@@ -6,12 +6,14 @@ resizes its account."""
 
 from __future__ import annotations
 
+import math
 import threading
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, update
 
 from catalog.forms.allowance import BUDGET, TOKENS, Draw
 from events.database.connection import make_engine
+from events.database.tables import AllowanceRow
 from events.write.allowances import Asked, exchange, read_accounts
 
 PERIOD = 86_400
@@ -95,3 +97,34 @@ def test_an_accounts_credit_pool_is_kept_across_calls_and_replicas(
             assert sum(stored.slots.values()) == (20 if period else 0)
     finally:
         other.dispose()
+
+
+HOSTILE_SLOTS = [
+    "{" * 100_000,  # deeper than the parser goes: RecursionError, not ValueError
+    "[" * 50_000 + "]" * 50_000,
+    '{"credit": {"pool": 300, "wanted": 0, "lent": {"gw-x": [1e999, NaN]}}}',
+    '{"credit": {"pool": 300, "wanted": Infinity, "lent": {}}}',
+    '{"credit": {"pool": 300, "wanted": 0, "lent": {"gw-x": [' + "9" * 400 + ", 1]}}}",
+    '{"credit": {"pool": -5, "wanted": 0, "lent": {}}}',
+    '{"99999999999999999999999999": 5, "1": ' + "9" * 400 + "}",
+    "x" * 2_000_000,
+    "\x1b[2J\x07 not json",  # (PostgreSQL text holds no NUL)
+]
+
+
+def test_a_hostile_slots_text_is_read_around_never_an_error_of_the_call(
+    db_url: str, engine: Engine
+) -> None:
+    """Whatever bytes a row's ``slots`` holds (deep, huge, NaN, infinities, numbers past a
+    float), the call is answered from the rest of the row and the row is rewritten whole;
+    a stuck line (a lease that never ends: NaN) is not kept."""
+    ask = Asked(Draw("app-1", TOKENS, 10, 0, 300, 300, "gw-a"), 1000, None)
+    for text in HOSTILE_SLOTS:
+        exchange(engine, [ask])
+        with engine.begin() as conn:
+            conn.execute(update(AllowanceRow.__table__).values(slots=text))  # type: ignore[arg-type]
+        answer = exchange(engine, [ask])[0]
+        assert answer.size == 1000 and answer.credit in (0, 300), text[:60]
+        stored = read_accounts(engine, "app-1")[("app-1", TOKENS)]
+        assert all(math.isfinite(v) for line in stored.lent.values() for v in line), text[:60]
+        assert 0 <= stored.pool <= 1000
