@@ -178,14 +178,16 @@ class Agent:
             self.stopping.wait(self.config.interval)
 
     def tick(self) -> None:
-        last = self._last_contact
-        if last is not None and self.clock() - last > AWAY_TICKS * self.config.interval + 1.0:
-            self._away = True  # no failed report, but no tick either: the agent was frozen
         self.observe()
         if not self.report():
             return
         wants = self._placements_now()
         if wants is None:
+            return
+        if self._gap():
+            # Frozen between the report and this read: what it says may be a control
+            # plane that gave the node up meanwhile. Nothing is applied; the next tick
+            # reports in full and holds the engines (``_back``).
             return
         self.worker_keys = {w.key for w in wants if w.worker}
         self.placed = sorted((w.key.model, w.key.replica, w.server_state, w.version) for w in wants)
@@ -197,14 +199,16 @@ class Agent:
             wants, self.haves(), self.inventory.devices, now, self.config.backoff, hold=self.held
         )
         self._log_held(decision)
+        applying = self.clock()
         self.apply(decision)
+        if self._last_contact is not None:
+            # A tick's own work (stopping an engine takes up to stop_grace) is no time
+            # away: the contact is moved on by what applying took.
+            self._last_contact += max(0.0, self.clock() - applying)
         if decision.starts:
             # Said at once, not at the next tick: an engine that loads within a tick
             # would otherwise go from placed to ready with its start never reported.
             self.report()
-        # Counted from the end of the tick: a tick's own work (stopping an engine takes
-        # up to stop_grace) is no time away.
-        self._last_contact = self.clock()
         log.debug(
             "agent.reconciled",
             placed=len(wants),
@@ -371,7 +375,10 @@ class Agent:
         said = digest([body, self.placed])
         # Back from a time away, the report goes in full: the engines it names that are no
         # longer placed here are what the control plane places again (running copies).
-        if not self._away and self._heartbeat(said):
+        # The gap is judged both before the heartbeat and after its answer: the agent
+        # may be frozen anywhere, the heartbeat's round trip too.
+        if not self._gap() and self._heartbeat(said) and not self._gap():
+            self._last_contact = self.clock()
             return True
         try:
             # The count of server switches is not in ``said``: a move alone sends no full
@@ -415,8 +422,20 @@ class Agent:
             if exc.status == FORBIDDEN:
                 raise ReportsForbidden(exc.detail) from None
             return False
+        self._gap()
         self._back()
         return True
+
+    def _gap(self) -> bool:
+        """Whether the agent is away: a report failed, or none went through for
+        ``AWAY_TICKS`` intervals and a second. Judged from the last report that went
+        through, not from a tick's start or end: frozen (SIGSTOP, a paused VM) halfway
+        through a tick, the agent finishes that tick after the thaw, and a clock read
+        then would hide the time frozen."""
+        last = self._last_contact
+        if last is not None and self.clock() - last > AWAY_TICKS * self.config.interval + 1.0:
+            self._away = True
+        return self._away
 
     def _back(self) -> None:
         """After a report went through: hold the engines running now if it ends a time away."""
@@ -432,6 +451,7 @@ class Agent:
                 "control plane to place them again where they run",
             )
         self._away = False
+        self._last_contact = now
 
     def _log_held(self, decision: Decision) -> None:
         self._held_logged &= set(self.held)

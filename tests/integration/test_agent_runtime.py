@@ -11,7 +11,7 @@ import http.server
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +88,17 @@ def placement(model: str, args: list[str], gpus: int = 1) -> dict[str, Any]:
 def make_agent(tmp_path: Path) -> Iterator[Any]:
     agents: list[Agent] = []
 
-    def make(server: StandIn, devices: tuple[int, ...] = (0, 1)) -> Agent:
+    def make(
+        server: StandIn,
+        devices: tuple[int, ...] = (0, 1),
+        clock: Callable[[], float] = time.time,
+    ) -> Agent:
         config = AgentConfig(
             node="n1", state_dir=tmp_path / "state", engine_host="127.0.0.1", stop_grace=5
         )
         inventory = Inventory(gpu_class="SIM", devices=devices, memory_gb=64.0, cpus=2)
         # StandIn plays the ControlPlane client, a class (not a Protocol) it does not subclass.
-        agent = Agent(config, inventory, server)  # type: ignore[arg-type]
+        agent = Agent(config, inventory, server, clock)  # type: ignore[arg-type]
         agents.append(agent)
         return agent
 
@@ -199,6 +203,64 @@ def test_an_unreachable_control_plane_stops_nothing(make_agent: Any) -> None:
     for _ in range(3):
         agent.tick()
     assert len(agent.procs) == 1 and all(r.alive for r in agent.records.values())
+
+
+class ThawClock:
+    """The wall clock, with the time a frozen agent did not see pass added at its thaw."""
+
+    def __init__(self) -> None:
+        self.frozen_for = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.frozen_for
+
+
+class FreezingStandIn(StandIn):
+    """Freezes the agent once inside the call named, for a time in which the control
+    plane gives the node up: from then on nothing is placed on it."""
+
+    def __init__(self, placements: list[dict[str, Any]], clock: ThawClock) -> None:
+        super().__init__(placements)
+        self.clock = clock
+        self.freeze_in: str | None = None
+
+    def _maybe_freeze(self, call: str) -> None:
+        if self.freeze_in == call:
+            self.freeze_in = None
+            self.clock.frozen_for += 60.0
+            self.answer = []
+
+    def report(self, node: str, body: dict[str, Any], *, switches: bool = False) -> Any:
+        self._maybe_freeze("report")  # frozen before sending: the server hears it after
+        return super().report(node, body, switches=switches)
+
+    def placements(self, node: str) -> Any:
+        self._maybe_freeze("placements")
+        return super().placements(node)
+
+
+@pytest.mark.parametrize("call", ["report", "placements"])
+def test_an_agent_frozen_halfway_through_a_tick_holds_its_engine_when_it_thaws(
+    make_agent: Any, call: str
+) -> None:
+    # The freeze (SIGSTOP, a paused VM) lands inside a tick, not between two: the tick
+    # finishes after the thaw, and the placements it reads may be a control plane's
+    # that gave the node up meanwhile. The engine is held (``readopt_grace``), not
+    # stopped, for the control plane to place the replica again where it runs.
+    clock = ThawClock()
+    server = FreezingStandIn([placement("chat", [])], clock)
+    agent = make_agent(server, clock=clock)
+    tick_until(agent, server, "ready")
+    ((key, engine),) = agent.procs.items()
+    server.freeze_in = call
+    for _ in range(3):
+        agent.tick()
+    assert server.freeze_in is None and server.answer == []
+    assert list(agent.procs) == [key] and agent.procs[key].pid == engine.pid
+    assert agent.procs[key].exit_status() == (False, None)
+    assert set(agent.held) == {key}
+    # The report after the thaw goes in full and names the running engine.
+    assert [r["replica"] for r in server.reports[-1]["replicas"]] == [0]
 
 
 class _Huge(http.server.BaseHTTPRequestHandler):
