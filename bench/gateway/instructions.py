@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -81,7 +82,8 @@ def _dump(pid: int) -> None:
 
 
 def _newest_total(out: Path, pid: int, after: int) -> tuple[int, int]:
-    """The number and the instructions of the newest dump of ``pid`` past ``after``."""
+    """The number and the instructions of the newest dump of ``pid`` past ``after``
+    (callgrind numbers a process's dumps ``cg.PID.1``, ``cg.PID.2``, ...)."""
     deadline = time.monotonic() + 120
     while True:
         numbered = []
@@ -98,9 +100,34 @@ def _newest_total(out: Path, pid: int, after: int) -> tuple[int, int]:
         time.sleep(0.5)
 
 
-def measure(target: Target, out: Path, requests: int, clients: int, stream: bool) -> float:
+@dataclass(frozen=True)
+class Measured:
+    """Instructions a request over the window, all of them (``raw``) and net of what the
+    gateway runs idle for as long (``net``)."""
+
+    raw: float
+    net: float
+    window_s: float
+
+
+def measure(
+    target: Target,
+    out: Path,
+    requests: int,
+    clients: int,
+    stream: bool,
+    *,
+    keep: Path | None = None,
+) -> Measured:
     """Instructions a request of ``target`` (under callgrind) over a window of
-    ``requests`` requests after a warm-up."""
+    ``requests`` requests after a warm-up; the window's own dump copied to ``keep``
+    (for ``callgrind_annotate``) when given.
+
+    Then as long again with no request: what the gateway's timers run (its table's
+    poll, the allowance client's tick) is a cost a second, not a request, and valgrind
+    makes a window about fifty times longer than it is natively, so in the raw figure
+    a timer weighs about fifty times what it does beside real traffic. ``net`` takes
+    that idle window's instructions out."""
     proc = target.process()
     assert proc is not None
     settings = Settings(seconds=0.0, min_requests=requests)
@@ -109,21 +136,34 @@ def measure(target: Target, out: Path, requests: int, clients: int, stream: bool
     try:
         _dump(proc.pid)
         first, _ = _newest_total(out, proc.pid, 0)
+        started = time.monotonic()
         window = load.window()
         _dump(proc.pid)
-        _, total = _newest_total(out, proc.pid, first)
+        window_s = time.monotonic() - started
+        last, total = _newest_total(out, proc.pid, first)
+        if keep is not None:
+            shutil.copyfile(out / f"cg.{proc.pid}.{last}", keep)
+        time.sleep(window_s)
+        _dump(proc.pid)
+        _, idle = _newest_total(out, proc.pid, last)
     finally:
         load.close()
     answered = int(window["requests"])
     if window["errors"] or not answered:
         raise RuntimeError(f"{target.label}: {window['errors']} errors, {answered} answered")
-    return total / answered
+    return Measured(total / answered, max(0, total - idle) / answered, window_s)
 
 
 def run_case(
-    c: Case, base_tree: Path | None, replicas: int, requests: int, clients: int
-) -> dict[str, float]:
-    figures: dict[str, float] = {}
+    c: Case,
+    base_tree: Path | None,
+    replicas: int,
+    requests: int,
+    clients: int,
+    *,
+    keep: Path | None = None,
+) -> dict[str, Measured]:
+    figures: dict[str, Measured] = {}
     settings = Settings(replicas=replicas, routing=c.routing, client_limits=c.limits)
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-cg-") as tmp:
         work = Path(tmp)
@@ -158,9 +198,12 @@ def run_case(
                     common.progress(f"instructions: {c.name}: starting {name} under callgrind")
                     target.start(work)
                     check(target, timeout=600.0)
-                    figures[name] = measure(target, out, requests, clients, c.stream)
+                    kept = None if keep is None else keep / f"{c.name}-{name}.callgrind"
+                    figures[name] = measure(target, out, requests, clients, c.stream, keep=kept)
+                    got = figures[name]
                     common.progress(
-                        f"instructions: {c.name}: {name} {figures[name]:,.0f} a request"
+                        f"instructions: {c.name}: {name} {got.raw:,.0f} a request, "
+                        f"{got.net:,.0f} net of idle (window {got.window_s:.1f} s)"
                     )
                 except Unavailable as exc:
                     common.progress(f"instructions: {c.name}: {name} not measured: {exc}")
@@ -180,26 +223,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=400, help="measured a case and tree")
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--keep-dumps",
+        type=Path,
+        metavar="DIR",
+        help="copy each window's callgrind dump there as CASE-TREE.callgrind "
+        "(read it with callgrind_annotate --inclusive=yes)",
+    )
     args = parser.parse_args(argv)
+    if args.keep_dumps is not None:
+        args.keep_dumps.mkdir(parents=True, exist_ok=True)
     cases = [case(x.strip()) for x in args.cases.split(",") if x.strip()]
     base_tree = _base_tree(parser)
     common.quiet_logs()
     table = common.Table(
         f"Gateway instructions a request under callgrind ({args.replicas} replicas, "
         f"{args.clients} clients, {args.requests} requests a window)",
-        ["case", "base", "this tree", "this / base"],
+        ["case", "base", "this tree", "this / base", "base net", "this net", "net ratio"],
     )
     results = {}
     for c in cases:
-        figures = run_case(c, base_tree, args.replicas, args.requests, args.clients)
-        results[c.name] = figures
+        figures = run_case(
+            c, base_tree, args.replicas, args.requests, args.clients, keep=args.keep_dumps
+        )
+        results[c.name] = {k: vars(v) for k, v in figures.items()}
         mine, theirs = figures.get("this"), figures.get("base")
         table.add(
             c.name,
-            "-" if theirs is None else f"{theirs:,.0f}",
-            "-" if mine is None else f"{mine:,.0f}",
-            "-" if not (mine and theirs) else f"{mine / theirs:.3f}x",
+            "-" if theirs is None else f"{theirs.raw:,.0f}",
+            "-" if mine is None else f"{mine.raw:,.0f}",
+            "-" if not (mine and theirs) else f"{mine.raw / theirs.raw:.3f}x",
+            "-" if theirs is None else f"{theirs.net:,.0f}",
+            "-" if mine is None else f"{mine.net:,.0f}",
+            "-" if not (mine and theirs and theirs.net) else f"{mine.net / theirs.net:.3f}x",
         )
+    table.note(
+        "net: less what the gateway ran idle for as long as the window took (its timers: "
+        "a cost a second, which valgrind's slowdown stretches over fewer requests)."
+    )
     table.note(f"Base: {base_tree or 'none (LLMGW_BENCH_BASE unset)'}.")
     table.note(f"Load average (1 min) at the end: {os.getloadavg()[0]:.1f} (2 cores).")
     common.emit(table)

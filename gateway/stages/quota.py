@@ -110,6 +110,8 @@ UNRENEWED_RETRY_S = 5
 # A credit held is renewed by a call at least this often (its holder trusts it for
 # CREDIT_TRUST_S after the call that renewed it was sent).
 CREDIT_RENEW_S = 1.0
+# (client, model) plans kept (``Quotas._plan``); past it they are all made again.
+MAX_PLANS = 4096
 
 
 @dataclass(slots=True)
@@ -359,6 +361,23 @@ class Ticket:
     spent: tuple[Holding, ...] = ()
 
 
+@dataclass(slots=True)
+class _Plan:
+    """What a request of one client to one model spends and shows, made once (a request
+    looked its holdings up, built their keys and the headers' names each time: half the
+    quota stage's cost). Made again when the client's limits change (another object) or
+    a holding is made, resized or dropped (``Quotas._plans`` cleared)."""
+
+    limits: ClientLimits
+    # (holding, spends one request rather than the reservation's tokens, the limit's name)
+    wanted: tuple[tuple[Holding, bool, str], ...]
+    # The token holdings a reservation is spent from (refunded at settlement).
+    spent: tuple[Holding, ...]
+    # The x-ratelimit-* headers: (limit, holding or None, the limit's header, the
+    # remaining header's name, the reset header's name).
+    shown: tuple[tuple[int, Holding | None, tuple[bytes, bytes], bytes, bytes], ...]
+
+
 def reservation(
     req: Request, m: ModelEntry, prompt_tokens: int | None, w: Window
 ) -> tuple[int, int]:
@@ -396,6 +415,8 @@ class Quotas:
         self.shared = shared
         # (client, kind) -> what this process holds of that account.
         self.holdings: dict[tuple[str, str], Holding] = {}
+        # (client, model) -> what its requests spend and show (``_plan``).
+        self._plans: dict[tuple[str, str | None], _Plan] = {}
         # Whether the last call to the control plane for allowances answered, and why not.
         self.renewable = True
         self.renew_error = ""
@@ -537,6 +558,7 @@ class Quotas:
         key = (client, kind)
         found = self.holdings.get(key)
         if found is None or found.size != size:
+            self._plans.clear()
             cap = CHUNK_SHARE * size / self.share
             if found is None:
                 found = self.holdings[key] = Holding(size, cap, refills=kind != BUDGET)
@@ -566,19 +588,9 @@ class Quotas:
         prompt: int,
         now: float,
     ) -> Ticket:
-        wanted: list[tuple[Holding, int, str]] = []
-        if limits.rpm is not None:
-            wanted.append((self._holding(client, REQUESTS, limits.rpm), 1, "rpm"))
-        if limits.tpm is not None:
-            wanted.append((self._holding(client, TOKENS, limits.tpm), tokens, "tpm"))
-        if limits.model_tpm:
-            size = limits.tpm_for(model)
-            if size is not None:
-                holding = self._holding(client, MODEL_PREFIX + model, size)
-                wanted.append((holding, tokens, f"tpm {model}"))
-        if limits.budget is not None and limits.budget_period_s is not None:
-            wanted.append((self._holding(client, BUDGET, limits.budget), tokens, "budget"))
-        for holding, amount, what in wanted:
+        plan = self._plan(client, limits, model)
+        for holding, one, what in plan.wanted:
+            amount = 1 if one else tokens
             if holding.held >= amount:
                 continue
             account = holding.account(now)
@@ -598,21 +610,68 @@ class Quotas:
             if self.wake is not None:
                 self.wake()
             raise self._short(client, limits, holding, amount, what=what, now=now, room=room)
-        spent = []
         wake = False
-        for holding, amount, what in wanted:
+        for holding, one, _what in plan.wanted:
+            amount = 1 if one else tokens
             holding.held -= amount
             holding.used += amount
             holding.last = now
-            holding.largest = max(holding.largest, amount)
+            if amount > holding.largest:  # noqa: PLR1730 (a call to max costs more)
+                holding.largest = amount
             if holding.held < holding.low or holding.target == 0:
                 wake = True
-            if what != "rpm":
-                spent.append(holding)
         if wake and self.wake is not None:
             self.wake()
         use.inflight += 1
-        return Ticket(client, model, tokens, prompt, spent=tuple(spent))
+        return Ticket(client, model, tokens, prompt, None, False, plan.spent)
+
+    def _plan(self, client: str, limits: ClientLimits, model: str | None) -> _Plan:
+        """``client``'s plan for ``model`` under ``limits`` (see ``_Plan``)."""
+        key = (client, model)
+        plan = self._plans.get(key)
+        if plan is not None and plan.limits is limits:
+            return plan
+        wanted: list[tuple[Holding, bool, str]] = []
+        if limits.rpm is not None:
+            wanted.append((self._holding(client, REQUESTS, limits.rpm), True, "rpm"))
+        if limits.tpm is not None:
+            wanted.append((self._holding(client, TOKENS, limits.tpm), False, "tpm"))
+        if limits.model_tpm and model is not None:
+            size = limits.tpm_for(model)
+            if size is not None:
+                holding = self._holding(client, MODEL_PREFIX + model, size)
+                wanted.append((holding, False, f"tpm {model}"))
+        if limits.budget is not None and limits.budget_period_s is not None:
+            wanted.append((self._holding(client, BUDGET, limits.budget), False, "budget"))
+        shown = []
+        for size, kind, name in (
+            (limits.rpm, REQUESTS, b"requests"),
+            (
+                limits.tpm if limits.tpm is not None else limits.tpm_for(model or ""),
+                TOKENS if limits.tpm is not None else MODEL_PREFIX + (model or ""),
+                b"tokens",
+            ),
+        ):
+            if size is not None:
+                shown.append(
+                    (
+                        size,
+                        self.holdings.get((client, kind)),
+                        (b"x-ratelimit-limit-" + name, b"%d" % size),
+                        b"x-ratelimit-remaining-" + name,
+                        b"x-ratelimit-reset-" + name,
+                    )
+                )
+        plan = _Plan(
+            limits,
+            tuple(wanted),
+            tuple(h for h, one, _ in wanted if not one),
+            tuple(shown),
+        )
+        if len(self._plans) >= MAX_PLANS:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
 
     def _short(
         self,
@@ -734,6 +793,7 @@ class Quotas:
                 continue
             if a.size is None:
                 del self.holdings[key]
+                self._plans.clear()
                 continue
             # (Refunds may have come in since the draw was planned: never above the cap.)
             holding.refund(a.granted)
@@ -817,26 +877,22 @@ class Quotas:
         """The headers from what the accounts had at their last answer and what is
         held here: the remaining figure another gateway's use since then lowers."""
         out: list[tuple[bytes, bytes]] = []
-        for size, kind, name in (
-            (limits.rpm, REQUESTS, b"requests"),
-            (
-                limits.tpm if limits.tpm is not None else limits.tpm_for(model or ""),
-                TOKENS if limits.tpm is not None else MODEL_PREFIX + (model or ""),
-                b"tokens",
-            ),
-        ):
-            if size is None:
-                continue
-            holding = self.holdings.get((client, kind))
+        for size, holding, limit, remaining_name, reset_name in self._plan(
+            client, limits, model
+        ).shown:
             if holding is None:
                 remaining = float(size)
             else:
-                left = size if holding.left is None else holding.left
-                remaining = min(float(size), max(0.0, left + holding.held))
+                left = holding.left
+                remaining = (size if left is None else left) + holding.held
+                if remaining > size:
+                    remaining = float(size)
+                elif remaining < 0:
+                    remaining = 0.0
             out += (
-                (b"x-ratelimit-limit-" + name, b"%d" % size),
-                (b"x-ratelimit-remaining-" + name, b"%d" % remaining),
-                (b"x-ratelimit-reset-" + name, _duration((size - remaining) * MINUTE / size)),
+                limit,
+                (remaining_name, b"%d" % remaining),
+                (reset_name, _duration((size - remaining) * MINUTE / size)),
             )
         return out
 
@@ -864,10 +920,15 @@ def _shown(
     return tuple(out)
 
 
+# The sub-second reset times, made once: a client far from its limits shows one on
+# every answer (formatting one was a sixth of the quota stage's cost).
+_MILLISECONDS = tuple(b"%dms" % ms for ms in range(1001))
+
+
 def _duration(seconds: float) -> bytes:
     """OpenAI's form of a reset time: ``20ms``, ``1.5s``, ``6m0s``."""
     if seconds < 1:
-        return b"%dms" % math.ceil(seconds * 1000)
+        return _MILLISECONDS[max(0, math.ceil(seconds * 1000))]
     if seconds < 60:
         return b"%gs" % round(seconds, 3)
     minutes, rest = divmod(seconds, 60)
