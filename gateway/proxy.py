@@ -42,6 +42,7 @@ from gateway import usage
 from gateway.settings import GatewaySettings
 from gateway.stages import admission, prefix, quota, sse
 from gateway.stages.admission import Refusal, Request
+from gateway.stages.head import pairs
 from gateway.stages.queue import (
     Bounds,
     ModelQueue,
@@ -63,6 +64,14 @@ if TYPE_CHECKING:  # (the proxy needs no server at run time: httpguard.protocol 
     from httpguard.protocol import RequestHooks
 
 log = structlog.get_logger("gateway")
+
+# The gateway's own headers of every answer (``Proxy._head``), and of a stream's.
+OWN_HEAD = (
+    b"x-llmgw-model: %b\r\nx-llmgw-replica: %b\r\nx-llmgw-overhead-ms: %.3f\r\nx-request-id: %b\r\n"
+)
+STREAM_HEAD = (
+    b"content-type: text/event-stream\r\ncache-control: no-cache\r\nx-accel-buffering: no\r\n"
+)
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 # A body larger than this is re-encoded (alias -> name) in a worker thread.
@@ -699,22 +708,35 @@ class Proxy:
                 else:
                     resp.close()
 
-    def _headers(
-        self, call: Call, m: ModelEntry, replica: Replica, content_type: str
-    ) -> list[tuple[bytes, bytes]]:
+    def _head(self, call: Call, m: ModelEntry, replica: Replica) -> bytes:
+        """The gateway's own headers of an answer, as header lines: names it knows, a
+        model name and replica key of the catalog's grammar (no space, no control
+        character), numbers and its own request id; written unchecked
+        (``RequestHooks.start``). The engine's (``content-type``) go as headers."""
         trace = call.trace
         now = time.monotonic()
         overhead = (now - trace.started - trace.upstream_s - trace.waited_s) * 1e3
-        headers = [
-            (b"content-type", content_type.encode("latin-1")),
-            (b"x-llmgw-model", m.name.encode()),
-            (b"x-llmgw-replica", replica.key.encode()),
-            (b"x-llmgw-overhead-ms", f"{max(overhead, 0.0):.3f}".encode()),
-            (b"x-request-id", trace.request_id.encode()),
-        ]
+        head = OWN_HEAD % (
+            m.name.encode(),
+            replica.key.encode(),
+            max(overhead, 0.0),
+            trace.request_id.encode(),
+        )
         if trace.limits is not NO_LIMITS:
-            headers += self.state.quotas.headers(trace.client, trace.limits, m.name, now)
-        return headers
+            head += self.state.quotas.head(trace.client, trace.limits, m.name, now)
+        return head
+
+    @staticmethod
+    async def _start(call: Call, status: int, headers: list[tuple[bytes, bytes]], head: bytes
+                     ) -> None:  # fmt: skip
+        """The answer's start: ``headers`` (checked by the server) and ``head`` (the
+        gateway's own, ``_head``)."""
+        message = {"type": "http.response.start", "status": status, "headers": headers}
+        if call.hooks is not None:
+            await call.hooks.start(call.send, message, head)
+        else:
+            headers += pairs(head)
+            await call.send(message)
 
     @staticmethod
     async def _broken(call: Call, replica: Replica, exc: BrokenAnswer) -> None:
@@ -837,9 +859,13 @@ class Proxy:
         if resp.status < 400:
             trace.ttft_s = trace.upstream_s
             observe_ttft(self.state.load(replica.key), trace.ttft_s, before)
-        headers = self._headers(
-            call, m, replica, resp.headers.get("content-type", "application/json")
-        )
+        head = self._head(call, m, replica)
+        headers = [
+            (
+                b"content-type",
+                resp.headers.get("content-type", "application/json").encode("latin-1"),
+            )
+        ]
         declared = resp.headers.get("content-length")
         if complete:
             headers.append((b"content-length", str(len(payload)).encode()))
@@ -848,7 +874,7 @@ class Proxy:
         # (else no length: uvicorn sends it chunked)
         trace.served, trace.replica, trace.status = m.name, replica.key, resp.status
         trace.bytes_sent = True
-        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+        await self._start(call, resp.status, headers, head)
         if complete:
             await send({"type": "http.response.body", "body": payload})
             self._usage(trace, payload, resp.status)
@@ -923,14 +949,16 @@ class Proxy:
         trace.upstream_s = first - sent_at
         trace.ttft_s = trace.upstream_s
         observe_ttft(self.state.load(replica.key), trace.ttft_s, before)
-        headers = self._headers(call, m, replica, "text/event-stream")
-        headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+        head = (
+            self._head(call, m, replica) + b"cache-control: no-cache\r\nx-accel-buffering: no\r\n"
+        )
+        headers: list[tuple[bytes, bytes]] = []
         trace.served, trace.replica, trace.status = m.name, replica.key, 200
         trace.bytes_sent = True
         # Cut at event ends: the usage event the gateway asked for is taken out again
         # unless the client asked for it too (gateway.usage).
         cutter = usage.Events(strip=not usage.asked(call.body))
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await self._start(call, 200, headers, head)
         body = cutter.take(bytes(held))
         await send({"type": "http.response.body", "body": body, "more_body": True})
         # Events after the first content one (a fast engine's may have come with it).

@@ -217,8 +217,12 @@ def build(
         if state in COMING:
             coming[model] = coming.get(model, 0) + 1
             continue
-        endpoint = p.get("endpoint")
+        endpoint, replica = p.get("endpoint"), p.get("replica")
         if state != READY or not isinstance(endpoint, str) or not endpoint:
+            continue
+        if not isinstance(replica, int) or isinstance(replica, bool) or replica < 0:
+            # A replica's key goes into every answer's x-llmgw-replica, written as the
+            # gateway's own header (unchecked): a number, or the entry is not served.
             continue
         profile = str(p.get("profile", ""))
         fed = p.get("weight")
@@ -227,7 +231,7 @@ def build(
             if isinstance(fed, int | float) and not isinstance(fed, bool) and 0 < fed < float("inf")
             else weights.get((model, profile), 1.0)
         )
-        key = f"{model}/{p.get('replica')}"
+        key = f"{model}/{replica}"
         context, detail = _context(p)
         count, source, asks = slots.get((model, profile), (0, "", False))
         if asks:

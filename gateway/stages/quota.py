@@ -85,6 +85,7 @@ from gateway.stages.admission import (
     Window,
     estimate,
 )
+from gateway.stages.head import pairs
 from gateway.table import ModelEntry
 
 # What a request reserves for its completion when it gives no max_tokens and neither
@@ -373,9 +374,9 @@ class _Plan:
     wanted: tuple[tuple[Holding, bool, str], ...]
     # The token holdings a reservation is spent from (refunded at settlement).
     spent: tuple[Holding, ...]
-    # The x-ratelimit-* headers: (limit, holding or None, the limit's header, the
-    # remaining header's name, the reset header's name).
-    shown: tuple[tuple[int, Holding | None, tuple[bytes, bytes], bytes, bytes], ...]
+    # The x-ratelimit-* headers: (limit, holding or None, the three header lines with
+    # the remaining count and the reset time left to fill in: one format a limit).
+    shown: tuple[tuple[int, Holding | None, bytes], ...]
 
 
 def reservation(
@@ -653,15 +654,12 @@ class Quotas:
             ),
         ):
             if size is not None:
-                shown.append(
-                    (
-                        size,
-                        self.holdings.get((client, kind)),
-                        (b"x-ratelimit-limit-" + name, b"%d" % size),
-                        b"x-ratelimit-remaining-" + name,
-                        b"x-ratelimit-reset-" + name,
-                    )
+                lines = b"x-ratelimit-limit-%b: %d\r\n" % (name, size)
+                lines += b"x-ratelimit-remaining-%b: %%d\r\nx-ratelimit-reset-%b: %%b\r\n" % (
+                    name,
+                    name,
                 )
+                shown.append((size, self.holdings.get((client, kind)), lines))
         plan = _Plan(
             limits,
             tuple(wanted),
@@ -855,7 +853,7 @@ class Quotas:
         """OpenAI's ``x-ratelimit-*`` headers for a limited token's answer: the requests
         bucket, and the tokens one (``tpm``, else the model's own)."""
         if self.shared:
-            return self._shared_headers(client, limits, model)
+            return pairs(self._shared_head(client, limits, model))
         use = self.use(client, limits, now)
         shown = use.shown
         if shown is None or (use.tokens is None and use.shown_model != model):
@@ -871,15 +869,19 @@ class Quotas:
             )
         return out
 
-    def _shared_headers(
-        self, client: str, limits: ClientLimits, model: str | None
-    ) -> list[tuple[bytes, bytes]]:
-        """The headers from what the accounts had at their last answer and what is
-        held here: the remaining figure another gateway's use since then lowers."""
-        out: list[tuple[bytes, bytes]] = []
-        for size, holding, limit, remaining_name, reset_name in self._plan(
-            client, limits, model
-        ).shown:
+    def head(self, client: str, limits: ClientLimits, model: str | None, now: float) -> bytes:
+        """The same headers as header lines (``name: value\\r\\n`` each), made of
+        constants and numbers only: what the server writes without checking each one
+        again (``httpguard.protocol.RequestHooks.start``)."""
+        if self.shared:
+            return self._shared_head(client, limits, model)
+        return b"".join([b"%b: %b\r\n" % pair for pair in self.headers(client, limits, model, now)])
+
+    def _shared_head(self, client: str, limits: ClientLimits, model: str | None) -> bytes:
+        """From what the accounts had at their last answer and what is held here: the
+        remaining figure another gateway's use since then lowers."""
+        out = b""
+        for size, holding, lines in self._plan(client, limits, model).shown:
             if holding is None:
                 remaining = float(size)
             else:
@@ -889,11 +891,7 @@ class Quotas:
                     remaining = float(size)
                 elif remaining < 0:
                     remaining = 0.0
-            out += (
-                limit,
-                (remaining_name, b"%d" % remaining),
-                (reset_name, _duration((size - remaining) * MINUTE / size)),
-            )
+            out += lines % (remaining, _duration((size - remaining) * MINUTE / size))
         return out
 
 

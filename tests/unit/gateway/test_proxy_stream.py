@@ -11,6 +11,7 @@ from typing import Any
 from gateway.proxy import Call, Proxy, Trace
 from gateway.settings import GatewaySettings
 from gateway.stages import admission
+from gateway.stages.head import pairs
 from gateway.state import State
 from gateway.table import build
 from gateway.upstream import Upstream
@@ -210,6 +211,11 @@ class _Hooks:
 
     def flush(self) -> None:
         self.flushes += 1
+
+    async def start(self, send: Any, message: dict[str, Any], head: bytes) -> None:
+        # As a server that cannot write the head's lines apart: they go as headers.
+        message["headers"] = [*message["headers"], *pairs(head)]
+        await send(message)
 
     def write_body(self, data: bytes) -> bool:
         self.calls += 1

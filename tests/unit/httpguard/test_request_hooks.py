@@ -239,3 +239,44 @@ def test_the_gateway_server_sends_a_flushed_piece_and_a_complete_answer_within_t
     asyncio.run(asyncio.wait_for(_serve(app, True, body), 30))
     assert b"4\r\none;\r\n4\r\ntwo;\r\n" in seen[0]
     assert seen[1].endswith(b"\r\n\r\nwhole")
+
+
+@pytest.mark.parametrize("coalesce", [False, True], ids=["api", "gateway"])
+def test_start_writes_the_applications_own_lines_in_the_head_pipelined_or_not(
+    coalesce: bool,
+) -> None:
+    # The application's own header lines go into the head whole (spliced, unchecked) when
+    # the request is the connection's newest, else as headers (checked); either way the
+    # client reads the same head, and the message's own headers are written as ever.
+    newest: list[bool] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        hooks = scope["extensions"][HOOKS]
+        newest.append(hooks._protocol._hooks is hooks)
+        name = scope["path"].strip("/").encode()
+        message = {"type": "http.response.start", "status": 200, "headers": [
+            (b"content-length", b"2"), (b"x-checked", name)]}  # fmt: skip
+        await hooks.start(send, message, b"x-own: %b\r\nx-n: 7\r\n" % name)
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    heads: list[bytes] = []
+
+    async def body(client: socket.socket) -> None:
+        reader, writer = await asyncio.open_connection(sock=client)
+        # One write: both requests are read at once, the first served behind the second.
+        writer.write(
+            b"GET /first HTTP/1.1\r\nhost: t\r\n\r\nGET /second HTTP/1.1\r\nhost: t\r\n\r\n"
+        )
+        for _ in range(2):
+            heads.append(await reader.readuntil(b"\r\n\r\n"))
+            assert await reader.readexactly(2) == b"ok"
+
+    asyncio.run(asyncio.wait_for(_serve(app, coalesce, body), 30))
+    assert newest == [False, True]  # the first through send's headers, the second spliced
+    for head, name in zip(heads, (b"first", b"second"), strict=True):
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"HTTP/1.1 200 OK" and lines[-2:] == [b"", b""]
+        assert lines.count(b"x-own: " + name) == 1 and lines.count(b"x-n: 7") == 1
+        assert b"x-checked: " + name in lines and b"content-length: 2" in lines
