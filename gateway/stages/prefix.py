@@ -46,7 +46,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, islice, repeat
 from typing import Any
@@ -124,6 +124,11 @@ def prompt_of(body: Mapping[str, Any], kind: str) -> Prompt | None:
     texts = _texts(body, kind)
     if not texts:
         return None
+    if len(texts) == 1 and len(texts[0]) <= BLOCK_CHARS:
+        # One block (a short prompt, a chat's first short message), as below without
+        # the cut, the chain and the sums.
+        text = texts[0]
+        return Prompt((hash((0, text)),), (len(text),), len(text), _key([text]), 1)
     pieces: list[str] = []
     head: list[str] = []  # the key's first block of each of its messages
     key_blocks = 0
@@ -154,11 +159,13 @@ def prompt_of(body: Mapping[str, Any], kind: str) -> Prompt | None:
     h = 0
     blocks = tuple([h := hash((h, piece)) for piece in pieces])
     ends = tuple(accumulate(map(len, pieces)))
-    key = int.from_bytes(
-        hashlib.blake2b("\x00".join(head).encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-        "big",
-    )
-    return Prompt(blocks, ends, ends[-1], key, min(key_blocks, len(blocks)))
+    return Prompt(blocks, ends, ends[-1], _key(head), min(key_blocks, len(blocks)))
+
+
+def _key(head: list[str]) -> int:
+    """The rendezvous key of the key's blocks: the same in every gateway process."""
+    data = "\x00".join(head).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
 def _mix(x: int) -> int:
@@ -280,6 +287,8 @@ class PrefixTable:
             last = self._last[replica] = {}
         blocks = prompt.blocks
         n = len(blocks)
+        if n == 1:
+            return self._record_one(replica, last, prompt, matched)
         base = self._seq
         self._seq = base + n
         # Each block taken out (to be put back at the end), with the sequence number of
@@ -306,6 +315,26 @@ class PrefixTable:
                 del last[block]
                 self._drop(replica, block)
         return ticket
+
+    def _record_one(
+        self, replica: str, last: dict[int, int], prompt: Prompt, matched: int
+    ) -> Ticket:
+        """``record`` of a prompt of one block, without its steps for many."""
+        block = prompt.blocks[0]
+        seq = last.pop(block, None)
+        self._seq += 1
+        last[block] = self._seq
+        if seq is None:
+            holders = self._held.get(block)
+            if holders is None:
+                self._held[block] = {replica}
+            else:
+                holders.add(replica)
+            if len(last) > self.per_replica:
+                oldest = next(iter(last))
+                del last[oldest]
+                self._drop(replica, oldest)
+        return Ticket(replica, prompt, matched, [seq] if matched else [])
 
     def _drop(self, replica: str, block: int) -> None:
         holders = self._held.get(block)
@@ -361,17 +390,36 @@ class PrefixTable:
 
 @dataclass(slots=True)
 class Pick:
+    """The replica chosen, and why (``reason``, made into text only when read: ``GET
+    /routing``, refusals; a ``Pick`` is its own ``Choice.why``, so a choice made on every
+    request makes no closure)."""
+
     replica: Replica
     matched: int  # blocks guessed cached there
-    # Why, made into text only when read (``GET /routing``): not on every request.
-    why: Callable[[], str]
     # Chosen for the longest cached prefix covering the rendezvous key's blocks (its
     # conversation is there), not by the rendezvous hash alone.
     longest: bool = False
+    blocks: int = 0  # the prompt's
+    among: int = 0  # replicas within the balance bound
+    skipped: int = 0  # replicas passed over, past it
+
+    def __call__(self) -> str:
+        spill = (
+            f"; {self.skipped} more than {BALANCE:g} in flight above the least loaded passed over"
+            if self.skipped
+            else ""
+        )
+        n, blocks = self.matched, self.blocks
+        if self.longest:
+            return f"prefix: {n} of {blocks} blocks cached there, longest of {self.among}{spill}"
+        return (
+            f"prefix: rendezvous of its first blocks among {self.among} ({n} of {blocks} "
+            f"blocks cached there){spill}"
+        )
 
     @property
     def reason(self) -> str:
-        return self.why()
+        return self()
 
 
 def choose(
@@ -381,36 +429,39 @@ def choose(
     table: PrefixTable,
 ) -> Pick:
     """The replica for ``prompt``: ``inflight[i]`` is ``replicas[i]``'s in-flight
-    requests per unit of weight. ``replicas`` is not empty."""
+    requests per unit of weight. ``replicas`` is not empty.
+
+    (Loops rather than comprehensions, ``max`` with a key and ``all``: this is every
+    request's path under the profile, and each of those is a frame of its own.)"""
     least = min(inflight)
-    near = [r for r, n in zip(replicas, inflight, strict=True) if n - least <= BALANCE]
-    n, holders = table.deepest(prompt, {r.key for r in near})
+    near: list[Replica] = []
+    keys = set()
+    for r, load in zip(replicas, inflight, strict=True):
+        if load - least <= BALANCE:
+            near.append(r)
+            keys.add(r.key)
+    n, holders = table.deepest(prompt, keys)
     # A cached prefix shorter than the key's blocks (a system prompt many conversations
     # share) says nothing the rendezvous hash does not: every gateway sends it alike,
     # whatever each happened to see.
-    tied = [r for r in near if r.key in holders] if n >= prompt.key_blocks else near
+    longest = n >= prompt.key_blocks
+    tied = [r for r in near if r.key in holders] if longest else near
     key = prompt.key
-    if all(r.weight == tied[0].weight for r in tied):
-        # Equal weights: the highest mixed hash wins, as the weighted score would pick.
-        best = max(tied, key=lambda r: _mix(key ^ r.hash))
+    weight = tied[0].weight
+    best = tied[0]
+    if all(r.weight == weight for r in tied):
+        # Equal weights: the highest mixed hash wins, as the weighted score would pick
+        # (``_mix`` inline; the first of equal ones, as ``max``).
+        top = -1
+        for r in tied:
+            x = key ^ r.hash
+            x = (x ^ (x >> 31)) * 0x9E3779B97F4A7C15 & _MASK
+            x ^= x >> 29
+            if x > top:
+                best, top = r, x
     else:
         best = max(tied, key=lambda r: rendezvous_score(key, r))
     if best.key not in holders:
         n = table.deepest(prompt, {best.key})[0]
-    skipped, among, longest = len(replicas) - len(near), len(near), tied is not near
-
-    def why() -> str:
-        spill = (
-            f"; {skipped} more than {BALANCE:g} in flight above the least loaded passed over"
-            if skipped
-            else ""
-        )
-        blocks = len(prompt.blocks)
-        if longest:
-            return f"prefix: {n} of {blocks} blocks cached there, longest of {among}{spill}"
-        return (
-            f"prefix: rendezvous of its first blocks among {among} ({n} of {blocks} blocks "
-            f"cached there){spill}"
-        )
-
-    return Pick(best, n, why, longest)
+    skipped = len(replicas) - len(near)
+    return Pick(best, n, longest, len(prompt.blocks), len(near), skipped)

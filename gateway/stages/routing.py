@@ -195,9 +195,8 @@ def _prefix(
         weight = r.weight if now >= load.warm_until else r.weight * ramp(load, now)
         inflight.append(load.inflight / weight)
     pick = prefix_stage.choose(replicas, inflight, prompt, prefixes)
-    return Choice(
-        pick.replica, pick.why, prefix_blocks=pick.matched, sticky=pick.longest and pick.matched > 0
-    )
+    # (Positional: keywords cost a call more.)
+    return Choice(pick.replica, pick, None, True, pick.matched, pick.longest and pick.matched > 0)
 
 
 def _round_robin(replicas: Sequence[Replica], loads: Mapping[str, Load], now: float) -> Choice:
