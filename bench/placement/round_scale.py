@@ -15,6 +15,10 @@ One size: one JSON object. Several: one object per size, then the growth exponen
 each figure between consecutive sizes and over the whole range (``log(t2/t1) /
 log(n2/n1)``: 1 is linear; n log n is about 1.1 over 10,000-100,000).
 ``bench.api.heartbeats`` runs it (in a process of its own) for its round figures.
+
+``--placer``: the daemon's whole round instead (``Placer.run``: the catalog, the node and
+placement reads, the demands, the plan, the nodes recorded and the write) on a fresh
+PostgreSQL database (``placer_rounds``): one JSON line a round, with each phase's wall time.
 """
 
 from __future__ import annotations
