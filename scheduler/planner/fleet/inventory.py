@@ -59,6 +59,16 @@ class Node:
             )
 
 
+def reported_at(node: Node, at: datetime) -> Node:
+    """``node`` as if reported at ``at``: ``dataclasses.replace(node, reported_at=at)``
+    by its constructor (a third of the CPU: a round at 100,000 nodes may move every
+    node's time to the freshness boundary)."""
+    return Node(
+        node.name, node.gpu_class, node.gpus, node.memory_gb, at, node.labels, node.fabric,
+        node.gpus_reserved,
+    )  # fmt: skip
+
+
 class NodeReportError(ValueError):
     """An agent's report was refused; each problem names the node and the fix."""
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
 from typing import Any, cast
@@ -45,7 +45,7 @@ from typing import Any, cast
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.replica_reports import FAILED, PLACED, STARTING
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
-from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.inventory import Node, reported_at
 from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.plan import Carried, plan
 
@@ -259,7 +259,7 @@ class IncrementalRounds:
             if (lease is None and known.reported_at >= fresh_from) or known.reported_at == at_most:
                 view.append(known)
             else:
-                self._nodes[name] = moved = replace(known, reported_at=at_most)
+                self._nodes[name] = moved = reported_at(known, at_most)
                 view.append(moved)
         return view
 
