@@ -98,6 +98,9 @@ class RollUp:
     positions: tuple[int, int] | None = None
     skipped: list[Skipped] = field(default_factory=list)
     minutes: list[str] = field(default_factory=list)
+    # The rows read (summed or skipped), and the highest id among them.
+    read: int = 0
+    last_id: int = 0
 
 
 def closed_before(now: datetime, grace: timedelta = GRACE) -> datetime:
@@ -106,23 +109,36 @@ def closed_before(now: datetime, grace: timedelta = GRACE) -> datetime:
     return edge.replace(second=0, microsecond=0) + timedelta(minutes=1)
 
 
-def roll_up(store: SqlLog, now: datetime | None = None, grace: timedelta = GRACE) -> RollUp:
-    """Sum the closed minutes' pending rows into events (one pass, at most ``MAX_PASS``
-    rows); with ``now`` far ahead (a graceful stop), every pending row."""
+def roll_up(
+    store: SqlLog,
+    now: datetime | None = None,
+    grace: timedelta = GRACE,
+    *,
+    after: int = 0,
+    most: int = MAX_PASS,
+) -> RollUp:
+    """Sum the closed minutes' pending rows into events (one pass, at most ``most``
+    rows, those of ids above ``after``); with ``now`` far ahead (a graceful stop), every
+    pending row. A pass that read ``most`` rows says where it stopped (``last_id``): the
+    next pass starts after it, so the unreadable rows a pass leaves (named, kept for an
+    operator) are not read again first by every pass, and never hold back the rows
+    behind them however many they are."""
     when = now or datetime.now(UTC)
     before = closed_before(when, grace)
     done = RollUp()
     with store.writing() as section:
         stored = section.execute(
             select(p.c.id, p.c.poster, p.c.row)
-            .where(p.c.minute < before)
+            .where(p.c.minute < before, p.c.id > after)
             .order_by(p.c.id)
-            .limit(MAX_PASS)
+            .limit(most)
         )
         groups: dict[tuple[Any, ...], list[UsageRow]] = {}
         good: list[int] = []
         for values in stored:
             row = PendingRow(int(values[0]), values[1], values[2])
+            done.read += 1
+            done.last_id = row.id
             try:
                 read = read_pending(row)
             except Exception as exc:  # one bad row is one bad row: left, named

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, insert, select
 
+from catalog import Catalog
 from events.core.types import USAGE_RECORDED
 from events.core.usage import UsageRow
 from events.database.connection import make_engine
@@ -26,6 +27,9 @@ from events.storage.backends import open_log
 from events.storage.history import usage_events
 from events.storage.usage_pending import pending_rows
 from events.write.usage import GRACE, closed_before, record_usage, roll_up
+from llmgw.api.runtime import usage_rollup
+from llmgw.api.runtime.services import Services
+from llmgw.api.runtime.settings import ApiSettings
 from tests.api.server import ApiServer
 
 MINUTE = datetime(2026, 12, 7, 4, 5, tzinfo=UTC)
@@ -184,3 +188,38 @@ def test_two_serve_processes_rolling_up_at_once_on_postgres_never_double_count(
     assert sum(rolled) >= 1, rolled
     assert all(e.type == USAGE_RECORDED for e in usage_events(engine))
     engine.dispose()
+
+
+def _unreadable(engine: Engine, n: int) -> None:
+    with engine.begin() as conn:
+        for i in range(n):
+            conn.execute(
+                insert(UsagePendingRow).values(
+                    poster="gw-1-w0", flush=f"bad{i}", minute=MINUTE, row="{not json",
+                    received_at=MINUTE,
+                )
+            )  # fmt: skip
+
+
+def test_unreadable_rows_however_many_never_hold_back_the_rows_behind_them(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Five rows no pass can read, then a good flush (ids after theirs). A pass reads at
+    # most MAX_PASS rows (three here): the unreadable ones filled every pass, from the
+    # first row again each time, and the good one behind them was never summed.
+    _unreadable(engine, 5)
+    record_usage(engine, "gw-1-w0", "f1", [ROW])
+    store = open_log(engine)
+    first = roll_up(store, LATER, most=3)
+    assert (first.read, first.rows, len(first.skipped)) == (3, 0, 3)
+    assert roll_up(store, LATER, most=3).rows == 0  # from the start: the same three
+    on = roll_up(store, LATER, after=first.last_id, most=3)
+    assert (on.read, on.rows, len(on.skipped)) == (3, 1, 2)
+    # The server's roll-up goes on from where a whole pass stopped.
+    _unreadable(engine, 4)
+    record_usage(engine, "gw-1-w0", "f2", [OTHER])
+    monkeypatch.setattr(usage_rollup, "MAX_PASS", 3)
+    services = Services.build(engine, Catalog.build([]), "catalog.yaml", ApiSettings())
+    usage_rollup.UsageRollup(services, interval=60)._pass(LATER)
+    assert _pending(engine) == 9  # the unreadable, left for an operator, named
+    assert sorted(r.client for r in _events(engine)) == ["app-1", "app-2"]

@@ -64,12 +64,16 @@ class UsageRollup:
 
     def _pass(self, now: datetime, *, final: bool = False) -> None:
         try:
+            after = 0
             while True:
                 with self.services.writing:
-                    done = roll_up(self.services.store, now)
+                    done = roll_up(self.services.store, now, after=after, most=MAX_PASS)
                 self._report(done, final)
-                if done.rows == 0 or done.rows + len(done.skipped) < MAX_PASS:
+                if done.read < MAX_PASS:
                     break
+                # A whole pass read: on from where it stopped (rows it skipped stay,
+                # and are not read first again).
+                after = done.last_id
             if self._failing:
                 self._failing = False
                 log.info("api.usage_rollup_back")
