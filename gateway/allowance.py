@@ -16,7 +16,6 @@ A graceful stop gives back everything held (``close``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Mapping
@@ -44,13 +43,21 @@ MAX_ANSWER_BYTES = 8 << 20
 MAX_PAUSE_S = 1.0
 
 
+def _end_sleep(sleeping: asyncio.Future[None]) -> None:
+    if not sleeping.done():
+        sleeping.set_result(None)
+
+
 class AllowanceClient:
     def __init__(self, quotas: Quotas, servers: ServerList, session: aiohttp.ClientSession) -> None:
         self.quotas = quotas
         self.servers = servers
         self.session = session
-        self._wake = asyncio.Event()
-        quotas.wake = self._wake.set
+        # Woken (``Quotas.wake``: a holding fell below its low mark) since the last
+        # round, and the sleep it ends, if one is under way.
+        self._woken = False
+        self._sleeping: asyncio.Future[None] | None = None
+        quotas.wake = self._wake
         self._last = time.monotonic()
         self._absent = False
         # One call at a time (a credit is trusted from the sending of the call that
@@ -66,12 +73,33 @@ class AllowanceClient:
         if self.quotas.prepare(limited, time.monotonic()):
             await self.exchange()
 
+    def _wake(self) -> None:
+        self._woken = True
+        sleeping = self._sleeping
+        if sleeping is not None and not sleeping.done():
+            sleeping.set_result(None)
+
+    async def _sleep(self, pause: float) -> None:
+        """Until ``pause`` has passed or a wake-up. A future and a timer: ``wait_for`` on
+        an event made a task, a timer and a ``TimeoutError`` raised and caught five times
+        a second, about 170,000 instructions a round under callgrind for a gateway with
+        nothing to draw, a third of what an idle gateway ran."""
+        if self._woken:
+            return
+        loop = asyncio.get_running_loop()
+        sleeping = self._sleeping = loop.create_future()
+        timer = loop.call_later(pause, _end_sleep, sleeping)
+        try:
+            await sleeping
+        finally:
+            timer.cancel()
+            self._sleeping = None
+
     async def run(self) -> None:
         pause = TICK_S
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), pause)
-            self._wake.clear()
+            await self._sleep(pause)
+            self._woken = False
             if self._absent:
                 return
             ok = await self.exchange()

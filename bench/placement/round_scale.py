@@ -15,6 +15,10 @@ One size: one JSON object. Several: one object per size, then the growth exponen
 each figure between consecutive sizes and over the whole range (``log(t2/t1) /
 log(n2/n1)``: 1 is linear; n log n is about 1.1 over 10,000-100,000).
 ``bench.api.heartbeats`` runs it (in a process of its own) for its round figures.
+
+``--placer``: the daemon's whole round instead (``Placer.run``: the catalog, the node and
+placement reads, the demands, the plan, the nodes recorded and the write) on a fresh
+PostgreSQL database (``placer_rounds``): one JSON line a round, with each phase's wall time.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from functools import partial
 from typing import Any
 
 from bench.placement.fleets import NOW, synthetic_demands, synthetic_nodes
+from bench.shared import common
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement
@@ -160,6 +165,233 @@ def exponents(results: Sequence[dict[str, float | None]]) -> dict[str, dict[str,
     return out
 
 
+# -- the whole round: ``Placer.run`` on PostgreSQL ----------------------------------------
+
+PLACER_DB = "llmgw_bench_round_placer"
+# The heartbeat bench's policy (10 s heartbeats): stale after 15 s, lost 5 s later.
+PLACER_POLICY_S = (15, 5)
+# Where a round's time goes: ``Placer.run``'s steps, each timed (wall and this process's
+# CPU; PostgreSQL's CPU is in its own processes, inside the wall time of the reads and
+# the write). ``other``: the round's wall time not in any of them.
+PHASES = ("catalog", "node_read", "placement_read", "demands", "plan", "nodes", "write")
+
+
+class _Phases:
+    """Wall and CPU time by phase, of the round under way."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self.inside = False
+
+    def reset(self) -> None:
+        self.wall.clear()
+        self.cpu.clear()
+
+    def timed(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if self.inside:  # counted once, by the outermost phase
+                return fn(*args, **kwargs)
+            self.inside = True
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.inside = False
+                self.wall[phase] = self.wall.get(phase, 0.0) + time.perf_counter() - wall
+                self.cpu[phase] = self.cpu.get(phase, 0.0) + time.process_time() - cpu
+
+        return run
+
+
+def _catalog_of(asked: Sequence[Demand]) -> Any:
+    """A catalog whose ``scaling.min`` and profiles ask exactly ``asked``."""
+    from catalog import Catalog
+    from catalog.definition.parse import parse_model
+
+    def profile(p: Any) -> dict[str, Any]:
+        return {
+            "name": p.name,
+            "engine": p.engine,
+            "gpu_class": p.gpu_class or "",
+            "tp": p.gpus_per_node * p.nodes,
+            "gpus_per_node": p.gpus_per_node,
+            "nodes": p.nodes,
+            "priority": p.priority,
+            "node_selector": dict(p.node_selector),
+            "min_memory_gb": p.min_memory_gb,
+        }
+
+    return Catalog.build(
+        [
+            parse_model(
+                {
+                    "name": d.model,
+                    "source": f"org/{d.model}",
+                    "profiles": [profile(p) for p in d.profiles],
+                    "scaling": {"min": d.replicas, "max": d.replicas},
+                }
+            )
+            for d in asked
+        ]
+    )
+
+
+def _placer_database(nodes: int, policy: Any) -> tuple[Any, Any, list[str], int]:
+    """A fresh PostgreSQL database holding ``nodes`` nodes, each registered by a report
+    (1% silent since 200 s before ``NOW``, the others' leases renewed at ``NOW``), their
+    replicas placed (``_tiled``) and written by ``SchedulerStore.apply``: the store, the
+    catalog service, the names of the nodes that heartbeat and the replicas placed."""
+    from events.catalog_service import CatalogService
+    from events.database.connection import make_engine
+    from events.database.migrate import upgrade
+    from events.storage.backends import open_log
+    from scheduler.persistence.store import SchedulerStore
+    from scheduler.persistence.versions import definitions_to_record
+    from scheduler.planner.demands import demands
+    from scheduler.planner.fleet.inventory import parse_node_report
+    from scheduler.planner.fleet.placements import Plan
+
+    tiles = max(1, nodes // 10_000)
+    common.progress(f"round_scale --placer: {nodes:,} nodes, placing ({tiles} tile(s))")
+    fleet, asked, settled = _tiled(nodes // tiles, tiles)
+    declared = _catalog_of(asked)
+    if [(d.model, d.replicas, d.profiles) for d in demands(declared)] != [
+        (d.model, d.replicas, d.profiles) for d in asked
+    ]:
+        raise AssertionError("the catalog does not ask what the synthetic demands ask")
+    common.pg_recreate(PLACER_DB)
+    engine = make_engine(common.pg_url(PLACER_DB))
+    upgrade(engine)
+    store = SchedulerStore(engine)
+    service = CatalogService(open_log(engine), declared)
+    common.progress(f"round_scale --placer: reporting {len(fleet):,} nodes")
+    for start in range(0, len(fleet), 1_000):
+        batch = fleet[start : start + 1_000]
+        reports = [
+            parse_node_report(
+                {
+                    "name": n.name,
+                    "gpu_class": n.gpu_class,
+                    "gpus": n.gpus,
+                    "memory_gb": n.memory_gb,
+                    "labels": dict(n.labels),
+                    "fabric": n.fabric,
+                    "gpus_reserved": n.gpus_reserved,
+                }
+            )
+            for n in batch
+        ]
+        store.report(reports, min(n.reported_at for n in batch))
+    beating = [n.name for n in fleet if n.reported_at >= NOW]
+    _renew(store, beating, NOW)
+    common.progress(f"round_scale --placer: writing {len(settled):,} placements")
+    store.apply(
+        Plan(keep=(), place=tuple(settled), remove=(), unplaced=()),
+        based_on=store.state(),
+        catalog_position=service.position,
+        nodes=fleet,
+        now=NOW,
+        policy=policy,
+        definitions=definitions_to_record(service.catalog(), settled),
+    )
+    return store, service, beating, len(settled)
+
+
+def _renew(store: Any, names: Sequence[str], at: Any) -> None:
+    """Every lease of ``names`` renewed at ``at``, as heartbeats are: in batches."""
+    for start in range(0, len(names), 10_000):
+        store.renew_leases(dict.fromkeys(names[start : start + 10_000], at))
+
+
+def _timed_placer(store: Any, service: Any, policy: Any) -> tuple[Any, _Phases]:
+    """A ``Placer`` whose steps are timed by phase."""
+    from scheduler.daemon import round_runner
+
+    placer = round_runner.Placer(service, store, policy)
+    phases = _Phases()
+    for owner, name, phase in (
+        (placer._feed, "read", "node_read"),
+        (placer._placements, "read", "placement_read"),
+        (placer, "_demands", "demands"),
+        (placer._rounds, "start", "plan"),
+        (placer._rounds, "next", "plan"),
+        (placer._rounds, "nodes", "nodes"),
+        (store, "apply", "write"),
+        (store, "record_outcome", "write"),
+        (service, "catalog", "catalog"),
+    ):
+        setattr(owner, name, phases.timed(phase, getattr(owner, name)))
+    return placer, phases
+
+
+def placer_rounds(nodes: int, repeats: int = 3) -> dict[str, Any]:
+    """The daemon's own round (``Placer.run``) on a fresh Alembic-migrated PostgreSQL
+    database (``_placer_database``), with the heartbeat bench's policy. After the rounds
+    that settle (the first reads whole and plans in full): ``repeats`` rounds with nothing
+    changed (every lease renewed, 10 s apart), then ``repeats`` times a node hosting
+    replicas falls silent: its rounds 10 s (fresh), 20 s (stale) and 30 s (lost) after
+    its last heartbeat. Each round: one JSON line (wall and CPU ms, each phase's wall ms)."""
+    import os
+
+    import psycopg
+
+    from scheduler.lifecycle.staleness import StalenessPolicy
+
+    reason = common.pg_available()
+    if reason is not None:
+        raise SystemExit(reason)
+    common.quiet_logs()
+    stale_s, grace_s = PLACER_POLICY_S
+    policy = StalenessPolicy(
+        stale_after=timedelta(seconds=stale_s), grace=timedelta(seconds=grace_s)
+    )
+    try:
+        store, service, beating, replicas = _placer_database(nodes, policy)
+        placer, phases = _timed_placer(store, service, policy)
+        at = NOW
+        silent: set[str] = set()
+
+        def one(kind: str) -> dict[str, Any]:
+            nonlocal at
+            at += timedelta(seconds=10)
+            _renew(store, [n for n in beating if n not in silent], at)
+            phases.reset()
+            wall, cpu = time.perf_counter(), time.process_time()
+            outcome = placer.run(now=at)
+            wall_ms = (time.perf_counter() - wall) * 1000
+            row: dict[str, Any] = {
+                "round": kind,
+                "wall_ms": round(wall_ms, 1),
+                "cpu_ms": round((time.process_time() - cpu) * 1000, 1),
+                "written": outcome.round_id is not None,
+                "placed": len(outcome.plan.place),
+                "removed": len(outcome.plan.remove),
+            }
+            for phase in PHASES:
+                row[f"{phase}_ms"] = round(phases.wall.get(phase, 0.0) * 1000, 2)
+            row["other_ms"] = round(wall_ms - sum(phases.wall.values()) * 1000, 2)
+            row["plan_cpu_ms"] = round(phases.cpu.get("plan", 0.0) * 1000, 2)
+            row["load"] = round(os.getloadavg()[0], 1)
+            print(json.dumps(row), flush=True)
+            return row
+
+        common.progress("round_scale --placer: the first rounds (whole reads, full plan)")
+        rows = [one("settling")]
+        while rows[-1]["written"] and len(rows) < 4:
+            rows.append(one("settling"))
+        rows += [one("nothing changed") for _ in range(repeats)]
+        beats = set(beating)
+        hosts = sorted({x for p in store.state().placements for x in p.nodes if x in beats})
+        for i in range(repeats):
+            silent.add(hosts[(i * 7919) % len(hosts)])
+            rows += [one("host silent 10 s"), one("host stale (20 s)"), one("host lost (30 s)")]
+        return {"nodes": nodes, "replicas": replicas, "store": "postgresql", "rounds": rows}
+    finally:
+        with psycopg.connect(common.PG_ADMIN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{PLACER_DB}" WITH (FORCE)')
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.placement.round_scale")
     parser.add_argument("--nodes", type=int, nargs="+", default=[10_000])
@@ -171,7 +403,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="build each fleet as this many renamed copies of one N/tiles nodes, placed "
         "once (a round from nothing at 100,000 nodes takes minutes): no from-nothing figure",
     )
+    parser.add_argument(
+        "--placer",
+        action="store_true",
+        help="run the daemon's whole round (Placer.run: reads, plan, write) on a fresh "
+        "PostgreSQL database instead of the planner alone: one JSON line a round (wall, "
+        "CPU and each phase's wall time), then one object a size",
+    )
     args = parser.parse_args(argv)
+    if args.placer:
+        for count in args.nodes:
+            print(json.dumps(placer_rounds(count, args.repeats)), flush=True)
+        return 0
     results = []
     for count in args.nodes:
         results.append(measure(count, args.repeats, args.tiles))

@@ -33,7 +33,7 @@ from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
 from scheduler.planner.fleet.inventory import Node
-from scheduler.planner.fleet.placements import Placement, Plan
+from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.rounds.incremental import Changes, IncrementalRounds
 
 if TYPE_CHECKING:
@@ -92,6 +92,17 @@ class Placer:
         self._feed = store.node_feed()
         self._placements = store.placement_feed()
         self._rounds = IncrementalRounds()
+        # The catalog and autoscaler counts the last demands were made from, and them:
+        # the same catalog object is the same catalog (it is immutable; the catalog
+        # service answers a new one when an event is applied).
+        self._asked: tuple[Catalog, dict[str, int] | None, tuple[Demand, ...]] | None = None
+        # The plan and placements last judged, whether ``SchedulerStore.apply`` writes the
+        # plan, and its unplaced replicas' reasons: a round planned from nothing changed
+        # answers the round before's plan and placements (the same objects), and judging
+        # them again compares every placement.
+        self._judged: (
+            tuple[Plan, tuple[Placement, ...], bool, tuple[UnplacedReason, ...]] | None
+        ) = None
 
     def run(
         self, *, dry_run: bool = False, now: datetime | None = None, fence: Fence | None = None
@@ -115,24 +126,28 @@ class Placer:
             self._feed.forget_all()
             self._placements.forget_all()
             raise
-        writes = not dry_run and _writes(plan, state.placements)
+        writes, unplaced = self._judge(plan, state.placements)
+        writes = writes and not dry_run
         # The nodes as the planner was given them: what a round records, what a dry run shows.
         nodes = self._rounds.nodes(now) if dry_run or writes else []
         round_id = None
         if not dry_run:
-            round_id = self.store.apply(
-                plan,
-                based_on=state,
-                catalog_position=position,
-                nodes=nodes,
-                now=now,
-                policy=self.policy,
-                # Every placement pinned to the current version, placed now or pinned
-                # now: its definition is recorded with the round (scheduler.persistence.versions).
-                definitions=definitions_to_record(catalog, _pinned_now(plan, state.placements)),
-                fence=fence,
-            )
-            unplaced = reasons_of(plan.unplaced)
+            # ``apply`` writes nothing for a plan that changes nothing (and finds so by
+            # comparing every placement again): not called for one.
+            if writes:
+                round_id = self.store.apply(
+                    plan,
+                    based_on=state,
+                    catalog_position=position,
+                    nodes=nodes,
+                    now=now,
+                    policy=self.policy,
+                    # Every placement pinned to the current version, placed now or pinned
+                    # now: its definition is recorded with the round
+                    # (scheduler.persistence.versions).
+                    definitions=definitions_to_record(catalog, _pinned_now(plan, state.placements)),
+                    fence=fence,
+                )
             if unplaced != self._outcome:
                 self.store.record_outcome(
                     unplaced, planned_at=now, catalog_position=position, fence=fence
@@ -153,7 +168,7 @@ class Placer:
         read = self._feed.read(now, self.policy.stale_after)
         placed = self._placements.read(now)
         state = placed.state
-        asked = demands(catalog, self.wanted() if self.wanted else None)
+        asked = self._demands(catalog, self.wanted() if self.wanted else None)
         if read.whole or not self._rounds.started:
             if not read.whole:
                 self._feed.forget_all()
@@ -176,6 +191,27 @@ class Placer:
                 )
             )
         return state, plan
+
+    def _demands(self, catalog: Catalog, wanted: Mapping[str, int] | None) -> tuple[Demand, ...]:
+        """``demands(catalog, wanted)``, made again only when either changed."""
+        held = self._asked
+        if held is not None and held[0] is catalog and held[1] == wanted:
+            return held[2]
+        asked = tuple(demands(catalog, wanted))
+        self._asked = (catalog, None if wanted is None else dict(wanted), asked)
+        return asked
+
+    def _judge(
+        self, plan: Plan, before: tuple[Placement, ...]
+    ) -> tuple[bool, tuple[UnplacedReason, ...]]:
+        """Whether ``SchedulerStore.apply`` records ``plan`` (based on ``before``), and the
+        reasons of its unplaced replicas; judged again only for another plan or placements."""
+        judged = self._judged
+        if judged is not None and judged[0] is plan and judged[1] is before:
+            return judged[2], judged[3]
+        writes, unplaced = _writes(plan, before), reasons_of(plan.unplaced)
+        self._judged = (plan, before, writes, unplaced)
+        return writes, unplaced
 
 
 def _writes(plan: Plan, before: Sequence[Placement]) -> bool:

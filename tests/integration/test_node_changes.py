@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import Connection, Engine
 from sqlalchemy.event import listen, remove
 
@@ -18,6 +19,7 @@ from catalog import Catalog
 from events.catalog_service import CatalogService
 from events.read.replay import replay
 from events.storage.backends import open_log
+from scheduler.daemon import round_runner
 from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.persistence.node_changes import NodeChanges, NodeFeed
@@ -213,3 +215,65 @@ def test_a_node_taken_for_unreadable_by_a_raced_whole_read_is_readable_once_read
     finally:
         remove(engine, "before_cursor_execute", count)
     assert name_scans == []
+
+
+def test_a_placer_round_with_nothing_changed_makes_no_demands_and_judges_no_placement_again(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 100,000 nodes making the demands from the catalog and comparing every placement
+    with the round before's (to find a plan that writes nothing) cost most of a round with
+    nothing changed: done again only when the catalog, the autoscaler's counts, the plan
+    or the placements are others; the rounds are the same."""
+    declared = Catalog.build([model("big", gpu_class="A100", tp=8, scaling={"min": 1, "max": 4})])
+    service = CatalogService(open_log(engine), declared)
+    made: list[int] = []
+    counted = demands
+
+    def counting(*args: object, **kwargs: object) -> object:
+        made.append(1)
+        return counted(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(round_runner, "demands", counting)
+    applied: list[int | None] = []
+    store = CountingStore(engine)
+    apply = store.apply
+
+    def counting_apply(*args: object, **kwargs: object) -> int | None:
+        applied.append(result := apply(*args, **kwargs))  # type: ignore[arg-type]
+        return result
+
+    monkeypatch.setattr(store, "apply", counting_apply)
+    wanted = {"big": 1}
+    policy = StalenessPolicy(stale_after=STALE_AFTER, grace=timedelta(seconds=30))
+    placer = Placer(service, store, policy, wanted=lambda: wanted)
+    names = [f"n{i}" for i in range(4)]
+    store.report([_node(n) for n in names], T0 - timedelta(minutes=1))
+    store.renew_leases(dict.fromkeys(names, T0))
+    assert placer.run(now=T0).round_id is not None
+    assert (len(made), len(applied)) == (1, 1)
+
+    for i in range(1, 4):
+        at = T0 + timedelta(seconds=10 * i)
+        store.renew_leases(dict.fromkeys(names, at))
+        outcome = placer.run(now=at)
+        assert outcome.round_id is None and outcome.plan.place == ()
+    assert (len(made), len(applied)) == (1, 1), "demands made or placements judged again"
+
+    # The autoscaler asks for more (the same mapping, changed): the demands are made again
+    # and the round places them, as a full round does.
+    wanted["big"] = 3
+    at = T0 + timedelta(seconds=40)
+    store.renew_leases(dict.fromkeys(names, at))
+    before = store.state()
+    outcome = placer.run(now=at)
+    assert len(made) == 2 and outcome.round_id is not None and len(outcome.plan.place) == 2
+    full = plan(
+        counted(service.catalog(), wanted),
+        store.nodes(),
+        before.placements,
+        at,
+        policy,
+        lifecycle=before.lifecycle,
+    )
+    assert outcome.plan == full
+    assert len(store.state().placements) == 3
