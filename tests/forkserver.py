@@ -9,8 +9,9 @@ arguments, environment, working directory, stdin/stdout/stderr, exit status and
 signals, and the interpreter ends the same way (exit handlers run, streams flushed).
 What it does not cover, the fresh interpreter's own start-up (the script, and a
 command's imports in a new process), is held elsewhere: tests/unit/ops/test_cli_imports.py
-and test_forkserver.py run real processes, as every agent, gateway, daemon and sim engine
-of the suite still is. ``LLMGW_TEST_FORK=0`` runs every command as a real process.
+(an agent, a gateway and a sim engine started fresh, each held to what it may import)
+and test_forkserver.py run real processes, as every sim engine of the suite still is
+(the agents start them). ``LLMGW_TEST_FORK=0`` runs every command as a real process.
 
 One server per test worker (this file run as a script): it imports llmgw and the
 libraries and command modules behind it, then for each request forks a waiter, which
@@ -60,6 +61,19 @@ PRELOAD = (
     "llmgw.cli.operate.status",
     "llmgw.api.app",
     "llmgw.api.server",
+    # `llmgw agent` (tests/e2e/agents.py): what its command imports when it runs.
+    "llmgw.cli.operate.agent",
+    "llmgw.agent_settings",
+    "agent.runtime",
+    "agent.reconcile",
+    "agent.client",
+    "agent.inventory",
+    "agent.state",
+    "agent.binaries",
+    # `llmgw gateway` (tests/e2e/gateways.py).
+    "llmgw.cli.gateway.command",
+    "llmgw.gateway_settings",
+    "gateway.main",
 )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agent.processes import same_process
+from tests import forkserver
 from tests.api.server import LLMGW, ApiServer, Tokens, _readline
 from tests.e2e.cli import Cli
 
@@ -66,12 +67,19 @@ class AgentProc:
             self.argv += ["--gpus", gpus]
         # DEBUG: each tick's agent.reconciled line lets a test see that ticks happened.
         self.env = {**os.environ, "LLMGW_LOG_LEVEL": "DEBUG"}
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: forkserver.Forked | subprocess.Popen[bytes] | None = None
 
     def start(self, env: dict[str, str] | None = None) -> AgentProc:
+        assert self.argv[0] == LLMGW, self.argv
         with self.log_path.open("wb") as stderr:  # the child keeps its own copy
-            self.proc = subprocess.Popen(
-                self.argv,
+            # Forked from an interpreter that has llmgw and the agent's modules imported
+            # (tests/forkserver.py), as the suite's commands and servers are: the same
+            # `llmgw agent` (main, arguments, environment, output, signals, exit status),
+            # without ~0.3 s of CPU of imports. A fresh process with LLMGW_TEST_FORK=0,
+            # or when ``env`` sets a PYTHON* variable (the NVML stand-in's PYTHONPATH).
+            self.proc = forkserver.popen(
+                self.argv[1:],
+                cwd=os.getcwd(),
                 env={**self.env, **(env or {})},
                 stdout=subprocess.PIPE,
                 stderr=stderr,

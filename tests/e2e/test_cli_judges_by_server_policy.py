@@ -25,8 +25,9 @@ from sqlalchemy import insert
 
 from events.database.connection import make_engine
 from scheduler.persistence.tables import PlacementRoundRow, table
+from tests import forkserver
 from tests.e2e.agents import SIM, cluster, eventually
-from tests.e2e.cli import LLMGW, Cli
+from tests.e2e.cli import Cli
 
 pytestmark = pytest.mark.slow
 
@@ -152,10 +153,14 @@ def test_with_nothing_recorded_a_command_judges_by_its_own_settings_and_says_so(
 
 
 @contextmanager
-def daemon(cli: Cli, log: Path, *flags: str) -> Iterator[subprocess.Popen[bytes]]:
+def daemon(
+    cli: Cli, log: Path, *flags: str
+) -> Iterator[forkserver.Forked | subprocess.Popen[bytes]]:
     with log.open("wb") as stderr:  # the child keeps its own copy
-        proc = subprocess.Popen(
-            [LLMGW, "daemon", "--interval", "0.3", *flags],
+        # Forked (tests/forkserver.py), as Cli's commands are: the same `llmgw daemon`
+        # without ~1 s of imports (a fresh process with LLMGW_TEST_FORK=0).
+        proc = forkserver.popen(
+            ["daemon", "--interval", "0.3", *flags],
             cwd=cli.workdir,
             env={**cli.env, "LLMGW_LOG_LEVEL": "INFO"},
             stdout=subprocess.DEVNULL,

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,8 +17,6 @@ import pytest
 from tests import forkserver
 from tests.conftest import PG_ADMIN
 from tests.support import dump_yaml
-
-LLMGW = str(Path(sys.executable).parent / "llmgw")
 
 NODES = {
     "nodes": [
@@ -44,11 +41,11 @@ class Env:
         self.url = url
         self.env = {**os.environ, "LLMGW_DATABASE_URL": url}
         self.env.pop("LLMGW_CONFIG", None)
-        self.daemons: list[tuple[subprocess.Popen[bytes], Path]] = []
+        self.daemons: list[tuple[forkserver.Forked | subprocess.Popen[bytes], Path]] = []
 
     def llmgw(self, *args: str) -> subprocess.CompletedProcess[str]:
-        # Forked from a process that has llmgw imported (tests/forkserver.py); the daemons
-        # stay real processes.
+        # Forked from a process that has llmgw imported (tests/forkserver.py), as the
+        # daemons are.
         done = forkserver.run(args, cwd=self.workdir, env=self.env, timeout=60)
         assert done.returncode == 0, done.stderr
         return done
@@ -57,11 +54,15 @@ class Env:
         (self.workdir / name).write_text(dump_yaml(data))
         return name
 
-    def start_daemon(self, interval: float = 0.3) -> tuple[subprocess.Popen[bytes], Path]:
+    def start_daemon(
+        self, interval: float = 0.3
+    ) -> tuple[forkserver.Forked | subprocess.Popen[bytes], Path]:
         log = self.workdir / f"daemon-{len(self.daemons)}.log"
         with log.open("wb") as stderr:  # the child keeps its own copy
-            proc = subprocess.Popen(
-                [LLMGW, "daemon", "--interval", str(interval)],
+            # Forked (tests/forkserver.py): the same `llmgw daemon`, without ~1 s of CPU of
+            # imports; a fresh process with LLMGW_TEST_FORK=0.
+            proc = forkserver.popen(
+                ["daemon", "--interval", str(interval)],
                 cwd=self.workdir,
                 env=self.env,
                 stdout=subprocess.DEVNULL,

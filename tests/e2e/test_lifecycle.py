@@ -20,7 +20,7 @@ from events.core.types import MODEL_ADDED, MODEL_REMOVED, NewEvent
 from events.database.connection import make_engine
 from events.storage.backends import open_log
 from tests import forkserver
-from tests.api.server import LLMGW, ApiServer, Tokens, running
+from tests.api.server import ApiServer, Tokens, running
 from tests.lifecycle_agent import NEVER_READY, OLD_AGENT, AgentNode, ReportingAgent
 
 pytestmark = pytest.mark.slow
@@ -41,15 +41,17 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
 class Daemon:
     def __init__(self, server: ApiServer) -> None:
         self.server = server
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: forkserver.Forked | subprocess.Popen[bytes] | None = None
         self.starts = 0
 
     def start(self) -> None:
         log = self.server.workdir / f"daemon-{self.starts}.log"
         self.starts += 1
         with log.open("wb") as stderr:  # the child keeps its own copy
-            self.proc = subprocess.Popen(
-                [LLMGW, "daemon", "--interval", "0.3"],
+            # Forked (tests/forkserver.py), as the suite's commands are: the same
+            # `llmgw daemon` without ~1 s of imports (fresh with LLMGW_TEST_FORK=0).
+            self.proc = forkserver.popen(
+                ["daemon", "--interval", "0.3"],
                 cwd=self.server.workdir,
                 env=self.server.env,
                 stdout=subprocess.DEVNULL,

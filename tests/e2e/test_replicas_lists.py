@@ -44,7 +44,18 @@ def test_a_frozen_replica_is_left_for_the_next_by_the_agent_and_the_gateway(
     wait_until(lambda: [r for r in agent.live_engines() if r["ready"]], "chat ready on node-0")
     gateway = pair.gateway(0)
     wait_until(lambda: gateway.ready("chat", 1), "the gateway to route chat")
-    (engine,) = agent.live_engines()
+    # A ready engine's record is still filled in on the agent's next ticks (its context,
+    # asked up to three times: agent.runtime): taken once that is done, so that the record
+    # compared at the end differs only if the engine does. (A gateway started as a fresh
+    # process used to give the agent that time; forked, it is ready at once.)
+    (engine,) = wait_until(
+        lambda: [
+            r
+            for r in agent.live_engines()
+            if r["context_tokens"] is not None or r["context_asks"] >= 3
+        ],
+        "chat's context read by the agent",
+    )
     first, second = pair.urls
 
     pair.signal(0, signal.SIGSTOP)

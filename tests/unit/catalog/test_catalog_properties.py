@@ -80,6 +80,22 @@ def gpu_shapes(draw: st.DrawFn) -> dict[str, Any]:
     return shape
 
 
+# The composites below draw from strategies built once, here, rather than inside each
+# draw, where each was built and validated again every time (the same strategies, so
+# the same examples, for about half the CPU of drawing them).
+_ENGINES = st.sampled_from([None, "vllm", "sglang", "sim", "llamacpp"])
+_GPU_CLASSES = st.sampled_from(["A100", "H100", "L4", "T4"])
+_PROFILE_OPTIONAL: dict[str, st.SearchStrategy[Any]] = {
+    "args": st.lists(any_text, max_size=3),
+    "env": string_maps,
+    "node_selector": labels,
+    "min_memory_gb": st.integers(0, 512),
+    "weight": st.floats(-2, 100, allow_nan=False, allow_infinity=False),
+    "priority": st.integers(-10, 10),
+    "startup_timeout": durations,
+}
+
+
 @st.composite
 def valid_profiles(draw: st.DrawFn, name: str) -> dict[str, Any]:
     profile: dict[str, Any] = {"name": name}
@@ -90,33 +106,30 @@ def valid_profiles(draw: st.DrawFn, name: str) -> dict[str, Any]:
         if draw(st.booleans()):
             profile["gpus_per_node"] = draw(st.integers(-2, 8))
     else:
-        engine = draw(st.sampled_from([None, "vllm", "sglang", "sim", "llamacpp"]))
+        engine = draw(_ENGINES)
         if engine is not None:
             profile["engine"] = engine
-        profile["gpu_class"] = draw(st.sampled_from(["A100", "H100", "L4", "T4"]))
+        profile["gpu_class"] = draw(_GPU_CLASSES)
         profile.update(draw(gpu_shapes()))
-    optional: dict[str, st.SearchStrategy[Any]] = {
-        "args": st.lists(any_text, max_size=3),
-        "env": string_maps,
-        "node_selector": labels,
-        "min_memory_gb": st.integers(0, 512),
-        "weight": st.floats(-2, 100, allow_nan=False, allow_infinity=False),
-        "priority": st.integers(-10, 10),
-        "startup_timeout": durations,
-    }
-    for key, strategy in optional.items():
+    for key, strategy in _PROFILE_OPTIONAL.items():
         if draw(st.booleans()):
             profile[key] = draw(strategy)
     return profile
 
 
+_PROFILE_NAME_LISTS = st.lists(profile_names, min_size=1, max_size=3, unique_by=str.casefold)
+_SOURCES = printable_text.map(str.strip).filter(bool)
+_FALLBACK_LISTS = st.lists(names, max_size=3)
+_ROUTING_PROFILE_NAMES = st.sampled_from(["", *ROUTING_PROFILES])
+
+
 @st.composite
 def valid_definitions(draw: st.DrawFn) -> dict[str, Any]:
     name = draw(names)
-    profiles = draw(st.lists(profile_names, min_size=1, max_size=3, unique_by=str.casefold))
+    profiles = draw(_PROFILE_NAME_LISTS)
     raw: dict[str, Any] = {
         "name": name,
-        "source": draw(printable_text.map(str.strip).filter(bool)),
+        "source": draw(_SOURCES),
         "profiles": [draw(valid_profiles(p)) for p in profiles],
     }
     if draw(st.booleans()):
@@ -128,7 +141,7 @@ def valid_definitions(draw: st.DrawFn) -> dict[str, Any]:
             )
         )
     if draw(st.booleans()):
-        raw["fallbacks"] = draw(st.lists(names, max_size=3))
+        raw["fallbacks"] = draw(_FALLBACK_LISTS)
     if draw(st.booleans()):
         low = draw(st.integers(-3, 5))
         high = draw(st.one_of(st.just(0), st.integers(max(low, 0), 10)))
@@ -141,7 +154,7 @@ def valid_definitions(draw: st.DrawFn) -> dict[str, Any]:
         raw["context_length"] = draw(st.integers(0, 10**6))
         raw["max_output"] = draw(st.integers(0, raw["context_length"]))
     if draw(st.booleans()):
-        raw["routing_profile"] = draw(st.sampled_from(["", *ROUTING_PROFILES]))
+        raw["routing_profile"] = draw(_ROUTING_PROFILE_NAMES)
     return raw
 
 
@@ -194,10 +207,13 @@ wild_values = st.one_of(
 )
 
 
+_ACTIONS = st.sampled_from(["drop", "wild", "unknown"])
+
+
 @st.composite
 def corrupt(draw: st.DrawFn, target: dict[str, Any]) -> None:
     """Drop a field, give it a value of any type, or add an unknown one, in place."""
-    action = draw(st.sampled_from(["drop", "wild", "unknown"]))
+    action = draw(_ACTIONS)
     if action == "unknown" or not target:
         target[draw(any_text)] = draw(wild_values)
         return
@@ -206,6 +222,11 @@ def corrupt(draw: st.DrawFn, target: dict[str, Any]) -> None:
         del target[key]
     else:
         target[key] = draw(wild_values)
+
+
+_COUNT_FIELDS = st.sampled_from(["tp", "pp", "nodes", "gpus_per_node", "min_memory_gb"])
+_CORRUPTIONS = st.sampled_from([0, 0, 0, 1, 2])
+_ODD_NAMES = st.one_of(any_text, wild_scalars)
 
 
 @st.composite
@@ -219,7 +240,7 @@ def arbitrary_definitions(draw: st.DrawFn) -> object:
         # Counts that need not add up, negatives included.
         for _ in range(draw(st.integers(1, 3))):
             p = draw(st.sampled_from(profiles))
-            key = draw(st.sampled_from(["tp", "pp", "nodes", "gpus_per_node", "min_memory_gb"]))
+            key = draw(_COUNT_FIELDS)
             p[key] = draw(st.integers(-3, 9))
     if draw(st.integers(0, 4)) == 0:
         draw(st.sampled_from(profiles)).pop("gpu_class", None)
@@ -232,8 +253,8 @@ def arbitrary_definitions(draw: st.DrawFn) -> object:
     if draw(st.integers(0, 4)) == 0:
         raw["scaling"] = {"min": draw(st.integers(-5, 5)), "max": draw(st.integers(-5, 5))}
     if draw(st.integers(0, 9)) == 0:
-        raw["name"] = draw(st.one_of(any_text, wild_scalars))
-    for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2]))):
+        raw["name"] = draw(_ODD_NAMES)
+    for _ in range(draw(_CORRUPTIONS)):
         nested = [v for v in raw.values() if isinstance(v, dict)]
         draw(corrupt(draw(st.sampled_from([raw, *profiles, *nested]))))
     return raw

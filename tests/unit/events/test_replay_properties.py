@@ -21,13 +21,21 @@ DECLARED = Catalog.build(
 )
 
 
+# The strategies _payload and the logs draw from, built once: made inside each draw, each
+# was built and validated again every time (the same strategies, so the same examples).
+_KINDS = st.sampled_from(["add", "add", "add", "replace", "remove", "remove", "garbage"])
+_NAMES = st.sampled_from(NAMES)
+_NAME_LISTS = st.lists(st.sampled_from(NAMES), max_size=2, unique=True)
+_COUNTS = st.integers(min_value=0, max_value=30)
+
+
 def _payload(draw: st.DrawFn) -> tuple[str, str, int]:
-    kind = draw(st.sampled_from(["add", "add", "add", "replace", "remove", "remove", "garbage"]))
-    name = draw(st.sampled_from(NAMES))
+    kind = draw(_KINDS)
+    name = draw(_NAMES)
     if kind in ("add", "replace"):
         extra: dict[str, Any] = {}
-        aliases = draw(st.lists(st.sampled_from(NAMES), max_size=2, unique=True))
-        fallbacks = draw(st.lists(st.sampled_from(NAMES), max_size=2, unique=True))
+        aliases = draw(_NAME_LISTS)
+        fallbacks = draw(_NAME_LISTS)
         if draw(st.booleans()):
             # An invalid definition: the arithmetic does not add up.
             extra["profiles"] = [{"name": "p", "gpu_class": "A100", "tp": 4, "nodes": 3}]
@@ -52,7 +60,7 @@ def _payload(draw: st.DrawFn) -> tuple[str, str, int]:
 
 @st.composite
 def logs(draw: st.DrawFn) -> list[StoredEvent]:
-    count = draw(st.integers(min_value=0, max_value=30))
+    count = draw(_COUNTS)
     when = datetime(2026, 12, 1, tzinfo=UTC)
     events = []
     for position in range(1, count + 1):
@@ -115,7 +123,7 @@ def current_logs(draw: st.DrawFn) -> list[StoredEvent]:
     """Logs as this release writes them (``model.added`` v2 payloads from
     ``definition_payload``, removals v1) mixed with everything ``logs`` draws: what
     ``Replayer.apply_all``'s written-out common cases meet."""
-    count = draw(st.integers(min_value=0, max_value=30))
+    count = draw(_COUNTS)
     when = datetime(2026, 12, 1, tzinfo=UTC)
     events = []
     for position in range(1, count + 1):

@@ -29,18 +29,29 @@ PROFILES = [
 GANGS = [profile("pair", "A100", 4, nodes=2), profile("three", "A100", 1, nodes=3, memory_gb=64)]
 
 
+# A node's parts, built once rather than inside each draw (where each list's strategy was
+# built and validated again every time): the same strategies, the same examples. node()
+# copies the labels it is given, so the drawn dicts are never shared between nodes.
+_CLASSES = st.sampled_from(["A100", "A100", "L4", None])
+_CARDS = st.sampled_from([1, 4, 8])
+_MEMORY = st.sampled_from([None, 128.0, 256.0, 100.5])
+_LABELS = st.sampled_from([{}, {"zone": "eu"}, {"zone": "us"}])
+_FABRICS = st.sampled_from([None, "f1", "f2", "f3"])
+_RESERVED = st.sampled_from([0, 0, 1])
+
+
 @st.composite
 def fleets(draw: st.DrawFn) -> list[Node]:
     count = draw(st.integers(min_value=1, max_value=24))
     return [
         node(
             f"n{i:02d}",
-            draw(st.sampled_from(["A100", "A100", "L4", None])),
-            draw(st.sampled_from([1, 4, 8])),
-            memory_gb=draw(st.sampled_from([None, 128.0, 256.0, 100.5])),
-            labels=draw(st.sampled_from([{}, {"zone": "eu"}, {"zone": "us"}])),
-            fabric=draw(st.sampled_from([None, "f1", "f2", "f3"])),
-            reserved=draw(st.sampled_from([0, 0, 1])),
+            draw(_CLASSES),
+            draw(_CARDS),
+            memory_gb=draw(_MEMORY),
+            labels=draw(_LABELS),
+            fabric=draw(_FABRICS),
+            reserved=draw(_RESERVED),
         )
         for i in range(count)
     ]
