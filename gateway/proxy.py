@@ -949,9 +949,7 @@ class Proxy:
         trace.upstream_s = first - sent_at
         trace.ttft_s = trace.upstream_s
         observe_ttft(self.state.load(replica.key), trace.ttft_s, before)
-        head = (
-            self._head(call, m, replica) + b"cache-control: no-cache\r\nx-accel-buffering: no\r\n"
-        )
+        head = self._head(call, m, replica) + STREAM_HEAD
         headers: list[tuple[bytes, bytes]] = []
         trace.served, trace.replica, trace.status = m.name, replica.key, 200
         trace.bytes_sent = True

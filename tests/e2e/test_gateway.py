@@ -90,6 +90,16 @@ def test_alias_stream_refusals_client_limits_and_hostile_bodies(
         )
         streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
         assert streamed == text and len(chunks) >= 6
+        # A stream says it is one (browsers' EventSource and SSE clients check), and that
+        # no proxy may hold it back; whole answers keep the engine's type.
+        with client.chat.completions.with_streaming_response.create(
+            model="chat", messages=HI, max_tokens=3, stream=True
+        ) as sse:
+            assert sse.headers["content-type"] == "text/event-stream"
+            assert sse.headers["cache-control"] == "no-cache"
+            assert sse.headers["x-accel-buffering"] == "no"
+            assert sse.headers["x-llmgw-replica"] == "chat/0"
+        assert raw.headers["content-type"].startswith("application/json")
 
         # Completions and embeddings go through too.
         assert client.completions.create(model="chat", prompt="hi", max_tokens=3).choices
