@@ -16,9 +16,9 @@ nothing is stopped: a network partition must not take down replicas that
 are serving. The engines are stopped only when the control plane says so,
 or when the agent itself is stopped (unless ``leave_engines``).
 
-Back from a time away (a report failed, or none went for ``AWAY_TICKS``
-intervals and a second, as when the agent itself was frozen; or the agent just
-started), the engines running then are *held* for ``readopt_grace`` seconds: one
+Back from a time away (a report failed, or the agent's process stood still for
+``AWAY_TICKS`` intervals and a second, as when it was frozen: ``agent.liveness``; or
+the agent just started), the engines running then are *held* for ``readopt_grace`` seconds: one
 no longer placed on this node is not stopped yet. A control plane that gave the
 node up meanwhile unplaced its replicas; the agent's report makes the node fresh,
 and the next round places the replicas again where they run (the engine kept, its
@@ -44,6 +44,7 @@ from agent import context, engines, processes
 from agent.client import ControlPlane, Refused, Unreachable
 from agent.heartbeat import Accepted, HeartbeatChannel, digest
 from agent.inventory import Inventory
+from agent.liveness import Liveness
 from agent.logfiles import LogLimits, rotate_if_large
 from agent.placements import Key, PlacementsError, Want, parse_placements
 from agent.reconcile import Backoff, Decision, Have, Start, decide
@@ -133,6 +134,8 @@ class Agent:
         # Time away from the control plane (see the module): True until the first report.
         self._away = True
         self._last_contact: float | None = None
+        # Whether the process stood still (frozen) since: agent.liveness.
+        self.liveness = Liveness(AWAY_TICKS * config.interval + 1.0, clock)
         # Engines held back from a stop, and until when (the agent's clock).
         self.held: dict[Key, float] = {}
         self._held_logged: set[Key] = set()
@@ -159,6 +162,7 @@ class Agent:
     def run(self) -> None:
         self.state.lock()
         self.adopt()
+        self.liveness.start()
         self.looping = True
         try:
             self._loop()
@@ -199,12 +203,7 @@ class Agent:
             wants, self.haves(), self.inventory.devices, now, self.config.backoff, hold=self.held
         )
         self._log_held(decision)
-        applying = self.clock()
         self.apply(decision)
-        if self._last_contact is not None:
-            # A tick's own work (stopping an engine takes up to stop_grace) is no time
-            # away: the contact is moved on by what applying took.
-            self._last_contact += max(0.0, self.clock() - applying)
         if decision.starts:
             # Said at once, not at the next tick: an engine that loads within a tick
             # would otherwise go from placed to ready with its start never reported.
@@ -427,13 +426,14 @@ class Agent:
         return True
 
     def _gap(self) -> bool:
-        """Whether the agent is away: a report failed, or none went through for
-        ``AWAY_TICKS`` intervals and a second. Judged from the last report that went
-        through, not from a tick's start or end: frozen (SIGSTOP, a paused VM) halfway
-        through a tick, the agent finishes that tick after the thaw, and a clock read
-        then would hide the time frozen."""
+        """Whether the agent is away: a report failed, or the process stood still
+        (frozen: SIGSTOP, a paused VM) for ``AWAY_TICKS`` intervals and a second since
+        the last report that went through (``agent.liveness``). Not judged by the loop's
+        own clock: frozen halfway through a tick, the agent finishes that tick after the
+        thaw, and a clock read then hides the time frozen; and a tick that waited on a
+        slow control plane (every call went through) is no time away."""
         last = self._last_contact
-        if last is not None and self.clock() - last > AWAY_TICKS * self.config.interval + 1.0:
+        if last is not None and self.liveness.stalled_since(last):
             self._away = True
         return self._away
 
@@ -661,6 +661,7 @@ class Agent:
             )
 
     def shutdown(self) -> None:
+        self.liveness.stop()
         self.channel.close()
         if self.config.leave_engines:
             log.info(

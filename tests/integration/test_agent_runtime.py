@@ -19,6 +19,7 @@ import pytest
 
 from agent.client import ControlPlane, Refused, Unreachable
 from agent.inventory import Inventory
+from agent.liveness import Liveness
 from agent.runtime import Agent, AgentConfig
 
 
@@ -217,17 +218,26 @@ class ThawClock:
 
 class FreezingStandIn(StandIn):
     """Freezes the agent once inside the call named, for a time in which the control
-    plane gives the node up: from then on nothing is placed on it."""
+    plane gives the node up: from then on nothing is placed on it. ``slow``: the call
+    takes as long but the agent's process runs throughout (its liveness thread beats:
+    here, by hand every half second), as on a slow control plane."""
 
     def __init__(self, placements: list[dict[str, Any]], clock: ThawClock) -> None:
         super().__init__(placements)
         self.clock = clock
         self.freeze_in: str | None = None
+        self.slow = False
+        self.liveness: Liveness | None = None
 
     def _maybe_freeze(self, call: str) -> None:
         if self.freeze_in == call:
             self.freeze_in = None
-            self.clock.frozen_for += 60.0
+            assert self.liveness is not None
+            self.liveness.beat()  # the last beat before the freeze
+            for _ in range(120):
+                self.clock.frozen_for += 0.5
+                if self.slow:
+                    self.liveness.beat()
             self.answer = []
 
     def report(self, node: str, body: dict[str, Any], *, switches: bool = False) -> Any:
@@ -250,6 +260,7 @@ def test_an_agent_frozen_halfway_through_a_tick_holds_its_engine_when_it_thaws(
     clock = ThawClock()
     server = FreezingStandIn([placement("chat", [])], clock)
     agent = make_agent(server, clock=clock)
+    server.liveness = agent.liveness
     tick_until(agent, server, "ready")
     ((key, engine),) = agent.procs.items()
     server.freeze_in = call
@@ -261,6 +272,25 @@ def test_an_agent_frozen_halfway_through_a_tick_holds_its_engine_when_it_thaws(
     assert set(agent.held) == {key}
     # The report after the thaw goes in full and names the running engine.
     assert [r["replica"] for r in server.reports[-1]["replicas"]] == [0]
+
+
+@pytest.mark.parametrize("call", ["report", "placements"])
+def test_a_slow_control_plane_is_no_time_away_and_an_unplaced_engine_stops(
+    make_agent: Any, call: str
+) -> None:
+    # The same minute inside a call, but waited, not frozen (a report that took its
+    # time and went through): the control plane never gave the node up, the replica
+    # was removed meanwhile, and its engine stops as any other (not held 30 s).
+    clock = ThawClock()
+    server = FreezingStandIn([placement("chat", [])], clock)
+    agent = make_agent(server, clock=clock)
+    server.liveness, server.slow = agent.liveness, True
+    tick_until(agent, server, "ready")
+    server.freeze_in = call
+    for _ in range(3):
+        agent.tick()
+    assert server.freeze_in is None and server.answer == []
+    assert agent.held == {} and list(agent.procs) == []
 
 
 class _Huge(http.server.BaseHTTPRequestHandler):
