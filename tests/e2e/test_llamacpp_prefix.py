@@ -95,6 +95,9 @@ def test_a_hot_prefix_spills_to_the_other_llama_cpp_replica(
     """Ten streams of one prompt at once on one-slot engines, each 200 tokens: the hot
     replica queues, and past 2 in flight above the other the rest go to the other."""
     gw, tokens = stack
+    # Both replicas ready at the gateway now (the module's first test ran on them; one
+    # slow to answer on a loaded machine may have been set aside since).
+    eventually(lambda: gw.ready("tinyp", 2), "two llama.cpp replicas at the gateway", 60)
     client = gw.openai(tokens.client)
     hot: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": "hot " + SYSTEM},
@@ -116,4 +119,4 @@ def test_a_hot_prefix_spills_to_the_other_llama_cpp_replica(
 
     with ThreadPoolExecutor(10) as pool:
         served = list(pool.map(one, range(10)))
-    assert len(set(served)) == 2, served
+    assert len(set(served)) == 2, (served, gw.routing().get("models", {}).get("tinyp"))
