@@ -62,6 +62,10 @@ MAX_AMOUNT = 10**15
 # the holder uses it (its own clock: shorter, so it stops before the control plane may
 # lend it again, whatever the call's delay and the two clocks' rates).
 CREDIT_LEASE_S = 10.0
+# Lines of credit one account lends at once (gateway processes holding one): the
+# account's row holds them all, so their number is bounded whatever the callers (a
+# gateway token that names a new gateway id on every call must not grow it without end).
+MAX_LINES = 64
 CREDIT_TRUST_S = 5.0
 # The longest gateway id.
 MAX_GATEWAY = 64
@@ -196,7 +200,9 @@ class Account:
         self.lent.pop(gateway, None)
         if line <= 0:
             return 0, False
-        if self.pool == 0:
+        if len(self.lent) >= MAX_LINES:
+            got = 0  # (lent to as many gateways as an account holds: none for another)
+        elif self.pool == 0:
             got = 0 if self.lent else self.size
         else:
             got = max(0, min(line, self.pool - math.ceil(sum(h for h, _ in self.lent.values()))))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from catalog.forms.allowance import (
     CREDIT_LEASE_S,
     MAX_DRAWS,
+    MAX_LINES,
     Account,
     AllowanceError,
     parse_draws,
@@ -125,6 +126,19 @@ def test_before_any_request_is_known_the_credit_is_lent_whole_to_one_gateway() -
     assert a.lend("gw-b", 40, 51, 1.0) == (0, False)  # the pool is 51: none left yet
     assert a.lend("gw-a", 1, 51, 2.0) == (1, True)  # its line now within the pool
     assert a.lend("gw-b", 40, 51, 3.0) == (40, True)
+
+
+def test_an_account_lends_to_at_most_max_lines_gateways_whatever_the_callers() -> None:
+    # A gateway token naming a new gateway id on every call (a leaked one, a bug) must
+    # not grow the account's row without end: past MAX_LINES lines, none for another
+    # until one is returned or its lease lapses.
+    a = Account.new(10**9, None, 0.0)
+    got = [a.lend(f"gw-{i}", 1, 10**6, 0.0)[0] for i in range(MAX_LINES + 50)]
+    assert got == [1] * MAX_LINES + [0] * 50 and len(a.lent) == MAX_LINES
+    assert a.lend("gw-0", 0, 10**6, 1.0) == (0, False)  # one returned: room for one
+    assert a.lend("gw-new", 1, 10**6, 1.0)[0] == 1 and len(a.lent) == MAX_LINES
+    later = 1.0 + CREDIT_LEASE_S  # every lease lapsed: charged, lent afresh
+    assert a.lend("gw-late", 1, 10**6, later)[0] == 1 and len(a.lent) == 1
 
 
 def test_a_lapsed_credit_on_a_budget_counts_in_its_window() -> None:
