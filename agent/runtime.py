@@ -125,7 +125,7 @@ class Agent:
         # Replicas the control plane already holds failed: a worker need not say so again.
         self.known_failed: set[Key] = set()
         self.stopping = threading.Event()
-        # Set once start-up (the lock, adoption) is over and the loop runs.
+        # Set once the state dir is locked: from then a signal asks for a clean stop.
         self.looping = False
         self._send_replicas = True
         self._send_address = True
@@ -161,10 +161,14 @@ class Agent:
 
     def run(self) -> None:
         self.state.lock()
-        self.adopt()
         self.liveness.start()
+        # From here a signal asks for a clean stop (``llmgw agent``'s handler): the
+        # engines adopted are this agent's to stop (unless left). Set after adoption, a
+        # signal between the two ended the agent at once with its adopted engines running
+        # and their records kept (seen in CI: a stop right after the adoption's log).
         self.looping = True
         try:
+            self.adopt()
             self._loop()
         finally:
             self.shutdown()

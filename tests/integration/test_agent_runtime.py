@@ -351,3 +351,22 @@ def test_heartbeats_go_only_beside_a_server_reached_by_plain_http(
         except BlockingIOError:
             connected = False
         assert connected is beats
+
+
+def test_a_signal_during_adoption_asks_for_a_clean_stop(
+    make_agent: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ``llmgw agent``'s handler ends an agent at once only while it is not ``looping``:
+    # once its state dir is locked the engines it adopts are its to stop, so a signal
+    # during adoption must ask for a clean stop (the loop ends at once, shutdown stops
+    # them), not exit with them running and their records kept.
+    agent = make_agent(StandIn([]))
+    seen: list[bool] = []
+
+    def adopt() -> None:
+        seen.append(agent.looping)
+        agent.stopping.set()  # the signal, as the handler sets it
+
+    monkeypatch.setattr(agent, "adopt", adopt)
+    agent.run()
+    assert seen == [True]

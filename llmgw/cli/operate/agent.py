@@ -129,8 +129,8 @@ STOP_MARGIN_S = 30.0
 class _Stop:
     """SIGTERM and SIGINT: the agent stops, whatever it is blocked on.
 
-    Before its loop runs (checking and reading its state dir) nothing is started
-    yet, and the signal ends the agent at once. In the loop, the first signal asks
+    Before its state dir is locked nothing is started or adopted yet, and the signal
+    ends the agent at once. From then on (adoption included), the first signal asks
     for a clean stop (engines stopped unless left, by the loop's own thread), and a
     watchdog ends the process if that has not happened in time; a second signal
     ends it at once.
