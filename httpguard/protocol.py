@@ -258,6 +258,8 @@ class RequestHooks:
         again. Where they cannot be written so (not the newest request, its answer
         started, the client gone or not reading: ``send`` would wait) they go into the
         message's headers and are checked as any."""
+        if head and not _whole_lines(head):
+            raise ValueError(f"not whole header lines: {head[:200]!r}")
         protocol = self._protocol
         cycle = protocol.cycle if protocol._hooks is self else None
         if (
@@ -311,6 +313,22 @@ class _HeadSplice:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
+
+
+def _whole_lines(head: bytes) -> bool:
+    """Whether ``head`` is header lines that cannot end the head early: each ends with
+    CRLF, none is empty, no CR or LF stands alone. A guard, not uvicorn's check (a few
+    ``count``s in C, where that is two regular expressions a header): lines that fail it
+    are refused (``ValueError``, nothing written), so a value the application did not
+    mean to make can never split an answer or start another."""
+    crlf = head.count(b"\r\n")
+    return (
+        head.endswith(b"\r\n")
+        and head.count(b"\r") == crlf
+        and head.count(b"\n") == crlf
+        and b"\r\n\r\n" not in head
+        and not head.startswith(b"\r\n")
+    )
 
 
 def head_pairs(head: bytes) -> list[tuple[bytes, bytes]]:

@@ -280,3 +280,44 @@ def test_start_writes_the_applications_own_lines_in_the_head_pipelined_or_not(
         assert lines[0] == b"HTTP/1.1 200 OK" and lines[-2:] == [b"", b""]
         assert lines.count(b"x-own: " + name) == 1 and lines.count(b"x-n: 7") == 1
         assert b"x-checked: " + name in lines and b"content-length: 2" in lines
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"x-a: 1\r\n\r\nHTTP/1.1 200 OK\r\n",  # a blank line: the head would end there
+        b"x-a: 1\nx-b: 2\r\n",  # a lone LF
+        b"x-a: 1\rx-b: 2\r\n",  # a lone CR
+        b"x-a: 1",  # not ended
+        b"\r\nx-a: 1\r\n",  # an empty first line
+    ],
+)
+def test_start_refuses_what_is_not_whole_header_lines_and_writes_nothing(head: bytes) -> None:
+    # The lines are the application's own and unchecked by uvicorn; a guard still makes
+    # sure none of them can end the head early, whatever a bug puts in them.
+    refused: list[str] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        message = {"type": "http.response.start", "status": 200, "headers": [
+            (b"content-length", b"2")]}  # fmt: skip
+        try:
+            await scope["extensions"][HOOKS].start(send, message, head)
+        except ValueError as exc:
+            refused.append(str(exc))
+            await send({"type": "http.response.start", "status": 500, "headers": [
+                (b"content-length", b"2")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b"no"})
+
+    answer: list[bytes] = []
+
+    async def body(client: socket.socket) -> None:
+        reader, writer = await asyncio.open_connection(sock=client)
+        writer.write(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
+        answer.append(await reader.readuntil(b"\r\n\r\n") + await reader.readexactly(2))
+
+    asyncio.run(asyncio.wait_for(_serve(app, True, body), 30))
+    assert len(refused) == 1 and refused[0].startswith("not whole header lines")
+    assert answer[0].startswith(b"HTTP/1.1 500 ") and answer[0].endswith(b"\r\n\r\nno")
+    assert b"x-a" not in answer[0] and answer[0].count(b"HTTP/1.1") == 1
