@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from bench.placement.openb import load_openb_csv, load_openb_pods_csv
 from bench.placement.spot import GPU_MEMORY_GB, load_spot_csv
@@ -263,3 +264,16 @@ def synthetic_demands(replicas: int, seed: int = 11) -> list[Demand]:
         left -= count
         i += 1
     return demands
+
+
+def node_report(n: Node) -> dict[str, Any]:
+    """What an agent of ``n`` reports (the body ``parse_node_report`` reads)."""
+    return {
+        "name": n.name,
+        "gpu_class": n.gpu_class,
+        "gpus": n.gpus,
+        "memory_gb": n.memory_gb,
+        "labels": dict(n.labels),
+        "fabric": n.fabric,
+        "gpus_reserved": n.gpus_reserved,
+    }

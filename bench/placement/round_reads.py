@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.placement.fleets import NOW, synthetic_demands, synthetic_nodes
+from bench.placement.fleets import NOW, node_report, synthetic_demands, synthetic_nodes
 from bench.shared import common
 
 BATCH = 1_000
@@ -79,20 +79,7 @@ def measure(nodes: int, store_kind: str) -> dict[str, Any]:
     reported = NOW - timedelta(minutes=2)
     for start in range(0, nodes, BATCH):
         store.report(
-            [
-                parse_node_report(
-                    {
-                        "name": n.name,
-                        "gpu_class": n.gpu_class,
-                        "gpus": n.gpus,
-                        "memory_gb": n.memory_gb,
-                        "labels": dict(n.labels),
-                        "fabric": n.fabric,
-                        "gpus_reserved": n.gpus_reserved,
-                    }
-                )
-                for n in fleet[start : start + BATCH]
-            ],
+            [parse_node_report(node_report(n)) for n in fleet[start : start + BATCH]],
             reported,
         )
     rows = []

@@ -35,7 +35,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from bench.placement.fleets import NOW, synthetic_demands, synthetic_nodes
+from bench.placement.fleets import NOW, node_report, synthetic_demands, synthetic_nodes
 from bench.shared import common
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS
 from scheduler.planner.fleet.inventory import Node
@@ -268,20 +268,7 @@ def _placer_database(nodes: int, policy: Any) -> tuple[Any, Any, list[str], int]
     common.progress(f"round_scale --placer: reporting {len(fleet):,} nodes")
     for start in range(0, len(fleet), 1_000):
         batch = fleet[start : start + 1_000]
-        reports = [
-            parse_node_report(
-                {
-                    "name": n.name,
-                    "gpu_class": n.gpu_class,
-                    "gpus": n.gpus,
-                    "memory_gb": n.memory_gb,
-                    "labels": dict(n.labels),
-                    "fabric": n.fabric,
-                    "gpus_reserved": n.gpus_reserved,
-                }
-            )
-            for n in batch
-        ]
+        reports = [parse_node_report(node_report(n)) for n in batch]
         store.report(reports, min(n.reported_at for n in batch))
     beating = [n.name for n in fleet if n.reported_at >= NOW]
     _renew(store, beating, NOW)
