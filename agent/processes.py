@@ -68,6 +68,36 @@ def port_free(host: str, port: int) -> bool:
         return True
 
 
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` or one of its descendants listens on TCP ``port``; None
+    when that cannot be read (another user's process).
+
+    What makes an answer on the port the engine's: the port is picked free and handed to
+    the engine, and between the two any process on the machine may take it (another
+    agent's engine, here and in CI: a ``/health`` answered by an engine serving another
+    model). An engine that failed to bind exits, so its start fails instead of passing."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return None
+    unknown = False
+    for proc in tree:
+        try:
+            sockets = proc.net_connections(kind="tcp")
+        except psutil.NoSuchProcess:
+            continue
+        except psutil.AccessDenied:
+            unknown = True
+            continue
+        for s in sockets:
+            if s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port:
+                return True
+    return None if unknown else False
+
+
 def open_log(log_path: Path) -> int:
     """The engine's log, for appending; never through a link (``agent.safefs``)."""
     return open_regular(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)

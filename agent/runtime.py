@@ -285,7 +285,11 @@ class Agent:
                 continue
             if record.worker:
                 continue  # a worker serves no API: its head speaks for the replica
-            if not record.ready and processes.healthy(self._health_url(record)):
+            if (
+                not record.ready
+                and processes.listens_on(proc.pid, record.port) is not False
+                and processes.healthy(self._health_url(record))
+            ):
                 self._save(replace(record, ready=True))
                 log.info(
                     "agent.engine_ready",

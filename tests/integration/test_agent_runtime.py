@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from agent import processes
 from agent.client import ControlPlane, Refused, Unreachable
 from agent.inventory import Inventory
 from agent.liveness import Liveness
@@ -370,3 +371,49 @@ def test_a_signal_during_adoption_asks_for_a_clean_stop(
     monkeypatch.setattr(agent, "adopt", adopt)
     agent.run()
     assert seen == [True]
+
+
+class _Healthy(http.server.BaseHTTPRequestHandler):
+    """Another process's engine: answers any health check."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_port_taken_between_its_pick_and_the_engines_start_is_a_failed_start(
+    make_agent: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race on any shared host (and in CI, between two agents' engines): the port the
+    # agent picked free is taken before its engine binds it. The taker answers /health;
+    # the engine cannot bind and exits. The replica is never ready at an endpoint that
+    # serves another model: its start fails, naming the engine's exit.
+    taker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
+    threading.Thread(target=taker.serve_forever, daemon=True).start()
+    try:
+        port = taker.server_address[1]
+        monkeypatch.setattr("agent.processes.free_port", lambda host: port)
+        server = StandIn([placement("chat", [])])
+        agent = make_agent(server)
+        failed = tick_until(agent, server, "failed")
+        states = [r["state"] for b in server.reports for r in b.get("replicas", [])]
+        assert "ready" not in states, states
+        assert failed["message"].startswith("the engine exited with code"), failed
+    finally:
+        taker.shutdown()
+        taker.server_close()
+
+
+def test_an_engine_is_ready_once_it_answers_on_its_own_port(make_agent: Any) -> None:
+    server = StandIn([placement("chat", [])])
+    agent = make_agent(server)
+    ready = tick_until(agent, server, "ready")
+    port = int(ready["endpoint"].rsplit(":", 1)[1].split("/")[0])
+    (proc,) = agent.procs.values()
+    assert processes.listens_on(proc.pid, port) is True
+    assert processes.listens_on(proc.pid, port + 1) is False

@@ -88,6 +88,12 @@ def register(
         "default 5s, at most queue_starvation; 0: never)",
     )
     p.add_argument(
+        "--slow-start",
+        metavar="DURATION",
+        help="a replica that joins a model this gateway serves takes its full weight over "
+        "this long, from 10%% ([gateway] slow_start; default 30s; 0: at once)",
+    )
+    p.add_argument(
         "--slot-share",
         type=float,
         metavar="FRACTION",

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from autoscale.signals import MAX_WORKERS
+from llmgw.cli import build_parser
 from llmgw.gateway_settings import resolve_gateway
 from llmgw.settings import SettingsError
 
@@ -82,3 +83,12 @@ def test_the_usage_flush_is_a_second_by_default_and_at_most_a_minute(tmp_path: P
         resolve_gateway({}, settings_file(tmp_path, 'usage_flush = "2m"\n'), env={})
     with pytest.raises(SettingsError, match=r"\[gateway\] usage_flush"):
         resolve_gateway({}, settings_file(tmp_path, 'usage_flush = "0s"\n'), env={})
+
+
+def test_slow_start_from_the_flag_over_the_file(tmp_path: Path) -> None:
+    path = settings_file(tmp_path, 'slow_start = "10s"\n')
+    assert resolve_gateway({}, path, env={}).slow_start_s == 10.0
+    args = build_parser().parse_args(["gateway", "--slow-start", "0"])
+    assert resolve_gateway(vars(args), path, env={}).slow_start_s == 0.0
+    with pytest.raises(SettingsError, match="--slow-start"):
+        resolve_gateway(vars(build_parser().parse_args(["gateway", "--slow-start", "x"])), path)
