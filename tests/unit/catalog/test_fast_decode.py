@@ -354,6 +354,7 @@ def mutated(draw: st.DrawFn, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.slow  # (tests/xdist_groups.py: handed out first)
 @settings(max_examples=700)
 @given(stored_models(), _DIGESTS, st.data())
 def test_a_mutated_payload_is_never_accepted_unless_the_general_path_accepts_it_equal(
@@ -442,6 +443,7 @@ def _respell(draw: Callable[[st.SearchStrategy[Any]], Any], text: str) -> str:
     return text
 
 
+@pytest.mark.slow  # (tests/xdist_groups.py: handed out first)
 @settings(max_examples=700)
 @given(stored_models(), _DIGESTS, st.booleans(), st.data())
 def test_a_payload_respelt_is_never_accepted_unless_the_general_path_accepts_it_equal(
@@ -580,6 +582,7 @@ def test_the_structs_mirror_the_models_fields() -> None:
 # -- the real payloads ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # (tests/xdist_groups.py: handed out first)
 def test_every_generated_stored_payload_decodes_as_the_general_path_does() -> None:
     """The bench generator's log (what ``CatalogService`` writes, and its bad rows)."""
     commands, _ = gen.generate(6_000)
