@@ -17,6 +17,7 @@ from agent.processes import same_process
 from tests import forkserver
 from tests.api.server import LLMGW, ApiServer, Tokens, _readline
 from tests.e2e.cli import Cli
+from tests.polling import poll_interval
 
 T = TypeVar("T")
 
@@ -37,9 +38,7 @@ def eventually(check: Callable[[], T | None], what: str, timeout: float = 90) ->
     machine the condition arrives later, not differently.
 
     Looks every 50 ms at first, then less often as the wait goes on, up to every 250 ms
-    (``poll_interval``): a look is mostly a request to the server, ~7 ms of CPU with its
-    answer, and ten a second through a wait of a minute on an engine or a rollout were
-    4 s of CPU for nothing; a condition met late in a long wait is seen a little later.
+    (``tests.polling.poll_interval``).
     """
     started = time.monotonic()
     deadline = started + timeout
@@ -51,12 +50,6 @@ def eventually(check: Callable[[], T | None], what: str, timeout: float = 90) ->
         if now > deadline:
             raise AssertionError(f"never happened within {timeout}s: {what}")
         time.sleep(poll_interval(now - started))
-
-
-def poll_interval(waited: float) -> float:
-    """How long ``eventually`` sleeps between looks once it has waited ``waited`` seconds:
-    50 ms, growing by a tenth of the time waited, to 250 ms after two seconds."""
-    return min(0.05 + waited / 10, 0.25)
 
 
 class AgentProc:
