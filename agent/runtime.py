@@ -285,10 +285,12 @@ class Agent:
                 continue
             if record.worker:
                 continue  # a worker serves no API: its head speaks for the replica
+            # Health first: it is cheap, and a loading engine fails it; the listener
+            # check reads the socket tables (processes.listens_on) once it passes.
             if (
                 not record.ready
-                and processes.listens_on(proc.pid, record.port) is not False
                 and processes.healthy(self._health_url(record))
+                and processes.listens_on(proc.pid, record.port) is not False
             ):
                 self._save(replace(record, ready=True))
                 log.info(
