@@ -13,7 +13,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from catalog.definition.model import DEFAULT_STARTUP_TIMEOUT, Model
 from catalog.definition.routing_profiles import effective
@@ -99,7 +99,7 @@ class Replica:
     # The header line its engine's key goes in (``authorization: Bearer ...\r\n``; empty:
     # its profile gives the engine no key), and what to say when the engine refuses the
     # gateway's requests (401): which secret, and where this gateway looks for it.
-    auth: bytes = b""
+    auth: bytes = field(default=b"", repr=False)  # (never in a log line or a traceback)
     auth_note: str = ""
 
 
@@ -252,7 +252,7 @@ def build(
             told = said.get(where, 0)
             if 0 < told <= MAX_SLOTS:
                 count, source = told, FROM_ENGINE
-        line, note, _ = keys.get((model, profile), _NO_AUTH)
+        auth_of = keys.get((model, profile), _NO_AUTH)
         ready.setdefault(model, []).append(
             Replica(
                 key,
@@ -265,8 +265,8 @@ def build(
                 detail,
                 count,
                 source,
-                line,
-                note,
+                auth_of.line,
+                auth_of.note,
             )
         )
     return Table(
@@ -280,10 +280,13 @@ def build(
     )
 
 
-class EngineAuth(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class EngineAuth:
     """How the gateway authenticates to the engines of one profile started with a key."""
 
-    line: bytes  # ``authorization: Bearer ...\r\n``; empty: not sent (``problem`` says why)
+    # ``authorization: Bearer ...\r\n``; empty: not sent (``problem`` says why). Never in
+    # a repr: a log line or a traceback must not carry the key.
+    line: bytes = field(repr=False)
     note: str  # what a 401 from such an engine tells the client: which secret, no paths
     problem: str  # for the operator's log (where it was looked for); "" when it is sent
 

@@ -156,3 +156,13 @@ def test_an_engines_401_is_the_gateways_failure_never_the_clients(note: str) -> 
         assert (note or "gives the engine no key") in caught.value.reason
 
     run(main())
+
+
+def test_the_key_is_in_no_repr() -> None:
+    m = keyed()
+    auth = engine_auth([m], lambda _: "s3cret-value")
+    placements = [
+        {"model": "m", "replica": 0, "state": "ready", "endpoint": "http://h:1", "profile": "p"}
+    ]
+    (replica,) = build([m], placements, 1, None, auth).ready["m"]
+    assert "s3cret-value" not in repr(replica) + repr(auth)
