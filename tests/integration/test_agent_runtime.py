@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import http.server
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -417,3 +419,79 @@ def test_an_engine_is_ready_once_it_answers_on_its_own_port(make_agent: Any) -> 
     (proc,) = agent.procs.values()
     assert processes.listens_on(proc.pid, port) is True
     assert processes.listens_on(proc.pid, port + 1) is False
+
+
+# A llama-server as far as the agent can tell: its flags, /health, and the socket option
+# llama.cpp's HTTP server (cpp-httplib) and vLLM's (create_server_socket) both set:
+# SO_REUSEPORT, with which a second process of the same user binds a port already bound.
+_REUSEPORT_SERVER = """\
+import http.server, socket, socketserver, sys
+argv = sys.argv
+host, port = argv[argv.index("--host") + 1], int(argv[argv.index("--port") + 1])
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    allow_reuse_port = True
+
+Server((host, port), Health).serve_forever()
+"""
+
+
+class _ReusePortTaker(http.server.ThreadingHTTPServer):
+    allow_reuse_port = True
+
+
+def test_a_port_shared_by_so_reuseport_is_not_reported_ready(
+    make_agent: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race the listener check is for, with the engines that run in production:
+    # vLLM and llama.cpp bind their port with SO_REUSEPORT, so an engine whose port was
+    # taken between its pick and its start (another agent's engine, of the same user)
+    # binds it anyway and does not exit. Both listen; the kernel hands each connection to
+    # one or the other, the health check's and the gateway's alike. The engine's own
+    # tree listens on its port, but so does another process: it is never ready there.
+    script = tmp_path / "llama-server"
+    script.write_text(f"#!{sys.executable}\n{_REUSEPORT_SERVER}")
+    script.chmod(0o755)
+    taker = _ReusePortTaker(("127.0.0.1", 0), _Healthy)
+    threading.Thread(target=taker.serve_forever, daemon=True).start()
+    try:
+        port = taker.server_address[1]
+        monkeypatch.setattr("agent.processes.free_port", lambda host: port)
+        server = StandIn([llamacpp_placement("chat")])
+        agent = make_agent(server)
+        agent.config = replace(agent.config, llamacpp_server=str(script))
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            agent.tick()
+            time.sleep(0.1)
+        (proc,) = agent.procs.values()
+        # (The engine did bind: SO_REUSEPORT let it.)
+        assert proc.exit_status() == (False, None)
+        assert processes.listens_on(proc.pid, port) is False
+        states = [r["state"] for b in server.reports for r in b.get("replicas", [])]
+        assert "ready" not in states, states
+        # The other listener gone, the port is the engine's alone: ready.
+        taker.shutdown()
+        taker.server_close()
+        assert processes.listens_on(proc.pid, port) is True
+        tick_until(agent, server, "ready", timeout=10)
+    finally:
+        taker.shutdown()
+        taker.server_close()
+
+
+def llamacpp_placement(model: str) -> dict[str, Any]:
+    p = placement(model, [])
+    p["profile"] = "cpp"
+    p["engine"] = {**p["engine"], "name": "cpp", "engine": "llamacpp", "model_path": "/m.gguf"}
+    return p
