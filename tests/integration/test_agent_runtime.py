@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from agent import processes
 from agent.client import ControlPlane, Refused, Unreachable
@@ -294,6 +295,40 @@ def test_a_slow_control_plane_is_no_time_away_and_an_unplaced_engine_stops(
         agent.tick()
     assert server.freeze_in is None and server.answer == []
     assert agent.held == {} and list(agent.procs) == []
+
+
+class LateBeatStandIn(FreezingStandIn):
+    """The liveness thread beating as it does (here: at every placements read), its first
+    beat after a thaw coming only once the main thread has handled the report's answer:
+    which of the two threads runs first after a SIGCONT is the scheduler's choice."""
+
+    def placements(self, node: str) -> Any:
+        assert self.liveness is not None
+        self.liveness.beat()
+        return super().placements(node)
+
+
+def test_one_freeze_is_one_time_away_whichever_thread_sees_it_first(make_agent: Any) -> None:
+    # Frozen inside the report; after the thaw the main thread sees the stall first (no
+    # beat for that long) and the report ends the time away (``agent.back``: the engines
+    # held). The liveness thread's late beat then saw the same stall as a new one, after
+    # the contact: the tick applied nothing, and the next one reported "back" again and
+    # held every engine anew.
+    clock = ThawClock()
+    server = LateBeatStandIn([placement("chat", [])], clock)
+    agent = make_agent(server, clock=clock)
+    server.liveness = agent.liveness
+    tick_until(agent, server, "ready")
+    ((key, _engine),) = agent.procs.items()
+    server.freeze_in = "report"
+    with capture_logs() as logs:
+        agent.tick()
+        assert agent.placed == []  # the thawed tick applied what it read
+        held = dict(agent.held)
+        for _ in range(2):
+            agent.tick()
+    assert [e["event"] for e in logs].count("agent.back") == 1, logs
+    assert set(held) == {key} and agent.held == held
 
 
 class _Huge(http.server.BaseHTTPRequestHandler):
