@@ -121,6 +121,8 @@ def _listeners(pid: int, port: int) -> list[tuple[str, str]] | None:
     """(inode, local address) of every TCP socket listening on ``port`` in the network
     namespace of ``pid``; None when its tables cannot be read."""
     suffix = f":{port:04X}"
+    # (Looked for before a line is split: a host's tables may hold 100,000 sockets.)
+    needle = suffix + " "
     out = []
     for table, v6 in (("tcp", False), ("tcp6", True)):
         try:
@@ -133,6 +135,8 @@ def _listeners(pid: int, port: int) -> list[tuple[str, str]] | None:
         except OSError:
             return None
         for line in lines:
+            if needle not in line:
+                continue
             fields = line.split()
             if len(fields) > 9 and fields[3] == _LISTEN and fields[1].endswith(suffix):
                 out.append((fields[9], _address(fields[1][: -len(suffix)], v6)))
