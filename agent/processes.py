@@ -87,13 +87,18 @@ def listens_on(pid: int, port: int) -> bool | None:
     process) and the sockets its processes hold (``/proc/PID/fd``)."""
     try:
         root = psutil.Process(pid)
+        if root.status() == psutil.STATUS_ZOMBIE:
+            return False  # exited, not yet reaped: no sockets, no namespace to read
         tree = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:
         return None
-    listeners = _listeners(pid, port)
-    if listeners is None:
+    try:
+        listeners = _listeners(pid, port)
+    except (FileNotFoundError, ProcessLookupError):
+        return False  # gone since
+    except OSError:
         return None
     if not listeners:
         return False
@@ -117,9 +122,10 @@ def listens_on(pid: int, port: int) -> bool | None:
 _LISTEN = "0A"
 
 
-def _listeners(pid: int, port: int) -> list[tuple[str, str]] | None:
+def _listeners(pid: int, port: int) -> list[tuple[str, str]]:
     """(inode, local address) of every TCP socket listening on ``port`` in the network
-    namespace of ``pid``; None when its tables cannot be read."""
+    namespace of ``pid`` (``OSError`` when its tables cannot be read: ``FileNotFoundError``
+    once it is gone)."""
     suffix = f":{port:04X}"
     # (Looked for before a line is split: a host's tables may hold 100,000 sockets.)
     needle = suffix + " "
@@ -129,11 +135,9 @@ def _listeners(pid: int, port: int) -> list[tuple[str, str]] | None:
             with open(f"/proc/{pid}/net/{table}", encoding="ascii") as f:
                 lines = f.read().splitlines()[1:]
         except FileNotFoundError:
-            if v6:
+            if v6 and os.path.exists(f"/proc/{pid}/net/tcp"):
                 continue  # IPv6 is off
-            return None
-        except OSError:
-            return None
+            raise
         for line in lines:
             if needle not in line:
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.server
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -17,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from structlog.testing import capture_logs
 
@@ -530,3 +532,17 @@ def llamacpp_placement(model: str) -> dict[str, Any]:
     p["profile"] = "cpp"
     p["engine"] = {**p["engine"], "name": "cpp", "engine": "llamacpp", "model_path": "/m.gguf"}
     return p
+
+
+def test_an_engine_that_exited_listens_on_nothing() -> None:
+    # An engine that failed to bind exits; until the agent reaps it, it is a zombie,
+    # with no sockets and no network namespace to read. Seen as "cannot be read", that
+    # passed as ready (the taker's /health answered), the replica reported ready at an
+    # endpoint another process serves, then failed.
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+        assert processes.listens_on(proc.pid, 80) is False
+    finally:
+        proc.wait()
