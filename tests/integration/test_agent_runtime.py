@@ -546,3 +546,46 @@ def test_an_engine_that_exited_listens_on_nothing() -> None:
         assert processes.listens_on(proc.pid, 80) is False
     finally:
         proc.wait()
+
+
+_LISTEN_THEN_WAIT = """\
+import socket, sys, time
+family = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
+s = socket.socket(family)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen()
+print("listening", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize(
+    ("engine", "other", "shared"),
+    [
+        ("0.0.0.0", "127.0.0.1", True),  # the health check's address taken from the engine
+        ("127.0.0.1", "0.0.0.0", True),
+        ("127.0.0.1", "127.0.0.1", True),
+        ("127.0.0.1", "127.0.0.2", False),  # another address: not the engine's traffic
+    ],
+)
+def test_another_listener_on_the_port_counts_where_its_address_overlaps(
+    engine: str, other: str, shared: bool
+) -> None:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((other, 0))
+    port = sock.getsockname()[1]
+    sock.listen()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LISTEN_THEN_WAIT, engine, str(port)], stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"listening\n"
+        assert processes.listens_on(proc.pid, port) is (not shared)
+        sock.close()
+        assert processes.listens_on(proc.pid, port) is True
+    finally:
+        sock.close()
+        proc.kill()
+        proc.wait()
