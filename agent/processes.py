@@ -54,19 +54,35 @@ class Engine:
 
 
 def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host if host != "0.0.0.0" else "", 0))
+    with _socket(host) as s:
+        s.bind((_bindable(host), 0))
         return int(s.getsockname()[1])
 
 
 def port_free(host: str, port: int) -> bool:
     """Whether ``port`` can be listened on now (another process may take it after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    with _socket(host) as s:
         try:
-            s.bind((host if host != "0.0.0.0" else "", port))
+            s.bind((_bindable(host), port))
         except OSError:
             return False
         return True
+
+
+def _socket(host: str) -> socket.socket:
+    # An IPv6 literal (``::``, ``fd00::7``) is an address of that family: an IPv4
+    # socket cannot bind it.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.socket(family, socket.SOCK_STREAM)
+
+
+def _bindable(host: str) -> str:
+    return "" if host in ("0.0.0.0", "::") else host
+
+
+def url_host(host: str) -> str:
+    """``host`` as a URL's host part: an IPv6 literal in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def listens_on(pid: int, port: int) -> bool | None:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 import pytest
 from structlog.testing import capture_logs
@@ -99,9 +100,12 @@ def make_agent(tmp_path: Path) -> Iterator[Any]:
         server: StandIn,
         devices: tuple[int, ...] = (0, 1),
         clock: Callable[[], float] = time.time,
+        **more: Any,
     ) -> Agent:
         config = AgentConfig(
-            node="n1", state_dir=tmp_path / "state", engine_host="127.0.0.1", stop_grace=5
+            node="n1",
+            state_dir=tmp_path / "state",
+            **{"engine_host": "127.0.0.1", "stop_grace": 5, **more},
         )
         inventory = Inventory(gpu_class="SIM", devices=devices, memory_gb=64.0, cpus=2)
         # StandIn plays the ControlPlane client, a class (not a Protocol) it does not subclass.
@@ -589,3 +593,20 @@ def test_another_listener_on_the_port_counts_where_its_address_overlaps(
         sock.close()
         proc.kill()
         proc.wait()
+
+
+def test_an_engine_on_an_ipv6_host_is_ready_at_a_bracketed_endpoint(make_agent: Any) -> None:
+    # --engine-host :: and an IPv6 address advertised: the port was picked on an IPv4
+    # socket (which cannot bind ::) and the endpoint and health URL had no brackets.
+    server = StandIn([placement("chat", [])])
+    agent = make_agent(server, engine_host="::", advertise="::1")
+    ready = tick_until(agent, server, "ready")
+    assert ready["endpoint"].startswith("http://[::1]:"), ready
+    answer = httpx.post(
+        ready["endpoint"] + "/v1/chat/completions",
+        json={"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        timeout=10,
+    )
+    assert answer.status_code == 200, answer.text
+    assert processes.url_host("10.0.0.7") == "10.0.0.7"
+    assert processes.url_host("fd00::7") == "[fd00::7]"
