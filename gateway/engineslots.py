@@ -139,7 +139,9 @@ class EngineSlots:
         headers = {}
         model = where[0].rpartition("/")[0]
         for r in self.state.table.ready.get(model, ()):
-            if r.key == where[0] and r.auth:
+            # The replica at that endpoint: a newer table may hold the key elsewhere,
+            # under another profile (another key), since the pair was taken.
+            if r.key == where[0] and r.endpoint == where[1] and r.auth:
                 # (The header line's value: "authorization: Bearer KEY\r\n".)
                 headers["authorization"] = r.auth.decode("ascii").split(": ", 1)[1].strip()
         try:

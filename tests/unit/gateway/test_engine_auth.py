@@ -166,3 +166,47 @@ def test_the_key_is_in_no_repr() -> None:
     ]
     (replica,) = build([m], placements, 1, None, auth).ready["m"]
     assert "s3cret-value" not in repr(replica) + repr(auth)
+
+
+def test_props_is_asked_with_the_key_of_the_replica_at_that_endpoint_only() -> None:
+    # Attack: engineslots asks (replica key, endpoint) pairs, and looked the key up by
+    # the replica key alone. Between the pair being taken and asked (asyncio.gather
+    # starts the asks on a later turn) a new table may hold that replica elsewhere,
+    # under another profile: its key was sent to the old endpoint, which may now be
+    # another engine's (or anyone's) port.
+    from gateway.engineslots import EngineSlots
+    from gateway.state import State
+
+    heads: list[bytes] = []
+    props = b'{"total_slots": 3}'
+    answer = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+        + str(len(props)).encode()
+        + b"\r\n\r\n"
+        + props
+    )
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        heads.append(head)
+        writer.write(answer)
+        await writer.drain()
+
+    async def main() -> None:
+        async with Engine(engine) as old:
+            m = keyed("llamacpp")
+            moved = [
+                {"model": "m", "replica": 0, "state": "ready", "endpoint": "http://h:9"}
+                | {"profile": "p"}
+            ]
+            state = State("gw-test")
+            state.install(build([m], moved, 1, None, engine_auth([m], lambda _: "s3cret")))
+            slots = EngineSlots(state, lambda: None, timeout_s=5)
+            try:
+                assert await slots.ask(("m/0", old)) == (3, "")
+            finally:
+                await slots.close()
+
+    run(main())
+    (head,) = heads
+    assert b"s3cret" not in head, head
