@@ -237,7 +237,9 @@ def _catalog_of(asked: Sequence[Demand]) -> Any:
     )
 
 
-def _placer_database(nodes: int, policy: Any) -> tuple[Any, Any, list[str], int]:
+def _placer_database(
+    nodes: int, policy: Any, database: str = PLACER_DB
+) -> tuple[Any, Any, list[str], int]:
     """A fresh PostgreSQL database holding ``nodes`` nodes, each registered by a report
     (1% silent since 200 s before ``NOW``, the others' leases renewed at ``NOW``), their
     replicas placed (``_tiled``) and written by ``SchedulerStore.apply``: the store, the
@@ -260,8 +262,8 @@ def _placer_database(nodes: int, policy: Any) -> tuple[Any, Any, list[str], int]
         (d.model, d.replicas, d.profiles) for d in asked
     ]:
         raise AssertionError("the catalog does not ask what the synthetic demands ask")
-    common.pg_recreate(PLACER_DB)
-    engine = make_engine(common.pg_url(PLACER_DB))
+    common.pg_recreate(database)
+    engine = make_engine(common.pg_url(database))
     upgrade(engine)
     store = SchedulerStore(engine)
     service = CatalogService(open_log(engine), declared)
@@ -312,7 +314,7 @@ def _timed_placer(store: Any, service: Any, policy: Any) -> tuple[Any, _Phases]:
     return placer, phases
 
 
-def placer_rounds(nodes: int, repeats: int = 3) -> dict[str, Any]:
+def placer_rounds(nodes: int, repeats: int = 3, database: str = PLACER_DB) -> dict[str, Any]:
     """The daemon's own round (``Placer.run``) on a fresh Alembic-migrated PostgreSQL
     database (``_placer_database``), with the heartbeat bench's policy. After the rounds
     that settle (the first reads whole and plans in full): ``repeats`` rounds with nothing
@@ -334,7 +336,7 @@ def placer_rounds(nodes: int, repeats: int = 3) -> dict[str, Any]:
         stale_after=timedelta(seconds=stale_s), grace=timedelta(seconds=grace_s)
     )
     try:
-        store, service, beating, replicas = _placer_database(nodes, policy)
+        store, service, beating, replicas = _placer_database(nodes, policy, database)
         placer, phases = _timed_placer(store, service, policy)
         at = NOW
         silent: set[str] = set()
@@ -376,7 +378,7 @@ def placer_rounds(nodes: int, repeats: int = 3) -> dict[str, Any]:
         return {"nodes": nodes, "replicas": replicas, "store": "postgresql", "rounds": rows}
     finally:
         with psycopg.connect(common.PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{PLACER_DB}" WITH (FORCE)')
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -397,10 +399,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "PostgreSQL database instead of the planner alone: one JSON line a round (wall, "
         "CPU and each phase's wall time), then one object a size",
     )
+    parser.add_argument(
+        "--database",
+        default=PLACER_DB,
+        help="with --placer: the PostgreSQL database to create (and drop) for it; "
+        "its name starts with llmgw_bench_",
+    )
     args = parser.parse_args(argv)
     if args.placer:
+        if not args.database.startswith("llmgw_bench_"):
+            parser.error("--database: the name must start with llmgw_bench_")
         for count in args.nodes:
-            print(json.dumps(placer_rounds(count, args.repeats)), flush=True)
+            print(json.dumps(placer_rounds(count, args.repeats, args.database)), flush=True)
         return 0
     results = []
     for count in args.nodes:
