@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -125,6 +125,25 @@ def placement_record(p: Placement) -> Record:
         "version": p.version,
         "moving": p.moving,
         "moving_for": p.moving_for,
+    }
+
+
+def full_record(
+    nodes: Sequence[Node],
+    current: Sequence[Placement],
+    policy: StalenessPolicy,
+    lifecycle: Lifecycle,
+) -> dict[str, str]:
+    """The JSON columns of a round recorded in full: when each node reported, the
+    placements before the round, the policy and the lifecycle (the nodes' content is
+    its inventory's: ``inventory_json``)."""
+    return {
+        "reported_at": json.dumps(
+            {n.name: n.reported_at.isoformat() for n in nodes}, sort_keys=True
+        ),
+        "current": json.dumps([placement_record(p) for p in current]),
+        "policy": policy_json(policy),
+        "lifecycle": json.dumps(lifecycle.to_json()),
     }
 
 

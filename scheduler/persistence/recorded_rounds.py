@@ -24,9 +24,9 @@ from scheduler.persistence.record_format import (
     BY_REFERENCE,
     RecordedRound,
     UnreadableRow,
+    full_record,
     inventory_digest,
     inventory_json,
-    placement_record,
     policy_json,
     recorded_round,
     upcast_round,
@@ -132,12 +132,7 @@ def record_round(
         {
             **row,
             "inventory_digest": digest,
-            "reported_at": json.dumps(
-                {n.name: n.reported_at.isoformat() for n in nodes}, sort_keys=True
-            ),
-            "current": json.dumps([placement_record(p) for p in current]),
-            "policy": policy_json(policy),
-            "lifecycle": json.dumps(lifecycle.to_json()),
+            **full_record(nodes, current, policy, lifecycle),
             "base_round": None,
             "changes": json.dumps(full_changes(boundary)),
         },
