@@ -257,7 +257,11 @@ class RoundStore:
         written since ``based_on`` was read.
         """
         before = {(p.model, p.replica): p for p in based_on.placements}
-        updated = [p for p in plan.keep if before.get((p.model, p.replica)) != p]
+        # Identity first: a kept placement is, nearly always, the very object read (a
+        # dataclass compares field by field even with itself: 0.1 s at 170,000).
+        updated = [
+            p for p in plan.keep if (was := before.get((p.model, p.replica))) is not p and was != p
+        ]
         if not (plan.place or plan.remove or updated):
             return None
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():

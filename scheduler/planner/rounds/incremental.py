@@ -140,6 +140,8 @@ class IncrementalRounds:
         # The round before's planning work, reused where it provably holds (``Carried``);
         # its ``inventory`` moves with every change to the nodes' content.
         self._carried = Carried(inventory=0)
+        # The last ``nodes`` view and what it was made from.
+        self._view: tuple[tuple[Any, ...], list[Node]] | None = None
 
     @property
     def started(self) -> bool:
@@ -157,6 +159,7 @@ class IncrementalRounds:
     ) -> Plan:
         """Plan a round from whole inputs (``plan``'s signature) and keep them."""
         self._nodes = {}
+        self._view = None
         # Whole inputs: nothing planned before is known to hold for them.
         self._carried = Carried(inventory=0)
         for n in nodes:
@@ -261,6 +264,11 @@ class IncrementalRounds:
         at = now or self._now
         if at is None:
             return list(self._nodes.values())
+        # The round's plan asked for them first, then its record: the same view, kept.
+        key = (at, self._not_fresh, self._carried.inventory, self._policy.stale_after)
+        kept = self._view
+        if kept is not None and kept[0][1] is key[1] and kept[0] == key:
+            return list(kept[1])
         fresh_from = at - self._policy.stale_after
         not_fresh = self._not_fresh
         view = []
@@ -272,7 +280,8 @@ class IncrementalRounds:
             else:
                 self._nodes[name] = moved = reported_at(known, at_most)
                 view.append(moved)
-        return view
+        self._view = (key, view)
+        return list(view)
 
     @property
     def carried(self) -> Carried:
