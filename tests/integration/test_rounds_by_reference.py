@@ -10,6 +10,7 @@ one before it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,7 @@ from catalog import Catalog
 from events.catalog_service import CatalogService
 from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
+from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.persistence import audit_trail, recorded_rounds, round_chain, round_store
 from scheduler.persistence.record_format import (
@@ -232,3 +234,28 @@ def test_a_new_writer_starts_its_chain_with_a_full_record(
     store = SchedulerStore(engine)
     for round_id in rows:
         assert store.recorded_round(round_id=round_id) == recorded.full[round_id]
+
+
+def test_a_round_whose_replica_states_pass_a_megabyte_reads(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every replica's state of a round is some 250 bytes: a round of more than about
+    4,000 replicas held more than a megabyte of them, read within a node list's bounds
+    (1 MB) and unreadable; the chains after it with it."""
+    recorded = Recorded(monkeypatch)
+    _scenario(engine)
+    rows = _rows(engine)
+    first = min(rows)
+    full = recorded.full[first]
+    key = ("llama", 99)
+    big = ReplicaStatus("starting", T0, T0, message="x" * (1 << 20))
+    lifecycle = dataclasses.replace(full.lifecycle, statuses={**full.lifecycle.statuses, key: big})
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE placement_rounds SET lifecycle = :l WHERE id = :i"),
+            {"l": json.dumps(lifecycle.to_json()), "i": first},
+        )
+    store = SchedulerStore(engine)
+    read = store.recorded_round(round_id=first)
+    assert read is not None and read.lifecycle.statuses[key].message == big.message
+    assert store.recorded_round(round_id=first + 1) is not None
