@@ -375,7 +375,22 @@ def placer_rounds(nodes: int, repeats: int = 3, database: str = PLACER_DB) -> di
         for i in range(repeats):
             silent.add(hosts[(i * 7919) % len(hosts)])
             rows += [one("host silent 10 s"), one("host stale (20 s)"), one("host lost (30 s)")]
-        return {"nodes": nodes, "replicas": replicas, "store": "postgresql", "rounds": rows}
+        # What ``explain --round`` reads: the last recorded round, rebuilt along its chain
+        # (rounds recorded by reference, revision 0024) where it has one.
+        wall, cpu = time.perf_counter(), time.process_time()
+        last = store.recorded_round()
+        read = {
+            "round": None if last is None else last.id,
+            "wall_ms": round((time.perf_counter() - wall) * 1000, 1),
+            "cpu_ms": round((time.process_time() - cpu) * 1000, 1),
+        }
+        return {
+            "nodes": nodes,
+            "replicas": replicas,
+            "store": "postgresql",
+            "rounds": rows,
+            "read_last_round": read,
+        }
     finally:
         with psycopg.connect(common.PG_ADMIN, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
