@@ -123,13 +123,19 @@ def read(
     served_model_name: str,
     timeout: float = 2.0,
     argv: Sequence[str] = (),
+    *,
+    key: str | None = None,
 ) -> EngineContext | None:
-    """Ask a ready engine; None when it has no such answer, or none that can be read."""
+    """Ask a ready engine (``key``: the one it was started with, sent as a bearer
+    token); None when it has no such answer, or none that can be read."""
     path = probe_path(engine)
     if path is None:
         return None
+    ask = urllib.request.Request(base_url.rstrip("/") + path)
+    if key:
+        ask.add_header("Authorization", f"Bearer {key}")
     try:
-        with _DIRECT.open(base_url.rstrip("/") + path, timeout=timeout) as answer:
+        with _DIRECT.open(ask, timeout=timeout) as answer:
             if not 200 <= int(answer.status) < 300:
                 return None
             raw = answer.read(MAX_BODY + 1)

@@ -98,6 +98,17 @@ def listens_on(pid: int, port: int) -> bool | None:
     return None if unknown else False
 
 
+def environ_value(pid: int, name: str) -> str | None:
+    """The variable ``name`` in the environment process ``pid`` was started with; None
+    when it has none or that cannot be read. The agent asks a keyed engine (its profile's
+    ``VLLM_API_KEY: {secret: NAME}``) with the key it gave it, adopted engines included:
+    the value is never kept in the agent's records."""
+    try:
+        return psutil.Process(pid).environ().get(name)
+    except psutil.Error:
+        return None
+
+
 def open_log(log_path: Path) -> int:
     """The engine's log, for appending; never through a link (``agent.safefs``)."""
     return open_regular(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)

@@ -52,7 +52,7 @@ from agent.secrets import SecretMissing, resolve_env
 from agent.state import Record, StateDir
 from agent.states import replica_states
 from catalog.secrecy.secret_args import redact_args
-from catalog.secrecy.secrets import REDACTED
+from catalog.secrecy.secrets import ENGINE_KEY_VARIABLES, REDACTED
 
 log = structlog.get_logger("llmgw.agent")
 
@@ -285,10 +285,12 @@ class Agent:
                 continue
             if record.worker:
                 continue  # a worker serves no API: its head speaks for the replica
+            # Health first: it is cheap, and a loading engine fails it; the listener
+            # check reads the socket tables (processes.listens_on) once it passes.
             if (
                 not record.ready
-                and processes.listens_on(proc.pid, record.port) is not False
                 and processes.healthy(self._health_url(record))
+                and processes.listens_on(proc.pid, record.port) is not False
             ):
                 self._save(replace(record, ready=True))
                 log.info(
@@ -304,7 +306,14 @@ class Agent:
     def _read_context(self, record: Record) -> None:
         """Ask the ready engine what one request may really use (agent.context)."""
         base = self._health_url(record).removesuffix(engines.HEALTH_PATH)
-        found = context.read(record.engine, base, record.model, argv=record.argv)
+        variable = ENGINE_KEY_VARIABLES.get(record.engine)
+        proc = self.procs.get(record.key)
+        key = (
+            None
+            if variable is None or proc is None
+            else processes.environ_value(proc.pid, variable)
+        )
+        found = context.read(record.engine, base, record.model, argv=record.argv, key=key)
         asks = 3 if context.probe_path(record.engine) is None else record.context_asks + 1
         if found is None:
             self._save(replace(record, context_asks=asks))

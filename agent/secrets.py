@@ -21,7 +21,7 @@ from catalog.secrecy.secrets import env_var_for, secret_name_problem
 MAX_SECRET_BYTES = 64 * 1024
 
 
-class SecretMissing(Exception):
+class SecretMissing(LookupError):
     """A secret the profile names that this node cannot supply; the message says where to put it."""
 
 
@@ -41,10 +41,27 @@ def resolve_env(
 def _secret(
     var: str, ref: Mapping[str, str], secrets_dir: Path | None, environ: Mapping[str, str]
 ) -> str:
-    secret = ref.get("secret", "")
+    try:
+        return read_secret(ref.get("secret", ""), secrets_dir, environ)
+    except SecretMissing as exc:
+        raise SecretMissing(f"env {var}: {exc}") from None
+
+
+def read_secret(
+    secret: str,
+    secrets_dir: Path | None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    who: str = "agent",
+) -> str:
+    """The value of ``secret``: the file ``secrets_dir/secret``, else the environment's
+    ``LLMGW_SECRET_<NAME>``. ``who`` (agent, gateway) names the settings a refusal points
+    to. The gateway looks up the key of an engine started with one (its ``VLLM_API_KEY:
+    {secret: NAME}``) the same way: ``llmgw.gateway_settings``."""
+    environ = os.environ if environ is None else environ
     problem = secret_name_problem(secret)
     if problem is not None:
-        raise SecretMissing(f"env {var}: the secret's name {secret[:60]!r} {problem}")
+        raise SecretMissing(f"the secret's name {secret[:60]!r} {problem}")
     if secrets_dir is not None:
         path = secrets_dir / secret
         try:
@@ -53,20 +70,17 @@ def _secret(
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise SecretMissing(
-                f"env {var}: secret {secret!r}: cannot read {path}: {exc.strerror}"
-            ) from None
+            raise SecretMissing(f"secret {secret!r}: cannot read {path}: {exc.strerror}") from None
         else:
             if len(data) > MAX_SECRET_BYTES:
                 raise SecretMissing(
-                    f"env {var}: secret {secret!r}: {path} is larger than {MAX_SECRET_BYTES} "
+                    f"secret {secret!r}: {path} is larger than {MAX_SECRET_BYTES} "
                     "bytes; a secret file holds the value alone"
                 )
             text = data.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
             if "\0" in text:
                 raise SecretMissing(
-                    f"env {var}: secret {secret!r}: {path} holds a NUL byte, which no "
-                    "environment variable can"
+                    f"secret {secret!r}: {path} holds a NUL byte, which no environment variable can"
                 )
             return text
     variable = env_var_for(secret)
@@ -74,6 +88,6 @@ def _secret(
         return environ[variable]
     where = f"the file {secrets_dir / secret}" if secrets_dir is not None else "a secrets_dir"
     raise SecretMissing(
-        f"env {var}: secret {secret!r} is on neither {where} nor this agent's environment "
-        f"({variable}); put the value in one of them ([agent] secrets_dir, --secrets-dir)"
+        f"secret {secret!r} is on neither {where} nor this {who}'s environment "
+        f"({variable}); put the value in one of them ([{who}] secrets_dir, --secrets-dir)"
     )

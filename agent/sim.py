@@ -50,6 +50,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import hmac
 import json
 import os
 import socket
@@ -70,6 +71,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+# The variable the sim reads its API key from (catalog.secrecy.secrets.ENGINE_KEY_VARIABLES,
+# written out: importing the catalog would cost every engine started its import).
+KEY_VARIABLE = "LLMGW_SIM_API_KEY"
 
 # The synthetic vocabulary; answers are drawn from it.
 _TEXT = (
@@ -251,12 +256,16 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
     prefix_cache_blocks: int = 4096,
     block_size: int = 16,
     prefill_delay: float = 0.0,
+    api_key: str | None = None,
 ) -> Starlette:
     """``slots``: requests answered at once (0: no limit); the rest wait their turn, as
     on llama.cpp's ``--parallel`` or vLLM's batch limit, so latency grows with load.
     ``prefix_cache_blocks``: blocks of ``block_size`` words the prefix cache holds (0:
     none, every prompt computed whole). ``prefill_delay``: seconds per prompt token not
-    found cached, spent in the slot before the first token (0: prefill is free)."""
+    found cached, spent in the slot before the first token (0: prefill is free).
+    ``api_key``: every route but ``/health`` answers 401 to a request without
+    ``Authorization: Bearer <api_key>``, as vLLM and llama.cpp started with a key do
+    (the agent gives it as ``LLMGW_SIM_API_KEY``, from the profile's env)."""
     gate = asyncio.Semaphore(slots) if slots > 0 else None
     counts = Counts()
     cache = PrefixCache(prefix_cache_blocks, block_size)
@@ -495,7 +504,36 @@ def create_app(  # noqa: PLR0915 (the routes are closures over the model and its
         exception_handlers={HTTPException: _http_error},
     )
     app.state.counts = counts
+    if api_key:
+        app.add_middleware(_KeyRequired, key=api_key)
     return app
+
+
+class _KeyRequired:
+    """401 for a request without the engine's key (``/health`` needs none, as on
+    vLLM and llama.cpp: an agent's readiness check carries no key)."""
+
+    def __init__(self, app: Any, key: str) -> None:
+        self.app = app
+        self.expected = b"Bearer " + key.encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health":
+            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not hmac.compare_digest(given, self.expected):
+                refusal = JSONResponse(
+                    {
+                        "error": {
+                            "message": "Invalid API Key",
+                            "type": "authentication_error",
+                            "code": 401,
+                        }
+                    },
+                    401,
+                )
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -595,6 +633,7 @@ def main(argv: list[str] | None = None) -> int:
         prefix_cache_blocks=args.prefix_cache_blocks,
         block_size=args.block_size,
         prefill_delay=args.prefill_delay,
+        api_key=os.environ.get(KEY_VARIABLE) or None,
     )
     counts: Counts = app.state.counts
 

@@ -106,11 +106,13 @@ class _Target:
 
 
 class _Route:
-    """A full URL split into its target and the request line's path."""
+    """A full URL split into its target and the request line's path; ``auth`` (an
+    ``authorization`` header line, or empty) goes in its head."""
 
-    __slots__ = ("head", "target")
+    __slots__ = ("auth", "head", "target")
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, auth: bytes = b"") -> None:
+        self.auth = auth
         self.target = _Target(url)
         parts = urlsplit(url)
         path = parts.path or "/"
@@ -123,7 +125,9 @@ class _Route:
             + path.encode("ascii", "strict")
             + b" HTTP/1.1\r\nhost: "
             + self.target.host_header
-            + b"\r\ncontent-type: application/json\r\ncontent-length: "
+            + b"\r\n"
+            + auth
+            + b"content-type: application/json\r\ncontent-length: "
         )
 
 
@@ -495,11 +499,12 @@ class EnginePool:
         self._closed = False
         self._sweeper = self.loop.call_later(idle_s / 2, self._sweep)
 
-    async def post(self, url: str, body: bytes) -> Answer:
-        """POST ``body`` (JSON) to ``url``; the answer once its head is in.
+    async def post(self, url: str, body: bytes, auth: bytes = b"") -> Answer:
+        """POST ``body`` (JSON) to ``url``; the answer once its head is in. ``auth``: the
+        engine's key as a header line (``gateway.table.Replica.auth``), or empty.
 
         ``Unreachable`` when no answer's first byte came (see the module)."""
-        route = self._route(url)
+        route = self._route(url, auth)
         conn, reused = self._take(route.target)
         if conn is None:
             conn = await self._connect(route.target)
@@ -525,11 +530,11 @@ class EnginePool:
             raise
         return Answer(conn)
 
-    def _route(self, url: str) -> _Route:
+    def _route(self, url: str, auth: bytes) -> _Route:
         route = self._routes.get(url)
-        if route is None:
+        if route is None or (route.auth is not auth and route.auth != auth):
             try:
-                route = _Route(url)
+                route = _Route(url, auth)
             except UnicodeError:
                 raise Unreachable(f"the endpoint {url[:100]!r} is not ASCII") from None
             if len(self._routes) >= MAX_TARGETS:

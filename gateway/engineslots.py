@@ -136,8 +136,14 @@ class EngineSlots:
             self.session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s)
             )
+        headers = {}
+        model = where[0].rpartition("/")[0]
+        for r in self.state.table.ready.get(model, ()):
+            if r.key == where[0] and r.auth:
+                # (The header line's value: "authorization: Bearer KEY\r\n".)
+                headers["authorization"] = r.auth.decode("ascii").split(": ", 1)[1].strip()
         try:
-            async with self.session.get(where[1] + "/props") as resp:
+            async with self.session.get(where[1] + "/props", headers=headers) as resp:
                 raw = await resp.content.read(MAX_PROPS_BYTES + 1)
                 if resp.status != 200:
                     return 0, f"GET /props answered {resp.status}"

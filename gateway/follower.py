@@ -30,7 +30,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -42,8 +42,9 @@ from catalog.errors import CatalogError
 from catalog.forms.client_limits import LimitError, from_json
 from catalog.forms.priority import MAX_SHARE, PRIORITY_CLASSES, STANDARD
 from catalog.forms.servers import FAILOVER_TIMEOUT_S, ServerList
+from gateway.settings import no_secrets
 from gateway.state import Client, State
-from gateway.table import build
+from gateway.table import EngineAuth, build, engine_auth
 
 log = structlog.get_logger("gateway")
 
@@ -70,9 +71,17 @@ class ServerFailed(FeedError):
 
 class Follower:
     def __init__(
-        self, state: State, servers: str | ServerList, token: str, resync_s: float
+        self,
+        state: State,
+        servers: str | ServerList,
+        token: str,
+        resync_s: float,
+        engine_secret: Callable[[str], str] = no_secrets,
     ) -> None:
         self.state = state
+        self.engine_secret = engine_secret
+        # The engines' keys this gateway could not send, as last logged (logged on change).
+        self._unsent: dict[tuple[str, str], str] = {}
         if isinstance(servers, str):
             servers = ServerList((servers.rstrip("/"),))
         self.servers = servers
@@ -205,8 +214,19 @@ class Follower:
 
     def install(self) -> None:
         state = self.state
-        state.install(build(self.models, self.placements, self.position, state.engine_slots))
+        auth = engine_auth(self.models, self.engine_secret)
+        self._log_unsent(auth)
+        state.install(build(self.models, self.placements, self.position, state.engine_slots, auth))
         self._confirmed()
+
+    def _log_unsent(self, auth: Mapping[tuple[str, str], EngineAuth]) -> None:
+        unsent = {where: a.problem for where, a in auth.items() if a.problem}
+        if unsent == self._unsent:
+            return
+        for (model, profile), note in sorted(unsent.items()):
+            if self._unsent.get((model, profile)) != note:
+                log.warning("gateway.engine_key_unsent", model=model, profile=profile, why=note)
+        self._unsent = unsent
 
     def _confirmed(self) -> None:
         state = self.state

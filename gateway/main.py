@@ -245,7 +245,7 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         settings.connect_timeout_s, settings.read_timeout_s, settings.tokenize_cache_s
     )
     servers = ServerList(settings.server_list, on_switch=_switched(state))
-    follower = Follower(state, servers, settings.token, settings.resync_s)
+    follower = Follower(state, servers, settings.token, settings.resync_s, settings.engine_secret)
     signals = Signals(state, servers, settings.token, settings.signals_interval_s, settings.worker)
     engine_slots = EngineSlots(state, follower.install)
     allowances = AllowanceClient(state.quotas, servers, follower.session)

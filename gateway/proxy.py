@@ -291,7 +291,7 @@ class Proxy:
     async def _count(self, req: Request, m: ModelEntry, trace: Trace, w: admission.Window) -> None:
         ready = self.state.table.ready.get(m.name)
         if ready:
-            tokens, how = await self.upstream.count(ready[0].endpoint, m.name, req)
+            tokens, how = await self.upstream.count(ready[0].endpoint, m.name, req, ready[0].auth)
         else:
             tokens, how = admission.estimate(req), "an estimate: no replica to count with"
         trace.prompt_tokens = tokens
@@ -679,7 +679,9 @@ class Proxy:
             # The whole exchange is bounded (``max_answer_time``): the read timeout
             # bounds a silence, not an engine that trickles its answer for ever.
             async with asyncio.timeout(self.settings.max_answer_s):
-                resp = await self.upstream.open(replica.endpoint + ROUTES[req.kind], data)
+                resp = await self.upstream.open(
+                    replica.endpoint + ROUTES[req.kind], data, replica.auth, replica.auth_note
+                )
                 if req.stream and resp.status == 200:
                     await self._stream(call, resp, m, replica, sent_at=sent_at, before=before)
                 else:

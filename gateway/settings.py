@@ -4,7 +4,17 @@ the environment, then ``[gateway]`` in ``llmgw.toml``, then these defaults)."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+
+def no_secrets(secret: str) -> str:
+    """``GatewaySettings.engine_secret`` of a gateway given no way to look secrets up."""
+    raise LookupError(
+        f"secret {secret!r}: this gateway has no secrets ([gateway] secrets_dir, "
+        "--secrets-dir, or the environment)"
+    )
+
 
 # The longest ``usage_flush_s`` may be set to.
 MAX_USAGE_FLUSH_S = 60.0
@@ -75,6 +85,13 @@ class GatewaySettings:
     # This gateway's part of each replica's slots (1: all of them; with N gateways in
     # front of the same replicas, 1/N each).
     slot_share: float = 1.0
+    # The value of a secret by its name (``LookupError`` with what to do when this
+    # gateway has none): the key an engine was started with (its profile's
+    # ``VLLM_API_KEY: {secret: NAME}``), sent as ``Authorization: Bearer`` to its
+    # replicas. ``llmgw.gateway_settings`` looks it up as an agent does (``[gateway]
+    # secrets_dir``, then ``LLMGW_SECRET_<NAME>``), on every table built, so a key
+    # rotated in its file is sent from the next one.
+    engine_secret: Callable[[str], str] = field(default=no_secrets, repr=False)
 
     @property
     def server_list(self) -> tuple[str, ...]:

@@ -10,12 +10,14 @@ table at all.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from catalog.definition.model import DEFAULT_STARTUP_TIMEOUT, Model
 from catalog.definition.routing_profiles import effective
+from catalog.secrecy.secrets import engine_key_secret
 
 
 def stable_hash(text: str) -> int:
@@ -94,6 +96,11 @@ class Replica:
     # not known, never full. ``slots_source``: profile, engine or args ("" when unknown).
     slots: int = 0
     slots_source: str = ""
+    # The header line its engine's key goes in (``authorization: Bearer ...\r\n``; empty:
+    # its profile gives the engine no key), and what to say when the engine refuses the
+    # gateway's requests (401): which secret, and where this gateway looks for it.
+    auth: bytes = field(default=b"", repr=False)  # (never in a log line or a traceback)
+    auth_note: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +186,7 @@ def build(
     placements: Iterable[Mapping[str, Any]],
     position: int,
     engine_slots: Mapping[tuple[str, str], int] | None = None,
+    auth: Mapping[tuple[str, str], EngineAuth] | None = None,
 ) -> Table:
     """A table from parsed catalog models and ``/v1/placements`` entries.
 
@@ -188,6 +196,9 @@ def build(
     A replica's slots: its profile's ``slots`` when set; else what its engine said on
     ``/props`` (``engine_slots``, by replica key and endpoint: gateway.engineslots);
     else its engine's flag in the profile's args; else not known.
+
+    ``auth``: by (model, profile), the header line of its engine's key and what to say
+    when the engine refuses it (``engine_auth``); none for a profile without a key.
     """
     entries: dict[str, ModelEntry] = {}
     index: dict[str, str] = {}
@@ -195,6 +206,7 @@ def build(
     # (model, profile) -> (slots, source, whether its engine says them on /props)
     slots: dict[tuple[str, str], tuple[int, str, bool]] = {}
     said = engine_slots or {}
+    keys = auth or {}
     for m in models:
         entries[m.name] = ModelEntry.of(m)
         index[m.name] = m.name
@@ -240,6 +252,7 @@ def build(
             told = said.get(where, 0)
             if 0 < told <= MAX_SLOTS:
                 count, source = told, FROM_ENGINE
+        auth_of = keys.get((model, profile), _NO_AUTH)
         ready.setdefault(model, []).append(
             Replica(
                 key,
@@ -252,6 +265,8 @@ def build(
                 detail,
                 count,
                 source,
+                auth_of.line,
+                auth_of.note,
             )
         )
     return Table(
@@ -263,6 +278,63 @@ def build(
         slotted=frozenset(m for m, rs in ready.items() if any(r.slots for r in rs)),
         ask_props=frozenset(ask),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineAuth:
+    """How the gateway authenticates to the engines of one profile started with a key."""
+
+    # ``authorization: Bearer ...\r\n``; empty: not sent (``problem`` says why). Never in
+    # a repr: a log line or a traceback must not carry the key.
+    line: bytes = field(repr=False)
+    note: str  # what a 401 from such an engine tells the client: which secret, no paths
+    problem: str  # for the operator's log (where it was looked for); "" when it is sent
+
+
+_NO_AUTH = EngineAuth(b"", "", "")
+# What a header value may hold, as the engine's key is sent (visible ASCII, no space).
+_HEADER_VALUE = re.compile(r"[!-~]+")
+
+
+def engine_auth(
+    models: Iterable[Model], secret: Callable[[str], str]
+) -> dict[tuple[str, str], EngineAuth]:
+    """By (model, profile) whose engine was started with a key (its env's
+    ``VLLM_API_KEY: {secret: NAME}``, catalog.secrecy.secrets.engine_key_secret): how the
+    gateway sends it. ``secret`` looks a secret's value up (``LookupError`` saying what to
+    do when there is none): the key is then not sent, the log says where to put it
+    (``problem``) and the engine's 401 is answered naming the secret. A value no header
+    can carry (empty, a space, a control character) is not sent either."""
+    out: dict[tuple[str, str], EngineAuth] = {}
+    for m in models:
+        for prof in m.profiles:
+            name = engine_key_secret(prof.engine, prof.env)
+            if name is None:
+                continue
+            unsent = (
+                f"this gateway has no usable key for it (secret {name!r}; its log's "
+                "gateway.engine_key_unsent says why)"
+            )
+            try:
+                value = secret(name)
+            except LookupError as exc:
+                out[(m.name, prof.name)] = EngineAuth(b"", unsent, str(exc))
+                continue
+            if not _HEADER_VALUE.fullmatch(value):
+                out[(m.name, prof.name)] = EngineAuth(
+                    b"",
+                    unsent,
+                    f"secret {name!r}: its value cannot be sent in a header (empty, or a "
+                    "space or a control character in it)",
+                )
+                continue
+            out[(m.name, prof.name)] = EngineAuth(
+                b"authorization: Bearer " + value.encode("ascii") + b"\r\n",
+                f"it does not take this gateway's key (secret {name!r}): the agents' and "
+                "the gateway's copies of the secret differ",
+                "",
+            )
+    return out
 
 
 def _context(p: Mapping[str, Any]) -> tuple[int | None, str]:

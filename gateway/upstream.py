@@ -46,14 +46,17 @@ class Upstream:
     async def close(self) -> None:
         await self.pool.close()
 
-    async def open(self, url: str, body: bytes) -> Answer:
+    async def open(self, url: str, body: bytes, auth: bytes = b"", auth_note: str = "") -> Answer:
         """POST ``body``; the answer with its status and headers read, not its body.
+        ``auth``: the engine's key as a header line (``Replica.auth``), or empty.
 
-        ``Unreachable`` for a refused, reset or timed-out connection, or a 5xx (whose
-        body is read and dropped).
+        ``Unreachable`` for a refused, reset or timed-out connection, a 5xx (whose
+        body is read and dropped), or a 401: the engine refused the gateway, not the
+        client (whose token the gateway took), so the client is never told its key is
+        wrong; the reason says which secret (``auth_note``).
         """
-        answer = await self.pool.post(url, body)
-        if answer.status >= 500:
+        answer = await self.pool.post(url, body, auth)
+        if answer.status >= 500 or answer.status == 401:
             # The body is dropped: read a short one to keep the connection, no more of a
             # long one (a broken engine's endless error would fill memory and delay the
             # retry). Released however this ends, a cancelled caller included: it was
@@ -68,10 +71,22 @@ class Upstream:
                 pass
             finally:
                 answer.release()
+            if answer.status == 401:
+                raise Unreachable(
+                    "answered 401: the engine refused the gateway's request: "
+                    + (
+                        auth_note
+                        or "its profile gives the engine no key (env VLLM_API_KEY: "
+                        "{secret: NAME}) for the gateway to send"
+                    ),
+                    answer.status,
+                )
             raise Unreachable(f"answered {answer.status}", answer.status)
         return answer
 
-    async def count(self, endpoint: str, model: str, req: admission.Request) -> tuple[int, str]:
+    async def count(
+        self, endpoint: str, model: str, req: admission.Request, auth: bytes = b""
+    ) -> tuple[int, str]:
         """The prompt's tokens by the engine's ``/tokenize``, cached; else the estimate.
 
         Returns the count and how it was made (for the refusal's words).
@@ -87,7 +102,7 @@ class Upstream:
         data: Any = None
         try:
             async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
-                answer = await self.pool.post(endpoint + "/tokenize", payload.encode())
+                answer = await self.pool.post(endpoint + "/tokenize", payload.encode(), auth)
                 try:
                     raw = await answer.read(TOKENIZE_MAX_BYTES)
                 finally:

@@ -25,6 +25,7 @@ settings file, then the defaults, the same order as every other command's settin
     queue_starvation = "30s"            # a lower class waits at most this long
     queue_hold = "5s"                   # waits for the replica its prefix/session chose
     slot_share = 1.0                    # this gateway's part of each replica's slots
+    secrets_dir = "/etc/llmgw/secrets"  # engines' keys, a file per secret (as the agent's)
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from agent.secrets import read_secret
 from autoscale.signals import MAX_WORKERS
 from gateway.settings import MAX_USAGE_FLUSH_S, GatewaySettings
 from llmgw.settings import KEYS, SettingsError, _convert, _read
@@ -47,6 +50,7 @@ GATEWAY_ENV: dict[str, str] = {
     "gateway_id": "LLMGW_GATEWAY_ID",
     "admin_open": "LLMGW_GATEWAY_ADMIN_OPEN",
     "workers": "LLMGW_GATEWAY_WORKERS",
+    "secrets_dir": "LLMGW_GATEWAY_SECRETS_DIR",
 }
 
 
@@ -133,7 +137,13 @@ def resolve_gateway(
         queue_starvation_s=value("queue_starvation", defaults.queue_starvation_s),
         queue_hold_s=value("queue_hold", defaults.queue_hold_s),
         slot_share=min(value("slot_share", defaults.slot_share), 1.0),
+        engine_secret=partial(_engine_secret, value("secrets_dir", None)),
     )
+
+
+def _engine_secret(secrets_dir: Path | None, secret: str) -> str:
+    # As an agent looks a profile's secret up (agent.secrets), the gateway's settings named.
+    return read_secret(secret, secrets_dir, who="gateway")
 
 
 def _plain(value: Any) -> Any:

@@ -163,6 +163,7 @@ KEYS: dict[str, dict[str, str]] = {
         "queue_starvation": "positive",
         "queue_hold": "duration",
         "slot_share": "number",
+        "secrets_dir": "path",
     },
 }
 # The environment variable for each setting (flags are named after the key).

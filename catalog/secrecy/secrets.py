@@ -99,8 +99,14 @@ def plain_secret_problem(
     )
 
 
-# The variable each engine reads its API key from, instead of a flag in args.
-ENGINE_KEY_VARIABLES = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
+# The variable each engine reads its API key from, instead of a flag in args. An engine
+# started with one answers only requests that carry it (``Authorization: Bearer``), so
+# the gateway sends it too (``engine_key_secret``).
+ENGINE_KEY_VARIABLES = {
+    "vllm": "VLLM_API_KEY",
+    "llamacpp": "LLAMA_API_KEY",
+    "sim": "LLMGW_SIM_API_KEY",
+}
 # Both engines (and huggingface_hub under them) read a Hugging Face token from here.
 HF_TOKEN_VARIABLE = "HF_TOKEN"
 
@@ -111,6 +117,27 @@ def engine_variable(engine: str, flag: str) -> str:
     if "hf" in flat.split("-") or flat == "-hft":
         return HF_TOKEN_VARIABLE
     return ENGINE_KEY_VARIABLES.get(engine or "vllm", "VLLM_API_KEY")
+
+
+def engine_key_secret(engine: str, env: Mapping[str, Any] | None) -> str | None:
+    """The secret a profile's ``env`` gives its engine as the engine's API key (vLLM's
+    ``VLLM_API_KEY: {secret: NAME}``): NAME, or None when the engine takes no key. Whoever
+    sends the engine requests (the gateway, the agent asking what it runs) must send that
+    secret's value, looked up as the agent looks it up (its file, or ``env_var_for``).
+
+    A plain value there is refused at the catalog's doors; one stored before that rule
+    is shown redacted to all but operators, so it names no secret: None, and the engine
+    refuses the requests (the gateway says so)."""
+    variable = ENGINE_KEY_VARIABLES.get(engine)
+    if variable is None or not env:
+        return None
+    ref = env.get(variable)
+    # A parsed profile's reference (catalog.definition's SecretRef, a floor above this
+    # one) or its JSON form.
+    name = ref.get("secret") if isinstance(ref, Mapping) else getattr(ref, "secret", None)
+    if isinstance(name, str) and secret_name_problem(name) is None:
+        return name
+    return None
 
 
 def plain_secret_arg_problem(
@@ -126,7 +153,9 @@ def plain_secret_arg_problem(
         what = f"{where} looks like a key or token"
     variable = engine_variable(engine, found.flag)
     secret = re.sub(r"[^a-z0-9]+", "-", variable.lower()).strip("-")
-    reader = {"vllm": "vLLM", "llamacpp": "llama.cpp"}.get(engine or "vllm")
+    reader = {"vllm": "vLLM", "llamacpp": "llama.cpp", "sim": "the sim engine"}.get(
+        engine or "vllm"
+    )
     reads = (
         f"{reader} reads {variable}"
         if reader

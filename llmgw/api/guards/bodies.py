@@ -22,7 +22,7 @@ from typing import Any
 from starlette.requests import Request
 
 from catalog import CatalogError
-from catalog.reading.documents import BODY_LIMITS, DocumentRefused, read_data
+from catalog.reading.documents import BODY_LIMITS, DocumentRefused, NotJSON, read_data
 from llmgw.api.rendering.problems import Problem
 
 ORIGIN = "request body"
@@ -87,6 +87,18 @@ def parse(body: bytes, limit: int, kind: str, *, json_only: bool = False) -> Any
     if problem is not None:
         raise Problem(422, kind, f"{ORIGIN}: {problem}")
     return data
+
+
+def parse_gateway_post(body: bytes, limit: int, kind: str, prefix: str = "") -> Any:
+    """A gateway's JSON post, parsed as ``parse`` does (a worker thread's call); a body
+    that is not JSON is refused 422 of ``kind`` (never read as YAML: gateways send
+    JSON), its detail after ``prefix``."""
+    try:
+        return parse(body, limit, kind, json_only=True)
+    except NotJSON:
+        raise Problem(
+            422, kind, f"{prefix}request body: not JSON; a gateway posts a JSON object"
+        ) from None
 
 
 def storable(value: Any, where: str = "") -> str | None:

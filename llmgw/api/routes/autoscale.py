@@ -29,8 +29,7 @@ from autoscale.signals import (
     parse_signals,
 )
 from autoscale.store import AutoscaleStore
-from catalog.reading.documents import NotJSON
-from llmgw.api.guards.bodies import parse, receive
+from llmgw.api.guards.bodies import parse_gateway_post, receive
 from llmgw.api.rendering.problems import ApiJSON, Problem, errors
 from llmgw.api.rendering.schemas import printable_schema
 from llmgw.api.routes.access import SECURED, Reader, Signaller
@@ -145,12 +144,7 @@ async def post_signals(request: Request, call: Signaller) -> Response:
 
 
 def _parse_and_record(svc: Services, body: bytes, token: str) -> dict[str, Any]:
-    try:
-        data = parse(body, svc.settings.max_body_bytes, "invalid-signals", json_only=True)
-    except NotJSON:
-        raise Problem(
-            422, "invalid-signals", "request body: not JSON; a gateway posts a JSON object"
-        ) from None
+    data = parse_gateway_post(body, svc.settings.max_body_bytes, "invalid-signals")
     try:
         signals = parse_signals(data)
     except SignalsError as exc:

@@ -32,9 +32,8 @@ from catalog.forms.allowance import (
     kinds,
     parse_draws,
 )
-from catalog.reading.documents import NotJSON
 from events.write.allowances import Asked, exchange
-from llmgw.api.guards.bodies import parse, receive
+from llmgw.api.guards.bodies import parse_gateway_post, receive
 from llmgw.api.rendering.problems import ApiJSON, Problem, errors
 from llmgw.api.rendering.schemas import printable_schema
 from llmgw.api.routes.access import SECURED, Caller, Gateway
@@ -162,12 +161,7 @@ async def allowances(request: Request, call: Gateway) -> Response:
 
 
 def _exchange(svc: Services, body: bytes) -> dict[str, Any]:
-    try:
-        data = parse(body, svc.settings.max_body_bytes, "invalid-allowances", json_only=True)
-    except NotJSON:
-        raise Problem(
-            422, "invalid-allowances", "request body: not JSON; a gateway posts a JSON object"
-        ) from None
+    data = parse_gateway_post(body, svc.settings.max_body_bytes, "invalid-allowances")
     try:
         draws = parse_draws(data)
     except AllowanceError as exc:

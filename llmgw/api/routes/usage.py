@@ -28,7 +28,6 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from autoscale.signals import MAX_WORKERS, identity
-from catalog.reading.documents import NotJSON
 from events.core.upcast import UnreadableEvent
 from events.core.usage import (
     CLIENT,
@@ -44,7 +43,7 @@ from events.read.ledger import BY, MAX_GROUPS, LedgerQuery, summarise
 from events.storage.history import usage_events
 from events.storage.usage_pending import pending_rows
 from events.write.usage import record_usage
-from llmgw.api.guards.bodies import parse, receive
+from llmgw.api.guards.bodies import parse_gateway_post, receive
 from llmgw.api.guards.tokens import Role
 from llmgw.api.rendering.problems import ApiJSON, Problem, errors
 from llmgw.api.rendering.schemas import printable_schema
@@ -152,10 +151,9 @@ def _refused(detail: str) -> Problem:
 
 
 def _parse_and_record(svc: Services, body: bytes, token: str) -> dict[str, Any]:
-    try:
-        data = parse(body, svc.settings.max_body_bytes, "invalid-usage", json_only=True)
-    except NotJSON:
-        raise _refused("request body: not JSON; a gateway posts a JSON object") from None
+    data = parse_gateway_post(
+        body, svc.settings.max_body_bytes, "invalid-usage", prefix="nothing recorded: "
+    )
     if not isinstance(data, dict):
         raise _refused("request body: not a JSON object")
     extra = sorted(set(data) - {"gateway", "worker", "flush", "rows"})

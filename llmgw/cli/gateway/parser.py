@@ -100,4 +100,11 @@ def register(
         help="this gateway's part of each replica's slots ([gateway] slot_share; default 1; "
         "1/N with N gateways in front of the same replicas)",
     )
+    p.add_argument(
+        "--secrets-dir",
+        metavar="DIR",
+        help="where the keys of engines started with one are, a file per secret, as an "
+        "agent's ([gateway] secrets_dir; else the environment's LLMGW_SECRET_<NAME>): "
+        "a profile's env VLLM_API_KEY: {secret: NAME} is sent as the engine's key",
+    )
     p.set_defaults(run="gateway.command:cmd_gateway")

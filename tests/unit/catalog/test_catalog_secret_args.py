@@ -198,7 +198,7 @@ def test_the_refusal_of_the_issues_example() -> None:
     llama = _refusal(["--api-key", "sk-plaintext-123"], "llamacpp")
     assert "`env: {LLAMA_API_KEY: {secret: llama-api-key}}` (llama.cpp reads" in llama.message
     sim = _refusal(["--api-key", "sk-plaintext-123"], "sim")
-    assert "(the sim engine reads no key; vLLM reads VLLM_API_KEY)" in sim.message
+    assert "(the sim engine reads LLMGW_SIM_API_KEY)" in sim.message
 
 
 def test_the_declared_file_says_where_to_edit(tmp_path: Path) -> None:

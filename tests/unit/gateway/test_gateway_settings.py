@@ -92,3 +92,23 @@ def test_slow_start_from_the_flag_over_the_file(tmp_path: Path) -> None:
     assert resolve_gateway(vars(args), path, env={}).slow_start_s == 0.0
     with pytest.raises(SettingsError, match="--slow-start"):
         resolve_gateway(vars(build_parser().parse_args(["gateway", "--slow-start", "x"])), path)
+
+
+def test_an_engines_key_is_looked_up_in_the_secrets_dir_then_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "engine-key").write_text("from-the-file\n")
+    path = settings_file(tmp_path, f'secrets_dir = "{secrets}"\n')
+    lookup = resolve_gateway({}, path, env={}).engine_secret
+    assert lookup("engine-key") == "from-the-file"
+    monkeypatch.setenv("LLMGW_SECRET_OTHER_KEY", "from-the-environment")
+    assert lookup("other-key") == "from-the-environment"
+    with pytest.raises(LookupError) as caught:
+        lookup("absent")
+    assert str(caught.value).startswith(f"secret 'absent' is on neither the file {secrets}/absent")
+    assert "[gateway] secrets_dir, --secrets-dir" in str(caught.value)
+    flag = resolve_gateway({"secrets_dir": str(tmp_path)}, path, env={}).engine_secret
+    with pytest.raises(LookupError):
+        flag("engine-key")  # the flag's directory, over the file's
