@@ -40,6 +40,7 @@ from scheduler.persistence.round_chain import (
     full_head,
 )
 from scheduler.persistence.row_decoding import (
+    ROUND_LIMITS,
     STORED_LIMITS,
     Row,
     Unreadable,
@@ -229,7 +230,7 @@ def _round(conn: Connection, r: Row) -> RecordedRound:
 def _changes(r: Row) -> object:
     if r["changes"] is None:
         raise UnreadableRow("it holds no changes (a full record written before revision 0024)")
-    return json_column(r["changes"], "changes", STORED_LIMITS)
+    return json_column(r["changes"], "changes", ROUND_LIMITS)
 
 
 def _full_documents(conn: Connection, r: Row) -> tuple[dict[str, Any], Any]:
@@ -241,13 +242,13 @@ def _full_documents(conn: Connection, r: Row) -> tuple[dict[str, Any], Any]:
     if content is None:
         raise UnreadableRow(f"its inventory {digest!r} is not stored")
     documents = {
-        name: json_column(r[name], name, STORED_LIMITS)
+        name: json_column(r[name], name, ROUND_LIMITS)
         for name in ("reported_at", "current", "policy")
     }
-    # Within the bounds of the other columns: every replica's state, 4 MB at 17,000
-    # replicas, was read within a node list's (1 MB), and any round of more than some
-    # 4,000 replicas was unreadable.
+    # Within a round's bounds: every replica's state, 4 MB at 17,000 replicas, was read
+    # within a node list's (1 MB), and any round of more than some 4,000 replicas was
+    # unreadable.
     documents["lifecycle"] = (
-        None if r["lifecycle"] is None else json_column(r["lifecycle"], "lifecycle", STORED_LIMITS)
+        None if r["lifecycle"] is None else json_column(r["lifecycle"], "lifecycle", ROUND_LIMITS)
     )
-    return documents, json_column(content, "inventory nodes", STORED_LIMITS)
+    return documents, json_column(content, "inventory nodes", ROUND_LIMITS)

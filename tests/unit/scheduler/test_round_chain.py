@@ -355,3 +355,36 @@ def test_changes_that_are_not_what_a_writer_writes_are_unreadable(
     )
     with pytest.raises(UnreadableRow, match=re.escape(reason)):
         rebuilt.apply(json.loads(changes))
+
+
+def _values(data: Any) -> int:
+    """How many values ``read_json`` counts in ``data`` (a dict's keys too)."""
+    if isinstance(data, dict):
+        return 1 + len(data) + sum(_values(v) for v in data.values())
+    if isinstance(data, list):
+        return 1 + sum(_values(v) for v in data)
+    return 1
+
+
+def test_a_full_record_of_200000_replicas_is_read_within_a_rounds_bounds() -> None:
+    """Issue 42's scale: every placement and every replica's state of a round of 200,000
+    replicas, recorded in full, is read (it held more values than ``STORED_LIMITS``
+    reads, so such a round was unreadable), and its chain's rows with it."""
+    from scheduler.persistence.row_decoding import ROUND_LIMITS, STORED_LIMITS
+
+    replicas = 200_000
+    placement = Placement(
+        "t9-model-with-a-long-name-01234", 199_999, "a-profile-name", ("t9-node-99999",) * 2,
+        8, "A100", 512, "f" * 32, "v" * 32, "moving: a reason of some length", "t9-model-x",
+    )  # fmt: skip
+    status = ReplicaStatus(
+        STARTING, T0, T0, message="loading weights", endpoint="http://10.0.0.1:8000",
+        effective_context_length=32768, context_detail="from the engine",
+    )  # fmt: skip
+    record = full_record((), (placement,), POLICY, Lifecycle(statuses={("m", 1): status}))
+    for column in ("current", "lifecycle"):
+        one = json.loads(record[column])
+        values = replicas * _values(one["statuses"][0] if column == "lifecycle" else one[0])
+        size = replicas * len(record[column])
+        assert values > STORED_LIMITS.max_nodes or column == "lifecycle"
+        assert values < ROUND_LIMITS.max_nodes / 2 and size < ROUND_LIMITS.max_bytes / 2, column
