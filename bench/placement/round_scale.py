@@ -18,7 +18,9 @@ log(n2/n1)``: 1 is linear; n log n is about 1.1 over 10,000-100,000).
 
 ``--placer``: the daemon's whole round instead (``Placer.run``: the catalog, the node and
 placement reads, the demands, the plan, the nodes recorded and the write) on a fresh
-PostgreSQL database (``placer_rounds``): one JSON line a round, with each phase's wall time.
+PostgreSQL database (``placer_rounds``; ``--database`` names it, ``llmgw_bench_...``): one
+JSON line a round, with each phase's wall time, then per size the rounds and the time
+``explain --round`` takes to read the last recorded round (``read_last_round``).
 """
 
 from __future__ import annotations
