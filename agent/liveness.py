@@ -30,6 +30,7 @@ class Liveness:
         # When the last stall was seen to end (the agent's clock), if ever.
         self._stalled_at: float | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -45,17 +46,21 @@ class Liveness:
             self.beat()
 
     def beat(self) -> None:
-        now = self.clock()
-        last = self._last
-        if last is not None and now - last > self.stall_s:
-            self._stalled_at = now
-        self._last = now
+        # Under a lock: the thread and the main one (``stalled_since``) both beat, and a
+        # beat that read the clock before a freeze must not write it after another's.
+        with self._lock:
+            now = self.clock()
+            last = self._last
+            if last is not None and now - last > self.stall_s:
+                self._stalled_at = now
+            self._last = now
 
     def stalled_since(self, since: float) -> bool:
         """Whether the process stood still for more than ``stall_s`` at some time after
-        ``since``: a stall seen by a beat after it, or one under way (no beat for that
-        long: the thread not yet run since the thaw)."""
-        stalled_at, last = self._stalled_at, self._last
-        if stalled_at is not None and stalled_at > since:
-            return True
-        return last is not None and self.clock() - last > self.stall_s
+        ``since``: a stall seen by a beat after it. The look is a beat itself: a stall
+        under way (the thread not yet run since the thaw) is seen, and ended, now; the
+        thread's own late beat then sees no second one after a contact made since (it
+        did, when it ran after the main thread: one freeze was two times away)."""
+        self.beat()
+        stalled_at = self._stalled_at
+        return stalled_at is not None and stalled_at > since

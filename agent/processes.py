@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import struct
 import subprocess
 import time
 import urllib.error
@@ -53,49 +54,150 @@ class Engine:
 
 
 def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host if host != "0.0.0.0" else "", 0))
+    with _socket(host) as s:
+        s.bind((_bindable(host), 0))
         return int(s.getsockname()[1])
 
 
 def port_free(host: str, port: int) -> bool:
     """Whether ``port`` can be listened on now (another process may take it after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    with _socket(host) as s:
         try:
-            s.bind((host if host != "0.0.0.0" else "", port))
+            s.bind((_bindable(host), port))
         except OSError:
             return False
         return True
 
 
+def _socket(host: str) -> socket.socket:
+    # An IPv6 literal (``::``, ``fd00::7``) is an address of that family: an IPv4
+    # socket cannot bind it.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.socket(family, socket.SOCK_STREAM)
+
+
+def _bindable(host: str) -> str:
+    return "" if host in ("0.0.0.0", "::") else host
+
+
+def url_host(host: str) -> str:
+    """``host`` as a URL's host part: an IPv6 literal in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def listens_on(pid: int, port: int) -> bool | None:
-    """Whether process ``pid`` or one of its descendants listens on TCP ``port``; None
-    when that cannot be read (another user's process).
+    """Whether process ``pid`` or one of its descendants listens on TCP ``port``, and no
+    other process does on an address that overlaps; None when that cannot be read
+    (another user's process, no ``/proc``).
 
     What makes an answer on the port the engine's: the port is picked free and handed to
     the engine, and between the two any process on the machine may take it (another
     agent's engine, here and in CI: a ``/health`` answered by an engine serving another
-    model). An engine that failed to bind exits, so its start fails instead of passing."""
+    model). An engine that failed to bind exits, so its start fails instead of passing;
+    but vLLM and llama.cpp bind with ``SO_REUSEPORT``, and beside another process of the
+    same user that did too they bind and listen both, the kernel handing each
+    connection to one or the other: the listeners not the engine's are looked for too.
+
+    Read from the engine's network namespace's socket tables (``/proc/PID/net/tcp``,
+    ``tcp6``: once each, where ``psutil``'s ``net_connections`` read them once per
+    process) and the sockets its processes hold (``/proc/PID/fd``)."""
     try:
         root = psutil.Process(pid)
+        if root.status() == psutil.STATUS_ZOMBIE:
+            return False  # exited, not yet reaped: no sockets, no namespace to read
         tree = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:
         return None
+    try:
+        listeners = _listeners(pid, port)
+    except (FileNotFoundError, ProcessLookupError):
+        return False  # gone since
+    except OSError:
+        return None
+    if not listeners:
+        return False
+    ours: set[str] = set()
     unknown = False
     for proc in tree:
         try:
-            sockets = proc.net_connections(kind="tcp")
-        except psutil.NoSuchProcess:
+            ours |= _socket_inodes(proc.pid)
+        except (FileNotFoundError, ProcessLookupError):
             continue
-        except psutil.AccessDenied:
+        except PermissionError:
             unknown = True
-            continue
-        for s in sockets:
-            if s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port:
-                return True
-    return None if unknown else False
+    mine = [address for inode, address in listeners if inode in ours]
+    others = [address for inode, address in listeners if inode not in ours]
+    if not mine or (others and unknown):
+        return None if unknown else False
+    return not any(_overlap(a, b) for a in mine for b in others)
+
+
+# A listening socket's state in /proc/net/tcp.
+_LISTEN = "0A"
+
+
+def _listeners(pid: int, port: int) -> list[tuple[str, str]]:
+    """(inode, local address) of every TCP socket listening on ``port`` in the network
+    namespace of ``pid`` (``OSError`` when its tables cannot be read: ``FileNotFoundError``
+    once it is gone)."""
+    suffix = f":{port:04X}"
+    # (Looked for before a line is split: a host's tables may hold 100,000 sockets.)
+    needle = suffix + " "
+    out = []
+    for table, v6 in (("tcp", False), ("tcp6", True)):
+        try:
+            with open(f"/proc/{pid}/net/{table}", encoding="ascii") as f:
+                lines = f.read().splitlines()[1:]
+        except FileNotFoundError:
+            if v6 and os.path.exists(f"/proc/{pid}/net/tcp"):
+                continue  # IPv6 is off
+            raise
+        for line in lines:
+            if needle not in line:
+                continue
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == _LISTEN and fields[1].endswith(suffix):
+                out.append((fields[9], _address(fields[1][: -len(suffix)], v6)))
+    return out
+
+
+def _address(hexed: str, v6: bool) -> str:
+    """An address of /proc/net/tcp (32-bit words in the host's order), as text; an
+    IPv4-mapped IPv6 address as its IPv4 one."""
+    words = [int(hexed[i : i + 8], 16) for i in range(0, len(hexed), 8)]
+    packed = struct.pack(f"={len(words)}I", *words)
+    if not v6:
+        return socket.inet_ntop(socket.AF_INET, packed)
+    if packed[:12] == b"\0" * 10 + b"\xff\xff":
+        return socket.inet_ntop(socket.AF_INET, packed[12:])
+    return socket.inet_ntop(socket.AF_INET6, packed)
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether a connection to one of two listening addresses may reach the other's
+    socket: the same address, or a wildcard of its family (``::`` takes IPv4 too
+    unless IPV6_V6ONLY, which the tables do not say)."""
+    if a == b or "::" in (a, b):
+        return True
+    if ":" in a or ":" in b:
+        return False
+    return "0.0.0.0" in (a, b)
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds."""
+    out = set()
+    fds = f"/proc/{pid}/fd"
+    for fd in os.listdir(fds):
+        try:
+            target = os.readlink(f"{fds}/{fd}")
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # closed since
+        if target.startswith("socket:["):
+            out.add(target[8:-1])
+    return out
 
 
 def environ_value(pid: int, name: str) -> str | None:

@@ -353,8 +353,8 @@ class Agent:
 
     def _health_url(self, record: Record) -> str:
         host = self.config.engine_host
-        local = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        return f"http://{local}:{record.port}{engines.HEALTH_PATH}"
+        local = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+        return f"http://{processes.url_host(local)}:{record.port}{engines.HEALTH_PATH}"
 
     # -- the control plane ------------------------------------------------------
 
@@ -591,7 +591,7 @@ class Agent:
             pid=0,
             start_time=0.0,
             port=port,
-            endpoint=f"http://{cfg.advertise}:{port}",
+            endpoint=f"http://{processes.url_host(cfg.advertise)}:{port}",
             devices=start.devices,
             started_at=self.clock(),
             restarts=start.restarts,

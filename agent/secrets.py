@@ -53,10 +53,12 @@ def read_secret(
     environ: Mapping[str, str] | None = None,
     *,
     who: str = "agent",
+    put: str | None = None,
 ) -> str:
     """The value of ``secret``: the file ``secrets_dir/secret``, else the environment's
-    ``LLMGW_SECRET_<NAME>``. ``who`` (agent, gateway) names the settings a refusal points
-    to. The gateway looks up the key of an engine started with one (its ``VLLM_API_KEY:
+    ``LLMGW_SECRET_<NAME>``. ``who`` (agent, gateway) names the settings a refusal
+    points to (``put``, when they are other than ``[who] secrets_dir, --secrets-dir``).
+    The gateway looks up the key of an engine started with one (its ``VLLM_API_KEY:
     {secret: NAME}``) the same way: ``llmgw.gateway_settings``."""
     environ = os.environ if environ is None else environ
     problem = secret_name_problem(secret)
@@ -89,5 +91,6 @@ def read_secret(
     where = f"the file {secrets_dir / secret}" if secrets_dir is not None else "a secrets_dir"
     raise SecretMissing(
         f"secret {secret!r} is on neither {where} nor this {who}'s environment "
-        f"({variable}); put the value in one of them ([{who}] secrets_dir, --secrets-dir)"
+        f"({variable}); put the value in one of them "
+        f"({put or f'[{who}] secrets_dir, --secrets-dir'})"
     )

@@ -669,7 +669,8 @@ def _gather(host: str, port: int, nnodes: int) -> threading.Event:
     its worker died, and the head exits, as vLLM's does when a rank is lost.
     """
     ready = threading.Event()
-    listener = socket.create_server((host, port))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.create_server((host, port), family=family)
     print(f"sim engine: waiting for {nnodes - 1} worker(s) at port {port}", flush=True)
 
     def accept() -> None:

@@ -115,7 +115,15 @@ def _context(
     path = context.probe_path(engine)
     if path is None:
         return judge_context(declared, None, "", f"a {engine} engine")
-    found = context.read(engine, target.base_url, target.model, timeout=10.0, argv=args)
+    auth = target.headers.get("Authorization", "")
+    found = context.read(
+        engine,
+        target.base_url,
+        target.model,
+        timeout=10.0,
+        argv=args,
+        key=auth.removeprefix("Bearer ") or None,
+    )
     if found is None:
         return judge_context(declared, None, "", f"{target.base_url}{path}")
     return judge_context(declared, found.tokens, found.detail, f"{path} of the engine")

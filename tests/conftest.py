@@ -35,9 +35,9 @@ from events.database.connection import make_engine
 from events.database.migrate import upgrade
 from tests.tls import share_default_tls_context
 
-# A hook, registered by its name here: the tests of a module-scoped fixture share one
-# xdist worker (tests/xdist_groups.py).
-from tests.xdist_groups import pytest_collection_modifyitems  # noqa: F401
+# Hooks, registered by their names here: the tests of a module-scoped fixture share one
+# xdist worker, and the longest work is handed out first (tests/xdist_groups.py).
+from tests.xdist_groups import pytest_collection_modifyitems, pytest_configure  # noqa: F401
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 

@@ -54,10 +54,17 @@ def current_revisions(engine: Engine) -> frozenset[str]:
 
 
 def current_revision(engine: Engine) -> str | None:
+    stamped = _stamped(engine)
+    if stamped:
+        return ",".join(sorted(stamped))
     return ",".join(sorted(current_revisions(engine))) or None
 
 
 def is_at_head(engine: Engine) -> bool:
+    # The stamp read without Alembic first: ``/readyz`` asks on every probe, and
+    # Alembic's answer parses every migration script (7 ms of CPU a call).
+    if _stamped(engine) == SCHEMA_HEAD:
+        return True
     return current_revisions(engine) == head_revisions()
 
 

@@ -32,8 +32,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING
 
 from catalog.definition.views import PlacementProfile
 from scheduler.exact.fill import fresh_nodes
@@ -41,9 +40,14 @@ from scheduler.planner.fleet.fit import gpu_class_matches, missing_label, select
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand
 
+# OR-Tools (and pandas and numpy, which it loads: ~0.5 s of CPU) is imported when a
+# program is built, not with the module: whatever imports this floor without solving
+# (a test module being collected, on every xdist worker) does not pay for it.
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
 # A replica's use of one node: cards, memory (GB).
 Shape = tuple[int, int]
-_STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +155,8 @@ def _groups(demands: Sequence[Demand]) -> list[_Group]:
     return list(groups.values())
 
 
-Units = dict[tuple[int, int], list[cp_model.IntVar]]
+if TYPE_CHECKING:
+    Units = dict[tuple[int, int], list[cp_model.IntVar]]
 
 
 def _node_type(
@@ -207,6 +212,8 @@ def gpu_bound(
     work: float = 10.0,
 ) -> Bound:
     """The ceiling of the GPUs any round places on ``nodes`` for ``demands`` (see module)."""
+    from ortools.sat.python import cp_model
+
     groups = _groups(demands)
     model = cp_model.CpModel()
     units: Units = {}
@@ -238,8 +245,9 @@ def gpu_bound(
     solver.parameters.max_deterministic_time = work
     solver.parameters.random_seed = 0
     status = solver.solve(model)
-    if status not in _STATUS:
+    found = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible"}
+    if status not in found:
         # No answer within the limit: the per-node ceilings still hold.
         return Bound(per_node, "unknown", cards, per_node, types, len(groups))
     gpus = min(math.floor(solver.best_objective_bound + 1e-6), per_node)
-    return Bound(gpus, _STATUS[status], cards, per_node, types, len(groups))
+    return Bound(gpus, found[status], cards, per_node, types, len(groups))

@@ -28,13 +28,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING
 
 from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.fit import gpu_class_matches, missing_label
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement
+
+# OR-Tools (with the pandas and numpy it loads, ~0.5 s of CPU) is imported when a program
+# is built, not with the module (as in scheduler.exact.bound).
+if TYPE_CHECKING:
+    pass
 
 # A replica's shape on one node: cards, memory (GB).
 Shape = tuple[int, int]
@@ -166,6 +170,8 @@ def _swap(
     mine: dict[Shape, list[Placement]] = {}
     for p in sorted(here, key=lambda p: (p.model, p.replica)):
         mine.setdefault((p.gpus_per_node, p.memory_gb_per_node), []).append(p)
+    from ortools.sat.python import cp_model
+
     model = cp_model.CpModel()
     keep = {s: model.new_int_var(0, len(ps), f"keep{s}") for s, ps in sorted(mine.items())}
     add = {

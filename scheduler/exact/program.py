@@ -38,9 +38,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING, Literal
 
 from catalog.definition.views import PlacementProfile
 from scheduler.exact.score import Score, score, tiers
@@ -48,17 +46,14 @@ from scheduler.planner.fleet.fit import gpu_class_matches, missing_label, select
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement
 
+# OR-Tools (with the pandas and numpy it loads, ~0.5 s of CPU) is imported when a program
+# is built, not with the module (as in scheduler.exact.bound).
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
 Objective = Literal["planner", "replicas", "gpus"]
 DEFAULT_WORK = 10.0  # deterministic seconds: a unit of work, not of the clock
 _MAX_WEIGHT = 1 << 60
-
-_STATUS = {
-    cp_model.OPTIMAL: "optimal",
-    cp_model.FEASIBLE: "feasible",
-    cp_model.INFEASIBLE: "infeasible",
-    cp_model.MODEL_INVALID: "invalid",
-    cp_model.UNKNOWN: "unknown",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +117,15 @@ def solve(
     """
     if now.tzinfo is None:
         raise ValueError(f"now {now} has no time zone; pass the current time in UTC")
+    from ortools.sat.python import cp_model
+
+    statuses = {
+        cp_model.OPTIMAL: "optimal",
+        cp_model.FEASIBLE: "feasible",
+        cp_model.INFEASIBLE: "infeasible",
+        cp_model.MODEL_INVALID: "invalid",
+        cp_model.UNKNOWN: "unknown",
+    }
     inventory = {n.name: n for n in sorted(nodes, key=lambda n: n.name)}
     fresh = sorted(name for name, n in inventory.items() if n.reported_at >= now - stale_after)
     alive = {name for name, n in inventory.items() if n.reported_at >= now - stale_after - grace}
@@ -168,7 +172,7 @@ def solve(
         else:
             replicas_bound = max(bound, 0) // weights.replicas[top[0]]
     return Answer(
-        status=_STATUS.get(status, str(status)),
+        status=statuses.get(status, str(status)),
         objective=round(solver.objective_value) if found else 0,
         bound=bound,
         score=score(demands, placements, current) if found else None,

@@ -16,6 +16,7 @@ import pytest
 
 from tests import forkserver
 from tests.api.server import ApiServer, Tokens, definition, running
+from tests.polling import poll_interval
 
 pytestmark = pytest.mark.slow
 
@@ -33,11 +34,11 @@ def api(module_sqlite_url: str, module_dir: Path, tokens: Tokens) -> Iterator[Ap
 
 def wait_for(check: Callable[[], bool], what: str, timeout: float = 120) -> None:
     # A bound that only catches a hang: rounds every 0.2 s, but a busy CI machine is slow.
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    while (waited := time.monotonic() - started) < timeout:
         if check():
             return
-        time.sleep(0.1)
+        time.sleep(poll_interval(waited))
     pytest.fail(f"timed out waiting for {what}")
 
 

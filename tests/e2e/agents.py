@@ -17,6 +17,7 @@ from agent.processes import same_process
 from tests import forkserver
 from tests.api.server import LLMGW, ApiServer, Tokens, _readline
 from tests.e2e.cli import Cli
+from tests.polling import poll_interval
 
 T = TypeVar("T")
 
@@ -35,15 +36,20 @@ def eventually(check: Callable[[], T | None], what: str, timeout: float = 90) ->
 
     A bound on waiting for a condition, never on how fast it happens: on a busy
     machine the condition arrives later, not differently.
+
+    Looks every 50 ms at first, then less often as the wait goes on, up to every 250 ms
+    (``tests.polling.poll_interval``).
     """
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     while True:
         value = check()
         if value:
             return value
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise AssertionError(f"never happened within {timeout}s: {what}")
-        time.sleep(0.1)
+        time.sleep(poll_interval(now - started))
 
 
 class AgentProc:

@@ -21,6 +21,7 @@ import psycopg
 from tests.api.server import ApiServer, Tokens
 from tests.e2e.agents import AgentProc
 from tests.e2e.gateways import GatewayProc, GatewayTokens
+from tests.polling import poll_interval
 
 
 def free_ports(count: int) -> list[int]:
@@ -199,11 +200,13 @@ class Replicas:
 
 
 def wait_until(check: Any, what: str, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     while True:
         value = check()
         if value:
             return value
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise AssertionError(f"never happened within {timeout}s: {what}")
-        time.sleep(0.1)
+        time.sleep(poll_interval(now - started))

@@ -22,6 +22,7 @@ from events.storage.backends import open_log
 from tests import forkserver
 from tests.api.server import ApiServer, Tokens, running
 from tests.lifecycle_agent import NEVER_READY, OLD_AGENT, AgentNode, ReportingAgent
+from tests.polling import poll_interval
 
 pytestmark = pytest.mark.slow
 
@@ -30,11 +31,11 @@ T4x4 = {"gpu_class": "T4", "gpus": 4, "memory_gb": 64}
 
 
 def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    while (waited := time.monotonic() - started) < timeout:
         if check():
             return
-        time.sleep(0.1)
+        time.sleep(poll_interval(waited))
     pytest.fail(f"timed out waiting for {what}")
 
 

@@ -5,6 +5,7 @@ OpenAI client. The engine's key is llama-server's own check, not the sim's imita
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,3 +106,19 @@ def test_the_gateway_and_the_agent_read_a_keyed_llama_server_with_its_key(stack:
         "the agent's /props read of the keyed engine (2048 / --parallel 2)",
         60,
     )
+
+
+def test_engine_check_asks_a_keyed_engine_with_the_key_or_says_which_it_needs(
+    stack: Stack,
+) -> None:
+    _, _, c = stack
+    refused = c.cli("engine-check", "tinyk", "--json")
+    assert refused.returncode == 1 and not refused.stdout, refused.stdout + refused.stderr
+    assert "starts its engine with the key of secret 'engine-key'" in refused.stderr
+    assert "--secrets-dir DIR" in refused.stderr and "--gateway URL" in refused.stderr
+    secrets = c.workdir / "agent"
+    checked = c.cli("engine-check", "tinyk", "--secrets-dir", str(secrets), "--json")
+    report = json.loads(checked.stdout)
+    # The engine's own /props, read with the key: 2048 / --parallel 2 a request.
+    (context,) = [v for v in report["verdicts"] if v["claim"] == "context_length"]
+    assert context["outcome"] == "refused" and "1024" in context["detail"], context

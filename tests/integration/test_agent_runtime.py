@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import http.server
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
+import psutil
 import pytest
+from structlog.testing import capture_logs
 
 from agent import processes
 from agent.client import ControlPlane, Refused, Unreachable
@@ -94,9 +100,12 @@ def make_agent(tmp_path: Path) -> Iterator[Any]:
         server: StandIn,
         devices: tuple[int, ...] = (0, 1),
         clock: Callable[[], float] = time.time,
+        **more: Any,
     ) -> Agent:
         config = AgentConfig(
-            node="n1", state_dir=tmp_path / "state", engine_host="127.0.0.1", stop_grace=5
+            node="n1",
+            state_dir=tmp_path / "state",
+            **{"engine_host": "127.0.0.1", "stop_grace": 5, **more},
         )
         inventory = Inventory(gpu_class="SIM", devices=devices, memory_gb=64.0, cpus=2)
         # StandIn plays the ControlPlane client, a class (not a Protocol) it does not subclass.
@@ -294,6 +303,40 @@ def test_a_slow_control_plane_is_no_time_away_and_an_unplaced_engine_stops(
     assert agent.held == {} and list(agent.procs) == []
 
 
+class LateBeatStandIn(FreezingStandIn):
+    """The liveness thread beating as it does (here: at every placements read), its first
+    beat after a thaw coming only once the main thread has handled the report's answer:
+    which of the two threads runs first after a SIGCONT is the scheduler's choice."""
+
+    def placements(self, node: str) -> Any:
+        assert self.liveness is not None
+        self.liveness.beat()
+        return super().placements(node)
+
+
+def test_one_freeze_is_one_time_away_whichever_thread_sees_it_first(make_agent: Any) -> None:
+    # Frozen inside the report; after the thaw the main thread sees the stall first (no
+    # beat for that long) and the report ends the time away (``agent.back``: the engines
+    # held). The liveness thread's late beat then saw the same stall as a new one, after
+    # the contact: the tick applied nothing, and the next one reported "back" again and
+    # held every engine anew.
+    clock = ThawClock()
+    server = LateBeatStandIn([placement("chat", [])], clock)
+    agent = make_agent(server, clock=clock)
+    server.liveness = agent.liveness
+    tick_until(agent, server, "ready")
+    ((key, _engine),) = agent.procs.items()
+    server.freeze_in = "report"
+    with capture_logs() as logs:
+        agent.tick()
+        assert agent.placed == []  # the thawed tick applied what it read
+        held = dict(agent.held)
+        for _ in range(2):
+            agent.tick()
+    assert [e["event"] for e in logs].count("agent.back") == 1, logs
+    assert set(held) == {key} and agent.held == held
+
+
 class _Huge(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.send_response(200)
@@ -417,3 +460,153 @@ def test_an_engine_is_ready_once_it_answers_on_its_own_port(make_agent: Any) -> 
     (proc,) = agent.procs.values()
     assert processes.listens_on(proc.pid, port) is True
     assert processes.listens_on(proc.pid, port + 1) is False
+
+
+# A llama-server as far as the agent can tell: its flags, /health, and the socket option
+# llama.cpp's HTTP server (cpp-httplib) and vLLM's (create_server_socket) both set:
+# SO_REUSEPORT, with which a second process of the same user binds a port already bound.
+_REUSEPORT_SERVER = """\
+import http.server, socket, socketserver, sys
+argv = sys.argv
+host, port = argv[argv.index("--host") + 1], int(argv[argv.index("--port") + 1])
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    allow_reuse_port = True
+
+Server((host, port), Health).serve_forever()
+"""
+
+
+class _ReusePortTaker(http.server.ThreadingHTTPServer):
+    allow_reuse_port = True
+
+
+def test_a_port_shared_by_so_reuseport_is_not_reported_ready(
+    make_agent: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race the listener check is for, with the engines that run in production:
+    # vLLM and llama.cpp bind their port with SO_REUSEPORT, so an engine whose port was
+    # taken between its pick and its start (another agent's engine, of the same user)
+    # binds it anyway and does not exit. Both listen; the kernel hands each connection to
+    # one or the other, the health check's and the gateway's alike. The engine's own
+    # tree listens on its port, but so does another process: it is never ready there.
+    script = tmp_path / "llama-server"
+    script.write_text(f"#!{sys.executable}\n{_REUSEPORT_SERVER}")
+    script.chmod(0o755)
+    taker = _ReusePortTaker(("127.0.0.1", 0), _Healthy)
+    threading.Thread(target=taker.serve_forever, daemon=True).start()
+    try:
+        port = taker.server_address[1]
+        monkeypatch.setattr("agent.processes.free_port", lambda host: port)
+        server = StandIn([llamacpp_placement("chat")])
+        agent = make_agent(server)
+        agent.config = replace(agent.config, llamacpp_server=str(script))
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            agent.tick()
+            time.sleep(0.1)
+        (proc,) = agent.procs.values()
+        # (The engine did bind: SO_REUSEPORT let it.)
+        assert proc.exit_status() == (False, None)
+        assert processes.listens_on(proc.pid, port) is False
+        states = [r["state"] for b in server.reports for r in b.get("replicas", [])]
+        assert "ready" not in states, states
+        # The other listener gone, the port is the engine's alone: ready.
+        taker.shutdown()
+        taker.server_close()
+        assert processes.listens_on(proc.pid, port) is True
+        tick_until(agent, server, "ready", timeout=10)
+    finally:
+        taker.shutdown()
+        taker.server_close()
+
+
+def llamacpp_placement(model: str) -> dict[str, Any]:
+    p = placement(model, [])
+    p["profile"] = "cpp"
+    p["engine"] = {**p["engine"], "name": "cpp", "engine": "llamacpp", "model_path": "/m.gguf"}
+    return p
+
+
+def test_an_engine_that_exited_listens_on_nothing() -> None:
+    # An engine that failed to bind exits; until the agent reaps it, it is a zombie,
+    # with no sockets and no network namespace to read. Seen as "cannot be read", that
+    # passed as ready (the taker's /health answered), the replica reported ready at an
+    # endpoint another process serves, then failed.
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+        assert processes.listens_on(proc.pid, 80) is False
+    finally:
+        proc.wait()
+
+
+_LISTEN_THEN_WAIT = """\
+import socket, sys, time
+family = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
+s = socket.socket(family)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen()
+print("listening", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize(
+    ("engine", "other", "shared"),
+    [
+        ("0.0.0.0", "127.0.0.1", True),  # the health check's address taken from the engine
+        ("127.0.0.1", "0.0.0.0", True),
+        ("127.0.0.1", "127.0.0.1", True),
+        ("127.0.0.1", "127.0.0.2", False),  # another address: not the engine's traffic
+    ],
+)
+def test_another_listener_on_the_port_counts_where_its_address_overlaps(
+    engine: str, other: str, shared: bool
+) -> None:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((other, 0))
+    port = sock.getsockname()[1]
+    sock.listen()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LISTEN_THEN_WAIT, engine, str(port)], stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"listening\n"
+        assert processes.listens_on(proc.pid, port) is (not shared)
+        sock.close()
+        assert processes.listens_on(proc.pid, port) is True
+    finally:
+        sock.close()
+        proc.kill()
+        proc.wait()
+
+
+def test_an_engine_on_an_ipv6_host_is_ready_at_a_bracketed_endpoint(make_agent: Any) -> None:
+    # --engine-host :: and an IPv6 address advertised: the port was picked on an IPv4
+    # socket (which cannot bind ::) and the endpoint and health URL had no brackets.
+    server = StandIn([placement("chat", [])])
+    agent = make_agent(server, engine_host="::", advertise="::1")
+    ready = tick_until(agent, server, "ready")
+    assert ready["endpoint"].startswith("http://[::1]:"), ready
+    answer = httpx.post(
+        ready["endpoint"] + "/v1/chat/completions",
+        json={"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        timeout=10,
+    )
+    assert answer.status_code == 200, answer.text
+    assert processes.url_host("10.0.0.7") == "10.0.0.7"
+    assert processes.url_host("fd00::7") == "[fd00::7]"

@@ -161,6 +161,7 @@ def test_added_latency_is_the_median_over_rounds_of_each_rounds_difference() -> 
     assert fig.added("gw", 16, "plain", "latency", "p50") is None  # never measured
 
 
+@pytest.mark.slow  # (tests/xdist_groups.py: handed out first)
 def test_a_variant_that_cannot_start_is_named_and_leaves_no_control_plane_running(
     stub_port: int, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, text
@@ -111,6 +112,7 @@ def _write(store: SchedulerStore, now: datetime, write: tuple[str, str, int, str
         store.cordon(node, ("cordoned", "draining", None, None)[n], actor="op", reason="r")
 
 
+@pytest.mark.slow  # (tests/xdist_groups.py: handed out first)
 @settings(
     max_examples=25,
     deadline=None,

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from catalog.forms.text import shown
+from catalog.secrecy.secrets import engine_key_secret
 from llmgw.cli.shared.context import App, Refused, print_json
 
 
@@ -18,6 +19,26 @@ def _token(path: Path) -> str:
     if not words:
         raise Refused(f"--token-file {path} holds no token; write the client token in it")
     return words[0]
+
+
+def _engine_key(
+    model: str, profile: str, secret: str | None, secrets_dir: Path | None
+) -> dict[str, str]:
+    """The header of the key a replica's engine was started with (its profile's env
+    names the secret), looked up as an agent looks it up; none for an engine without."""
+    if secret is None:
+        return {}
+    from agent.secrets import SecretMissing, read_secret
+
+    try:
+        key = read_secret(secret, secrets_dir, who="command", put="--secrets-dir DIR")
+    except SecretMissing as exc:
+        raise Refused(
+            f"model {model!r} profile {profile!r} starts its engine with the key of secret "
+            f"{secret!r}, and the engine answers nothing without it: {exc}; or check "
+            "through a gateway with --gateway URL --token-file FILE"
+        ) from None
+    return {"Authorization": f"Bearer {key}"}
 
 
 def cmd_engine_check(app: App, args: argparse.Namespace) -> int:
@@ -48,11 +69,13 @@ def cmd_engine_check(app: App, args: argparse.Namespace) -> int:
     engine = "sim"
     engine_args: tuple[str, ...] = ()
     reported: tuple[int | None, str] = (None, "")
+    key_secret: str | None = None
     if ready:
         placement, status = ready[0]
         profile = model.profile(placement.profile)
         if profile is not None:
             engine, engine_args = profile.engine, tuple(profile.args)
+            key_secret = engine_key_secret(profile.engine, profile.env)
         reported = (status.effective_context_length, status.context_detail)
     if args.gateway is not None:
         if args.token_file is None:
@@ -71,6 +94,7 @@ def cmd_engine_check(app: App, args: argparse.Namespace) -> int:
             base_url=status.endpoint,
             model=model.name,
             via=f"replica {model.name}[{placement.replica}] at {status.endpoint}",
+            headers=_engine_key(model.name, placement.profile, key_secret, args.secrets_dir),
         )
     verdicts = check(model, target, engine=engine, reported=reported, args=engine_args)
     code = exit_status(verdicts)

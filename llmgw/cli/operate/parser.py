@@ -387,6 +387,13 @@ def register_engine_check(
         help="send the requests through this gateway instead of straight to the replica",
     )
     p.add_argument("--token-file", type=Path, metavar="FILE", help="a client token for --gateway")
+    p.add_argument(
+        "--secrets-dir",
+        type=Path,
+        metavar="DIR",
+        help="where the key of an engine started with one is (a file per secret, as an "
+        "agent's; else the environment's LLMGW_SECRET_<NAME>), for a direct check",
+    )
     p.add_argument("--json", action="store_true", help="as JSON, for programs")
     p.set_defaults(run="operate.engine_check:cmd_engine_check")
 

@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -446,6 +447,7 @@ def check_remove_agrees_with_a_rebuild(state: CatalogState, declared: Catalog, n
     state.remove(name)
 
 
+@pytest.mark.slow  # (tests/xdist_groups.py: handed out first)
 @SETTINGS
 @given(declared_catalogs(), st.data())
 def test_any_sequence_of_changes_agrees_with_the_whole_catalog_rules(

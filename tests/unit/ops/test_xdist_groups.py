@@ -1,4 +1,5 @@
-"""`make test`'s `pytest -n 2 --dist loadgroup` keeps a group's tests on one worker.
+"""`make test`'s `pytest -n 6 --dist loadgroup` keeps a group's tests on one worker, and
+hands out the longest work first.
 
 The suite's time rests on it: a module's server (or cluster) is started once only if
 its tests share a worker. It broke silently once (pytest 9.2 with pytest-xdist 3.8:
@@ -13,6 +14,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -60,7 +63,18 @@ def test_alone(i):
     ran("free")
 """
 
+# Collected last, a test alone: handed out first all the same, as it is slow.
+SLOW = """
+import pytest
+from record import ran
 
+@pytest.mark.slow
+def test_long():
+    ran("slow")
+"""
+
+
+@pytest.mark.slow  # (tests/xdist_groups.py: handed out first)
 def test_a_module_fixture_and_an_explicit_group_each_stay_on_one_worker(tmp_path: Path) -> None:
     suite, record = tmp_path / "suite", tmp_path / "record"
     suite.mkdir()
@@ -70,6 +84,7 @@ def test_a_module_fixture_and_an_explicit_group_each_stay_on_one_worker(tmp_path
         ("test_shared.py", SHARED),
         ("test_marked.py", MARKED),
         ("test_free.py", FREE),
+        ("test_zz_slow.py", SLOW),
     ):
         (suite / name).write_text(text)
     env = {
@@ -101,3 +116,6 @@ def test_a_module_fixture_and_an_explicit_group_each_stay_on_one_worker(tmp_path
     # ... and each back end's module fixture was built once in all.
     built = sorted(line for lines in ran.values() for line in lines if line.startswith("built"))
     assert built == ["built a", "built b"]
+    # The longest work first (tests/xdist_groups.longest_first): the slow test, collected
+    # last and alone (xdist's own order put it after every group), is its worker's first.
+    assert [lines[0] for lines in ran.values() if "slow" in lines] == ["slow"], ran

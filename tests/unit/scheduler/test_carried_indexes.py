@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -100,6 +101,7 @@ def held(draw: st.DrawFn) -> list[Placement]:
     return out
 
 
+@pytest.mark.slow  # (tests/xdist_groups.py: handed out first)
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_trials_carried_from_the_round_before_are_the_trials_made_afresh(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,6 +62,7 @@ def rounds(draw: st.DrawFn) -> tuple[object, frozenset[str], frozenset[str], Roo
     return version, fresh, closed, room, avoid
 
 
+@pytest.mark.slow  # (tests/xdist_groups.py: handed out first)
 @settings(max_examples=300, deadline=None)
 @given(st.lists(rounds(), min_size=1, max_size=6), st.data())
 def test_counts_carried_from_round_to_round_are_the_counts_made_afresh(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,10 @@ from scheduler.exact.score import score
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement
 from tests.unit.scheduler.placement_builders import NOW, demand, node, profile, run
+
+# The tests that solve with OR-Tools share one xdist worker: only that worker imports it
+# (~0.5 s of CPU; scheduler.exact loads it when a program is built, not at collection).
+pytestmark = pytest.mark.xdist_group("ortools")
 
 
 def brute_force(demands: Sequence[Demand], nodes: Sequence[Node]) -> int:

@@ -10,6 +10,7 @@ the second class idle there: 0.5 of the optimum.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,10 @@ from scheduler.exact.score import score
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand
 from tests.unit.scheduler.placement_builders import NOW, demand, node, overcommitted, profile, run
+
+# The tests that solve with OR-Tools share one xdist worker: only that worker imports it
+# (~0.5 s of CPU; scheduler.exact loads it when a program is built, not at collection).
+pytestmark = pytest.mark.xdist_group("ortools")
 
 RATIO = 0.99
 

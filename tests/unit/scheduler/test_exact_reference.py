@@ -3,6 +3,7 @@ rounds whose optimum is known by hand; and the planner measured against it."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,10 @@ from tests.unit.scheduler.placement_builders import (
     profile,
     run,
 )
+
+# The tests that solve with OR-Tools share one xdist worker: only that worker imports it
+# (~0.5 s of CPU; scheduler.exact loads it when a program is built, not at collection).
+pytestmark = pytest.mark.xdist_group("ortools")
 
 
 def fragmented() -> tuple[list[Demand], list[Node], list[Placement]]:

@@ -27,6 +27,10 @@ from scheduler.exact.score import score
 from scheduler.planner.fleet.inventory import Node
 from tests.unit.scheduler.placement_builders import overcommitted, run
 
+# The tests that solve with OR-Tools share one xdist worker: only that worker imports it
+# (~0.5 s of CPU; scheduler.exact loads it when a program is built, not at collection).
+pytestmark = pytest.mark.xdist_group("ortools")
+
 RATIO = 0.99
 SLICE = 20
 

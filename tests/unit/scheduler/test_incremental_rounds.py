@@ -117,6 +117,7 @@ def _full(
     return digest(plan(demands, list(nodes.values()), current, now, POLICY, lifecycle=lifecycle))
 
 
+@pytest.mark.slow  # (tests/xdist_groups.py: handed out first)
 @settings(max_examples=200, deadline=None, report_multiple_bugs=False)
 @given(st.data())
 def test_a_round_from_its_changes_is_the_full_round(data: st.DataObject) -> None:

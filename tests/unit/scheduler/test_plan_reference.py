@@ -14,7 +14,10 @@ EXPECTED: dict[str, str] = json.loads(REFERENCE.read_text())
 
 # The scenarios are built once per process (``rounds``, over a minute of CPU): one xdist
 # worker runs them all, or each worker would build them again.
-pytestmark = pytest.mark.xdist_group("tests/unit/scheduler/test_plan_reference.py")
+pytestmark = [
+    pytest.mark.xdist_group("tests/unit/scheduler/test_plan_reference.py"),
+    pytest.mark.slow,
+]
 
 
 @cache
