@@ -18,7 +18,9 @@ log(n2/n1)``: 1 is linear; n log n is about 1.1 over 10,000-100,000).
 
 ``--placer``: the daemon's whole round instead (``Placer.run``: the catalog, the node and
 placement reads, the demands, the plan, the nodes recorded and the write) on a fresh
-PostgreSQL database (``placer_rounds``): one JSON line a round, with each phase's wall time.
+PostgreSQL database (``placer_rounds``; ``--database`` names it, ``llmgw_bench_...``): one
+JSON line a round, with each phase's wall time, then per size the rounds and the time
+``explain --round`` takes to read the last recorded round (``read_last_round``).
 """
 
 from __future__ import annotations
@@ -237,7 +239,9 @@ def _catalog_of(asked: Sequence[Demand]) -> Any:
     )
 
 
-def _placer_database(nodes: int, policy: Any) -> tuple[Any, Any, list[str], int]:
+def _placer_database(
+    nodes: int, policy: Any, database: str = PLACER_DB
+) -> tuple[Any, Any, list[str], int]:
     """A fresh PostgreSQL database holding ``nodes`` nodes, each registered by a report
     (1% silent since 200 s before ``NOW``, the others' leases renewed at ``NOW``), their
     replicas placed (``_tiled``) and written by ``SchedulerStore.apply``: the store, the
@@ -260,8 +264,8 @@ def _placer_database(nodes: int, policy: Any) -> tuple[Any, Any, list[str], int]
         (d.model, d.replicas, d.profiles) for d in asked
     ]:
         raise AssertionError("the catalog does not ask what the synthetic demands ask")
-    common.pg_recreate(PLACER_DB)
-    engine = make_engine(common.pg_url(PLACER_DB))
+    common.pg_recreate(database)
+    engine = make_engine(common.pg_url(database))
     upgrade(engine)
     store = SchedulerStore(engine)
     service = CatalogService(open_log(engine), declared)
@@ -312,7 +316,7 @@ def _timed_placer(store: Any, service: Any, policy: Any) -> tuple[Any, _Phases]:
     return placer, phases
 
 
-def placer_rounds(nodes: int, repeats: int = 3) -> dict[str, Any]:
+def placer_rounds(nodes: int, repeats: int = 3, database: str = PLACER_DB) -> dict[str, Any]:
     """The daemon's own round (``Placer.run``) on a fresh Alembic-migrated PostgreSQL
     database (``_placer_database``), with the heartbeat bench's policy. After the rounds
     that settle (the first reads whole and plans in full): ``repeats`` rounds with nothing
@@ -334,7 +338,7 @@ def placer_rounds(nodes: int, repeats: int = 3) -> dict[str, Any]:
         stale_after=timedelta(seconds=stale_s), grace=timedelta(seconds=grace_s)
     )
     try:
-        store, service, beating, replicas = _placer_database(nodes, policy)
+        store, service, beating, replicas = _placer_database(nodes, policy, database)
         placer, phases = _timed_placer(store, service, policy)
         at = NOW
         silent: set[str] = set()
@@ -373,10 +377,25 @@ def placer_rounds(nodes: int, repeats: int = 3) -> dict[str, Any]:
         for i in range(repeats):
             silent.add(hosts[(i * 7919) % len(hosts)])
             rows += [one("host silent 10 s"), one("host stale (20 s)"), one("host lost (30 s)")]
-        return {"nodes": nodes, "replicas": replicas, "store": "postgresql", "rounds": rows}
+        # What ``explain --round`` reads: the last recorded round, rebuilt along its chain
+        # (rounds recorded by reference, revision 0024) where it has one.
+        wall, cpu = time.perf_counter(), time.process_time()
+        last = store.recorded_round()
+        read = {
+            "round": None if last is None else last.id,
+            "wall_ms": round((time.perf_counter() - wall) * 1000, 1),
+            "cpu_ms": round((time.process_time() - cpu) * 1000, 1),
+        }
+        return {
+            "nodes": nodes,
+            "replicas": replicas,
+            "store": "postgresql",
+            "rounds": rows,
+            "read_last_round": read,
+        }
     finally:
         with psycopg.connect(common.PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{PLACER_DB}" WITH (FORCE)')
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -397,10 +416,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "PostgreSQL database instead of the planner alone: one JSON line a round (wall, "
         "CPU and each phase's wall time), then one object a size",
     )
+    parser.add_argument(
+        "--database",
+        default=PLACER_DB,
+        help="with --placer: the PostgreSQL database to create (and drop) for it; "
+        "its name starts with llmgw_bench_",
+    )
     args = parser.parse_args(argv)
     if args.placer:
+        if not args.database.startswith("llmgw_bench_"):
+            parser.error("--database: the name must start with llmgw_bench_")
         for count in args.nodes:
-            print(json.dumps(placer_rounds(count, args.repeats)), flush=True)
+            print(json.dumps(placer_rounds(count, args.repeats, args.database)), flush=True)
         return 0
     results = []
     for count in args.nodes:

@@ -59,8 +59,17 @@ class RoundOutcome:
 
 def _pinned_now(plan: Plan, before: Sequence[Placement]) -> list[Placement]:
     """The placements this round places or pins to a version they did not have."""
-    had = {(p.model, p.replica): p.version for p in before}
-    return [*plan.place, *(p for p in plan.keep if had.get((p.model, p.replica)) != p.version)]
+    had = {(p.model, p.replica): p for p in before}
+    # Identity first: a kept placement is, nearly always, the very object read.
+    return [
+        *plan.place,
+        *(
+            p
+            for p in plan.keep
+            if (was := had.get((p.model, p.replica))) is not p
+            and (was is None or was.version != p.version)
+        ),
+    ]
 
 
 class Placer:
@@ -219,4 +228,4 @@ def _writes(plan: Plan, before: Sequence[Placement]) -> bool:
     if plan.place or plan.remove:
         return True
     had = {(p.model, p.replica): p for p in before}
-    return any(had.get((p.model, p.replica)) != p for p in plan.keep)
+    return any((was := had.get((p.model, p.replica))) is not p and was != p for p in plan.keep)

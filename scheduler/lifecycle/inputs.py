@@ -152,21 +152,7 @@ class Lifecycle:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "statuses": [
-                {
-                    "model": model,
-                    "replica": replica,
-                    "state": s.state,
-                    "since": s.since.isoformat(),
-                    "placed_at": s.placed_at.isoformat(),
-                    "message": s.message,
-                    "endpoint": s.endpoint,
-                    "reported": s.reported,
-                    "effective_context_length": s.effective_context_length,
-                    "context_detail": s.context_detail,
-                }
-                for (model, replica), s in sorted(self.statuses.items())
-            ],
+            "statuses": [status_json(key, s) for key, s in sorted(self.statuses.items())],
             "cordons": [
                 {
                     "node": c.node,
@@ -258,3 +244,20 @@ class Lifecycle:
                 for c in data.get("running", [])
             ),
         )
+
+
+def status_json(key: tuple[str, int], s: ReplicaStatus) -> dict[str, Any]:
+    """One replica's state as ``Lifecycle.to_json`` records it."""
+    model, replica = key
+    return {
+        "model": model,
+        "replica": replica,
+        "state": s.state,
+        "since": s.since.isoformat(),
+        "placed_at": s.placed_at.isoformat(),
+        "message": s.message,
+        "endpoint": s.endpoint,
+        "reported": s.reported,
+        "effective_context_length": s.effective_context_length,
+        "context_detail": s.context_detail,
+    }

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,8 +38,13 @@ from scheduler.planner.fleet.placements import Placement
 VERSION = "schema_version"
 ROUND = "round"
 NODE = "node"
-# The version this code writes and reads, per kind of record.
-CURRENT_SCHEMA = {ROUND: 2, NODE: 2}
+# The version this code reads, per kind of record. A round recorded in full is written at
+# ``FULL_ROUND`` (what releases before revision 0024 read too); one recorded by reference to
+# an earlier round (``scheduler.persistence.round_chain``) at 3, so that an older release
+# names it newer than it reads rather than reading it as something it is not.
+CURRENT_SCHEMA = {ROUND: 3, NODE: 2}
+FULL_ROUND = 2
+BY_REFERENCE = 3
 
 Record = dict[str, Any]
 
@@ -123,7 +128,26 @@ def placement_record(p: Placement) -> Record:
     }
 
 
-def policy_json(policy: StalenessPolicy) -> str:
+def full_record(
+    nodes: Sequence[Node],
+    current: Sequence[Placement],
+    policy: StalenessPolicy,
+    lifecycle: Lifecycle,
+) -> dict[str, str]:
+    """The JSON columns of a round recorded in full: when each node reported, the
+    placements before the round, the policy and the lifecycle (the nodes' content is
+    its inventory's: ``inventory_json``)."""
+    return {
+        "reported_at": json.dumps(
+            {n.name: n.reported_at.isoformat() for n in nodes}, sort_keys=True
+        ),
+        "current": json.dumps([placement_record(p) for p in current]),
+        "policy": policy_json(policy),
+        "lifecycle": json.dumps(lifecycle.to_json()),
+    }
+
+
+def policy_json(policy: StalenessPolicy, version: int = FULL_ROUND) -> str:
     """The round's policy object, which also carries the round record's version."""
     return json.dumps(
         {
@@ -133,7 +157,7 @@ def policy_json(policy: StalenessPolicy) -> str:
             "preemption": policy.preemption,
             "defragment": policy.defragment,
             "repair_spread": policy.repair_spread,
-            VERSION: CURRENT_SCHEMA[ROUND],
+            VERSION: version,
         }
     )
 
@@ -161,9 +185,16 @@ def _node_v1_to_v2(content: Record) -> Record:
     return {"labels": {}, "fabric": None, "gpus_reserved": 0, **content}
 
 
+def _round_v2_to_v3(record: Record) -> Record:
+    """v3 differs from v2 only in where it is kept (by reference to an earlier round,
+    rebuilt by ``scheduler.persistence.round_chain`` before it is read): the same record."""
+    return record
+
+
 # (kind, from_version) -> the record at from_version + 1
 UPCASTERS: dict[tuple[str, int], Callable[[Record], Record]] = {
     (ROUND, 1): _round_v1_to_v2,
+    (ROUND, 2): _round_v2_to_v3,
     (NODE, 1): _node_v1_to_v2,
 }
 
@@ -245,8 +276,7 @@ def recorded_round(
 ) -> RecordedRound:
     """A round from its row: ``columns`` the plain ones (times already read),
     ``documents`` its JSON columns decoded, ``inventory`` its inventory's nodes."""
-    policy = _object(documents["policy"], "policy")
-    record = upcast(ROUND, policy.get(VERSION, 1), {**documents, "policy": policy})
+    record = upcast_round(documents)
     reported = _object(record["reported_at"], "reported_at")
     nodes = []
     for content in _list(inventory, "the inventory"):
@@ -269,11 +299,18 @@ def recorded_round(
     )
 
 
+def upcast_round(documents: Mapping[str, Any]) -> Record:
+    """A round's documents (its JSON columns decoded) upcast to the current version, by
+    the version its policy object carries."""
+    policy = _object(documents["policy"], "policy")
+    return upcast(ROUND, policy.get(VERSION, 1), {**documents, "policy": policy})
+
+
 def policy_from_record(data: Any) -> StalenessPolicy:
     """A policy object alone, as a round records it (any version): what ``llmgw status``
     and the other views judge by (``scheduler.persistence.serving_policy``), read without
     the rest of its round's row."""
-    policy = _object(data, "policy")
+    policy = json_object(data, "policy")
     if readable_version(ROUND, policy.get(VERSION, 1)) == 1:
         policy = {"preemption": True, **policy}  # as _round_v1_to_v2 upcasts it
     return _policy(policy)
@@ -389,3 +426,18 @@ def _list(value: Any, what: str) -> list[Any]:
 def _shown(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def json_object(value: Any, what: str) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else ``UnreadableRow`` naming ``what``."""
+    return _object(value, what)
+
+
+def json_list(value: Any, what: str) -> list[Any]:
+    """``value`` if it is a JSON list, else ``UnreadableRow`` naming ``what``."""
+    return _list(value, what)
+
+
+def shown(value: Any) -> str:
+    """A stored value as a reason shows it: its repr, cut short."""
+    return _shown(value)

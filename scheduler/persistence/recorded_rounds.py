@@ -3,29 +3,44 @@
 ``explain --round`` plans a recorded round again from what is kept here. The
 JSON is versioned and upcast (``scheduler.persistence.record_format``); a round whose row cannot
 be read is skipped and named, and asking for the last round (or the last at a
-time) then gives the one before it.
+time) then gives the one before it. Since revision 0024 a round may be recorded by
+reference to the round before, as what changed (``scheduler.persistence.round_chain``):
+read, it is rebuilt from its chain, and a link that cannot be read makes it unreadable
+with the link named.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.staleness import StalenessPolicy
 from scheduler.persistence.record_format import (
+    BY_REFERENCE,
     RecordedRound,
     UnreadableRow,
+    full_record,
     inventory_digest,
     inventory_json,
-    placement_record,
     policy_json,
     recorded_round,
+    upcast_round,
+)
+from scheduler.persistence.round_chain import (
+    MAX_CHAIN,
+    ChainHead,
+    Rebuilt,
+    changes_since,
+    full_changes,
+    full_head,
 )
 from scheduler.persistence.row_decoding import (
+    ROUND_LIMITS,
     STORED_LIMITS,
     Row,
     Unreadable,
@@ -67,35 +82,64 @@ def record_round(
     lifecycle: Lifecycle,
     counts: tuple[int, int, int],
     leader: tuple[str, int] | None = None,
-) -> None:
-    """Write a round's row, and its inventory unless one with the same digest is stored;
-    ``leader``: the holder and epoch of the leadership lease it was written under."""
+    chain: ChainHead | None = None,
+) -> ChainHead | None:
+    """Write a round's row: by reference to the round before when ``chain`` (the head the
+    writer kept of the last round it recorded) allows (``round_chain.changes_since``), else
+    in full, with its inventory unless one with the same digest is stored. ``leader``: the
+    holder and epoch of the leadership lease it was written under. Returns the head to
+    keep for the next round, once this one's transaction commits."""
+    boundary = now - policy.stale_after
+    placed, removed, unplaced = counts
+    row = {
+        "id": round_id,
+        "planned_at": now,
+        "catalog_position": catalog_position,
+        "placed": placed,
+        "removed": removed,
+        "unplaced": unplaced,
+        "leader": None if leader is None else leader[0],
+        "epoch": None if leader is None else leader[1],
+    }
+    by_reference = changes_since(
+        chain, round_id, boundary=boundary, nodes=nodes, current=current, lifecycle=lifecycle
+    )
+    if by_reference is not None:
+        changes, head = by_reference
+        conn.execute(
+            insert(rounds_t),
+            {
+                **row,
+                # The chain's full record's inventory: stored, so that a release before
+                # 0024 reads on to the version and names the row newer than it reads.
+                "inventory_digest": head.digest,
+                "reported_at": "{}",
+                "current": "[]",
+                "lifecycle": None,
+                "policy": policy_json(policy, BY_REFERENCE),
+                "base_round": round_id - 1,
+                "changes": json.dumps(changes),
+            },
+        )
+        return head
     digest = inventory_digest(nodes)
     stored = conn.execute(
         select(inventories_t.c.digest).where(inventories_t.c.digest == digest)
     ).first()
     if stored is None:
         conn.execute(insert(inventories_t), {"digest": digest, "nodes": inventory_json(nodes)})
-    placed, removed, unplaced = counts
     conn.execute(
         insert(rounds_t),
         {
-            "id": round_id,
-            "planned_at": now,
-            "catalog_position": catalog_position,
+            **row,
             "inventory_digest": digest,
-            "reported_at": json.dumps(
-                {n.name: n.reported_at.isoformat() for n in nodes}, sort_keys=True
-            ),
-            "current": json.dumps([placement_record(p) for p in current]),
-            "policy": policy_json(policy),
-            "placed": placed,
-            "removed": removed,
-            "unplaced": unplaced,
-            "lifecycle": json.dumps(lifecycle.to_json()),
-            "leader": None if leader is None else leader[0],
-            "epoch": None if leader is None else leader[1],
+            **full_record(nodes, current, policy, lifecycle),
+            "base_round": None,
+            "changes": json.dumps(full_changes(boundary)),
         },
+    )
+    return full_head(
+        round_id, digest, boundary=boundary, nodes=nodes, current=current, lifecycle=lifecycle
     )
 
 
@@ -147,6 +191,50 @@ def read_recorded_round(
 
 
 def _round(conn: Connection, r: Row) -> RecordedRound:
+    if r["base_round"] is None:
+        documents, inventory = _full_documents(conn, r)
+        return recorded_round(r, documents, inventory)
+    # Recorded by reference: its chain, back to the full record it starts from.
+    policy = json_column(r["policy"], "policy", STORED_LIMITS)
+    links: list[Mapping[Any, Any]] = [r]
+    while links[-1]["base_round"] is not None:
+        if len(links) > MAX_CHAIN:
+            raise UnreadableRow(f"its chain of rounds is longer than {MAX_CHAIN}")
+        link = links[-1]
+        base = link["base_round"]
+        if type(base) is not int or not 0 < base < link["id"]:
+            raise UnreadableRow(
+                f"base_round {base!r} of round {link['id']} is not an earlier round"
+            )
+        found = conn.execute(raw(rounds_t).where(rounds_t.c.id == base)).mappings().first()
+        if found is None:
+            raise UnreadableRow(f"it is recorded by reference to round {base}, which is not stored")
+        links.append(found)
+    chain = links[::-1]  # the full record first, this row last
+    link = chain[0]
+    try:
+        documents, inventory = _full_documents(conn, link)
+        rebuilt = Rebuilt.full(upcast_round(documents), inventory, _changes(link))
+        for link in chain[1:]:
+            rebuilt.apply(_changes(link))
+    except UnreadableRow as exc:
+        if link is r:
+            raise
+        raise UnreadableRow(
+            f"it is recorded by reference to round {link['id']}, which cannot be read: {exc}"
+        ) from None
+    documents, nodes = rebuilt.documents(policy)
+    return recorded_round(r, documents, nodes)
+
+
+def _changes(r: Row) -> object:
+    if r["changes"] is None:
+        raise UnreadableRow("it holds no changes (a full record written before revision 0024)")
+    return json_column(r["changes"], "changes", ROUND_LIMITS)
+
+
+def _full_documents(conn: Connection, r: Row) -> tuple[dict[str, Any], Any]:
+    """A full record's documents, upcast to the current version, and its inventory."""
     digest = r["inventory_digest"]
     content = conn.execute(
         raw(inventories_t, "nodes").where(inventories_t.c.digest == digest)
@@ -154,10 +242,13 @@ def _round(conn: Connection, r: Row) -> RecordedRound:
     if content is None:
         raise UnreadableRow(f"its inventory {digest!r} is not stored")
     documents = {
-        name: json_column(r[name], name, STORED_LIMITS)
+        name: json_column(r[name], name, ROUND_LIMITS)
         for name in ("reported_at", "current", "policy")
     }
+    # Within a round's bounds: every replica's state, 4 MB at 17,000 replicas, was read
+    # within a node list's (1 MB), and any round of more than some 4,000 replicas was
+    # unreadable.
     documents["lifecycle"] = (
-        None if r["lifecycle"] is None else json_column(r["lifecycle"], "lifecycle")
+        None if r["lifecycle"] is None else json_column(r["lifecycle"], "lifecycle", ROUND_LIMITS)
     )
-    return recorded_round(r, documents, json_column(content, "inventory nodes", STORED_LIMITS))
+    return documents, json_column(content, "inventory nodes", ROUND_LIMITS)

@@ -50,6 +50,7 @@ from scheduler.persistence.placement_rows import (
     reporting_nodes,
 )
 from scheduler.persistence.recorded_rounds import record_round
+from scheduler.persistence.round_chain import ChainHead
 from scheduler.persistence.tables import PlacementRoundRow, PlacementRow, table
 from scheduler.persistence.versions import record_definitions
 from scheduler.planner.fleet.inventory import Node
@@ -177,6 +178,10 @@ def round_head(conn: Connection) -> int:
 class RoundStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # The last round this store recorded, as ``record_round`` keeps it: the next
+        # round, if it is that one's successor, is recorded as its changes since
+        # (``scheduler.persistence.round_chain``). Replaced whole after a commit.
+        self._chain: ChainHead | None = None
 
     def state(self) -> PlacementState:
         """The current placements and the round they are as of.
@@ -252,7 +257,11 @@ class RoundStore:
         written since ``based_on`` was read.
         """
         before = {(p.model, p.replica): p for p in based_on.placements}
-        updated = [p for p in plan.keep if before.get((p.model, p.replica)) != p]
+        # Identity first: a kept placement is, nearly always, the very object read (a
+        # dataclass compares field by field even with itself: 0.1 s at 170,000).
+        updated = [
+            p for p in plan.keep if (was := before.get((p.model, p.replica))) is not p and was != p
+        ]
         if not (plan.place or plan.remove or updated):
             return None
         with self.engine.connect().execution_options(**{WRITE: True}) as conn, conn.begin():
@@ -266,7 +275,7 @@ class RoundStore:
                 )
             round_id = head + 1
             seq = next_change(conn)
-            record_round(
+            chain = record_round(
                 conn,
                 round_id=round_id,
                 now=now,
@@ -277,6 +286,7 @@ class RoundStore:
                 lifecycle=based_on.lifecycle,
                 counts=(len(plan.place), len(plan.remove), len(plan.unplaced)),
                 leader=None if fence is None else (fence.holder, fence.epoch),
+                chain=self._chain,
             )
             for removal in plan.remove:
                 p = removal.placement
@@ -353,6 +363,7 @@ class RoundStore:
                 round_id=round_id,
                 catalog_position=catalog_position,
             )
+        self._chain = chain
         return round_id
 
 

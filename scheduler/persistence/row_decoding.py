@@ -37,6 +37,11 @@ AnyRow = Mapping[Any, Any]
 # A recorded round's JSON holds a whole inventory (a node is some 200 bytes);
 # a list of node names or a node's labels is small: more than these is not one.
 STORED_LIMITS = Limits(max_bytes=64 << 20, max_depth=32, max_nodes=4_000_000)
+# A recorded round's columns in full hold every placement and every replica's state: at
+# issue 42's 200,000 replicas some 60 MB and 5,000,000 values in its placements alone,
+# past ``STORED_LIMITS`` (a full round of 170,000 replicas was unreadable: "holds more
+# than 4000000 values"). Bounded all the same, at four times that.
+ROUND_LIMITS = Limits(max_bytes=256 << 20, max_depth=32, max_nodes=20_000_000)
 SMALL_LIMITS = Limits(max_bytes=1 << 20, max_depth=32, max_nodes=100_000)
 
 

@@ -104,7 +104,8 @@ class PlacementRoundRow(Base):
     Enough to run the planner again on exactly the same inputs: the catalog
     position, the inventory (by digest, see ``InventoryRow``), when each node
     last reported, the time and the staleness policy. Rounds that change
-    nothing are not recorded: there is nothing to explain.
+    nothing are not recorded: there is nothing to explain. Since 0024 a row may
+    hold only what changed since an earlier round (``base_round``, ``changes``).
     """
 
     __tablename__ = "placement_rounds"
@@ -125,6 +126,13 @@ class PlacementRoundRow(Base):
     # its holder and epoch. None before 0015, and on SQLite, where leadership is a flock.
     leader: Mapped[str | None] = mapped_column(String(255))
     epoch: Mapped[int | None] = mapped_column(Position)
+    # Recorded by reference (``scheduler.persistence.round_chain``, revision 0024): the round
+    # this row is recorded against, None for a full record (every row before 0024); and
+    # JSON of what changed since it (on a full record since 0024: only its freshness
+    # boundary). A row with a base keeps its JSON columns above empty and the inventory
+    # digest of its chain's full record.
+    base_round: Mapped[int | None] = mapped_column(Position)
+    changes: Mapped[str | None] = mapped_column(Text)
 
 
 class PlacementOutcomeRow(Base):

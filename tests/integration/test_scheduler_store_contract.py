@@ -25,7 +25,7 @@ from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.inputs import Lifecycle
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.persistence.record_format import CURRENT_SCHEMA, ROUND
+from scheduler.persistence.record_format import CURRENT_SCHEMA, FULL_ROUND, ROUND
 from scheduler.persistence.store import PLACED, RoundConflict, SchedulerStore
 from scheduler.persistence.tables import InventoryRow, PlacementRoundRow, table
 from scheduler.planner.fleet.inventory import parse_node_report
@@ -307,7 +307,10 @@ def test_new_rounds_are_written_in_the_current_schema_version(
     with engine.connect() as conn:
         row = conn.execute(table(PlacementRoundRow).select()).mappings().one()
         nodes = conn.execute(table(InventoryRow).select()).mappings().one()["nodes"]
-    assert json.loads(row["policy"])["schema_version"] == CURRENT_SCHEMA[ROUND]
+    # A full record in the version releases before 0024 read too (one recorded by
+    # reference to an earlier round is at CURRENT_SCHEMA[ROUND]: scheduler.round_chain).
+    assert json.loads(row["policy"])["schema_version"] == FULL_ROUND == CURRENT_SCHEMA[ROUND] - 1
+    assert row["base_round"] is None
     assert {c["schema_version"] for c in json.loads(nodes)} == {2}
 
 

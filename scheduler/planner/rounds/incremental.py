@@ -18,8 +18,12 @@ rest from the round before, so a round with nothing changed costs what the chang
 
 When nothing the planner reads changed, the round's plan is the round before's, under the
 same rules as a memo's would be: not when a lost node hosts a replica (its removal
-names how long the node was silent), nor when a replica is reported placed, starting or
-failed (a timeout), and not once the clock crosses the end of a failure's back-off. Else
+names how long the node was silent), nor when a replica is reported failed, nor once the
+clock passes the earliest time a replica reported placed or starting may time out (until
+then its start is judged the same; before issue 42's rounds every such replica planned
+every round again, which after a node was lost at 100,000 nodes cost seconds a round
+until its replacements were ready), and not once the clock crosses the end of a failure's
+back-off. Else
 the round is planned in full by ``plan`` on the inputs patched with the changes: the same
 plan as a full round, which a hypothesis test holds on random fleets and changes
 (tests/unit/scheduler/test_incremental_rounds.py).
@@ -38,11 +42,11 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import Any, cast
 
-from scheduler.lifecycle.inputs import Lifecycle
+from scheduler.lifecycle.inputs import DEFAULT_STARTUP_TIMEOUT, Lifecycle
 from scheduler.lifecycle.replica_reports import FAILED, PLACED, STARTING
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
 from scheduler.planner.fleet.inventory import Node, reported_at
@@ -80,7 +84,7 @@ STATUS_FIELDS = (
 _content = attrgetter(*NODE_FIELDS)
 _placement_fields = attrgetter(*PLACEMENT_FIELDS)
 _status_fields = attrgetter(*STATUS_FIELDS)
-_TIMED_STATES = frozenset({PLACED, STARTING, FAILED})
+_TIMED_STATES = frozenset({PLACED, STARTING})
 
 _FRESH, _STALE, _LOST = 0, 1, 2
 
@@ -128,11 +132,16 @@ class IncrementalRounds:
         self._not_fresh: Mapping[str, datetime] = {}
         # Derived from the inputs when they change, not every round.
         self._hosting: frozenset[str] = frozenset()
-        self._timed = False
+        # A replica reported failed (replaced by the round that sees it), and the earliest
+        # time a replica reported placed or starting may time out (None: none may).
+        self._failed = False
+        self._first_timeout: datetime | None = None
         self._backoff_ends: list[datetime] = []
         # The round before's planning work, reused where it provably holds (``Carried``);
         # its ``inventory`` moves with every change to the nodes' content.
         self._carried = Carried(inventory=0)
+        # The last ``nodes`` view and what it was made from.
+        self._view: tuple[tuple[Any, ...], list[Node]] | None = None
 
     @property
     def started(self) -> bool:
@@ -150,6 +159,7 @@ class IncrementalRounds:
     ) -> Plan:
         """Plan a round from whole inputs (``plan``'s signature) and keep them."""
         self._nodes = {}
+        self._view = None
         # Whole inputs: nothing planned before is known to hold for them.
         self._carried = Carried(inventory=0)
         for n in nodes:
@@ -187,11 +197,12 @@ class IncrementalRounds:
         states = self._judge(changes.not_fresh, changes.now)
         if states != self._states:
             changed = True
+        timeouts_moved = False
         if changes.demands is not None:
             demands = tuple(changes.demands)
             if demands != self._demands:
                 self._demands = demands
-                changed = True
+                changed = timeouts_moved = True
         if (
             changes.current is not None
             and changes.current is not self._current
@@ -209,19 +220,22 @@ class IncrementalRounds:
             and _lifecycle_key(changes.lifecycle) != _lifecycle_key(self._lifecycle)
         ):
             self._lifecycle = changes.lifecycle
-            self._timed = any(
-                s.reported and s.state in _TIMED_STATES for s in self._lifecycle.statuses.values()
+            self._failed = any(
+                s.reported and s.state == FAILED for s in self._lifecycle.statuses.values()
             )
             backoff = self._lifecycle.backoff
             self._backoff_ends = sorted(backoff.until(r) for r in self._lifecycle.failures)
-            changed = True
+            changed = timeouts_moved = True
+        if timeouts_moved:
+            self._first_timeout = _first_timeout(self._lifecycle, self._demands)
         before, self._now = self._now, changes.now
         self._states = states
         self._not_fresh = changes.not_fresh
         if (
             not changed
             and self._plan is not None
-            and not self._timed
+            and not self._failed
+            and not self._timeout_reached(before, changes.now)
             and not self._lost_hosting(states)
             and not self._backoff_crossed(before, changes.now)
         ):
@@ -250,6 +264,11 @@ class IncrementalRounds:
         at = now or self._now
         if at is None:
             return list(self._nodes.values())
+        # The round's plan asked for them first, then its record: the same view, kept.
+        key = (at, self._not_fresh, self._carried.inventory, self._policy.stale_after)
+        kept = self._view
+        if kept is not None and kept[0][1] is key[1] and kept[0] == key:
+            return list(kept[1])
         fresh_from = at - self._policy.stale_after
         not_fresh = self._not_fresh
         view = []
@@ -261,7 +280,8 @@ class IncrementalRounds:
             else:
                 self._nodes[name] = moved = reported_at(known, at_most)
                 view.append(moved)
-        return view
+        self._view = (key, view)
+        return list(view)
 
     @property
     def carried(self) -> Carried:
@@ -312,6 +332,16 @@ class IncrementalRounds:
     def _lost_hosting(self, states: Mapping[str, int]) -> bool:
         return any(s == _LOST and name in self._hosting for name, s in states.items())
 
+    def _timeout_reached(self, before: datetime | None, now: datetime) -> bool:
+        """Whether a replica reported placed or starting may have timed out at ``now`` or
+        at the round before (``rollout._failure``: ``now - placed_at > timeout``): a round
+        that judges one timed out plans again (its failure is dated ``now``), and so does
+        every round until its removal is written."""
+        first = self._first_timeout
+        if first is None:
+            return False
+        return before is None or max(before, now) > first
+
     def _backoff_crossed(self, before: datetime | None, now: datetime) -> bool:
         """Whether a failure's back-off ended (or, the clock gone back, began again)
         between the round before and this one: ``now < until`` changed for one of them."""
@@ -320,6 +350,24 @@ class IncrementalRounds:
         low, high = (before, now) if before <= now else (now, before)
         ends = self._backoff_ends
         return bisect_right(ends, high) > bisect_right(ends, low)
+
+
+def _first_timeout(lifecycle: Lifecycle, demands: Sequence[Demand]) -> datetime | None:
+    """The earliest time a replica reported placed or starting may time out: its
+    ``placed_at`` plus the shortest startup timeout its model's profiles have (the
+    default's if shorter; any model's, asked or not: earlier is only a round planned
+    again). O(replicas), paid when the lifecycle or the demands change."""
+    shortest: dict[str, timedelta] = {}
+    for d in demands:
+        timeouts = d.lifecycle.startup_timeouts.values() if d.lifecycle is not None else ()
+        shortest[d.model] = min((DEFAULT_STARTUP_TIMEOUT, *timeouts))
+    first: datetime | None = None
+    for (model, _), s in lifecycle.statuses.items():
+        if s.reported and s.state in _TIMED_STATES:
+            at = s.placed_at + shortest.get(model, DEFAULT_STARTUP_TIMEOUT)
+            if first is None or at < first:
+                first = at
+    return first
 
 
 def _lifecycle_key(lifecycle: Lifecycle) -> tuple[Any, ...]:
