@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from http.client import HTTPMessage
+from typing import IO, Any
 
 # Engines' answers here are a few kilobytes; /props carries a chat template.
 MAX_BODY = 1 << 20
@@ -112,9 +114,42 @@ def from_models_list(models: Any, served_model_name: str) -> EngineContext | Non
     return None
 
 
+class KeyStaysHome(urllib.request.HTTPRedirectHandler):
+    """Redirects followed without ``Authorization`` to another origin (scheme, host,
+    port), as aiohttp and requests do: urllib sends every header on, and whatever
+    answers on an engine's address could send the engine's key to a host it names."""
+
+    def redirect_request(  # noqa: PLR0917 (urllib's own signature)
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+            for held in (new.headers, new.unredirected_hdrs):
+                for name in [n for n in held if n.lower() == "authorization"]:
+                    del held[name]
+        return new
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
+
+
+def direct_opener() -> urllib.request.OpenerDirector:
+    """Straight to the engine (or gateway), never through an http_proxy the environment
+    may name for the control plane, and its key never on to another origin."""
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}), KeyStaysHome())
+
+
 # Straight to the engine on this machine, never through an http_proxy the
 # environment may name for the control plane (as the health check).
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_DIRECT = direct_opener()
 
 
 def read(

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent.context import direct_opener
 from engine_check.claims import (
     EMBEDDINGS_REQUEST,
     TOOLS_REQUEST,
@@ -34,7 +35,8 @@ TIMEOUT_S = 120.0
 
 # The engines on a node and a gateway are reached directly, never through an
 # http_proxy the environment may name.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# A redirect elsewhere is followed without the key or token (context.KeyStaysHome).
+_DIRECT = direct_opener()
 
 
 @dataclass(frozen=True, slots=True)

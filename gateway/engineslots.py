@@ -136,19 +136,30 @@ class EngineSlots:
             self.session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s)
             )
-        headers = {}
+        keys: list[dict[str, str]] = [{}]
         model = where[0].rpartition("/")[0]
         for r in self.state.table.ready.get(model, ()):
-            if r.key == where[0] and r.auth:
-                # (The header line's value: "authorization: Bearer KEY\r\n".)
-                headers["authorization"] = r.auth.decode("ascii").split(": ", 1)[1].strip()
+            # The replica at that endpoint: a newer table may hold the key elsewhere,
+            # under another profile (another key), since the pair was taken. The key
+            # before a rotation is asked with when the engine refuses the new one.
+            if r.key == where[0] and r.endpoint == where[1] and r.auth:
+                keys = [_header(r.auth)] + ([_header(r.auth_previous)] if r.auth_previous else [])
         try:
-            async with self.session.get(where[1] + "/props", headers=headers) as resp:
-                raw = await resp.content.read(MAX_PROPS_BYTES + 1)
-                if resp.status != 200:
-                    return 0, f"GET /props answered {resp.status}"
+            for headers in keys:
+                async with self.session.get(where[1] + "/props", headers=headers) as resp:
+                    raw = await resp.content.read(MAX_PROPS_BYTES + 1)
+                    status = resp.status
+                if status != 401:
+                    break
+            if status != 200:
+                return 0, f"GET /props answered {status}"
             if len(raw) > MAX_PROPS_BYTES:
                 return 0, f"GET /props answered more than {MAX_PROPS_BYTES} bytes"
             return total_slots(json.loads(raw)), ""
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             return 0, f"GET /props: {type(exc).__name__}: {exc}"[:300]
+
+
+def _header(line: bytes) -> dict[str, str]:
+    """The header of an engine key's line (``authorization: Bearer KEY\r\n``)."""
+    return {"authorization": line.decode("ascii").split(": ", 1)[1].strip()}

@@ -31,6 +31,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -82,6 +83,9 @@ class Follower:
         self.engine_secret = engine_secret
         # The engines' keys this gateway could not send, as last logged (logged on change).
         self._unsent: dict[tuple[str, str], str] = {}
+        # By (model, profile): the engine key's line sent now, and the one before it
+        # (a rotation: the engines not yet restarted hold that one).
+        self._keys: dict[tuple[str, str], tuple[bytes, bytes]] = {}
         if isinstance(servers, str):
             servers = ServerList((servers.rstrip("/"),))
         self.servers = servers
@@ -214,10 +218,27 @@ class Follower:
 
     def install(self) -> None:
         state = self.state
-        auth = engine_auth(self.models, self.engine_secret)
+        auth = self._rotated(engine_auth(self.models, self.engine_secret))
         self._log_unsent(auth)
         state.install(build(self.models, self.placements, self.position, state.engine_slots, auth))
         self._confirmed()
+
+    def _rotated(
+        self, auth: dict[tuple[str, str], EngineAuth]
+    ) -> dict[tuple[str, str], EngineAuth]:
+        """``auth`` with the key before each rotation of this gateway's copy: the
+        engines started with it keep it until they restart (the docs' order: the
+        gateways' copies first, then the agents'), and refused the new one."""
+        for where, a in auth.items():
+            if not a.line:
+                continue
+            now, before = self._keys.get(where, (b"", b""))
+            if a.line != now:
+                now, before = a.line, now or before
+                self._keys[where] = (now, before)
+            if before and before != a.line:
+                auth[where] = replace(a, previous=before)
+        return auth
 
     def _log_unsent(self, auth: Mapping[tuple[str, str], EngineAuth]) -> None:
         unsent = {where: a.problem for where, a in auth.items() if a.problem}

@@ -680,7 +680,11 @@ class Proxy:
             # bounds a silence, not an engine that trickles its answer for ever.
             async with asyncio.timeout(self.settings.max_answer_s):
                 resp = await self.upstream.open(
-                    replica.endpoint + ROUTES[req.kind], data, replica.auth, replica.auth_note
+                    replica.endpoint + ROUTES[req.kind],
+                    data,
+                    replica.auth,
+                    replica.auth_note,
+                    replica.auth_previous,
                 )
                 if req.stream and resp.status == 200:
                     await self._stream(call, resp, m, replica, sent_at=sent_at, before=before)

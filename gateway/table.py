@@ -101,6 +101,9 @@ class Replica:
     # gateway's requests (401): which secret, and where this gateway looks for it.
     auth: bytes = field(default=b"", repr=False)  # (never in a log line or a traceback)
     auth_note: str = ""
+    # The key before a rotation (``EngineAuth.previous``), asked with when ``auth`` is
+    # refused: an engine keeps the key it was started with until it restarts.
+    auth_previous: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +270,7 @@ def build(
                 source,
                 auth_of.line,
                 auth_of.note,
+                auth_of.previous,
             )
         )
     return Table(
@@ -289,6 +293,10 @@ class EngineAuth:
     line: bytes = field(repr=False)
     note: str  # what a 401 from such an engine tells the client: which secret, no paths
     problem: str  # for the operator's log (where it was looked for); "" when it is sent
+    # The line this gateway sent before its copy of the secret changed (a rotation):
+    # the engines started before it still hold that key, until they restart, and are
+    # asked again with it when they refuse ``line`` (gateway.follower keeps it).
+    previous: bytes = field(default=b"", repr=False)
 
 
 _NO_AUTH = EngineAuth(b"", "", "")

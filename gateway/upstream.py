@@ -46,31 +46,25 @@ class Upstream:
     async def close(self) -> None:
         await self.pool.close()
 
-    async def open(self, url: str, body: bytes, auth: bytes = b"", auth_note: str = "") -> Answer:
+    async def open(
+        self, url: str, body: bytes, auth: bytes = b"", auth_note: str = "", previous: bytes = b""
+    ) -> Answer:
         """POST ``body``; the answer with its status and headers read, not its body.
         ``auth``: the engine's key as a header line (``Replica.auth``), or empty.
 
         ``Unreachable`` for a refused, reset or timed-out connection, a 5xx (whose
         body is read and dropped), or a 401: the engine refused the gateway, not the
         client (whose token the gateway took), so the client is never told its key is
-        wrong; the reason says which secret (``auth_note``).
+        wrong; the reason says which secret (``auth_note``). An engine that refuses
+        ``auth`` is asked once more with ``previous`` (the key before a rotation of the
+        gateway's copy, ``Replica.auth_previous``), when there is one.
         """
         answer = await self.pool.post(url, body, auth)
+        if answer.status == 401 and previous:
+            await _drop(answer)
+            answer = await self.pool.post(url, body, previous)
         if answer.status >= 500 or answer.status == 401:
-            # The body is dropped: read a short one to keep the connection, no more of a
-            # long one (a broken engine's endless error would fill memory and delay the
-            # retry). Released however this ends, a cancelled caller included: it was
-            # left open, and one paused past the high-water mark was never closed.
-            drained = 0
-            try:
-                async for chunk in answer.chunks():
-                    drained += len(chunk)
-                    if drained > DRAIN_5XX:
-                        break
-            except BrokenAnswer:
-                pass
-            finally:
-                answer.release()
+            await _drop(answer)
             if answer.status == 401:
                 raise Unreachable(
                     "answered 401: the engine refused the gateway's request: "
@@ -138,3 +132,20 @@ def _tokens(data: Any) -> int | None:
         return count
     tokens = data.get("tokens")
     return len(tokens) if isinstance(tokens, list) else None
+
+
+async def _drop(answer: Answer) -> None:
+    """Read a refused answer's body and drop it: a short one to keep the connection, no
+    more of a long one (a broken engine's endless error would fill memory and delay the
+    retry). Released however this ends, a cancelled caller included: it was left open,
+    and one paused past the high-water mark was never closed."""
+    drained = 0
+    try:
+        async for chunk in answer.chunks():
+            drained += len(chunk)
+            if drained > DRAIN_5XX:
+                break
+    except BrokenAnswer:
+        pass
+    finally:
+        answer.release()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import datetime
+import importlib.util
 import json
 import logging
 import os
@@ -133,6 +134,15 @@ class JSONLines:
         return json.dumps(event, sort_keys=True, default=_fallback, separators=(",", ":"))
 
 
+def _traceback_formatter() -> structlog.typing.ExceptionRenderer:
+    """A terminal's tracebacks without the frames' local values: structlog's default
+    (rich's, or better_exceptions') prints them, and a local may be a secret (an
+    engine's key on its way into a request's head, gateway.upstream)."""
+    if importlib.util.find_spec("rich") is not None:
+        return structlog.dev.RichTracebackFormatter(show_locals=False)
+    return structlog.dev.plain_traceback
+
+
 def configure(
     default_level: str = "WARNING", *, cache: bool = True, buffered: bool = False
 ) -> None:
@@ -142,7 +152,7 @@ def configure(
     level = logging.getLevelNamesMapping().get(level_name, logging.WARNING)
     tty = sys.stderr.isatty()
     renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer(colors=False)
+        structlog.dev.ConsoleRenderer(colors=False, exception_formatter=_traceback_formatter())
         if tty
         else structlog.processors.JSONRenderer(sort_keys=True)
     )

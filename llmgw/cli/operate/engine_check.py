@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from catalog.forms.text import shown
@@ -38,6 +39,14 @@ def _engine_key(
             f"{secret!r}, and the engine answers nothing without it: {exc}; or check "
             "through a gateway with --gateway URL --token-file FILE"
         ) from None
+    # As the gateway sends it (gateway.table.engine_auth): visible ASCII, no space. Not
+    # left to urllib, whose refusal quotes the header, the key in it, into the verdicts.
+    if not re.fullmatch(r"[!-~]+", key):
+        raise Refused(
+            f"secret {secret!r}: its value cannot be sent in a header (empty, or a space "
+            "or a control character in it: one line end too many?); the gateway does not "
+            "send it either"
+        )
     return {"Authorization": f"Bearer {key}"}
 
 

@@ -165,3 +165,63 @@ def test_the_found_server_is_what_the_agent_runs_and_its_absence_is_a_refusal() 
     ):
         command(gguf, host="h", port=1, devices=[], llamacpp_server=None)
     assert os.sep in cmd.argv[0]
+
+
+def test_the_engines_key_does_not_follow_a_redirect_to_another_host() -> None:
+    # Attack: whatever answers on a keyed engine's address (the port taken by another
+    # process after the engine exited; an endpoint a control plane was told) answers
+    # 302 to a host of its choosing: urllib followed it with every header, the key
+    # (agent.context.read, asked with the engine's key) and engine-check's key or
+    # gateway token (engine_check.probe.post) included.
+    import http.server
+    import threading
+
+    from engine_check.probe import Target, post
+
+    seen: list[str | None] = []
+
+    class Elsewhere(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            body = json.dumps(PROPS).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    elsewhere = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+    target = f"http://localhost:{elsewhere.server_address[1]}"
+
+    class Redirects(http.server.BaseHTTPRequestHandler):
+        def _away(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", target + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = _away
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    redirects = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirects)
+    for server in (elsewhere, redirects):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{redirects.server_address[1]}"
+        context.read("llamacpp", base, "m", argv=ARGV, key="sk-engine-key")
+        post(
+            Target(base, "m", "replica", headers={"Authorization": "Bearer sk-engine-key"}),
+            "/v1/embeddings",
+            {"model": "m", "input": "x"},
+            timeout=5.0,
+        )
+    finally:
+        for server in (elsewhere, redirects):
+            server.shutdown()
+            server.server_close()
+    assert seen, "the redirects were not followed at all: the test proves nothing"
+    assert seen == [None] * len(seen), seen

@@ -166,3 +166,124 @@ def test_the_key_is_in_no_repr() -> None:
     ]
     (replica,) = build([m], placements, 1, None, auth).ready["m"]
     assert "s3cret-value" not in repr(replica) + repr(auth)
+
+
+def test_props_is_asked_with_the_key_of_the_replica_at_that_endpoint_only() -> None:
+    # Attack: engineslots asks (replica key, endpoint) pairs, and looked the key up by
+    # the replica key alone. Between the pair being taken and asked (asyncio.gather
+    # starts the asks on a later turn) a new table may hold that replica elsewhere,
+    # under another profile: its key was sent to the old endpoint, which may now be
+    # another engine's (or anyone's) port.
+    from gateway.engineslots import EngineSlots
+    from gateway.state import State
+
+    heads: list[bytes] = []
+    props = b'{"total_slots": 3}'
+    answer = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+        + str(len(props)).encode()
+        + b"\r\n\r\n"
+        + props
+    )
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        heads.append(head)
+        writer.write(answer)
+        await writer.drain()
+
+    async def main() -> None:
+        async with Engine(engine) as old:
+            m = keyed("llamacpp")
+            moved = [
+                {"model": "m", "replica": 0, "state": "ready", "endpoint": "http://h:9"}
+                | {"profile": "p"}
+            ]
+            state = State("gw-test")
+            state.install(build([m], moved, 1, None, engine_auth([m], lambda _: "s3cret")))
+            slots = EngineSlots(state, lambda: None, timeout_s=5)
+            try:
+                assert await slots.ask(("m/0", old)) == (3, "")
+            finally:
+                await slots.close()
+
+    run(main())
+    (head,) = heads
+    assert b"s3cret" not in head, head
+
+
+def test_a_key_rotated_as_documented_leaves_the_running_engines_served() -> None:
+    # Attack (docs/operator/gateway.md: "put the new value in the gateways' files, then
+    # in the agents'; an engine takes a new key when it restarts"): at the gateway's
+    # next table every engine still running refused its new key, and each of them was
+    # set aside: every keyed model 503 until all its engines restarted. The engines
+    # not yet restarted are asked again with the key before.
+    import time
+
+    from gateway.follower import Follower
+    from gateway.proxy import Call, Proxy, Trace
+    from gateway.settings import GatewaySettings
+    from gateway.stages import admission
+    from gateway.state import State
+
+    copies = {"engine-key": "old"}  # the gateway's copy of the secret
+    engine_keys = {b"Bearer old"}  # what the running engine was started with
+    ok = b'{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}'
+    heard: list[set[bytes]] = []
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        while (request := await _request(reader)) is not None:
+            head = request.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+            said = {x.split(b": ", 1)[1] for x in head if x.startswith(b"authorization: ")}
+            heard.append(said)
+            if said & engine_keys:
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(ok), ok))
+            else:
+                writer.write(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 2\r\n\r\n{}")
+            await writer.drain()
+
+    async def serve(state: State, proxy: Proxy) -> Trace:
+        body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        trace = Trace("r", "c", time.monotonic())
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        call = Call(admission.parse_request(body, admission.CHAT), body, b"{}", None, send, trace)
+        resolved = state.table.resolve("m")
+        assert resolved is not None
+        await proxy.serve(call, resolved)
+        return trace
+
+    outcomes: list[str] = []
+
+    async def main() -> None:
+        async with Engine(engine) as url:
+            state = State("gw-test")
+            follower = Follower(state, "http://cp", "t", 5.0, copies.__getitem__)
+            follower.models = [keyed("sim")]
+            follower.placements = [
+                {"model": "m", "replica": i, "state": "ready", "endpoint": url, "profile": "p"}
+                for i in range(2)
+            ]
+            upstream = Upstream(2, 5, 1)
+            proxy = Proxy(state, upstream, GatewaySettings(server="http://cp", token="t"))
+            try:
+                follower.install()
+                outcomes.append((await serve(state, proxy)).outcome)
+                copies["engine-key"] = "new"  # step 1: the gateways' files
+                follower.install()  # (its next table: a resync)
+                outcomes.append((await serve(state, proxy)).outcome)
+                engine_keys.add(b"Bearer new")  # step 2: the engines restarted with it...
+                engine_keys.discard(b"Bearer old")
+                outcomes.append((await serve(state, proxy)).outcome)
+            finally:
+                await upstream.close()
+                await follower.close()
+
+    run(main())
+    assert outcomes == ["ok", "ok", "ok"]
+    # The key before is sent only to an engine that refused the new one.
+    old, new = {b"Bearer old"}, {b"Bearer new"}
+    assert heard == [old, new, old, new], heard

@@ -118,3 +118,56 @@ def test_buffered_lines_are_sorted_ascii_json_with_microsecond_utc_stamps() -> N
     assert odd["text"] == "caf\u00e9 \u202e \x7f \x1b[31m"
     assert surrogate["text"] == "\ud800" and surrogate["level"] == "warning"
     assert warned["level"] == "warning" and warned["obj"] == "<class 'object'>"
+
+
+ON_A_TERMINAL = """
+import sys, structlog
+from llmgw import logs
+logs.configure(default_level="INFO")
+log = structlog.get_logger("gateway")
+def post(url, body, auth=b""):
+    raise RuntimeError("the engine's connection broke")
+try:
+    post("http://10.0.0.7:8000/v1/chat/completions", b"{}",
+         b"authorization: Bearer sk-engine-key-0123\\r\\n")
+except RuntimeError:
+    log.exception("gateway.unexpected")
+"""
+
+
+def test_a_traceback_on_a_terminal_shows_no_local_values() -> None:
+    # Attack: a gateway run on a terminal (the README's quick start) logs an unexpected
+    # exception; the console renderer's rich traceback printed every frame's locals,
+    # the engine's key (``auth`` of EnginePool.post, Upstream.open) among them, though
+    # Replica.auth is kept out of reprs for that very reason.
+    import os
+    import pty
+
+    parent, child = pty.openpty()
+    try:
+        subprocess.run(
+            [sys.executable, "-c", ON_A_TERMINAL],
+            check=True,
+            stdout=subprocess.PIPE,
+            stderr=child,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "TERM": "dumb"},
+        )
+        os.close(child)
+        child = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(parent, 65536)
+            except OSError:  # (EIO: the pty's other end is closed and drained)
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        if child != -1:
+            os.close(child)
+        os.close(parent)
+    out = b"".join(chunks).decode("utf-8", "replace")
+    assert "gateway.unexpected" in out and "RuntimeError" in out, out
+    assert "sk-engine-key-0123" not in out, out
