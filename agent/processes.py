@@ -216,8 +216,20 @@ def open_log(log_path: Path) -> int:
     return open_regular(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
 
+# What an engine does not inherit of the agent's environment: the node's secrets
+# (``LLMGW_SECRET_<NAME>``, agent.secrets). An engine runs code that came with its model
+# (vLLM's trust_remote_code): it gets the secrets its profile names, resolved into
+# ``cmd.env``, and no other.
+SECRET_PREFIX = "LLMGW_SECRET_"
+
+
+def engine_environment(cmd: Command, nonce: str) -> dict[str, str]:
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIX)}
+    return {**inherited, **cmd.env, NONCE_VAR: nonce}
+
+
 def spawn(cmd: Command, log_path: Path, cwd: Path, nonce: str) -> Engine:
-    env = {**os.environ, **cmd.env, NONCE_VAR: nonce}
+    env = engine_environment(cmd, nonce)
     out = open_log(log_path)
     try:
         popen = subprocess.Popen(

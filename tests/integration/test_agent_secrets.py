@@ -83,3 +83,23 @@ def test_a_secret_is_read_from_the_environment_when_no_file_holds_it(tmp_path: P
     (tmp_path / "big").write_bytes(b"x" * (70 * 1024))
     with pytest.raises(SecretMissing, match="larger than"):
         resolve_env({"X": {"secret": "big"}}, tmp_path, {})
+
+
+def test_an_engine_inherits_none_of_the_nodes_secrets_but_those_its_profile_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The agent's environment holds every secret of the node (LLMGW_SECRET_<NAME>); an
+    # engine runs code that came with its model, and inherited them all.
+    monkeypatch.setenv("LLMGW_SECRET_HF_TOKEN", VALUE)
+    monkeypatch.setenv("LLMGW_SECRET_OTHER_TEAMS_KEY", "not-for-this-engine")
+    monkeypatch.setenv("KEPT_FROM_THE_AGENT", "yes")
+    server = StandIn([_placement_with({"HF_TOKEN": {"secret": "hf-token"}})])
+    agent = _agent(tmp_path, server, None)
+    try:
+        tick_until(agent, server, "ready")
+        (engine,) = agent.procs.values()
+        environ = psutil.Process(engine.pid).environ()
+    finally:
+        agent.shutdown()
+    assert environ["HF_TOKEN"] == VALUE and environ["KEPT_FROM_THE_AGENT"] == "yes"
+    assert not [k for k in environ if k.startswith("LLMGW_SECRET_")], sorted(environ)
