@@ -163,6 +163,17 @@ class _Http:
         self.writer: asyncio.StreamWriter | None = None
 
     async def put(self, name: str, token: str, body: bytes) -> tuple[int, bytes]:
+        """The answer's status and body; status 0 when the server closed the connection
+        first (an overloaded server's keep-alive or body bounds): counted as not
+        answered, and the next report opens a new connection, as an agent's would."""
+        try:
+            return await self._put(name, token, body)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            self.close()
+            self.reader = self.writer = None
+            return 0, f"the server closed the connection ({type(exc).__name__})".encode()
+
+    async def _put(self, name: str, token: str, body: bytes) -> tuple[int, bytes]:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
