@@ -283,15 +283,17 @@ class _Client:
             _name(i), self.tokens[i], _body(i, self.versions.get(i, 0), self.states.get(i))
         )
         now = time.time()
+        due = sent if counted_from is None else counted_from
         if status != 200:
-            if len(self.stats.failures) < 5:
+            # A report due outside the measured window is not counted either way (one
+            # sent as the servers stop finds its connection closed).
+            if (status != 0 or self.in_window(due)) and len(self.stats.failures) < 5:
                 self.stats.failures.append(f"{status} {_name(i)}: {answer[:200]!r}")
             return
         data = json.loads(answer)
         if data.get("report_id"):
             self.ids[i] = data["report_id"]
             self.heartbeat_ports[self.server_of(i)] = data["heartbeat_port"]
-        due = sent if counted_from is None else counted_from
         if self.in_window(due):
             self.stats.reports += 1
             self.stats.report_latencies.append((now - due) * 1000)
