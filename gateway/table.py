@@ -10,14 +10,13 @@ table at all.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from catalog.definition.model import DEFAULT_STARTUP_TIMEOUT, Model
 from catalog.definition.routing_profiles import effective
-from catalog.secrecy.secrets import engine_key_secret
+from catalog.secrecy.secrets import engine_key_secret, sendable_key
 
 
 def stable_hash(text: str) -> int:
@@ -300,8 +299,6 @@ class EngineAuth:
 
 
 _NO_AUTH = EngineAuth(b"", "", "")
-# What a header value may hold, as the engine's key is sent (visible ASCII, no space).
-_HEADER_VALUE = re.compile(r"[!-~]+")
 
 
 def engine_auth(
@@ -328,7 +325,7 @@ def engine_auth(
             except LookupError as exc:
                 out[(m.name, prof.name)] = EngineAuth(b"", unsent, str(exc))
                 continue
-            if not _HEADER_VALUE.fullmatch(value):
+            if not sendable_key(value):
                 out[(m.name, prof.name)] = EngineAuth(
                     b"",
                     unsent,

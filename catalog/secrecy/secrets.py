@@ -140,6 +140,16 @@ def engine_key_secret(engine: str, env: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+# What an engine key may hold to be sent as ``Authorization: Bearer <key>``: visible ASCII,
+# no space. Anything else is never sent (a line end would end the header early).
+_SENDABLE_KEY = re.compile(r"[!-~]+")
+
+
+def sendable_key(value: str) -> bool:
+    """Whether an engine key's value can go in a request header as it is."""
+    return _SENDABLE_KEY.fullmatch(value) is not None
+
+
 def plain_secret_arg_problem(
     model: str, profile: str, engine: str, found: SecretArg
 ) -> CatalogError:

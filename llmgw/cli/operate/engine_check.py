@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 from catalog.forms.text import shown
-from catalog.secrecy.secrets import engine_key_secret
+from catalog.secrecy.secrets import engine_key_secret, sendable_key
 from llmgw.cli.shared.context import App, Refused, print_json
 
 
@@ -41,7 +40,7 @@ def _engine_key(
         ) from None
     # As the gateway sends it (gateway.table.engine_auth): visible ASCII, no space. Not
     # left to urllib, whose refusal quotes the header, the key in it, into the verdicts.
-    if not re.fullmatch(r"[!-~]+", key):
+    if not sendable_key(key):
         raise Refused(
             f"secret {secret!r}: its value cannot be sent in a header (empty, or a space "
             "or a control character in it: one line end too many?); the gateway does not "
