@@ -97,8 +97,9 @@ def register(
         "--slot-share",
         type=float,
         metavar="FRACTION",
-        help="this gateway's part of each replica's slots ([gateway] slot_share; default 1; "
-        "1/N with N gateways in front of the same replicas)",
+        help="a fixed part of each replica's slots for this gateway ([gateway] slot_share; "
+        "default: none, the slots are dealt among the live gateways, as the control plane "
+        "names them)",
     )
     p.add_argument(
         "--secrets-dir",
