@@ -3,8 +3,10 @@ the replicas are full, with the gateway's queue and without it (FIFO at the engi
 behaviour before the queue), in the same run.
 
 Real processes: a ``llmgw serve`` on a fresh SQLite file, client tokens issued with the
-real ``llmgw token new --priority-class --share``, two ``llmgw gateway``s (each
-``--slot-share 0.5``) and sim engines with slots (``python -m agent.sim --slots S
+real ``llmgw token new --priority-class --share``, two ``llmgw gateway``s (``--gateways``;
+each its own gateway token; each replica's slots dealt among them, or each
+``--slot-share`` when given: a tree before the deal needs ``--slot-share 0.5``) and sim
+engines with slots (``python -m agent.sim --slots S
 --token-delay D``), two replicas a model. Two models are served by identical engines:
 ``queued``, whose profile says ``--slots`` (so the gateways know when a replica is full
 and queue the rest), and ``fifo``, whose profile does not (the gateways send everything

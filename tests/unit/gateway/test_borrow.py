@@ -1,0 +1,54 @@
+"""gateway.stages.borrow and gateway.engineload: idle slots of others' deals, on the
+engines' own counts, within the bound."""
+
+from __future__ import annotations
+
+import json
+
+from gateway.engineload import busy_of
+from gateway.stages.borrow import FRESH_S, Reading, lend, others
+from gateway.table import Replica
+
+R = {f"m/{i}": Replica(f"m/{i}", "m", f"http://h:{i}", 1.0, "p", slots=4) for i in range(2)}
+DEAL = {"m/0": 2, "m/1": 2}
+
+
+def test_idle_slots_in_two_readings_in_a_row_are_lent_the_busier_reading_counts() -> None:
+    readings = {"m/0": (Reading(0, 10.0), Reading(1, 10.1))}
+    # The others had 0 then 1 request there: 4 - 1 = 3 may be filled by this gateway.
+    assert lend(DEAL, R, readings, 10.1) == {"m/0": 3, "m/1": 2}
+    # The others fill their deal (or more): the deal stands, never less.
+    busy = {"m/0": (Reading(2, 10.0), Reading(3, 10.1))}
+    assert lend(DEAL, R, busy, 10.1) == DEAL
+
+
+def test_old_readings_unknown_replicas_and_no_readings_lend_nothing() -> None:
+    readings = {"m/0": (Reading(0, 10.0), Reading(0, 10.1))}
+    assert lend(DEAL, R, readings, 10.0 + FRESH_S + 0.01) == DEAL
+    assert lend(DEAL, {}, readings, 10.1) == DEAL
+    assert lend({}, R, readings, 10.1) == {}
+    assert lend(DEAL, R, {}, 10.1) == DEAL
+
+
+def test_this_gateways_own_requests_are_those_in_flight_before_and_after_the_reading() -> None:
+    # 3 busy; this gateway had 2 in flight when it asked and 1 when the answer came: the
+    # engine may have counted either, so at most 1 is surely its own: 2 are the others'.
+    assert others(3, 2, 1) == 2
+    assert others(1, 0, 2) == 1
+    assert others(0, 2, 2) == 0
+
+
+def test_the_engines_counts_are_read_from_llamacpp_slots_and_vllm_metrics() -> None:
+    slots = [{"id": 0, "is_processing": True}, {"id": 1, "is_processing": False}]
+    assert busy_of("llamacpp", json.dumps(slots).encode()) == 1
+    assert busy_of("llamacpp", json.dumps([{"id": 0, "state": 1}]).encode()) == 1
+    assert busy_of("llamacpp", b'{"error": "slots disabled"}') is None
+    assert busy_of("llamacpp", b"not json") is None
+    metrics = (
+        b'vllm:num_requests_running{model_name="m"} 2\n'
+        b'vllm:num_requests_waiting{model_name="m"} 1.0\n'
+        b'vllm:prompt_tokens_total{model_name="m"} 99\n'
+    )
+    assert busy_of("vllm", metrics) == 3
+    assert busy_of("sim", b"# nothing here\n") is None
+    assert busy_of("sim", b'vllm:num_requests_running{model_name="m"} NaN\n') is None
