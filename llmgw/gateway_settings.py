@@ -24,7 +24,7 @@ settings file, then the defaults, the same order as every other command's settin
     queue_max_wait = "60s"              # at most (or the client's shorter timeout)
     queue_starvation = "30s"            # a lower class waits at most this long
     queue_hold = "5s"                   # waits for the replica its prefix/session chose
-    slot_share = 0.5                    # a fixed part of each replica's slots (default:
+    # slot_share = 0.5                  # a fixed part of each replica's slots (default:
                                         # dealt among the live gateways)
     secrets_dir = "/etc/llmgw/secrets"  # engines' keys, a file per secret (as the agent's)
 """
