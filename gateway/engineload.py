@@ -5,7 +5,7 @@ has no request in flight or waiting for the model), one ``GET`` per ready replic
 slots are known, whose engine says its count and of whose slots this process is dealt
 less than all: llama.cpp's ``/slots`` (the slots ``is_processing``), vLLM's and the sim's
 ``/metrics`` (``num_requests_running`` plus ``num_requests_waiting``); a replica newly
-read is read again ``POLL_S`` later (two readings lend). A short timeout
+read is read every ``POLL_S`` until its readings span ``SPAN_S``. A short timeout
 and a bounded read; a replica that fails is left unread (its limit is its deal) for
 ``FAILED_PAUSE_S``. What it reads goes into ``State.readings`` and the limits in force
 (``State.relend``); the queue is pumped when one rose. Nothing here is on the request
@@ -22,7 +22,7 @@ import time
 import aiohttp
 import structlog
 
-from gateway.stages.borrow import IDLE_POLL_S, POLL_S, Reading, others
+from gateway.stages.borrow import IDLE_POLL_S, KEPT, POLL_S, SPAN_S, Reading, others
 from gateway.state import State
 from gateway.table import Replica
 
@@ -79,6 +79,7 @@ class EngineLoad:
         self.session: aiohttp.ClientSession | None = None
         self._paused: dict[str, float] = {}  # replica key -> when to try it again
         self._last: dict[str, Reading] = {}
+        self._first: dict[str, tuple[Reading, ...]] = {}  # a replica's first reading
 
     async def close(self) -> None:
         if self.session is not None:
@@ -106,8 +107,9 @@ class EngineLoad:
                 if self._paused.get(r.key, 0.0) > now:
                     continue
                 last = self._last.get(r.key)
-                # (the second reading of a replica new to this comes soon: two lend)
-                pace = every if r.key in state.readings else POLL_S
+                # (a replica newly read is read at POLL_S until its readings span SPAN_S)
+                kept = state.readings.get(r.key)
+                pace = every if kept and kept[-1].at - kept[0].at >= SPAN_S else POLL_S
                 if last is None or now - last.at >= pace - 0.01:
                     out.append(r)
         return out
@@ -117,6 +119,7 @@ class EngineLoad:
         live = {r.key for rs in self.state.table.ready.values() for r in rs}
         for key in [k for k in self._last if k not in live]:
             del self._last[key]
+            self._first.pop(key, None)
         for key in [k for k in self._paused if k not in live]:
             del self._paused[key]
         due = self.due(now)
@@ -130,13 +133,16 @@ class EngineLoad:
                 continue
             if reading is None:
                 self._last.pop(r.key, None)
+                self._first.pop(r.key, None)
                 state.readings.pop(r.key, None)
                 self._paused[r.key] = time.monotonic() + FAILED_PAUSE_S
                 continue
-            before = self._last.get(r.key)
             self._last[r.key] = reading
-            if before is not None:
-                state.readings[r.key] = (before, reading)
+            kept = (*state.readings.get(r.key, self._first.pop(r.key, ())), reading)
+            if len(kept) < 2:
+                self._first[r.key] = kept
+            else:
+                state.readings[r.key] = kept[-KEPT:]
         if state.relend(time.monotonic()):
             for hook in state.installed:
                 hook()

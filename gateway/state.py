@@ -110,10 +110,10 @@ class State:
         self.slot_share: float | None = None
         self.workers = 1
         self.deal: dict[str, int] = {}
-        # The engines' own counts, the last two readings of each replica, less this
+        # The engines' own counts, the last readings of each replica, less this
         # process's requests (gateway.engineload), and the limits in force: the deal, or
         # more where those readings left slots idle (gateway.stages.borrow).
-        self.readings: dict[str, tuple[Reading, Reading]] = {}
+        self.readings: dict[str, tuple[Reading, ...]] = {}
         self.dealt: dict[str, int] = {}
 
     def install(self, table: Table) -> None:

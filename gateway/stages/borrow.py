@@ -13,11 +13,13 @@ left is the *others'* requests there. A replica's limit for this gateway is then
 deal, or, when the others' requests leave more, the replica's slots less the others'
 requests: it may borrow the idle ones.
 
-**The bound.** A slot is borrowed only on two readings in a row (``POLL_S`` apart while
-the gateway has requests for the model, ``IDLE_POLL_S`` while not; neither older than
-``FRESH_S``) that both showed it idle, taking the larger of the two counts of the
-others' requests; a request this gateway sent while a reading was in flight counts as
-its own only if it was in flight before and after. An engine runs more requests than
+**The bound.** A slot is borrowed only when every reading over at least ``SPAN_S`` (two
+at the least: readings come ``POLL_S`` apart while the gateway has requests for the
+model, ``IDLE_POLL_S`` while not; the newest no older than ``FRESH_S``) showed it idle,
+taking the largest of their counts of the others' requests: a slot idle for a moment
+(its gateway refilling it from its own queue, slowly on a loaded machine) is not lent.
+A request this gateway sent while a reading was in flight counts as its own only if it
+was in flight before and after. An engine runs more requests than
 its slots only when another gateway's traffic rose after those readings: the excess is
 at most the slots the borrowers took (each at most the slots its readings showed idle),
 each excess request waits at the engine for at most one request's service time (the
@@ -39,6 +41,10 @@ POLL_S = 0.1
 IDLE_POLL_S = 1.0
 # A reading older than this lends nothing.
 FRESH_S = 2.5 * IDLE_POLL_S
+# A slot is lent when the readings showed it idle over at least this long.
+SPAN_S = 0.3
+# Readings kept a replica (enough to cover SPAN_S at POLL_S).
+KEPT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,19 +64,28 @@ def others(busy: int, mine_before: int, mine_after: int) -> int:
 def lend(
     deal: Mapping[str, int],
     replicas: Mapping[str, Replica],
-    readings: Mapping[str, tuple[Reading, Reading]],
+    readings: Mapping[str, tuple[Reading, ...]],
     now: float,
 ) -> dict[str, int]:
     """Replica key -> the requests this process may have in flight there: its deal, or
-    more where the last two readings (``readings``: the previous and the last) both left
-    slots idle (the module's bound)."""
+    more where the readings (``readings``: the last ``KEPT``, oldest first) left slots
+    idle over ``SPAN_S`` (the module's bound)."""
     out = dict(deal)
-    for key, (before, last) in readings.items():
+    for key, taken in readings.items():
         mine = deal.get(key)
         r = replicas.get(key)
-        if mine is None or r is None or now - before.at > FRESH_S:
+        if mine is None or r is None or len(taken) < 2 or now - taken[-1].at > FRESH_S:
             continue
-        limit = r.slots - max(before.others, last.others)
+        start = taken[-1].at - SPAN_S
+        if taken[0].at > start:
+            continue  # (not read over the whole span yet)
+        busiest = 0
+        for i, reading in enumerate(taken):
+            # The readings within the span, and the last one before it (in force at its
+            # start).
+            if reading.at >= start or (i + 1 < len(taken) and taken[i + 1].at > start):
+                busiest = max(busiest, reading.others)
+        limit = r.slots - busiest
         if limit > mine:
             out[key] = limit
     return out

@@ -56,6 +56,11 @@ def replicas(gw: GatewayProc) -> list[dict[str, Any]]:
     return found
 
 
+def queued(gw: GatewayProc) -> int:
+    queue = gw.routing()["models"]["pair"]["queue"]
+    return 0 if queue is None else int(queue["length"])
+
+
 def knows_both(gw: GatewayProc) -> bool:
     return bool(gw.routing()["gateways"]["count"] == 2)
 
@@ -148,24 +153,27 @@ def test_two_gateways_deal_1_slot_replicas_one_each_and_never_send_an_engine_twi
     assert sum(dealt[a].values()) == sum(dealt[b].values()) == 1, dealt
     endpoints = [r["endpoint"] for r in replicas(a)]
 
-    # Both gateways with a backlog: 8 answers of 1 s each through each, on 2 slots.
+    # Both gateways with a backlog: 10 answers of 1 s each through each, on 2 slots.
     service = 50 * TOKEN_DELAY
     sampler = Sampler(endpoints)
     started = time.monotonic()
-    threads = streams(a, token, 8, 50) + streams(b, token, 8, 50)
-    # Past the start (a gateway may borrow on readings taken while the other was idle,
-    # the bound's transient: until that answer ends), while both still have a backlog.
-    settle = started + 2 * service + 1.0
+    threads = streams(a, token, 10, 50) + streams(b, token, 10, 50)
+    # Once both gateways queue (each has its backlog), and past the start's transient (a
+    # gateway may borrow on readings taken while the other was idle: the bound's excess,
+    # until that answer ends), for three service times while both still have a backlog.
+    eventually(lambda: queued(a) >= 3 and queued(b) >= 3, "both gateways queue")
+    settle = time.monotonic() + 2 * service + 0.5
     eventually(lambda: time.monotonic() > settle + 3 * service, "the backlog served a while")
-    window = [s for s in sampler.samples if settle <= s[0]]
+    assert queued(a) and queued(b), "a backlog ran out: the window is not while both queue"
+    window = [s for s in sampler.samples if settle <= s[0] <= settle + 3 * service]
     joined(threads)
     sampler.stop()
     assert len({e for _, e, _, _ in window}) == 2, "the engines were sampled"
     # Each engine runs its one slot, and nothing waits at it: the gateways queue the
     # rest themselves (a share of 0.5 sent each engine one request of each: one waited).
     assert max(r for _, _, r, _ in window) == 1
-    over = [s for s in window if s[3] > 0]
-    assert not over, f"{len(over)} of {len(window)} samples had a request waiting at an engine"
+    over = [(round(t - started, 2), e, r, w) for t, e, r, w in window if w > 0]
+    assert not over, f"{len(over)} of {len(window)} samples had a request waiting: {over[:20]}"
 
 
 def test_a_gateway_borrows_the_idle_slot_of_the_other_within_the_bound(

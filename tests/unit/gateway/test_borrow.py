@@ -13,21 +13,30 @@ R = {f"m/{i}": Replica(f"m/{i}", "m", f"http://h:{i}", 1.0, "p", slots=4) for i 
 DEAL = {"m/0": 2, "m/1": 2}
 
 
-def test_idle_slots_in_two_readings_in_a_row_are_lent_the_busier_reading_counts() -> None:
-    readings = {"m/0": (Reading(0, 10.0), Reading(1, 10.1))}
-    # The others had 0 then 1 request there: 4 - 1 = 3 may be filled by this gateway.
-    assert lend(DEAL, R, readings, 10.1) == {"m/0": 3, "m/1": 2}
+def test_slots_idle_in_every_reading_over_the_span_are_lent_the_busiest_counts() -> None:
+    readings = {"m/0": (Reading(0, 10.0), Reading(1, 10.1), Reading(0, 10.2), Reading(0, 10.3))}
+    # The others had at most 1 request there over 0.3 s: 4 - 1 = 3 may be filled here.
+    assert lend(DEAL, R, readings, 10.3) == {"m/0": 3, "m/1": 2}
     # The others fill their deal (or more): the deal stands, never less.
-    busy = {"m/0": (Reading(2, 10.0), Reading(3, 10.1))}
-    assert lend(DEAL, R, busy, 10.1) == DEAL
+    busy = {"m/0": (Reading(2, 10.0), Reading(3, 10.4))}
+    assert lend(DEAL, R, busy, 10.4) == DEAL
+    # Idle a moment (a gateway refilling its slot): busy in a reading within the span.
+    moment = {"m/0": (Reading(2, 10.0), Reading(0, 10.1), Reading(2, 10.2), Reading(0, 10.3))}
+    assert lend(DEAL, R, moment, 10.3) == DEAL
+    # The reading in force at the span's start counts; older ones do not.
+    older = {"m/0": (Reading(2, 9.0), Reading(1, 9.95), Reading(0, 10.1), Reading(0, 10.3))}
+    assert lend(DEAL, R, older, 10.3) == {"m/0": 3, "m/1": 2}
 
 
-def test_old_readings_unknown_replicas_and_no_readings_lend_nothing() -> None:
-    readings = {"m/0": (Reading(0, 10.0), Reading(0, 10.1))}
-    assert lend(DEAL, R, readings, 10.0 + FRESH_S + 0.01) == DEAL
-    assert lend(DEAL, {}, readings, 10.1) == DEAL
-    assert lend({}, R, readings, 10.1) == {}
-    assert lend(DEAL, R, {}, 10.1) == DEAL
+def test_readings_too_few_too_short_or_old_and_unknown_replicas_lend_nothing() -> None:
+    readings = {"m/0": (Reading(0, 10.0), Reading(0, 10.3))}
+    assert lend(DEAL, R, readings, 10.3) == {"m/0": 4, "m/1": 2}
+    assert lend(DEAL, R, {"m/0": (Reading(0, 10.0), Reading(0, 10.1))}, 10.1) == DEAL  # short
+    assert lend(DEAL, R, {"m/0": (Reading(0, 10.0),)}, 10.0) == DEAL
+    assert lend(DEAL, R, readings, 10.3 + FRESH_S + 0.01) == DEAL
+    assert lend(DEAL, {}, readings, 10.3) == DEAL
+    assert lend({}, R, readings, 10.3) == {}
+    assert lend(DEAL, R, {}, 10.3) == DEAL
 
 
 def test_this_gateways_own_requests_are_those_in_flight_before_and_after_the_reading() -> None:
