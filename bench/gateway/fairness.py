@@ -85,6 +85,7 @@ class Options:
     engine: str = "sim"
     server: str = ""  # llama-server (llamacpp): "" for the one make llamacpp installs
     calibrate: float = 15.0  # seconds measuring a llama.cpp replica's capacity
+    capacity: float = 0.0  # llama.cpp: the replicas' requests/s as given (0: measured)
     gateways: int = 2  # gateways in front of the replicas (requests alternate between them)
     # "": each gateway divides the slots among the live gateways itself; else its
     # --slot-share (a tree before that needs "0.5" for two)
@@ -464,7 +465,9 @@ async def measured_capacity(urls: list[str], token: str, opts: Options) -> float
 
 
 async def _scenarios(urls: list[str], tokens: dict[str, str], opts: Options) -> list[Table]:
-    if opts.engine == "llamacpp":
+    if opts.engine == "llamacpp" and opts.capacity > 0:
+        capacity = opts.capacity  # (two trees offered the same load: --capacity)
+    elif opts.engine == "llamacpp":
         progress(f"fairness: measuring the replicas' capacity ({opts.calibrate:g} s)")
         capacity = await measured_capacity(urls, tokens["light"], opts)
         progress(f"fairness: capacity {capacity:.2f} requests/s")
@@ -509,7 +512,7 @@ async def _scenarios(urls: list[str], tokens: dict[str, str], opts: Options) -> 
         else f"sim replicas x {opts.slots} slots, {opts.tokens} tokens a request at "
         f"{opts.token_delay * 1e3:g} ms each"
     )
-    measured = "measured" if opts.engine == "llamacpp" else "about"
+    measured = "measured" if opts.engine == "llamacpp" and not opts.capacity else "about"
     shares = f"--slot-share {opts.slot_share}" if opts.slot_share else "their slots dealt"
     table = Table(
         f"Fairness when the replicas are full ({REPLICAS} {engines}, {opts.gateways} "
@@ -610,6 +613,13 @@ def main(argv: list[str] | None = None) -> int:
         default=15.0,
         help="seconds measuring a llama.cpp replica's capacity before the scenarios (15)",
     )
+    p.add_argument(
+        "--capacity",
+        type=float,
+        default=0.0,
+        help="llama.cpp: the replicas' capacity in requests/s, not measured (the same "
+        "offered load for two trees run apart)",
+    )
     p.add_argument("--gateways", type=int, default=2, help="gateways in front of the replicas (2)")
     p.add_argument(
         "--slot-share",
@@ -637,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         engine=args.engine,
         server=args.server,
         calibrate=args.calibrate,
+        capacity=args.capacity,
         gateways=max(args.gateways, 1),
         slot_share=args.slot_share,
         models=models,
