@@ -3,8 +3,12 @@
 The edge of gateway.stages.borrow: every ``POLL_S`` (``IDLE_POLL_S`` while this gateway
 has no request in flight or waiting for the model), one ``GET`` per ready replica whose
 slots are known, whose engine says its count and of whose slots this process is dealt
-less than all: llama.cpp's ``/slots`` (the slots ``is_processing``), vLLM's and the sim's
-``/metrics`` (``num_requests_running`` plus ``num_requests_waiting``); a replica newly
+less than all: ``/metrics`` where it says the requests running and those held back
+(vLLM's and the sim's ``num_requests_running`` plus ``num_requests_waiting``; llama.cpp's
+``requests_processing`` plus ``requests_deferred`` when it runs with ``--metrics``), else
+llama.cpp's ``/slots`` (the slots ``is_processing``: it does not count the requests it
+holds back, which may be the other gateways', so a replica whose every slot is busy lends
+nothing). A replica newly
 read is read every ``POLL_S`` until its readings span ``SPAN_S``. A short timeout
 and a bounded read; a replica that fails is left unread (its limit is its deal) for
 ``FAILED_PAUSE_S``. What it reads goes into ``State.readings`` and the limits in force
@@ -33,15 +37,22 @@ TIMEOUT_S = 1.0
 MAX_BYTES = 1 << 20
 # A replica whose count could not be read is asked again after this.
 FAILED_PAUSE_S = 30.0
-# The engines whose count is read, and where.
-PATHS = {"llamacpp": "/slots", "vllm": "/metrics", "sim": "/metrics"}
-_METRICS = (b"vllm:num_requests_running", b"vllm:num_requests_waiting")
+# The engines whose count is read, and where: llama.cpp's /metrics when it was started
+# with --metrics (its requests deferred counted), else its /slots.
+PATHS = {"llamacpp": ("/metrics", "/slots"), "vllm": ("/metrics",), "sim": ("/metrics",)}
+_COUNTS = (
+    b"vllm:num_requests_running",
+    b"vllm:num_requests_waiting",
+    b"llamacpp:requests_processing",
+    b"llamacpp:requests_deferred",
+)
 
 
-def busy_of(engine: str, raw: bytes) -> int | None:
-    """The requests an engine says it serves (running and waiting), or None when its
-    answer says no such thing."""
-    if engine == "llamacpp":
+def busy_of(path: str, raw: bytes) -> tuple[int, bool] | None:
+    """The requests an engine says it serves, and whether that counts the ones it holds
+    back (``/metrics``: running and waiting; llama.cpp's ``/slots``: only the slots
+    processing); None when its answer says no such thing."""
+    if path == "/slots":
         try:
             slots = json.loads(raw)
         except ValueError:
@@ -55,10 +66,10 @@ def busy_of(engine: str, raw: bytes) -> int | None:
             # (``state`` in older builds: 0 idle, 1 processing)
             if slot.get("is_processing") is True or slot.get("state") not in (None, 0):
                 busy += 1
-        return busy
+        return busy, False
     total, found = 0.0, False
     for line in raw.splitlines():
-        if line.startswith(_METRICS):
+        if line.startswith(_COUNTS):
             try:
                 value = float(line.rsplit(None, 1)[1])
             except (IndexError, ValueError):
@@ -67,7 +78,7 @@ def busy_of(engine: str, raw: bytes) -> int | None:
                 return None
             total += value
             found = True
-    return int(total) if found else None
+    return (int(total), True) if found else None
 
 
 class EngineLoad:
@@ -80,6 +91,7 @@ class EngineLoad:
         self._paused: dict[str, float] = {}  # replica key -> when to try it again
         self._last: dict[str, Reading] = {}
         self._first: dict[str, tuple[Reading, ...]] = {}  # a replica's first reading
+        self._path: dict[str, str] = {}  # where a replica's count is read, when not first
 
     async def close(self) -> None:
         if self.session is not None:
@@ -120,6 +132,7 @@ class EngineLoad:
         for key in [k for k in self._last if k not in live]:
             del self._last[key]
             self._first.pop(key, None)
+            self._path.pop(key, None)
         for key in [k for k in self._paused if k not in live]:
             del self._paused[key]
         due = self.due(now)
@@ -159,24 +172,36 @@ class EngineLoad:
             headers["authorization"] = r.auth.decode("ascii").split(": ", 1)[1].strip()
         load = self.state.loads.get(r.key)
         mine_before = 0 if load is None else load.inflight
+        paths = PATHS[r.engine]
+        path = self._path.get(r.key, paths[0])
         error = ""
-        busy: int | None = None
+        found: tuple[int, bool] | None = None
         try:
-            async with self.session.get(r.endpoint + PATHS[r.engine], headers=headers) as resp:
+            async with self.session.get(r.endpoint + path, headers=headers) as resp:
                 raw = await resp.content.read(MAX_BYTES + 1)
-                if resp.status != 200:
-                    error = f"GET {PATHS[r.engine]} answered {resp.status}"
-                elif len(raw) > MAX_BYTES:
-                    error = f"GET {PATHS[r.engine]} answered more than {MAX_BYTES} bytes"
-                else:
-                    busy = busy_of(r.engine, raw)
-                    if busy is None:
-                        error = f"GET {PATHS[r.engine]} says no count of its requests"
+                status = resp.status
+            if status != 200:
+                error = f"GET {path} answered {status}"
+            elif len(raw) > MAX_BYTES:
+                error = f"GET {path} answered more than {MAX_BYTES} bytes"
+            else:
+                found = busy_of(path, raw)
+                if found is None:
+                    error = f"GET {path} says no count of its requests"
         except (aiohttp.ClientError, TimeoutError) as exc:
-            error = f"GET {PATHS[r.engine]}: {type(exc).__name__}: {exc}"[:300]
-        if busy is None:
+            error = f"GET {path}: {type(exc).__name__}: {exc}"[:300]
+        if found is None:
+            later = paths[paths.index(path) + 1 :]
+            if later and not error.startswith(f"GET {path}: "):  # (answered: not this path)
+                self._path[r.key] = later[0]
+                return await self.read(r)
             log.info("gateway.engine_load_unknown", replica=r.key, reason=error, using="its deal")
             return None
+        busy, whole = found
         load = self.state.loads.get(r.key)
         mine_after = 0 if load is None else load.inflight
+        if not whole and busy >= r.slots:
+            # Every slot busy, and the requests it holds back not counted: they may be
+            # the others'. It lends nothing (the module's bound).
+            return Reading(r.slots, time.monotonic())
         return Reading(others(busy, mine_before, mine_after), time.monotonic())

@@ -313,6 +313,9 @@ def engine_argv(opts: Options, work: Path, model: str, port: int) -> list[str]:
             llama_server(opts), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
             "--alias", model, "--parallel", str(opts.slots), "--ctx-size",
             str(512 * opts.slots), "--threads", "1",
+            # (its /metrics counts the requests it holds back: the gateways borrow idle
+            # slots on it; without it, on /slots, where a full engine lends nothing)
+            "--metrics",
         ]  # fmt: skip
     return [
         sys.executable, "-m", "agent.sim", "--port", str(port), "--model", model,

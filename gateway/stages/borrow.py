@@ -7,9 +7,10 @@ stage counts against). The readings are taken off the request path
 
 A deal alone is not work-conserving: a gateway with no traffic leaves its part of every
 replica idle while another queues. So each gateway reads the engines' own counts of the
-requests they are serving (llama.cpp's ``/slots``; vLLM's and the sim's ``/metrics``,
-``num_requests_running`` plus ``num_requests_waiting``) and subtracts its own: what is
-left is the *others'* requests there. A replica's limit for this gateway is then its
+requests they are serving and holding back (gateway.engineload: ``/metrics``; llama.cpp's
+``/slots`` without ``--metrics``, which counts only the slots busy, so that an engine whose
+every slot is busy is taken to lend nothing) and subtracts its own: what is left is the
+*others'* requests there. A replica's limit for this gateway is then its
 deal, or, when the others' requests leave more, the replica's slots less the others'
 requests: it may borrow the idle ones.
 

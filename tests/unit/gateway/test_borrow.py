@@ -47,17 +47,20 @@ def test_this_gateways_own_requests_are_those_in_flight_before_and_after_the_rea
     assert others(0, 2, 2) == 0
 
 
-def test_the_engines_counts_are_read_from_llamacpp_slots_and_vllm_metrics() -> None:
+def test_the_engines_counts_are_read_from_metrics_or_llamacpp_slots() -> None:
     slots = [{"id": 0, "is_processing": True}, {"id": 1, "is_processing": False}]
-    assert busy_of("llamacpp", json.dumps(slots).encode()) == 1
-    assert busy_of("llamacpp", json.dumps([{"id": 0, "state": 1}]).encode()) == 1
-    assert busy_of("llamacpp", b'{"error": "slots disabled"}') is None
-    assert busy_of("llamacpp", b"not json") is None
-    metrics = (
+    # /slots counts the slots busy, not the requests held back: not the whole count.
+    assert busy_of("/slots", json.dumps(slots).encode()) == (1, False)
+    assert busy_of("/slots", json.dumps([{"id": 0, "state": 1}]).encode()) == (1, False)
+    assert busy_of("/slots", b'{"error": "slots disabled"}') is None
+    assert busy_of("/slots", b"not json") is None
+    vllm = (
         b'vllm:num_requests_running{model_name="m"} 2\n'
         b'vllm:num_requests_waiting{model_name="m"} 1.0\n'
         b'vllm:prompt_tokens_total{model_name="m"} 99\n'
     )
-    assert busy_of("vllm", metrics) == 3
-    assert busy_of("sim", b"# nothing here\n") is None
-    assert busy_of("sim", b'vllm:num_requests_running{model_name="m"} NaN\n') is None
+    assert busy_of("/metrics", vllm) == (3, True)
+    llamacpp = b"llamacpp:requests_processing 2\nllamacpp:requests_deferred 3\n"
+    assert busy_of("/metrics", llamacpp) == (5, True)
+    assert busy_of("/metrics", b"# nothing here\n") is None
+    assert busy_of("/metrics", b'vllm:num_requests_running{model_name="m"} NaN\n') is None
