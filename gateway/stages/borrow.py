@@ -16,7 +16,9 @@ requests: it may borrow the idle ones.
 
 **The bound.** A slot is borrowed only when every reading over at least ``SPAN_S`` (two
 at the least: readings come ``POLL_S`` apart while the gateway has requests for the
-model, ``IDLE_POLL_S`` while not; the newest no older than ``FRESH_S``) showed it idle,
+model and the last reading left a slot to borrow, ``FULL_POLL_S`` while it left none,
+``IDLE_POLL_S`` while the gateway has no request for the model; the newest no older
+than ``FRESH_S``) showed it idle,
 taking the largest of their counts of the others' requests: a slot idle for a moment
 (its gateway refilling it from its own queue, slowly on a loaded machine) is not lent.
 A request this gateway sent while a reading was in flight counts as its own only if it
@@ -40,6 +42,9 @@ from gateway.table import Replica
 # model, and while it has none.
 POLL_S = 0.1
 IDLE_POLL_S = 1.0
+# ... and while it has requests for the model but the last reading left nothing to
+# borrow (every slot of the others' deals busy): a full engine is read less often.
+FULL_POLL_S = 0.5
 # A reading older than this lends nothing.
 FRESH_S = 2.5 * IDLE_POLL_S
 # A slot is lent when the readings showed it idle over at least this long.
