@@ -1,8 +1,7 @@
 """Reading the engines' own counts of the requests they serve, for borrowing idle slots.
 
-The edge of gateway.stages.borrow: every ``POLL_S`` (``FULL_POLL_S`` while the last
-reading left nothing to borrow, ``IDLE_POLL_S`` while this gateway has no request in
-flight or waiting for the model), one ``GET`` per ready replica whose
+The edge of gateway.stages.borrow: every ``POLL_S`` (``IDLE_POLL_S`` while this gateway
+has no request in flight or waiting for the model), one ``GET`` per ready replica whose
 slots are known, whose engine says its count and of whose slots this process is dealt
 less than all: ``/metrics`` where it says the requests running and those held back
 (vLLM's and the sim's ``num_requests_running`` plus ``num_requests_waiting``; llama.cpp's
@@ -28,7 +27,6 @@ import aiohttp
 import structlog
 
 from gateway.stages.borrow import (
-    FULL_POLL_S,
     IDLE_POLL_S,
     KEPT,
     POLL_S,
@@ -128,15 +126,9 @@ class EngineLoad:
                 if self._paused.get(r.key, 0.0) > now:
                     continue
                 last = self._last.get(r.key)
-                # (a replica newly read is read at POLL_S until its readings span SPAN_S;
-                # a full one, while this gateway is busy, at FULL_POLL_S)
+                # (a replica newly read is read at POLL_S until its readings span SPAN_S)
                 kept = state.readings.get(r.key)
-                if not kept or kept[-1].at - kept[0].at < SPAN_S:
-                    pace = POLL_S
-                elif active and r.slots - kept[-1].others <= mine:
-                    pace = FULL_POLL_S
-                else:
-                    pace = every
+                pace = every if kept and kept[-1].at - kept[0].at >= SPAN_S else POLL_S
                 if last is None or now - last.at >= pace - 0.01:
                     out.append(r)
         return out

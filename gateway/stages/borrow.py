@@ -16,11 +16,10 @@ requests: it may borrow the idle ones.
 
 **The bound.** A slot is borrowed only when every reading over at least ``SPAN_S`` (two
 at the least: readings come ``POLL_S`` apart while the gateway has requests for the
-model and the last reading left a slot to borrow, ``FULL_POLL_S`` while it left none,
-``IDLE_POLL_S`` while the gateway has no request for the model; the newest no older
-than ``FRESH_S``) showed it idle,
+model, ``IDLE_POLL_S`` while not; the newest no older than ``FRESH_S``) showed it idle,
 taking the largest of their counts of the others' requests: a slot idle for a moment
-(its gateway refilling it from its own queue, slowly on a loaded machine) is not lent.
+(its gateway refilling it from its own queue, or relaying the tail of an answer its
+engine has finished, slowly on a loaded machine) is not lent.
 A request this gateway sent while a reading was in flight counts as its own only if it
 was in flight before and after. An engine runs more requests than
 its slots only when another gateway's traffic rose after those readings: the excess is
@@ -42,15 +41,15 @@ from gateway.table import Replica
 # model, and while it has none.
 POLL_S = 0.1
 IDLE_POLL_S = 1.0
-# ... and while it has requests for the model but the last reading left nothing to
-# borrow (every slot of the others' deals busy): a full engine is read less often.
-FULL_POLL_S = 0.5
 # A reading older than this lends nothing.
 FRESH_S = 2.5 * IDLE_POLL_S
-# A slot is lent when the readings showed it idle over at least this long.
-SPAN_S = 0.3
+# A slot is lent when the readings showed it idle over at least this long: longer than
+# the moments another gateway's slot is idle between two of its requests (a loaded
+# gateway relays an answer's tail after its engine has freed the slot), so that only a
+# gateway with no traffic there lends.
+SPAN_S = 1.0
 # Readings kept a replica (enough to cover SPAN_S at POLL_S).
-KEPT = 8
+KEPT = 16
 
 
 @dataclass(frozen=True, slots=True)
