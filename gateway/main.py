@@ -272,7 +272,8 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         tasks.append(asyncio.create_task(follower.run()))
         tasks.append(asyncio.create_task(signals.run()))
         tasks.append(asyncio.create_task(engine_slots.run()))
-        tasks.append(asyncio.create_task(engine_load.run(), name="engine-load"))
+        if settings.borrow:
+            tasks.append(asyncio.create_task(engine_load.run(), name="engine-load"))
         tasks.append(asyncio.create_task(allowances.run(), name="allowances"))
         tasks.append(asyncio.create_task(flusher.run(), name="usage-flush"))
 

@@ -85,6 +85,9 @@ class GatewaySettings:
     # This gateway's fixed part of each replica's slots; None (the default): dealt among
     # the live gateways, as the control plane names them (gateway.stages.slotshare).
     slot_share: float | None = None
+    # Fill slots of other gateways' deals that their engines say are idle
+    # (gateway.stages.borrow); False: never more than the deal.
+    borrow: bool = True
     # The value of a secret by its name (``LookupError`` with what to do when this
     # gateway has none): the key an engine was started with (its profile's
     # ``VLLM_API_KEY: {secret: NAME}``), sent as ``Authorization: Bearer`` to its

@@ -26,6 +26,7 @@ settings file, then the defaults, the same order as every other command's settin
     queue_hold = "5s"                   # waits for the replica its prefix/session chose
     # slot_share = 0.5                  # a fixed part of each replica's slots (default:
                                         # dealt among the live gateways)
+    borrow = true                       # fill others' idle slots, read on the engines
     secrets_dir = "/etc/llmgw/secrets"  # engines' keys, a file per secret (as the agent's)
 """
 
@@ -137,6 +138,7 @@ def resolve_gateway(
         queue_max_wait_s=value("queue_max_wait", defaults.queue_max_wait_s),
         queue_starvation_s=value("queue_starvation", defaults.queue_starvation_s),
         queue_hold_s=value("queue_hold", defaults.queue_hold_s),
+        borrow=value("borrow", defaults.borrow),
         slot_share=None if (share := value("slot_share", None)) is None else min(share, 1.0),
         engine_secret=partial(_engine_secret, value("secrets_dir", None)),
     )

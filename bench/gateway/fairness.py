@@ -91,6 +91,7 @@ class Options:
     # --slot-share (a tree before that needs "0.5" for two)
     slot_share: str = ""
     models: tuple[str, ...] = ("queued", "fifo")
+    no_borrow: bool = False  # the gateways with --no-borrow (the deal alone)
     log_level: str = "WARNING"  # the gateways' (INFO: a line per request, queued_ms)
 
 
@@ -373,6 +374,8 @@ def start_gateway(
     ]  # fmt: skip
     if opts.slot_share:
         argv += ["--slot-share", opts.slot_share]
+    if opts.no_borrow:
+        argv.append("--no-borrow")
     env = {**cp.env, "LLMGW_LOG_LEVEL": opts.log_level}
     proc = subprocess.Popen(
         argv,
@@ -625,6 +628,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--gateways", type=int, default=2, help="gateways in front of the replicas (2)")
     p.add_argument(
+        "--no-borrow",
+        action="store_true",
+        help="the gateways with --no-borrow: each its deal of the slots alone",
+    )
+    p.add_argument(
         "--slot-share",
         default="",
         help="each gateway's --slot-share (default: none given, the gateways deal each "
@@ -651,6 +659,7 @@ def main(argv: list[str] | None = None) -> int:
         server=args.server,
         calibrate=args.calibrate,
         capacity=args.capacity,
+        no_borrow=args.no_borrow,
         gateways=max(args.gateways, 1),
         slot_share=args.slot_share,
         models=models,

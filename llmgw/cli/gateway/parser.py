@@ -94,6 +94,14 @@ def register(
         "this long, from 10%% ([gateway] slow_start; default 30s; 0: at once)",
     )
     p.add_argument(
+        "--no-borrow",
+        dest="borrow",
+        action="store_const",
+        const=False,
+        help="never send a replica more than this gateway's deal of its slots, even when its "
+        "engine says another gateway's are idle ([gateway] borrow = false; default: borrow)",
+    )
+    p.add_argument(
         "--slot-share",
         type=float,
         metavar="FRACTION",
