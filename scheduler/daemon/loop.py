@@ -204,7 +204,11 @@ class Daemon:
         log.info("placement.started", interval_s=self.interval)
         try:
             scheduler.start()
-            stopping.wait()
+            # Waited for in short steps: a signal the kernel hands to another thread only
+            # flags it for this one, which runs its handler when it next wakes; a wait
+            # without a timeout would never wake (the daemon ignored SIGTERM).
+            while not stopping.wait(0.2):
+                pass
             log.info("placement.stopping", signal=received[0])
             # Waits for a round in progress to finish.
             scheduler.shutdown(wait=True)
