@@ -197,6 +197,10 @@ def _round(conn: Connection, r: Row) -> RecordedRound:
     # Recorded by reference: its chain, back to the full record it starts from.
     policy = json_column(r["policy"], "policy", STORED_LIMITS)
     links: list[Mapping[Any, Any]] = [r]
+    # The chain's changes together within one column's bounds (as the writer keeps them:
+    # at most a quarter of a full record): each link's alone is, and a chain of
+    # ``MAX_CHAIN`` links each near ``ROUND_LIMITS`` would otherwise be held and rebuilt.
+    held = _length(r["changes"])
     while links[-1]["base_round"] is not None:
         if len(links) > MAX_CHAIN:
             raise UnreadableRow(f"its chain of rounds is longer than {MAX_CHAIN}")
@@ -210,6 +214,12 @@ def _round(conn: Connection, r: Row) -> RecordedRound:
         if found is None:
             raise UnreadableRow(f"it is recorded by reference to round {base}, which is not stored")
         links.append(found)
+        held += _length(found["changes"])
+        if held > ROUND_LIMITS.max_bytes:
+            raise UnreadableRow(
+                f"the changes of its chain of rounds (to round {base}) hold more than "
+                f"{ROUND_LIMITS.max_bytes} bytes"
+            )
     chain = links[::-1]  # the full record first, this row last
     link = chain[0]
     try:
@@ -225,6 +235,10 @@ def _round(conn: Connection, r: Row) -> RecordedRound:
         ) from None
     documents, nodes = rebuilt.documents(policy)
     return recorded_round(r, documents, nodes)
+
+
+def _length(changes: object) -> int:
+    return len(changes) if isinstance(changes, str) else 0
 
 
 def _changes(r: Row) -> object:

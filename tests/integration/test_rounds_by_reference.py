@@ -25,7 +25,13 @@ from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.persistence import audit_trail, recorded_rounds, round_chain, round_store
+from scheduler.persistence import (
+    audit_trail,
+    recorded_rounds,
+    round_chain,
+    round_store,
+    row_decoding,
+)
 from scheduler.persistence.record_format import (
     RecordedRound,
     full_record,
@@ -259,3 +265,32 @@ def test_a_round_whose_replica_states_pass_a_megabyte_reads(
     read = store.recorded_round(round_id=first)
     assert read is not None and read.lifecycle.statuses[key].message == big.message
     assert store.recorded_round(round_id=first + 1) is not None
+
+
+def test_a_chain_whose_changes_together_pass_a_rounds_bounds_is_unreadable(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: hostile rows by reference, each link's changes within a round's bounds
+    (ROUND_LIMITS, 256 MB) and up to MAX_CHAIN (1,000) links: a read held every link's
+    text and rebuilt them all, some 256 GB. The chain's changes together are held to
+    one round's bounds (the writer keeps them to a quarter of a full record). Scaled
+    down here: the bounds at 64 kB, each link padded to 30 kB."""
+    recorded = Recorded(monkeypatch)
+    _scenario(engine)
+    rows = _rows(engine)
+    last = max(rows)
+    store = SchedulerStore(engine)
+    bounds = dataclasses.replace(row_decoding.ROUND_LIMITS, max_bytes=64 << 10)
+    monkeypatch.setattr(recorded_rounds, "ROUND_LIMITS", bounds)
+    assert store.recorded_round(round_id=last) == recorded.full[last]
+    with engine.begin() as conn:
+        for round_id, (base, _, changes) in rows.items():
+            if base is not None:
+                conn.execute(
+                    text("UPDATE placement_rounds SET changes = :c WHERE id = :i"),
+                    {"c": changes + " " * (30_000 - len(changes)), "i": round_id},
+                )
+    first_link = min(i for i, row in rows.items() if row[0] is not None)
+    assert store.recorded_round(round_id=first_link) == recorded.full[first_link]
+    with pytest.raises(RoundUnreadable, match="hold more than 65536 bytes"):
+        store.recorded_round(round_id=last)
