@@ -294,3 +294,42 @@ def test_a_chain_whose_changes_together_pass_a_rounds_bounds_is_unreadable(
     assert store.recorded_round(round_id=first_link) == recorded.full[first_link]
     with pytest.raises(RoundUnreadable, match="hold more than 65536 bytes"):
         store.recorded_round(round_id=last)
+
+
+def test_the_search_for_the_last_readable_round_rebuilds_a_broken_chain_once(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain's full record that cannot be read as one (here its changes): the search
+    for the last readable round rebuilt every later round of the chain up to it again,
+    decoding the full record each time (some 64 times 60 MB at issue 42's scale): once
+    is enough, the rounds after it in that chain then known unreadable, for that reason."""
+    recorded = Recorded(monkeypatch)
+    _scenario(engine)
+    rows = _rows(engine)
+    first, last = min(rows), max(rows)
+    assert last - first >= 3 and all(rows[i][0] == i - 1 for i in rows if i != first)
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE placement_rounds SET changes = :c WHERE id = :i"),
+            {"c": '{"boundary": 3}', "i": first},
+        )
+    decoded: list[int] = []
+    full_documents = recorded_rounds._full_documents
+
+    def counted(conn: Any, r: Any) -> Any:
+        decoded.append(r["id"])
+        return full_documents(conn, r)
+
+    monkeypatch.setattr(recorded_rounds, "_full_documents", counted)
+    store = SchedulerStore(engine)
+    # The full record itself reads (its changes are a chain's only); every later round
+    # names it.
+    assert store.recorded_round() == recorded.full[first]
+    assert decoded == [first, first], decoded
+    for round_id in range(first + 1, last + 1):
+        with pytest.raises(
+            RoundUnreadable,
+            match=f"recorded by reference to round {first}, which cannot be read: "
+            "changes boundary 3 is not a time",
+        ):
+            store.recorded_round(round_id=round_id)
