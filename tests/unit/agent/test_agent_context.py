@@ -225,3 +225,82 @@ def test_the_engines_key_does_not_follow_a_redirect_to_another_host() -> None:
             server.server_close()
     assert seen, "the redirects were not followed at all: the test proves nothing"
     assert seen == [None] * len(seen), seen
+
+
+def _dripping_engine(head: bytes) -> tuple[str, Any]:
+    """A server on the engine's address that sends ``head`` and then one byte every 0.2 s
+    for ever, each within any per-read timeout; (its URL, its closer)."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(head)
+                while not stop.wait(0.2):
+                    conn.sendall(b"x")
+            except OSError:
+                pass  # the reader gave up
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=drip, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def close() -> None:
+        stop.set()
+        listener.close()
+
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", close
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2000000\r\n\r\n",  # the body dripped
+        b"HTTP/1.1 200 OK\r\nx-slow: ",  # a header dripped (65,536 bytes a line)
+    ],
+    ids=["body", "header"],
+)
+def test_an_engine_dripping_its_answer_holds_the_agents_loop_no_longer_than_the_timeout(
+    head: bytes,
+) -> None:
+    """Attack: whatever answers on an engine's port (the engine runs code that came with
+    its model) sends a byte just within each read's timeout: the health check (1 s a
+    read, 1,024 bytes) and the context read (2 s a read, 1 MB) each held the agent's
+    loop for minutes to weeks, its reports with it, and the node was given up. Each
+    ask now ends by its timeout, whatever the engine sends."""
+    import threading
+    import time
+
+    from agent import processes
+
+    url, close = _dripping_engine(head)
+    try:
+        for ask, timeout in (
+            (lambda: processes.healthy(url + "/health", timeout=1.0), 1.0),
+            (lambda: context.read("llamacpp", url, "m", timeout=2.0), 2.0),
+        ):
+            took: list[float] = []
+
+            def timed(ask: Any = ask, took: list[float] = took) -> None:
+                started = time.monotonic()
+                assert not ask()
+                took.append(time.monotonic() - started)
+
+            thread = threading.Thread(target=timed, daemon=True)
+            thread.start()
+            thread.join(timeout + 8)
+            assert took, f"still reading {timeout + 8} s later"
+            assert took[0] < timeout + 1.5, took
+    finally:
+        close()
