@@ -263,7 +263,7 @@ def read(
             if not 200 <= int(answer.status) < 300:
                 return None
             raw = answer.read(MAX_BODY + 1)
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
         return None
     if len(raw) > MAX_BODY:
         return None

@@ -8,6 +8,7 @@ starts several) stop with it.
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
@@ -346,7 +347,7 @@ def healthy(url: str, timeout: float = 1.0) -> bool:
         with direct_opener(within=timeout).open(url, timeout=timeout) as answer:
             answer.read(1024)
             return 200 <= int(answer.status) < 300
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
         return False
 
 

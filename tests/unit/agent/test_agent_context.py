@@ -304,3 +304,49 @@ def test_an_engine_dripping_its_answer_holds_the_agents_loop_no_longer_than_the_
             assert took[0] < timeout + 1.5, took
     finally:
         close()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"SSH-2.0-OpenSSH_9.6\r\n",  # another service on the port: BadStatusLine
+        b"HTTP/1.1 200 OK\r\nx: " + b"y" * 70_000 + b"\r\n\r\n",  # LineTooLong
+        b"HTTP/1.1 200 OK\r\n" + b"x: y\r\n" * 200 + b"\r\n",  # more than 100 headers
+    ],
+    ids=["not-http", "long-header", "many-headers"],
+)
+def test_an_engine_answering_what_is_no_http_is_not_ready_and_breaks_nothing(
+    answer: bytes,
+) -> None:
+    """Attack: whatever answers on an engine's port answers what http.client refuses
+    (an HTTPException, neither an OSError nor a ValueError): the health check raised
+    out of the agent's observe(), the first step of its tick, and every tick failed
+    before its report while the engine answered so: one engine took its node down."""
+    import socket
+    import threading
+
+    from agent import processes
+    from engine_check import probe
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        assert processes.healthy(url + "/health") is False
+        assert context.read("llamacpp", url, "m") is None
+        # engine-check: a verdict naming the failure, not a traceback quoting the answer.
+        target = probe.Target(base_url=url, model="m", via="replica", headers={})
+        assert probe.post(target, "/v1/chat/completions", {}, timeout=5).status is None
+    finally:
+        listener.close()
