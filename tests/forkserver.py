@@ -196,6 +196,10 @@ def _run(request: dict[str, Any], fds: list[int], main: Any) -> None:
         os.environ.update(request["env"])
         time.tzset()  # TZ is read when the interpreter starts
         sys.argv = [LLMGW, *request["argv"]]
+        # Named for its command in ps and /proc (else every forked command shows as the
+        # fork server): what a hung test's leftover process is, and the suite's CPU by kind.
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(("llmgw " + (request["argv"] or ["?"])[0])[:15])
         try:
             code = main(request["argv"])
         except SystemExit as exc:
