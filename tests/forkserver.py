@@ -177,6 +177,16 @@ def _wait_for(conn: socket.socket, main: Any) -> None:
             _run(request, fds, main)
         for fd in fds:
             os.close(fd)
+
+        def _end(signum: int, frame: object) -> None:
+            # The server ends its waiters at the worker's end: a command still running
+            # then (one that did not take its stop: a daemon hung by SIGTERM, 2026-12-07)
+            # would be left behind for good, holding its ports and its CPU.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, _end)
         conn.sendall(f"{pid}\n".encode())
         _, status = os.waitpid(pid, 0)
         conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
