@@ -220,7 +220,11 @@ def _round(conn: Connection, r: Row, unreadable: dict[int, str] | None = None) -
             reason = f"base_round {base!r} of round {link['id']} is not an earlier round"
             known.update((later["id"], reason) for later in links)
             raise UnreadableRow(reason)
-        found = conn.execute(raw(rounds_t).where(rounds_t.c.id == base)).mappings().first()
+        # A link's own columns but its changes are not read: a row by reference holds
+        # none, and a hostile one's (a gigabyte each) were held for every link.
+        found = conn.execute(_LINK.where(rounds_t.c.id == base)).mappings().first()
+        if found is not None and found["base_round"] is None:
+            found = conn.execute(raw(rounds_t).where(rounds_t.c.id == base)).mappings().first()
         if found is None:
             reason = f"it is recorded by reference to round {base}, which is not stored"
             known.update((later["id"], reason) for later in links)
@@ -249,6 +253,10 @@ def _round(conn: Connection, r: Row, unreadable: dict[int, str] | None = None) -
         raise UnreadableRow(reason) from None
     documents, nodes = rebuilt.documents(policy)
     return recorded_round(r, documents, nodes)
+
+
+# What the walk along a chain reads of each link (the full record it ends at, whole).
+_LINK = raw(rounds_t, "id", "base_round", "changes")
 
 
 def _length(changes: object) -> int:

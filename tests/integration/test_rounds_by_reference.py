@@ -333,3 +333,34 @@ def test_the_search_for_the_last_readable_round_rebuilds_a_broken_chain_once(
             "changes boundary 3 is not a time",
         ):
             store.recorded_round(round_id=round_id)
+
+
+def test_a_links_columns_other_than_its_changes_are_not_read_along_a_chain(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: hostile rows by reference carrying what no such row holds (a current, a
+    lifecycle of megabytes; gigabytes for a database's text): reading a round fetched
+    every link of its chain whole and held them all, up to MAX_CHAIN of them, past any
+    bound on what is decoded. A link's changes are all the walk reads of it."""
+    import tracemalloc
+
+    recorded = Recorded(monkeypatch)
+    _scenario(engine)
+    rows = _rows(engine)
+    last = max(rows)
+    padding = 4 << 20
+    with engine.begin() as conn:
+        for round_id, (base, _, _) in rows.items():
+            if base is not None and round_id != last:
+                conn.execute(
+                    text("UPDATE placement_rounds SET current = :c, lifecycle = :c WHERE id = :i"),
+                    {"c": "[" + " " * padding + "]", "i": round_id},
+                )
+    store = SchedulerStore(engine)
+    tracemalloc.start()
+    try:
+        assert store.recorded_round(round_id=last) == recorded.full[last]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < padding, f"{peak} bytes at the peak of a read of a few kilobytes"
