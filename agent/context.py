@@ -209,7 +209,8 @@ def _connection(base: type[http.client.HTTPConnection], deadline: float) -> Any:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the answer took longer than its time")
-        kwargs["timeout"] = min(kwargs.get("timeout") or left, left)
+        given = kwargs.get("timeout")  # urllib's default: an object, not a number
+        kwargs["timeout"] = min(given, left) if isinstance(given, int | float) else left
         conn = base(host, **kwargs)
         connect = conn.connect
 

@@ -350,3 +350,27 @@ def test_an_engine_answering_what_is_no_http_is_not_ready_and_breaks_nothing(
         assert probe.post(target, "/v1/chat/completions", {}, timeout=5).status is None
     finally:
         listener.close()
+
+
+def test_a_bounded_opener_asked_without_a_timeout_of_its_own_takes_its_bound() -> None:
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        with context.direct_opener(within=2).open(url) as answer:  # urllib's default timeout
+            assert answer.read() == b"ok"
+    finally:
+        server.shutdown()
