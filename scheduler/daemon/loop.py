@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
@@ -174,7 +175,7 @@ class Daemon:
 
     def run_forever(self) -> None:
         # The rounds run on the scheduler's own thread; this one only waits to be told to
-        # stop. The signal handler sets an event and returns: stopping the scheduler from
+        # stop. The signal handler notes the signal and returns: stopping the scheduler from
         # inside the handler (as this did) ran on whatever the main thread was doing when
         # the signal came, possibly inside the scheduler holding its executor's lock, and
         # waiting there for the round's thread, which needs that lock to finish: SIGTERM
@@ -192,19 +193,22 @@ class Daemon:
             misfire_grace_time=None,
             next_run_time=datetime.now(UTC),
         )
-        stopping = threading.Event()
         received: list[str] = []
 
         def stop(signum: int, _frame: FrameType | None) -> None:
+            # Nothing here may take a lock (an event's, the log's): the handler runs on
+            # the main thread between two of its bytecodes, maybe while it holds one.
             received.append(signal.Signals(signum).name)
-            stopping.set()
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         log.info("placement.started", interval_s=self.interval)
         try:
             scheduler.start()
-            stopping.wait()
+            # Looked for in short sleeps: a signal the kernel hands to another thread only
+            # flags it for this one, which runs its handler when it next wakes.
+            while not received:
+                time.sleep(0.2)
             log.info("placement.stopping", signal=received[0])
             # Waits for a round in progress to finish.
             scheduler.shutdown(wait=True)
