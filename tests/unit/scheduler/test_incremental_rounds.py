@@ -353,3 +353,53 @@ def test_a_lost_node_keeps_the_rest_from_the_round_before() -> None:
     truth = [dataclasses.replace(n, reported_at=NOW if n.name == host else lost_at) for n in fleet]
     assert digest(got) == digest(plan(demands, truth, settled.placements, lost_at, POLICY))
     assert [r.placement.nodes for r in got.remove] == [(host,), (host,)]
+
+
+def test_the_nodes_planned_on_are_built_again_only_where_they_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``plan`` is given the nodes kept from the round before (``_given``): a fresh node is
+    the same object round after round, though the freshness boundary moves with every
+    round (before, every fresh node was built again at the boundary each round that
+    planned); a node that turns stale, comes back or changes is built again, and each
+    round is the full round's plan."""
+    from scheduler.planner.rounds import incremental
+
+    given: list[list[Node]] = []
+
+    def planning(*args: object, **kwargs: object) -> object:
+        given.append(list(args[1]))  # type: ignore[call-overload]
+        return plan(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(incremental, "plan", planning)
+    fleet = {n.name: n for n in (node("a"), node("b"), node("c"), node("d", "L4", 1))}
+    demands = [Demand("m", 3, (profile(gpus=4),)), Demand("s", 1, (profile("l4", "L4", 1),))]
+    rounds = IncrementalRounds()
+    first = rounds.start(demands, list(fleet.values()), (), NOW, POLICY)
+    current = first.placements
+    host = current[0].nodes[0]
+    steps = [
+        ({}, []),  # fresh throughout: every node as it was given
+        ({host: NOW}, []),  # the host turns stale
+        ({host: NOW}, [dataclasses.replace(fleet["d"], gpus=2)]),  # d changes
+        ({}, []),  # the host is back
+    ]
+    for i, (silent, reported) in enumerate(steps, start=1):
+        now = NOW + timedelta(seconds=100 * i)
+        for n in reported:
+            fleet[n.name] = n
+        truth = [
+            dataclasses.replace(n, reported_at=silent.get(n.name, now)) for n in fleet.values()
+        ]
+        before = len(given)
+        got = rounds.next(
+            Changes(now=now, not_fresh=silent, nodes=reported, current=current, policy=POLICY)
+        )
+        assert digest(got) == digest(plan(demands, truth, current, now, POLICY))
+        if len(given) > before:
+            old, new = {n.name: n for n in given[-2]}, {n.name: n for n in given[-1]}
+            rebuilt = {name for name in new if new[name] is not old[name]}
+            expected = [set(), {host}, {"d"}, {host}][i - 1]
+            assert rebuilt == expected, i
+        current = got.placements
+    assert rounds.planned >= 4
