@@ -48,14 +48,14 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import Any, cast
 
 from scheduler.lifecycle.inputs import DEFAULT_STARTUP_TIMEOUT, Lifecycle
 from scheduler.lifecycle.replica_reports import FAILED, PLACED, STARTING
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
-from scheduler.planner.fleet.inventory import Node, reported_at
+from scheduler.planner.fleet.inventory import FRESH, Node, reported_at
 from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.plan import Carried, plan
 
@@ -93,10 +93,6 @@ _status_fields = attrgetter(*STATUS_FIELDS)
 _TIMED_STATES = frozenset({PLACED, STARTING})
 
 _FRESH, _STALE, _LOST = 0, 1, 2
-
-# The report time of a fresh node as ``plan`` is given it by ``IncrementalRounds``: after
-# every freshness boundary, so that the node stays the same object while it is fresh.
-FRESH = datetime.max.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +154,10 @@ class IncrementalRounds:
         self._given_from: Mapping[str, datetime] = {}
         self._dirty: set[str] = set()
         self._regiven = True
+        # The fields of the round before's placements and the key of its lifecycle, kept
+        # with them (what the next round's are compared with).
+        self._current_key: tuple[tuple[Placement, ...], list[tuple[Any, ...]] | None] = ((), [])
+        self._lifecycle_keyed: tuple[Lifecycle, tuple[Any, ...]] | None = None
 
     @property
     def started(self) -> bool:
@@ -220,29 +220,29 @@ class IncrementalRounds:
             if demands != self._demands:
                 self._demands = demands
                 changed = timeouts_moved = True
-        if (
-            changes.current is not None
-            and changes.current is not self._current
-            and (
-                len(changes.current) != len(self._current)
-                or list(map(_placement_fields, changes.current))
-                != list(map(_placement_fields, self._current))
+        if changes.current is not None and changes.current is not self._current:
+            # The round before's fields are kept with it: compared, not read again.
+            fields = (
+                list(map(_placement_fields, changes.current))
+                if len(changes.current) == len(self._current)
+                else None
             )
-        ):
-            self._current = tuple(changes.current)
-            self._hosting = frozenset(n for p in self._current for n in p.nodes)
-            changed = True
-        if changes.lifecycle is not None and (
-            changes.lifecycle is not self._lifecycle
-            and _lifecycle_key(changes.lifecycle) != _lifecycle_key(self._lifecycle)
-        ):
-            self._lifecycle = changes.lifecycle
-            self._failed = any(
-                s.reported and s.state == FAILED for s in self._lifecycle.statuses.values()
-            )
-            backoff = self._lifecycle.backoff
-            self._backoff_ends = sorted(backoff.until(r) for r in self._lifecycle.failures)
-            changed = timeouts_moved = True
+            if fields is None or fields != self._current_fields():
+                self._current = tuple(changes.current)
+                self._current_key = (self._current, fields)
+                self._hosting = frozenset(n for p in self._current for n in p.nodes)
+                changed = True
+        if changes.lifecycle is not None and changes.lifecycle is not self._lifecycle:
+            key = _lifecycle_key(changes.lifecycle)
+            if key != self._lifecycle_key():
+                self._lifecycle = changes.lifecycle
+                self._lifecycle_keyed = (self._lifecycle, key)
+                self._failed = any(
+                    s.reported and s.state == FAILED for s in self._lifecycle.statuses.values()
+                )
+                backoff = self._lifecycle.backoff
+                self._backoff_ends = sorted(backoff.until(r) for r in self._lifecycle.failures)
+                changed = timeouts_moved = True
         if timeouts_moved:
             self._first_timeout = _first_timeout(self._lifecycle, self._demands)
         before, self._now = self._now, changes.now
@@ -299,6 +299,27 @@ class IncrementalRounds:
                 view.append(moved)
         self._view = (key, view)
         return list(view)
+
+    def _current_fields(self) -> list[tuple[Any, ...]]:
+        """Every field of each placement of the round before (``PLACEMENT_FIELDS``)."""
+        kept = self._current_key
+        if kept[0] is not self._current or kept[1] is None:
+            kept = self._current_key = (self._current, list(map(_placement_fields, self._current)))
+        return cast(list[tuple[Any, ...]], kept[1])
+
+    def _lifecycle_key(self) -> tuple[Any, ...]:
+        """``_lifecycle_key`` of the round before's lifecycle, kept with it."""
+        kept = self._lifecycle_keyed
+        if kept is None or kept[0] is not self._lifecycle:
+            kept = self._lifecycle_keyed = (self._lifecycle, _lifecycle_key(self._lifecycle))
+        return kept[1]
+
+    def planned_nodes(self) -> list[Node]:
+        """The nodes as ``plan`` is given them at the last round's time (``FRESH`` for a
+        fresh node's report time): what a round records, each fresh node at the
+        freshness boundary (``record_format.recorded_time``). O(what changed since the last
+        call) but the list: the nodes are the same objects as long as they do not change."""
+        return self._given_nodes()
 
     def _given_nodes(self) -> list[Node]:
         """The nodes as ``plan`` is given them this round: a node not fresh with its lease
