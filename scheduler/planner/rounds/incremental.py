@@ -222,15 +222,24 @@ class IncrementalRounds:
                 changed = timeouts_moved = True
         if changes.current is not None and changes.current is not self._current:
             # The round before's fields are kept with it: compared, not read again.
-            fields = (
-                list(map(_placement_fields, changes.current))
-                if len(changes.current) == len(self._current)
-                else None
-            )
-            if fields is None or fields != self._current_fields():
-                self._current = tuple(changes.current)
-                self._current_key = (self._current, fields)
-                self._hosting = frozenset(n for p in self._current for n in p.nodes)
+            fields = list(map(_placement_fields, changes.current))
+            if len(fields) != len(self._current) or fields != self._current_fields():
+                # The placements the round before's plan wrote, read back (new objects,
+                # the same fields): its own objects are taken for them, which the planner
+                # cannot tell apart (it reads nothing else of a placement), so that what
+                # is carried by identity (each model's resilience) holds for every model
+                # whose placements the write did not touch.
+                planned = self._plan.placements if self._plan is not None else None
+                current = (
+                    planned
+                    if planned is not None
+                    and len(planned) == len(fields)
+                    and list(map(_placement_fields, planned)) == fields
+                    else tuple(changes.current)
+                )
+                self._current = current
+                self._current_key = (current, fields)
+                self._hosting = frozenset(n for p in current for n in p.nodes)
                 changed = True
         if changes.lifecycle is not None and changes.lifecycle is not self._lifecycle:
             key = _lifecycle_key(changes.lifecycle)

@@ -403,3 +403,32 @@ def test_the_nodes_planned_on_are_built_again_only_where_they_changed(
             assert rebuilt == expected, i
         current = got.placements
     assert rounds.planned >= 4
+
+
+def test_the_placements_a_round_wrote_read_back_are_its_own() -> None:
+    """The round after a write reads the placements back as new objects with the same
+    fields: the plan's own objects are taken for them (the planner reads nothing else of
+    a placement), so the models the write did not touch keep their figures from the
+    round before (``ResilienceMemo``), and the round is the full round's plan."""
+    fleet = [node(f"n{i}", "A100", 8) for i in range(4)] + [node("l", "L4", 8)]
+    demands = [
+        Demand("m", 4, (profile("big", "A100", 4),)),
+        Demand("other", 2, (profile("small", "L4", 2),)),
+    ]
+    rounds = IncrementalRounds()
+    first = rounds.start(demands, fleet, (), NOW, POLICY)
+    later = NOW + timedelta(seconds=10)
+    settled = rounds.next(Changes(now=later, current=first.placements))
+    host = next(p.nodes[0] for p in settled.keep if p.model == "m")
+    assert host != "l"
+    lost_at = NOW + timedelta(seconds=400)
+    got = rounds.next(Changes(now=lost_at, not_fresh={host: NOW}))
+    assert got.remove and {r.placement.model for r in got.remove} == {"m"}
+    read_back = tuple(dataclasses.replace(p) for p in got.placements)
+    reused = rounds.carried.resilience.reused
+    after = lost_at + timedelta(seconds=10)
+    again = rounds.next(Changes(now=after, not_fresh={host: NOW}, current=read_back))
+    truth = [dataclasses.replace(n, reported_at=NOW if n.name == host else after) for n in fleet]
+    assert digest(again) == digest(plan(demands, truth, read_back, after, POLICY))
+    # "other" was not touched by the write: its figure is the round before's.
+    assert rounds.carried.resilience.reused == reused + 1
