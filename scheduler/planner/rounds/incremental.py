@@ -283,14 +283,15 @@ class IncrementalRounds:
         return self._plan
 
     def nodes(self, now: datetime | None = None) -> list[Node]:
-        """The nodes as ``plan`` is given them at ``now`` (the last round's time if None):
-        a node not fresh with its report time, a fresh one with its own or, if older, the
-        freshness boundary. What a round records; O(N), paid by a round that plans or
-        writes, never by one that reuses its plan and writes nothing."""
+        """The nodes with real report times at ``now`` (the last round's time if None): a
+        node not fresh with its report time, a fresh one with its own or, if older, the
+        freshness boundary; they plan as ``planned_nodes`` do. O(N), built on each call
+        with another ``now``: a placer records ``planned_nodes`` instead (each fresh node
+        at the boundary, ``record_format.recorded_time``)."""
         at = now or self._now
         if at is None:
             return list(self._nodes.values())
-        # The round's plan asked for them first, then its record: the same view, kept.
+        # Asked again for the same round: the same view, kept.
         key = (at, self._not_fresh, self._carried.inventory, self._policy.stale_after)
         kept = self._view
         if kept is not None and kept[0][1] is key[1] and kept[0] == key:
