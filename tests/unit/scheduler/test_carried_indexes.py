@@ -266,7 +266,9 @@ def test_a_trial_moving_a_model_whose_replicas_were_added_is_made_again() -> Non
             capacity.consume(p.nodes, p.gpus_per_node, p.memory_gb_per_node)
         # Every other node full: n0 is the only destination.
         for name in ("n2", "n3", "n4", "n5", "n6", "n7"):
-            capacity.consume((name,), capacity.free_gpus(name), capacity.free_memory(name) or 0)
+            capacity.consume(
+                (name,), capacity.free_gpus(name), int(capacity.free_memory(name) or 0)
+            )
         index = memo.index_of(after, MOVED, "v", domain, {"a"})
         found.append(moves_for("e", 1, eight, capacity, after, index=index, **common))
         afresh = _Index(after, domain, {"a"})
