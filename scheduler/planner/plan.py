@@ -367,13 +367,16 @@ def _explain(
         reason = render(rejections) or "the model has no profiles to place it with"
         if after and model in after:
             reason = f"{reason}; {after[model]}"
-        # A required spread or an eviction is why, not only the counts.
+        # A required spread or an eviction is why, not only the counts. One tuple of the
+        # counts for all of a model's replicas (immutable: at 100,000 nodes a round may
+        # leave 30,000 replicas unplaced, and a tuple each was 30,000 more objects).
+        shared = tuple(rejections)
         unplaced.extend(
             Unplaced(
                 model,
                 r,
                 f"{notes[(model, r)]}; {reason}" if (model, r) in notes else reason,
-                tuple(rejections),
+                shared,
             )
             for r in replicas
         )
