@@ -331,6 +331,7 @@ def test_rounds_after_nodes_lost_or_changed_are_the_full_rounds(data: st.DataObj
         # The store writes the plan: the next round starts from it.
         current = got.placements
     event(f"kept from the round before: {min(rounds.carried.keep.hits, 3)}")
+    event(f"judgement patched: {min(rounds.carried.keep.patched, 3)}")
     event(f"rejections recounted: {min(rounds.carried.rejections.recounted, 3)}")
 
 
@@ -425,10 +426,12 @@ def test_the_placements_a_round_wrote_read_back_are_its_own() -> None:
     got = rounds.next(Changes(now=lost_at, not_fresh={host: NOW}))
     assert got.remove and {r.placement.model for r in got.remove} == {"m"}
     read_back = tuple(dataclasses.replace(p) for p in got.placements)
-    reused = rounds.carried.resilience.reused
+    reused, patched = rounds.carried.resilience.reused, rounds.carried.keep.patched
     after = lost_at + timedelta(seconds=10)
     again = rounds.next(Changes(now=after, not_fresh={host: NOW}, current=read_back))
     truth = [dataclasses.replace(n, reported_at=NOW if n.name == host else after) for n in fleet]
     assert digest(again) == digest(plan(demands, truth, read_back, after, POLICY))
-    # "other" was not touched by the write: its figure is the round before's.
+    # "other" was not touched by the write: its figure is the round before's, and its
+    # placements' judgement too (KeepMemo patched: only m judged again).
     assert rounds.carried.resilience.reused == reused + 1
+    assert rounds.carried.keep.patched == patched + 1
