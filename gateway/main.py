@@ -107,11 +107,16 @@ class _Supervisor:
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (worker index, started)
         self.pid = os.getpid()
         self.stopping = False
+        self.stopped_by = ""  # the signal that stopped it, logged by the loop
+        self.stop_logged = False
 
     def stop(self, signum: int, frame: FrameType | None) -> None:
+        # No log line here: the handler runs between two of the main thread's bytecodes,
+        # maybe inside a write to stderr, and writing there again raises (a reentrant
+        # call). The loop logs the stop when the next worker's end wakes it.
         del frame
         if not self.stopping:
-            log.info("gateway.stopping", signal=signal.Signals(signum).name, workers=self.workers)
+            self.stopped_by = signal.Signals(signum).name
         self.stopping = True
         for pid in list(self.children):
             with contextlib.suppress(ProcessLookupError):
@@ -149,6 +154,9 @@ class _Supervisor:
             index, started = found
             code = os.waitstatus_to_exitcode(status)
             _dead(self.metrics_dir, pid)
+            if self.stopping and not self.stop_logged:
+                self.stop_logged = True
+                log.info("gateway.stopping", signal=self.stopped_by, workers=self.workers)
             if self.stopping:
                 failed += code != 0
                 log.info("gateway.worker_stopped", worker=index, pid=pid, code=code)

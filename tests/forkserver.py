@@ -177,6 +177,16 @@ def _wait_for(conn: socket.socket, main: Any) -> None:
             _run(request, fds, main)
         for fd in fds:
             os.close(fd)
+
+        def _end(signum: int, frame: object) -> None:
+            # The server ends its waiters at the worker's end: a command still running
+            # then (one that did not take its stop: a daemon hung by SIGTERM, 2026-12-07)
+            # would be left behind for good, holding its ports and its CPU.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, _end)
         conn.sendall(f"{pid}\n".encode())
         _, status = os.waitpid(pid, 0)
         conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
@@ -196,6 +206,10 @@ def _run(request: dict[str, Any], fds: list[int], main: Any) -> None:
         os.environ.update(request["env"])
         time.tzset()  # TZ is read when the interpreter starts
         sys.argv = [LLMGW, *request["argv"]]
+        # Named for its command in ps and /proc (else every forked command shows as the
+        # fork server): what a hung test's leftover process is, and the suite's CPU by kind.
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(("llmgw " + (request["argv"] or ["?"])[0])[:15])
         try:
             code = main(request["argv"])
         except SystemExit as exc:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
 
 import structlog
 from apscheduler.executors.pool import ThreadPoolExecutor
-from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import DBAPIError
 
 from scheduler.daemon.leader import Leadership
@@ -173,7 +174,13 @@ class Daemon:
                 )
 
     def run_forever(self) -> None:
-        scheduler = BlockingScheduler(
+        # The rounds run on the scheduler's own thread; this one only waits to be told to
+        # stop. The signal handler notes the signal and returns: stopping the scheduler from
+        # inside the handler (as this did) ran on whatever the main thread was doing when
+        # the signal came, possibly inside the scheduler holding its executor's lock, and
+        # waiting there for the round's thread, which needs that lock to finish: SIGTERM
+        # then never returned (a daemon not stopped 30 s after SIGTERM in CI).
+        scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=1)}, timezone="UTC"
         )
         scheduler.add_job(
@@ -186,17 +193,25 @@ class Daemon:
             misfire_grace_time=None,
             next_run_time=datetime.now(UTC),
         )
+        received: list[str] = []
 
         def stop(signum: int, _frame: FrameType | None) -> None:
-            log.info("placement.stopping", signal=signal.Signals(signum).name)
-            # Waits for a round in progress to finish; start() then returns.
-            scheduler.shutdown(wait=True)
+            # Nothing here may take a lock (an event's, the log's): the handler runs on
+            # the main thread between two of its bytecodes, maybe while it holds one.
+            received.append(signal.Signals(signum).name)
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         log.info("placement.started", interval_s=self.interval)
         try:
             scheduler.start()
+            # Looked for in short sleeps: a signal the kernel hands to another thread only
+            # flags it for this one, which runs its handler when it next wakes.
+            while not received:
+                time.sleep(0.2)
+            log.info("placement.stopping", signal=received[0])
+            # Waits for a round in progress to finish.
+            scheduler.shutdown(wait=True)
         finally:
             self.leadership.release()
             log.info("placement.stopped", rounds=self.rounds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -140,6 +141,30 @@ def test_the_daemon_places_a_new_model_and_stops_cleanly_on_sigterm(sqlite_env: 
     } <= set(rounds[-1])
     assert sum(r["placed"] for r in rounds) == 2
     assert events[-1]["event"] == "placement.stopped"
+
+
+def _signal_thread(pid: int, tid: int, signum: int) -> None:
+    """tgkill(2): the signal handed to one thread of ``pid``, as the kernel may hand any."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(234, pid, tid, signum) != 0:  # SYS_tgkill on x86_64
+        raise OSError(ctypes.get_errno(), f"tgkill {pid} {tid}")
+
+
+def test_sigterm_stops_the_daemon_whichever_of_its_threads_the_kernel_hands_it_to(
+    sqlite_env: Env,
+) -> None:
+    # A process-directed signal goes to any thread that does not block it; Python runs
+    # the handler on the main thread only when that thread wakes. A main thread waiting
+    # without a timeout never did: the daemon ignored SIGTERM for as long as a round's
+    # thread was the one that took it.
+    env = sqlite_env
+    proc, log = env.start_daemon()
+    wait_for(lambda: any(e["event"] == "placement.round" for e in logs(log)), "a round")
+    threads = sorted(int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid)
+    assert threads, "the rounds run on a thread of their own"
+    _signal_thread(proc.pid, threads[-1], signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert logs(log)[-1]["event"] == "placement.stopped"
 
 
 def test_a_second_daemon_on_sqlite_waits_while_the_first_leads(sqlite_env: Env) -> None:

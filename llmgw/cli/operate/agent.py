@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import threading
+import time
 from collections.abc import Mapping
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -134,23 +135,47 @@ class _Stop:
     for a clean stop (engines stopped unless left, by the loop's own thread), and a
     watchdog ends the process if that has not happened in time; a second signal
     ends it at once.
+
+    The handler itself only counts the signal (or ends the process): it runs on the
+    main thread between two of its bytecodes, possibly while that thread holds the log's
+    write lock (the loop logs every tick) or the stop event's, and taking either again
+    there would wait forever. The log line, the event and the watchdog are the
+    ``agent-stop`` thread's, which looks for a new signal every ``WATCH_S``.
     """
+
+    WATCH_S = 0.05
 
     def __init__(self, grace: float) -> None:
         self.grace = grace
         self.agent: Agent | None = None
-        self.signals = 0
+        self.received: list[str] = []  # appended by the handler only: no lock taken
+        threading.Thread(target=self._watch, name="agent-stop", daemon=True).start()
+
+    @property
+    def signals(self) -> int:
+        return len(self.received)
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         del frame
-        self.signals += 1
-        log.info("agent.stopping", signal=signal.Signals(signum).name, signals=self.signals)
-        if self.agent is None or not self.agent.looping or self.signals > 1:
+        self.received.append(signal.Signals(signum).name)
+        agent = self.agent
+        if agent is None or not agent.looping or len(self.received) > 1:
             raise SystemExit(0)
-        self.agent.stopping.set()
-        watchdog = threading.Timer(self.grace + STOP_MARGIN_S, self._overdue)
-        watchdog.daemon = True
-        watchdog.start()
+
+    def _watch(self) -> None:
+        seen = 0
+        while True:
+            time.sleep(self.WATCH_S)
+            if len(self.received) == seen:
+                continue
+            seen = len(self.received)
+            log.info("agent.stopping", signal=self.received[seen - 1], signals=seen)
+            agent = self.agent
+            if seen == 1 and agent is not None and agent.looping:
+                agent.stopping.set()
+                watchdog = threading.Timer(self.grace + STOP_MARGIN_S, self._overdue)
+                watchdog.daemon = True
+                watchdog.start()
 
     def _overdue(self) -> None:
         log.error(

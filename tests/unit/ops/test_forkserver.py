@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from tests import forkserver
+from tests.conftest import REPO
 
 
 @pytest.fixture
@@ -140,3 +142,41 @@ def test_the_servers_socket_appears_only_once_it_listens(
         assert sorted(os.listdir(tmp_path)) == ["sock"]
     finally:
         listener.close()
+
+
+LEFT_RUNNING = """
+import os, subprocess, sys
+from tests import forkserver
+proc = forkserver.popen(
+    ["serve", "--host", "127.0.0.1", "--port", "0"], cwd=sys.argv[1], env=dict(os.environ),
+    stdout=subprocess.PIPE,
+)
+proc.stdout.readline()  # listening
+print(proc.pid, flush=True)
+"""  # a test worker that ends with a command still running
+
+
+def test_a_command_still_running_when_its_worker_ends_is_ended_with_it(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # The fork server ends its waiters when the worker that started it ends; each waiter
+    # ends its command. Before, the command was left behind for good (every server a
+    # test forgot to stop, and a daemon hung by SIGTERM, kept running after the suite).
+    worker = subprocess.run(
+        [sys.executable, "-c", LEFT_RUNNING, str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert worker.returncode == 0, worker.stderr
+    pid = int(worker.stdout.split()[-1])
+    deadline = time.monotonic() + 60  # a bound on a leak, not on speed
+    while os.path.exists(f"/proc/{pid}") and _state(pid) != "Z":
+        assert time.monotonic() < deadline, f"the command {pid} outlived its worker"
+        time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
