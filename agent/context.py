@@ -14,7 +14,11 @@ bytes and anything of the wrong shape means "not known", never a guess.
 
 from __future__ import annotations
 
+import http.client
+import io
 import json
+import socket
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -141,15 +145,101 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
 
 
-def direct_opener() -> urllib.request.OpenerDirector:
+def direct_opener(within: float | None = None) -> urllib.request.OpenerDirector:
     """Straight to the engine (or gateway), never through an http_proxy the environment
-    may name for the control plane, and its key never on to another origin."""
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}), KeyStaysHome())
+    may name for the control plane, and its key never on to another origin. ``within``:
+    seconds the whole exchange may take from now (redirects, head and body), where a
+    timeout bounds each read alone, and an engine sending a byte just within it held
+    its reader for as long as it liked (the agent's loop: its health checks and context
+    reads)."""
+    handlers: list[urllib.request.BaseHandler] = [
+        urllib.request.ProxyHandler({}),
+        KeyStaysHome(),
+    ]
+    if within is not None:
+        deadline = time.monotonic() + within
+        handlers += [_Bounded(deadline), _BoundedTLS(deadline)]
+    return urllib.request.build_opener(*handlers)
 
 
-# Straight to the engine on this machine, never through an http_proxy the
-# environment may name for the control plane (as the health check).
-_DIRECT = direct_opener()
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads, each given what is left until ``deadline`` as its timeout.
+    Through the socket's own ``makefile``: it holds the socket open once urllib closes
+    its handle on it (an answer is read after that)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self.sock = sock
+        self.raw = sock.makefile("rb", buffering=0)
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the answer took longer than its time")
+        self.sock.settimeout(left)
+        return self.raw.readinto(buffer)
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+class _DeadlineSocket:
+    """A connected socket whose ``makefile`` (what ``http.client`` reads an answer
+    through) reads within ``deadline``; everything else as the socket's."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def makefile(self, mode: str = "rb", *_: Any, **__: Any) -> io.BufferedReader:
+        assert mode == "rb", mode
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def _connection(base: type[http.client.HTTPConnection], deadline: float) -> Any:
+    def connection(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the answer took longer than its time")
+        given = kwargs.get("timeout")  # urllib's default: an object, not a number
+        kwargs["timeout"] = min(given, left) if isinstance(given, int | float) else left
+        conn = base(host, **kwargs)
+        connect = conn.connect
+
+        def bounded_connect() -> None:
+            connect()
+            conn.sock = _DeadlineSocket(conn.sock, deadline)
+
+        conn.connect = bounded_connect  # type: ignore[method-assign]
+        return conn
+
+    return connection
+
+
+class _Bounded(urllib.request.HTTPHandler):
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_connection(http.client.HTTPConnection, self.deadline), req)
+
+
+class _BoundedTLS(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_connection(http.client.HTTPSConnection, self.deadline), req)
 
 
 def read(
@@ -170,11 +260,11 @@ def read(
     if key:
         ask.add_header("Authorization", f"Bearer {key}")
     try:
-        with _DIRECT.open(ask, timeout=timeout) as answer:
+        with direct_opener(within=timeout).open(ask, timeout=timeout) as answer:
             if not 200 <= int(answer.status) < 300:
                 return None
             raw = answer.read(MAX_BODY + 1)
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
         return None
     if len(raw) > MAX_BODY:
         return None

@@ -8,6 +8,7 @@ starts several) stop with it.
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from agent.context import direct_opener
 from agent.engines import Command
 from agent.safefs import open_regular
 from catalog.forms.printable import printable as is_printable
@@ -338,17 +340,14 @@ def _signal_group(e: Engine, signum: signal.Signals) -> None:
         pass
 
 
-# Health checks go straight to the engine on this machine, never through an
-# http_proxy the environment may name for the control plane.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
 def healthy(url: str, timeout: float = 1.0) -> bool:
+    # Straight to the engine on this machine, never through an http_proxy the environment
+    # may name for the control plane; the whole check within ``timeout``.
     try:
-        with _DIRECT.open(url, timeout=timeout) as answer:
+        with direct_opener(within=timeout).open(url, timeout=timeout) as answer:
             answer.read(1024)
             return 200 <= int(answer.status) < 300
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
         return False
 
 

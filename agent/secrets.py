@@ -12,6 +12,7 @@ report, and a refusal names the secret and where it was looked for, never a valu
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -47,6 +48,27 @@ def _secret(
         raise SecretMissing(f"env {var}: {exc}") from None
 
 
+def _read_regular(path: Path) -> bytes | None:
+    """At most ``MAX_SECRET_BYTES + 1`` bytes of the regular file at ``path`` (links
+    followed: Kubernetes lays secrets out as links); None for anything else. Opened
+    without blocking: a FIFO with no writer (or a one-shot FIFO already read) blocked
+    its reader's open for ever, and the gateway reads its engines' keys on its event
+    loop at every table, the agent on its loop when it starts an engine."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = b""
+        while len(data) <= MAX_SECRET_BYTES:
+            chunk = os.read(fd, MAX_SECRET_BYTES + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+        return data
+    finally:
+        os.close(fd)
+
+
 def read_secret(
     secret: str,
     secrets_dir: Path | None,
@@ -67,13 +89,17 @@ def read_secret(
     if secrets_dir is not None:
         path = secrets_dir / secret
         try:
-            with path.open("rb") as f:
-                data = f.read(MAX_SECRET_BYTES + 1)
+            data = _read_regular(path)
         except FileNotFoundError:
             pass
         except OSError as exc:
             raise SecretMissing(f"secret {secret!r}: cannot read {path}: {exc.strerror}") from None
         else:
+            if data is None:
+                raise SecretMissing(
+                    f"secret {secret!r}: {path} is not a regular file (a FIFO, a device, a "
+                    "socket); a secret file holds the value alone"
+                )
             if len(data) > MAX_SECRET_BYTES:
                 raise SecretMissing(
                     f"secret {secret!r}: {path} is larger than {MAX_SECRET_BYTES} "

@@ -8,6 +8,7 @@ should be) is not trusted to answer sensibly.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -62,7 +63,7 @@ def post(target: Target, path: str, body: dict[str, Any], timeout: float = TIMEO
             status, raw = int(answer.status), answer.read(MAX_ANSWER + 1)
     except urllib.error.HTTPError as exc:
         status, raw = exc.code, exc.read(MAX_ANSWER + 1)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         return Answer(None, None, f"{target.base_url}{path}: {reason}")
     if len(raw) > MAX_ANSWER:

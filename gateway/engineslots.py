@@ -156,7 +156,7 @@ class EngineSlots:
             if len(raw) > MAX_PROPS_BYTES:
                 return 0, f"GET /props answered more than {MAX_PROPS_BYTES} bytes"
             return total_slots(json.loads(raw)), ""
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as exc:
             return 0, f"GET /props: {type(exc).__name__}: {exc}"[:300]
 
 

@@ -1161,7 +1161,7 @@ def _has_content(payload: bytes) -> bool:
     except (msgspec.DecodeError, RecursionError):
         try:
             data = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             return True  # not ours to judge: pass it on
     if not isinstance(data, dict):
         return True

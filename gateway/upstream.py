@@ -106,7 +106,7 @@ class Upstream:
                 return admission.estimate(req), "an estimate: the engine has no /tokenize"
             if answer.status == 200:
                 data = json.loads(raw)
-        except (Unreachable, BrokenAnswer, TimeoutError, ValueError):
+        except (Unreachable, BrokenAnswer, TimeoutError, ValueError, RecursionError):
             data = None
         tokens = _tokens(data)
         if tokens is None:

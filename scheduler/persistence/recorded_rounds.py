@@ -172,6 +172,11 @@ def read_recorded_round(
         query = query.where(rounds_t.c.planned_at <= at)
     query = query.order_by(rounds_t.c.id.desc())
     offset = 0
+    # Rounds found unreadable through a link of a later round's chain, and why: the rounds
+    # before it in the search share that chain, and were each rebuilt again up to the
+    # same link (a chain's full record that cannot be read: every round of the chain
+    # decoded it again, some 64 times 60 MB at issue 42's scale).
+    unreadable: dict[int, str] = {}
     while True:
         batch = conn.execute(query.limit(SEARCH_BATCH).offset(offset)).mappings().all()
         if not batch:
@@ -182,7 +187,7 @@ def read_recorded_round(
                 [row],
                 table="placement_rounds",
                 key=("id",),
-                decode=lambda r: _round(conn, r),
+                decode=lambda r: _round(conn, r, unreadable),
                 times=("planned_at",),
             )
             if readable:
@@ -190,26 +195,47 @@ def read_recorded_round(
         offset += SEARCH_BATCH
 
 
-def _round(conn: Connection, r: Row) -> RecordedRound:
+def _round(conn: Connection, r: Row, unreadable: dict[int, str] | None = None) -> RecordedRound:
+    """Round ``r`` as recorded; ``unreadable``: rounds already known not to be, and why,
+    told here of the rounds found so along ``r``'s chain."""
+    known = {} if unreadable is None else unreadable
+    if r["id"] in known:
+        raise UnreadableRow(known[r["id"]])
     if r["base_round"] is None:
         documents, inventory = _full_documents(conn, r)
         return recorded_round(r, documents, inventory)
     # Recorded by reference: its chain, back to the full record it starts from.
     policy = json_column(r["policy"], "policy", STORED_LIMITS)
     links: list[Mapping[Any, Any]] = [r]
+    # The chain's changes together within one column's bounds (as the writer keeps them:
+    # at most a quarter of a full record): each link's alone is, and a chain of
+    # ``MAX_CHAIN`` links each near ``ROUND_LIMITS`` would otherwise be held and rebuilt.
+    held = _length(r["changes"])
     while links[-1]["base_round"] is not None:
         if len(links) > MAX_CHAIN:
             raise UnreadableRow(f"its chain of rounds is longer than {MAX_CHAIN}")
         link = links[-1]
         base = link["base_round"]
         if type(base) is not int or not 0 < base < link["id"]:
-            raise UnreadableRow(
-                f"base_round {base!r} of round {link['id']} is not an earlier round"
-            )
-        found = conn.execute(raw(rounds_t).where(rounds_t.c.id == base)).mappings().first()
+            reason = f"base_round {base!r} of round {link['id']} is not an earlier round"
+            known.update((later["id"], reason) for later in links)
+            raise UnreadableRow(reason)
+        # A link's own columns but its changes are not read: a row by reference holds
+        # none, and a hostile one's (a gigabyte each) were held for every link.
+        found = conn.execute(_LINK.where(rounds_t.c.id == base)).mappings().first()
+        if found is not None and found["base_round"] is None:
+            found = conn.execute(raw(rounds_t).where(rounds_t.c.id == base)).mappings().first()
         if found is None:
-            raise UnreadableRow(f"it is recorded by reference to round {base}, which is not stored")
+            reason = f"it is recorded by reference to round {base}, which is not stored"
+            known.update((later["id"], reason) for later in links)
+            raise UnreadableRow(reason)
         links.append(found)
+        held += _length(found["changes"])
+        if held > ROUND_LIMITS.max_bytes:
+            raise UnreadableRow(
+                f"the changes of its chain of rounds (to round {base}) hold more than "
+                f"{ROUND_LIMITS.max_bytes} bytes"
+            )
     chain = links[::-1]  # the full record first, this row last
     link = chain[0]
     try:
@@ -220,11 +246,21 @@ def _round(conn: Connection, r: Row) -> RecordedRound:
     except UnreadableRow as exc:
         if link is r:
             raise
-        raise UnreadableRow(
-            f"it is recorded by reference to round {link['id']}, which cannot be read: {exc}"
-        ) from None
+        reason = f"it is recorded by reference to round {link['id']}, which cannot be read: {exc}"
+        # Every round after that link in this chain is rebuilt through it.
+        at = next(i for i, each in enumerate(chain) if each is link)
+        known.update((later["id"], reason) for later in chain[at + 1 :])
+        raise UnreadableRow(reason) from None
     documents, nodes = rebuilt.documents(policy)
     return recorded_round(r, documents, nodes)
+
+
+# What the walk along a chain reads of each link (the full record it ends at, whole).
+_LINK = raw(rounds_t, "id", "base_round", "changes")
+
+
+def _length(changes: object) -> int:
+    return len(changes) if isinstance(changes, str) else 0
 
 
 def _changes(r: Row) -> object:

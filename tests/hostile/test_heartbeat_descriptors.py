@@ -76,15 +76,16 @@ def test_idle_heartbeat_connections_leave_the_api_its_descriptors(
             text = log_path.read_text()
             assert "api.heartbeat_connections_clamped" in text
             assert f'"heartbeat_connections": {ROOM},' in text
-            # More idle connections than the whole limit: the first ROOM are kept, the
-            # rest answered BUSY and closed.
+            # More idle connections than the whole limit: ROOM are kept, each new one
+            # taking the place of the oldest (no heartbeat on either), answered BUSY
+            # and closed.
             for _ in range(LIMIT + 50):
                 socks.append(socket.create_connection(("127.0.0.1", hb), timeout=30))
             busy = 0
-            for s in socks[-50:]:
+            for s in socks[: LIMIT + 50 - ROOM]:
                 s.settimeout(30)
                 busy += s.recv(100).startswith(b"BUSY ")
-            assert busy == 50
+            assert busy == LIMIT + 50 - ROOM
             assert [_healthy(url) for _ in range(5)] == [True] * 5
         finally:
             for s in socks:

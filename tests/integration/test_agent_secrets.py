@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,9 @@ from agent.inventory import Inventory
 from agent.placements import Key
 from agent.runtime import Agent, AgentConfig
 from agent.secrets import SecretMissing, resolve_env
+from llmgw.gateway_settings import resolve_gateway
 from tests.integration.test_agent_runtime import StandIn, placement, tick_until
+from tests.unit.gateway.test_gateway_settings import settings_file
 
 VALUE = "hf_node-local-value-42"
 
@@ -103,3 +107,51 @@ def test_an_engine_inherits_none_of_the_nodes_secrets_but_those_its_profile_name
         agent.shutdown()
     assert environ["HF_TOKEN"] == VALUE and environ["KEPT_FROM_THE_AGENT"] == "yes"
     assert not [k for k in environ if k.startswith("LLMGW_SECRET_")], sorted(environ)
+
+
+def _returns_within(seconds: float, call: Callable[[], object]) -> BaseException | object:
+    """What ``call`` returned or raised, or fail if it blocked ``seconds``."""
+    out: list[BaseException | object] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except BaseException as exc:  # handed to the test
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"blocked for more than {seconds} s"
+    return out[0]
+
+
+def test_a_secret_file_that_is_no_regular_file_is_refused_without_blocking(
+    tmp_path: Path,
+) -> None:
+    # Attack: a FIFO in the secrets dir (no writer, or a one-shot FIFO already read):
+    # open() blocked for ever, the gateway's event loop with it (it reads its engines'
+    # keys at every table), and the agent's loop when it started an engine.
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    os.mkfifo(secrets / "engine-key")
+    (secrets / "zeros").symlink_to("/dev/zero")
+    (secrets / "a-dir").mkdir()
+    (tmp_path / "real").write_text("the-key\n")
+    (secrets / "linked").symlink_to(tmp_path / "real")  # as Kubernetes lays them out
+    gateway = resolve_gateway({"secrets_dir": str(secrets)}, settings_file(tmp_path, ""), env={})
+    try:
+        for name in ("engine-key", "zeros", "a-dir"):
+            for lookup in (
+                lambda n=name: gateway.engine_secret(n),
+                lambda n=name: resolve_env({"K": {"secret": n}}, secrets, {}),
+            ):
+                refused = _returns_within(5, lookup)
+                assert isinstance(refused, LookupError), refused
+                assert "not a regular file" in str(refused), refused
+        assert gateway.engine_secret("linked") == "the-key"
+    finally:
+        # A writer, should a blocked open still wait, so that its thread ends (ENXIO:
+        # no reader waits).
+        with contextlib.suppress(OSError):
+            os.close(os.open(secrets / "engine-key", os.O_WRONLY | os.O_NONBLOCK))

@@ -73,3 +73,48 @@ def test_the_engines_total_slots_go_into_the_next_table_and_a_silent_one_keeps_i
     assert installs == 1  # one new table, when the engine said its slots
     # Tried 1 + len(RETRIES_S) times, then left to its args: never asked again.
     assert list(pending.values()) == [math.inf]
+
+
+def test_props_nested_past_the_parsers_depth_break_no_other_replicas_slots() -> None:
+    """Attack: an engine answers /props with JSON nested 100,000 deep (within the 1 MB read):
+    json.loads raised RecursionError, which ask() did not catch; the whole check raised,
+    the gateway's engine-slots task ended for good (an exception nobody waits for), and no
+    replica, this one or any started after, had its slots learned again."""
+    import http.server
+    import threading
+
+    class Hostile(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"[" * 100_000 + b"]" * 100_000
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    hostile = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    threading.Thread(target=hostile.serve_forever, daemon=True).start()
+    try:
+        with sim_engine("--slots", "5", model="tiny") as port:
+
+            async def scenario() -> list[tuple[int, str]]:
+                state = State("gw-test")
+                rows = placements(hostile.server_address[1], port)
+
+                def reinstall() -> None:
+                    state.install(build([MODEL], rows, 1, state.engine_slots))
+
+                state.install(build([MODEL], rows, 1))
+                slots = EngineSlots(state, reinstall, timeout_s=5)
+                try:
+                    await slots.check()
+                finally:
+                    await slots.close()
+                return [(r.slots, r.slots_source) for r in state.table.ready["tiny"]]
+
+            seen = asyncio.run(scenario())
+    finally:
+        hostile.shutdown()
+    assert seen == [(2, "args"), (5, "engine")]

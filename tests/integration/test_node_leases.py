@@ -333,3 +333,46 @@ def test_the_listener_thread_keeps_its_own_loop(engine: Engine) -> None:
         thread.stop()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_a_line_never_ended_holds_no_connection_and_a_sender_without_a_token_gives_way(
+    engine: Engine,
+) -> None:
+    """Attack (no token needed): a connection sending a byte of a line it never ends, once
+    an idle timeout (up to MAX_LINE of them: 42 hours at 300 s), was never idle, and
+    10,000 such connections (33 bytes a second) held every slot: every agent answered
+    BUSY, sending full reports instead, the load the listener exists to spare. A
+    connection is idle without a heartbeat answered, and a full listener makes room by
+    closing the oldest connection no heartbeat was taken on yet."""
+    store = _store(engine, "a")
+
+    async def scenario() -> None:
+        issued = issue_token("agent-a", "agent", ["a"])
+        book = LeaseBook(store, contextlib.nullcontext())
+        listener = HeartbeatListener(
+            book, TokenBook([issued.entry]), max_connections=1, idle_timeout_s=0.5
+        )
+        port = await listener.start("127.0.0.1", 0)
+        held = book.accepted("a")
+        try:
+            async with _connection(port) as (reader, writer):
+                started = asyncio.get_running_loop().time()
+                closed = asyncio.ensure_future(reader.read())
+                while not closed.done() and asyncio.get_running_loop().time() - started < 5:
+                    writer.write(b"H")
+                    await asyncio.sleep(0.1)
+                assert closed.done() and await closed == b"", "dripped for 5 s, still open"
+            async with _connection(port) as (silent, _):
+                await asyncio.sleep(0.05)
+                # The one slot is taken by a connection without a heartbeat: an agent's
+                # takes its place.
+                async with _connection(port) as (reader, writer):
+                    writer.write(f"HB a {issued.token} {held}\n".encode())
+                    assert await asyncio.wait_for(reader.readline(), 30) == b"OK a\n"
+                assert await asyncio.wait_for(silent.read(), 30) == (
+                    b"BUSY too many heartbeat connections; send full reports\n"
+                )
+        finally:
+            await listener.stop()
+
+    asyncio.run(scenario())

@@ -25,7 +25,13 @@ from events.storage.backends import open_log
 from scheduler.daemon.round_runner import Placer
 from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.persistence import audit_trail, recorded_rounds, round_chain, round_store
+from scheduler.persistence import (
+    audit_trail,
+    recorded_rounds,
+    round_chain,
+    round_store,
+    row_decoding,
+)
 from scheduler.persistence.record_format import (
     RecordedRound,
     full_record,
@@ -263,3 +269,102 @@ def test_a_round_whose_replica_states_pass_a_megabyte_reads(
     read = store.recorded_round(round_id=first)
     assert read is not None and read.lifecycle.statuses[key].message == big.message
     assert store.recorded_round(round_id=first + 1) is not None
+
+
+def test_a_chain_whose_changes_together_pass_a_rounds_bounds_is_unreadable(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: hostile rows by reference, each link's changes within a round's bounds
+    (ROUND_LIMITS, 256 MB) and up to MAX_CHAIN (1,000) links: a read held every link's
+    text and rebuilt them all, some 256 GB. The chain's changes together are held to
+    one round's bounds (the writer keeps them to a quarter of a full record). Scaled
+    down here: the bounds at 64 kB, each link padded to 30 kB."""
+    recorded = Recorded(monkeypatch)
+    _scenario(engine)
+    rows = _rows(engine)
+    last = max(rows)
+    store = SchedulerStore(engine)
+    bounds = dataclasses.replace(row_decoding.ROUND_LIMITS, max_bytes=64 << 10)
+    monkeypatch.setattr(recorded_rounds, "ROUND_LIMITS", bounds)
+    assert store.recorded_round(round_id=last) == recorded.full[last]
+    with engine.begin() as conn:
+        for round_id, (base, _, changes) in rows.items():
+            if base is not None:
+                conn.execute(
+                    text("UPDATE placement_rounds SET changes = :c WHERE id = :i"),
+                    {"c": changes + " " * (30_000 - len(changes)), "i": round_id},
+                )
+    first_link = min(i for i, row in rows.items() if row[0] is not None)
+    assert store.recorded_round(round_id=first_link) == recorded.full[first_link]
+    with pytest.raises(RoundUnreadable, match="hold more than 65536 bytes"):
+        store.recorded_round(round_id=last)
+
+
+def test_the_search_for_the_last_readable_round_rebuilds_a_broken_chain_once(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain's full record that cannot be read as one (here its changes): the search
+    for the last readable round rebuilt every later round of the chain up to it again,
+    decoding the full record each time (some 64 times 60 MB at issue 42's scale): once
+    is enough, the rounds after it in that chain then known unreadable, for that reason."""
+    recorded = Recorded(monkeypatch)
+    _scenario(engine)
+    rows = _rows(engine)
+    first, last = min(rows), max(rows)
+    assert last - first >= 3 and all(rows[i][0] == i - 1 for i in rows if i != first)
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE placement_rounds SET changes = :c WHERE id = :i"),
+            {"c": '{"boundary": 3}', "i": first},
+        )
+    decoded: list[int] = []
+    full_documents = recorded_rounds._full_documents
+
+    def counted(conn: Any, r: Any) -> Any:
+        decoded.append(r["id"])
+        return full_documents(conn, r)
+
+    monkeypatch.setattr(recorded_rounds, "_full_documents", counted)
+    store = SchedulerStore(engine)
+    # The full record itself reads (its changes are a chain's only); every later round
+    # names it.
+    assert store.recorded_round() == recorded.full[first]
+    assert decoded == [first, first], decoded
+    for round_id in range(first + 1, last + 1):
+        with pytest.raises(
+            RoundUnreadable,
+            match=f"recorded by reference to round {first}, which cannot be read: "
+            "changes boundary 3 is not a time",
+        ):
+            store.recorded_round(round_id=round_id)
+
+
+def test_a_links_columns_other_than_its_changes_are_not_read_along_a_chain(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: hostile rows by reference carrying what no such row holds (a current, a
+    lifecycle of megabytes; gigabytes for a database's text): reading a round fetched
+    every link of its chain whole and held them all, up to MAX_CHAIN of them, past any
+    bound on what is decoded. A link's changes are all the walk reads of it."""
+    import tracemalloc
+
+    recorded = Recorded(monkeypatch)
+    _scenario(engine)
+    rows = _rows(engine)
+    last = max(rows)
+    padding = 4 << 20
+    with engine.begin() as conn:
+        for round_id, (base, _, _) in rows.items():
+            if base is not None and round_id != last:
+                conn.execute(
+                    text("UPDATE placement_rounds SET current = :c, lifecycle = :c WHERE id = :i"),
+                    {"c": "[" + " " * padding + "]", "i": round_id},
+                )
+    store = SchedulerStore(engine)
+    tracemalloc.start()
+    try:
+        assert store.recorded_round(round_id=last) == recorded.full[last]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < padding, f"{peak} bytes at the peak of a read of a few kilobytes"

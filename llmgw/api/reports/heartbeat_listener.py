@@ -30,10 +30,12 @@ reach it, so everything is bounded (docs/security/hostile-input-agent-and-header
 - at most ``MAX_LINES`` lines answered per turn of the listener's loop for one
   connection (reading from it paused until the rest is answered), so one fast sender
   cannot keep the others waiting;
-- at most ``max_connections`` open (one more is answered ``BUSY`` and closed: the agent
-  then sends full reports, as an old agent does), a connection silent for
-  ``idle_timeout_s`` closed, and reading paused while the answers are not read (so a
-  client that never reads cannot make the server buffer without end);
+- at most ``max_connections`` open (one more takes the place of the oldest on which no
+  heartbeat was taken yet, else is answered ``BUSY`` and closed: the agent then sends
+  full reports, as an old agent does), a connection without a heartbeat answered for
+  ``idle_timeout_s`` closed (bytes of a line never ended do not count), and reading
+  paused while the answers are not read (so a client that never reads cannot make the
+  server buffer without end);
 - a datagram of more than ``MAX_LINES`` lines, or with a line that is not a well-formed
   heartbeat of a valid token, is dropped unanswered: a datagram's sender can be forged,
   so only a well-formed, authenticated datagram is answered, and never by more bytes
@@ -71,6 +73,7 @@ IDLE_TIMEOUT_S = 300.0
 # How long stopping waits for the listener's loop to close its sockets.
 STOP_TIMEOUT_S = 10.0
 
+_BUSY = b"BUSY too many heartbeat connections; send full reports\n"
 _BAD_LINE = b"BAD expected 'HB <node> <token> <report id>'\n"
 
 
@@ -92,6 +95,10 @@ class HeartbeatListener:
         self.max_connections = max_connections
         self.idle_timeout_s = idle_timeout_s
         self.open: set[_Connection] = set()
+        # The open connections no heartbeat was taken on yet, oldest first: when every
+        # slot is taken, the oldest of them gives way to a new one (no token is needed
+        # to open one, and a sender without a token must not keep the agents out).
+        self.unproven: dict[_Connection, None] = {}
         self.dropped = 0  # datagrams dropped unanswered (too many lines, bad or denied)
         self._server: asyncio.Server | None = None
         self._datagrams: asyncio.DatagramTransport | None = None
@@ -313,21 +320,28 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
         self.transport = cast(asyncio.Transport, transport)
-        if len(self.listener.open) >= self.listener.max_connections:
-            self.transport.write(b"BUSY too many heartbeat connections; send full reports\n")
-            self.closed = True
-            transport.close()
-            return
-        self.listener.open.add(self)
+        listener = self.listener
+        if len(listener.open) >= listener.max_connections:
+            if not listener.unproven:
+                self.transport.write(_BUSY)
+                self.closed = True
+                transport.close()
+                return
+            oldest = next(iter(listener.unproven))
+            if oldest.transport is not None:
+                oldest.transport.write(_BUSY)
+            oldest.close()
+        listener.open.add(self)
+        listener.unproven[self] = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.listener.open.discard(self)
+        self.listener.unproven.pop(self, None)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self.last = time.monotonic()
         self.buffer = self.buffer[self.pos :] + data if self.buffer else data
         self.pos = 0
         if not self.backlog:
@@ -364,6 +378,10 @@ class _Connection(asyncio.Protocol):
             if close:
                 self.close()
                 return
+            # Silent is without a heartbeat answered: a byte at a time of a line never
+            # ended (up to MAX_LINE of them) held a connection as long as it dripped.
+            self.last = time.monotonic()
+            self.listener.unproven.pop(self, None)
         if more:
             self.backlog = True
             asyncio.get_running_loop().call_soon(self._answer)
@@ -389,5 +407,6 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         self.closed = True
         self.listener.open.discard(self)
+        self.listener.unproven.pop(self, None)
         if self.transport is not None:
             self.transport.close()

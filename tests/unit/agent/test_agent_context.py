@@ -225,3 +225,152 @@ def test_the_engines_key_does_not_follow_a_redirect_to_another_host() -> None:
             server.server_close()
     assert seen, "the redirects were not followed at all: the test proves nothing"
     assert seen == [None] * len(seen), seen
+
+
+def _dripping_engine(head: bytes) -> tuple[str, Any]:
+    """A server on the engine's address that sends ``head`` and then one byte every 0.2 s
+    for ever, each within any per-read timeout; (its URL, its closer)."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(head)
+                while not stop.wait(0.2):
+                    conn.sendall(b"x")
+            except OSError:
+                pass  # the reader gave up
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=drip, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def close() -> None:
+        stop.set()
+        listener.close()
+
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", close
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2000000\r\n\r\n",  # the body dripped
+        b"HTTP/1.1 200 OK\r\nx-slow: ",  # a header dripped (65,536 bytes a line)
+    ],
+    ids=["body", "header"],
+)
+def test_an_engine_dripping_its_answer_holds_the_agents_loop_no_longer_than_the_timeout(
+    head: bytes,
+) -> None:
+    """Attack: whatever answers on an engine's port (the engine runs code that came with
+    its model) sends a byte just within each read's timeout: the health check (1 s a
+    read, 1,024 bytes) and the context read (2 s a read, 1 MB) each held the agent's
+    loop for minutes to weeks, its reports with it, and the node was given up. Each
+    ask now ends by its timeout, whatever the engine sends."""
+    import threading
+    import time
+
+    from agent import processes
+
+    url, close = _dripping_engine(head)
+    try:
+        for ask, timeout in (
+            (lambda: processes.healthy(url + "/health", timeout=1.0), 1.0),
+            (lambda: context.read("llamacpp", url, "m", timeout=2.0), 2.0),
+        ):
+            took: list[float] = []
+
+            def timed(ask: Any = ask, took: list[float] = took) -> None:
+                started = time.monotonic()
+                assert not ask()
+                took.append(time.monotonic() - started)
+
+            thread = threading.Thread(target=timed, daemon=True)
+            thread.start()
+            thread.join(timeout + 8)
+            assert took, f"still reading {timeout + 8} s later"
+            assert took[0] < timeout + 1.5, took
+    finally:
+        close()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"SSH-2.0-OpenSSH_9.6\r\n",  # another service on the port: BadStatusLine
+        b"HTTP/1.1 200 OK\r\nx: " + b"y" * 70_000 + b"\r\n\r\n",  # LineTooLong
+        b"HTTP/1.1 200 OK\r\n" + b"x: y\r\n" * 200 + b"\r\n",  # more than 100 headers
+    ],
+    ids=["not-http", "long-header", "many-headers"],
+)
+def test_an_engine_answering_what_is_no_http_is_not_ready_and_breaks_nothing(
+    answer: bytes,
+) -> None:
+    """Attack: whatever answers on an engine's port answers what http.client refuses
+    (an HTTPException, neither an OSError nor a ValueError): the health check raised
+    out of the agent's observe(), the first step of its tick, and every tick failed
+    before its report while the engine answered so: one engine took its node down."""
+    import socket
+    import threading
+
+    from agent import processes
+    from engine_check import probe
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        assert processes.healthy(url + "/health") is False
+        assert context.read("llamacpp", url, "m") is None
+        # engine-check: a verdict naming the failure, not a traceback quoting the answer.
+        target = probe.Target(base_url=url, model="m", via="replica", headers={})
+        assert probe.post(target, "/v1/chat/completions", {}, timeout=5).status is None
+    finally:
+        listener.close()
+
+
+def test_a_bounded_opener_asked_without_a_timeout_of_its_own_takes_its_bound() -> None:
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        with context.direct_opener(within=2).open(url) as answer:  # urllib's default timeout
+            assert answer.read() == b"ok"
+    finally:
+        server.shutdown()

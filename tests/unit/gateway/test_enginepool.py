@@ -862,3 +862,28 @@ def test_relay_hands_pieces_to_the_sink_until_it_refuses_then_piece_takes_over()
             await pool.close()
 
     run(main())
+
+
+def test_a_tokenize_answer_nested_past_the_parsers_depth_is_an_estimate() -> None:
+    # Attack: an engine answers /tokenize with JSON nested 100,000 deep (within its
+    # bound): json.loads raised RecursionError, which count() did not catch, and every
+    # request of the model counted on that engine failed instead of being estimated.
+    body = b"[" * 100_000 + b"]" * 100_000
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await _request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+
+    async def main() -> None:
+        async with Engine(engine) as url:
+            upstream = Upstream(2, 5, 1)
+            req = admission.parse_request(
+                {"model": "m", "messages": [{"role": "user", "content": "hi"}]}, admission.CHAT
+            )
+            tokens, how = await upstream.count(url, "m", req)
+            assert how == "an estimate: the engine's /tokenize failed"
+            assert tokens == admission.estimate(req)
+            await upstream.close()
+
+    run(main())

@@ -298,3 +298,14 @@ def test_a_streams_events_are_relayed_in_order_through_the_hooks_and_send_alike(
                     assert hooks.written == 0
 
         run(main())
+
+
+def test_an_event_nested_past_the_parsers_depth_is_passed_on_not_a_crash() -> None:
+    # Attack: an engine's first event is JSON nested 100,000 deep: msgspec refused it
+    # (RecursionError), json.loads then raised RecursionError too, past the ValueError
+    # caught, out of the stream's scan. Not ours to judge: passed on, as any JSON
+    # neither parser reads.
+    from gateway.proxy import _FirstContent
+
+    event = b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n\n"
+    assert _FirstContent().seen(bytearray(event))
