@@ -16,10 +16,11 @@ when they differ from the last it wrote, the replicas it left unplaced and why
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from operator import is_
+from typing import TYPE_CHECKING, overload
 
 import structlog
 
@@ -32,7 +33,7 @@ from scheduler.persistence.serving_policy import ServingProcess, policy_fields
 from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
-from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.inventory import FRESH, Node, reported_at
 from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.rounds.incremental import Changes, IncrementalRounds
 
@@ -55,6 +56,45 @@ class RoundOutcome:
     # How many nodes the round planned on (``nodes`` is empty when it wrote nothing and
     # was no dry run: building it costs O(nodes), which such a round does not pay).
     node_count: int = 0
+
+
+class _AtBoundary(Sequence[Node]):
+    """The nodes a round planned on as it records them: a fresh node (``FRESH``) at the
+    freshness ``boundary`` (``record_format.recorded_time``), each built when first read
+    (a daemon's round reads none of them)."""
+
+    def __init__(self, nodes: list[Node], boundary: datetime) -> None:
+        self._given = nodes
+        self._boundary = boundary
+        self._built: list[Node] | None = None
+
+    def _nodes(self) -> list[Node]:
+        if self._built is None:
+            self._built = [
+                reported_at(n, self._boundary) if n.reported_at == FRESH else n for n in self._given
+            ]
+        return self._built
+
+    def __len__(self) -> int:
+        return len(self._given)
+
+    @overload
+    def __getitem__(self, index: int) -> Node: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Node]: ...
+    def __getitem__(self, index: int | slice) -> Node | Sequence[Node]:
+        return self._nodes()[index]
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self._nodes())
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == (list(other) if isinstance(other, Sequence) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._nodes())
 
 
 def _pinned_now(plan: Plan, before: Sequence[Placement]) -> list[Placement]:
@@ -137,8 +177,12 @@ class Placer:
             raise
         writes, unplaced = self._judge(plan, state.placements)
         writes = writes and not dry_run
-        # The nodes as the planner was given them: what a round records, what a dry run shows.
-        nodes = self._rounds.nodes(now) if dry_run or writes else []
+        # The nodes as the planner was given them: what a round records (each fresh node at
+        # the freshness boundary, ``record_format.recorded_time``), what a dry run shows.
+        # Kept from round to round (``IncrementalRounds.planned_nodes``): a round that
+        # writes no longer builds every node again at the boundary to record them.
+        planned = self._rounds.planned_nodes() if dry_run or writes else []
+        nodes = _AtBoundary(planned, now - self.policy.stale_after)
         round_id = None
         if not dry_run:
             # ``apply`` writes nothing for a plan that changes nothing (and finds so by
@@ -148,7 +192,7 @@ class Placer:
                     plan,
                     based_on=state,
                     catalog_position=position,
-                    nodes=nodes,
+                    nodes=planned,
                     now=now,
                     policy=self.policy,
                     # Every placement pinned to the current version, placed now or pinned
@@ -227,5 +271,10 @@ def _writes(plan: Plan, before: Sequence[Placement]) -> bool:
     """Whether ``SchedulerStore.apply`` records the plan: it places, removes or updates."""
     if plan.place or plan.remove:
         return True
+    # Nearly always every placement kept as the very object read, in the same order: no
+    # index of every placement needed to see it (at 100,000 nodes the index cost more
+    # than the rest of a round that writes nothing).
+    if len(plan.keep) == len(before) and all(map(is_, plan.keep, before)):
+        return False
     had = {(p.model, p.replica): p for p in before}
     return any((was := had.get((p.model, p.replica))) is not p and was != p for p in plan.keep)

@@ -32,7 +32,7 @@ from typing import Any
 from scheduler.lifecycle.inputs import CORDONED, DRAINING, Lifecycle
 from scheduler.lifecycle.replica_reports import PLACED, STORED_STATES
 from scheduler.lifecycle.staleness import StalenessPolicy
-from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.inventory import FRESH, Node
 from scheduler.planner.fleet.placements import Placement
 
 VERSION = "schema_version"
@@ -128,18 +128,32 @@ def placement_record(p: Placement) -> Record:
     }
 
 
+def recorded_time(node: Node, boundary: datetime) -> datetime:
+    """A node's report time as a round records it: ``FRESH`` (a fresh node as a placer's
+    rounds plan on it, ``IncrementalRounds.planned_nodes``) at the round's freshness
+    boundary, which plans the same (it is fresh), any other as it is."""
+    return boundary if node.reported_at == FRESH else node.reported_at
+
+
 def full_record(
     nodes: Sequence[Node],
     current: Sequence[Placement],
     policy: StalenessPolicy,
     lifecycle: Lifecycle,
+    boundary: datetime | None = None,
 ) -> dict[str, str]:
-    """The JSON columns of a round recorded in full: when each node reported, the
-    placements before the round, the policy and the lifecycle (the nodes' content is
-    its inventory's: ``inventory_json``)."""
+    """The JSON columns of a round recorded in full: when each node reported (``FRESH``
+    at ``boundary``: ``recorded_time``), the placements before the round, the policy and
+    the lifecycle (the nodes' content is its inventory's: ``inventory_json``)."""
     return {
         "reported_at": json.dumps(
-            {n.name: n.reported_at.isoformat() for n in nodes}, sort_keys=True
+            {
+                n.name: (
+                    n.reported_at if boundary is None else recorded_time(n, boundary)
+                ).isoformat()
+                for n in nodes
+            },
+            sort_keys=True,
         ),
         "current": json.dumps([placement_record(p) for p in current]),
         "policy": policy_json(policy),

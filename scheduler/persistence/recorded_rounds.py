@@ -133,7 +133,7 @@ def record_round(
         {
             **row,
             "inventory_digest": digest,
-            **full_record(nodes, current, policy, lifecycle),
+            **full_record(nodes, current, policy, lifecycle, boundary),
             "base_round": None,
             "changes": json.dumps(full_changes(boundary)),
         },

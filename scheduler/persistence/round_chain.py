@@ -58,7 +58,7 @@ from scheduler.persistence.record_format import (
     placement_record,
     shown,
 )
-from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.inventory import FRESH, Node
 from scheduler.planner.fleet.placements import Placement
 
 Key = tuple[str, int]
@@ -111,14 +111,15 @@ def _same_time(a: datetime | None, b: datetime | None) -> bool:
 
 def _times(nodes: Sequence[Node], boundary: datetime) -> list[datetime | None]:
     """Each node's report time as a chain keeps it: None if it is ``boundary`` (written the
-    same: equal, in the same offset). A placer's nodes at the boundary share one time
+    same: equal, in the same offset) or ``FRESH`` (recorded at the boundary:
+    ``record_format.recorded_time``). A placer's nodes at the boundary share one time
     object, compared by identity once one is known to be it."""
     offset = boundary.utcoffset()
     known: datetime | None = None
     out: list[datetime | None] = []
     for n in nodes:
         when = n.reported_at
-        if when is known or (when == boundary and when.utcoffset() == offset):
+        if when is FRESH or when is known or (when == boundary and when.utcoffset() == offset):
             known = when
             out.append(None)
         else:

@@ -53,7 +53,7 @@ from scheduler.lifecycle.inputs import Lifecycle, ModelLifecycle
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.fit import gpus_fit, memory_fits, selector_key
 from scheduler.planner.fleet.inventory import Node
-from scheduler.planner.fleet.placements import Demand, Move, Placement, removed_from, same_objects
+from scheduler.planner.fleet.placements import Demand, Move, Placement, changed_from, same_objects
 from scheduler.planner.order import placement_order
 
 # node -> its spread domain for a model (the node itself, or its spread_by label's value).
@@ -483,8 +483,8 @@ class IndexMemo:
         required: Collection[str],
     ) -> _Index:
         known = self.index
-        removed = (
-            removed_from(self.keep, keep)
+        changes = (
+            changed_from(self.keep, keep)
             if known is not None
             and version is not None
             and version == self.inventory
@@ -492,13 +492,14 @@ class IndexMemo:
             and known.spread.required == frozenset(required)
             else None
         )
-        if known is None or removed is None:
+        if known is None or changes is None:
             index = _Index(keep, domain, required)
         else:
+            removed, added = changes
             index = known
             index.spread.domain = domain
             index.cleared_before, index.near_before = index.cleared, index.near
-            index.changed = frozenset(p.model for p in removed)
+            index.changed = frozenset(p.model for p in (*removed, *added))
             index.near, index.searches, index.cleared, index.near_same = {}, {}, {}, {}
             gone = {id(p) for p in removed}
             models: set[str] = set()
@@ -513,11 +514,31 @@ class IndexMemo:
                     index.on_node[name] = here
                 else:
                     del index.on_node[name]
+            # The placements a write added (the round after it): counted in, and each
+            # node they run on listed again from ``keep`` as ``_Index`` lists it (in
+            # ``keep``'s order, then sorted stably: where a new one falls among equals).
+            for p in added:
+                for n in p.nodes:
+                    index.spread.count[p.model, domain(p.model, n)] += 1
+            joined: dict[str, list[Placement]] = {
+                p.nodes[0]: [] for p in added if len(p.nodes) == 1
+            }
+            if joined:
+                for p in keep:
+                    if len(p.nodes) == 1 and (listed := joined.get(p.nodes[0])) is not None:
+                        listed.append(p)
+                for name, listed in joined.items():
+                    listed.sort(key=_largest_first)
+                    index.on_node[name] = listed
+                models.update(p.model for p in added if len(p.nodes) == 1)
             for model in models:
                 hosts = frozenset(
                     n
-                    for n in index.hosts.get(model, ())
-                    if any(p.model == model for p in index.on_node.get(n, ()))
+                    for n in {
+                        *index.hosts.get(model, ()),
+                        *(p.nodes[0] for p in added if p.model == model and len(p.nodes) == 1),
+                    }
+                    if any(q.model == model for q in index.on_node.get(n, ()))
                 )
                 if hosts:
                     index.hosts[model] = hosts

@@ -62,7 +62,7 @@ from scheduler.planner.fleet.rejections import (
 from scheduler.planner.packing import Option, Requirement, place_missing
 from scheduler.planner.preemption import Preempted, preempt
 from scheduler.planner.readoption import readopt
-from scheduler.planner.resilience import resilience
+from scheduler.planner.resilience import ResilienceMemo, resilience
 from scheduler.planner.rollout import JudgeMemo, finish, judge
 from scheduler.planner.spread import Spread, SpreadMemo
 from scheduler.planner.spread_repair import repair
@@ -87,6 +87,7 @@ class Carried:
     index: IndexMemo = field(default_factory=IndexMemo)
     judged: JudgeMemo = field(default_factory=JudgeMemo)
     rejections: RejectionMemo = field(default_factory=RejectionMemo)
+    resilience: ResilienceMemo = field(default_factory=ResilienceMemo)
 
 
 def plan(
@@ -284,7 +285,13 @@ def plan(
         lost_nodes=tuple(sorted(kept.lost_nodes)),
         strategy=attempt.strategy.value,
         # The old side of a rollout serves too, so it counts towards resilience.
-        resilience=resilience(demands, keep + place + tuple(judged.held), inventory),
+        resilience=resilience(
+            demands,
+            keep + place + tuple(judged.held),
+            inventory,
+            memo=None if carried is None else carried.resilience,
+            inventory_version=None if carried is None else carried.inventory,
+        ),
     )
     result = finish(result, judged, lifecycle)
     if moved is not None:
@@ -360,13 +367,16 @@ def _explain(
         reason = render(rejections) or "the model has no profiles to place it with"
         if after and model in after:
             reason = f"{reason}; {after[model]}"
-        # A required spread or an eviction is why, not only the counts.
+        # A required spread or an eviction is why, not only the counts. One tuple of the
+        # counts for all of a model's replicas (immutable: at 100,000 nodes a round may
+        # leave 30,000 replicas unplaced, and a tuple each was 30,000 more objects).
+        shared = tuple(rejections)
         unplaced.extend(
             Unplaced(
                 model,
                 r,
                 f"{notes[(model, r)]}; {reason}" if (model, r) in notes else reason,
-                tuple(rejections),
+                shared,
             )
             for r in replicas
         )

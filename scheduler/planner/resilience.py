@@ -22,30 +22,72 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from scheduler.planner.fleet.inventory import Node
-from scheduler.planner.fleet.placements import Demand, Placement, Resilience
+from scheduler.planner.fleet.placements import Demand, Placement, Resilience, same_objects
 
 # Groups of replicas sharing nodes larger than this get the safe lower bound.
 _SEARCH_LIMIT = 16
 
 
+class ResilienceMemo:
+    """Each model's resilience of the round before, with what it was computed from: its
+    Demand and its placements (the very objects, in order) and, for a model spread by a
+    label, the nodes' content (``version``, which the caller moves whenever a node's
+    content changes; None: unknown). A round whose model has the same is given the same
+    figure (it reads nothing else); any other model is computed again. Owned by the caller
+    across rounds (``plan``'s ``carried``); pure values."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, tuple[Demand, list[Placement], object, Resilience]] = {}
+        # Models whose figure was taken from the round before (for tests and benchmarks).
+        self.reused = 0
+
+
 def resilience(
-    demands: Sequence[Demand], placements: Iterable[Placement], inventory: Mapping[str, Node]
+    demands: Sequence[Demand],
+    placements: Iterable[Placement],
+    inventory: Mapping[str, Node],
+    *,
+    memo: ResilienceMemo | None = None,
+    inventory_version: object = None,
 ) -> tuple[Resilience, ...]:
-    """Each demanded model's resilience under ``placements``, in demand order."""
+    """Each demanded model's resilience under ``placements``, in demand order. ``memo``:
+    the round before's figures (``ResilienceMemo``), reused where they provably hold."""
     by_model: dict[str, list[Placement]] = {}
     for p in placements:
         by_model.setdefault(p.model, []).append(p)
+    kept = {} if memo is None else memo.kept
+    now: dict[str, tuple[Demand, list[Placement], object, Resilience]] = {}
     out = []
     for d in demands:
         mine = by_model.get(d.model, [])
-        nodes = min_hitting_set([frozenset(p.nodes) for p in mine])
-        domains = None
-        if d.spread_by is not None:
-            domains = min_hitting_set(
-                [frozenset(_domain(n, d.spread_by, inventory) for n in p.nodes) for p in mine]
-            )
-        out.append(Resilience(d.model, len(mine), nodes, d.spread_by, domains))
+        version = None if d.spread_by is None else inventory_version
+        before = kept.get(d.model)
+        if (
+            before is not None
+            and before[0] is d
+            and same_objects(before[1], mine)
+            and (d.spread_by is None or (version is not None and before[2] == version))
+        ):
+            figure = before[3]
+            if memo is not None:
+                memo.reused += 1
+        else:
+            figure = _resilience(d, mine, inventory)
+        now[d.model] = (d, mine, version, figure)
+        out.append(figure)
+    if memo is not None:
+        memo.kept = now
     return tuple(out)
+
+
+def _resilience(d: Demand, mine: list[Placement], inventory: Mapping[str, Node]) -> Resilience:
+    nodes = min_hitting_set([frozenset(p.nodes) for p in mine])
+    domains = None
+    if d.spread_by is not None:
+        domains = min_hitting_set(
+            [frozenset(_domain(n, d.spread_by, inventory) for n in p.nodes) for p in mine]
+        )
+    return Resilience(d.model, len(mine), nodes, d.spread_by, domains)
 
 
 def min_hitting_set(sets: Sequence[frozenset[str]]) -> int:

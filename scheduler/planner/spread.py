@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.planner.fleet.inventory import Node
-from scheduler.planner.fleet.placements import Demand, Placement, removed_from, same_objects
+from scheduler.planner.fleet.placements import Demand, Placement, changed_from, same_objects
 
 _UNLABELLED = 1 << 62  # ranks a node without the label after every labelled one
 
@@ -272,14 +272,14 @@ class SpreadMemo:
         placements: Sequence[Placement],
         version: object,
     ) -> Spread:
-        removed = (
-            removed_from(self.placements, placements)
+        changes = (
+            changed_from(self.placements, placements)
             if version is not None
             and version == self.inventory
             and same_objects(self.demands, demands)
             else None
         )
-        if removed is None:
+        if changes is None:
             spread = Spread.of(demands, inventory, placements)
         else:
             spread = Spread(
@@ -288,8 +288,13 @@ class SpreadMemo:
                 self.on_node,
                 self.in_domain,
             )
+            removed, added = changes
             for p in removed:
                 spread.discard(p.model, p.nodes)
+            # The placements a write added (the round after it): counted in (the counts
+            # are looked up, never walked in order, so where a new key lands is no matter).
+            for p in added:
+                spread.add(p.model, p.nodes)
             self.patched += 1
         kept = spread.copy()
         self.inventory, self.demands, self.placements = version, list(demands), list(placements)

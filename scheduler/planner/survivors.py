@@ -21,7 +21,13 @@ from scheduler.lifecycle.staleness import Freshness, StalenessPolicy, format_age
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.fit import gpus_fit, hardware_misfit, memory_fits, missing_label
 from scheduler.planner.fleet.inventory import Node
-from scheduler.planner.fleet.placements import Demand, Placement, Removal
+from scheduler.planner.fleet.placements import (
+    Demand,
+    Placement,
+    Removal,
+    changed_from,
+    same_objects,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,8 @@ class KeepMemo:
     nodes_of: list[tuple[str, ...]] | None = None
     # Rounds that kept from the memo rather than taking every placement again.
     hits: int = 0
+    # Rounds whose judgement was patched from the memo's (placements gone and added).
+    patched: int = 0
 
 
 def keep_current(
@@ -98,11 +106,25 @@ def keep_current(
     unknown, the placements are judged again). ``fresh``: the nodes ``state`` says are
     fresh, if the caller has them."""
     keeper = _Keeper(demands, inventory, now)
-    if memo is not None and _same_judging(memo, current, demands, inventory_version):
+    same = memo is not None and _same_judging(memo, current, demands, inventory_version)
+    patched = (
+        None
+        if memo is None or same
+        else _patched_judging(memo, current, demands, inventory_version, keeper)
+    )
+    if memo is not None and same:
         valid = list(memo.valid)
         keeper.removals = list(memo.removals)
         keeper.recorded_as = memo.recorded_as
         hosting = set(memo.hosting)
+    elif memo is not None and patched is not None:
+        valid = patched
+        hosting = {name for placement in valid for name in placement.nodes}
+        memo.current = list(current)
+        memo.valid, memo.removals = list(valid), list(keeper.removals)
+        memo.recorded_as, memo.hosting = keeper.recorded_as, frozenset(hosting)
+        memo.start = memo.free = memo.ordered = memo.nodes_of = None
+        memo.patched += 1
     else:
         valid = keeper.keep_valid(current)
         hosting = {name for placement in valid for name in placement.nodes}
@@ -155,6 +177,39 @@ def keep_current(
         mass_loss=mass_loss,
         lost_nodes=lost,
     )
+
+
+def _patched_judging(
+    memo: KeepMemo,
+    current: Sequence[Placement],
+    demands: Sequence[Demand],
+    version: object,
+    keeper: _Keeper,
+) -> list[Placement] | None:
+    """``keep_valid(current)`` from the memo's, when ``current`` is the memo's placements
+    less some and plus some (a write's placements read back in the round after it; the
+    same demands and nodes' content): a placement's judgement reads its own fields, its
+    model's demand and profiles, its nodes' content, the other placements of its slot
+    (duplicates) and of its model (surplus), nothing of any other model. So every model
+    none of whose placements went or came keeps its valid placements and removals; the
+    others are judged again, on their own, as ``keep_valid`` judges them (slot order, one
+    model at a time). None when that does not hold; ``keeper`` then is as it was."""
+    if version is None or memo.inventory != version or not same_objects(memo.demands, demands):
+        return None
+    changes = changed_from(memo.current, current)
+    if changes is None:
+        return None
+    removed, added = changes
+    models = {p.model for p in (*removed, *added)}
+    again = keeper.keep_valid([p for p in current if p.model in models])
+    # The removals of the other models, in the memo's order, then the models judged again.
+    keeper.removals = [
+        *(r for r in memo.removals if r.placement.model not in models),
+        *keeper.removals,
+    ]
+    keeper.recorded_as = {**memo.recorded_as, **keeper.recorded_as}
+    # Both in slot order (a model's placements together): merged by it.
+    return sorted([*(p for p in memo.valid if p.model not in models), *again], key=_slot_order)
 
 
 def _same_judging(

@@ -66,7 +66,11 @@ class Recorded:
         record = recorded_rounds.record_round
 
         def spy(conn: Any, **kw: Any) -> Any:
-            columns = full_record(kw["nodes"], kw["current"], kw["policy"], kw["lifecycle"])
+            # A fresh node as the placer planned on it (``FRESH``) at the round's boundary.
+            boundary = kw["now"] - kw["policy"].stale_after
+            columns = full_record(
+                kw["nodes"], kw["current"], kw["policy"], kw["lifecycle"], boundary
+            )
             placed, removed, unplaced = kw["counts"]
             self.full[kw["round_id"]] = recorded_round(
                 {

@@ -59,6 +59,13 @@ class Node:
             )
 
 
+# A fresh node's report time as ``IncrementalRounds`` gives ``plan`` its nodes: after every
+# freshness boundary, so that a node stays the same object while it is fresh (``plan``
+# reads a fresh node's time only to judge it fresh). A round records such a node at its
+# freshness boundary (``scheduler.persistence.record_format.recorded_time``).
+FRESH = datetime.max.replace(tzinfo=UTC)
+
+
 def reported_at(node: Node, at: datetime) -> Node:
     """``node`` as if reported at ``at``: ``dataclasses.replace(node, reported_at=at)``
     by its constructor (a third of the CPU: a round at 100,000 nodes may move every

@@ -236,3 +236,19 @@ def removed_from(old: Sequence[_T], new: Sequence[_T]) -> list[_T] | None:
     if len(removed) + len(new) != len(old):
         return None
     return removed if all(map(is_, compress(old, flags), new)) else None
+
+
+def changed_from(old: Sequence[_T], new: Sequence[_T]) -> tuple[list[_T], list[_T]] | None:
+    """The objects of ``old`` that ``new`` lacks and those it adds, if ``new`` is ``old``
+    without the first and with the second (the objects of both the same, in the same order;
+    each object once); None if it is anything else. What a round's memo of the round
+    before's placements is patched by when a write placed some (``spread``, ``defrag``)."""
+    there, were = set(map(id, new)), set(map(id, old))
+    if len(there) != len(new) or len(were) != len(old):
+        return None
+    # In C: which of each are in the other, then the parts by those flags.
+    kept = list(map(there.__contains__, map(id, old)))
+    stayed = list(map(were.__contains__, map(id, new)))
+    if not all(map(is_, compress(old, kept), compress(new, stayed))):
+        return None
+    return list(compress(old, map(not_, kept))), list(compress(new, map(not_, stayed)))

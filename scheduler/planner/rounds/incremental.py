@@ -28,10 +28,16 @@ the round is planned in full by ``plan`` on the inputs patched with the changes:
 plan as a full round, which a hypothesis test holds on random fleets and changes
 (tests/unit/scheduler/test_incremental_rounds.py).
 
-The nodes a full plan is given (``nodes``, what a round records) carry, for each fresh node
-whose last known report time is older than the freshness boundary, the boundary itself: the
-store only said it is fresh, and ``plan`` reads a fresh node's report time only to judge it
-fresh. Those nodes planned again give the same plan, so ``explain --round`` replays it.
+The nodes a round records (``nodes``) carry, for each fresh node whose last known report
+time is older than the freshness boundary, the boundary itself: the store only said it is
+fresh, and ``plan`` reads a fresh node's report time only to judge it fresh. Those nodes
+planned again give the same plan, so ``explain --round`` replays it. The nodes ``plan`` is
+given here are kept from round to round instead (``_given``): a fresh node with a report
+time after every boundary (``FRESH``), a node not fresh with its lease, so that only the
+nodes whose content or freshness changed are built again, not every fresh node each round
+(the boundary moves with every round: at 100,000 nodes a round that plans built 100,000
+nodes, and the collector then traversed them). For the same reason they give ``plan`` the
+same decisions.
 
 Pure: holds values, reads no clock, does no I/O; the caller owns it, and must not change
 the values it gives it afterwards.
@@ -49,7 +55,7 @@ from typing import Any, cast
 from scheduler.lifecycle.inputs import DEFAULT_STARTUP_TIMEOUT, Lifecycle
 from scheduler.lifecycle.replica_reports import FAILED, PLACED, STARTING
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
-from scheduler.planner.fleet.inventory import Node, reported_at
+from scheduler.planner.fleet.inventory import FRESH, Node, reported_at
 from scheduler.planner.fleet.placements import Demand, Placement, Plan
 from scheduler.planner.plan import Carried, plan
 
@@ -142,6 +148,16 @@ class IncrementalRounds:
         self._carried = Carried(inventory=0)
         # The last ``nodes`` view and what it was made from.
         self._view: tuple[tuple[Any, ...], list[Node]] | None = None
+        # The nodes as ``plan`` is given them (``_given_nodes``), in the order of
+        # ``_nodes``, and the names whose entry is to be made again (content changed).
+        self._given: dict[str, Node] = {}
+        self._given_from: Mapping[str, datetime] = {}
+        self._dirty: set[str] = set()
+        self._regiven = True
+        # The fields of the round before's placements and the key of its lifecycle, kept
+        # with them (what the next round's are compared with).
+        self._current_key: tuple[tuple[Placement, ...], list[tuple[Any, ...]] | None] = ((), [])
+        self._lifecycle_keyed: tuple[Lifecycle, tuple[Any, ...]] | None = None
 
     @property
     def started(self) -> bool:
@@ -160,6 +176,7 @@ class IncrementalRounds:
         """Plan a round from whole inputs (``plan``'s signature) and keep them."""
         self._nodes = {}
         self._view = None
+        self._given, self._given_from, self._dirty, self._regiven = {}, {}, set(), True
         # Whole inputs: nothing planned before is known to hold for them.
         self._carried = Carried(inventory=0)
         for n in nodes:
@@ -203,29 +220,38 @@ class IncrementalRounds:
             if demands != self._demands:
                 self._demands = demands
                 changed = timeouts_moved = True
-        if (
-            changes.current is not None
-            and changes.current is not self._current
-            and (
-                len(changes.current) != len(self._current)
-                or list(map(_placement_fields, changes.current))
-                != list(map(_placement_fields, self._current))
-            )
-        ):
-            self._current = tuple(changes.current)
-            self._hosting = frozenset(n for p in self._current for n in p.nodes)
-            changed = True
-        if changes.lifecycle is not None and (
-            changes.lifecycle is not self._lifecycle
-            and _lifecycle_key(changes.lifecycle) != _lifecycle_key(self._lifecycle)
-        ):
-            self._lifecycle = changes.lifecycle
-            self._failed = any(
-                s.reported and s.state == FAILED for s in self._lifecycle.statuses.values()
-            )
-            backoff = self._lifecycle.backoff
-            self._backoff_ends = sorted(backoff.until(r) for r in self._lifecycle.failures)
-            changed = timeouts_moved = True
+        if changes.current is not None and changes.current is not self._current:
+            # The round before's fields are kept with it: compared, not read again.
+            fields = list(map(_placement_fields, changes.current))
+            if len(fields) != len(self._current) or fields != self._current_fields():
+                # The placements the round before's plan wrote, read back (new objects,
+                # the same fields): its own objects are taken for them, which the planner
+                # cannot tell apart (it reads nothing else of a placement), so that what
+                # is carried by identity (each model's resilience) holds for every model
+                # whose placements the write did not touch.
+                planned = self._plan.placements if self._plan is not None else None
+                current = (
+                    planned
+                    if planned is not None
+                    and len(planned) == len(fields)
+                    and list(map(_placement_fields, planned)) == fields
+                    else tuple(changes.current)
+                )
+                self._current = current
+                self._current_key = (current, fields)
+                self._hosting = frozenset(n for p in current for n in p.nodes)
+                changed = True
+        if changes.lifecycle is not None and changes.lifecycle is not self._lifecycle:
+            key = _lifecycle_key(changes.lifecycle)
+            if key != self._lifecycle_key():
+                self._lifecycle = changes.lifecycle
+                self._lifecycle_keyed = (self._lifecycle, key)
+                self._failed = any(
+                    s.reported and s.state == FAILED for s in self._lifecycle.statuses.values()
+                )
+                backoff = self._lifecycle.backoff
+                self._backoff_ends = sorted(backoff.until(r) for r in self._lifecycle.failures)
+                changed = timeouts_moved = True
         if timeouts_moved:
             self._first_timeout = _first_timeout(self._lifecycle, self._demands)
         before, self._now = self._now, changes.now
@@ -247,7 +273,7 @@ class IncrementalRounds:
         self._plan = None
         self._plan = plan(
             self._demands,
-            self.nodes(changes.now),
+            self._given_nodes(),
             self._current,
             changes.now,
             self._policy,
@@ -257,14 +283,15 @@ class IncrementalRounds:
         return self._plan
 
     def nodes(self, now: datetime | None = None) -> list[Node]:
-        """The nodes as ``plan`` is given them at ``now`` (the last round's time if None):
-        a node not fresh with its report time, a fresh one with its own or, if older, the
-        freshness boundary. What a round records; O(N), paid by a round that plans or
-        writes, never by one that reuses its plan and writes nothing."""
+        """The nodes with real report times at ``now`` (the last round's time if None): a
+        node not fresh with its report time, a fresh one with its own or, if older, the
+        freshness boundary; they plan as ``planned_nodes`` do. O(N), built on each call
+        with another ``now``: a placer records ``planned_nodes`` instead (each fresh node
+        at the boundary, ``record_format.recorded_time``)."""
         at = now or self._now
         if at is None:
             return list(self._nodes.values())
-        # The round's plan asked for them first, then its record: the same view, kept.
+        # Asked again for the same round: the same view, kept.
         key = (at, self._not_fresh, self._carried.inventory, self._policy.stale_after)
         kept = self._view
         if kept is not None and kept[0][1] is key[1] and kept[0] == key:
@@ -282,6 +309,58 @@ class IncrementalRounds:
                 view.append(moved)
         self._view = (key, view)
         return list(view)
+
+    def _current_fields(self) -> list[tuple[Any, ...]]:
+        """Every field of each placement of the round before (``PLACEMENT_FIELDS``)."""
+        kept = self._current_key
+        if kept[0] is not self._current or kept[1] is None:
+            kept = self._current_key = (self._current, list(map(_placement_fields, self._current)))
+        return cast(list[tuple[Any, ...]], kept[1])
+
+    def _lifecycle_key(self) -> tuple[Any, ...]:
+        """``_lifecycle_key`` of the round before's lifecycle, kept with it."""
+        kept = self._lifecycle_keyed
+        if kept is None or kept[0] is not self._lifecycle:
+            kept = self._lifecycle_keyed = (self._lifecycle, _lifecycle_key(self._lifecycle))
+        return kept[1]
+
+    def planned_nodes(self) -> list[Node]:
+        """The nodes as ``plan`` is given them at the last round's time (``FRESH`` for a
+        fresh node's report time): what a round records, each fresh node at the
+        freshness boundary (``record_format.recorded_time``). O(what changed since the last
+        call) but the list: the nodes are the same objects as long as they do not change."""
+        return self._given_nodes()
+
+    def _given_nodes(self) -> list[Node]:
+        """The nodes as ``plan`` is given them this round: a node not fresh with its lease
+        (``_not_fresh``), a fresh one with ``FRESH`` as its report time; each kept from the
+        round before unless its content or freshness changed (O(what changed), and a list;
+        O(N) when nodes were added, to keep the order of ``_nodes``)."""
+        known, not_fresh, was, dirty = self._nodes, self._not_fresh, self._given_from, self._dirty
+        if self._regiven:
+            old = self._given
+            self._given = given = {}
+            for name, n in known.items():
+                kept = old.get(name)
+                lease = not_fresh.get(name)
+                if kept is None or name in dirty or was.get(name) != lease:
+                    kept = _fresh_node(n) if lease is None else reported_at(n, lease)
+                given[name] = kept
+            self._regiven = False
+        else:
+            given = self._given
+            dirty.update(name for name in was if name not in not_fresh)
+            dirty.update(name for name, at in not_fresh.items() if was.get(name) != at)
+            for name in dirty:
+                changed = known.get(name)
+                if changed is not None:
+                    lease = not_fresh.get(name)
+                    given[name] = (
+                        _fresh_node(changed) if lease is None else reported_at(changed, lease)
+                    )
+        self._dirty = set()
+        self._given_from = not_fresh
+        return list(given.values())
 
     @property
     def carried(self) -> Carried:
@@ -310,12 +389,15 @@ class IncrementalRounds:
         changed = False
         for name in forgotten:
             if self._nodes.pop(name, None) is not None:
+                self._given.pop(name, None)
                 changed = True
         for n in nodes:
             old = self._nodes.get(n.name)
             if old is None or _content(old) != _content(n):
                 changed = True
                 self._nodes[n.name] = n
+                self._dirty.add(n.name)
+                self._regiven |= old is None
         if changed:
             self._carried.inventory = cast(int, self._carried.inventory) + 1
         return changed
@@ -350,6 +432,10 @@ class IncrementalRounds:
         low, high = (before, now) if before <= now else (now, before)
         ends = self._backoff_ends
         return bisect_right(ends, high) > bisect_right(ends, low)
+
+
+def _fresh_node(n: Node) -> Node:
+    return n if n.reported_at == FRESH else reported_at(n, FRESH)
 
 
 def _first_timeout(lifecycle: Lifecycle, demands: Sequence[Demand]) -> datetime | None:

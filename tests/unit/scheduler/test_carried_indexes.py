@@ -52,6 +52,14 @@ def _index_view(index: _Index) -> tuple[object, ...]:
     )
 
 
+def _with_added(draw: Any, kept: list[Placement], new: list[Placement]) -> list[Placement]:
+    """``kept`` with a few of ``new`` (other objects) inserted at drawn places, in order."""
+    out = list(kept)
+    for p in new[: draw(st.integers(min_value=0, max_value=3))]:
+        out.insert(draw(st.integers(min_value=0, max_value=len(out))), p)
+    return out
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_indexes_less_the_placements_gone_are_the_indexes_of_the_rest(
@@ -67,6 +75,8 @@ def test_indexes_less_the_placements_gone_are_the_indexes_of_the_rest(
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
         after = [p for p in before if draw(st.integers(min_value=0, max_value=3)) > 0]
         assert removed_from(before, after) is not None
+        # A write's placements read back in the round after: new objects, anywhere.
+        after = _with_added(draw, after, draw(placements()))
         got = spread_memo.of(DEMANDS, NODES, after, "v")
         fresh = Spread.of(DEMANDS, NODES, after)
         assert (got.on_node, got.in_domain) == (fresh.on_node, fresh.in_domain)
@@ -122,6 +132,8 @@ def test_trials_carried_from_the_round_before_are_the_trials_made_afresh(
     profiles = {(d.model, p.name): p for d in MOVED for p in d.profiles}
     for round_ in range(draw(st.integers(min_value=2, max_value=5))):
         after = before if round_ == 0 else [p for p in before if draw(st.integers(0, 5)) > 0]
+        if round_ and draw(st.booleans()):
+            after = _with_added(draw, after, draw(held()))
         fresh = set(FLEET) - set(draw(st.lists(st.sampled_from(sorted(FLEET)), max_size=2)))
         capacity = Capacity(list(FLEET.values()), fresh)
         for p in after:
@@ -187,3 +199,78 @@ def test_a_node_lost_leaves_the_other_nodes_trials_as_they_were() -> None:
         assert found[-1] == moves_for("e", 1, eight, capacity, after, index=afresh, **common)
     assert found[0].node is not None
     assert index.reused > 0
+
+
+def test_the_round_after_a_write_keeps_the_other_nodes_trials() -> None:
+    """The round after a write reads back the placements it placed (new in the kept
+    placements, not only some gone): the index is patched with them, not built again, and
+    every node they do not touch keeps its trial (on the old tree: built again, no trial
+    kept); moves are those of an index built afresh."""
+    from scheduler.planner.defrag import moves_for
+    from scheduler.planner.fleet.capacity import Capacity
+
+    before = [
+        Placement(model, i, name, (f"n{i}",), gpus, "A100", 10 * gpus)
+        for i in range(8)
+        for model, (gpus, name) in SIZES.items()
+        if (model == "d") == (i == 6)
+    ]
+    domain = _domains(MOVED, FLEET)
+    memo = IndexMemo()
+    priorities = {d.model: d.priority for d in MOVED}
+    profiles = {(d.model, p.name): p for d in MOVED for p in d.profiles}
+    eight = MOVED[-1].profiles[0]
+    common: dict[str, Any] = {"priorities": priorities, "budget": {}, "profiles": profiles}
+    common |= {"domain": domain, "required": {"a"}}
+    # A replica of d placed on n6 by the round before (its room taken there, but not
+    # among the placements kept), read back after its write (kept now, the same room).
+    written = Placement("d", 8, "four", ("n6",), 4, "A100", 40)
+    for after in (before, [*before[:13], written, *before[13:]]):
+        capacity = Capacity(list(FLEET.values()), set(FLEET))
+        for p in (*before, written):
+            capacity.consume(p.nodes, p.gpus_per_node, p.memory_gb_per_node)
+        patched = memo.patched
+        index = memo.index_of(after, MOVED, "v", domain, {"a"})
+        got = moves_for("e", 1, eight, capacity, after, index=index, **common)
+        afresh = _Index(after, domain, {"a"})
+        assert got == moves_for("e", 1, eight, capacity, after, index=afresh, **common)
+    assert memo.patched == patched + 1
+    assert index.reused > 0
+
+
+def test_a_trial_moving_a_model_whose_replicas_were_added_is_made_again() -> None:
+    """A replica added by the write (the round after it) changes its model's spread
+    counts: a trial that moved (or could not move) a replica of that model is made again,
+    not taken from the round before. Here n1 can be cleared for e only by moving a's
+    replica to n0, in the other zone, which a's required spread allows once a has a
+    second replica in n1's zone (the one written)."""
+    from scheduler.planner.defrag import moves_for
+    from scheduler.planner.fleet.capacity import Capacity
+
+    kept = [
+        Placement("a", 0, "one", ("n1",), 1, "A100", 10),
+        Placement("a", 1, "one", ("n0",), 1, "A100", 10),
+    ]
+    written = Placement("a", 2, "one", ("n7",), 1, "A100", 10)
+    domain = _domains(MOVED, FLEET)
+    memo = IndexMemo()
+    priorities = {d.model: d.priority for d in MOVED}
+    profiles = {(d.model, p.name): p for d in MOVED for p in d.profiles}
+    eight = MOVED[-1].profiles[0]
+    common: dict[str, Any] = {"priorities": priorities, "budget": {}, "profiles": profiles}
+    common |= {"domain": domain, "required": {"a"}}
+    found = []
+    for after in (kept, [*kept, written]):
+        capacity = Capacity(list(FLEET.values()), set(FLEET))
+        for p in (*kept, written):
+            capacity.consume(p.nodes, p.gpus_per_node, p.memory_gb_per_node)
+        # Every other node full: n0 is the only destination.
+        for name in ("n2", "n3", "n4", "n5", "n6", "n7"):
+            capacity.consume(
+                (name,), capacity.free_gpus(name), int(capacity.free_memory(name) or 0)
+            )
+        index = memo.index_of(after, MOVED, "v", domain, {"a"})
+        found.append(moves_for("e", 1, eight, capacity, after, index=index, **common))
+        afresh = _Index(after, domain, {"a"})
+        assert found[-1] == moves_for("e", 1, eight, capacity, after, index=afresh, **common)
+    assert found[0].node is None and found[1].node == "n1"

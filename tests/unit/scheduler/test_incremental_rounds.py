@@ -331,6 +331,7 @@ def test_rounds_after_nodes_lost_or_changed_are_the_full_rounds(data: st.DataObj
         # The store writes the plan: the next round starts from it.
         current = got.placements
     event(f"kept from the round before: {min(rounds.carried.keep.hits, 3)}")
+    event(f"judgement patched: {min(rounds.carried.keep.patched, 3)}")
     event(f"rejections recounted: {min(rounds.carried.rejections.recounted, 3)}")
 
 
@@ -353,3 +354,84 @@ def test_a_lost_node_keeps_the_rest_from_the_round_before() -> None:
     truth = [dataclasses.replace(n, reported_at=NOW if n.name == host else lost_at) for n in fleet]
     assert digest(got) == digest(plan(demands, truth, settled.placements, lost_at, POLICY))
     assert [r.placement.nodes for r in got.remove] == [(host,), (host,)]
+
+
+def test_the_nodes_planned_on_are_built_again_only_where_they_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``plan`` is given the nodes kept from the round before (``_given``): a fresh node is
+    the same object round after round, though the freshness boundary moves with every
+    round (before, every fresh node was built again at the boundary each round that
+    planned); a node that turns stale, comes back or changes is built again, and each
+    round is the full round's plan."""
+    from scheduler.planner.rounds import incremental
+
+    given: list[list[Node]] = []
+
+    def planning(*args: object, **kwargs: object) -> object:
+        given.append(list(args[1]))  # type: ignore[call-overload]
+        return plan(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(incremental, "plan", planning)
+    fleet = {n.name: n for n in (node("a"), node("b"), node("c"), node("d", "L4", 1))}
+    demands = [Demand("m", 3, (profile(gpus=4),)), Demand("s", 1, (profile("l4", "L4", 1),))]
+    rounds = IncrementalRounds()
+    first = rounds.start(demands, list(fleet.values()), (), NOW, POLICY)
+    current = first.placements
+    host = current[0].nodes[0]
+    steps = [
+        ({}, []),  # fresh throughout: every node as it was given
+        ({host: NOW}, []),  # the host turns stale
+        ({host: NOW}, [dataclasses.replace(fleet["d"], gpus=2)]),  # d changes
+        ({}, []),  # the host is back
+    ]
+    for i, (silent, reported) in enumerate(steps, start=1):
+        now = NOW + timedelta(seconds=100 * i)
+        for n in reported:
+            fleet[n.name] = n
+        truth = [
+            dataclasses.replace(n, reported_at=silent.get(n.name, now)) for n in fleet.values()
+        ]
+        before = len(given)
+        got = rounds.next(
+            Changes(now=now, not_fresh=silent, nodes=reported, current=current, policy=POLICY)
+        )
+        assert digest(got) == digest(plan(demands, truth, current, now, POLICY))
+        if len(given) > before:
+            old, new = {n.name: n for n in given[-2]}, {n.name: n for n in given[-1]}
+            rebuilt = {name for name in new if new[name] is not old[name]}
+            expected = [set(), {host}, {"d"}, {host}][i - 1]
+            assert rebuilt == expected, i
+        current = got.placements
+    assert rounds.planned >= 4
+
+
+def test_the_placements_a_round_wrote_read_back_are_its_own() -> None:
+    """The round after a write reads the placements back as new objects with the same
+    fields: the plan's own objects are taken for them (the planner reads nothing else of
+    a placement), so the models the write did not touch keep their figures from the
+    round before (``ResilienceMemo``), and the round is the full round's plan."""
+    fleet = [node(f"n{i}", "A100", 8) for i in range(4)] + [node("l", "L4", 8)]
+    demands = [
+        Demand("m", 4, (profile("big", "A100", 4),)),
+        Demand("other", 2, (profile("small", "L4", 2),)),
+    ]
+    rounds = IncrementalRounds()
+    first = rounds.start(demands, fleet, (), NOW, POLICY)
+    later = NOW + timedelta(seconds=10)
+    settled = rounds.next(Changes(now=later, current=first.placements))
+    host = next(p.nodes[0] for p in settled.keep if p.model == "m")
+    assert host != "l"
+    lost_at = NOW + timedelta(seconds=400)
+    got = rounds.next(Changes(now=lost_at, not_fresh={host: NOW}))
+    assert got.remove and {r.placement.model for r in got.remove} == {"m"}
+    read_back = tuple(dataclasses.replace(p) for p in got.placements)
+    reused, patched = rounds.carried.resilience.reused, rounds.carried.keep.patched
+    after = lost_at + timedelta(seconds=10)
+    again = rounds.next(Changes(now=after, not_fresh={host: NOW}, current=read_back))
+    truth = [dataclasses.replace(n, reported_at=NOW if n.name == host else after) for n in fleet]
+    assert digest(again) == digest(plan(demands, truth, read_back, after, POLICY))
+    # "other" was not touched by the write: its figure is the round before's, and its
+    # placements' judgement too (KeepMemo patched: only m judged again).
+    assert rounds.carried.resilience.reused == reused + 1
+    assert rounds.carried.keep.patched == patched + 1

@@ -42,7 +42,7 @@ from scheduler.persistence.round_chain import (
     full_changes,
     full_head,
 )
-from scheduler.planner.fleet.inventory import Node
+from scheduler.planner.fleet.inventory import FRESH, Node, reported_at
 from scheduler.planner.fleet.placements import Placement
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -388,3 +388,37 @@ def test_a_full_record_of_200000_replicas_is_read_within_a_rounds_bounds() -> No
         size = replicas * len(record[column])
         assert values > STORED_LIMITS.max_nodes or column == "lifecycle"
         assert values < ROUND_LIMITS.max_nodes / 2 and size < ROUND_LIMITS.max_bytes / 2, column
+
+
+@settings(max_examples=150, deadline=None)
+@given(rounds())
+def test_nodes_planned_on_as_fresh_are_recorded_at_the_boundary(inputs: list[Inputs]) -> None:
+    """A placer records the nodes it planned on (``IncrementalRounds.planned_nodes``): a
+    fresh node with ``FRESH`` as its report time, the same object while it stays fresh.
+    Recorded in full or by reference, such a round is the round of the same nodes at the
+    freshness boundary, row for row."""
+    at_fresh: dict[str, Node] = {}
+
+    def planned(i: Inputs) -> Inputs:
+        boundary = i.now - POLICY.stale_after
+        nodes = []
+        for n in i.nodes:
+            # (A time at the boundary's instant in another offset is written otherwise:
+            # not one a placer makes of a fresh node.)
+            if n.reported_at != boundary or n.reported_at.utcoffset() != boundary.utcoffset():
+                nodes.append(n)
+                continue
+            kept = at_fresh.get(n.name)
+            if kept is None or round_chain._content(kept) != round_chain._content(n):
+                kept = at_fresh[n.name] = reported_at(n, FRESH)
+            nodes.append(kept)
+        return Inputs(i.now, tuple(nodes), i.current, i.lifecycle)
+
+    given_inputs = [planned(i) for i in inputs]
+    with patch.object(round_chain, "LARGE_FRACTION", 0):
+        assert _write(given_inputs) == _write(inputs)
+    for i, g in zip(inputs, given_inputs, strict=True):
+        boundary = i.now - POLICY.stale_after
+        assert full_record(g.nodes, g.current, POLICY, g.lifecycle, boundary) == full_record(
+            i.nodes, i.current, POLICY, i.lifecycle, boundary
+        )

@@ -1,0 +1,112 @@
+"""Small memos of a round's work: each reused only for the very inputs it was made from."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.daemon.round_runner import _writes
+from scheduler.planner import order
+from scheduler.planner.fleet.placements import Demand, Placement, Plan
+from scheduler.planner.order import placement_order
+from scheduler.planner.resilience import ResilienceMemo, resilience
+from tests.unit.scheduler.placement_builders import node, profile
+
+
+def test_the_placement_order_is_kept_for_the_very_same_demands_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A round orders its demands several times, and a daemon's rounds the same Demand
+    objects round after round: ordered once while they are the very same objects, in the
+    same order; any other demands (even as many, even equal) are ordered afresh."""
+    keys = 0
+    key = order._key
+
+    def counting(demand: Demand, index: int) -> tuple[int, int, int, int]:
+        nonlocal keys
+        keys += 1
+        return key(demand, index)
+
+    monkeypatch.setattr(order, "_key", counting)
+    small, large = Demand("small", 1, (profile(gpus=1),)), Demand("large", 1, (profile(gpus=4),))
+    demands = [small, large]
+    assert placement_order(demands) == [large, small]
+    assert keys == 2
+    # The same objects (another sequence holding them): kept, not ordered again.
+    assert placement_order(tuple(demands)) == [large, small]
+    assert keys == 2
+    # As many demands, other objects: ordered afresh.
+    larger = Demand("small", 1, (profile(gpus=8),))
+    assert placement_order([larger, large]) == [larger, large]
+    # Equal but not the same objects: ordered afresh too (and the same order).
+    again = [Demand("small", 1, (profile(gpus=1),)), Demand("large", 1, (profile(gpus=4),))]
+    assert placement_order(again) == [again[1], again[0]]
+    assert keys == 6
+    # In another order: another order.
+    assert placement_order([large, small]) == [large, small]
+
+
+def _placement(model: str, replica: int, node: str) -> Placement:
+    return Placement(model, replica, "p", (node,), 1, "A100")
+
+
+def test_a_plan_keeping_the_very_placements_read_writes_nothing() -> None:
+    before = (_placement("m", 0, "a"), _placement("m", 1, "b"))
+    assert not _writes(Plan(keep=before, place=(), remove=(), unplaced=()), before)
+    # Equal placements, other objects (read again): nothing to write either.
+    equal = tuple(_placement(p.model, p.replica, p.nodes[0]) for p in before)
+    assert not _writes(Plan(keep=equal, place=(), remove=(), unplaced=()), before)
+    # One kept under another version: written.
+    pinned = (before[0], Placement("m", 1, "p", ("b",), 1, "A100", version="v2"))
+    assert _writes(Plan(keep=pinned, place=(), remove=(), unplaced=()), before)
+
+
+def test_a_models_resilience_is_kept_only_while_what_it_reads_is_the_same() -> None:
+    """``ResilienceMemo``: a model's figure is the round before's while its Demand and its
+    placements are the very same objects and, spread by a label, the nodes' content is
+    the same version; else computed again, and always the figure computed afresh."""
+    nodes = {
+        n.name: n
+        for n in (
+            node("a", labels={"zone": "eu"}),
+            node("b", labels={"zone": "eu"}),
+            node("c", labels={"zone": "us"}),
+        )
+    }
+    spread = Demand("s", 2, (profile(gpus=1),), spread_by="zone")
+    plain = Demand("p", 2, (profile(gpus=1),))
+    placed = [
+        _placement("s", 0, "a"),
+        _placement("s", 1, "b"),
+        _placement("p", 0, "a"),
+        _placement("p", 1, "c"),
+    ]
+    memo = ResilienceMemo()
+    first = resilience([spread, plain], placed, nodes, memo=memo, inventory_version=1)
+    assert first == resilience([spread, plain], placed, nodes)
+    assert [(r.nodes, r.domains) for r in first] == [(2, 1), (2, None)]
+    assert memo.reused == 0
+    # The same objects: both kept.
+    assert resilience([spread, plain], placed, nodes, memo=memo, inventory_version=1) == first
+    assert memo.reused == 2
+    # Node b moved to another zone (the content's version moved): the spread model is
+    # computed again (2 zones now), the other kept.
+    moved = {**nodes, "b": node("b", labels={"zone": "us"})}
+    got = resilience([spread, plain], placed, moved, memo=memo, inventory_version=2)
+    assert got == resilience([spread, plain], placed, moved)
+    assert [(r.nodes, r.domains) for r in got] == [(2, 2), (2, None)]
+    assert memo.reused == 3
+    # A placement of p read again (an equal but other object), one of s on another node.
+    again = [
+        _placement("s", 0, "a"),
+        _placement("s", 1, "a"),
+        *placed[2:3],
+        _placement("p", 1, "c"),
+    ]
+    got = resilience([spread, plain], again, moved, memo=memo, inventory_version=2)
+    assert got == resilience([spread, plain], again, moved)
+    assert [(r.nodes, r.domains) for r in got] == [(1, 1), (2, None)]
+    assert memo.reused == 3
+    # No version known: a spread model is never kept.
+    resilience([spread], again, moved, memo=memo, inventory_version=None)
+    resilience([spread], again, moved, memo=memo, inventory_version=None)
+    assert memo.reused == 3
