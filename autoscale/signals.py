@@ -45,6 +45,10 @@ MAX_PROBLEMS = 20
 # Worker numbers a token may post under: the identities one token has in the signals
 # (llmgw gateway --workers is held to this many too).
 MAX_WORKERS = 64
+# A gateway (a token's name and worker) counts as live, in the answer to its posts that
+# tells each gateway how many there are (``gateways``), while it posted within this long:
+# three of the default 5 s signals intervals.
+LIVE_S = 15.0
 # A gateway id becomes a column and a log field: printable, no spaces, no quoting needed.
 GATEWAY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 # Model names and replica keys are the catalog's and the gateway's; bounded and printable.

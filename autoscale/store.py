@@ -247,6 +247,14 @@ class AutoscaleStore:
             ).mappings()
             return _each(rows, "autoscale_reports", "id", lambda r: _time(r["received_at"]))
 
+    def posters(self, after: datetime) -> list[str]:
+        """The gateways (``signals.identity``) that reported since ``after``, sorted."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(reports_t.c.gateway).where(reports_t.c.received_at > after).distinct()
+            ).all()
+        return sorted({r[0] for r in rows if isinstance(r[0], str)})
+
     def waiting_since(self, after: datetime) -> set[str]:
         """Models a gateway held a request for (no ready replica) in a window received since."""
         with self.engine.connect() as conn:

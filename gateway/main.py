@@ -40,6 +40,7 @@ import uvicorn
 
 from catalog.forms.servers import ServerList
 from gateway.allowance import AllowanceClient
+from gateway.engineload import EngineLoad
 from gateway.engineslots import EngineSlots
 from gateway.follower import Follower
 from gateway.ledger import Flusher
@@ -256,6 +257,8 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
     follower = Follower(state, servers, settings.token, settings.resync_s, settings.engine_secret)
     signals = Signals(state, servers, settings.token, settings.signals_interval_s, settings.worker)
     engine_slots = EngineSlots(state, follower.install)
+    # The engines' own counts, for the slots another gateway leaves idle (borrowing).
+    engine_load = EngineLoad(state)
     allowances = AllowanceClient(state.quotas, servers, follower.session)
     state.prepare = allowances.prepare
     flusher = Flusher(
@@ -277,6 +280,8 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         tasks.append(asyncio.create_task(follower.run()))
         tasks.append(asyncio.create_task(signals.run()))
         tasks.append(asyncio.create_task(engine_slots.run()))
+        if settings.borrow:
+            tasks.append(asyncio.create_task(engine_load.run(), name="engine-load"))
         tasks.append(asyncio.create_task(allowances.run(), name="allowances"))
         tasks.append(asyncio.create_task(flusher.run(), name="usage-flush"))
 
@@ -292,6 +297,7 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         await follower.close()
         await signals.close()
         await engine_slots.close()
+        await engine_load.close()
         await flusher.close()
         await upstream.close()
 

@@ -55,6 +55,7 @@ from gateway.stages.queue import (
     unreserved,
 )
 from gateway.stages.routing import Choice, choose, eligible, observe_ttft, picked
+from gateway.stages.slotshare import Members
 from gateway.state import Recent, State
 from gateway.table import ModelEntry, Replica
 from gateway.upstream import Answer, BrokenAnswer, Unreachable, Upstream
@@ -168,9 +169,14 @@ class Proxy:
         self.state = state
         self.upstream = upstream
         self.settings = settings
-        # This process's part of each replica's slots: the gateway's ([gateway]
-        # slot_share), split evenly between its workers (each counts its own in flight).
-        self.share = settings.slot_share / max(settings.workers, 1)
+        # This process's part of each replica's slots (``state.dealt``): dealt among the
+        # live gateway processes (gateway.stages.slotshare), or the operator's fixed
+        # [gateway] slot_share split evenly between its workers. Until the control plane
+        # names the others: this gateway's workers.
+        state.slot_share = settings.slot_share
+        state.workers = max(settings.workers, 1)
+        state.members = Members(state.workers, settings.worker % state.workers)
+        state.redeal()
         # A new table may bring replicas with free slots: the queues' waiters take them.
         state.installed.append(self.pump_all)
 
@@ -322,7 +328,7 @@ class Proxy:
                     else:  # (inline: every request's path to a model with slots)
                         q = state.queues.get(m.name)
                         busy = q is not None and (q.length or q.granted)
-                        free = [] if busy else open_replicas(candidates, state.loads, self.share)
+                        free = [] if busy else open_replicas(candidates, state.loads, state.dealt)
                         prefer = None
                     if free:
                         candidates = free
@@ -430,13 +436,13 @@ class Proxy:
         ):
             want = self._choose(m, candidates, session, prompt, now)
             assert want is not None  # (candidates is not empty)
-            if not busy and is_open(want.replica, state.loads, self.share):
+            if not busy and is_open(want.replica, state.loads, state.dealt):
                 return [], want, None
             if want.sticky:
                 prefer = self._hold(m, want.replica, candidates)
         if busy or prefer is not None:
             return [], None, prefer
-        return open_replicas(candidates, state.loads, self.share), None, None
+        return open_replicas(candidates, state.loads, state.dealt), None, None
 
     def _queue(self, m: ModelEntry) -> ModelQueue:
         q = self.state.queues.get(m.name)
@@ -469,7 +475,7 @@ class Proxy:
         (``gateway.stages.queue``): every ready one is full, or others wait already.
         With ``prefer``, the request holds for that replica's slot (a hold): granted it,
         that replica alone."""
-        state, share = self.state, self.share
+        state = self.state
         q = self._queue(m)
         waiter: Waiter | None = None
         while True:
@@ -479,9 +485,9 @@ class Proxy:
             candidates = eligible(ready, state.loads, time.monotonic())
             if slot is not None:
                 mine = [r for r in candidates if r.key == slot]
-                if mine and is_open(mine[0], state.loads, share):
+                if mine and is_open(mine[0], state.loads, state.dealt):
                     return mine, waiter
-            free = unreserved(candidates, state.loads, share, q.reserved)
+            free = unreserved(candidates, state.loads, state.dealt, q.reserved)
             if free or not ready:
                 # Nothing ready at all: the caller's path for a model without replicas.
                 return free, waiter
@@ -608,7 +614,7 @@ class Proxy:
         loads, now = self.state.loads, time.monotonic()
         ready = eligible(self.state.table.ready.get(model, ()), loads, now)
         if not q.reserved and not any(h.holding for h in q.holds.values()):
-            free = free_slots(ready, loads, self.share)
+            free = free_slots(ready, loads, self.state.dealt)
             while q.length and free > q.granted:
                 w = q.pop(now)
                 if w is None or w.ticket is None or w.ticket.done():
@@ -619,7 +625,7 @@ class Proxy:
         # Some wait for one replica's slot (holds): per replica, the free slots not
         # reserved; the waiters granted any slot take those too, so a grant needs one
         # more unreserved free slot than there are such grants outstanding.
-        room = rooms(ready, loads, self.share, q.reserved)
+        room = rooms(ready, loads, self.state.dealt, q.reserved)
         spare = sum(room.values()) - (q.granted - sum(q.reserved.values()))
         while q.length and spare > 0:
             w = q.pop(now, room)

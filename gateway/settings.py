@@ -82,9 +82,12 @@ class GatewaySettings:
     # ``session`` with a key) waits for that replica's slot before it takes any free one
     # (at most queue_starvation: the no-starvation bound holds). 0: it never waits for it.
     queue_hold_s: float = 5.0
-    # This gateway's part of each replica's slots (1: all of them; with N gateways in
-    # front of the same replicas, 1/N each).
-    slot_share: float = 1.0
+    # This gateway's fixed part of each replica's slots; None (the default): dealt among
+    # the live gateways, as the control plane names them (gateway.stages.slotshare).
+    slot_share: float | None = None
+    # Fill slots of other gateways' deals that their engines say are idle
+    # (gateway.stages.borrow); False: never more than the deal.
+    borrow: bool = True
     # The value of a secret by its name (``LookupError`` with what to do when this
     # gateway has none): the key an engine was started with (its profile's
     # ``VLLM_API_KEY: {secret: NAME}``), sent as ``Authorization: Bearer`` to its

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ import aiohttp
 import structlog
 
 from catalog.forms.servers import ServerList
+from gateway.stages.slotshare import members_of
 from gateway.state import State
 
 log = structlog.get_logger("gateway")
@@ -31,6 +33,8 @@ log = structlog.get_logger("gateway")
 MAX_WINDOWS = 1_000
 # Early posts for waiting requests: the first at once, the next no sooner than this.
 WAKE_GAP_S = 0.5
+# An answer (the live gateways' names) of more than this is not read as one.
+MAX_ANSWER_BYTES = 1 << 18
 
 
 class Signals:
@@ -108,7 +112,10 @@ class Signals:
                         status=resp.status,
                         message=f"{resp.reason or ''}: {detail}",
                     )
+                # The live gateways, this one named among them: its deal of the slots.
+                raw = await resp.content.read(MAX_ANSWER_BYTES + 1)
             self._failing = False
+            self._members(raw)
         except (aiohttp.ClientError, TimeoutError) as exc:
             refused = isinstance(exc, aiohttp.ClientResponseError) and exc.status < 500
             if not refused:  # every replica would refuse alike; an outage is this one's
@@ -116,3 +123,18 @@ class Signals:
             if not self._failing:
                 self._failing = True
                 log.warning("gateway.signals_failed", url=self.url, error=f"{exc!r:.600}")
+
+    def _members(self, raw: bytes) -> None:
+        """The answer's ``gateways`` and ``gateway`` (who posted) into ``State.join``
+        (gateway.stages.slotshare); an answer without them (a control plane before them)
+        leaves the members known."""
+        if len(raw) > MAX_ANSWER_BYTES:
+            return
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            return
+        if isinstance(answer, dict):
+            members = members_of(answer.get("gateways"), answer.get("gateway"))
+            if members is not None:
+                self.state.join(members)

@@ -11,18 +11,24 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import structlog
+
 from catalog.definition.routing_profiles import PREFIX, SESSION
 from catalog.forms.client_limits import NO_LIMITS, ClientLimits
 from catalog.forms.priority import STANDARD
 from gateway.metrics import Metrics
+from gateway.stages.borrow import Reading, lend
 from gateway.stages.ledger import Ledger
 from gateway.stages.prefix import PrefixTable, Stats
 from gateway.stages.queue import Holds, ModelQueue
 from gateway.stages.quota import Quotas
 from gateway.stages.routing import Choice, Load, joined, predicted_ttft, ramp
 from gateway.stages.setaside import SetAside
+from gateway.stages.slotshare import Members, deal
 from gateway.table import Table
 from gateway.windows import Windows
+
+log = structlog.get_logger("gateway")
 
 RECENT = 20
 
@@ -96,6 +102,19 @@ class State:
         # What replicas' engines said of their slots on /props, by (replica key,
         # endpoint): gateway.engineslots fills it, the follower builds tables with it.
         self.engine_slots: dict[tuple[str, str], int] = {}
+        # The live gateway processes and this one's place among them (the control plane
+        # answers each signals post with them: gateway.signals), the fixed share when
+        # the operator set one, and what they deal this process: replica key -> the
+        # requests it may have in flight there (gateway.stages.slotshare).
+        self.members = Members()
+        self.slot_share: float | None = None
+        self.workers = 1
+        self.deal: dict[str, int] = {}
+        # The engines' own counts, the last readings of each replica, less this
+        # process's requests (gateway.engineload), and the limits in force: the deal, or
+        # more where those readings left slots idle (gateway.stages.borrow).
+        self.readings: dict[str, tuple[Reading, ...]] = {}
+        self.dealt: dict[str, int] = {}
 
     def install(self, table: Table) -> None:
         """A new table: requests from now on route by it; waiters are woken. A replica
@@ -117,6 +136,9 @@ class State:
             if key not in live and self.loads[key].inflight == 0:
                 del self.loads[key]
         self.prefix.retain(live)
+        for key in [k for k in self.readings if k not in live]:
+            del self.readings[key]
+        self.redeal()
         for q in self.queues.values():
             q.retain(live)
         for model in table.models:
@@ -125,6 +147,29 @@ class State:
         changed.set()
         for hook in self.installed:
             hook()
+
+    def join(self, members: Members) -> None:
+        """The live gateways changed: deal again, and wake the waiters (a deal may grow)."""
+        if members == self.members:
+            return
+        self.members = members
+        self.redeal()
+        log.info("gateway.members", gateways=members.count, index=members.index)
+        for hook in self.installed:
+            hook()
+
+    def redeal(self) -> None:
+        """The deal of the table in force among the members, and the limits in force."""
+        self.deal = deal(self.table.ready, self.members, self.slot_share, self.workers)
+        self.relend(time.monotonic())
+
+    def relend(self, now: float) -> bool:
+        """The limits in force from the deal and the readings; whether one rose (the
+        waiters may take it)."""
+        before = self.dealt
+        replicas = {r.key: r for rs in self.table.ready.values() for r in rs}
+        self.dealt = lend(self.deal, replicas, self.readings, now)
+        return any(v > before.get(k, 0) for k, v in self.dealt.items())
 
     def load(self, key: str) -> Load:
         found = self.loads.get(key)
@@ -163,6 +208,12 @@ class State:
                         "failures": self.aside.count(r.key),
                         "inflight": load.inflight,
                         "slots": r.slots or None,
+                        # This process's deal of them (gateway.stages.slotshare), and
+                        # the idle ones of others' it may fill now (gateway.stages.borrow).
+                        "slots_dealt": self.deal.get(r.key),
+                        "slots_borrowable": (
+                            self.dealt[r.key] - self.deal[r.key] if r.key in self.deal else None
+                        ),
                         "slots_source": r.slots_source or None,
                         "weight": r.weight,
                         "effective_context_length": r.context,
@@ -191,6 +242,8 @@ class State:
             }
         return {
             "gateway": self.gateway_id,
+            # The live gateway processes dealing the slots, and this one's place.
+            "gateways": self.members.view(),
             "control_plane": self.health(now),
             "models": models,
         }

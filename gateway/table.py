@@ -103,6 +103,9 @@ class Replica:
     # The key before a rotation (``EngineAuth.previous``), asked with when ``auth`` is
     # refused: an engine keeps the key it was started with until it restarts.
     auth_previous: bytes = field(default=b"", repr=False)
+    # Its profile's engine (``llamacpp``, ``vllm``, ``sim``...): how its own count of the
+    # requests it is serving is read (gateway.engineload).
+    engine: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +210,7 @@ def build(
     weights: dict[tuple[str, str], float] = {}
     # (model, profile) -> (slots, source, whether its engine says them on /props)
     slots: dict[tuple[str, str], tuple[int, str, bool]] = {}
+    engines: dict[tuple[str, str], str] = {}
     said = engine_slots or {}
     keys = auth or {}
     for m in models:
@@ -221,6 +225,7 @@ def build(
             source = FROM_PROFILE if declared else FROM_ARGS if found else ""
             asks = not declared and prof.engine in PROPS_ENGINES
             slots[(m.name, prof.name)] = (found, source, asks)
+            engines[(m.name, prof.name)] = prof.engine
     ask: set[tuple[str, str]] = set()
     ready: dict[str, list[Replica]] = {}
     coming: dict[str, int] = {}
@@ -270,6 +275,7 @@ def build(
                 auth_of.line,
                 auth_of.note,
                 auth_of.previous,
+                engines.get((model, profile), ""),
             )
         )
     return Table(

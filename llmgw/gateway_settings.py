@@ -24,7 +24,9 @@ settings file, then the defaults, the same order as every other command's settin
     queue_max_wait = "60s"              # at most (or the client's shorter timeout)
     queue_starvation = "30s"            # a lower class waits at most this long
     queue_hold = "5s"                   # waits for the replica its prefix/session chose
-    slot_share = 1.0                    # this gateway's part of each replica's slots
+    # slot_share = 0.5                  # a fixed part of each replica's slots (default:
+                                        # dealt among the live gateways)
+    borrow = true                       # fill others' idle slots, read on the engines
     secrets_dir = "/etc/llmgw/secrets"  # engines' keys, a file per secret (as the agent's)
 """
 
@@ -136,7 +138,8 @@ def resolve_gateway(
         queue_max_wait_s=value("queue_max_wait", defaults.queue_max_wait_s),
         queue_starvation_s=value("queue_starvation", defaults.queue_starvation_s),
         queue_hold_s=value("queue_hold", defaults.queue_hold_s),
-        slot_share=min(value("slot_share", defaults.slot_share), 1.0),
+        borrow=value("borrow", defaults.borrow),
+        slot_share=None if (share := value("slot_share", None)) is None else min(share, 1.0),
         engine_secret=partial(_engine_secret, value("secrets_dir", None)),
     )
 

@@ -163,6 +163,7 @@ KEYS: dict[str, dict[str, str]] = {
         "queue_starvation": "positive",
         "queue_hold": "duration",
         "slot_share": "number",
+        "borrow": "bool",
         "secrets_dir": "path",
     },
 }

@@ -3,8 +3,10 @@ the replicas are full, with the gateway's queue and without it (FIFO at the engi
 behaviour before the queue), in the same run.
 
 Real processes: a ``llmgw serve`` on a fresh SQLite file, client tokens issued with the
-real ``llmgw token new --priority-class --share``, two ``llmgw gateway``s (each
-``--slot-share 0.5``) and sim engines with slots (``python -m agent.sim --slots S
+real ``llmgw token new --priority-class --share``, two ``llmgw gateway``s (``--gateways``;
+each its own gateway token; each replica's slots dealt among them, or each
+``--slot-share`` when given: a tree before the deal needs ``--slot-share 0.5``) and sim
+engines with slots (``python -m agent.sim --slots S
 --token-delay D``), two replicas a model. Two models are served by identical engines:
 ``queued``, whose profile says ``--slots`` (so the gateways know when a replica is full
 and queue the rest), and ``fifo``, whose profile does not (the gateways send everything
@@ -83,6 +85,14 @@ class Options:
     engine: str = "sim"
     server: str = ""  # llama-server (llamacpp): "" for the one make llamacpp installs
     calibrate: float = 15.0  # seconds measuring a llama.cpp replica's capacity
+    capacity: float = 0.0  # llama.cpp: the replicas' requests/s as given (0: measured)
+    gateways: int = 2  # gateways in front of the replicas (requests alternate between them)
+    # "": each gateway divides the slots among the live gateways itself; else its
+    # --slot-share (a tree before that needs "0.5" for two)
+    slot_share: str = ""
+    models: tuple[str, ...] = ("queued", "fifo")
+    no_borrow: bool = False  # the gateways with --no-borrow (the deal alone)
+    log_level: str = "WARNING"  # the gateways' (INFO: a line per request, queued_ms)
 
 
 @dataclass
@@ -304,6 +314,9 @@ def engine_argv(opts: Options, work: Path, model: str, port: int) -> list[str]:
             llama_server(opts), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
             "--alias", model, "--parallel", str(opts.slots), "--ctx-size",
             str(512 * opts.slots), "--threads", "1",
+            # (its /metrics counts the requests it holds back: the gateways borrow idle
+            # slots on it; without it, on /slots, where a full engine lends nothing)
+            "--metrics",
         ]  # fmt: skip
     return [
         sys.executable, "-m", "agent.sim", "--port", str(port), "--model", model,
@@ -351,13 +364,19 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def start_gateway(cp: Cluster, opts: Options, n: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_gateway(
+    cp: Cluster, opts: Options, n: int, token_file: Path
+) -> tuple[subprocess.Popen[bytes], str]:
     argv = [
-        LLMGW, "gateway", "--server", cp.url, "--token-file", str(cp.gateway_token_file),
-        "--port", "0", "--admin-open", "--gateway-id", f"bench-gw{n}", "--slot-share", "0.5",
+        LLMGW, "gateway", "--server", cp.url, "--token-file", str(token_file),
+        "--port", "0", "--admin-open", "--gateway-id", f"bench-gw{n}",
         "--queue-max-length", str(opts.queue_max_length),
     ]  # fmt: skip
-    env = {**cp.env, "LLMGW_LOG_LEVEL": "WARNING"}
+    if opts.slot_share:
+        argv += ["--slot-share", opts.slot_share]
+    if opts.no_borrow:
+        argv.append("--no-borrow")
+    env = {**cp.env, "LLMGW_LOG_LEVEL": opts.log_level}
     proc = subprocess.Popen(
         argv,
         cwd=cp.workdir,
@@ -398,8 +417,16 @@ def run_all(opts: Options, work: Path) -> list[Table]:
             "bulk": cp.client_token("bulk", "--priority-class", "batch"),
         }
         urls = []
-        for n in range(2):
-            proc, url = start_gateway(cp, opts, n)
+        for n in range(opts.gateways):
+            # Each gateway its own token: the control plane counts a token (and worker
+            # number) as one gateway when it tells them how many there are.
+            token_file = cp.gateway_token_file
+            if n:
+                token_file = work / f"gateway{n}.token"
+                out = cp._llmgw("token", "new", f"bench-gw{n}", "--role", "gateway")
+                token_file.write_text(out.splitlines()[0].strip() + "\n")
+                token_file.chmod(0o600)
+            proc, url = start_gateway(cp, opts, n, token_file)
             gws.append(proc)
             urls.append(url)
 
@@ -444,7 +471,9 @@ async def measured_capacity(urls: list[str], token: str, opts: Options) -> float
 
 
 async def _scenarios(urls: list[str], tokens: dict[str, str], opts: Options) -> list[Table]:
-    if opts.engine == "llamacpp":
+    if opts.engine == "llamacpp" and opts.capacity > 0:
+        capacity = opts.capacity  # (two trees offered the same load: --capacity)
+    elif opts.engine == "llamacpp":
         progress(f"fairness: measuring the replicas' capacity ({opts.calibrate:g} s)")
         capacity = await measured_capacity(urls, tokens["light"], opts)
         progress(f"fairness: capacity {capacity:.2f} requests/s")
@@ -459,7 +488,7 @@ async def _scenarios(urls: list[str], tokens: dict[str, str], opts: Options) -> 
     # queue in proportion to their shares.
     flooders = [capacity / 4 * k for k in (1.2, 1.6, 2.0, 2.4)]
     results: dict[str, dict[str, dict[str, Samples]]] = defaultdict(dict)
-    for model in MODELS:
+    for model in opts.models:
         progress(f"fairness: {model}: light alone")
         results[model]["alone"] = await scenario(
             urls, model, {"light": (tokens["light"], light)}, opts
@@ -489,43 +518,64 @@ async def _scenarios(urls: list[str], tokens: dict[str, str], opts: Options) -> 
         else f"sim replicas x {opts.slots} slots, {opts.tokens} tokens a request at "
         f"{opts.token_delay * 1e3:g} ms each"
     )
-    measured = "measured" if opts.engine == "llamacpp" else "about"
+    measured = "measured" if opts.engine == "llamacpp" and not opts.capacity else "about"
+    shares = f"--slot-share {opts.slot_share}" if opts.slot_share else "their slots dealt"
     table = Table(
-        f"Fairness when the replicas are full ({REPLICAS} {engines}, two gateways "
-        f"with --slot-share 0.5, {opts.duration:g} s a scenario; capacity {measured} "
+        f"Fairness when the replicas are full ({REPLICAS} {engines}, {opts.gateways} "
+        f"gateway(s), {shares}, {opts.duration:g} s a scenario; capacity {measured} "
         f"{capacity:.2f} requests/s)",
         ["scenario", "figure", "FIFO (no queue)", "queue", "target"],
     )
-    for model in MODELS:
+    # One request's service time when every slot is busy: the slots over the capacity
+    # (Little's law; for the sim, its tokens times its token delay, whatever the load).
+    busy_service = REPLICAS * opts.slots / capacity
+    for model in opts.models:
         alone = results[model]["alone"]["light"]
         service = statistics.median(alone.latency) if alone.latency else float("nan")
         results[model]["bound"] = {"_": Samples(ttft=[p95(alone.ttft) + service])}
+        results[model]["bound_busy"] = {"_": Samples(ttft=[p95(alone.ttft) + busy_service])}
 
     def cell(model: str, what: str, client: str) -> str:
+        if model not in results:
+            return "-"
         return f"{p95(results[model][what][client].ttft) * 1e3:.0f} ms"
 
-    bound = {m: results[m]["bound"]["_"].ttft[0] for m in MODELS}
+    def bound(model: str, what: str = "bound") -> str:
+        if model not in results:
+            return "-"
+        return f"{results[model][what]['_'].ttft[0] * 1e3:.0f} ms"
+
+    def jain_of(model: str) -> str:
+        if model not in results:
+            return "-"
+        return f"{jain([float(results[model]['four'][f'f{i}'].tokens) for i in range(4)]):.3f}"
+
+    def statuses_of(model: str, what: str) -> str:
+        return statuses(results[model][what]) if model in results else "-"
+
     table.add("light alone", "light p95 TTFT", cell("fifo", "alone", "light"),
               cell("queued", "alone", "light"), "")  # fmt: skip
-    table.add("light alone", "bound: alone p95 + one service time",
-              f"{bound['fifo'] * 1e3:.0f} ms", f"{bound['queued'] * 1e3:.0f} ms", "")  # fmt: skip
+    table.add("light alone", "bound: alone p95 + one service time alone",
+              bound("fifo"), bound("queued"), "")  # fmt: skip
+    table.add("light alone",
+              f"bound: alone p95 + one service time all slots busy ({busy_service * 1e3:.0f} ms)",
+              bound("fifo", "bound_busy"), bound("queued", "bound_busy"), "")  # fmt: skip
     table.add(f"flood ({flood:g}/s) vs light ({light:g}/s)", "light p95 TTFT",
               cell("fifo", "flood", "light"), cell("queued", "flood", "light"),
               "queue <= bound")  # fmt: skip
     table.add(f"flood ({flood:g}/s) vs light ({light:g}/s)", "flood p95 TTFT",
               cell("fifo", "flood", "flood"), cell("queued", "flood", "flood"), "")  # fmt: skip
-    jains = {m: jain([float(results[m]["four"][f"f{i}"].tokens) for i in range(4)]) for m in MODELS}
     table.add("4 flooders, equal shares, "
               f"{', '.join(f'{r:.1f}' for r in flooders)}/s (fair: {capacity / 4:.1f})",
               "Jain's index, tokens served in the window",
-              f"{jains['fifo']:.3f}", f"{jains['queued']:.3f}", ">= 0.95")  # fmt: skip
+              jain_of("fifo"), jain_of("queued"), ">= 0.95")  # fmt: skip
     table.add("critical during batch flood", "critical p95 TTFT",
               cell("fifo", "crit", "crit"), cell("queued", "crit", "crit"),
               "queue <= bound")  # fmt: skip
     for what, label in (("flood", "flood vs light"), ("four", "4 flooders"),
                         ("crit", "critical vs batch")):  # fmt: skip
         table.add(label, "answers by status",
-                  statuses(results["fifo"][what]), statuses(results["queued"][what]),
+                  statuses_of("fifo", what), statuses_of("queued", what),
                   "no 5xx")  # fmt: skip
     table.notes.append(
         "TTFT is measured at the client (the gateway holds a stream's headers until its "
@@ -569,8 +619,37 @@ def main(argv: list[str] | None = None) -> int:
         default=15.0,
         help="seconds measuring a llama.cpp replica's capacity before the scenarios (15)",
     )
+    p.add_argument(
+        "--capacity",
+        type=float,
+        default=0.0,
+        help="llama.cpp: the replicas' capacity in requests/s, not measured (the same "
+        "offered load for two trees run apart)",
+    )
+    p.add_argument("--gateways", type=int, default=2, help="gateways in front of the replicas (2)")
+    p.add_argument(
+        "--no-borrow",
+        action="store_true",
+        help="the gateways with --no-borrow: each its deal of the slots alone",
+    )
+    p.add_argument(
+        "--slot-share",
+        default="",
+        help="each gateway's --slot-share (default: none given, the gateways deal each "
+        "replica's slots among the live ones; a tree before that: 1/N)",
+    )
+    p.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help="the models to run the scenarios on: queued (the gateway's queue), fifo "
+        "(none); both by default",
+    )
+    p.add_argument("--log-level", default="WARNING", help="the gateways' (INFO: a line a request)")
     p.add_argument("--keep", type=Path, help="run in this directory and keep the logs")
     args = p.parse_args(argv)
+    models = tuple(m for m in args.models.split(",") if m)
+    if not models or set(models) - set(MODELS):
+        p.error(f"--models: of {', '.join(MODELS)}")
     opts = Options(
         duration=args.duration,
         rate=args.rate,
@@ -579,6 +658,12 @@ def main(argv: list[str] | None = None) -> int:
         engine=args.engine,
         server=args.server,
         calibrate=args.calibrate,
+        capacity=args.capacity,
+        no_borrow=args.no_borrow,
+        gateways=max(args.gateways, 1),
+        slot_share=args.slot_share,
+        models=models,
+        log_level=args.log_level,
     )
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)

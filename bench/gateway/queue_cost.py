@@ -4,7 +4,7 @@ The common path: a model whose replicas' slots are known, none full, nobody wait
 ``gateway/proxy.py`` then calls ``Proxy._at_once`` (for ``prefix`` with a prompt and
 ``session`` with a key: the profile's choice among all the replicas and one comparison
 for the replica chosen; for the other profiles ``open_replicas``, a comparison per
-replica against its share of the slots) and then, unless ``_at_once`` chose, the
+replica against its deal of the slots) and then, unless ``_at_once`` chose, the
 routing profile's ``choose``; a model without slots skips the stage (out: ``choose``
 alone). Each request below is that decision, the choice included, in two versions:
 
@@ -39,6 +39,7 @@ from gateway.settings import GatewaySettings
 from gateway.stages.prefix import prompt_of
 from gateway.stages.queue import ModelQueue, open_replicas
 from gateway.stages.routing import Load, choose
+from gateway.stages.slotshare import Members, deal
 from gateway.state import State
 from gateway.table import ModelEntry, Replica, stable_hash
 
@@ -59,6 +60,7 @@ def common_path(version: str, replicas: int, profile: str = "least-loaded") -> C
     state = State("bench")
     state.loads = loads
     proxy = Proxy(state, None, GatewaySettings(server="", token=""))  # type: ignore[arg-type]
+    state.dealt = deal({"m": ready}, Members())  # (one gateway: every slot its own)
     m = ModelEntry("m", (), (), profile, 8192, 512, False, False, False, 0.0, 0.0, 60.0)
     body = {"messages": [_SYSTEM, {"role": "user", "content": "a question " * 20}]}
     prompt = prompt_of(body, "chat") if profile == "prefix" else None
@@ -85,7 +87,7 @@ def common_path(version: str, replicas: int, profile: str = "least-loaded") -> C
             else:
                 q = queues.get("m")
                 busy = q is not None and (q.length or q.granted)
-                free = [] if busy else open_replicas(candidates, loads, 1.0)
+                free = [] if busy else open_replicas(candidates, loads, state.dealt)
             candidates = free
         pick(candidates)
 

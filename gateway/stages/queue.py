@@ -2,9 +2,9 @@
 
 Pure: the waiters, their order and their bounds, as data; the proxy (the edge) holds a
 waiter's future, wakes it and counts what it has in flight. A replica is *full* when the
-gateway's requests in flight there reach its share of the replica's slots (``budget``:
-the engine's slots, ``Replica.slots``, times ``[gateway] slot_share``); a replica whose
-slots are not known is never full, so a model without them never queues.
+gateway's requests in flight there reach its deal of the replica's slots (the engine's
+slots, ``Replica.slots``, dealt among the live gateways: gateway.stages.slotshare); a
+replica whose slots are not known is never full, so a model without them never queues.
 
 The order, as ``docs/operator/gateway.md`` states it:
 
@@ -76,60 +76,58 @@ class Bounds:
     starvation_s: float = 30.0
 
 
-def budget(slots: int, share: float) -> int:
-    """Requests this gateway may have in flight on a replica of ``slots`` slots (at least
-    one, so a gateway with a small share is never locked out)."""
-    return max(1, int(slots * share))
-
-
 def open_replicas(
-    replicas: Iterable[Replica], loads: Mapping[str, Load], share: float
+    replicas: Iterable[Replica], loads: Mapping[str, Load], dealt: Mapping[str, int]
 ) -> list[Replica]:
-    """The replicas with a free slot, or whose slots are not known (on every request to a
-    model with slots: ``budget`` inlined, a call per replica was half its cost)."""
+    """The replicas with a free slot of this gateway's deal (``dealt``: replica key -> the
+    requests it may have in flight there, gateway.stages.slotshare), or whose slots are
+    not known (not in ``dealt``). On every request to a model with slots: inlined."""
     out = []
     for r in replicas:
-        slots = r.slots
-        if slots <= 0:
+        mine = dealt.get(r.key)
+        if mine is None:
             out.append(r)
             continue
         load = loads.get(r.key)
-        if load is None or load.inflight < max(1, int(slots * share)):
+        if load is None or load.inflight < mine:
             out.append(r)
     return out
 
 
-def is_open(r: Replica, loads: Mapping[str, Load], share: float) -> bool:
-    """Whether ``r`` has a free slot (or its slots are not known)."""
-    slots = r.slots
-    if slots <= 0:
+def is_open(r: Replica, loads: Mapping[str, Load], dealt: Mapping[str, int]) -> bool:
+    """Whether ``r`` has a free slot of this gateway's deal (or its slots are not known)."""
+    mine = dealt.get(r.key)
+    if mine is None:
         return True
     load = loads.get(r.key)
-    return load is None or load.inflight < max(1, int(slots * share))
+    return load is None or load.inflight < mine
 
 
 def unreserved(
     replicas: Iterable[Replica],
     loads: Mapping[str, Load],
-    share: float,
+    dealt: Mapping[str, int],
     reserved: Mapping[str, int],
 ) -> list[Replica]:
     """The replicas with a free slot not reserved for a holder (or slots not known)."""
     return [
         r
         for r in replicas
-        if r.slots <= 0
-        or loads.get(r.key, _IDLE).inflight + reserved.get(r.key, 0) < budget(r.slots, share)
+        if (mine := dealt.get(r.key)) is None
+        or loads.get(r.key, _IDLE).inflight + reserved.get(r.key, 0) < mine
     ]
 
 
-def free_slots(replicas: Iterable[Replica], loads: Mapping[str, Load], share: float) -> float:
+def free_slots(
+    replicas: Iterable[Replica], loads: Mapping[str, Load], dealt: Mapping[str, int]
+) -> float:
     """Free slots among ``replicas`` (infinite when one's slots are not known)."""
     free = 0.0
     for r in replicas:
-        if r.slots <= 0:
+        mine = dealt.get(r.key)
+        if mine is None:
             return math.inf
-        free += max(0, budget(r.slots, share) - loads.get(r.key, _IDLE).inflight)
+        free += max(0, mine - loads.get(r.key, _IDLE).inflight)
     return free
 
 
@@ -157,18 +155,19 @@ def holdable(
 def rooms(
     replicas: Iterable[Replica],
     loads: Mapping[str, Load],
-    share: float,
+    dealt: Mapping[str, int],
     reserved: Mapping[str, int],
 ) -> dict[str, float]:
     """Per replica, its free slots not reserved for a holder (infinite when its slots
     are not known)."""
     out: dict[str, float] = {}
     for r in replicas:
-        if r.slots <= 0:
+        mine = dealt.get(r.key)
+        if mine is None:
             out[r.key] = math.inf
         else:
             inflight = loads.get(r.key, _IDLE).inflight
-            out[r.key] = max(0, budget(r.slots, share) - inflight - reserved.get(r.key, 0))
+            out[r.key] = max(0, mine - inflight - reserved.get(r.key, 0))
     return out
 
 

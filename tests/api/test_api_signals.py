@@ -97,6 +97,11 @@ def test_each_token_and_worker_is_one_gateway_and_the_loads_add(
             answer = c.post("/v1/signals", json=body)
         assert answer.status_code == 202, answer.text
         assert answer.json()["gateway"] == f"{name}-w{worker}"
+        # The gateways live (posted within LIVE_S), this one among them: each gateway
+        # deals the replicas' slots among them by its place in the list.
+        assert f"{name}-w{worker}" in answer.json()["gateways"]
+    assert {"gw-a-w0", "gw-a-w1", "gw-b-w0"} <= set(answer.json()["gateways"])
+    assert answer.json()["gateways"] == sorted(answer.json()["gateways"])
     signals = _signals(api, tokens, "workers")
     assert signals["gateways"] == 3
     assert signals["load"] == pytest.approx(6.0)

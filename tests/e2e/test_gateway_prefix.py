@@ -119,6 +119,16 @@ def test_a_hot_prefix_spills_when_its_replica_is_loaded(setup: Setup) -> None:
     # spread is the behaviour held here; the bound itself is tests/unit/gateway's.)
 
 
+def fills_all(gw: GatewayProc) -> bool:
+    """Whether ``gw`` knows of both gateways and may fill every slot of ``cached``: its
+    deal, and the idle slots it may borrow."""
+    routing = gw.routing()
+    return routing["gateways"]["count"] == 2 and all(
+        r["slots_dealt"] + r["slots_borrowable"] == r["slots"]
+        for r in routing["models"]["cached"]["replicas"]
+    )
+
+
 def test_two_gateways_send_an_unseen_prefix_to_the_same_replica(
     setup: Setup, tmp_path: Path
 ) -> None:
@@ -129,6 +139,11 @@ def test_two_gateways_send_an_unseen_prefix_to_the_same_replica(
     other.start()
     try:
         eventually(lambda: other.ready("cached", 3), "the second gateway has the replicas")
+        # Two gateways deal the 1-slot replicas' slots between them (2 and 1): each fills
+        # a replica not dealt to it only while its engine says the slot is idle (two
+        # readings: gateway.stages.borrow). The prefix's replica is the same choice at
+        # both; each sends there once it may fill every replica.
+        eventually(lambda: fills_all(other) and fills_all(gw), "both may fill every replica")
         pairs = []
         for i in range(9):
             conv: list[ChatCompletionMessageParam] = [
@@ -136,8 +151,10 @@ def test_two_gateways_send_an_unseen_prefix_to_the_same_replica(
                 {"role": "user", "content": f"first question of conversation {i}"},
             ]
             first = ask(other, token, conv).headers["x-llmgw-replica"]
+            eventually(lambda: fills_all(gw), "its slot idle again, as gw reads it")
             second = ask(gw, token, conv).headers["x-llmgw-replica"]
             pairs.append((first, second))
+            eventually(lambda: fills_all(other), "idle again, as the other reads it")
         assert all(a == b for a, b in pairs), pairs
         assert len({a for a, _ in pairs}) >= 2, pairs  # and the prefixes spread
     finally:

@@ -10,7 +10,7 @@ never on the event loop; nothing is stored unless all of it is valid.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from anyio import to_thread
@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from autoscale.signals import (
+    LIVE_S,
     MAX_COUNT,
     MAX_INFLIGHT,
     MAX_LATENCY_S,
@@ -152,13 +153,18 @@ def _parse_and_record(svc: Services, body: bytes, token: str) -> dict[str, Any]:
     now = datetime.now(UTC)
     # Who posted is the token's, never the body's (autoscale.signals).
     poster = identity(token, signals.worker)
+    store = AutoscaleStore(svc.engine)
     with svc.writing:
-        AutoscaleStore(svc.engine).record_signals(poster, signals.received(now, poster), now)
+        store.record_signals(poster, signals.received(now, poster), now)
+    # Every gateway that posted lately, this one included: each deals the replicas'
+    # slots among them by its place in this list (gateway.stages.slotshare).
+    live = store.posters(now - timedelta(seconds=LIVE_S))
     return {
         "gateway": poster,
         "label": signals.gateway,
         "windows": len(signals.windows),
         "received_at": now.isoformat(),
+        "gateways": live if poster in live else sorted([*live, poster]),
     }
 
 

@@ -94,11 +94,20 @@ def register(
         "this long, from 10%% ([gateway] slow_start; default 30s; 0: at once)",
     )
     p.add_argument(
+        "--no-borrow",
+        dest="borrow",
+        action="store_const",
+        const=False,
+        help="never send a replica more than this gateway's deal of its slots, even when its "
+        "engine says another gateway's are idle ([gateway] borrow = false; default: borrow)",
+    )
+    p.add_argument(
         "--slot-share",
         type=float,
         metavar="FRACTION",
-        help="this gateway's part of each replica's slots ([gateway] slot_share; default 1; "
-        "1/N with N gateways in front of the same replicas)",
+        help="a fixed part of each replica's slots for this gateway ([gateway] slot_share; "
+        "default: none, the slots are dealt among the live gateways, as the control plane "
+        "names them)",
     )
     p.add_argument(
         "--secrets-dir",

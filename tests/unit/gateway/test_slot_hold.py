@@ -211,11 +211,12 @@ def test_no_starvation_a_starved_holder_goes_first_to_any_slot() -> None:
 def test_rooms_and_unreserved_leave_a_holders_reserved_slot_alone() -> None:
     rs = replicas(2, slots=2)
     loads = {"m/0": Load(inflight=1), "m/1": Load(inflight=2)}
-    assert rooms(rs, loads, 1.0, {}) == {"m/0": 1, "m/1": 0}
-    assert rooms(rs, loads, 1.0, {"m/0": 1}) == {"m/0": 0, "m/1": 0}
-    assert [r.key for r in unreserved(rs, loads, 1.0, {})] == ["m/0"]
-    assert unreserved(rs, loads, 1.0, {"m/0": 1}) == []
-    assert is_open(rs[0], loads, 1.0) and not is_open(rs[1], loads, 1.0)
+    dealt = {"m/0": 2, "m/1": 2}
+    assert rooms(rs, loads, dealt, {}) == {"m/0": 1, "m/1": 0}
+    assert rooms(rs, loads, dealt, {"m/0": 1}) == {"m/0": 0, "m/1": 0}
+    assert [r.key for r in unreserved(rs, loads, dealt, {})] == ["m/0"]
+    assert unreserved(rs, loads, dealt, {"m/0": 1}) == []
+    assert is_open(rs[0], loads, dealt) and not is_open(rs[1], loads, dealt)
 
 
 def test_the_holds_of_replicas_gone_are_forgotten_unless_someone_holds() -> None:

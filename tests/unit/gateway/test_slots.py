@@ -12,8 +12,9 @@ from agent.sim import create_app
 from catalog.definition.parse import parse_model
 from catalog.errors import CatalogError
 from gateway.engineslots import total_slots
-from gateway.stages.queue import budget, free_slots, open_replicas
+from gateway.stages.queue import free_slots, open_replicas
 from gateway.stages.routing import Load
+from gateway.stages.slotshare import Members, deal
 from gateway.table import build, slots_of
 
 
@@ -73,18 +74,31 @@ def test_slots_in_the_catalog_are_validated_with_the_field_named() -> None:
         assert words in str(caught.value)
 
 
-def test_a_replica_is_full_at_its_share_of_its_slots_and_one_without_slots_never_is() -> None:
+def test_a_replica_is_full_at_its_deal_of_its_slots_and_one_without_slots_never_is() -> None:
     m = model(engine="sim", args=["--slots", "2"])
-    a, b = build([m], ready(m), 1).ready["tiny"]
+    table = build([m], ready(m), 1)
+    a, b = table.ready["tiny"]
     loads = {a.key: Load(inflight=2), b.key: Load(inflight=1)}
-    assert open_replicas([a, b], loads, 1.0) == [b]
-    assert free_slots([a, b], loads, 1.0) == 1
-    # Two gateways in front of them: half the slots each, at least one.
-    assert budget(2, 0.5) == 1 and budget(1, 0.25) == 1
-    assert open_replicas([a, b], loads, 0.5) == []
-    unknown = build([model()], ready(model()), 1).ready["tiny"]
-    busy = {r.key: Load(inflight=10_000) for r in unknown}
-    assert open_replicas(unknown, busy, 1.0) == list(unknown)
+    alone = deal(table.ready, Members())
+    assert open_replicas([a, b], loads, alone) == [b]
+    assert free_slots([a, b], loads, alone) == 1
+    # Two gateways in front of them: one slot of each replica each.
+    assert (
+        deal(table.ready, Members(2, 0))
+        == deal(table.ready, Members(2, 1))
+        == {
+            a.key: 1,
+            b.key: 1,
+        }
+    )
+    assert open_replicas([a, b], loads, deal(table.ready, Members(2, 1))) == []
+    # A fixed share (slot_share) as before: at least one.
+    assert deal(table.ready, Members(), share=0.25) == {a.key: 1, b.key: 1}
+    unknown = build([model()], ready(model()), 1)
+    busy = {r.key: Load(inflight=10_000) for r in unknown.ready["tiny"]}
+    dealt = deal(unknown.ready, Members(2, 1))
+    assert dealt == {}
+    assert open_replicas(unknown.ready["tiny"], busy, dealt) == list(unknown.ready["tiny"])
 
 
 def test_the_sim_engine_says_its_slots_as_llamacpp_does() -> None:

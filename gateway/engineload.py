@@ -1,0 +1,214 @@
+"""Reading the engines' own counts of the requests they serve, for borrowing idle slots.
+
+The edge of gateway.stages.borrow: every ``POLL_S`` (``IDLE_POLL_S`` while this gateway
+has no request in flight or waiting for the model), one ``GET`` per ready replica whose
+slots are known, whose engine says its count and of whose slots this process is dealt
+less than all: ``/metrics`` where it says the requests running and those held back
+(vLLM's and the sim's ``num_requests_running`` plus ``num_requests_waiting``; llama.cpp's
+``requests_processing`` plus ``requests_deferred`` when it runs with ``--metrics``), else
+llama.cpp's ``/slots`` (the slots ``is_processing``: it does not count the requests it
+holds back, which may be the other gateways', so a replica whose every slot is busy lends
+nothing). A replica newly
+read is read every ``POLL_S`` until its readings span ``SPAN_S``. A short timeout
+and a bounded read; a replica that fails is left unread (its limit is its deal) for
+``FAILED_PAUSE_S``. What it reads goes into ``State.readings`` and the limits in force
+(``State.relend``); the queue is pumped when one rose. Nothing here is on the request
+path: a request never waits for a reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+
+import aiohttp
+import structlog
+
+from gateway.stages.borrow import (
+    IDLE_POLL_S,
+    KEPT,
+    POLL_S,
+    SPAN_S,
+    Reading,
+    others,
+)
+from gateway.state import State
+from gateway.table import Replica
+
+log = structlog.get_logger("gateway")
+
+TIMEOUT_S = 1.0
+# /slots carries each slot's sampling parameters: a few KB a slot. More is not an answer.
+MAX_BYTES = 1 << 20
+# A replica whose count could not be read is asked again after this.
+FAILED_PAUSE_S = 30.0
+# The engines whose count is read, and where: llama.cpp's /metrics when it was started
+# with --metrics (its requests deferred counted), else its /slots.
+PATHS = {"llamacpp": ("/metrics", "/slots"), "vllm": ("/metrics",), "sim": ("/metrics",)}
+_COUNTS = (
+    b"vllm:num_requests_running",
+    b"vllm:num_requests_waiting",
+    b"llamacpp:requests_processing",
+    b"llamacpp:requests_deferred",
+)
+
+
+def busy_of(path: str, raw: bytes) -> tuple[int, bool] | None:
+    """The requests an engine says it serves, and whether that counts the ones it holds
+    back (``/metrics``: running and waiting; llama.cpp's ``/slots``: only the slots
+    processing); None when its answer says no such thing."""
+    if path == "/slots":
+        try:
+            slots = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(slots, list):
+            return None
+        busy = 0
+        for slot in slots:
+            if not isinstance(slot, dict):
+                return None
+            # (``state`` in older builds: 0 idle, 1 processing)
+            if slot.get("is_processing") is True or slot.get("state") not in (None, 0):
+                busy += 1
+        return busy, False
+    total, found = 0.0, False
+    for line in raw.splitlines():
+        if line.startswith(_COUNTS):
+            try:
+                value = float(line.rsplit(None, 1)[1])
+            except (IndexError, ValueError):
+                return None
+            if not math.isfinite(value) or value < 0:
+                return None
+            total += value
+            found = True
+    return (int(total), True) if found else None
+
+
+class EngineLoad:
+    """Reads the replicas due and installs what they say (see the module)."""
+
+    def __init__(self, state: State, timeout_s: float = TIMEOUT_S) -> None:
+        self.state = state
+        self.timeout_s = timeout_s
+        self.session: aiohttp.ClientSession | None = None
+        self._paused: dict[str, float] = {}  # replica key -> when to try it again
+        self._last: dict[str, Reading] = {}
+        self._first: dict[str, tuple[Reading, ...]] = {}  # a replica's first reading
+        self._path: dict[str, str] = {}  # where a replica's count is read, when not first
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def run(self) -> None:
+        while True:
+            await self.check()
+            await asyncio.sleep(POLL_S)
+
+    def due(self, now: float) -> list[Replica]:
+        """The replicas to read now (the module's rule)."""
+        state = self.state
+        out = []
+        for model, replicas in state.table.ready.items():
+            q = state.queues.get(model)
+            active = bool(q is not None and q.length) or any(
+                (load := state.loads.get(r.key)) is not None and load.inflight > 0 for r in replicas
+            )
+            every = POLL_S if active else IDLE_POLL_S
+            for r in replicas:
+                mine = state.deal.get(r.key)
+                if mine is None or mine >= r.slots or r.engine not in PATHS:
+                    continue
+                if self._paused.get(r.key, 0.0) > now:
+                    continue
+                last = self._last.get(r.key)
+                # (a replica newly read is read at POLL_S until its readings span SPAN_S)
+                kept = state.readings.get(r.key)
+                pace = every if kept and kept[-1].at - kept[0].at >= SPAN_S else POLL_S
+                if last is None or now - last.at >= pace - 0.01:
+                    out.append(r)
+        return out
+
+    async def check(self) -> None:
+        now = time.monotonic()
+        live = {r.key for rs in self.state.table.ready.values() for r in rs}
+        for key in [k for k in self._last if k not in live]:
+            del self._last[key]
+            self._first.pop(key, None)
+            self._path.pop(key, None)
+        for key in [k for k in self._paused if k not in live]:
+            del self._paused[key]
+        due = self.due(now)
+        if not due:
+            return
+        found = await asyncio.gather(*(self.read(r) for r in due))
+        state = self.state
+        live = {r.key for rs in state.table.ready.values() for r in rs}
+        for r, reading in zip(due, found, strict=True):
+            if r.key not in live:
+                continue
+            if reading is None:
+                self._last.pop(r.key, None)
+                self._first.pop(r.key, None)
+                state.readings.pop(r.key, None)
+                self._paused[r.key] = time.monotonic() + FAILED_PAUSE_S
+                continue
+            self._last[r.key] = reading
+            kept = (*state.readings.get(r.key, self._first.pop(r.key, ())), reading)
+            if len(kept) < 2:
+                self._first[r.key] = kept
+            else:
+                state.readings[r.key] = kept[-KEPT:]
+        if state.relend(time.monotonic()):
+            for hook in state.installed:
+                hook()
+
+    async def read(self, r: Replica) -> Reading | None:
+        """The other gateways' requests at ``r``'s engine now, or None (logged once a
+        replica) when its count could not be read."""
+        if self.session is None:
+            self.session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+            )
+        headers: dict[str, str] = {}
+        if r.auth:
+            headers["authorization"] = r.auth.decode("ascii").split(": ", 1)[1].strip()
+        load = self.state.loads.get(r.key)
+        mine_before = 0 if load is None else load.inflight
+        paths = PATHS[r.engine]
+        path = self._path.get(r.key, paths[0])
+        error = ""
+        found: tuple[int, bool] | None = None
+        try:
+            async with self.session.get(r.endpoint + path, headers=headers) as resp:
+                raw = await resp.content.read(MAX_BYTES + 1)
+                status = resp.status
+            if status != 200:
+                error = f"GET {path} answered {status}"
+            elif len(raw) > MAX_BYTES:
+                error = f"GET {path} answered more than {MAX_BYTES} bytes"
+            else:
+                found = busy_of(path, raw)
+                if found is None:
+                    error = f"GET {path} says no count of its requests"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            error = f"GET {path}: {type(exc).__name__}: {exc}"[:300]
+        if found is None:
+            later = paths[paths.index(path) + 1 :]
+            if later and not error.startswith(f"GET {path}: "):  # (answered: not this path)
+                self._path[r.key] = later[0]
+                return await self.read(r)
+            log.info("gateway.engine_load_unknown", replica=r.key, reason=error, using="its deal")
+            return None
+        busy, whole = found
+        load = self.state.loads.get(r.key)
+        mine_after = 0 if load is None else load.inflight
+        if not whole and busy >= r.slots:
+            # Every slot busy, and the requests it holds back not counted: they may be
+            # the others'. It lends nothing (the module's bound).
+            return Reading(r.slots, time.monotonic())
+        return Reading(others(busy, mine_before, mine_after), time.monotonic())
