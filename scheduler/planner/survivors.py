@@ -207,7 +207,14 @@ def _patched_judging(
         *(r for r in memo.removals if r.placement.model not in models),
         *keeper.removals,
     ]
-    keeper.recorded_as = {**memo.recorded_as, **keeper.recorded_as}
+    # The other models' re-recorded placements only: a model judged again was judged from
+    # this round's placements, and the round before's entry of one (an original the write
+    # since replaced with its re-recorded form) would name a placement the store no
+    # longer holds in a removal.
+    keeper.recorded_as = {
+        **{u: o for u, o in memo.recorded_as.items() if u.model not in models},
+        **keeper.recorded_as,
+    }
     # Both in slot order (a model's placements together): merged by it.
     return sorted([*(p for p in memo.valid if p.model not in models), *again], key=_slot_order)
 

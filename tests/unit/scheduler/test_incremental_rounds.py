@@ -435,3 +435,43 @@ def test_the_placements_a_round_wrote_read_back_are_its_own() -> None:
     # placements' judgement too (KeepMemo patched: only m judged again).
     assert rounds.carried.resilience.reused == reused + 1
     assert rounds.carried.keep.patched == patched + 1
+
+
+def test_a_removal_after_a_re_recorded_placement_was_written_names_what_the_store_holds() -> None:
+    """A kept placement whose profile now asks for more memory is re-recorded at the new
+    figure (a removal then names the stored original). Once the store holds the
+    re-recorded form, a removal of it must name that form: the judgement patched after
+    the write kept the round before's mapping and named the original (memory 0) when
+    its node was lost, where the full round names what the store holds (memory 32).
+    Found by ``scripts/hypothesis-seeds.sh`` (seed 4)."""
+    fleet = {n: node(n, "A100", 1) for n in ("n0", "n1")}
+    gpu = (profile("big", "A100", 1, priority=5), profile("small", "L4", 1))
+    demands = [Demand("m0", 1, (cpu_profile(),)), Demand("m1", 0, (*gpu, cpu_profile()))]
+    rounds = IncrementalRounds()
+    first = rounds.start(demands, list(fleet.values()), (), NOW, POLICY)
+    m0 = next(p for p in first.placements if p.model == "m0")
+    assert (m0.profile, m0.memory_gb_per_node) == ("cpu", 0)
+    # m0's CPU profile now needs 32 GB (the node's memory unknown: it stays); the first
+    # plan was written.
+    demands = [Demand("m0", 1, (cpu_profile(memory_gb=32),)), demands[1]]
+    fleet = {n: dataclasses.replace(v, reported_at=NOW) for n, v in fleet.items()}
+    second = rounds.next(
+        Changes(now=NOW, not_fresh={}, demands=demands, current=first.placements, policy=POLICY)
+    )
+    assert digest(second) == digest(
+        plan(demands, list(fleet.values()), first.placements, NOW, POLICY)
+    )
+    assert [p.memory_gb_per_node for p in second.placements] == [32]
+    # That plan written too; then both nodes fall silent past the grace: lost.
+    later = NOW + timedelta(seconds=400)
+    third = rounds.next(
+        Changes(
+            now=later,
+            not_fresh=dict.fromkeys(fleet, NOW),
+            current=second.placements,
+            policy=POLICY,
+        )
+    )
+    full = plan(demands, list(fleet.values()), second.placements, later, POLICY)
+    assert [r.placement.memory_gb_per_node for r in full.remove] == [32]
+    assert digest(third) == digest(full)
