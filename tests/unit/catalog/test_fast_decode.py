@@ -20,6 +20,7 @@ numbers spelt otherwise, stray text, and sizes beyond the general path's limits.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import operator
@@ -360,12 +361,14 @@ def mutated(draw: st.DrawFn, data: dict[str, Any]) -> dict[str, Any]:
             target = _at(data, path)
             if isinstance(target, dict):
                 key = draw(st.one_of(st.sampled_from(_KNOWN_KEYS), st.text(max_size=4)))
-                target[key] = draw(st.sampled_from(_ODD))
+                # A copy: an odd value that is a dict or a list may be changed by a later
+                # step, and the shared one would then differ from one example to the next.
+                target[key] = copy.deepcopy(draw(st.sampled_from(_ODD)))
             continue
         parent, last = _at(data, path[:-1]), path[-1]
         old = parent[last]
         if kind == "replace":
-            parent[last] = draw(st.sampled_from(_ODD))
+            parent[last] = copy.deepcopy(draw(st.sampled_from(_ODD)))
         elif kind == "delete":
             del parent[last]
         elif kind == "wrap":
