@@ -361,7 +361,10 @@ def test_a_line_never_ended_holds_no_connection_and_a_sender_without_a_token_giv
                 while not closed.done() and asyncio.get_running_loop().time() - started < 5:
                     writer.write(b"H")
                     await asyncio.sleep(0.1)
-                assert closed.done() and await closed == b"", "dripped for 5 s, still open"
+                assert closed.done(), "dripped for 5 s, still open"
+                # Closed: an end of file, or a reset when a drip crossed the close.
+                with contextlib.suppress(ConnectionResetError):
+                    assert await closed == b""
             async with _connection(port) as (silent, _):
                 await asyncio.sleep(0.05)
                 # The one slot is taken by a connection without a heartbeat: an agent's
