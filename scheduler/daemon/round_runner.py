@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from operator import is_
+from operator import attrgetter, is_
 from typing import TYPE_CHECKING, overload
 
 import structlog
@@ -34,7 +34,7 @@ from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
 from scheduler.planner.fleet.inventory import FRESH, Node, reported_at
-from scheduler.planner.fleet.placements import Demand, Placement, Plan
+from scheduler.planner.fleet.placements import Demand, Placement, Plan, not_among
 from scheduler.planner.rounds.incremental import Changes, IncrementalRounds
 
 if TYPE_CHECKING:
@@ -99,16 +99,15 @@ class _AtBoundary(Sequence[Node]):
 
 def _pinned_now(plan: Plan, before: Sequence[Placement]) -> list[Placement]:
     """The placements this round places or pins to a version they did not have."""
-    had = {(p.model, p.replica): p for p in before}
-    # Identity first: a kept placement is, nearly always, the very object read.
+    # Identity first: a kept placement is, nearly always, the very object read (``before``
+    # holds one placement a slot, the store's key), and then needs no index of them all.
+    others = not_among(plan.keep, before)
+    if not others:
+        return [*plan.place]
+    had = dict(zip(map(_slot, before), before, strict=True))
     return [
         *plan.place,
-        *(
-            p
-            for p in plan.keep
-            if (was := had.get((p.model, p.replica))) is not p
-            and (was is None or was.version != p.version)
-        ),
+        *(p for p in others if (was := had.get(_slot(p))) is None or was.version != p.version),
     ]
 
 
@@ -278,3 +277,7 @@ def _writes(plan: Plan, before: Sequence[Placement]) -> bool:
         return False
     had = {(p.model, p.replica): p for p in before}
     return any((was := had.get((p.model, p.replica))) is not p and was != p for p in plan.keep)
+
+
+# A placement's slot, read in C: (model, replica), the store's key.
+_slot = attrgetter("model", "replica")
