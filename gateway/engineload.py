@@ -62,7 +62,7 @@ def busy_of(path: str, raw: bytes) -> tuple[int, bool] | None:
     if path == "/slots":
         try:
             slots = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # (RecursionError: nested too deep)
             return None
         if not isinstance(slots, list):
             return None
@@ -85,7 +85,8 @@ def busy_of(path: str, raw: bytes) -> tuple[int, bool] | None:
                 return None
             total += value
             found = True
-    return (int(total), True) if found else None
+    # (counts each finite that add up to more than a float holds: no count either)
+    return (int(total), True) if found and math.isfinite(total) else None
 
 
 class EngineLoad:

@@ -1,0 +1,79 @@
+"""gateway.engineload against a hostile or broken engine: whatever its ``/metrics`` or
+``/slots`` answers, the reading loop goes on, and the replica's limit is its deal unless
+a whole answer said slots were idle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from gateway.engineload import EngineLoad
+from gateway.stages.slotshare import Members
+from gateway.state import State
+from gateway.table import Replica, Table
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _state(endpoint: str, engine: str) -> tuple[State, Replica]:
+    """One replica of 4 slots, dealt 2 of them here (two gateways)."""
+    r = Replica("m/0", "m", endpoint, 1.0, "p", slots=4, engine=engine)
+    state = State("gw")
+    state.table = Table(ready={"m": (r,)})
+    state.members = Members(2, 0)
+    state.redeal()
+    return state, r
+
+
+async def _with_engine(
+    routes: dict[str, Handler], engine: str, run: Callable[[State, EngineLoad], Awaitable[Any]]
+) -> Any:
+    app = web.Application()
+    for path, handler in routes.items():
+        app.router.add_get(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    state, _ = _state(f"http://127.0.0.1:{port}", engine)
+    load = EngineLoad(state)
+    try:
+        return await run(state, load)
+    finally:
+        await load.close()
+        await runner.cleanup()
+
+
+def _answer(body: bytes) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=body)
+
+    return handler
+
+
+async def _check_twice(state: State, load: EngineLoad) -> dict[str, int]:
+    await load.check()
+    load._last.clear()  # (read again now, not POLL_S later)
+    await load.check()
+    return dict(state.dealt)
+
+
+def test_a_deeply_nested_slots_or_metrics_adding_past_a_float_do_not_end_the_loop() -> None:
+    """A llama.cpp whose ``/slots`` nests past the parser's depth (RecursionError), or a
+    ``/metrics`` whose finite counts add up to inf (OverflowError in ``int``): on main the
+    exception left ``check`` and ended the engine-load task for good, borrowing gone and
+    the limits in force frozen. Now the replica is unread (its deal) and the loop goes on."""
+
+    async def no_metrics(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=501)  # (llama.cpp without --metrics: /slots next)
+
+    nested = {"/metrics": no_metrics, "/slots": _answer(b"[" * 100_000 + b"]" * 100_000)}
+    assert asyncio.run(_with_engine(nested, "llamacpp", _check_twice)) == {"m/0": 2}
+    huge = b"vllm:num_requests_running 1e308\nvllm:num_requests_waiting 1e308\n"
+    assert asyncio.run(_with_engine({"/metrics": _answer(huge)}, "vllm", _check_twice)) == {
+        "m/0": 2
+    }
