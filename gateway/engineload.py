@@ -26,6 +26,7 @@ import time
 import aiohttp
 import structlog
 
+from gateway.bodies import read_at_most
 from gateway.stages.borrow import (
     IDLE_POLL_S,
     KEPT,
@@ -186,7 +187,7 @@ class EngineLoad:
         found: tuple[int, bool] | None = None
         try:
             async with self.session.get(r.endpoint + path, headers=headers) as resp:
-                raw = await resp.content.read(MAX_BYTES + 1)
+                raw = await read_at_most(resp.content, MAX_BYTES)
                 status = resp.status
             if status != 200:
                 error = f"GET {path} answered {status}"

@@ -77,3 +77,36 @@ def test_a_deeply_nested_slots_or_metrics_adding_past_a_float_do_not_end_the_loo
     assert asyncio.run(_with_engine({"/metrics": _answer(huge)}, "vllm", _check_twice)) == {
         "m/0": 2
     }
+
+
+def _in_parts(*parts: bytes) -> Handler:
+    """An answer written in parts, a moment apart (a slow network, a large answer)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        for i, part in enumerate(parts):
+            if i:
+                await asyncio.sleep(0.05)
+            await resp.write(part)
+        await resp.write_eof()
+        return resp
+
+    return handler
+
+
+def test_an_answer_that_comes_in_parts_is_read_whole() -> None:
+    """``StreamReader.read(n)`` returns what has come so far: on main a ``/metrics``
+    whose waiting count came a moment after its running count read as 0 busy, and the 3
+    slots the others' 7 requests fill were lent."""
+    metrics = _in_parts(
+        b'vllm:num_requests_running{model_name="m"} 0\n',
+        b'vllm:num_requests_waiting{model_name="m"} 7\n',
+    )
+
+    async def run(state: State, load: EngineLoad) -> Any:
+        (r,) = state.table.ready["m"]
+        return await load.read(r)
+
+    reading = asyncio.run(_with_engine({"/metrics": metrics}, "vllm", run))
+    assert reading is not None and reading.others == 7
