@@ -133,7 +133,7 @@ class Signals:
             return
         try:
             answer = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # (RecursionError: nested too deep)
             return
         if isinstance(answer, dict):
             members = members_of(answer.get("gateways"), answer.get("gateway"))
