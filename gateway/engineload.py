@@ -138,12 +138,12 @@ class EngineLoad:
     async def check(self) -> None:
         now = time.monotonic()
         live = {r.key for rs in self.state.table.ready.values() for r in rs}
-        for key in [k for k in self._last if k not in live]:
-            del self._last[key]
+        # (a replica left unread when it went has no ``_last``: each kept apart)
+        for key in {*self._last, *self._first, *self._path, *self._paused} - live:
+            self._last.pop(key, None)
             self._first.pop(key, None)
             self._path.pop(key, None)
-        for key in [k for k in self._paused if k not in live]:
-            del self._paused[key]
+            self._paused.pop(key, None)
         due = self.due(now)
         if not due:
             return
@@ -183,6 +183,8 @@ class EngineLoad:
         mine_before = 0 if load is None else load.inflight
         paths = PATHS[r.engine]
         path = self._path.get(r.key, paths[0])
+        if path not in paths:  # (the key's replica before was another engine)
+            path = paths[0]
         error = ""
         found: tuple[int, bool] | None = None
         try:

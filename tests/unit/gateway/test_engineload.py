@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -110,3 +111,28 @@ def test_an_answer_that_comes_in_parts_is_read_whole() -> None:
 
     reading = asyncio.run(_with_engine({"/metrics": metrics}, "vllm", run))
     assert reading is not None and reading.others == 7
+
+
+def test_a_replica_key_back_under_another_engine_is_read_where_that_engine_says() -> None:
+    """A llama.cpp without ``--metrics`` and with ``--no-slots`` (both refused) is left
+    unread, then leaves; its key comes back as a vLLM replica. On main the key's path
+    (``/slots``) was kept, asked of vLLM, and ``paths.index`` raised ValueError: the
+    engine-load task ended for good."""
+
+    async def refused(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=501)
+
+    async def run(state: State, load: EngineLoad) -> Any:
+        (r,) = state.table.ready["m"]
+        await load.check()  # both refused: unread, paused
+        state.table = Table()
+        await load.check()  # gone
+        state.table = Table(ready={"m": (replace(r, engine="vllm"),)})
+        state.redeal()
+        await load.check()
+        return dict(state.dealt), load._path
+
+    assert asyncio.run(_with_engine({"/metrics": refused, "/slots": refused}, "llamacpp", run)) == (
+        {"m/0": 2},
+        {},
+    )
