@@ -19,11 +19,11 @@ path: a request never waits for a reading.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 
 import aiohttp
+import msgspec
 import structlog
 
 from gateway.bodies import read_at_most
@@ -43,6 +43,11 @@ log = structlog.get_logger("gateway")
 TIMEOUT_S = 1.0
 # /slots carries each slot's sampling parameters: a few KB a slot. More is not an answer.
 MAX_BYTES = 1 << 20
+# A /slots answer holds an object a slot, each with a few in it (its params, its next
+# token...); with more than this many a slot, it is not one. And a /metrics answer says
+# each count once a model it serves: with more lines of them than this, it is not one.
+OBJECTS_PER_SLOT = 256
+MAX_COUNT_LINES = 256
 # A replica whose count could not be read is asked again after this.
 FAILED_PAUSE_S = 30.0
 # The engines whose count is read, and where: llama.cpp's /metrics when it was started
@@ -56,28 +61,40 @@ _COUNTS = (
 )
 
 
-def busy_of(path: str, raw: bytes) -> tuple[int, bool] | None:
+class _Slot(msgspec.Struct, gc=False):
+    """What a ``/slots`` entry says of its state; the rest of it is skipped, never built."""
+
+    is_processing: bool | None = None
+    state: int | None = None  # (older builds: 0 idle, 1 processing)
+
+
+_SLOTS = msgspec.json.Decoder(list[_Slot])
+
+
+def busy_of(path: str, raw: bytes, slots: int = 1) -> tuple[int, bool] | None:
     """The requests an engine says it serves, and whether that counts the ones it holds
     back (``/metrics``: running and waiting; llama.cpp's ``/slots``: only the slots
-    processing); None when its answer says no such thing."""
+    processing); None when its answer says no such thing. Bounded by ``raw``'s bytes,
+    not by what they expand to: 1 MB of ``{},`` is 340,000 objects and of newlines a
+    million lines, each made on the event loop, every ``POLL_S``."""
     if path == "/slots":
+        # An entry a slot (``slots``: the replica's), each with a few objects in it.
+        if raw.count(b"{") > OBJECTS_PER_SLOT * max(slots, 1):
+            return None
         try:
-            slots = json.loads(raw)
-        except (ValueError, RecursionError):  # (RecursionError: nested too deep)
+            entries = _SLOTS.decode(raw)
+        except (msgspec.DecodeError, RecursionError):  # (not a list of objects, too deep)
             return None
-        if not isinstance(slots, list):
-            return None
-        busy = 0
-        for slot in slots:
-            if not isinstance(slot, dict):
+        return sum(s.is_processing is True or s.state not in (None, 0) for s in entries), False
+    total, lines = 0.0, 0
+    text = b"\n" + raw  # (each count's line found by its name after a newline)
+    for name in _COUNTS:
+        at = text.find(b"\n" + name)
+        while at != -1:
+            if lines >= MAX_COUNT_LINES:
                 return None
-            # (``state`` in older builds: 0 idle, 1 processing)
-            if slot.get("is_processing") is True or slot.get("state") not in (None, 0):
-                busy += 1
-        return busy, False
-    total, found = 0.0, False
-    for line in raw.splitlines():
-        if line.startswith(_COUNTS):
+            end = text.find(b"\n", at + 1)
+            line = text[at + 1 : None if end == -1 else end]
             try:
                 value = float(line.rsplit(None, 1)[1])
             except (IndexError, ValueError):
@@ -85,9 +102,10 @@ def busy_of(path: str, raw: bytes) -> tuple[int, bool] | None:
             if not math.isfinite(value) or value < 0:
                 return None
             total += value
-            found = True
+            lines += 1
+            at = end if end == -1 else text.find(b"\n" + name, end)
     # (counts each finite that add up to more than a float holds: no count either)
-    return (int(total), True) if found and math.isfinite(total) else None
+    return (int(total), True) if lines and math.isfinite(total) else None
 
 
 class EngineLoad:
@@ -196,7 +214,7 @@ class EngineLoad:
             elif len(raw) > MAX_BYTES:
                 error = f"GET {path} answered more than {MAX_BYTES} bytes"
             else:
-                found = busy_of(path, raw)
+                found = busy_of(path, raw, r.slots)
                 if found is None:
                     error = f"GET {path} says no count of its requests"
         except (aiohttp.ClientError, TimeoutError) as exc:
