@@ -9,7 +9,8 @@ less than all: ``/metrics`` where it says the requests running and those held ba
 llama.cpp's ``/slots`` (the slots ``is_processing``: it does not count the requests it
 holds back, which may be the other gateways', so a replica whose every slot is busy lends
 nothing). A replica newly
-read is read every ``POLL_S`` until its readings span ``SPAN_S``. A short timeout
+read, or read again after more than ``FRESH_S`` unread (its readings before the gap
+dropped), is read every ``POLL_S`` until its readings span ``SPAN_S``. A short timeout
 and a bounded read; a replica that fails is left unread (its limit is its deal) for
 ``FAILED_PAUSE_S``. What it reads goes into ``State.readings`` and the limits in force
 (``State.relend``); the queue is pumped when one rose. Nothing here is on the request
@@ -28,6 +29,7 @@ import structlog
 
 from gateway.bodies import read_at_most
 from gateway.stages.borrow import (
+    FRESH_S,
     IDLE_POLL_S,
     KEPT,
     POLL_S,
@@ -178,7 +180,12 @@ class EngineLoad:
                 self._paused[r.key] = time.monotonic() + FAILED_PAUSE_S
                 continue
             self._last[r.key] = reading
-            kept = (*state.readings.get(r.key, self._first.pop(r.key, ())), reading)
+            before = state.readings.pop(r.key, self._first.pop(r.key, ()))
+            if before and reading.at - before[-1].at > FRESH_S:
+                # Unread meanwhile (dealt all of it, say): the readings before the gap
+                # say nothing of the slots since, and a span starts again.
+                before = ()
+            kept = (*before, reading)
             if len(kept) < 2:
                 self._first[r.key] = kept
             else:

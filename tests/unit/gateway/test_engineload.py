@@ -5,6 +5,7 @@ a whole answer said slots were idle."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -12,11 +13,13 @@ from typing import Any
 from aiohttp import web
 
 from gateway.engineload import EngineLoad
+from gateway.stages.borrow import Reading
 from gateway.stages.slotshare import Members
 from gateway.state import State
 from gateway.table import Replica, Table
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+IDLE = b'vllm:num_requests_running{model_name="m"} 0\nvllm:num_requests_waiting{model_name="m"} 0\n'
 
 
 def _state(endpoint: str, engine: str) -> tuple[State, Replica]:
@@ -136,3 +139,22 @@ def test_a_replica_key_back_under_another_engine_is_read_where_that_engine_says(
         {"m/0": 2},
         {},
     )
+
+
+def test_readings_from_before_a_replica_went_unread_do_not_make_its_span() -> None:
+    """Read idle while two gateways were live, then dealt all of it (the other gone:
+    not read), then the other back. On main the readings of minutes ago stood for the
+    span's start, and one fresh reading of a slot idle for a moment lent it at once:
+    the bound's 'every reading over at least SPAN_S' held by no reading in between."""
+
+    async def run(state: State, load: EngineLoad) -> Any:
+        now = time.monotonic()
+        old = (Reading(0, now - 120.0), Reading(0, now - 119.0))  # (read then)
+        state.readings["m/0"], load._last["m/0"] = old, old[-1]
+        state.join(Members(1, 0))  # the other gone: all 4 dealt here, not read
+        assert not load.due(now)
+        state.join(Members(2, 0))  # back
+        await load.check()
+        return dict(state.dealt)
+
+    assert asyncio.run(_with_engine({"/metrics": _answer(IDLE)}, "vllm", run)) == {"m/0": 2}
