@@ -11,7 +11,8 @@ holds back, which may be the other gateways', so a replica whose every slot is b
 nothing). A replica newly
 read, or read again after more than ``FRESH_S`` unread (its readings before the gap
 dropped), is read every ``POLL_S`` until its readings span ``SPAN_S``. A short timeout
-and a bounded read; a replica that fails is left unread (its limit is its deal) for
+and a bounded read, each replica's on its own (an engine slow to answer delays its own
+readings only); a replica that fails is left unread (its limit is its deal) for
 ``FAILED_PAUSE_S``. What it reads goes into ``State.readings`` and the limits in force
 (``State.relend``); the queue is pumped when one rose. Nothing here is on the request
 path: a request never waits for a reading.
@@ -121,15 +122,27 @@ class EngineLoad:
         self._last: dict[str, Reading] = {}
         self._first: dict[str, tuple[Reading, ...]] = {}  # a replica's first reading
         self._path: dict[str, str] = {}  # where a replica's count is read, when not first
+        self._reading: dict[str, asyncio.Task[None]] = {}  # replica key -> its read now
 
     async def close(self) -> None:
+        for task in self._reading.values():
+            task.cancel()
+        await asyncio.gather(*self._reading.values(), return_exceptions=True)
         if self.session is not None:
             await self.session.close()
 
     async def run(self) -> None:
+        # Each replica's read on its own: an engine slow to answer (up to the timeout)
+        # delays its own readings, never the others' (each POLL_S).
         while True:
-            await self.check()
+            self.start()
+            self.settle()
             await asyncio.sleep(POLL_S)
+
+    async def check(self) -> None:
+        """One round, its reads awaited: what ``run`` does each ``POLL_S``."""
+        await asyncio.gather(*self.start())
+        self.settle()
 
     def due(self, now: float) -> list[Replica]:
         """The replicas to read now (the module's rule)."""
@@ -145,7 +158,7 @@ class EngineLoad:
                 mine = state.deal.get(r.key)
                 if mine is None or mine >= r.slots or r.engine not in PATHS:
                     continue
-                if self._paused.get(r.key, 0.0) > now:
+                if self._paused.get(r.key, 0.0) > now or r.key in self._reading:
                     continue
                 last = self._last.get(r.key)
                 # (a replica newly read is read at POLL_S until its readings span SPAN_S)
@@ -155,7 +168,9 @@ class EngineLoad:
                     out.append(r)
         return out
 
-    async def check(self) -> None:
+    def start(self) -> list[asyncio.Task[None]]:
+        """A read of each replica due (one at a time a replica); the entries of the
+        replicas gone are dropped."""
         now = time.monotonic()
         live = {r.key for rs in self.state.table.ready.values() for r in rs}
         # (a replica left unread when it went has no ``_last``: each kept apart)
@@ -164,32 +179,45 @@ class EngineLoad:
             self._first.pop(key, None)
             self._path.pop(key, None)
             self._paused.pop(key, None)
-        due = self.due(now)
-        if not due:
-            return
-        found = await asyncio.gather(*(self.read(r) for r in due))
+        started = []
+        for r in self.due(now):
+            task = asyncio.create_task(self._read_one(r), name=f"engine-load {r.key}")
+            self._reading[r.key] = task
+            started.append(task)
+        return started
+
+    async def _read_one(self, r: Replica) -> None:
+        try:
+            self._take(r, await self.read(r))
+        finally:
+            self._reading.pop(r.key, None)
+
+    def _take(self, r: Replica, reading: Reading | None) -> None:
+        """What a read found, into ``State.readings`` (in force at the next ``settle``)."""
         state = self.state
-        live = {r.key for rs in state.table.ready.values() for r in rs}
-        for r, reading in zip(due, found, strict=True):
-            if r.key not in live:
-                continue
-            if reading is None:
-                self._last.pop(r.key, None)
-                self._first.pop(r.key, None)
-                state.readings.pop(r.key, None)
-                self._paused[r.key] = time.monotonic() + FAILED_PAUSE_S
-                continue
-            self._last[r.key] = reading
-            before = state.readings.pop(r.key, self._first.pop(r.key, ()))
-            if before and reading.at - before[-1].at > FRESH_S:
-                # Unread meanwhile (dealt all of it, say): the readings before the gap
-                # say nothing of the slots since, and a span starts again.
-                before = ()
-            kept = (*before, reading)
-            if len(kept) < 2:
-                self._first[r.key] = kept
-            else:
-                state.readings[r.key] = kept[-KEPT:]
+        if not any(x.key == r.key for x in state.table.ready.get(r.model, ())):
+            return  # (gone meanwhile)
+        if reading is None:
+            self._last.pop(r.key, None)
+            self._first.pop(r.key, None)
+            state.readings.pop(r.key, None)
+            self._paused[r.key] = time.monotonic() + FAILED_PAUSE_S
+            return
+        self._last[r.key] = reading
+        before = state.readings.pop(r.key, self._first.pop(r.key, ()))
+        if before and reading.at - before[-1].at > FRESH_S:
+            # Unread meanwhile (dealt all of it, say): the readings before the gap
+            # say nothing of the slots since, and a span starts again.
+            before = ()
+        kept = (*before, reading)
+        if len(kept) < 2:
+            self._first[r.key] = kept
+        else:
+            state.readings[r.key] = kept[-KEPT:]
+
+    def settle(self) -> None:
+        """The limits in force from the readings now; the queues pumped when one rose."""
+        state = self.state
         if state.relend(time.monotonic()):
             for hook in state.installed:
                 hook()

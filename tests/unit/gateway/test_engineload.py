@@ -158,3 +158,52 @@ def test_readings_from_before_a_replica_went_unread_do_not_make_its_span() -> No
         return dict(state.dealt)
 
     assert asyncio.run(_with_engine({"/metrics": _answer(IDLE)}, "vllm", run)) == {"m/0": 2}
+
+
+def test_an_engine_slow_to_answer_does_not_slow_the_reading_of_the_others() -> None:
+    """One engine answers each reading 0.9 s late (within the timeout, so it is never
+    left unread). On main a round awaited every read: the other replica was read once
+    a second instead of every POLL_S (once in the test's second, 10 times now), and the
+    bound's 'no new slot borrowed from the next reading on (0.1 s)' became a second,
+    for every replica of the gateway."""
+    hits = {"fast": 0}
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0.9)
+        return web.Response(body=IDLE)
+
+    async def fast(request: web.Request) -> web.StreamResponse:
+        hits["fast"] += 1
+        return web.Response(body=IDLE)
+
+    async def main() -> int:
+        apps = []
+        for handler in (slow, fast):
+            app = web.Application()
+            app.router.add_get("/metrics", handler)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            apps.append((runner, f"http://127.0.0.1:{port}"))
+        replicas = tuple(
+            Replica(f"m/{i}", "m", url, 1.0, "p", slots=4, engine="vllm")
+            for i, (_, url) in enumerate(apps)
+        )
+        state = State("gw")
+        state.table = Table(ready={"m": replicas})
+        state.join(Members(2, 0))
+        load = EngineLoad(state)
+        task = asyncio.create_task(load.run())
+        try:
+            await asyncio.sleep(1.0)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await load.close()
+            for runner, _ in apps:
+                await runner.cleanup()
+        return hits["fast"]
+
+    assert asyncio.run(main()) >= 5
