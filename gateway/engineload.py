@@ -46,10 +46,10 @@ log = structlog.get_logger("gateway")
 TIMEOUT_S = 1.0
 # /slots carries each slot's sampling parameters: a few KB a slot. More is not an answer.
 MAX_BYTES = 1 << 20
-# A /slots answer holds an object a slot, each with a few in it (its params, its next
-# token...); with more than this many a slot, it is not one. And a /metrics answer says
-# each count once a model it serves: with more lines of them than this, it is not one.
-OBJECTS_PER_SLOT = 256
+# A /slots answer names each slot's state once: naming them more than this many times a
+# slot, it is not one. A /metrics answer says each count once a model it serves: with
+# more lines of them than this, it is not one.
+NAMES_PER_SLOT = 4
 MAX_COUNT_LINES = 256
 # A replica whose count could not be read is asked again after this.
 FAILED_PAUSE_S = 30.0
@@ -65,13 +65,17 @@ _COUNTS = (
 
 
 class _Slot(msgspec.Struct, gc=False):
-    """What a ``/slots`` entry says of its state; the rest of it is skipped, never built."""
+    """A ``/slots`` entry's state; the rest of it is skipped, never built."""
 
-    is_processing: bool | None = None
-    state: int | None = None  # (older builds: 0 idle, 1 processing)
+    is_processing: bool
+
+
+class _OldSlot(msgspec.Struct, gc=False):
+    state: int  # (builds before ``is_processing``: 0 idle, 1 processing)
 
 
 _SLOTS = msgspec.json.Decoder(list[_Slot])
+_OLD_SLOTS = msgspec.json.Decoder(list[_OldSlot])
 
 
 def busy_of(path: str, raw: bytes, slots: int = 1) -> tuple[int, bool] | None:
@@ -81,14 +85,18 @@ def busy_of(path: str, raw: bytes, slots: int = 1) -> tuple[int, bool] | None:
     not by what they expand to: 1 MB of ``{},`` is 340,000 objects and of newlines a
     million lines, each made on the event loop, every ``POLL_S``."""
     if path == "/slots":
-        # An entry a slot (``slots``: the replica's), each with a few objects in it.
-        if raw.count(b"{") > OBJECTS_PER_SLOT * max(slots, 1):
+        # Every entry names its state, once (a name a client's prompt or params cannot
+        # forge: a quote in a JSON string is escaped); ``slots``: the replica's.
+        names = raw.count(b'"is_processing"') + raw.count(b'"state"')
+        if names > NAMES_PER_SLOT * max(slots, 1):
             return None
         try:
-            entries = _SLOTS.decode(raw)
-        except (msgspec.DecodeError, RecursionError):  # (not a list of objects, too deep)
+            try:
+                return sum(s.is_processing for s in _SLOTS.decode(raw)), False
+            except msgspec.ValidationError:
+                return sum(s.state != 0 for s in _OLD_SLOTS.decode(raw)), False
+        except (msgspec.DecodeError, RecursionError):  # (not a list of them, too deep)
             return None
-        return sum(s.is_processing is True or s.state not in (None, 0) for s in entries), False
     total, lines = 0.0, 0
     text = b"\n" + raw  # (each count's line found by its name after a newline)
     for name in _COUNTS:
