@@ -237,21 +237,29 @@ class EngineLoad:
             self.session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s)
             )
-        headers: dict[str, str] = {}
-        if r.auth:
-            headers["authorization"] = r.auth.decode("ascii").split(": ", 1)[1].strip()
-        load = self.state.loads.get(r.key)
-        mine_before = 0 if load is None else load.inflight
+        # The engine's key, and the one before a rotation when it refuses that (an
+        # engine keeps the key it was started with until it restarts).
+        keys = [r.auth, r.auth_previous] if r.auth and r.auth_previous else [r.auth]
         paths = PATHS[r.engine]
         path = self._path.get(r.key, paths[0])
         if path not in paths:  # (the key's replica before was another engine)
             path = paths[0]
         error = ""
+        status = 0
         found: tuple[int, bool] | None = None
+        mine_before = 0
         try:
-            async with self.session.get(r.endpoint + path, headers=headers) as resp:
-                raw = await read_at_most(resp.content, MAX_BYTES)
-                status = resp.status
+            for key in keys:
+                headers = (
+                    {"authorization": key.decode("ascii").split(": ", 1)[1].strip()} if key else {}
+                )
+                load = self.state.loads.get(r.key)
+                mine_before = 0 if load is None else load.inflight
+                async with self.session.get(r.endpoint + path, headers=headers) as resp:
+                    raw = await read_at_most(resp.content, MAX_BYTES)
+                    status = resp.status
+                if status != 401:
+                    break
             if status != 200:
                 error = f"GET {path} answered {status}"
             elif len(raw) > MAX_BYTES:
@@ -264,7 +272,8 @@ class EngineLoad:
             error = f"GET {path}: {type(exc).__name__}: {exc}"[:300]
         if found is None:
             later = paths[paths.index(path) + 1 :]
-            if later and not error.startswith(f"GET {path}: "):  # (answered: not this path)
+            # (answered, and not a refused key: not this path)
+            if later and status != 401 and not error.startswith(f"GET {path}: "):
                 self._path[r.key] = later[0]
                 return await self.read(r)
             log.info("gateway.engine_load_unknown", replica=r.key, reason=error, using="its deal")

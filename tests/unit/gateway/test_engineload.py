@@ -207,3 +207,31 @@ def test_an_engine_slow_to_answer_does_not_slow_the_reading_of_the_others() -> N
         return hits["fast"]
 
     assert asyncio.run(main()) >= 5
+
+
+def test_an_engine_still_on_the_key_before_a_rotation_is_read_with_that_key() -> None:
+    """The documented rotation: the gateways take the new key first, and an engine keeps
+    the one it was started with until it restarts (llama.cpp and the sim refuse
+    ``/metrics`` and ``/slots`` without it). On main the count was asked with the new
+    key alone: refused, the replica unread (no borrowing there until its restart), and
+    a llama.cpp's path moved to ``/slots`` for good, as if it had no ``--metrics``."""
+    heard: list[str] = []
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        heard.append(request.headers.get("authorization", ""))
+        if request.headers.get("authorization") != "Bearer old":
+            return web.Response(status=401)
+        return web.Response(body=b"llamacpp:requests_processing 1\nllamacpp:requests_deferred 0\n")
+
+    async def run(state: State, load: EngineLoad) -> Any:
+        (r,) = state.table.ready["m"]
+        rotated = replace(
+            r, auth=b"authorization: Bearer new\r\n", auth_previous=b"authorization: Bearer old\r\n"
+        )
+        state.table = Table(ready={"m": (rotated,)})
+        return await load.read(rotated), dict(load._path)
+
+    reading, paths = asyncio.run(_with_engine({"/metrics": metrics}, "llamacpp", run))
+    assert reading is not None and reading.others == 1
+    assert paths == {}
+    assert heard == ["Bearer new", "Bearer old"]
