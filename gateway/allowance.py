@@ -27,6 +27,7 @@ import structlog
 from catalog.forms.allowance import MAX_DRAWS, AllowanceError, Draw, parse_granted
 from catalog.forms.client_limits import NO_LIMITS
 from catalog.forms.servers import ServerList
+from gateway.bodies import read_at_most
 from gateway.stages.quota import Quotas
 from gateway.state import Client
 
@@ -140,7 +141,7 @@ class AllowanceClient:
             async with self.session.post(
                 server + PATH, json=body, timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
             ) as resp:
-                raw = await resp.content.read(MAX_ANSWER_BYTES + 1)
+                raw = await read_at_most(resp.content, MAX_ANSWER_BYTES)
                 if resp.status == 404 and not self._absent:
                     self._absent = True
                     self.quotas.shared = False
