@@ -158,7 +158,10 @@ class AllowanceClient:
                         f"answered {status}: {raw[:300].decode('utf-8', 'replace')}"
                     )
                 answers = parse_granted(json.loads(raw))
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        # (RecursionError: an answer nested past the parser's depth; uncaught, it ended
+        # the allowance task for good, and every limited client was refused 503
+        # allowance_not_renewed once its holdings were spent, until a restart.)
+        except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as exc:
             reason = f"{PATH} on {server}: {type(exc).__name__}: {exc}"[:300]
             if self.quotas.renewable:
                 log.warning("gateway.allowances_failed", server=server, error=reason)
