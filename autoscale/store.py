@@ -247,11 +247,15 @@ class AutoscaleStore:
             ).mappings()
             return _each(rows, "autoscale_reports", "id", lambda r: _time(r["received_at"]))
 
-    def posters(self, after: datetime) -> list[str]:
-        """The gateways (``signals.identity``) that reported since ``after``, sorted."""
+    def posters(self, after: datetime, upto: datetime) -> list[str]:
+        """The gateways (``signals.identity``) that reported in ``(after, upto]``, sorted.
+        ``upto`` (now): a row stamped later (the clock set back since, or a hostile row)
+        would count its gateway live until then, every gateway's deal the smaller."""
         with self.engine.connect() as conn:
             rows = conn.execute(
-                select(reports_t.c.gateway).where(reports_t.c.received_at > after).distinct()
+                select(reports_t.c.gateway)
+                .where(reports_t.c.received_at > after, reports_t.c.received_at <= upto)
+                .distinct()
             ).all()
         return sorted({r[0] for r in rows if isinstance(r[0], str)})
 

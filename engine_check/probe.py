@@ -35,9 +35,10 @@ MAX_ANSWER = 1 << 20
 TIMEOUT_S = 120.0
 
 # The engines on a node and a gateway are reached directly, never through an
-# http_proxy the environment may name.
-# A redirect elsewhere is followed without the key or token (context.KeyStaysHome).
-_DIRECT = direct_opener()
+# http_proxy the environment may name; a redirect elsewhere is followed without the key
+# or token (context.KeyStaysHome). Each request's opener bounds the whole exchange by its
+# timeout: a timeout alone bounds each read, and an engine dripping a byte just within
+# it held engine-check for as long as it liked.
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +60,7 @@ def post(target: Target, path: str, body: dict[str, Any], timeout: float = TIMEO
         method="POST",
     )
     try:
-        with _DIRECT.open(request, timeout=timeout) as answer:
+        with direct_opener(within=timeout).open(request, timeout=timeout) as answer:
             status, raw = int(answer.status), answer.read(MAX_ANSWER + 1)
     except urllib.error.HTTPError as exc:
         status, raw = exc.code, exc.read(MAX_ANSWER + 1)

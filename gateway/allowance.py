@@ -27,6 +27,7 @@ import structlog
 from catalog.forms.allowance import MAX_DRAWS, AllowanceError, Draw, parse_granted
 from catalog.forms.client_limits import NO_LIMITS
 from catalog.forms.servers import ServerList
+from gateway.bodies import read_at_most
 from gateway.stages.quota import Quotas
 from gateway.state import Client
 
@@ -140,7 +141,7 @@ class AllowanceClient:
             async with self.session.post(
                 server + PATH, json=body, timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
             ) as resp:
-                raw = await resp.content.read(MAX_ANSWER_BYTES + 1)
+                raw = await read_at_most(resp.content, MAX_ANSWER_BYTES)
                 if resp.status == 404 and not self._absent:
                     self._absent = True
                     self.quotas.shared = False
@@ -157,7 +158,10 @@ class AllowanceClient:
                         f"answered {status}: {raw[:300].decode('utf-8', 'replace')}"
                     )
                 answers = parse_granted(json.loads(raw))
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        # (RecursionError: an answer nested past the parser's depth; uncaught, it ended
+        # the allowance task for good, and every limited client was refused 503
+        # allowance_not_renewed once its holdings were spent, until a restart.)
+        except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as exc:
             reason = f"{PATH} on {server}: {type(exc).__name__}: {exc}"[:300]
             if self.quotas.renewable:
                 log.warning("gateway.allowances_failed", server=server, error=reason)

@@ -37,6 +37,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from gateway.bodies import read_at_most
 from gateway.state import State
 from gateway.table import MAX_SLOTS
 
@@ -147,7 +148,7 @@ class EngineSlots:
         try:
             for headers in keys:
                 async with self.session.get(where[1] + "/props", headers=headers) as resp:
-                    raw = await resp.content.read(MAX_PROPS_BYTES + 1)
+                    raw = await read_at_most(resp.content, MAX_PROPS_BYTES)
                     status = resp.status
                 if status != 401:
                     break

@@ -43,6 +43,7 @@ from catalog.errors import CatalogError
 from catalog.forms.client_limits import LimitError, from_json
 from catalog.forms.priority import MAX_SHARE, PRIORITY_CLASSES, STANDARD
 from catalog.forms.servers import FAILOVER_TIMEOUT_S, ServerList
+from gateway.bodies import read_at_most
 from gateway.settings import no_secrets
 from gateway.state import Client, State
 from gateway.table import EngineAuth, build, engine_auth
@@ -125,7 +126,7 @@ class Follower:
                     text = (await resp.content.read(300)).decode("utf-8", "replace")
                     failed = ServerFailed if resp.status >= 500 else FeedError
                     raise failed(f"GET {path} answered {resp.status}: {text}")
-                raw = await resp.content.read(MAX_FEED_BYTES + 1)
+                raw = await read_at_most(resp.content, MAX_FEED_BYTES)
                 if len(raw) > MAX_FEED_BYTES:
                     raise FeedError(f"GET {path}: larger than {MAX_FEED_BYTES} bytes")
                 return json.loads(raw), resp.headers

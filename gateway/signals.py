@@ -23,6 +23,7 @@ import aiohttp
 import structlog
 
 from catalog.forms.servers import ServerList
+from gateway.bodies import read_at_most
 from gateway.stages.slotshare import members_of
 from gateway.state import State
 
@@ -113,7 +114,7 @@ class Signals:
                         message=f"{resp.reason or ''}: {detail}",
                     )
                 # The live gateways, this one named among them: its deal of the slots.
-                raw = await resp.content.read(MAX_ANSWER_BYTES + 1)
+                raw = await read_at_most(resp.content, MAX_ANSWER_BYTES)
             self._failing = False
             self._members(raw)
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -132,7 +133,7 @@ class Signals:
             return
         try:
             answer = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # (RecursionError: nested too deep)
             return
         if isinstance(answer, dict):
             members = members_of(answer.get("gateways"), answer.get("gateway"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -59,6 +60,19 @@ def url_of(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
+def server_options(limits: HeadLimits) -> dict[str, Any]:
+    """The protocol options of the API's uvicorn server."""
+    # httptools (a C parser) rather than h11 (pure Python): h11 was a fifth of the
+    # server's CPU per node report, and agents' heartbeats are most of its requests.
+    # httptools bounds nothing in a request's head: httpguard's subclass of its
+    # protocol does (size, count, time, connections), and sets the keep-alive timeout.
+    # An answer's head and body leave in one write (uvicorn makes two): a replica
+    # killed between them behind a balancer left a client half an answer, which no
+    # balancer may retry, where an answer not begun is retried on another replica;
+    # and one system call a request fewer.
+    return uvicorn_options(limits, coalesce_writes=True)
+
+
 def run(
     app: FastAPI,
     sock: socket.socket,
@@ -68,11 +82,7 @@ def run(
     """Serve until SIGTERM or SIGINT; whether the app started at all."""
     config = uvicorn.Config(
         app,
-        # httptools (a C parser) rather than h11 (pure Python): h11 was a fifth of the
-        # server's CPU per node report, and agents' heartbeats are most of its requests.
-        # httptools bounds nothing in a request's head: httpguard's subclass of its
-        # protocol does (size, count, time, connections), and sets the keep-alive timeout.
-        **uvicorn_options(limits or HeadLimits()),
+        **server_options(limits or HeadLimits()),
         log_config=None,
         access_log=False,  # api.request is the access log
         server_header=False,

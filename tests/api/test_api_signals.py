@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ import httpx
 import pytest
 
 from autoscale.signals import MAX_WORKERS
+from autoscale.store import AutoscaleStore
+from events.database.connection import make_engine
 from tests.api.server import ApiServer, Tokens, running
 
 W = {"model": "chat", "start": "2026-12-04T10:00:00Z", "end": "2026-12-04T10:00:05Z"}
@@ -201,3 +204,22 @@ def test_health_answers_while_large_bodies_are_being_refused(
     finally:
         stop.set()
         thread.join(30)
+
+
+def test_a_report_stamped_in_the_future_does_not_count_its_gateway_live(
+    api: ApiServer, module_db_url: str, tokens: Tokens
+) -> None:
+    """A report row stamped later than now (the control plane's clock set back since it
+    was written, or a hostile row): on main its gateway was listed live until that time
+    came (a year here), and every gateway dealt itself a smaller part of each replica."""
+    engine = make_engine(module_db_url)
+    try:
+        later = datetime.now(UTC) + timedelta(days=365)
+        AutoscaleStore(engine).record_signals("ghost-w0", (), later)
+    finally:
+        engine.dispose()
+    with api.client(tokens.gateways["gw-a"]) as c:
+        answer = c.post("/v1/signals", json={"gateway": "gw-a", "windows": []})
+    assert answer.status_code == 202, answer.text
+    assert "ghost-w0" not in answer.json()["gateways"]
+    assert "gw-a-w0" in answer.json()["gateways"]

@@ -25,12 +25,30 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "docs" / "operator" / "haproxy.cfg"
 
 
-def _config(port: int, replicas: list[int]) -> str:
+def _config(port: int, replicas: list[int], stats_port: int) -> str:
     text = CONFIG.read_text()
     text = text.replace("bind :8080", f"bind 127.0.0.1:{port}")
     servers = "".join(f"    server cp-{i} 127.0.0.1:{p} check\n" for i, p in enumerate(replicas))
     head, _, _ = text.partition("    server cp-0")
-    return head + servers
+    # HAProxy's own view of the replicas (which it judges up), for the tests to wait on.
+    stats = (
+        f"\nlisten stats\n    bind 127.0.0.1:{stats_port}\n    stats enable\n    stats uri /stats\n"
+    )
+    return head + servers + stats
+
+
+def _up_in_the_balancer(stats_url: str) -> set[str]:
+    """The servers HAProxy judges up (its health checks passed ``rise`` times; the
+    backend's own row counts as ``BACKEND``)."""
+    try:
+        csv = httpx.get(stats_url + "/stats;csv", timeout=10).text
+    except httpx.TransportError:
+        return set()
+    return {
+        fields[1]
+        for line in csv.splitlines()
+        if (fields := line.split(","))[0] == "replicas" and len(fields) > 17 and fields[17] == "UP"
+    }
 
 
 @pytest.fixture
@@ -38,9 +56,9 @@ def balanced(tmp_path: Path, pg_url: str) -> Iterator[tuple[Replicas, str]]:
     if not Path(HAPROXY).exists():
         pytest.skip("haproxy is not installed (apt-get install -y haproxy)")
     cluster = Replicas(tmp_path, pg_url, {"models": []}, count=2)
-    (port,) = free_ports(1)
+    port, stats_port = free_ports(2)
     cfg = tmp_path / "haproxy.cfg"
-    cfg.write_text(_config(port, cluster.ports))
+    cfg.write_text(_config(port, cluster.ports, stats_port))
     check = subprocess.run(
         [HAPROXY, "-c", "-f", str(cfg)], check=False, capture_output=True, text=True
     )
@@ -50,6 +68,15 @@ def balanced(tmp_path: Path, pg_url: str) -> Iterator[tuple[Replicas, str]]:
     try:
         for i in range(2):
             cluster.start_server(i)
+        # Both replicas up in HAProxy's judgement (two checks a second apart each), not
+        # only answering: a replica killed while the balancer knew no other up left it
+        # nothing to send a read to (on a loaded machine, the second replica's checks
+        # had not passed yet: 3 of 12 runs failed so).
+        stats_url = f"http://127.0.0.1:{stats_port}"
+        wait_until(
+            lambda: {"cp-0", "cp-1"} <= _up_in_the_balancer(stats_url),
+            "HAProxy to judge both replicas up",
+        )
         yield cluster, f"http://127.0.0.1:{port}"
     finally:
         proxy.terminate()

@@ -158,7 +158,7 @@ def _parse_and_record(svc: Services, body: bytes, token: str) -> dict[str, Any]:
         store.record_signals(poster, signals.received(now, poster), now)
     # Every gateway that posted lately, this one included: each deals the replicas'
     # slots among them by its place in this list (gateway.stages.slotshare).
-    live = store.posters(now - timedelta(seconds=LIVE_S))
+    live = store.posters(now - timedelta(seconds=LIVE_S), now)
     return {
         "gateway": poster,
         "label": signals.gateway,

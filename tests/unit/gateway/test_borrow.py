@@ -4,8 +4,11 @@ engines' own counts, within the bound."""
 from __future__ import annotations
 
 import json
+import tracemalloc
 
-from gateway.engineload import busy_of
+import pytest
+
+from gateway.engineload import MAX_BYTES, busy_of
 from gateway.stages.borrow import FRESH_S, SPAN_S, Reading, lend, others
 from gateway.table import Replica
 
@@ -70,3 +73,45 @@ def test_the_engines_counts_are_read_from_metrics_or_llamacpp_slots() -> None:
     assert busy_of("/metrics", llamacpp) == (5, True)
     assert busy_of("/metrics", b"# nothing here\n") is None
     assert busy_of("/metrics", b'vllm:num_requests_running{model_name="m"} NaN\n') is None
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "count"),
+    [
+        ("/slots", b"[" + b"{}," * (MAX_BYTES // 3 - 1) + b"{}]", None),  # 340,000 objects
+        ("/slots", b"[" + b'{"is_processing":false},' * (MAX_BYTES // 24 - 1) + b"{}]", None),
+        (
+            "/slots",
+            b'[{"is_processing":true,"n":[' + b"0," * (MAX_BYTES // 2 - 20) + b"0]}]",
+            (1, False),
+        ),
+        ("/metrics", b"\n" * MAX_BYTES, None),  # a million lines
+        ("/metrics", b"vllm:num_requests_running 0\n" * (MAX_BYTES // 28), None),
+    ],
+    ids=["empty-objects", "many-slots", "long-params", "newlines", "many-count-lines"],
+)
+def test_an_engines_answer_is_parsed_within_a_few_times_its_bytes(
+    path: str, raw: bytes, count: tuple[int, bool] | None
+) -> None:
+    """A hostile engine's answer of ``MAX_BYTES`` that expands: on main ``json.loads``
+    made every object and ``splitlines`` every line (tens of MB, 60-300 ms of the event
+    loop on a loaded 2-core machine, every ``POLL_S`` a replica). Now what is not a
+    count is skipped or refused, the objects made bounded by the replica's slots."""
+    tracemalloc.start()
+    try:
+        found = busy_of(path, raw, 4)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * MAX_BYTES
+    # (the answer with one slot processing, however long its params, still says so)
+    assert found == count
+
+
+def test_a_clients_text_in_llamacpps_slots_does_not_make_it_no_count() -> None:
+    """Builds of llama.cpp list each slot's prompt and generated text on ``/slots``: a
+    client's text full of braces, or naming the state keys, is a string (its quotes
+    escaped), and the count stands."""
+    text = '{"is_processing": false, "state": 0}' * 2000
+    slots = [{"id": i, "is_processing": i == 0, "prompt": text} for i in range(2)]
+    assert busy_of("/slots", json.dumps(slots).encode(), 2) == (1, False)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.signals import Signals
 from gateway.stages.slotshare import Members, deal, members_of
+from gateway.state import State
 from gateway.table import Replica
 
 
@@ -74,3 +80,51 @@ def test_the_members_are_the_control_planes_list_with_this_gateway_in_it() -> No
     assert members_of(None, "a-w0") is None  # a control plane before the list
     assert members_of(["a", 3], "a") is None
     assert members_of(["a"], None) is None
+
+
+async def _post_once(answer: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Members:
+    """The members a gateway of two knows after one post the control plane answers so."""
+    app = web.Application()
+    app.router.add_post("/v1/signals", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    state = State("gw")
+    state.members = Members(2, 1)
+    signals = Signals(state, f"http://127.0.0.1:{port}", "tok", 5.0)
+    try:
+        await signals.post_once()
+    finally:
+        await signals.close()
+        await runner.cleanup()
+    return state.members
+
+
+def test_the_control_planes_answer_that_comes_in_parts_is_read_whole() -> None:
+    """On main only the answer's first part was read: not JSON, so the members known
+    stayed, however many gateways were live."""
+    answer = b'{"gateway": "b-w0", "gateways": ["a-w0", "b-w0", "c-w0"]}'
+
+    async def post(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(status=202)
+        await resp.prepare(request)
+        await resp.write(answer[:20])
+        await asyncio.sleep(0.05)
+        await resp.write(answer[20:])
+        await resp.write_eof()
+        return resp
+
+    assert asyncio.run(_post_once(post)) == Members(3, 1)
+
+
+def test_a_control_planes_answer_nested_too_deep_leaves_the_members_and_the_loop() -> None:
+    """An answer nested past the parser's depth: on main its RecursionError left
+    ``post_once`` and ended the signals task for good (no more posts: the control plane
+    soon counted this gateway gone, and the autoscaler lost its load)."""
+
+    async def post(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=202, body=b"[" * 100_000 + b"]" * 100_000)
+
+    assert asyncio.run(_post_once(post)) == Members(2, 1)
