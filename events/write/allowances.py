@@ -205,6 +205,10 @@ def exchange(engine: Engine, asked: Sequence[Asked]) -> list[Granted]:
     return answers
 
 
+# Accounts one statement makes or locks at most (7 bound parameters each to make).
+_PART = 1_000
+
+
 def _locked(
     conn: Connection, keys: list[tuple[str, str]], asked: Sequence[Asked], now: float
 ) -> dict[tuple[str, str], Account]:
@@ -212,26 +216,32 @@ def _locked(
     if not keys:
         return {}
     limit = {(a.draw.client, a.draw.kind): a for a in asked}
-    rows = [
-        {
-            "client": client,
-            "kind": kind,
-            "size": limit[(client, kind)].size,
-            "level": float(limit[(client, kind)].size or 0),
-            "at": now,
-            "period_s": limit[(client, kind)].period_s,
-            "slots": "{}",
-        }
-        for client, kind in keys
-    ]
     dialect: Any = sqlite if is_sqlite(conn.engine) else postgresql
-    conn.execute(dialect.insert(t).values(rows).on_conflict_do_nothing())
-    found = conn.execute(
-        select(t.c.client, t.c.kind, t.c.size, t.c.level, t.c.at, t.c.period_s, t.c.slots)
-        .where(tuple_(t.c.client, t.c.kind).in_(keys))
-        .order_by(t.c.client, t.c.kind)
-        .with_for_update()
-    ).all()
+    found: list[Any] = []
+    # In parts of ``_PART`` keys, in key order (so the locks are still taken in one
+    # order): a call's ``MAX_DRAWS`` accounts in one statement were 70,000 bound
+    # parameters, past PostgreSQL's 65,535, and every such call failed.
+    for start in range(0, len(keys), _PART):
+        part = keys[start : start + _PART]
+        rows = [
+            {
+                "client": client,
+                "kind": kind,
+                "size": limit[(client, kind)].size,
+                "level": float(limit[(client, kind)].size or 0),
+                "at": now,
+                "period_s": limit[(client, kind)].period_s,
+                "slots": "{}",
+            }
+            for client, kind in part
+        ]
+        conn.execute(dialect.insert(t).values(rows).on_conflict_do_nothing())
+        found += conn.execute(
+            select(t.c.client, t.c.kind, t.c.size, t.c.level, t.c.at, t.c.period_s, t.c.slots)
+            .where(tuple_(t.c.client, t.c.kind).in_(part))
+            .order_by(t.c.client, t.c.kind)
+            .with_for_update()
+        ).all()
     return {(r.client, r.kind): _account(r) for r in found}
 
 
