@@ -217,10 +217,18 @@ def _locked(
         return {}
     limit = {(a.draw.client, a.draw.kind): a for a in asked}
     dialect: Any = sqlite if is_sqlite(conn.engine) else postgresql
+    # Rows locked in code point order, the order ``keys`` is sorted in (PostgreSQL's
+    # "C" collation; SQLite's own), whatever the database's collation: so every call,
+    # whichever parts its keys fall in, takes its locks in one order.
+    order = (
+        (t.c.client, t.c.kind)
+        if is_sqlite(conn.engine)
+        else (t.c.client.collate("C"), t.c.kind.collate("C"))
+    )
     found: list[Any] = []
-    # In parts of ``_PART`` keys, in key order (so the locks are still taken in one
-    # order): a call's ``MAX_DRAWS`` accounts in one statement were 70,000 bound
-    # parameters, past PostgreSQL's 65,535, and every such call failed.
+    # In parts of ``_PART`` keys, in key order: a call's ``MAX_DRAWS`` accounts in one
+    # statement were 70,000 bound parameters, past PostgreSQL's 65,535, and every such
+    # call failed.
     for start in range(0, len(keys), _PART):
         part = keys[start : start + _PART]
         rows = [
@@ -239,7 +247,7 @@ def _locked(
         found += conn.execute(
             select(t.c.client, t.c.kind, t.c.size, t.c.level, t.c.at, t.c.period_s, t.c.slots)
             .where(tuple_(t.c.client, t.c.kind).in_(part))
-            .order_by(t.c.client, t.c.kind)
+            .order_by(*order)
             .with_for_update()
         ).all()
     return {(r.client, r.kind): _account(r) for r in found}
