@@ -133,11 +133,13 @@ class _Checker:
 
     def number(self, data: Mapping[str, Any], key: str, at: str, top: float) -> float:
         value = data.get(key, 0.0)
+        # (The range first: an integer past a float's range, which JSON reads whole, is
+        # out of it, where ``isfinite`` would raise OverflowError; NaN is out of it too.)
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
-            or not math.isfinite(value)
             or not 0 <= value <= top
+            or not math.isfinite(value)
         ):
             self.fail(f"{at}.{key} must be a number from 0 to {top:g}, not {_v(value)}")
             return 0.0

@@ -105,6 +105,9 @@ def _json(value: Any, name: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise Unreadable(f"{name} is not JSON ({exc})") from None
+    except RecursionError:
+        # (Nested deeper than the parser goes: not one this release writes.)
+        raise Unreadable(f"{name} is JSON nested deeper than this release writes") from None
 
 
 def _each(
@@ -114,7 +117,15 @@ def _each(
     for row in rows:
         try:
             out.append(decode(row))
-        except (Unreadable, KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (
+            Unreadable,
+            KeyError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            ArithmeticError,
+            RecursionError,
+        ) as exc:
             log.warning(
                 "autoscale.row_skipped", table=name, key=str(row.get(key))[:60], reason=str(exc)
             )

@@ -13,7 +13,9 @@ A gateway draws chunks from the accounts (``grant``), spends them on its own, an
 back what it did not use (``give_back``). A grant is taken out of the account at once, so
 what every gateway together can spend is what one bucket allows plus what they held
 when the interval began: each holds at most ``CHUNK_SHARE`` of the limit
-(gateway.stages.quota, where the bound is derived).
+(gateway.stages.quota, where the bound is derived). What a gateway gives back is taken
+only as far as its id was granted and has not given back (``Account.take_back``): a
+gateway token that gives back what it never drew does not mint units for the others.
 
 **Credit.** Each account also lends credit: the right to admit a request a gateway
 does not hold enough for, owing the rest until its next grant pays it. What it lends,
@@ -69,6 +71,11 @@ MAX_LINES = 64
 CREDIT_TRUST_S = 5.0
 # The longest gateway id.
 MAX_GATEWAY = 64
+# Gateway ids an account keeps what it granted them and they did not give back (the
+# least recently seen forgotten first: its give-back is then taken as nothing, the
+# client granted less, never more), so a gateway token that names a new id on every
+# call does not grow the row without end.
+MAX_HOLDERS = 256
 
 
 class AllowanceError(ValueError):
@@ -105,6 +112,9 @@ class Account:
     lent: dict[str, list[float]] = field(default_factory=dict)
     pool: int = 0
     wanted: float = 0.0
+    # What each gateway id was granted and has not given back (gateway -> [units, when
+    # it was last granted: epoch seconds]): the most its give-back is taken for.
+    held: dict[str, list[float]] = field(default_factory=dict)
 
     @classmethod
     def new(cls, size: int, period_s: int | None, now: float) -> Account:
@@ -165,6 +175,28 @@ class Account:
                 break
         self.slots = {s: t for s, t in self.slots.items() if t > 0}
         self.level = float(self.size - sum(self.slots.values()))
+
+    def take_back(self, gateway: str, amount: int, now: float) -> int:
+        """``gateway`` gives back ``amount``: taken as far as it was granted and has not
+        given back (more, from a hostile gateway token, would be units no gateway drew
+        granted again), and given back to the account. The amount taken."""
+        line = self.held.get(gateway)
+        taken = max(0, min(amount, math.floor(line[0]) if line else 0))
+        if line is not None:
+            line[0] -= taken
+            if line[0] <= 0:
+                del self.held[gateway]
+        self.give_back(taken, now)
+        return taken
+
+    def hold(self, gateway: str, granted: int, now: float) -> None:
+        """``granted`` units to ``gateway``: counted as what it may give back."""
+        if granted <= 0:
+            return
+        line = self.held.pop(gateway, None) or [0.0, now]
+        self.held[gateway] = [min(line[0] + granted, float(MAX_AMOUNT)), now]
+        while len(self.held) > MAX_HOLDERS:
+            del self.held[min(self.held, key=lambda g: self.held[g][1])]
 
     def left(self) -> int:
         return max(0, math.floor(self.level))

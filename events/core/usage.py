@@ -154,6 +154,34 @@ def summed(rows: list[UsageRow]) -> UsageRow:
     )
 
 
+def summed_within_bounds(rows: list[UsageRow]) -> list[UsageRow]:
+    """Rows of one key as few summed rows as keep each what ``check_usage`` reads: every
+    count at most ``MAX_COUNT`` and at most ``MAX_OUTCOMES`` outcomes (each row is). One
+    row almost always; more only when the rows' sum would pass a bound (a gateway token
+    posting counts at the bound, or outcomes of its own naming), so that such rows never
+    make the event of the whole key, every gateway's counts of it with them, one that
+    replay refuses. In the rows' order."""
+    parts: list[list[UsageRow]] = []
+    totals: dict[str, int] = {}
+    names: set[str] = set()
+    for row in rows:
+        counts = {key: getattr(row, key) for key in (*COUNTS, "flushes")}
+        row_names = {name for name, _ in row.outcomes}
+        if (
+            not parts
+            or any(totals[key] + n > MAX_COUNT for key, n in counts.items())
+            or len(names | row_names) > MAX_OUTCOMES
+        ):
+            parts.append([])
+            totals = dict.fromkeys(counts, 0)
+            names = set()
+        parts[-1].append(row)
+        for key, n in counts.items():
+            totals[key] += n
+        names |= row_names
+    return [summed(part) for part in parts]
+
+
 def event_for(row: UsageRow) -> NewEvent:
     # ``model`` stays empty: `history --model` lists the model's changes, not its traffic.
     return NewEvent(

@@ -9,8 +9,10 @@ database, whichever control-plane replica answers: two replicas can never grant 
 same tokens. A missing row is made (a full bucket, an unused budget); a row whose limit
 changed is resized (catalog.forms.allowance.Account.resize). Each draw's credit is lent,
 renewed or returned in the same transaction (``Account.lend``); the credit's state is
-kept in the row's ``slots`` JSON under ``"credit"`` (no column of its own: a budget's slots
-are the numbered keys, and an older release reads only those).
+kept in the row's ``slots`` JSON under ``"credit"``, and what each gateway id was granted
+and has not given back (the most its give-back is taken for) under ``"held"`` (no column
+of their own: a budget's slots are the numbered keys, and an older release reads only
+those).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import structlog
 from sqlalchemy import Connection, Engine, Table, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from catalog.forms.allowance import MAX_AMOUNT, Account, Draw, Granted
+from catalog.forms.allowance import MAX_AMOUNT, MAX_GATEWAY, MAX_HOLDERS, Account, Draw, Granted
 from events.database.connection import WRITE, is_sqlite
 from events.database.tables import AllowanceRow
 
@@ -82,6 +84,7 @@ def _account(r: Any) -> Account:
             and abs(value) <= MAX_AMOUNT
         ):
             account.slots[int(key)] = value
+    _held(account, data.get("held"), r)
     credit = data.get("credit")
     if credit is None:
         return account
@@ -107,6 +110,34 @@ def _account(r: Any) -> Account:
     return account
 
 
+def _held(account: Account, held: Any, r: Any) -> None:
+    """The ``"held"`` part of a row: each gateway id's units granted and not given back.
+    A part that is not what this release writes is left out (its gateway's give-back is
+    then taken as nothing: the client granted less, never more) and the row named."""
+    if held is None:
+        return
+    if not isinstance(held, dict):
+        log.warning("allowance.held_unreadable", client=r.client, kind=r.kind)
+        return
+    skipped = 0
+    for holder, value in held.items():
+        line = value if isinstance(value, list) and len(value) == 2 else (None, None)
+        units, at = _finite(line[0]), _finite(line[1])
+        if (
+            len(account.held) < MAX_HOLDERS
+            and isinstance(holder, str)
+            and len(holder) <= MAX_GATEWAY
+            and units is not None
+            and 0 < units <= MAX_AMOUNT
+            and at is not None
+        ):
+            account.held[holder] = [units, at]
+        else:
+            skipped += 1
+    if skipped:
+        log.warning("allowance.held_line_unreadable", client=r.client, kind=r.kind, lines=skipped)
+
+
 def _finite(value: Any) -> float | None:
     """``value`` as a float when it is a finite number a line can hold, else None (JSON
     read by Python takes ``NaN``, ``Infinity`` and integers past a float's range)."""
@@ -122,6 +153,8 @@ def _stored(account: Account) -> str:
     data: dict[str, Any] = {str(k): v for k, v in account.slots.items()}
     if account.pool:
         data["credit"] = {"pool": account.pool, "wanted": account.wanted, "lent": account.lent}
+    if account.held:
+        data["held"] = account.held
     return json.dumps(data)
 
 
@@ -140,8 +173,19 @@ def exchange(engine: Engine, asked: Sequence[Asked]) -> list[Granted]:
                 continue
             account = accounts[(d.client, d.kind)]
             account.resize(a.size, a.period_s, now)
-            account.give_back(d.give_back, now)
+            taken = account.take_back(d.gateway, d.give_back, now)
+            if taken < d.give_back:
+                log.warning(
+                    "allowance.give_back_refused",
+                    client=d.client,
+                    kind=d.kind,
+                    gateway=d.gateway,
+                    given=d.give_back,
+                    taken=taken,
+                    reason="more than this gateway id was granted and has not given back",
+                )
             granted = account.grant(d.want, now)
+            account.hold(d.gateway, granted, now)
             credit, contested = account.lend(d.gateway, d.credit, d.reserve, now)
             answers.append(
                 Granted(d.client, d.kind, granted, account.left(), account.size, credit, contested)
@@ -161,6 +205,10 @@ def exchange(engine: Engine, asked: Sequence[Asked]) -> list[Granted]:
     return answers
 
 
+# Accounts one statement makes or locks at most (7 bound parameters each to make).
+_PART = 1_000
+
+
 def _locked(
     conn: Connection, keys: list[tuple[str, str]], asked: Sequence[Asked], now: float
 ) -> dict[tuple[str, str], Account]:
@@ -168,26 +216,40 @@ def _locked(
     if not keys:
         return {}
     limit = {(a.draw.client, a.draw.kind): a for a in asked}
-    rows = [
-        {
-            "client": client,
-            "kind": kind,
-            "size": limit[(client, kind)].size,
-            "level": float(limit[(client, kind)].size or 0),
-            "at": now,
-            "period_s": limit[(client, kind)].period_s,
-            "slots": "{}",
-        }
-        for client, kind in keys
-    ]
     dialect: Any = sqlite if is_sqlite(conn.engine) else postgresql
-    conn.execute(dialect.insert(t).values(rows).on_conflict_do_nothing())
-    found = conn.execute(
-        select(t.c.client, t.c.kind, t.c.size, t.c.level, t.c.at, t.c.period_s, t.c.slots)
-        .where(tuple_(t.c.client, t.c.kind).in_(keys))
-        .order_by(t.c.client, t.c.kind)
-        .with_for_update()
-    ).all()
+    # Rows locked in code point order, the order ``keys`` is sorted in (PostgreSQL's
+    # "C" collation; SQLite's own), whatever the database's collation: so every call,
+    # whichever parts its keys fall in, takes its locks in one order.
+    order = (
+        (t.c.client, t.c.kind)
+        if is_sqlite(conn.engine)
+        else (t.c.client.collate("C"), t.c.kind.collate("C"))
+    )
+    found: list[Any] = []
+    # In parts of ``_PART`` keys, in key order: a call's ``MAX_DRAWS`` accounts in one
+    # statement were 70,000 bound parameters, past PostgreSQL's 65,535, and every such
+    # call failed.
+    for start in range(0, len(keys), _PART):
+        part = keys[start : start + _PART]
+        rows = [
+            {
+                "client": client,
+                "kind": kind,
+                "size": limit[(client, kind)].size,
+                "level": float(limit[(client, kind)].size or 0),
+                "at": now,
+                "period_s": limit[(client, kind)].period_s,
+                "slots": "{}",
+            }
+            for client, kind in part
+        ]
+        conn.execute(dialect.insert(t).values(rows).on_conflict_do_nothing())
+        found += conn.execute(
+            select(t.c.client, t.c.kind, t.c.size, t.c.level, t.c.at, t.c.period_s, t.c.slots)
+            .where(tuple_(t.c.client, t.c.kind).in_(part))
+            .order_by(*order)
+            .with_for_update()
+        ).all()
     return {(r.client, r.kind): _account(r) for r in found}
 
 

@@ -146,7 +146,7 @@ def same_definition(previous: tuple[StoredEvent, ...], model: Model) -> bool:
         return False
     try:
         stored = json.loads(event.payload).get("model")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # (nested past the parser)
         return False
     return bool(stored == json.loads(json.dumps(model.to_definition())))
 

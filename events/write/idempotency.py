@@ -43,6 +43,14 @@ def recorded_change(command: str, events: Sequence[StoredEvent]) -> str | None:
                 changes.append(payload["name"])
             else:
                 return None
-        except (ValueError, TypeError, KeyError, AttributeError, CatalogError, UnreadableEvent):
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
+            RecursionError,  # (a payload nested past the parser)
+            CatalogError,
+            UnreadableEvent,
+        ):
             return None
     return change_digest(command, changes)

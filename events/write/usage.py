@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy import Engine, Table, delete, insert, select, text
 from sqlalchemy.exc import IntegrityError
 
-from events.core.usage import UsageRow, event_for, key_of, minute_text, summed
+from events.core.usage import UsageRow, event_for, key_of, minute_text, summed_within_bounds
 from events.database.tables import UsageFlushRow
 from events.read.ledger import pending_id, read_pending
 from events.storage.sql_log import SqlLog
@@ -147,7 +147,11 @@ def roll_up(
             good.append(row.id)
             groups.setdefault(key_of(read), []).append(read)
         if groups:
-            events = [event_for(summed(groups[key])) for key in sorted(groups)]
+            events = [
+                event_for(part)
+                for key in sorted(groups)
+                for part in summed_within_bounds(groups[key])
+            ]
             outcome = section.append(
                 events,
                 expected_head=None,

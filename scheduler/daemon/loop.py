@@ -163,6 +163,15 @@ class Daemon:
                     copy=None if move.copy is None else move.copy.replica,
                     reason=move.reason,
                 )
+            if outcome.outcome_unrecorded is not None:
+                log.warning(
+                    "placement.outcome_unrecorded",
+                    round=self.rounds,
+                    recorded_round=outcome.round_id,
+                    error=outcome.outcome_unrecorded,
+                    detail="the round's plan is written; why its unplaced replicas are "
+                    "unplaced is recorded by the next round",
+                )
             for rollout in plan.rollouts:
                 log.info(
                     "placement.rollout",

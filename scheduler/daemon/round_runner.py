@@ -25,6 +25,7 @@ from operator import attrgetter, is_
 from typing import TYPE_CHECKING, overload
 
 import structlog
+from sqlalchemy.exc import DBAPIError
 
 from events.catalog_service import CatalogService
 from scheduler.lifecycle.staleness import DEFAULT_STALENESS, StalenessPolicy
@@ -58,6 +59,10 @@ class RoundOutcome:
     # How many nodes the round planned on (``nodes`` is empty when it wrote nothing and
     # was no dry run: building it costs O(nodes), which such a round does not pay).
     node_count: int = 0
+    # Why the unplaced replicas' reasons were not recorded (the database failed after
+    # the plan was written); None when they were, or had not changed. The next round
+    # records them.
+    outcome_unrecorded: str | None = None
 
 
 class _AtBoundary(Sequence[Node]):
@@ -217,6 +222,7 @@ class Placer:
         planned = self._rounds.planned_nodes() if dry_run or writes else []
         nodes = _AtBoundary(planned, now - self.policy.stale_after)
         round_id = None
+        outcome_unrecorded: str | None = None
         if not dry_run:
             # ``apply`` writes nothing for a plan that changes nothing (and finds so by
             # comparing every placement again): not called for one.
@@ -235,10 +241,20 @@ class Placer:
                     fence=fence,
                 )
             if unplaced != self._outcome:
-                self.store.record_outcome(
-                    unplaced, planned_at=now, catalog_position=position, fence=fence
-                )
-                self._outcome = unplaced
+                try:
+                    self.store.record_outcome(
+                        unplaced, planned_at=now, catalog_position=position, fence=fence
+                    )
+                except DBAPIError as exc:
+                    if round_id is None:
+                        raise  # nothing written: the round failed as a whole
+                    # The plan is written (its own transaction): the round stands and is
+                    # reported as placed. Raising here reported it failed, and the
+                    # replicas it placed were never logged as placed (a database lost
+                    # between the two writes).
+                    outcome_unrecorded = str(exc.orig or exc).strip().splitlines()[0]
+                else:
+                    self._outcome = unplaced
         return RoundOutcome(
             plan=plan,
             catalog_position=position,
@@ -247,6 +263,7 @@ class Placer:
             duration_ms=(time.perf_counter() - started) * 1000,
             before=state.placements,
             node_count=self._rounds.node_count,
+            outcome_unrecorded=outcome_unrecorded,
         )
 
     def _plan(self, catalog: Catalog, now: datetime) -> tuple[PlacementState, Plan]:

@@ -202,7 +202,7 @@ def moves_between(conn: Connection, *, after_round: int, through_round: int) -> 
     for kind, text in rows:
         try:
             nodes = json.loads(text)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):  # (nested past the parser)
             return None
         if not (isinstance(nodes, list) and all(isinstance(n, str) for n in nodes)):
             return None
@@ -227,7 +227,7 @@ def nodes_named_after(
     for position, text in rows:
         try:
             nodes = json.loads(text)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):  # (nested past the parser)
             nodes = None
         ok = isinstance(nodes, list) and all(isinstance(n, str) for n in nodes)
         named.append((int(position), tuple(nodes) if ok else None))

@@ -172,6 +172,25 @@ def test_other_roles_are_refused_and_no_token_is_401(
             "NUL",
         ),
         (json.dumps({"gateway": "gw", "windows": [{**W, "requests": 10**30}]}).encode(), 422, ""),
+        # A number field holding an integer past a float's range (JSON reads it whole):
+        # refused naming the field, not an OverflowError (500).
+        (
+            json.dumps({"gateway": "gw", "windows": [{**W, "inflight_mean": 10**400}]}).encode(),
+            422,
+            "inflight_mean must be a number",
+        ),
+        (
+            json.dumps({"gateway": "gw", "windows": [{**W, "ttft_p99_s": 10**400}]}).encode(),
+            422,
+            "ttft_p99_s must be a number",
+        ),
+        (
+            json.dumps(
+                {"gateway": "gw", "windows": [{**W, "replicas": {"r": {"inflight_mean": 10**400}}}]}
+            ).encode(),
+            422,
+            "inflight_mean must be a number",
+        ),
     ],
 )
 def test_hostile_bodies_are_refused_and_store_nothing(

@@ -11,7 +11,7 @@ import threading
 
 from sqlalchemy import Engine, update
 
-from catalog.forms.allowance import BUDGET, TOKENS, Draw
+from catalog.forms.allowance import BUDGET, MAX_AMOUNT, MAX_DRAWS, MAX_GATEWAY, TOKENS, Draw
 from events.database.connection import make_engine
 from events.database.tables import AllowanceRow
 from events.write.allowances import Asked, exchange, read_accounts
@@ -109,6 +109,9 @@ HOSTILE_SLOTS = [
     '{"99999999999999999999999999": 5, "1": ' + "9" * 400 + "}",
     "x" * 2_000_000,
     "\x1b[2J\x07 not json",  # (PostgreSQL text holds no NUL)
+    '{"held": {"gw-a": [NaN, 1], "gw-b": "x", "gw-c": [1e300, 1], "gw-d": [-5, 1]}}',
+    '{"held": [1, 2]}',
+    '{"held": {"' + "g" * 500 + '": [5, 1]}}',
 ]
 
 
@@ -128,3 +131,46 @@ def test_a_hostile_slots_text_is_read_around_never_an_error_of_the_call(
         stored = read_accounts(engine, "app-1")[("app-1", TOKENS)]
         assert all(math.isfinite(v) for line in stored.lent.values() for v in line), text[:60]
         assert 0 <= stored.pool <= 1000
+        assert all(0 < line[0] <= MAX_AMOUNT for line in stored.held.values()), text[:60]
+        assert all(len(g) <= MAX_GATEWAY for g in stored.held), text[:60]
+
+
+def test_a_gateway_gives_back_no_more_than_it_was_granted(engine: Engine) -> None:
+    """A hostile gateway token that gives back what it never drew must not mint tokens for
+    the other gateways (docs/operator/tenants.md's bound: granted less given back): a
+    gateway's give-back is taken at most up to what its own id was granted and has not
+    given back, whatever it says."""
+    slack = 20  # (a bucket's refill, 1000 a minute, over a loaded second)
+    for kind, period in ((BUDGET, PERIOD), (TOKENS, None)):
+        honest = Asked(Draw("app-1", kind, 1000, 0, gateway="gw-honest"), 1000, period)
+        assert exchange(engine, [honest])[0].granted == 1000  # the account spent
+        # A gateway that drew nothing gives back the whole limit, twice, and under no id.
+        for gateway in ("gw-evil", "gw-evil", ""):
+            evil = Asked(Draw("app-1", kind, 0, 1000, gateway=gateway), 1000, period)
+            assert exchange(engine, [evil])[0].left <= slack, (kind, gateway)
+        again = exchange(engine, [honest])[0]
+        assert again.granted <= slack, kind
+        # It draws 10 (what the bucket refilled) and gives back 1000: what it drew goes
+        # back, no more.
+        evil = Asked(Draw("app-1", kind, 10, 0, gateway="gw-evil"), 1000, period)
+        drew = exchange(engine, [evil])[0].granted
+        assert drew <= slack
+        evil = Asked(Draw("app-1", kind, 0, 1000, gateway="gw-evil"), 1000, period)
+        assert exchange(engine, [evil])[0].left <= drew + slack, kind
+        # The honest gateway's own give-back is taken whole.
+        back = exchange(
+            engine, [Asked(Draw("app-1", kind, 0, 600, gateway="gw-honest"), 1000, period)]
+        )[0]
+        assert 600 <= back.left <= 600 + drew + 2 * slack, kind
+
+
+def test_a_call_of_the_most_draws_for_as_many_accounts_is_answered(engine: Engine) -> None:
+    """``MAX_DRAWS`` draws for as many accounts (a gateway that learns that many limited
+    tokens at once draws for each in one call): answered. On PostgreSQL the accounts were
+    made in one statement of 70,000 bound parameters, past its 65,535: every such call
+    failed, and the gateway's next one the same."""
+    asked = [Asked(Draw(f"app-{i}", TOKENS, 1, 0, gateway="gw"), 1000) for i in range(MAX_DRAWS)]
+    answers = exchange(engine, asked)
+    assert [a.client for a in answers] == [a.draw.client for a in asked]
+    assert all((a.granted, a.size) == (1, 1000) for a in answers)
+    assert len(read_accounts(engine)) == MAX_DRAWS

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, update
 
 from catalog import Catalog, CatalogError
 from events.catalog_service import CatalogService
+from events.database.tables import EventRow
 from events.read.replay import replay
 from events.storage.backends import open_log
 from events.write.commands import KeyReused
@@ -191,3 +192,23 @@ def test_a_key_reused_for_the_same_model_with_another_definition_is_refused(
     spelled_out = [{"name": "main", "gpu_class": "A100", "tp": 1, "engine": "vllm"}]
     again = service.add([model("trial", profiles=spelled_out)], key="req-43")
     assert again.already_recorded and again.positions == [1]
+
+
+@pytest.mark.parametrize("command", ["add", "apply"])
+def test_a_key_whose_recorded_event_is_nested_past_the_parser_is_refused_not_an_error(
+    engine: Engine, declared: Catalog, command: str
+) -> None:
+    """A retry with a key whose recorded event's payload was damaged (JSON nested deeper
+    than Python's parser goes, written straight into the database) cannot be compared:
+    refused as a different change (409, naming the key), never a RecursionError (500)."""
+    service = CatalogService(open_log(engine), declared, CONFIG)
+    send = (
+        (lambda: service.add([model("trial")], key="k-deep"))
+        if command == "add"
+        else (lambda: service.apply(model("trial"), key="k-deep"))
+    )
+    send()
+    with engine.begin() as conn:
+        conn.execute(update(EventRow).values(payload="[" * 100_000))
+    with pytest.raises(KeyReused, match="'k-deep' was already used for a different change"):
+        send()

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, func, insert, select
 
 from catalog import Catalog
 from events.core.types import USAGE_RECORDED
-from events.core.usage import UsageRow
+from events.core.usage import MAX_COUNT, UsageRow
 from events.database.connection import make_engine
 from events.database.tables import UsagePendingRow
 from events.read.ledger import LedgerQuery, read_row, summarise
@@ -223,3 +223,32 @@ def test_unreadable_rows_however_many_never_hold_back_the_rows_behind_them(
     usage_rollup.UsageRollup(services, interval=60)._pass(LATER)
     assert _pending(engine) == 9  # the unreadable, left for an operator, named
     assert sorted(r.client for r in _events(engine)) == ["app-1", "app-2"]
+
+
+def test_a_hostile_gateways_huge_counts_never_make_a_minutes_usage_unreadable(
+    engine: Engine,
+) -> None:
+    """A gateway token that flushes counts at the bound (``MAX_COUNT``) for a client's key
+    twice must not make the summed event one that replay refuses (its sum past the
+    bound): that would drop every gateway's counts of the key, the honest ones with it (a
+    client's usage erased), at every roll-up of it. The roll-up sums a key's rows into as
+    many events as keep each within the bound."""
+    huge = replace(ROW, requests=MAX_COUNT, prompt_tokens=MAX_COUNT, cached_tokens=MAX_COUNT,
+                   completion_tokens=MAX_COUNT, estimated=MAX_COUNT,
+                   outcomes=(("ok", MAX_COUNT),))  # fmt: skip
+    # And outcomes of its own naming: 16 a row (the most), 32 in the key's sum.
+    named = [replace(ROW, requests=16, outcomes=tuple((f"{p}_{chr(97 + i)}", 1) for i in range(16)))
+             for p in ("a", "b")]  # fmt: skip
+    store = open_log(engine)
+    record_usage(engine, "gw-1-w0", "f1", [ROW])
+    record_usage(engine, "gw-evil-w0", "f1", [huge])
+    record_usage(engine, "gw-evil-w0", "f2", [huge, *named])
+    done = roll_up(store, LATER)
+    assert done.rows == 5 and not done.skipped and _pending(engine) == 0
+    events = _events(engine)  # every one readable (read_row raises otherwise)
+    total = 2 * MAX_COUNT + ROW.requests + 32
+    assert sum(e.requests for e in events) == total
+    assert all(e.requests <= MAX_COUNT and len(e.outcomes) <= 16 for e in events)
+    ledger = _ledger(engine)
+    assert ledger["total"]["requests"] == total
+    assert ledger["skipped_count"] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -155,6 +156,13 @@ def cmd_place(app: App, args: argparse.Namespace) -> int:
         if leadership is not None:
             leadership.release()
     plan = outcome.plan
+    if outcome.outcome_unrecorded is not None:
+        print(
+            f"warning: round {outcome.round_id} is written, but why its unplaced replicas "
+            f"are unplaced was not recorded ({shown(outcome.outcome_unrecorded)}); the next "
+            "round records it",
+            file=sys.stderr,
+        )
     if args.json:
         print_json(
             {

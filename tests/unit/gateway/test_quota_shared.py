@@ -60,8 +60,12 @@ class Cluster:
             return
         out = []
         for d in draws:
-            self.account.give_back(d.give_back, self.now)
+            # (As the control plane takes it: no more than this gateway was granted and
+            # did not give back. An honest gateway never gives back more: taken whole.)
+            taken = self.account.take_back(d.gateway, d.give_back, self.now)
+            assert taken == d.give_back, (d.gateway, d.give_back, taken)
             granted = self.account.grant(d.want, self.now)
+            self.account.hold(d.gateway, granted, self.now)
             credit, contested = self.account.lend(d.gateway, d.credit, d.reserve, self.now)
             out.append(
                 Granted(
