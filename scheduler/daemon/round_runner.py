@@ -15,11 +15,13 @@ when they differ from the last it wrote, the replicas it left unplaced and why
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from operator import is_
+from operator import attrgetter, is_
 from typing import TYPE_CHECKING, overload
 
 import structlog
@@ -35,7 +37,7 @@ from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
 from scheduler.planner.fleet.inventory import FRESH, Node, reported_at
-from scheduler.planner.fleet.placements import Demand, Placement, Plan
+from scheduler.planner.fleet.placements import Demand, Placement, Plan, not_among
 from scheduler.planner.rounds.incremental import Changes, IncrementalRounds
 
 if TYPE_CHECKING:
@@ -104,17 +106,43 @@ class _AtBoundary(Sequence[Node]):
 
 def _pinned_now(plan: Plan, before: Sequence[Placement]) -> list[Placement]:
     """The placements this round places or pins to a version they did not have."""
-    had = {(p.model, p.replica): p for p in before}
-    # Identity first: a kept placement is, nearly always, the very object read.
+    # Identity first: a kept placement is, nearly always, the very object read (``before``
+    # holds one placement a slot, the store's key), and then needs no index of them all.
+    others = not_among(plan.keep, before)
+    if not others:
+        return [*plan.place]
+    had = dict(zip(map(_slot, before), before, strict=True))
     return [
         *plan.place,
-        *(
-            p
-            for p in plan.keep
-            if (was := had.get((p.model, p.replica))) is not p
-            and (was is None or was.version != p.version)
-        ),
+        *(p for p in others if (was := had.get(_slot(p))) is None or was.version != p.version),
     ]
+
+
+@contextmanager
+def young_objects_kept() -> Iterator[None]:
+    """The cycle collector paused for a round, and the round's survivors collected once
+    at its end (in the round, so that its cost is the round's).
+
+    A round that plans at 100,000 nodes allocates millions of objects that live for the
+    round (indexes, explanations, the write's rows) and are freed by their reference
+    counts when it ends. Collected as it goes, every one that lives past two young
+    collections is moved to the old generation, and once those reach a quarter of it
+    (CPython's rule) a full collection walks every object the process holds: 0.3-1.3 s
+    each at that size, one or two a round that plans. Paused, a round's temporaries are
+    never walked; what it leaves alive is walked once, at the end, as the young
+    generation. The pause is process-wide: in a serving process the other threads'
+    garbage in reference cycles waits for the round's end too (their objects without
+    cycles are freed as ever). The collector resumes if it was running, however the
+    round ends."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect(0)
 
 
 class Placer:
@@ -162,7 +190,12 @@ class Placer:
         self, *, dry_run: bool = False, now: datetime | None = None, fence: Fence | None = None
     ) -> RoundOutcome:
         """Plan and (unless ``dry_run``) write; every write checks ``fence``, the leader's
-        leadership lease, in its transaction (``LeadershipLost`` when it no longer holds)."""
+        leadership lease, in its transaction (``LeadershipLost`` when it no longer holds).
+        The cycle collector waits for the round's end (``young_objects_kept``)."""
+        with young_objects_kept():
+            return self._run(dry_run=dry_run, now=now, fence=fence)
+
+    def _run(self, *, dry_run: bool, now: datetime | None, fence: Fence | None) -> RoundOutcome:
         started = time.perf_counter()
         now = now or datetime.now(UTC)
         if (
@@ -295,3 +328,7 @@ def _writes(plan: Plan, before: Sequence[Placement]) -> bool:
         return False
     had = {(p.model, p.replica): p for p in before}
     return any((was := had.get((p.model, p.replica))) is not p and was != p for p in plan.keep)
+
+
+# A placement's slot, read in C: (model, replica), the store's key.
+_slot = attrgetter("model", "replica")

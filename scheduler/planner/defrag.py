@@ -182,6 +182,29 @@ def _clear_alone(  # noqa: PLR0917
     exactly when L > ``most`` (``_clear`` stops at the first fit, before counting
     against ``most``), and one that cannot be cleared cannot under ``most`` either. The
     budgets that stood in the way are remembered too, for the refusal."""
+    moves, stood_in_the_way, _ = _trial(
+        name, model, profile, capacity, index, candidates, budget=budget, profiles=profiles
+    )
+    blocked.update(stood_in_the_way)
+    if moves is None or (most is not None and len(moves) > most):
+        return None
+    reason = f"to make room for model {model}, profile {profile.name} on node {name}"
+    return tuple(Move(victim, to, reason) for victim, to in moves)
+
+
+def _trial(  # noqa: PLR0917
+    name: str,
+    model: str,
+    profile: PlacementProfile,
+    capacity: Capacity,
+    index: _Index,
+    candidates: list[Placement],
+    *,
+    budget: Mapping[str, int],
+    profiles: Mapping[tuple[str, str], PlacementProfile],
+) -> _Cleared:
+    """A single node's trial (``_clear_alone``): made, or the round's or the round before's
+    taken again (``_still_holds``)."""
     key = (name, profile.gpus_per_node, profile.min_memory_gb, *map(id, candidates))
     known = index.cleared.get(key)
     before = None if known is not None else index.cleared_before.get(key)
@@ -219,12 +242,7 @@ def _clear_alone(  # noqa: PLR0917
                 tuple(trial.read),
             ),
         )
-    moves, stood_in_the_way, _ = known
-    blocked.update(stood_in_the_way)
-    if moves is None or (most is not None and len(moves) > most):
-        return None
-    reason = f"to make room for model {model}, profile {profile.name} on node {name}"
-    return tuple(Move(victim, to, reason) for victim, to in moves)
+    return known
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,10 +460,43 @@ class _Index:
         self.hosts = {model: frozenset(names) for model, names in hosts.items()}
         # (class, labels, cards, memory, priority) -> every eligible node searched (``_Search``).
         self.searches: dict[tuple[object, ...], _Search] = {}
+        # The round before's searches (``IndexMemo``), each patched at the nodes whose
+        # inputs changed instead of searched again (``_Search.patched``); the nodes whose
+        # list of placements changed since; every node's free room as the searches of
+        # this round read it (taken at the first, ``room``).
+        self.searches_before: dict[tuple[object, ...], _Search] = {}
+        self.touched: frozenset[str] = frozenset()
+        self.room: tuple[dict[str, int], dict[str, float | None]] | None = None
+        self.moved: dict[int, frozenset[str]] = {}
+        # How many searches were the round before's patched, and how many nodes of them
+        # were searched again (for the tests and benchmarks).
+        self.searches_patched = 0
+        self.searched_again = 0
         # (node, cards, memory, candidates by identity) -> a single node's trial
         # (``_clear_alone``). Like ``near``, it holds for one capacity and one set of
         # budgets: an index serves the searches of one round's step, before any move.
         self.cleared: dict[tuple[object, ...], _Cleared] = {}
+
+    def room_of(self, capacity: Capacity) -> tuple[dict[str, int], dict[str, float | None]]:
+        """Every node's free room as this round's searches read it: taken once (the
+        capacity does not change while an index serves a round's searches)."""
+        if self.room is None:
+            self.room = capacity.free_state()
+        return self.room
+
+    def moved_since(
+        self, room: tuple[dict[str, int], dict[str, float | None]], capacity: Capacity
+    ) -> frozenset[str]:
+        """The nodes whose free cards or memory differ from ``room`` (a round before's)."""
+        known = self.moved.get(id(room))
+        if known is None:
+            gpus, memory = self.room_of(capacity)
+            known = frozenset(
+                {k for k, _ in gpus.items() ^ room[0].items()}
+                | {k for k, _ in memory.items() ^ room[1].items()}
+            )
+            self.moved[id(room)] = known
+        return known
 
     def near_holds(self, profile: PlacementProfile, capacity: Capacity) -> bool:
         """Whether ``profile``'s best-fitting destinations are the round before's: the
@@ -500,6 +551,9 @@ class IndexMemo:
             index.spread.domain = domain
             index.cleared_before, index.near_before = index.cleared, index.near
             index.changed = frozenset(p.model for p in (*removed, *added))
+            index.searches_before = index.searches
+            index.touched = frozenset(p.nodes[0] for p in (*removed, *added) if len(p.nodes) == 1)
+            index.room, index.moved = None, {}
             index.near, index.searches, index.cleared, index.near_same = {}, {}, {}, {}
             gone = {id(p) for p in removed}
             models: set[str] = set()
@@ -554,6 +608,15 @@ class IndexMemo:
 _NOBODY = "\0"
 
 
+# One node's part of a search: (its entry among ``cleared`` or None, the models that stood
+# in the way there, the victim profiles whose destinations its trial looked at).
+_Part = tuple[
+    tuple[tuple[int, int, str], tuple[tuple[Placement, str], ...]] | None,
+    frozenset[str],
+    tuple[PlacementProfile, ...],
+]
+
+
 @dataclass(frozen=True, slots=True)
 class _Search:
     """Every eligible node of one shape searched for a replica of one priority, as if for a
@@ -561,12 +624,22 @@ class _Search:
 
     ``cleared``: ((moves, GPUs moved, node), the moves as (victim, destination)), least
     first; ``blocked``: per model, on how many nodes it stood in the way (not movable, or
-    out of budget), and ``blocked_on``: on which, by node, to take a node's share out."""
+    out of budget), and ``blocked_on``: on which, by node, to take a node's share out.
+
+    What it read, for the next round to patch it (``patched``) rather than search every
+    node again: ``parts``, each node's part; ``readers``, per victim profile (by
+    identity) the nodes whose trial looked at its destinations; ``room``, every node's
+    free room then (the round's ``_Index.room``); ``budget`` and ``movable`` as given."""
 
     eligible: frozenset[str]
     cleared: tuple[tuple[tuple[int, int, str], tuple[tuple[Placement, str], ...]], ...]
     blocked: Counter[str]
     blocked_on: dict[str, frozenset[str]]
+    parts: dict[str, _Part] = field(default_factory=dict)
+    readers: dict[int, tuple[PlacementProfile, set[str]]] = field(default_factory=dict)
+    room: tuple[dict[str, int], dict[str, float | None]] | None = None
+    budget: dict[str, int] = field(default_factory=dict)
+    movable: dict[str, bool] = field(default_factory=dict)
 
     @staticmethod
     def of(  # noqa: PLR0917
@@ -579,7 +652,8 @@ class _Search:
         budget: Mapping[str, int],
         profiles: Mapping[tuple[str, str], PlacementProfile],
     ) -> _Search:
-        """The round's search for this shape and priority, made on first use: O(N) once.
+        """The round's search for this shape and priority, made on first use: O(N) once,
+        or the round before's patched (``patched``): O(the nodes whose inputs changed).
 
         Holds for the one capacity, priorities, movability and budgets of the round's
         step, as ``_Index.near`` and ``_Index.cleared`` do."""
@@ -594,32 +668,152 @@ class _Search:
         if known is not None:
             return known
         names = capacity.eligible_names(profile)
-        cleared = []
-        blocked: Counter[str] = Counter()
-        blocked_on: dict[str, frozenset[str]] = {}
-        for name in names:
-            stood: set[str] = set()
-            bound = _candidates(
-                name, _NOBODY, priority, profile, capacity, index.on_node.get(name, []),
-                priorities=priorities, movable=movable, blocked=stood,
+        before = index.searches_before.pop(key, None)
+        search = None
+        if before is not None and before.room is not None:
+            search = _Search._patched(
+                before, names, profile, priority, capacity, index,
+                priorities, movable, budget, profiles,
             )  # fmt: skip
-            if bound is not None:
-                found = _clear_alone(
-                    name, _NOBODY, profile, capacity, index, bound[1],
-                    budget=budget, blocked=stood, profiles=profiles, most=None,
-                )  # fmt: skip
-                if found is not None:
-                    pairs = tuple((m.placement, m.to) for m in found)
-                    moved = sum(m.placement.gpus_per_node for m in found)
-                    cleared.append(((len(found), moved, name), pairs))
-            if stood:
-                blocked.update(stood)
-                blocked_on[name] = frozenset(stood)
-        cleared.sort(key=lambda c: c[0])
-        search = index.searches[key] = _Search(
-            frozenset(names), tuple(cleared), blocked, blocked_on
-        )
+        if search is None:
+            parts = {
+                name: _Search._part(
+                    name, profile, priority, capacity, index, priorities, movable, budget, profiles
+                )
+                for name in names
+            }
+            cleared = sorted(part[0] for part in parts.values() if part[0] is not None)
+            blocked: Counter[str] = Counter()
+            blocked_on: dict[str, frozenset[str]] = {}
+            readers: dict[int, tuple[PlacementProfile, set[str]]] = {}
+            for name, (_, stood, read) in parts.items():
+                if stood:
+                    blocked.update(stood)
+                    blocked_on[name] = stood
+                for seen in read:
+                    readers.setdefault(id(seen), (seen, set()))[1].add(name)
+            search = _Search(
+                frozenset(names),
+                tuple(cleared),
+                blocked,
+                blocked_on,
+                parts,
+                readers,
+                index.room_of(capacity),
+                dict(budget),
+                dict(movable),
+            )
+        index.searches[key] = search
         return search
+
+    @staticmethod
+    def _part(  # noqa: PLR0917
+        name: str,
+        profile: PlacementProfile,
+        priority: int,
+        capacity: Capacity,
+        index: _Index,
+        priorities: Mapping[str, int],
+        movable: Mapping[str, bool],
+        budget: Mapping[str, int],
+        profiles: Mapping[tuple[str, str], PlacementProfile],
+    ) -> _Part:
+        """One node searched: its entry, what stood in the way, the profiles it read."""
+        stood: set[str] = set()
+        bound = _candidates(
+            name, _NOBODY, priority, profile, capacity, index.on_node.get(name, []),
+            priorities=priorities, movable=movable, blocked=stood,
+        )  # fmt: skip
+        if bound is None:
+            return None, frozenset(stood), ()
+        found, in_the_way, read = _trial(
+            name, _NOBODY, profile, capacity, index, bound[1], budget=budget, profiles=profiles
+        )
+        stood.update(in_the_way)
+        if found is None:
+            return None, frozenset(stood), read.near
+        moved = sum(victim.gpus_per_node for victim, _ in found)
+        return ((len(found), moved, name), found), frozenset(stood), read.near
+
+    @staticmethod
+    def _patched(  # noqa: PLR0917
+        before: _Search,
+        names: Sequence[str],
+        profile: PlacementProfile,
+        priority: int,
+        capacity: Capacity,
+        index: _Index,
+        priorities: Mapping[str, int],
+        movable: Mapping[str, bool],
+        budget: Mapping[str, int],
+        profiles: Mapping[tuple[str, str], PlacementProfile],
+    ) -> _Search:
+        """The round before's search of this shape, each node's part taken again unless
+        something it read changed, as ``_still_holds`` judges a trial: its free room
+        (``_Index.moved_since``), its list of placements (``_Index.touched``), the spread
+        counts, budget or movability of a model with a replica there (``_Index.changed``,
+        ``budget``, ``movable``; through ``_Index.hosts``), or the destinations of a
+        profile its trial looked at (``_Index.near_holds``); nodes now eligible searched,
+        nodes no longer dropped. The same search as one made afresh (the priorities, the
+        profiles and the spread's domains are the same: ``IndexMemo`` patches an index only
+        for the same demands and inventory)."""
+        assert before.room is not None
+        eligible = frozenset(names)
+        models = set(index.changed)
+        models.update(k for k, _ in budget.items() ^ before.budget.items())
+        models.update(k for k, _ in movable.items() ^ before.movable.items())
+        again: set[str] = set(index.moved_since(before.room, capacity))
+        again |= index.touched
+        again.update(eligible - before.eligible)
+        for model in models:
+            again.update(index.hosts.get(model, ()))
+        for seen, nodes in before.readers.values():
+            if not index.near_holds(seen, capacity):
+                again |= nodes
+        gone = (before.eligible - eligible) | (again & before.eligible)
+        parts, readers, blocked = before.parts, before.readers, before.blocked
+        blocked_on = before.blocked_on
+        for name in gone:
+            old = parts.pop(name, None)
+            if old is None:
+                continue
+            if old[1]:
+                blocked.subtract(old[1])
+                del blocked_on[name]
+            for seen in old[2]:
+                readers[id(seen)][1].discard(name)
+        cleared = [entry for entry in before.cleared if entry[0][2] not in gone]
+        again &= eligible
+        for name in again:
+            part = parts[name] = _Search._part(
+                name, profile, priority, capacity, index, priorities, movable, budget, profiles
+            )
+            if part[0] is not None:
+                cleared.append(part[0])
+            if part[1]:
+                blocked.update(part[1])
+                blocked_on[name] = part[1]
+            for seen in part[2]:
+                readers.setdefault(id(seen), (seen, set()))[1].add(name)
+        for model in [m for m, n in blocked.items() if n <= 0]:
+            del blocked[model]
+        for key in [k for k, (_, nodes) in readers.items() if not nodes]:
+            del readers[key]
+        cleared.sort()
+        index.searches_patched += 1
+        index.searched_again += len(again)
+        index.reused += len(eligible) - len(again)
+        return _Search(
+            eligible,
+            tuple(cleared),
+            blocked,
+            blocked_on,
+            parts,
+            readers,
+            index.room_of(capacity),
+            dict(budget),
+            dict(movable),
+        )
 
     def blocked_without(self, nodes: Collection[str]) -> list[str]:
         """The models that stood in the way on some eligible node not among ``nodes``."""

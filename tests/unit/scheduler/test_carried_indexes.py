@@ -274,3 +274,117 @@ def test_a_trial_moving_a_model_whose_replicas_were_added_is_made_again() -> Non
         afresh = _Index(after, domain, {"a"})
         assert found[-1] == moves_for("e", 1, eight, capacity, after, index=afresh, **common)
     assert found[0].node is None and found[1].node == "n1"
+
+
+def _moves_for_e(
+    memo: IndexMemo,
+    after: list[Placement],
+    capacity: Any,
+    *,
+    budget: dict[str, int] | None = None,
+    movable: dict[str, bool] | None = None,
+) -> tuple[Any, Any, _Index]:
+    """``moves_for`` e's whole node on an index patched by ``memo`` and on one afresh."""
+    from scheduler.planner.defrag import moves_for
+
+    domain = _domains(MOVED, FLEET)
+    common: dict[str, Any] = {
+        "priorities": {d.model: d.priority for d in MOVED},
+        "budget": budget or {},
+        "profiles": {(d.model, p.name): p for d in MOVED for p in d.profiles},
+        "movable": movable or {},
+        "domain": domain,
+        "required": {"a"},
+    }
+    eight = MOVED[-1].profiles[0]
+    index = memo.index_of(after, MOVED, "v", domain, {"a"})
+    got = moves_for("e", 1, eight, capacity, after, index=index, **common)
+    afresh = moves_for("e", 1, eight, capacity, after, index=_Index(after, domain, {"a"}), **common)
+    return got, afresh, index
+
+
+# The very same object every round (a new one would be a placement gone and one added).
+B_ON_N3 = Placement("b", 0, "two", ("n3",), 2, "A100", 20)
+
+
+def _one_b_on_n3(*, b_placed: bool = True, n3_taken: bool = False) -> tuple[list[Placement], Any]:
+    """Every node full but n0 (2 cards free) and n3 (b's replica of 2 cards, the rest
+    free): e's whole node is made on n3 by moving b's replica to n0, and nowhere else."""
+    from scheduler.planner.fleet.capacity import Capacity
+
+    kept = [B_ON_N3] if b_placed else []
+    capacity = Capacity(list(FLEET.values()), set(FLEET))
+    capacity.consume(("n3",), 2, 20)  # b's replica (or, not kept, another in its room)
+    capacity.consume(("n0",), 6, 60)
+    for name in ("n1", "n2", "n4", "n5", "n6", "n7"):
+        capacity.consume((name,), 8, 80)
+    if n3_taken:
+        capacity.consume(("n3",), 1, 10)
+    return kept, capacity
+
+
+def test_a_search_is_patched_where_its_inputs_changed_not_made_again() -> None:
+    """A round whose index is patched takes the round before's search of a shape and
+    searches again only the nodes whose inputs changed (here n3, whose room moved), not
+    every eligible node (on the old tree every node was searched again each round)."""
+    memo = IndexMemo()
+    kept, capacity = _one_b_on_n3()
+    got, afresh, index = _moves_for_e(memo, kept, capacity)
+    assert got == afresh and got.node == "n3"
+    kept, capacity = _one_b_on_n3(n3_taken=True)
+    got, afresh, index = _moves_for_e(memo, kept, capacity)
+    assert got == afresh and got.node is None
+    assert (index.searches_patched, index.searched_again) == (1, 1)
+
+
+def test_a_node_whose_placements_changed_in_the_same_room_is_searched_again() -> None:
+    """b's replica gone from n3 while another takes its room (placed this round, not among
+    the kept): n3's room is the same, but its candidates are not; its part of the search
+    is made again (kept, it would move a replica no longer there)."""
+    memo = IndexMemo()
+    kept, capacity = _one_b_on_n3()
+    got, afresh, _ = _moves_for_e(memo, kept, capacity)
+    assert got == afresh and got.node == "n3"
+    kept, capacity = _one_b_on_n3(b_placed=False)
+    got, afresh, index = _moves_for_e(memo, kept, capacity)
+    assert got == afresh and got.node is None
+    assert index.searches_patched == 1
+
+
+def test_a_node_whose_replicas_turned_unmovable_is_searched_again() -> None:
+    """b turned unmovable between rounds (a rollout began): n3, where b runs, is searched
+    again and can no longer be cleared, and b is named as what stood in the way."""
+    memo = IndexMemo()
+    kept, capacity = _one_b_on_n3()
+    got, afresh, _ = _moves_for_e(memo, kept, capacity)
+    assert got == afresh and got.node == "n3"
+    kept, capacity = _one_b_on_n3()
+    got, afresh, index = _moves_for_e(memo, kept, capacity, movable={"b": False})
+    assert got == afresh and got.node is None and got.blocked == ("b",)
+    assert index.searches_patched == 1
+
+
+def test_a_node_whose_replicas_budget_moved_is_searched_again() -> None:
+    """b's disruption budget down to 0 between rounds: n3 is searched again."""
+    memo = IndexMemo()
+    kept, capacity = _one_b_on_n3()
+    got, afresh, _ = _moves_for_e(memo, kept, capacity, budget={"b": 1})
+    assert got == afresh and got.node == "n3"
+    kept, capacity = _one_b_on_n3()
+    got, afresh, index = _moves_for_e(memo, kept, capacity, budget={"b": 0})
+    assert got == afresh and got.node is None and got.blocked == ("b",)
+    assert index.searches_patched == 1
+
+
+def test_a_node_whose_moves_destination_filled_is_searched_again() -> None:
+    """n0, where n3's trial would move b's replica, filled between rounds: n3's room and
+    placements are the same, but the destinations its trial looked at are not."""
+    memo = IndexMemo()
+    kept, capacity = _one_b_on_n3()
+    got, afresh, _ = _moves_for_e(memo, kept, capacity)
+    assert got == afresh and got.node == "n3"
+    kept, capacity = _one_b_on_n3()
+    capacity.consume(("n0",), 2, 20)
+    got, afresh, index = _moves_for_e(memo, kept, capacity)
+    assert got == afresh and got.node is None
+    assert index.searches_patched == 1

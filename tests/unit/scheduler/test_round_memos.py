@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.daemon.round_runner import _writes
+from scheduler.daemon.round_runner import _pinned_now, _writes
 from scheduler.planner import order
-from scheduler.planner.fleet.placements import Demand, Placement, Plan
+from scheduler.planner.fleet.placements import Demand, Placement, Plan, not_among
 from scheduler.planner.order import placement_order
 from scheduler.planner.resilience import ResilienceMemo, resilience
 from tests.unit.scheduler.placement_builders import node, profile
@@ -110,3 +110,35 @@ def test_a_models_resilience_is_kept_only_while_what_it_reads_is_the_same() -> N
     resilience([spread], again, moved, memo=memo, inventory_version=None)
     resilience([spread], again, moved, memo=memo, inventory_version=None)
     assert memo.reused == 3
+
+
+def test_the_placements_pinned_now_are_those_placed_or_kept_under_another_version() -> None:
+    """``_pinned_now`` finds, by identity first, the kept placements that are not the very
+    objects read and, of those, the ones whose version differs from the one read (or that
+    were not read): the same list the index of every placement by slot gave."""
+    read = (
+        _placement("m", 0, "a"),
+        _placement("m", 1, "b"),
+        Placement("n", 0, "p", ("c",), 1, "A100", version="v1"),
+    )
+    placed = _placement("m", 2, "c")
+    # Every kept placement the very object read: only what is placed.
+    plan = Plan(keep=read, place=(placed,), remove=(), unplaced=())
+    assert _pinned_now(plan, read) == [placed]
+    # Read again (equal, other objects, the same versions): nothing pinned now either.
+    equal = tuple(
+        Placement(p.model, p.replica, "p", p.nodes, 1, "A100", version=p.version) for p in read
+    )
+    assert _pinned_now(Plan(keep=equal, place=(), remove=(), unplaced=()), read) == []
+    # One kept under another version, one kept that was not read: both, in keep's order.
+    pinned = Placement("n", 0, "p", ("c",), 1, "A100", version="v2")
+    unread = Placement("o", 0, "p", ("d",), 1, "A100", version="v2")
+    plan = Plan(keep=(read[0], pinned, unread), place=(placed,), remove=(), unplaced=())
+    assert _pinned_now(plan, read) == [placed, pinned, unread]
+
+
+def test_not_among_is_by_identity_in_order() -> None:
+    one, two = _placement("m", 0, "a"), _placement("m", 1, "b")
+    again = _placement("m", 0, "a")
+    assert not_among([one, again, two], [two, one]) == [again]
+    assert not_among([], [one]) == [] and not_among([one], []) == [one]
