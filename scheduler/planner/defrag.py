@@ -617,6 +617,23 @@ _Part = tuple[
 ]
 
 
+def _tally(
+    name: str,
+    part: _Part,
+    blocked: Counter[str],
+    blocked_on: dict[str, frozenset[str]],
+    readers: dict[int, tuple[PlacementProfile, set[str]]],
+) -> None:
+    """One node's part added to a search's totals: what stood in the way, and which
+    profiles' destination lists it read (a fresh search and a patched one alike)."""
+    _, stood, read = part
+    if stood:
+        blocked.update(stood)
+        blocked_on[name] = stood
+    for seen in read:
+        readers.setdefault(id(seen), (seen, set()))[1].add(name)
+
+
 @dataclass(frozen=True, slots=True)
 class _Search:
     """Every eligible node of one shape searched for a replica of one priority, as if for a
@@ -686,12 +703,8 @@ class _Search:
             blocked: Counter[str] = Counter()
             blocked_on: dict[str, frozenset[str]] = {}
             readers: dict[int, tuple[PlacementProfile, set[str]]] = {}
-            for name, (_, stood, read) in parts.items():
-                if stood:
-                    blocked.update(stood)
-                    blocked_on[name] = stood
-                for seen in read:
-                    readers.setdefault(id(seen), (seen, set()))[1].add(name)
+            for name, part in parts.items():
+                _tally(name, part, blocked, blocked_on, readers)
             search = _Search(
                 frozenset(names),
                 tuple(cleared),
@@ -790,11 +803,7 @@ class _Search:
             )
             if part[0] is not None:
                 cleared.append(part[0])
-            if part[1]:
-                blocked.update(part[1])
-                blocked_on[name] = part[1]
-            for seen in part[2]:
-                readers.setdefault(id(seen), (seen, set()))[1].add(name)
+            _tally(name, part, blocked, blocked_on, readers)
         for model in [m for m, n in blocked.items() if n <= 0]:
             del blocked[model]
         for key in [k for k, (_, nodes) in readers.items() if not nodes]:
