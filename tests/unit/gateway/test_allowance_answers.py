@@ -12,6 +12,7 @@ from catalog.forms.client_limits import ClientLimits
 from catalog.forms.servers import ServerList
 from gateway.allowance import PATH, AllowanceClient
 from gateway.stages.quota import Quotas
+from tests.unit.gateway.local_app import served
 
 
 async def _exchange_against(body: bytes) -> tuple[bool, bool]:
@@ -25,19 +26,11 @@ async def _exchange_against(body: bytes) -> tuple[bool, bool]:
 
     app = web.Application()
     app.router.add_post(PATH, allowances)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
+    async with served(app) as url, aiohttp.ClientSession() as session:
         quotas = Quotas(shared=True, gateway="gw-0")
-        async with aiohttp.ClientSession() as session:
-            client = AllowanceClient(quotas, ServerList([f"http://127.0.0.1:{port}"]), session)
-            quotas.prepare([("app", ClientLimits(tpm=10_000))], 0.0)
-            ok = await client.exchange()
-    finally:
-        await runner.cleanup()
+        client = AllowanceClient(quotas, ServerList([url]), session)
+        quotas.prepare([("app", ClientLimits(tpm=10_000))], 0.0)
+        ok = await client.exchange()
     return ok, bool(calls)
 
 

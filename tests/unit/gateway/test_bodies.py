@@ -13,6 +13,7 @@ from aiohttp import web
 from gateway.engineslots import EngineSlots
 from gateway.follower import Follower
 from gateway.state import State
+from tests.unit.gateway.local_app import served
 
 
 async def _serving_in_parts(path: str, body: bytes, run: Callable[[str], Awaitable[Any]]) -> Any:
@@ -29,15 +30,8 @@ async def _serving_in_parts(path: str, body: bytes, run: Callable[[str], Awaitab
 
     app = web.Application()
     app.router.add_get(path, handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        return await run(f"http://127.0.0.1:{port}")
-    finally:
-        await runner.cleanup()
+    async with served(app) as url:
+        return await run(url)
 
 
 def test_the_placements_feed_that_comes_in_parts_is_read_whole() -> None:

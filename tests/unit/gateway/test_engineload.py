@@ -17,6 +17,7 @@ from gateway.stages.borrow import Reading
 from gateway.stages.slotshare import Members
 from gateway.state import State
 from gateway.table import Replica, Table
+from tests.unit.gateway.local_app import served
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 IDLE = b'vllm:num_requests_running{model_name="m"} 0\nvllm:num_requests_waiting{model_name="m"} 0\n'
@@ -38,18 +39,13 @@ async def _with_engine(
     app = web.Application()
     for path, handler in routes.items():
         app.router.add_get(path, handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    state, _ = _state(f"http://127.0.0.1:{port}", engine)
-    load = EngineLoad(state)
-    try:
-        return await run(state, load)
-    finally:
-        await load.close()
-        await runner.cleanup()
+    async with served(app) as url:
+        state, _ = _state(url, engine)
+        load = EngineLoad(state)
+        try:
+            return await run(state, load)
+        finally:
+            await load.close()
 
 
 def _answer(body: bytes) -> Handler:

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from events.core.usage import check_usage
 from gateway.ledger import Flusher
 from gateway.stages.ledger import Ledger
+from tests.unit.gateway.local_app import served
 
 T0 = 1_796_000_000.0  # a wall-clock time (seconds since the epoch)
 
@@ -110,18 +111,13 @@ class _ControlPlane:
 async def _with_server(plane: _ControlPlane, run: Any) -> None:
     app = web.Application()
     app.router.add_post("/v1/usage", plane.post)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    ledger = Ledger()
-    flusher = Flusher(ledger, f"http://127.0.0.1:{port}", "tok", 1.0, worker=0, gateway_id="g")
-    try:
-        await run(ledger, flusher)
-    finally:
-        await flusher.close()
-        await runner.cleanup()
+    async with served(app) as url:
+        ledger = Ledger()
+        flusher = Flusher(ledger, url, "tok", 1.0, worker=0, gateway_id="g")
+        try:
+            await run(ledger, flusher)
+        finally:
+            await flusher.close()
 
 
 def _one(ledger: Ledger, client: str, completion: int) -> None:

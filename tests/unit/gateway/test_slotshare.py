@@ -13,6 +13,7 @@ from gateway.signals import Signals
 from gateway.stages.slotshare import Members, deal, members_of
 from gateway.state import State
 from gateway.table import Replica
+from tests.unit.gateway.local_app import served
 
 
 def replicas(*slots: int, model: str = "m") -> dict[str, tuple[Replica, ...]]:
@@ -86,19 +87,14 @@ async def _post_once(answer: Callable[[web.Request], Awaitable[web.StreamRespons
     """The members a gateway of two knows after one post the control plane answers so."""
     app = web.Application()
     app.router.add_post("/v1/signals", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     state = State("gw")
     state.members = Members(2, 1)
-    signals = Signals(state, f"http://127.0.0.1:{port}", "tok", 5.0)
-    try:
-        await signals.post_once()
-    finally:
-        await signals.close()
-        await runner.cleanup()
+    async with served(app) as url:
+        signals = Signals(state, url, "tok", 5.0)
+        try:
+            await signals.post_once()
+        finally:
+            await signals.close()
     return state.members
 
 
