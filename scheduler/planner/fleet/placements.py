@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import is_, not_
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.inputs import ModelLifecycle, RunningCopy
@@ -246,11 +246,33 @@ def not_among(new: Sequence[_T], old: Sequence[_T]) -> list[_T]:
     return list(compress(new, map(not_, map(were.__contains__, map(id, new)))))
 
 
+# The last few answers of ``changed_from``, with the sequences they were made from: a
+# round's memos of the kept placements (the spread counts, the defragmentation's index and
+# its budgets) each diff the round before's with this round's, the same objects in each
+# (their lists are copies). Each entry is replaced whole, so threads share it safely.
+_DIFFS: list[tuple[Sequence[object], Sequence[object], tuple[list[Any], list[Any]] | None]] = []
+_DIFFS_KEPT = 2
+
+
 def changed_from(old: Sequence[_T], new: Sequence[_T]) -> tuple[list[_T], list[_T]] | None:
     """The objects of ``old`` that ``new`` lacks and those it adds, if ``new`` is ``old``
     without the first and with the second (the objects of both the same, in the same order;
     each object once); None if it is anything else. What a round's memo of the round
-    before's placements is patched by when a write placed some (``spread``, ``defrag``)."""
+    before's placements is patched by when a write placed some (``spread``, ``defrag``).
+
+    Answered again from the last few calls when both sequences hold the very same objects
+    in the same order as one of theirs (a pass of each in C, where the diff hashes every
+    object twice: at 170,000 placements 30-60 ms a call, three calls a round)."""
+    for was, now, answer in list(_DIFFS):
+        if same_objects(was, old) and same_objects(now, new):
+            return None if answer is None else (list(answer[0]), list(answer[1]))
+    found = _changed_from(old, new)
+    entry = (tuple(old), tuple(new), None if found is None else (list(found[0]), list(found[1])))
+    _DIFFS[:] = [entry, *_DIFFS[: _DIFFS_KEPT - 1]]
+    return found
+
+
+def _changed_from(old: Sequence[_T], new: Sequence[_T]) -> tuple[list[_T], list[_T]] | None:
     there, were = set(map(id, new)), set(map(id, old))
     if len(there) != len(new) or len(were) != len(old):
         return None

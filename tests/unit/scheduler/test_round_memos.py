@@ -6,7 +6,7 @@ import pytest
 
 from scheduler.daemon.round_runner import _pinned_now, _writes
 from scheduler.planner import order
-from scheduler.planner.fleet.placements import Demand, Placement, Plan, not_among
+from scheduler.planner.fleet.placements import Demand, Placement, Plan, changed_from, not_among
 from scheduler.planner.order import placement_order
 from scheduler.planner.resilience import ResilienceMemo, resilience
 from tests.unit.scheduler.placement_builders import node, profile
@@ -142,3 +142,21 @@ def test_not_among_is_by_identity_in_order() -> None:
     again = _placement("m", 0, "a")
     assert not_among([one, again, two], [two, one]) == [again]
     assert not_among([], [one]) == [] and not_among([one], []) == [one]
+
+
+def test_a_diff_is_answered_again_only_for_the_very_same_objects() -> None:
+    """``changed_from`` answers a call whose sequences hold the very objects of a recent
+    call's, in order, as that call was answered (a round's memos diff the same kept
+    placements three times); any other objects, even equal ones, are diffed afresh, and
+    the caller's changes to an answer do not reach the next."""
+    one, two, three = _placement("m", 0, "a"), _placement("m", 1, "b"), _placement("m", 2, "c")
+    old = [one, two]
+    assert changed_from(old, [two, three]) == ([one], [three])
+    answer = changed_from(list(old), (two, three))
+    assert answer == ([one], [three])
+    answer[0].clear()
+    assert changed_from(old, [two, three]) == ([one], [three])
+    # Equal, other objects: another diff (two is gone, its copy came).
+    again = _placement("m", 1, "b")
+    assert changed_from(old, [again, three]) == ([one, two], [again, three])
+    assert changed_from(old, [two, one]) is None  # not in the same order
