@@ -160,3 +160,18 @@ def test_a_diff_is_answered_again_only_for_the_very_same_objects() -> None:
     again = _placement("m", 1, "b")
     assert changed_from(old, [again, three]) == ([one, two], [again, three])
     assert changed_from(old, [two, one]) is None  # not in the same order
+
+
+def test_not_among_is_answered_again_only_for_the_very_same_objects() -> None:
+    """Asked twice a round of the same plan and placements: the second answer is the
+    first's, a copy; any other objects, even equal ones, are looked at afresh."""
+    one, two = _placement("m", 0, "a"), _placement("m", 1, "b")
+    again = _placement("m", 0, "a")
+    assert not_among([one, two], [two]) == [one]
+    answer = not_among((one, two), [two])
+    assert answer == [one]
+    answer.clear()
+    assert not_among([one, two], (two,)) == [one]
+    (found,) = not_among([again, two], [two])  # equal to one, another object
+    assert found is again
+    assert not_among([again, two], [two, again]) == []
