@@ -175,3 +175,35 @@ def test_not_among_is_answered_again_only_for_the_very_same_objects() -> None:
     (found,) = not_among([again, two], [two])  # equal to one, another object
     assert found is again
     assert not_among([again, two], [two, again]) == []
+
+
+def test_a_models_explanation_is_the_round_befores_only_while_it_says_the_same() -> None:
+    """``ExplainMemo``: a model whose unplaced replicas, notes, reason and counts are the
+    round before's keeps its ``Unplaced`` objects; one whose counts or reason moved (a
+    node came) is explained again, and every plan is ``plan``'s without the memo."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from scheduler.planner.plan import Carried, plan
+    from tests.unit.scheduler.placement_builders import NOW
+
+    nodes = [node("n0", "A100", 4)]
+    demands = [
+        Demand("big", 2, (profile("four", "A100", 4),)),
+        Demand("huge", 1, (profile("eight", "A100", 8),)),
+    ]
+    carried = Carried(inventory=1)
+    first = plan(demands, nodes, (), NOW, carried=carried)
+    assert [(u.model, u.replica) for u in first.unplaced] == [("big", 1), ("huge", 0)]
+    later = NOW + timedelta(seconds=10)
+    nodes = [replace(n, reported_at=later) for n in nodes]
+    again = plan(demands, nodes, first.placements, later, carried=carried)
+    assert again.unplaced == plan(demands, nodes, first.placements, later).unplaced
+    assert all(a is b for a, b in zip(again.unplaced, first.unplaced, strict=True))
+    # A node of 8 cards, full: every model's counts move (one more node examined).
+    nodes = [*nodes, node("n1", "A100", 8, reserved=8)]
+    carried.inventory = 2
+    moved = plan(demands, nodes, first.placements, later, carried=carried)
+    assert moved.unplaced == plan(demands, nodes, first.placements, later).unplaced
+    assert moved.unplaced != again.unplaced
+    assert not any(a is b for a, b in zip(moved.unplaced, again.unplaced, strict=True))
