@@ -37,7 +37,7 @@ from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
 from scheduler.planner.fleet.inventory import FRESH, Node, reported_at
-from scheduler.planner.fleet.placements import Demand, Placement, Plan, not_among
+from scheduler.planner.fleet.placements import Demand, Placement, Plan, Unplaced, not_among
 from scheduler.planner.rounds.incremental import Changes, IncrementalRounds
 
 if TYPE_CHECKING:
@@ -326,9 +326,26 @@ class Placer:
         judged = self._judged
         if judged is not None and judged[0] is plan and judged[1] is before:
             return judged[2], judged[3]
-        writes, unplaced = _writes(plan, before), reasons_of(plan.unplaced)
+        writes, unplaced = _writes(plan, before), self._reasons_of(plan.unplaced)
         self._judged = (plan, before, writes, unplaced)
         return writes, unplaced
+
+    def _reasons_of(self, unplaced: tuple[Unplaced, ...]) -> tuple[UnplacedReason, ...]:
+        """``reasons_of(unplaced)``, each reason of an ``Unplaced`` the last judged plan
+        held (the very object: a model explained as the round before keeps its objects,
+        ``plan.ExplainMemo``) taken again: equal, and then the same objects as the outcome
+        last written, which is compared by identity first."""
+        judged = self._judged
+        if judged is None:
+            return reasons_of(unplaced)
+        before, reasons = judged[0].unplaced, judged[3]
+        at = {id(u): i for i, u in enumerate(before)}
+        return tuple(
+            reasons[i]
+            if (i := at.get(id(u))) is not None and before[i] is u
+            else UnplacedReason(u.model, u.replica, u.reason)
+            for u in unplaced
+        )
 
 
 def _writes(plan: Plan, before: Sequence[Placement]) -> bool:

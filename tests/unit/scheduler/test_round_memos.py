@@ -207,3 +207,23 @@ def test_a_models_explanation_is_the_round_befores_only_while_it_says_the_same()
     assert moved.unplaced == plan(demands, nodes, first.placements, later).unplaced
     assert moved.unplaced != again.unplaced
     assert not any(a is b for a, b in zip(moved.unplaced, again.unplaced, strict=True))
+
+
+def test_the_reasons_of_the_very_unplaced_judged_before_are_taken_again() -> None:
+    """``Placer._reasons_of``: the reason of an ``Unplaced`` the last judged plan held is
+    that reason (the same object); any other, even of the same replica, is made afresh."""
+    from scheduler.daemon.round_runner import Placer
+    from scheduler.persistence.outcome_store import reasons_of
+    from scheduler.planner.fleet.placements import Unplaced
+
+    kept, moved = Unplaced("m", 0, "no room", ()), Unplaced("m", 1, "no room", ())
+    placer = object.__new__(Placer)
+    placer._judged = None
+    before = Plan(keep=(), place=(), remove=(), unplaced=(kept, moved))
+    reasons = placer._reasons_of(before.unplaced)
+    assert reasons == reasons_of(before.unplaced)
+    placer._judged = (before, (), False, reasons)
+    now = (kept, Unplaced("m", 1, "no room; a node came", ()), Unplaced("n", 0, "none", ()))
+    got = placer._reasons_of(now)
+    assert got == reasons_of(now)
+    assert got[0] is reasons[0] and got[1] is not reasons[1]
