@@ -33,15 +33,23 @@ from sqlalchemy import Engine
 
 from events.database.connection import make_engine
 from events.database.migrate import upgrade
+from tests import suite_cost, xdist_groups
 from tests.tls import share_default_tls_context
 
 # Hooks, registered by their names here: the tests of a module-scoped fixture share one
 # xdist worker, and the longest work is handed out first (tests/xdist_groups.py).
-from tests.xdist_groups import pytest_collection_modifyitems, pytest_configure  # noqa: F401
+from tests.xdist_groups import pytest_collection_modifyitems  # noqa: F401
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 share_default_tls_context()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    xdist_groups.pytest_configure(config)
+    # What each test costs in CPU, when LLMGW_TEST_COST_DIR asks (scripts/suite-cost).
+    suite_cost.register(config)
+
 
 # The suite ends `--watch` and `--follow` commands with Ctrl-C (SIGINT) as an operator
 # does. A shell without job control starts a background command (`make test &` in a
