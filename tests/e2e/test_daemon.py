@@ -143,6 +143,7 @@ def test_the_daemon_places_a_new_model_and_stops_cleanly_on_sigterm(sqlite_env: 
     assert events[-1]["event"] == "placement.stopped"
 
 
+@pytest.mark.slow  # (tests/xdist_groups.py: handed out first)
 def test_a_second_sigterm_ends_the_daemon_while_its_round_is_stuck(pg_env: Env) -> None:
     """The first signal waits for the round in progress; when that round is stuck (here
     on a table another session holds locked: up to its lock timeout, the leadership
