@@ -34,6 +34,7 @@ from sqlalchemy import Engine
 from events.database.connection import make_engine
 from events.database.migrate import upgrade
 from tests import suite_cost, xdist_groups
+from tests.pg_pool import Pool, Template
 from tests.tls import share_default_tls_context
 
 # Hooks, registered by their names here: the tests of a module-scoped fixture share one
@@ -91,6 +92,10 @@ def _pg_url(database: str) -> str:
     return f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
 
 
+def _libpq(database: str) -> str:
+    return f"postgresql://postgres@127.0.0.1:5432/{database}"
+
+
 def _pg_available() -> str | None:
     try:
         with psycopg.connect(PG_ADMIN, connect_timeout=3):
@@ -141,9 +146,18 @@ def _scratch_database(prefix: str, template: str | None = None) -> Iterator[str]
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def pg_pool(pg_template: str) -> Iterator[Pool]:
+    """The worker's databases copied from the template, emptied between tests
+    (tests/pg_pool.py says why and what a test still gets)."""
+    pool = Pool(PG_ADMIN, pg_template, Template.read(_libpq(pg_template)))
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def pg_url(pg_template: str) -> Iterator[str]:
-    with _scratch_database("llmgw_t", pg_template) as url:
+def pg_url(pg_pool: Pool) -> Iterator[str]:
+    with pg_pool.database() as url:
         yield url
 
 

@@ -102,6 +102,15 @@ def serve(path: str, parent: int) -> None:
 
     for module in PRELOAD:
         importlib.import_module(module)
+    # What was imported, out of the collector's sight in every forked command (the
+    # pre-fork recipe of gc.freeze's documentation). A fresh `llmgw serve` or gateway
+    # collects once it has started (gc.collect, then gc.freeze): forked, that walked the
+    # server's whole preloaded heap, about 0.1 s of CPU each, in 180-odd servers and
+    # gateways a run; and any later full collection walked it again.
+    import gc
+
+    gc.collect()
+    gc.freeze()
     listener = listening(path)
     listener.settimeout(0.5)
     # Stopped by the test worker at its end (SIGTERM): the commands still waited for are
@@ -188,10 +197,32 @@ def _wait_for(conn: socket.socket, main: Any) -> None:
 
         signal.signal(signal.SIGTERM, _end)
         conn.sendall(f"{pid}\n".encode())
-        _, status = os.waitpid(pid, 0)
+        _, status, usage = os.wait4(pid, 0)
         conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+        _note_cost(request, usage)
     finally:
         os._exit(0)
+
+
+def _note_cost(request: dict[str, Any], usage: Any) -> None:
+    """The command's CPU, its reaped children's included, for `scripts/suite-cost --commands`
+    when LLMGW_TEST_COST_DIR is set in its environment (tests/suite_cost.py)."""
+    directory = request["env"].get("LLMGW_TEST_COST_DIR")
+    if not directory:
+        return
+    line = {
+        "argv": request["argv"][:2],
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+        # The test that started it (pytest sets this in the worker's environment).
+        "test": request["env"].get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+    }
+    with (
+        contextlib.suppress(OSError),
+        open(
+            os.path.join(directory, f"commands-{os.getppid()}.jsonl"), "a", encoding="utf-8"
+        ) as out,
+    ):
+        out.write(json.dumps(line) + "\n")
 
 
 def _run(request: dict[str, Any], fds: list[int], main: Any) -> None:

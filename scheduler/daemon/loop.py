@@ -3,7 +3,11 @@
 - One structured log line per round (``placement.round``) with stable fields:
   round, catalog_position, nodes, placed, removed, unplaced, duration_ms; and
   ``replica.failed`` per failure, ``placement.rollout`` per rollout in progress.
-- SIGTERM or SIGINT lets the running round finish, then the process exits 0.
+- SIGTERM or SIGINT lets the running round finish, then the process exits 0. A second
+  signal while it finishes (a round stuck on a lock or a slow database) ends the process
+  at once (``placement.stop_forced``, exit status 128 + the signal's number, as a shell
+  reports a killed process): the round's transaction, never committed, is rolled back
+  by the database, and the leadership lease lapses by its own terms.
 - A database that cannot be reached is logged (``placement.round_failed``)
   and tried again next round; nothing is duplicated when it comes back,
   because a round's writes are one fenced transaction.
@@ -16,12 +20,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
+from typing import NoReturn
 
 import structlog
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -219,8 +227,32 @@ class Daemon:
             while not received:
                 time.sleep(0.2)
             log.info("placement.stopping", signal=received[0])
-            # Waits for a round in progress to finish.
-            scheduler.shutdown(wait=True)
+            # Waits for a round in progress to finish, on a thread of its own: this one
+            # keeps looking for a second signal, which must not wait for the round.
+            stopping = threading.Thread(
+                target=scheduler.shutdown, kwargs={"wait": True}, name="placement-stop"
+            )
+            stopping.start()
+            while stopping.is_alive() and len(received) < 2:
+                stopping.join(0.2)
+            if stopping.is_alive():
+                _stop_now(received[1], self.rounds)
         finally:
             self.leadership.release()
             log.info("placement.stopped", rounds=self.rounds)
+
+
+def _stop_now(signal_name: str, rounds: int) -> NoReturn:
+    """End the process with the round in progress cut short (a second signal)."""
+    log.warning(
+        "placement.stop_forced",
+        signal=signal_name,
+        rounds=rounds,
+        reason="a second signal while the round in progress finished: it is cut short, "
+        "its uncommitted writes rolled back by the database",
+    )
+    # os._exit runs no exit handler and flushes nothing: what was logged is written now.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(128 + signal.Signals[signal_name].value)

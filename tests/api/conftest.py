@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from tests.api.server import Tokens
-from tests.conftest import PG_ADMIN
+from tests.pg_pool import Pool
 
 
 @pytest.fixture(scope="session")
@@ -27,13 +25,9 @@ def module_sqlite_url(sqlite_template: Path, tmp_path_factory: pytest.TempPathFa
 
 
 @pytest.fixture(scope="module")
-def module_pg_url(pg_template: str) -> Iterator[str]:
-    name = f"llmgw_api_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
-    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def module_pg_url(pg_pool: Pool) -> Iterator[str]:
+    with pg_pool.database("llmgw_api") as url:
+        yield url
 
 
 @pytest.fixture(

@@ -143,6 +143,47 @@ def test_the_daemon_places_a_new_model_and_stops_cleanly_on_sigterm(sqlite_env: 
     assert events[-1]["event"] == "placement.stopped"
 
 
+@pytest.mark.slow  # (tests/xdist_groups.py: handed out first)
+def test_a_second_sigterm_ends_the_daemon_while_its_round_is_stuck(pg_env: Env) -> None:
+    """The first signal waits for the round in progress; when that round is stuck (here
+    on a table another session holds locked: up to its lock timeout, the leadership
+    lease, 10 s at a 5 s interval), a second one ends the process at once, as an operator
+    pressing Ctrl-C twice expects."""
+    env = pg_env
+    env.llmgw("db", "upgrade")
+    env.llmgw("nodes", "report", env.write("nodes.yaml", NODES))
+    env.llmgw("add", env.write("m.yaml", _model("qwen", 1)))
+    holder = psycopg.connect(env.url.replace("postgresql+psycopg://", "postgresql://"))
+    try:
+        # The daemon's first round waits to read the placements.
+        holder.execute("LOCK TABLE placements IN ACCESS EXCLUSIVE MODE")
+        proc, log = env.start_daemon(interval=5)
+        wait_for(lambda: _said(log, "placement.started"), "the daemon started")
+        time.sleep(1.0)
+        assert rounds(log) == 0, "no round can finish while the table is locked"
+        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: _said(log, "placement.stopping"), "the first signal taken")
+        time.sleep(1.0)
+        assert proc.poll() is None, "the first signal waits for the round in progress"
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 128 + signal.SIGTERM
+        assert time.monotonic() - began < 5
+    finally:
+        holder.rollback()
+        holder.close()
+    forced = [e for e in logs(log) if e["event"] == "placement.stop_forced"]
+    assert len(forced) == 1 and forced[0]["signal"] == "SIGTERM"
+    assert not _said(log, "placement.stopped")
+    # Nothing the cut round began was kept, and the next daemon places as usual once the
+    # lapsed lease is taken over.
+    assert env.placements() == []
+    again, _ = env.start_daemon()
+    wait_for(lambda: len(env.placements()) == 1, "a new daemon to place the replica")
+    again.send_signal(signal.SIGTERM)
+    assert again.wait(timeout=20) == 0
+
+
 def _signal_thread(pid: int, tid: int, signum: int) -> None:
     """tgkill(2): the signal handed to one thread of ``pid``, as the kernel may hand any."""
     libc = ctypes.CDLL(None, use_errno=True)

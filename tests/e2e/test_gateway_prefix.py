@@ -144,18 +144,35 @@ def test_two_gateways_send_an_unseen_prefix_to_the_same_replica(
         # readings: gateway.stages.borrow). The prefix's replica is the same choice at
         # both; each sends there once it may fill every replica.
         eventually(lambda: fills_all(other) and fills_all(gw), "both may fill every replica")
-        pairs = []
-        for i in range(9):
+        # A pair counts when each gateway chose by the rendezvous hash among all three
+        # replicas, as its reason says. The test's wait for "may fill every replica" and
+        # the request are two moments: under load, an engine reading between them can
+        # leave a replica full in one gateway's view, which then chooses among the other
+        # two ("among 2"). Seen in full runs at load 10 (cached/0 at one gateway,
+        # cached/1 at the other), twice in two sessions. Such a pair is a precondition
+        # missed, not a disagreement; a few are allowed, then the test fails.
+        pairs: list[tuple[str, str]] = []
+        missed: list[tuple[str, str, str, str]] = []
+        for i in range(14):
+            if len(pairs) == 9:
+                break
             conv: list[ChatCompletionMessageParam] = [
                 {"role": "system", "content": f"tenant {i}: " + SYSTEM},
                 {"role": "user", "content": f"first question of conversation {i}"},
             ]
             first = ask(other, token, conv).headers["x-llmgw-replica"]
+            why_first = other.routing()["models"]["cached"]["recent"][-1]["reason"]
             eventually(lambda: fills_all(gw), "its slot idle again, as gw reads it")
             second = ask(gw, token, conv).headers["x-llmgw-replica"]
-            pairs.append((first, second))
+            why_second = gw.routing()["models"]["cached"]["recent"][-1]["reason"]
+            among_all = "rendezvous of its first blocks among 3"
+            if among_all in why_first and among_all in why_second:
+                pairs.append((first, second))
+            else:
+                missed.append((first, why_first, second, why_second))
             eventually(lambda: fills_all(other), "idle again, as the other reads it")
-        assert all(a == b for a, b in pairs), pairs
+        assert len(pairs) == 9, missed
+        assert all(a == b for a, b in pairs), (pairs, missed)
         assert len({a for a, _ in pairs}) >= 2, pairs  # and the prefixes spread
     finally:
         other.stop()
