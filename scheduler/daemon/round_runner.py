@@ -19,7 +19,7 @@ import gc
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from operator import attrgetter, is_
 from typing import TYPE_CHECKING, overload
@@ -37,7 +37,7 @@ from scheduler.persistence.store import SchedulerStore
 from scheduler.persistence.versions import definitions_to_record
 from scheduler.planner.demands import demands
 from scheduler.planner.fleet.inventory import FRESH, Node, reported_at
-from scheduler.planner.fleet.placements import Demand, Placement, Plan, not_among
+from scheduler.planner.fleet.placements import Demand, Placement, Plan, Unplaced, not_among
 from scheduler.planner.rounds.incremental import Changes, IncrementalRounds
 
 if TYPE_CHECKING:
@@ -213,6 +213,7 @@ class Placer:
             self._feed.forget_all()
             self._placements.forget_all()
             raise
+        state = self._as_planned(state)
         writes, unplaced = self._judge(plan, state.placements)
         writes = writes and not dry_run
         # The nodes as the planner was given them: what a round records (each fresh node at
@@ -295,6 +296,19 @@ class Placer:
             )
         return state, plan
 
+    def _as_planned(self, state: PlacementState) -> PlacementState:
+        """``state`` with the placements as the planner held them: after a write they are
+        read back as new objects, which the planner takes for its own plan's (the same
+        fields; ``IncrementalRounds.held_for``), and its plan keeps those. Compared with
+        the objects read, every kept placement was another object, and ``apply`` and
+        ``_pinned_now`` indexed every placement by slot to compare them by content (at
+        170,000 placements 0.3-0.6 s of a lost node's round); compared with these, the
+        kept ones are found by identity. The same values, so the same writes."""
+        held = self._rounds.held_for(state.placements)
+        if held is None or held is state.placements:
+            return state
+        return replace(state, placements=held)
+
     def _demands(self, catalog: Catalog, wanted: Mapping[str, int] | None) -> tuple[Demand, ...]:
         """``demands(catalog, wanted)``, made again only when either changed."""
         held = self._asked
@@ -312,9 +326,26 @@ class Placer:
         judged = self._judged
         if judged is not None and judged[0] is plan and judged[1] is before:
             return judged[2], judged[3]
-        writes, unplaced = _writes(plan, before), reasons_of(plan.unplaced)
+        writes, unplaced = _writes(plan, before), self._reasons_of(plan.unplaced)
         self._judged = (plan, before, writes, unplaced)
         return writes, unplaced
+
+    def _reasons_of(self, unplaced: tuple[Unplaced, ...]) -> tuple[UnplacedReason, ...]:
+        """``reasons_of(unplaced)``, each reason of an ``Unplaced`` the last judged plan
+        held (the very object: a model explained as the round before keeps its objects,
+        ``plan.ExplainMemo``) taken again: equal, and then the same objects as the outcome
+        last written, which is compared by identity first."""
+        judged = self._judged
+        if judged is None:
+            return reasons_of(unplaced)
+        before, reasons = judged[0].unplaced, judged[3]
+        at = {id(u): i for i, u in enumerate(before)}
+        return tuple(
+            reasons[i]
+            if (i := at.get(id(u))) is not None and before[i] is u
+            else UnplacedReason(u.model, u.replica, u.reason)
+            for u in unplaced
+        )
 
 
 def _writes(plan: Plan, before: Sequence[Placement]) -> bool:

@@ -44,12 +44,13 @@ tried for F fabrics.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import count, islice
 
 from catalog.definition.views import PlacementProfile
 from scheduler.lifecycle.inputs import Lifecycle, ModelLifecycle
+from scheduler.lifecycle.replica_reports import ReplicaStatus
 from scheduler.planner.fleet.capacity import Capacity
 from scheduler.planner.fleet.fit import gpus_fit, memory_fits, selector_key
 from scheduler.planner.fleet.inventory import Node
@@ -212,6 +213,20 @@ def _trial(  # noqa: PLR0917
         known = index.cleared[key] = before
         index.reused += 1
     if known is None:
+        doomed = _doomed(name, profile, capacity, index, candidates, budget, profiles)
+        if doomed is not None:
+            known = index.cleared[key] = (
+                None,
+                doomed[0],
+                _Read(
+                    tuple(candidates),
+                    (capacity.free_gpus(name), capacity.free_memory(name)),
+                    tuple(budget.get(p.model) for p in candidates),
+                    doomed[1],
+                ),
+            )
+            index.doomed += 1
+    if known is None:
         trial = _Trial(frozenset((name,)))
         stood: set[str] = set()
         try:
@@ -234,7 +249,7 @@ def _trial(  # noqa: PLR0917
             trial.undo(index.spread)
         known = index.cleared[key] = (
             None if found is None else tuple((m.placement, m.to) for m in found),
-            frozenset(stood),
+            _frozen(stood),
             _Read(
                 tuple(candidates),
                 (capacity.free_gpus(name), capacity.free_memory(name)),
@@ -243,6 +258,65 @@ def _trial(  # noqa: PLR0917
             ),
         )
     return known
+
+
+def _doomed(  # noqa: PLR0917
+    name: str,
+    profile: PlacementProfile,
+    capacity: Capacity,
+    index: _Index,
+    candidates: Sequence[Placement],
+    budget: Mapping[str, int],
+    profiles: Mapping[tuple[str, str], PlacementProfile],
+) -> tuple[frozenset[str], tuple[PlacementProfile, ...]] | None:
+    """What ``_clear`` of ``name`` would find, without trying a move, when it cannot
+    clear it: the models whose budget stood in the way and the victim profiles whose
+    destinations it would have looked at, in order; None when it might clear it, or when
+    what it finds depends on the moves it makes (then the trial is made).
+
+    A move lands only on one of its victim profile's best-fitting nodes (``_near``), so
+    the cards a trial can free are the node's own plus those of the candidates whose
+    profile has some; fewer than the replica needs, and the trial fails having walked
+    every candidate. What it says of them is then known: a candidate is blocked when its
+    model's budget is spent, and only a move spends one, so a model with no room to move
+    to (no move) and a budget is blocked exactly when that budget is 0. A model with both
+    a budget and room to move to may be blocked after one of its moves, which only the
+    trial says. A fleet whose unplaced shapes fit nowhere fails nearly every trial so
+    (at 100,000 nodes, a lost node's first search of an 8-card shape: 20,000 trials)."""
+    gpus = capacity.free_gpus(name)
+    need = profile.gpus_per_node
+    if gpus_fit(gpus, need):
+        return None  # room in cards already: the trial says whether memory is
+    stood: set[str] = set()
+    read: list[PlacementProfile] = []
+    near = index.near
+    for victim in candidates:
+        limit = budget.get(victim.model)
+        if limit is not None and limit <= 0:
+            stood.add(victim.model)
+            continue
+        own = profiles.get((victim.model, victim.profile))
+        if own is None:
+            continue
+        if not any(seen is own for seen in read):
+            read.append(own)
+        if _near(own, capacity, near)[0]:
+            if limit is not None:
+                return None
+            gpus += victim.gpus_per_node
+    if gpus_fit(gpus, need):
+        return None
+    return _frozen(stood), tuple(read)
+
+
+# Nothing stood in the way: one object for every trial and node that says so (a search
+# of 35,000 nodes made as many empty sets, each alive until the next round's, and walked
+# by the collector at the end of the round).
+_NOTHING: frozenset[str] = frozenset()
+
+
+def _frozen(stood: set[str]) -> frozenset[str]:
+    return frozenset(stood) if stood else _NOTHING
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,8 +523,10 @@ class _Index:
         self.near_before: Near = {}
         self.changed: frozenset[str] = frozenset()
         self.near_same: dict[int, bool] = {}
-        # How many trials were the round before's (for the tests).
+        # How many trials were the round before's (for the tests), and how many were
+        # known to fail without being made (``_doomed``).
         self.reused = 0
+        self.doomed = 0
         # model -> the nodes running one of its single-node replicas.
         self.hosts: dict[str, frozenset[str]] = {}
         hosts: dict[str, set[str]] = {}
@@ -524,6 +600,8 @@ class IndexMemo:
     keep: list[Placement] = field(default_factory=list)
     index: _Index | None = None
     patched: int = 0
+    # The round before's disruption budgets (``BudgetMemo``, defined below: a lambda).
+    budgets: BudgetMemo = field(default_factory=lambda: BudgetMemo())  # noqa: PLW0108
 
     def index_of(
         self,
@@ -738,15 +816,15 @@ class _Search:
             priorities=priorities, movable=movable, blocked=stood,
         )  # fmt: skip
         if bound is None:
-            return None, frozenset(stood), ()
+            return None, _frozen(stood), ()
         found, in_the_way, read = _trial(
             name, _NOBODY, profile, capacity, index, bound[1], budget=budget, profiles=profiles
         )
         stood.update(in_the_way)
         if found is None:
-            return None, frozenset(stood), read.near
+            return None, _frozen(stood), read.near
         moved = sum(victim.gpus_per_node for victim, _ in found)
-        return ((len(found), moved, name), found), frozenset(stood), read.near
+        return ((len(found), moved, name), found), _frozen(stood), read.near
 
     @staticmethod
     def _patched(  # noqa: PLR0917
@@ -1069,9 +1147,12 @@ class Defragmented:
     notes: dict[str, str] = field(default_factory=dict)
 
 
+Budgets = tuple[dict[str, int], dict[str, bool], dict[str, str]]
+
+
 def budgets(
     demands: Sequence[Demand], placements: Sequence[Placement], lifecycle: Lifecycle
-) -> tuple[dict[str, int], dict[str, bool], dict[str, str]]:
+) -> Budgets:
     """Per model: how many more replicas may be put in motion (absent: any number), whether
     it may be moved at all, and its budget in words for a refusal.
 
@@ -1079,37 +1160,184 @@ def budgets(
     (its budget is 0); otherwise its ``disruption.max_unavailable`` (N, or N% of its
     wanted replicas rounded down) caps the replicas in motion at once, those already
     moving counted."""
+    ready, moving = _counted(placements, lifecycle.statuses)
+    answer: Budgets = ({}, {}, {})
+    for d in demands:
+        _budget_of(d, ready[d.model], moving[d.model], answer)
+    return answer
+
+
+def _counted(
+    placements: Iterable[Placement], statuses: Mapping[tuple[str, int], ReplicaStatus]
+) -> tuple[Counter[str], Counter[str]]:
+    """Per model, its placements that count as ready and those moving."""
     ready: Counter[str] = Counter()
     moving: Counter[str] = Counter()
     for p in placements:
-        status = lifecycle.statuses.get((p.model, p.replica))
-        if status is None or status.counts_as_ready:
+        if _ready(statuses.get((p.model, p.replica))):
             ready[p.model] += 1
         if p.moving:
             moving[p.model] += 1
-    budget: dict[str, int] = {}
-    movable: dict[str, bool] = {}
-    why: dict[str, str] = {}
-    for d in demands:
-        spec = d.lifecycle or ModelLifecycle()
-        if not spec.movable:
-            movable[d.model] = False
-            why[d.model] = "disruption.movable is false"
-            continue
-        if ready[d.model] < spec.min_ready:
-            budget[d.model] = 0
-            why[d.model] = (
-                f"{ready[d.model]} ready, below its scaling.min {spec.min_ready}: not disturbed"
+    return ready, moving
+
+
+def _ready(status: ReplicaStatus | None) -> bool:
+    return status is None or status.counts_as_ready
+
+
+def _budget_of(d: Demand, ready: int, moving: int, answer: Budgets) -> None:
+    """One model's entries of ``budgets``, set in ``answer`` (absent ones left absent)."""
+    budget, movable, why = answer
+    spec = d.lifecycle or ModelLifecycle()
+    if not spec.movable:
+        movable[d.model] = False
+        why[d.model] = "disruption.movable is false"
+        return
+    if ready < spec.min_ready:
+        budget[d.model] = 0
+        why[d.model] = f"{ready} ready, below its scaling.min {spec.min_ready}: not disturbed"
+        return
+    cap = max_moving(spec.max_moving, d.replicas)
+    if cap is None:
+        return
+    budget[d.model] = max(cap - moving, 0)
+    why[d.model] = f"disruption.max_unavailable {spec.max_moving!r} allows {cap} in motion"
+    if moving:
+        why[d.model] += f", {moving} already moving"
+
+
+@dataclass(slots=True)
+class BudgetMemo:
+    """``budgets`` of the round before, for a round whose kept placements are the round
+    before's less and plus a few (a node lost, a write read back) with the same demands:
+    the ready and moving counts of the kept placements patched by those few and by the
+    replica states that changed, the few other placements (placed this round, held by a
+    rollout) counted afresh, and only the models whose counts moved judged again. A
+    model's entries read its demand and its two counts alone, so the others' are the
+    round before's. Held by ``IndexMemo``."""
+
+    demands: list[Demand] = field(default_factory=list)
+    keep: list[Placement] = field(default_factory=list)
+    statuses: Mapping[tuple[str, int], ReplicaStatus] = field(default_factory=dict)
+    # How many kept placements hold each slot, and the kept ones' counts.
+    slots: Counter[tuple[str, int]] = field(default_factory=Counter)
+    ready: Counter[str] = field(default_factory=Counter)
+    moving: Counter[str] = field(default_factory=Counter)
+    # The models the other placements (not kept) counted for the round before; the
+    # counts (ready, moving) each model's entries were judged from, and the entries.
+    among_others: set[str] = field(default_factory=set)
+    totals: dict[str, tuple[int, int]] = field(default_factory=dict)
+    answer: Budgets = field(default_factory=lambda: ({}, {}, {}))
+    patched: int = 0
+
+    def of(
+        self,
+        demands: Sequence[Demand],
+        keep: Sequence[Placement],
+        others: Sequence[Placement],
+        lifecycle: Lifecycle,
+    ) -> Budgets:
+        """``budgets(demands, (*keep, *others), lifecycle)``: copies, the caller's to change."""
+        statuses = lifecycle.statuses
+        changes = changed_from(self.keep, keep) if same_objects(self.demands, demands) else None
+        if changes is None:
+            self._count(demands, keep, statuses)
+            models: Iterable[str] = [d.model for d in demands]
+        else:
+            models = self._patch(changes, statuses)
+            self.patched += 1
+        ready_others, moving_others = _counted(others, statuses)
+        among = {*ready_others, *moving_others}
+        self._judge(
+            demands,
+            {*models, *among, *self.among_others},
+            ready_others,
+            moving_others,
+            whole=changes is None,
+        )
+        self.keep, self.statuses, self.among_others = list(keep), statuses, among
+        budget, movable, why = self.answer
+        return dict(budget), dict(movable), dict(why)
+
+    def _count(
+        self,
+        demands: Sequence[Demand],
+        keep: Sequence[Placement],
+        statuses: Mapping[tuple[str, int], ReplicaStatus],
+    ) -> None:
+        self.demands = list(demands)
+        self.ready, self.moving = _counted(keep, statuses)
+        self.slots = Counter((p.model, p.replica) for p in keep)
+        self.totals, self.answer = {}, ({}, {}, {})
+
+    def _patch(
+        self,
+        changes: tuple[list[Placement], list[Placement]],
+        statuses: Mapping[tuple[str, int], ReplicaStatus],
+    ) -> set[str]:
+        """The kept counts moved by the states that changed and the placements gone and
+        come; the models whose counts may have moved."""
+        models: set[str] = set()
+        old = self.statuses
+        if statuses is not old:
+            # The kept placements' states that changed (another object, or gone or new),
+            # counted over the kept placements of the round before.
+            for key in _moved_keys(old, statuses):
+                held = self.slots.get(key, 0)
+                if held:
+                    self.ready[key[0]] += held * (_ready(statuses.get(key)) - _ready(old.get(key)))
+                    models.add(key[0])
+        removed, added = changes
+        for p, step in (*((p, -1) for p in removed), *((p, 1) for p in added)):
+            key = (p.model, p.replica)
+            self.slots[key] += step
+            if not self.slots[key]:
+                del self.slots[key]
+            self.ready[p.model] += step * _ready(statuses.get(key))
+            self.moving[p.model] += step * bool(p.moving)
+            models.add(p.model)
+        return models
+
+    def _judge(
+        self,
+        demands: Sequence[Demand],
+        models: Iterable[str],
+        ready_others: Counter[str],
+        moving_others: Counter[str],
+        *,
+        whole: bool,
+    ) -> None:
+        """The entries of each model of ``models`` whose counts moved since they were
+        judged, judged again (every model's, ``whole``); every other model's counts are
+        those it was judged from."""
+        by_model = {d.model: d for d in demands}
+        answer = self.answer
+        for model in models:
+            total = (
+                self.ready[model] + ready_others[model],
+                self.moving[model] + moving_others[model],
             )
-            continue
-        cap = max_moving(spec.max_moving, d.replicas)
-        if cap is None:
-            continue
-        budget[d.model] = max(cap - moving[d.model], 0)
-        why[d.model] = f"disruption.max_unavailable {spec.max_moving!r} allows {cap} in motion"
-        if moving[d.model]:
-            why[d.model] += f", {moving[d.model]} already moving"
-    return budget, movable, why
+            if not whole and self.totals.get(model) == total:
+                continue
+            self.totals[model] = total
+            for part in answer:
+                part.pop(model, None)
+            d = by_model.get(model)
+            if d is not None:
+                _budget_of(d, total[0], total[1], answer)
+
+
+def _moved_keys(
+    old: Mapping[tuple[str, int], ReplicaStatus], new: Mapping[tuple[str, int], ReplicaStatus]
+) -> list[tuple[str, int]]:
+    """The keys whose state is another object in ``new`` than in ``old``, or in one only:
+    a pass over ``new`` (a feed patches the states it read again and keeps the others'
+    objects), and over ``old`` only when some key went."""
+    moved = [k for k, v in new.items() if old.get(k) is not v]
+    came = sum(1 for k in moved if k not in old)
+    if len(old) + came != len(new):
+        moved.extend(old.keys() - new.keys())
+    return moved
 
 
 def max_moving(value: int | str | None, wanted: int) -> int | None:
@@ -1165,7 +1393,11 @@ def defragment(
         return out
     by_model = {d.model: d for d in demands}
     everything = (*keep, *others)
-    budget, movable, why = budgets(demands, everything, lifecycle)
+    budget, movable, why = (
+        budgets(demands, everything, lifecycle)
+        if memo is None
+        else memo.budgets.of(demands, keep, others, lifecycle)
+    )
     domain = _domains(demands, inventory)
     priorities = {d.model: d.priority for d in demands}
     profiles = {(d.model, p.name): p for d in demands for p in d.profiles}

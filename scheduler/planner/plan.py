@@ -88,6 +88,30 @@ class Carried:
     judged: JudgeMemo = field(default_factory=JudgeMemo)
     rejections: RejectionMemo = field(default_factory=RejectionMemo)
     resilience: ResilienceMemo = field(default_factory=ResilienceMemo)
+    explained: ExplainMemo = field(default_factory=lambda: ExplainMemo())  # noqa: PLW0108
+
+
+# A model's explanation as a round made it: its unplaced replicas, each one's note (None
+# for none) and the model's reason (``_explain``'s key), its rejection counts, and the
+# ``Unplaced`` made of them.
+_Explained = tuple[
+    tuple[tuple[int, ...], tuple[str | None, ...], str],
+    tuple[ProfileRejections, ...],
+    list[Unplaced],
+]
+
+
+@dataclass(slots=True)
+class ExplainMemo:
+    """Each model's unplaced replicas as the round before explained them, taken again when
+    this round's explanation of the model is the same: the same replicas, notes and reason
+    and equal counts (an ``Unplaced`` holds those alone). A round that plans at 100,000
+    nodes leaves some 30,000 replicas unplaced and a lost node changes one model's: the
+    others' are the round before's objects, not 30,000 made again (and walked by the
+    cycle collector at the round's end). Held by ``Carried``."""
+
+    by_model: dict[str, _Explained] = field(default_factory=dict)
+    reused: int = 0
 
 
 def plan(
@@ -255,6 +279,7 @@ def plan(
         after=moved.notes if moved is not None else {},
         memo=None if carried is None else carried.rejections,
         inventory_version=None if carried is None else carried.inventory,
+        explained=None if carried is None else carried.explained,
     )
     # Placed again where they run: new rows for the store, though kept through the round.
     # (Nothing placed again, the usual case: no pass over every kept replica to ask.)
@@ -326,13 +351,15 @@ def _explain(
     after: Mapping[str, str] | None = None,
     memo: RejectionMemo | None = None,
     inventory_version: object = None,
+    explained: ExplainMemo | None = None,
 ) -> tuple[Unplaced, ...]:
     """One explanation per model, shared by its unplaced replicas.
 
     Explained against the capacity left at the end of the round: a profile
     that found no room earlier finds none now either, and "why not now" is the
     question an operator asks. With a ``memo``, the counts are the round before's,
-    recounted at the nodes that changed (``RejectionMemo``): the same counts.
+    recounted at the nodes that changed (``RejectionMemo``): the same counts. With
+    ``explained``, a model explained as the round before is its objects (``ExplainMemo``).
     """
     nodes = list(inventory.values())
     if memo is not None:
@@ -346,6 +373,7 @@ def _explain(
         index = ClassIndex.of(nodes, fresh, closed)
     counted: dict[tuple[str, Requirement, frozenset[str]], ProfileRejections] = {}
     unplaced: list[Unplaced] = []
+    made: dict[str, _Explained] = {}
     for model, (options, replicas) in failed.items():
         rejections = []
         avoided = (avoid or {}).get(model, frozenset())
@@ -371,16 +399,30 @@ def _explain(
         # counts for all of a model's replicas (immutable: at 100,000 nodes a round may
         # leave 30,000 replicas unplaced, and a tuple each was 30,000 more objects).
         shared = tuple(rejections)
-        unplaced.extend(
-            Unplaced(
-                model,
-                r,
-                f"{notes[(model, r)]}; {reason}" if (model, r) in notes else reason,
-                shared,
-            )
-            for r in replicas
-        )
+        said = (tuple(replicas), tuple(notes.get((model, r)) for r in replicas), reason)
+        before = None if explained is None else explained.by_model.get(model)
+        if explained is not None and before is not None and before[:2] == (said, shared):
+            made[model] = before
+            explained.reused += 1
+        else:
+            made[model] = (said, shared, _unplaced(model, said, shared))
+        unplaced.extend(made[model][2])
+    if explained is not None:
+        explained.by_model = made
     return tuple(sorted(unplaced, key=_slot_order))
+
+
+def _unplaced(
+    model: str,
+    key: tuple[tuple[int, ...], tuple[str | None, ...], str],
+    shared: tuple[ProfileRejections, ...],
+) -> list[Unplaced]:
+    """A model's unplaced replicas: each with its note, if any, before the model's reason."""
+    replicas, noted, reason = key
+    return [
+        Unplaced(model, r, reason if note is None else f"{note}; {reason}", shared)
+        for r, note in zip(replicas, noted, strict=True)
+    ]
 
 
 def _index_nodes(nodes: Sequence[Node]) -> dict[str, Node]:

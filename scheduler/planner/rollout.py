@@ -366,6 +366,10 @@ def _roll(
 
 def finish(plan: Plan, judged: Judged, lifecycle: Lifecycle) -> Plan:
     """Fold the lifecycle's decisions into the plan the planner made."""
+    if not judged.rolling:
+        # No rollout: nothing to count or wait for (at 170,000 placements and 30,000
+        # unplaced replicas, the counts below cost some 0.1 s of every round that plans).
+        return _finished(plan, judged, plan.unplaced, [])
     unplaced: list[Unplaced] = []
     waits: dict[str, str] = {}
     running: dict[str, int] = {}
@@ -405,13 +409,19 @@ def finish(plan: Plan, judged: Judged, lifecycle: Lifecycle) -> Plan:
                 waiting=waiting,
             )
         )
+    return _finished(plan, judged, tuple(unplaced), progress)
+
+
+def _finished(
+    plan: Plan, judged: Judged, unplaced: tuple[Unplaced, ...], progress: list[RolloutProgress]
+) -> Plan:
     return replace(
         plan,
         # ``plan.keep`` is in slot order already; only held replicas need merging in.
         keep=tuple(sorted(plan.keep + tuple(judged.held), key=lambda p: (p.model, p.replica)))
         if judged.held
         else plan.keep,
-        unplaced=tuple(unplaced),
+        unplaced=unplaced,
         failures=tuple(judged.failures),
         rollouts=tuple(progress),
         notes=tuple(judged.notes),

@@ -157,6 +157,10 @@ class IncrementalRounds:
         # The fields of the round before's placements and the key of its lifecycle, kept
         # with them (what the next round's are compared with).
         self._current_key: tuple[tuple[Placement, ...], list[tuple[Any, ...]] | None] = ((), [])
+        # The placements last given (``Changes.current``), which ``_current`` holds in
+        # the same order with the same fields, though perhaps as other objects
+        # (``held_for``).
+        self._given_current: Sequence[Placement] | None = None
         self._lifecycle_keyed: tuple[Lifecycle, tuple[Any, ...]] | None = None
 
     @property
@@ -220,6 +224,8 @@ class IncrementalRounds:
             if demands != self._demands:
                 self._demands = demands
                 changed = timeouts_moved = True
+        if changes.current is not None:
+            self._given_current = changes.current
         if changes.current is not None and changes.current is not self._current:
             # The round before's fields are kept with it: compared, not read again.
             fields = list(map(_placement_fields, changes.current))
@@ -309,6 +315,15 @@ class IncrementalRounds:
                 view.append(moved)
         self._view = (key, view)
         return list(view)
+
+    def held_for(self, read: Sequence[Placement]) -> tuple[Placement, ...] | None:
+        """The placements the last round planned from, if ``read`` is the very sequence
+        last given as ``Changes.current`` (or to ``start``): the same placements in the
+        same order with every field the same, but perhaps other objects (after a write,
+        the plan's own; ``next``). A plan keeps these objects, so a caller comparing its
+        kept placements with the ones read compares them with these, by identity. None
+        for any other sequence: nothing is known of it."""
+        return self._current if read is self._given_current else None
 
     def _current_fields(self) -> list[tuple[Any, ...]]:
         """Every field of each placement of the round before (``PLACEMENT_FIELDS``)."""

@@ -475,3 +475,33 @@ def test_a_removal_after_a_re_recorded_placement_was_written_names_what_the_stor
     full = plan(demands, list(fleet.values()), second.placements, later, POLICY)
     assert [r.placement.memory_gb_per_node for r in full.remove] == [32]
     assert digest(third) == digest(full)
+
+
+def test_the_placements_held_are_answered_only_for_the_very_placements_given() -> None:
+    """``held_for``: for the sequence last given as ``Changes.current``, the placements the
+    round planned from (after a write read back, the plan's own objects, equal field by
+    field); for any other sequence, even an equal one, nothing (None): a caller taking
+    the answer for its placements may do so only for those it gave."""
+    fleet = [node(f"n{i}", "A100", 8) for i in range(3)]
+    demands = [Demand("m", 3, (profile("big", "A100", 4),))]
+    rounds = IncrementalRounds()
+    first = rounds.start(demands, fleet, (), NOW, POLICY)
+    read_back = tuple(dataclasses.replace(p) for p in first.placements)
+    later = NOW + timedelta(seconds=10)
+    second = rounds.next(Changes(now=later, current=read_back))
+    held = rounds.held_for(read_back)
+    assert held is not None and held == read_back
+    assert all(a is b for a, b in zip(held, first.placements, strict=True))
+    assert all(a is b for a, b in zip(second.keep, held, strict=True))
+    # An equal sequence that was not given: nothing known of it.
+    assert rounds.held_for(tuple(dataclasses.replace(p) for p in read_back)) is None
+    assert rounds.held_for(list(read_back)) is None
+    # A round told nothing of the placements: still the sequence given last.
+    rounds.next(Changes(now=later + timedelta(seconds=10)))
+    assert rounds.held_for(read_back) is held
+    # Placements read with a field changed: those objects, not the plan's.
+    pinned = (dataclasses.replace(read_back[0], version="v2"), *read_back[1:])
+    rounds.next(Changes(now=later + timedelta(seconds=20), current=pinned))
+    assert rounds.held_for(pinned) == pinned
+    assert rounds.held_for(pinned)[0] is pinned[0]  # type: ignore[index]
+    assert rounds.held_for(read_back) is None

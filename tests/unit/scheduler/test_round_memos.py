@@ -6,7 +6,7 @@ import pytest
 
 from scheduler.daemon.round_runner import _pinned_now, _writes
 from scheduler.planner import order
-from scheduler.planner.fleet.placements import Demand, Placement, Plan, not_among
+from scheduler.planner.fleet.placements import Demand, Placement, Plan, changed_from, not_among
 from scheduler.planner.order import placement_order
 from scheduler.planner.resilience import ResilienceMemo, resilience
 from tests.unit.scheduler.placement_builders import node, profile
@@ -142,3 +142,88 @@ def test_not_among_is_by_identity_in_order() -> None:
     again = _placement("m", 0, "a")
     assert not_among([one, again, two], [two, one]) == [again]
     assert not_among([], [one]) == [] and not_among([one], []) == [one]
+
+
+def test_a_diff_is_answered_again_only_for_the_very_same_objects() -> None:
+    """``changed_from`` answers a call whose sequences hold the very objects of a recent
+    call's, in order, as that call was answered (a round's memos diff the same kept
+    placements three times); any other objects, even equal ones, are diffed afresh, and
+    the caller's changes to an answer do not reach the next."""
+    one, two, three = _placement("m", 0, "a"), _placement("m", 1, "b"), _placement("m", 2, "c")
+    old = [one, two]
+    assert changed_from(old, [two, three]) == ([one], [three])
+    answer = changed_from(list(old), (two, three))
+    assert answer == ([one], [three])
+    answer[0].clear()
+    assert changed_from(old, [two, three]) == ([one], [three])
+    # Equal, other objects: another diff (two is gone, its copy came).
+    again = _placement("m", 1, "b")
+    assert changed_from(old, [again, three]) == ([one, two], [again, three])
+    assert changed_from(old, [two, one]) is None  # not in the same order
+
+
+def test_not_among_is_answered_again_only_for_the_very_same_objects() -> None:
+    """Asked twice a round of the same plan and placements: the second answer is the
+    first's, a copy; any other objects, even equal ones, are looked at afresh."""
+    one, two = _placement("m", 0, "a"), _placement("m", 1, "b")
+    again = _placement("m", 0, "a")
+    assert not_among([one, two], [two]) == [one]
+    answer = not_among((one, two), [two])
+    assert answer == [one]
+    answer.clear()
+    assert not_among([one, two], (two,)) == [one]
+    (found,) = not_among([again, two], [two])  # equal to one, another object
+    assert found is again
+    assert not_among([again, two], [two, again]) == []
+
+
+def test_a_models_explanation_is_the_round_befores_only_while_it_says_the_same() -> None:
+    """``ExplainMemo``: a model whose unplaced replicas, notes, reason and counts are the
+    round before's keeps its ``Unplaced`` objects; one whose counts or reason moved (a
+    node came) is explained again, and every plan is ``plan``'s without the memo."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from scheduler.planner.plan import Carried, plan
+    from tests.unit.scheduler.placement_builders import NOW
+
+    nodes = [node("n0", "A100", 4)]
+    demands = [
+        Demand("big", 2, (profile("four", "A100", 4),)),
+        Demand("huge", 1, (profile("eight", "A100", 8),)),
+    ]
+    carried = Carried(inventory=1)
+    first = plan(demands, nodes, (), NOW, carried=carried)
+    assert [(u.model, u.replica) for u in first.unplaced] == [("big", 1), ("huge", 0)]
+    later = NOW + timedelta(seconds=10)
+    nodes = [replace(n, reported_at=later) for n in nodes]
+    again = plan(demands, nodes, first.placements, later, carried=carried)
+    assert again.unplaced == plan(demands, nodes, first.placements, later).unplaced
+    assert all(a is b for a, b in zip(again.unplaced, first.unplaced, strict=True))
+    # A node of 8 cards, full: every model's counts move (one more node examined).
+    nodes = [*nodes, node("n1", "A100", 8, reserved=8)]
+    carried.inventory = 2
+    moved = plan(demands, nodes, first.placements, later, carried=carried)
+    assert moved.unplaced == plan(demands, nodes, first.placements, later).unplaced
+    assert moved.unplaced != again.unplaced
+    assert not any(a is b for a, b in zip(moved.unplaced, again.unplaced, strict=True))
+
+
+def test_the_reasons_of_the_very_unplaced_judged_before_are_taken_again() -> None:
+    """``Placer._reasons_of``: the reason of an ``Unplaced`` the last judged plan held is
+    that reason (the same object); any other, even of the same replica, is made afresh."""
+    from scheduler.daemon.round_runner import Placer
+    from scheduler.persistence.outcome_store import reasons_of
+    from scheduler.planner.fleet.placements import Unplaced
+
+    kept, moved = Unplaced("m", 0, "no room", ()), Unplaced("m", 1, "no room", ())
+    placer = object.__new__(Placer)
+    placer._judged = None
+    before = Plan(keep=(), place=(), remove=(), unplaced=(kept, moved))
+    reasons = placer._reasons_of(before.unplaced)
+    assert reasons == reasons_of(before.unplaced)
+    placer._judged = (before, (), False, reasons)
+    now = (kept, Unplaced("m", 1, "no room; a node came", ()), Unplaced("n", 0, "none", ()))
+    got = placer._reasons_of(now)
+    assert got == reasons_of(now)
+    assert got[0] is reasons[0] and got[1] is not reasons[1]
