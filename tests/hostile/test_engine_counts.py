@@ -1,0 +1,58 @@
+"""A hostile engine's token counts (an engine runs code that came with its model: its
+``usage`` can say anything gateway.usage reads, up to 12 digits a count) must not take
+the gateway's accounting down for the other tenants: the allowance call it makes for
+every limited client, and the usage ledger's flush of every client's counts."""
+
+from __future__ import annotations
+
+from catalog.forms.allowance import MAX_AMOUNT, TOKENS, Granted, parse_draws
+from catalog.forms.client_limits import ClientLimits
+from gateway.stages.quota import Quotas
+
+# The most gateway.usage reads of one count (12 digits).
+MOST = 10**12 - 1
+
+
+def _body(q: Quotas, now: float) -> dict[str, object]:
+    """The allowance client's call (gateway.allowance.AllowanceClient._call's body)."""
+    return {
+        "gateway": q.gateway,
+        "draws": [
+            {
+                "client": d.client,
+                "kind": d.kind,
+                "want": d.want,
+                "give_back": d.give_back,
+                "credit": d.credit,
+                "reserve": d.reserve,
+            }
+            for d in q.draws(now, 0.2)
+        ],
+    }
+
+
+def test_an_engines_counts_do_not_get_every_clients_allowance_call_refused() -> None:
+    # A tenant with many requests in flight on a hostile engine, each answered with the
+    # largest usage the gateway reads: what its holding owes went past what the control
+    # plane takes in a call (MAX_AMOUNT), and the one call carrying every limited
+    # client's draws was refused whole (422), every round, for good: every limited
+    # client was refused 503 allowance_not_renewed once its holding was spent.
+    q = Quotas(shared=True, gateway="gw-1")
+    limits = ClientLimits(tpm=1_000_000)
+    other = ClientLimits(tpm=1_000_000)
+    q.prepare([("mallory", limits), ("alice", other)], 0.0)
+    q.granted(
+        [
+            Granted("mallory", TOKENS, 50_000, 950_000, 1_000_000),
+            Granted("alice", TOKENS, 50_000, 950_000, 1_000_000),
+        ],
+        0.0,
+    )
+    tickets = [q.admit("mallory", limits, "m", 10, prompt=5, now=1.0) for _ in range(600)]
+    for t in tickets:
+        q.settle(t, 2 * MOST, 2.0)
+    draws = parse_draws(_body(q, 3.0))  # (raised AllowanceError: want above MAX_AMOUNT)
+    assert {d.client for d in draws} >= {"mallory"}
+    assert all(d.want <= MAX_AMOUNT and d.credit <= MAX_AMOUNT for d in draws)
+    # And again at the next round: still a call the control plane takes.
+    parse_draws(_body(q, 3.2))
