@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from catalog.forms.allowance import MAX_AMOUNT, TOKENS, Granted, parse_draws
 from catalog.forms.client_limits import ClientLimits
+from events.core.usage import MAX_COUNT, check_usage
+from gateway.stages import ledger as gateway_ledger
+from gateway.stages.ledger import Ledger
 from gateway.stages.quota import Quotas
 
 # The most gateway.usage reads of one count (12 digits).
@@ -56,3 +59,27 @@ def test_an_engines_counts_do_not_get_every_clients_allowance_call_refused() -> 
     assert all(d.want <= MAX_AMOUNT and d.credit <= MAX_AMOUNT for d in draws)
     # And again at the next round: still a call the control plane takes.
     parse_draws(_body(q, 3.2))
+
+
+def test_an_engines_counts_do_not_get_every_clients_usage_flush_refused() -> None:
+    # A thousand answers in one minute of one (client, model, replica), each with the
+    # largest usage the gateway reads: the row's sum went past what the control plane
+    # takes (MAX_COUNT), and the flush carrying every client's rows of that tick was
+    # refused whole (422, gateway.usage_refused) and dropped: every tenant's usage of
+    # it lost from the ledger.
+    ledger = Ledger()
+    for _ in range(1_001):
+        ledger.record(
+            "mallory", "m", "m", "r1", "ok", tokens=(MOST, MOST, MOST), estimated=False, now=60.0
+        )
+    ledger.record("alice", "m", "m", "r2", "ok", tokens=(10, 2, 5), estimated=False, now=60.0)
+    rows = ledger.take()
+    checked = [check_usage({**row, "gateways": ["gw-1"], "flushes": 1}) for row in rows]
+    by = {row.client: row for row in checked}
+    assert by["mallory"].prompt_tokens == MAX_COUNT
+    assert by["mallory"].requests == 1_001
+    assert (by["alice"].prompt_tokens, by["alice"].cached_tokens) == (10, 2)
+
+
+def test_the_ledgers_bound_is_the_control_planes() -> None:
+    assert gateway_ledger.MAX_COUNT == MAX_COUNT
