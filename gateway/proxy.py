@@ -519,7 +519,10 @@ class Proxy:
         loop = asyncio.get_running_loop()
         w.ticket = loop.create_future()
         queued, evicted = q.push(w, front=again is not None)
-        if evicted is not None:
+        if evicted is not None and not evicted.ticket.done():
+            # (Done: its client left, and cancelling its task cancelled the future at
+            # once; its clean-up runs at the loop's next turn. Setting an exception on
+            # it raised InvalidStateError here: the newcomer was answered 500.)
             evicted.ticket.set_exception(_queue_full(m.name, q, evicted.klass))
         if not queued:
             raise _queue_full(m.name, q, w.klass)
