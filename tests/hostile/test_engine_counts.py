@@ -1,13 +1,17 @@
 """A hostile engine's token counts (an engine runs code that came with its model: its
 ``usage`` can say anything gateway.usage reads, up to 12 digits a count) must not take
 the gateway's accounting down for the other tenants: the allowance call it makes for
-every limited client, and the usage ledger's flush of every client's counts."""
+every limited client, and the usage ledger's flush of every client's counts. Nor may
+the pace of its stream cost the gateway's event loop more than its bytes."""
 
 from __future__ import annotations
+
+import time
 
 from catalog.forms.allowance import MAX_AMOUNT, TOKENS, Granted, parse_draws
 from catalog.forms.client_limits import ClientLimits
 from events.core.usage import MAX_COUNT, check_usage
+from gateway.proxy import HOLD_BYTES, _FirstContent
 from gateway.stages import ledger as gateway_ledger
 from gateway.stages.ledger import Ledger
 from gateway.stages.quota import Quotas
@@ -83,3 +87,24 @@ def test_an_engines_counts_do_not_get_every_clients_usage_flush_refused() -> Non
 
 def test_the_ledgers_bound_is_the_control_planes() -> None:
     assert gateway_ledger.MAX_COUNT == MAX_COUNT
+
+
+def test_a_first_event_dribbled_in_small_pieces_is_not_scanned_again_and_again() -> None:
+    # An engine's stream is held until its first content event (gateway.proxy, up to
+    # HOLD_BYTES); an engine that dribbles a first event that never ends, a few bytes a
+    # piece, had the whole held buffer scanned again for an event's end on every piece:
+    # quadratic, seconds of the event loop's CPU per stream.
+    scanner = _FirstContent()
+    held = bytearray(b"data: ")
+    piece = b"x" * 16
+    started = time.process_time()
+    while len(held) <= HOLD_BYTES:
+        held += piece
+        assert not scanner.seen(held)
+    spent = time.process_time() - started
+    assert spent < 1.0, f"{spent:.2f} s of CPU for {HOLD_BYTES} bytes held"
+    # And the event's end, when it comes, is still found (split across two pieces).
+    held += b'{"choices":[{"delta":{"content":"hi"}}]}\r\n'
+    assert not scanner.seen(held)
+    held += b"\r\n"
+    assert scanner.seen(held)
