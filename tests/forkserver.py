@@ -210,7 +210,12 @@ def _note_cost(request: dict[str, Any], usage: Any) -> None:
     directory = request["env"].get("LLMGW_TEST_COST_DIR")
     if not directory:
         return
-    line = {"argv": request["argv"][:2], "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)}
+    line = {
+        "argv": request["argv"][:2],
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+        # The test that started it (pytest sets this in the worker's environment).
+        "test": request["env"].get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+    }
     with (
         contextlib.suppress(OSError),
         open(

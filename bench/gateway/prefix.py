@@ -510,11 +510,21 @@ def restart_cost(c: Cluster, model: str, z: Sizes, seed: int, clients: int) -> t
     return out[0], out[1]
 
 
-def agreement(c: Cluster, model: str, z: Sizes, seed: int) -> float:
+# The pause of the paced agreement: longer than the two engine readings (0.1 s apart)
+# after which a gateway fills an idle slot dealt to another (gateway.stages.borrow).
+AGREEMENT_PAUSE_S = 0.5
+
+
+def agreement(c: Cluster, model: str, z: Sizes, seed: int, pause_s: float = 0.0) -> float:
     """Two gateways, each its own table: every turn of workload (a)'s shape sent through
     one gateway, then the same request through the other (a prefix each has seen part
-    of); the share sent to the same replica by both. One request at a time (no load:
-    the choice is the tables' and the rendezvous hash's alone)."""
+    of); the share sent to the same replica by both. One request at a time. With
+    ``pause_s`` 0 the second follows the first at once: with slots dealt between the
+    gateways (one-slot replicas: a whole replica each), the second gateway may fill the
+    first's replica only after its engine has read idle twice, so the deal can decide
+    instead of the tables. With a pause longer than that (``AGREEMENT_PAUSE_S``, a user's
+    next turn comes later still), the choice is the tables' and the rendezvous hash's
+    alone."""
     work = conversations(seed + 20, z, None)
     same = total = 0
     with httpx.Client(timeout=600) as client:
@@ -524,9 +534,11 @@ def agreement(c: Cluster, model: str, z: Sizes, seed: int) -> float:
                     continue
                 g = (ci + t) % 2
                 a = _one(client, c.urls[g], c.token, model, conv[t], key=True)
+                time.sleep(pause_s)
                 b = _one(client, c.urls[1 - g], c.token, model, conv[t], key=True)
                 same += a.replica == b.replica
                 total += 1
+                time.sleep(pause_s)
     return same / max(total, 1)
 
 
@@ -658,9 +670,12 @@ def _extras(
             f"(a)'s turns {kept:.3f} straight on, {restarted:.3f} after a restart between "
             "the halves"
         ]
+    at_once = agreement(c, model, z, seed)
+    paced = agreement(c, model, z, seed + 1, AGREEMENT_PAUSE_S)
     return [
         f"two gateways (prefix): the same replica for the same request (a prefix each saw "
-        f"part of) {agreement(c, model, z, seed):.3f} of (a)'s turns, one at a time"
+        f"part of) {at_once:.3f} of (a)'s turns, one at a time, the second at once; "
+        f"{paced:.3f} with {AGREEMENT_PAUSE_S:g} s between requests"
     ]
 
 
