@@ -6,15 +6,21 @@ the pace of its stream cost the gateway's event loop more than its bytes."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+
+from aiohttp import web
 
 from catalog.forms.allowance import MAX_AMOUNT, TOKENS, Granted, parse_draws
 from catalog.forms.client_limits import ClientLimits
 from events.core.usage import MAX_COUNT, check_usage
 from gateway.proxy import HOLD_BYTES, _FirstContent
+from gateway.stages import admission
 from gateway.stages import ledger as gateway_ledger
 from gateway.stages.ledger import Ledger
 from gateway.stages.quota import Quotas
+from gateway.upstream import TOKENIZE_MAX_BYTES, Upstream
+from tests.unit.gateway.local_app import served
 
 # The most gateway.usage reads of one count (12 digits).
 MOST = 10**12 - 1
@@ -108,3 +114,39 @@ def test_a_first_event_dribbled_in_small_pieces_is_not_scanned_again_and_again()
     assert not scanner.seen(held)
     held += b"\r\n"
     assert scanner.seen(held)
+
+
+def test_a_large_tokenize_answer_is_not_decoded_on_the_event_loop() -> None:
+    # A prompt over a model's window by its byte bound is counted by the engine's
+    # /tokenize; vLLM answers with every token's id: about 14 MB for the 8 MiB prompt a
+    # client token may send, and a hostile engine may send TOKENIZE_MAX_BYTES (16 MiB)
+    # of ids. The answer was decoded (and the 16 MiB request encoded) on the event loop:
+    # 0.2 to 0.5 s of its CPU for each such request.
+    ids = b"0," * ((TOKENIZE_MAX_BYTES - 64) // 2)
+    answer = b'{"count": 3, "tokens": [' + ids + b"0]}"
+    assert len(answer) <= TOKENIZE_MAX_BYTES
+
+    async def tokenize(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=answer, content_type="application/json")
+
+    async def main() -> None:
+        app = web.Application(client_max_size=64 << 20)
+        app.router.add_post("/tokenize", tokenize)
+        upstream = Upstream(2, 30, 60)
+        text = "word " * 1_600_000
+        req = admission.parse_request(
+            {"model": "m", "messages": [{"role": "user", "content": text}]}, admission.CHAT
+        )
+        try:
+            async with served(app) as url:
+                before = time.thread_time()
+                tokens, how = await upstream.count(url, "m", req)
+                spent = time.thread_time() - before
+        finally:
+            await upstream.close()
+        assert how == "by the engine's tokenizer"
+        assert tokens == 3 + admission.TEMPLATE_TOKENS + admission.TEMPLATE_TOKENS_PER_MESSAGE
+        assert spent < 0.15, f"the event loop spent {spent:.2f} s of CPU on /tokenize"
+
+    asyncio.run(main())
