@@ -30,6 +30,9 @@ TOKENIZE_TIMEOUT_S = 5.0
 # The most of a /tokenize answer read (its token ids: about 1 MB for 128k tokens); past
 # it, the estimate. Unbounded, a broken engine's endless answer filled memory for 5 s.
 TOKENIZE_MAX_BYTES = 16 * 1024 * 1024
+# A prompt or a /tokenize answer longer than this is hashed, encoded or decoded in a
+# worker thread (as a request's body is: gateway.server).
+INLINE_BYTES = 256 * 1024
 # The most of a 5xx's body read (and dropped) to keep its connection; past it, closed.
 DRAIN_5XX = 64 * 1024
 
@@ -87,16 +90,23 @@ class Upstream:
         """
         if endpoint in self._no_tokenizer:
             return admission.estimate(req), "an estimate: the engine has no /tokenize"
-        key = (model, hashlib.blake2b(req.text.encode("utf-8", "replace")).digest())
+        # A long prompt's digest and request, and a long answer's decoding, in a worker
+        # thread: vLLM answers with every token's id (about 14 MB for an 8 MiB prompt; a
+        # hostile engine up to TOKENIZE_MAX_BYTES), and decoding it on the event loop
+        # took 0.2 to 0.4 s of its CPU a request.
+        large = len(req.text) > INLINE_BYTES
+        digest = await asyncio.to_thread(_digest, req.text) if large else _digest(req.text)
+        key = (model, digest)
         now = time.monotonic()
         hit = self._counts.get(key)
         if hit is not None and hit[1] > now:
             return hit[0], "by the engine's tokenizer"
-        payload = json.dumps({"content": req.text, "prompt": req.text, "model": model})
+        asked = {"content": req.text, "prompt": req.text, "model": model}
+        payload = await asyncio.to_thread(_encode, asked) if large else _encode(asked)
         data: Any = None
         try:
             async with asyncio.timeout(TOKENIZE_TIMEOUT_S):
-                answer = await self.pool.post(endpoint + "/tokenize", payload.encode(), auth)
+                answer = await self.pool.post(endpoint + "/tokenize", payload, auth)
                 try:
                     raw = await answer.read(TOKENIZE_MAX_BYTES)
                 finally:
@@ -105,7 +115,11 @@ class Upstream:
                 self._no_tokenizer.add(endpoint)
                 return admission.estimate(req), "an estimate: the engine has no /tokenize"
             if answer.status == 200:
-                data = json.loads(raw)
+                data = (
+                    await asyncio.to_thread(json.loads, raw)
+                    if len(raw) > INLINE_BYTES
+                    else json.loads(raw)
+                )
         except (Unreachable, BrokenAnswer, TimeoutError, ValueError, RecursionError):
             data = None
         tokens = _tokens(data)
@@ -122,6 +136,14 @@ class Upstream:
             self._counts.clear()
         self._counts[key] = (tokens, now + self.cache_s)
         return tokens, "by the engine's tokenizer"
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "replace")).digest()
+
+
+def _encode(value: dict[str, str]) -> bytes:
+    return json.dumps(value).encode()
 
 
 def _tokens(data: Any) -> int | None:

@@ -23,6 +23,12 @@ from typing import Any
 
 MAX_KEYS = 200_000
 MINUTE_S = 60
+# The most a row's count may be: what the control plane takes (events.core.usage
+# MAX_COUNT), which refuses the whole flush for one count above it. The counts are the
+# engines' word (up to 12 digits each, gateway.usage): a thousand answers of a hostile
+# engine in one minute of one key went past it, and the flush carrying every client's
+# rows of that tick was refused and dropped. A count is held at this bound instead.
+MAX_COUNT = 10**15
 
 
 @dataclass(slots=True)
@@ -79,11 +85,11 @@ class Ledger:
         found.outcomes[outcome] = found.outcomes.get(outcome, 0) + 1
         if tokens is not None:
             prompt, cached, completion = tokens
-            found.prompt += prompt
+            found.prompt = min(found.prompt + prompt, MAX_COUNT)
             # Cached tokens are part of the prompt's (an engine that says otherwise is
             # held to it).
-            found.cached += min(cached, prompt)
-            found.completion += completion
+            found.cached = min(found.cached + min(cached, prompt), found.prompt)
+            found.completion = min(found.completion + completion, MAX_COUNT)
         if estimated:
             found.estimated += 1
 

@@ -73,6 +73,9 @@ RENDEZVOUS_BLOCKS = 1
 MISS_BELOW = 0.5
 
 _MASK = (1 << 64) - 1
+# A message's content parts read at most: joined with a separator each, this many make a
+# text longer than MAX_BLOCKS blocks.
+_MAX_PARTS = MAX_BLOCKS * BLOCK_CHARS + 1
 # A long text's blocks: BLOCK_CHARS characters each, the last one shorter.
 _CUT = re.compile(f".{{1,{BLOCK_CHARS}}}", re.DOTALL)
 
@@ -94,7 +97,11 @@ def _texts(body: Mapping[str, Any], kind: str) -> list[str] | None:
         if not isinstance(messages, list):
             return None
         out = []
-        for m in messages:
+        # Each message starts a block, so no more than MAX_BLOCKS of them are hashed, and
+        # a text of that many parts (one separator each) is already longer than MAX_BLOCKS
+        # blocks: only those are read. (Every message was read, then cut: 350 ms on the
+        # event loop for a body of 2.7 million empty messages.)
+        for m in islice(messages, MAX_BLOCKS):
             if not isinstance(m, dict):
                 continue
             content = m.get("content")
@@ -105,7 +112,7 @@ def _texts(body: Mapping[str, Any], kind: str) -> list[str] | None:
             elif isinstance(content, list):
                 parts = [
                     p["text"]
-                    for p in content
+                    for p in islice(content, _MAX_PARTS)
                     if isinstance(p, dict) and isinstance(p.get("text"), str)
                 ]
                 out.append(head + "\x1e".join(parts))

@@ -23,8 +23,11 @@ The order, as ``docs/operator/gateway.md`` states it:
 4. Within a client, first come first served.
 
 Bounded: at most ``max_length`` waiters a model (a newcomer that outranks a waiter takes
-the place of the newest of the lowest class, which is refused ``queue_full``), each for at
-most ``max_wait_s`` (or the client's own shorter timeout): then ``queue_timeout``.
+the place of the newest of the lowest class, which is refused ``queue_full``; else, within
+its class, the place of the newest waiter of the client with the most waiters, when that
+client has at least two more than the newcomer's: one client's flood does not shut the
+others out), each for at most ``max_wait_s`` (or the client's own shorter timeout): then
+``queue_timeout``.
 
 **Waiting for one replica** (a *hold*). A request whose routing profile chose a replica
 for what that replica holds (``Choice.sticky``: the replica holding the prompt's
@@ -299,7 +302,7 @@ class ModelQueue:
         full of waiters of its class or above."""
         evicted = None
         if self.length >= self.bounds.max_length:
-            evicted = self._newest_below(w.klass)
+            evicted = self._newest_below(w.klass) or self._newest_of_most(w)
             if evicted is None:
                 return False, None
             self.remove(evicted)
@@ -330,6 +333,22 @@ class ModelQueue:
             if lines:
                 return max((line[-1] for line in lines.values()), key=lambda w: w.seq)
         return None
+
+    def _newest_of_most(self, w: Waiter) -> Waiter | None:
+        """Of ``w``'s class, the newest waiter of the client with the most waiters, when
+        that is at least two more than ``w``'s client has (after the swap it still has
+        as many as ``w``'s). Without it one client's flood of requests filled the queue
+        and every other client of its class was refused ``queue_full`` at once, though
+        the fair order would serve it next. (Only when the queue is full: one pass over
+        the class's clients.)"""
+        lines = self.waiting[w.klass]
+        if not lines:
+            return None
+        most = max(lines.values(), key=len)
+        own = lines.get(w.client)
+        if len(most) < (len(own) if own is not None else 0) + 2:
+            return None
+        return most[-1]
 
     def remove(self, w: Waiter) -> bool:
         """Take ``w`` out (it timed out or went away); False when it was not in."""

@@ -70,6 +70,7 @@ from catalog.forms.allowance import (
     BUDGET,
     CHUNK_SHARE,
     CREDIT_TRUST_S,
+    MAX_AMOUNT,
     MODEL_PREFIX,
     REQUESTS,
     TOKENS,
@@ -765,7 +766,7 @@ class Quotas:
             if line:
                 holding.credit_sent = now
             if want or give or ask or credit is not None:
-                out.append(Draw(client, kind, want, give, line, reserve, self.gateway))
+                out.append(_capped(Draw(client, kind, want, give, line, reserve, self.gateway)))
         return out
 
     def prepare(self, clients: Iterable[tuple[str, ClientLimits]], now: float) -> bool:
@@ -821,7 +822,7 @@ class Quotas:
             if back:
                 holding.credit, holding.credit_until = 0, -math.inf
             if give or back:
-                out.append(Draw(client, kind, 0, give, 0, 0, self.gateway))
+                out.append(_capped(Draw(client, kind, 0, give, 0, 0, self.gateway)))
         return out
 
     def settle(self, ticket: Ticket, used: int, now: float) -> None:
@@ -893,6 +894,27 @@ class Quotas:
                     remaining = 0.0
             out += lines % (remaining, _duration((size - remaining) * MINUTE / size))
         return out
+
+
+def _capped(d: Draw) -> Draw:
+    """One line of the allowance call, each amount at most ``MAX_AMOUNT``: what the
+    control plane takes (catalog.forms.allowance.parse_draws), which refuses the whole
+    call for one line above it. What a holding owes is the engines' word (a request
+    settles to its answer's ``usage``, up to 12 digits a count): a hostile engine's
+    counts on a few hundred requests in flight made one client's ``want`` and credit
+    line larger, and the call carrying every limited client's draws was refused every
+    round, for good (all of them refused 503 ``allowance_not_renewed``). Asked for at
+    most ``MAX_AMOUNT``, such a client owes on (its own requests refused); the others
+    are drawn for as before."""
+    return Draw(
+        d.client,
+        d.kind,
+        min(d.want, MAX_AMOUNT),
+        min(d.give_back, MAX_AMOUNT),
+        min(d.credit, MAX_AMOUNT),
+        min(d.reserve, MAX_AMOUNT),
+        d.gateway,
+    )
 
 
 def _shared_wait(holding: Holding, amount: int, now: float) -> float:

@@ -156,3 +156,34 @@ def test_a_request_may_lower_its_class_never_raise_it(own: str, asked: str | Non
     got = lowered(own, asked)
     assert RANK[got] >= RANK[own]
     assert got == (asked if asked in RANK and RANK[asked] >= RANK[own] else own)
+
+
+def test_one_client_filling_the_queue_does_not_shut_the_others_of_its_class_out() -> None:
+    # A tenant with many requests in flight filled a full model's queue with its own
+    # (standard) waiters, and every other standard client was refused 429 queue_full at
+    # once, though the fair order would have served it next: the length bound let one
+    # client take every place. A newcomer of a client with fewer waiters now takes the
+    # place of the newest waiter of the client with the most (at least two more).
+    q = ModelQueue("m", Bounds(max_length=4))
+    flood = [waiter("mallory") for _ in range(4)]
+    for w in flood:
+        assert q.push(w) == (True, None)
+    ok, evicted = q.push(waiter("alice"))
+    assert ok and evicted is flood[-1]
+    ok, evicted = q.push(waiter("bob"))
+    assert ok and evicted is flood[-2]
+    # Mallory's 2 are still two more than carol's none: carol takes the newest.
+    ok, evicted = q.push(waiter("carol"))
+    assert ok and evicted is flood[-3]
+    # Now one each: a fourth client is refused, as before the bound was shared.
+    assert q.push(waiter("dave")) == (False, None)
+    # The flooding client itself never displaces its own, nor a lower class's rule.
+    assert q.push(waiter("mallory")) == (False, None)
+    assert q.length == 4
+    # The fair order is unchanged: each client's first waiter, by virtual time.
+    assert sorted(w.client for w in iter(lambda: q.pop(0.0), None)) == [
+        "alice",
+        "bob",
+        "carol",
+        "mallory",
+    ]
