@@ -20,7 +20,7 @@ from gateway.stages import ledger as gateway_ledger
 from gateway.stages.ledger import Ledger
 from gateway.stages.quota import Quotas
 from gateway.upstream import TOKENIZE_MAX_BYTES, Upstream
-from tests.unit.gateway.local_app import served
+from tests.unit.gateway.local_app import served_elsewhere
 
 # The most gateway.usage reads of one count (12 digits).
 MOST = 10**12 - 1
@@ -139,7 +139,8 @@ def test_a_large_tokenize_answer_is_not_decoded_on_the_event_loop() -> None:
             {"model": "m", "messages": [{"role": "user", "content": text}]}, admission.CHAT
         )
         try:
-            async with served(app) as url:
+            # The engine on a thread of its own: its sending is not the gateway's loop.
+            with served_elsewhere(app) as url:
                 before = time.thread_time()
                 tokens, how = await upstream.count(url, "m", req)
                 spent = time.thread_time() - before
@@ -147,6 +148,6 @@ def test_a_large_tokenize_answer_is_not_decoded_on_the_event_loop() -> None:
             await upstream.close()
         assert how == "by the engine's tokenizer"
         assert tokens == 3 + admission.TEMPLATE_TOKENS + admission.TEMPLATE_TOKENS_PER_MESSAGE
-        assert spent < 0.15, f"the event loop spent {spent:.2f} s of CPU on /tokenize"
+        assert spent < 0.1, f"the event loop spent {spent:.2f} s of CPU on /tokenize"
 
     asyncio.run(main())
