@@ -51,6 +51,7 @@ from gateway.settings import GatewaySettings
 from gateway.signals import Signals
 from gateway.stages.quota import Quotas
 from gateway.state import State
+from gateway.supervise import supervised
 from gateway.upstream import Upstream
 from httpguard import HeadLimits
 from httpguard.protocol import uvicorn_options
@@ -277,13 +278,18 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, multiprocess: b
         # so its pauses, which land on whatever request is in flight, stay short.
         gc.collect()
         gc.freeze()
-        tasks.append(asyncio.create_task(follower.run()))
-        tasks.append(asyncio.create_task(signals.run()))
-        tasks.append(asyncio.create_task(engine_slots.run()))
-        if settings.borrow:
-            tasks.append(asyncio.create_task(engine_load.run(), name="engine-load"))
-        tasks.append(asyncio.create_task(allowances.run(), name="allowances"))
-        tasks.append(asyncio.create_task(flusher.run(), name="usage-flush"))
+        # Each loop started again if it fails (gateway.supervise): one that ended for
+        # good left its state frozen, the gateway serving on.
+        loops = [
+            ("follower", follower.run),
+            ("signals", signals.run),
+            ("engine-slots", engine_slots.run),
+            *([("engine-load", engine_load.run)] if settings.borrow else []),
+            ("allowances", allowances.run),
+            ("usage-flush", flusher.run),
+        ]
+        for name, run in loops:
+            tasks.append(asyncio.create_task(supervised(name, run), name=name))
 
     async def shutdown() -> None:
         await stop_tasks(tasks)
