@@ -1,7 +1,8 @@
 """Fixtures for real databases: a SQLite file and a fresh PostgreSQL database per test.
 
 Both are migrated by Alembic, once per session into a template, then copied:
-a SQLite file is copied, a PostgreSQL database is created FROM that template.
+a SQLite file is copied, a PostgreSQL database is created FROM that template once and
+then emptied back to the template's state between tests (tests/pg_pool.py).
 Tests that take ``db_url`` run once on each back end (the store's contract).
 
 PostgreSQL tests skip with a reason when no server answers, unless
@@ -133,12 +134,12 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @contextmanager
-def _scratch_database(prefix: str, template: str | None = None) -> Iterator[str]:
-    """A PostgreSQL database of its own for one test (a copy of ``template`` if given)."""
+def _scratch_database(prefix: str) -> Iterator[str]:
+    """An empty PostgreSQL database of its own for one test (no schema: the migrations'
+    tests); the migrated ones come from ``pg_pool``."""
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"{copy}')
+        conn.execute(f'CREATE DATABASE "{name}"')
     try:
         yield _pg_url(name)
     finally:
