@@ -6,8 +6,9 @@
 - SIGTERM or SIGINT lets the running round finish, then the process exits 0. A second
   signal while it finishes (a round stuck on a lock or a slow database) ends the process
   at once (``placement.stop_forced``, exit status 128 + the signal's number, as a shell
-  reports a killed process): the round's transaction, never committed, is rolled back
-  by the database, and the leadership lease lapses by its own terms.
+  reports a killed process): the database rolls back what the round had not committed
+  (its writes are one transaction: all or nothing), and the leadership lease lapses by
+  its own terms.
 - A database that cannot be reached is logged (``placement.round_failed``)
   and tried again next round; nothing is duplicated when it comes back,
   because a round's writes are one fenced transaction.
