@@ -165,7 +165,12 @@ def test_a_forged_record_of_an_unrelated_process_is_refused_and_the_process_left
         agent.adopt()
         agent.tick()
         agent.shutdown()
-    (refusal,) = [x for x in logs if x["event"] == "agent.adoption_refused"]
+    refusals = [x for x in logs if x["event"] == "agent.adoption_refused"]
+    # Failed once in a full run (1 of 5 on 2026-12-08), not reproduced alone in 25 runs
+    # under load: what the agent logged instead, and the stranger as ps sees it now,
+    # so that the next failure says why.
+    assert len(refusals) == 1, (logs, stranger.status(), stranger.cmdline(), _forged(stranger))
+    (refusal,) = refusals
     assert refusal["pid"] == stranger.pid
     assert refusal["record"] == str(path)
     assert "does not carry the record's nonce" in refusal["reason"]
