@@ -122,7 +122,9 @@ def moves_for(
     # least (moves, GPUs moved, name) of the nodes that can be cleared, whatever order
     # they are tried in (each trial starts from nothing), so the nodes searched for
     # nobody in particular give it for every model that runs none of its replicas there.
-    search = _Search.of(profile, priority, capacity, index, priorities, mobile, budget, profiles)
+    search = _Search.of(
+        _Ask(profile, priority, capacity, index, priorities, mobile, budget, profiles)
+    )
     mine = index.hosts.get(model, frozenset()) & search.eligible
     best: tuple[tuple[int, int, str], tuple[Move, ...]] | None = None
     for key, pairs in search.cleared:
@@ -713,6 +715,22 @@ def _tally(
 
 
 @dataclass(frozen=True, slots=True)
+class _Ask:
+    """What one search of a shape reads, the same for each of its nodes: the shape and the
+    priority searched for, and the round step's capacity, index, priorities,
+    movability, budgets and profiles."""
+
+    profile: PlacementProfile
+    priority: int
+    capacity: Capacity
+    index: _Index
+    priorities: Mapping[str, int]
+    movable: Mapping[str, bool]
+    budget: Mapping[str, int]
+    profiles: Mapping[tuple[str, str], PlacementProfile]
+
+
+@dataclass(frozen=True, slots=True)
 class _Search:
     """Every eligible node of one shape searched for a replica of one priority, as if for a
     model with no replicas there: which can be cleared, and what stood in the way.
@@ -737,21 +755,13 @@ class _Search:
     movable: dict[str, bool] = field(default_factory=dict)
 
     @staticmethod
-    def of(  # noqa: PLR0917
-        profile: PlacementProfile,
-        priority: int,
-        capacity: Capacity,
-        index: _Index,
-        priorities: Mapping[str, int],
-        movable: Mapping[str, bool],
-        budget: Mapping[str, int],
-        profiles: Mapping[tuple[str, str], PlacementProfile],
-    ) -> _Search:
+    def of(ask: _Ask) -> _Search:
         """The round's search for this shape and priority, made on first use: O(N) once,
         or the round before's patched (``patched``): O(the nodes whose inputs changed).
 
         Holds for the one capacity, priorities, movability and budgets of the round's
         step, as ``_Index.near`` and ``_Index.cleared`` do."""
+        profile, priority, capacity, index = ask.profile, ask.priority, ask.capacity, ask.index
         key = (
             profile.gpu_class,
             selector_key(profile.node_selector),
@@ -766,17 +776,9 @@ class _Search:
         before = index.searches_before.pop(key, None)
         search = None
         if before is not None and before.room is not None:
-            search = _Search._patched(
-                before, names, profile, priority, capacity, index,
-                priorities, movable, budget, profiles,
-            )  # fmt: skip
+            search = _Search._patched(before, names, ask)
         if search is None:
-            parts = {
-                name: _Search._part(
-                    name, profile, priority, capacity, index, priorities, movable, budget, profiles
-                )
-                for name in names
-            }
+            parts = {name: _Search._part(name, ask) for name in names}
             cleared = sorted(part[0] for part in parts.values() if part[0] is not None)
             blocked: Counter[str] = Counter()
             blocked_on: dict[str, frozenset[str]] = {}
@@ -791,35 +793,27 @@ class _Search:
                 parts,
                 readers,
                 index.room_of(capacity),
-                dict(budget),
-                dict(movable),
+                dict(ask.budget),
+                dict(ask.movable),
             )
         index.searches[key] = search
         return search
 
     @staticmethod
-    def _part(  # noqa: PLR0917
-        name: str,
-        profile: PlacementProfile,
-        priority: int,
-        capacity: Capacity,
-        index: _Index,
-        priorities: Mapping[str, int],
-        movable: Mapping[str, bool],
-        budget: Mapping[str, int],
-        profiles: Mapping[tuple[str, str], PlacementProfile],
-    ) -> _Part:
+    def _part(name: str, ask: _Ask) -> _Part:
         """One node searched: its entry, what stood in the way, the profiles it read."""
+        profile, priority, capacity, index = ask.profile, ask.priority, ask.capacity, ask.index
         stood: set[str] = set()
         bound = _candidates(
             name, _NOBODY, priority, profile, capacity, index.on_node.get(name, []),
-            priorities=priorities, movable=movable, blocked=stood,
+            priorities=ask.priorities, movable=ask.movable, blocked=stood,
         )  # fmt: skip
         if bound is None:
             return None, _frozen(stood), ()
         found, in_the_way, read = _trial(
-            name, _NOBODY, profile, capacity, index, bound[1], budget=budget, profiles=profiles
-        )
+            name, _NOBODY, profile, capacity, index, bound[1],
+            budget=ask.budget, profiles=ask.profiles,
+        )  # fmt: skip
         stood.update(in_the_way)
         if found is None:
             return None, _frozen(stood), read.near
@@ -827,18 +821,7 @@ class _Search:
         return ((len(found), moved, name), found), _frozen(stood), read.near
 
     @staticmethod
-    def _patched(  # noqa: PLR0917
-        before: _Search,
-        names: Sequence[str],
-        profile: PlacementProfile,
-        priority: int,
-        capacity: Capacity,
-        index: _Index,
-        priorities: Mapping[str, int],
-        movable: Mapping[str, bool],
-        budget: Mapping[str, int],
-        profiles: Mapping[tuple[str, str], PlacementProfile],
-    ) -> _Search:
+    def _patched(before: _Search, names: Sequence[str], ask: _Ask) -> _Search:
         """The round before's search of this shape, each node's part taken again unless
         something it read changed, as ``_still_holds`` judges a trial: its free room
         (``_Index.moved_since``), its list of placements (``_Index.touched``), the spread
@@ -849,6 +832,7 @@ class _Search:
         profiles and the spread's domains are the same: ``IndexMemo`` patches an index only
         for the same demands and inventory)."""
         assert before.room is not None
+        capacity, index, budget, movable = ask.capacity, ask.index, ask.budget, ask.movable
         eligible = frozenset(names)
         models = set(index.changed)
         models.update(k for k, _ in budget.items() ^ before.budget.items())
@@ -876,9 +860,7 @@ class _Search:
         cleared = [entry for entry in before.cleared if entry[0][2] not in gone]
         again &= eligible
         for name in again:
-            part = parts[name] = _Search._part(
-                name, profile, priority, capacity, index, priorities, movable, budget, profiles
-            )
+            part = parts[name] = _Search._part(name, ask)
             if part[0] is not None:
                 cleared.append(part[0])
             _tally(name, part, blocked, blocked_on, readers)
