@@ -122,21 +122,7 @@ class AllowanceClient:
     async def _call(self, draws: list[Draw]) -> bool:
         server = self.servers.current
         status = 0
-        body: dict[str, Any] = {
-            "draws": [
-                {
-                    "client": d.client,
-                    "kind": d.kind,
-                    "want": d.want,
-                    "give_back": d.give_back,
-                    "credit": d.credit,
-                    "reserve": d.reserve,
-                }
-                for d in draws
-            ]
-        }
-        if self.quotas.gateway:
-            body["gateway"] = self.quotas.gateway
+        body = call_body(draws, self.quotas.gateway)
         try:
             async with self.session.post(
                 server + PATH, json=body, timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
@@ -183,3 +169,23 @@ class AllowanceClient:
             draws = self.quotas.release()
             if draws:
                 await self._call(draws)
+
+
+def call_body(draws: list[Draw], gateway: str | None) -> dict[str, Any]:
+    """The body of one allowance call: the draws, and the gateway's id when it has one."""
+    body: dict[str, Any] = {
+        "draws": [
+            {
+                "client": d.client,
+                "kind": d.kind,
+                "want": d.want,
+                "give_back": d.give_back,
+                "credit": d.credit,
+                "reserve": d.reserve,
+            }
+            for d in draws
+        ]
+    }
+    if gateway:
+        body["gateway"] = gateway
+    return body

@@ -14,6 +14,7 @@ from aiohttp import web
 from catalog.forms.allowance import MAX_AMOUNT, TOKENS, Granted, parse_draws
 from catalog.forms.client_limits import ClientLimits
 from events.core.usage import MAX_COUNT, check_usage
+from gateway.allowance import call_body
 from gateway.proxy import HOLD_BYTES, _FirstContent
 from gateway.stages import admission
 from gateway.stages import ledger as gateway_ledger
@@ -27,21 +28,8 @@ MOST = 10**12 - 1
 
 
 def _body(q: Quotas, now: float) -> dict[str, object]:
-    """The allowance client's call (gateway.allowance.AllowanceClient._call's body)."""
-    return {
-        "gateway": q.gateway,
-        "draws": [
-            {
-                "client": d.client,
-                "kind": d.kind,
-                "want": d.want,
-                "give_back": d.give_back,
-                "credit": d.credit,
-                "reserve": d.reserve,
-            }
-            for d in q.draws(now, 0.2)
-        ],
-    }
+    """The allowance client's call for what ``q`` draws at ``now``."""
+    return call_body(q.draws(now, 0.2), q.gateway)
 
 
 def test_an_engines_counts_do_not_get_every_clients_allowance_call_refused() -> None:
