@@ -728,8 +728,11 @@ class Proxy:
 
     def _plausible(self, call: Call, m: ModelEntry, replica: Replica) -> None:
         """The request's token counts (the engine's usage, else what was counted) held to
-        what it could have used (gateway.stages.plausible); a count held is logged
-        ``gateway.usage_implausible`` and counted."""
+        what it could have used (gateway.stages.plausible). An engine's figure held (its
+        usage; without it, a prompt count: its /tokenize or timings) is logged
+        ``gateway.usage_implausible`` and counted; the gateway's own count of a stream's
+        events past ``max_tokens`` (an estimate: an event is not always a token) is held
+        without a word."""
         trace = call.trace
         found = trace.usage
         if found is not None:
@@ -750,6 +753,8 @@ class Proxy:
             trace.completion_tokens = min(trace.completion_tokens, most.completion)
         if trace.cached_tokens is not None:
             trace.cached_tokens = min(trace.cached_tokens, charged.prompt)
+        if found is None and reported.prompt <= most.prompt:
+            return
         self.state.metrics.implausible(m.name).inc()
         log.warning(
             "gateway.usage_implausible",
