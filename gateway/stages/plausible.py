@@ -4,7 +4,7 @@ An engine runs code that came with its model, so the ``usage`` it reports is its
 (gateway.usage reads up to 12 digits a count). Taken as it stood, one answer claiming
 2 x 10^12 completion tokens was settled against its client token's limits (``tpm``,
 which every model's requests draw from, and the budget: a minute's limit of 1M tokens
-owing for four years), summed into the usage ledger and ``llmgw_gateway_tokens_total``,
+owing for nearly four years), summed into the usage ledger and ``llmgw_gateway_tokens_total``,
 and charged to the client on its model's fair-queuing clock (its next requests went
 last for good). The control plane's bound on a count (10^15) bounds none of that.
 
