@@ -741,6 +741,17 @@ class Proxy:
             return
         else:
             reported = Usage(trace.prompt_tokens or 0, 0, trace.completion_tokens or 0)
+        # (The common answer is within its bounds at a glance: 1.3 us against 3.9 for
+        # making them, measured under load.)
+        if plausible.surely(
+            call.req,
+            len(call.raw),
+            m,
+            replica,
+            prompt=reported.prompt,
+            completion=reported.completion,
+        ):
+            return
         most = plausible.most(call.req, call.body, len(call.raw), m, replica)
         if reported.prompt <= most.prompt and reported.completion <= most.completion:
             return

@@ -96,6 +96,22 @@ def most(
     return Most(prompt, completion * _choices(body))
 
 
+def surely(
+    req: Request, body_bytes: int, m: ModelEntry, replica: Replica, *, prompt: int, completion: int
+) -> bool:
+    """Whether ``prompt`` and ``completion`` are surely within ``most`` (True only if
+    they are; False says nothing): the common answer, a text prompt within the body's
+    bytes and the window and a completion within ``max_tokens``, without reading the
+    body for its choices."""
+    return (
+        req.max_tokens is not None
+        and completion <= req.max_tokens
+        and req.kind != EMBEDDINGS
+        and prompt <= body_bytes
+        and prompt <= (max(m.context_length, replica.context or 0) or MAX_TOKENS)
+    )
+
+
 def held(prompt: int, cached: int, completion: int, most: Most) -> tuple[int, int, int]:
     """(prompt, cached, completion) held to ``most`` (cached to the prompt held)."""
     prompt = min(prompt, most.prompt)
