@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -49,12 +48,13 @@ _NO_SPACE = st.characters(exclude_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl"
 _WHITESPACE = st.text(st.sampled_from(" \t\u3000\x1f"), max_size=2)
 
 
-# schemathesis is imported here, by the fixture that needs it, not when the module is
+# schemathesis is imported by the fixtures and the test that use it, not when the module is
 # collected: every xdist worker collects every module, and schemathesis's import (its
 # pytest plugin too, which pyproject's addopts turns off: nothing here uses it) cost each
 # of the seven processes of `make test` about 0.5-1 s of CPU for one module's tests.
 @functools.cache
-def _schemathesis() -> ModuleType:
+def _formats() -> None:
+    """schemathesis's formats for the document's own (once a process, before a schema)."""
     import schemathesis
 
     schemathesis.openapi.format(PRINTABLE, st.text(_PRINTABLE_CHARACTERS, max_size=40))
@@ -72,7 +72,6 @@ def _schemathesis() -> ModuleType:
         NODE_LABEL,
         st.builds("".join, st.tuples(_WHITESPACE, st.text(_NO_SPACE, max_size=20), _WHITESPACE)),
     )
-    return schemathesis
 
 
 EXAMPLES = 12  # per operation and generation mode: the whole module stays well under a minute
@@ -125,7 +124,9 @@ def replay_check(fuzzed: ApiServer) -> LogReplayCheck:
 def api_schema(fuzzed: ApiServer, tokens: Tokens) -> BaseSchema:
     # The operator's token through the document's own security scheme: generated
     # requests carry it, and invalid ones are invalid for some other reason.
-    schemathesis = _schemathesis()
+    import schemathesis
+
+    _formats()
     config = schemathesis.Config.from_dict(
         {"auth": {"openapi": {"bearer": {"bearer": tokens.operator}}}}
     )
@@ -201,19 +202,19 @@ def test_no_input_makes_the_api_fail_or_write_an_invalid_model(
     api_schema: BaseSchema,
     replay_check: LogReplayCheck,
 ) -> None:
-    generation_mode = _schemathesis().GenerationMode(mode)
+    from schemathesis import GenerationMode
+
+    generation_mode = GenerationMode(mode)
     checks = _checks()
     operation = api_schema[path][method]
 
     strategy = operation.as_strategy(generation_mode=generation_mode)
-    if generation_mode is _schemathesis().GenerationMode.POSITIVE:
+    if generation_mode is GenerationMode.POSITIVE:
         strategy = strategy.map(within_stated_rules)
 
     @given(case=strategy)
     @settings(
-        max_examples=MORE.get((method, path), EXAMPLES)
-        if mode == "positive"
-        else EXAMPLES,
+        max_examples=MORE.get((method, path), EXAMPLES) if mode == "positive" else EXAMPLES,
         deadline=None,
         derandomize=True,
         database=None,
