@@ -259,7 +259,7 @@ def ours(
         command,
         llmgw=control.llmgw,
         server=control.url,
-        token_file=control.gateway_token_file,
+        token_file=str(control.gateway_token_file),
         port=port,
         label=label,
     )
