@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, MutableMapping
 from datetime import UTC, datetime, timedelta
@@ -303,7 +304,9 @@ def test_the_cli_and_the_api_serve_past_unreadable_scheduler_rows(
     assert {e["table"] for e in server.logs("scheduler.row_skipped")} == {"nodes", "placements"}
 
 
-# What a column accepts: anything at all in SQLite, text without NUL in PostgreSQL.
+# What a column accepts: anything at all in SQLite, text without NUL in PostgreSQL. Made
+# once, not again for every draw (as in tests/unit/scheduler/test_round_chain.py).
+@functools.cache
 def _text() -> st.SearchStrategy[str]:
     structured = st.recursive(
         st.none() | st.booleans() | st.integers() | st.text(max_size=5),
@@ -314,6 +317,7 @@ def _text() -> st.SearchStrategy[str]:
     return (st.text(max_size=30) | structured | deep).map(lambda s: s.replace("\0", ""))
 
 
+@functools.cache
 def _any() -> st.SearchStrategy[Any]:
     scalars = st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
     # Bytes as a BLOB, and as TEXT that is not UTF-8 (tests.support.NotUtf8).

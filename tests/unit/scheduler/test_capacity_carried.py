@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping
 
 from hypothesis import given, settings
@@ -38,11 +39,27 @@ _MEMORY = st.sampled_from([None, 128.0, 256.0, 100.5])
 _LABELS = st.sampled_from([{}, {"zone": "eu"}, {"zone": "us"}])
 _FABRICS = st.sampled_from([None, "f1", "f2", "f3"])
 _RESERVED = st.sampled_from([0, 0, 1])
+_COUNT = st.integers(min_value=1, max_value=24)
+# And `_takes`'s, those drawn from a fleet's names once for each fleet's names.
+_TAKE_GPUS = st.sampled_from([0, 1, 2, 4])
+_TAKE_MEMORY = st.sampled_from([0, 16, 64])
+
+
+@functools.cache
+def _name(names: tuple[str, ...]) -> st.SearchStrategy[str]:
+    return st.sampled_from(names)
+
+
+@functools.cache
+def _names(
+    names: tuple[str, ...], min_size: int = 0, max_size: int | None = None, unique: bool = False
+) -> st.SearchStrategy[list[str]]:
+    return st.lists(_name(names), min_size=min_size, max_size=max_size, unique=unique)
 
 
 @st.composite
 def fleets(draw: st.DrawFn) -> list[Node]:
-    count = draw(st.integers(min_value=1, max_value=24))
+    count = draw(_COUNT)
     return [
         node(
             f"n{i:02d}",
@@ -61,11 +78,16 @@ Take = tuple[tuple[str, ...], int, int]
 
 
 def _takes(names: list[str]) -> st.SearchStrategy[list[Take]]:
+    return _takes_from(tuple(names))
+
+
+@functools.cache
+def _takes_from(names: tuple[str, ...]) -> st.SearchStrategy[list[Take]]:
     return st.lists(
         st.tuples(
-            st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True).map(tuple),
-            st.sampled_from([0, 1, 2, 4]),
-            st.sampled_from([0, 16, 64]),
+            _names(names, min_size=1, max_size=2, unique=True).map(tuple),
+            _TAKE_GPUS,
+            _TAKE_MEMORY,
         ),
         max_size=12,
     )

@@ -9,6 +9,7 @@ models whose counts moved.
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 
 from hypothesis import given, settings
@@ -39,14 +40,25 @@ STATES = st.sampled_from(
 )
 
 
+# The strategies drawn from below, made once (as in test_round_chain.py): built inline,
+# each draw made new strategy objects for Hypothesis to validate and label again.
+_MOVING = st.sampled_from(["", "", "to make room"])
+_MODEL = st.sampled_from(MODELS)
+_0_TO_5 = st.integers(0, 5)
+_NODE = st.sampled_from(["n0", "n1", "n2"])
+
+
+# Made once, so that the lists of placements drawn in the test are made once too
+# (st.lists keeps those whose arguments it has seen).
+@functools.cache
 @st.composite
 def a_placement(draw: st.DrawFn) -> Placement:
-    moving = draw(st.sampled_from(["", "", "to make room"]))
+    moving = draw(_MOVING)
     return Placement(
-        draw(st.sampled_from(MODELS)),
-        draw(st.integers(0, 5)),
+        draw(_MODEL),
+        draw(_0_TO_5),
         "p",
-        (draw(st.sampled_from(["n0", "n1", "n2"])),),
+        (draw(_NODE),),
         1,
         "A100",
         moving=moving,

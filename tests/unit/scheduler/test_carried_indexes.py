@@ -7,6 +7,7 @@ with those few taken out; they must be exactly what counting the rest gives.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -26,21 +27,27 @@ DEMANDS = [
 ]
 
 
+# The strategies drawn from below, made once (as in test_round_chain.py): built inline,
+# each draw made new strategy objects for Hypothesis to validate and label again.
+_NODE = st.sampled_from(sorted(NODES))
+_ON_NODES = {size: st.lists(_NODE, min_size=size, max_size=size, unique=True) for size in (1, 2)}
+_MEMORY = st.sampled_from([0, 8])
+_0_TO_3 = st.integers(min_value=0, max_value=3)
+_0_TO_5 = st.integers(min_value=0, max_value=5)
+
+
+@functools.cache
+def _position(length: int) -> st.SearchStrategy[int]:
+    return st.integers(min_value=0, max_value=length)
+
+
 @st.composite
 def placements(draw: st.DrawFn) -> list[Placement]:
     out = []
     for model, gpus, size in (("a", 1, 1), ("b", 2, 1), ("c", 4, 2)):
-        for replica in range(draw(st.integers(min_value=0, max_value=5))):
-            nodes = tuple(
-                draw(
-                    st.lists(
-                        st.sampled_from(sorted(NODES)), min_size=size, max_size=size, unique=True
-                    )
-                )
-            )
-            out.append(
-                Placement(model, replica, "p", nodes, gpus, "A100", draw(st.sampled_from([0, 8])))
-            )
+        for replica in range(draw(_0_TO_5)):
+            nodes = tuple(draw(_ON_NODES[size]))
+            out.append(Placement(model, replica, "p", nodes, gpus, "A100", draw(_MEMORY)))
     return out
 
 
@@ -55,8 +62,8 @@ def _index_view(index: _Index) -> tuple[object, ...]:
 def _with_added(draw: Any, kept: list[Placement], new: list[Placement]) -> list[Placement]:
     """``kept`` with a few of ``new`` (other objects) inserted at drawn places, in order."""
     out = list(kept)
-    for p in new[: draw(st.integers(min_value=0, max_value=3))]:
-        out.insert(draw(st.integers(min_value=0, max_value=len(out))), p)
+    for p in new[: draw(_0_TO_3)]:
+        out.insert(draw(_position(len(out))), p)
     return out
 
 
@@ -100,13 +107,17 @@ FLEET = {
     for i in range(8)
 }
 
+# The strategies `held` and the trials' test draw from, made once (as above).
+_0_TO_6 = st.integers(min_value=0, max_value=6)
+_FLEET_NODE = st.sampled_from(sorted(FLEET))
+
 
 @st.composite
 def held(draw: st.DrawFn) -> list[Placement]:
     out = []
     for model, (gpus, name) in SIZES.items():
-        for replica in range(draw(st.integers(min_value=0, max_value=6))):
-            where = draw(st.sampled_from(sorted(FLEET)))
+        for replica in range(draw(_0_TO_6)):
+            where = draw(_FLEET_NODE)
             out.append(Placement(model, replica, name, (where,), gpus, "A100", 10 * gpus))
     return out
 

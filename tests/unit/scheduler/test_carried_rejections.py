@@ -48,17 +48,25 @@ class Room:
         return self.memory[name]
 
 
+# The strategies drawn from below, made once (as in test_round_chain.py): built inline,
+# each draw made new strategy objects for Hypothesis to validate and label again.
+_NAMES = st.sets(st.sampled_from(NAMES))
+_GPUS = st.integers(min_value=-1, max_value=8)
+_MEMORY = st.sampled_from([None, 0.0, 30.0, 80.0])
+_VERSION = st.sampled_from([1, 1, 1, 2, None])
+_AVOID = st.sets(st.sampled_from(NAMES), max_size=2)
+
+
 @st.composite
 def rounds(draw: st.DrawFn) -> tuple[object, frozenset[str], frozenset[str], Room, object]:
-    names = st.sets(st.sampled_from(NAMES))
-    fresh = frozenset(draw(names))
-    closed = frozenset(draw(names)) & fresh
+    fresh = frozenset(draw(_NAMES))
+    closed = frozenset(draw(_NAMES)) & fresh
     room = Room(
-        {n: draw(st.integers(min_value=-1, max_value=8)) for n in NAMES},
-        {n: draw(st.sampled_from([None, 0.0, 30.0, 80.0])) for n in NAMES},
+        {n: draw(_GPUS) for n in NAMES},
+        {n: draw(_MEMORY) for n in NAMES},
     )
-    version = draw(st.sampled_from([1, 1, 1, 2, None]))
-    avoid = frozenset(draw(st.sets(st.sampled_from(NAMES), max_size=2)))
+    version = draw(_VERSION)
+    avoid = frozenset(draw(_AVOID))
     return version, fresh, closed, room, avoid
 
 

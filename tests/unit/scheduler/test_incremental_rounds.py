@@ -11,6 +11,7 @@ changed; and the nodes the incremental round records must plan again to the same
 from __future__ import annotations
 
 import dataclasses
+import functools
 from datetime import datetime, timedelta
 
 import pytest
@@ -46,33 +47,59 @@ def test_a_change_is_judged_by_every_field_the_planner_reads() -> None:
     assert set(STATUS_FIELDS) == {f.name for f in dataclasses.fields(ReplicaStatus)}
 
 
+# The strategies drawn from below, made once (as in test_round_chain.py): built inline,
+# each draw made new strategy objects for Hypothesis to validate and label again.
+_CLASS = st.sampled_from(["A100", "L4", None])
+_GPUS = st.sampled_from([1, 2, 8])
+_MEMORY = st.sampled_from([None, 64.0, 512.0])
+_LABELS = st.sampled_from([{}, {"zone": "eu"}, {"zone": "us"}])
+_FABRIC = st.sampled_from([None, "ib"])
+_BIG_GPUS = st.sampled_from([1, 8])
+_SELECTOR = st.sampled_from([{}, {"zone": "eu"}])
+_CPU_MEMORY = st.sampled_from([0, 32])
+_PRIORITY = st.sampled_from([0, 1])
+_SPREAD = st.sampled_from([None, "zone"])
+_PLACED_MINUTES = st.sampled_from([1, 19, 21, 60])
+_STATE = st.sampled_from(STATES)
+_BOOL = st.booleans()
+_FAILED_SECONDS = st.sampled_from([10, 50, 70, 200])
+_CORDON = st.sampled_from(["cordoned", "draining"])
+_0_TO_3 = st.integers(min_value=0, max_value=3)
+_0_TO_4 = st.integers(min_value=0, max_value=4)
+_0_TO_5 = st.integers(min_value=0, max_value=5)
+_1_TO_3 = st.integers(min_value=1, max_value=3)
+
+
+# The tests ask for these again and again: made once (for each name).
+@functools.cache
 @st.composite
 def a_node(draw: st.DrawFn, name: str) -> Node:
     return node(
         name,
-        draw(st.sampled_from(["A100", "L4", None])),
-        draw(st.sampled_from([1, 2, 8])),
-        memory_gb=draw(st.sampled_from([None, 64.0, 512.0])),
-        labels=draw(st.sampled_from([{}, {"zone": "eu"}, {"zone": "us"}])),
-        fabric=draw(st.sampled_from([None, "ib"])),
+        draw(_CLASS),
+        draw(_GPUS),
+        memory_gb=draw(_MEMORY),
+        labels=draw(_LABELS),
+        fabric=draw(_FABRIC),
     )
 
 
+@functools.cache
 @st.composite
 def some_demands(draw: st.DrawFn) -> list[Demand]:
     return [
         Demand(
             f"m{i}",
-            draw(st.integers(min_value=0, max_value=4)),
+            draw(_0_TO_4),
             (
-                profile("big", "A100", draw(st.sampled_from([1, 8])), priority=5),
-                profile("small", "L4", 1, selector=draw(st.sampled_from([{}, {"zone": "eu"}]))),
-                cpu_profile(memory_gb=draw(st.sampled_from([0, 32]))),
+                profile("big", "A100", draw(_BIG_GPUS), priority=5),
+                profile("small", "L4", 1, selector=draw(_SELECTOR)),
+                cpu_profile(memory_gb=draw(_CPU_MEMORY)),
             ),
-            priority=draw(st.sampled_from([0, 1])),
-            spread_by=draw(st.sampled_from([None, "zone"])),
+            priority=draw(_PRIORITY),
+            spread_by=draw(_SPREAD),
         )
-        for i in range(draw(st.integers(min_value=1, max_value=3)))
+        for i in range(draw(_1_TO_3))
     ]
 
 
@@ -80,29 +107,27 @@ def some_demands(draw: st.DrawFn) -> list[Demand]:
 def a_lifecycle(
     draw: st.DrawFn, current: tuple[Placement, ...], names: list[str], now: datetime
 ) -> Lifecycle:
-    placed_at = now - timedelta(minutes=draw(st.sampled_from([1, 19, 21, 60])))
+    placed_at = now - timedelta(minutes=draw(_PLACED_MINUTES))
     statuses = {
         (p.model, p.replica): ReplicaStatus(
-            draw(st.sampled_from(STATES)), placed_at, placed_at, reported=draw(st.booleans())
+            draw(_STATE), placed_at, placed_at, reported=draw(_BOOL)
         )
         for p in current
-        if draw(st.booleans())
+        if draw(_BOOL)
     }
     failures = tuple(
         FailureRecord(
             "m0",
             name,
-            draw(st.integers(min_value=1, max_value=3)),
-            now - timedelta(seconds=draw(st.sampled_from([10, 50, 70, 200]))),
+            draw(_1_TO_3),
+            now - timedelta(seconds=draw(_FAILED_SECONDS)),
             "crashed",
         )
         for name in names
-        if draw(st.integers(min_value=0, max_value=3)) == 0
+        if draw(_0_TO_3) == 0
     )
     cordons = {
-        name: Cordon(name, draw(st.sampled_from(["cordoned", "draining"])), "ops", "", now)
-        for name in names
-        if draw(st.integers(min_value=0, max_value=5)) == 0
+        name: Cordon(name, draw(_CORDON), "ops", "", now) for name in names if draw(_0_TO_5) == 0
     }
     return Lifecycle(statuses=statuses, cordons=cordons, failures=failures)
 

@@ -148,37 +148,49 @@ def test_the_repair_spreads_a_baseline_without_overcommitting_or_losing_a_gpu(
 # -- the partner index gives the plan the scan gave -------------------------------------
 
 
+# The strategies drawn from below, made once (as in test_round_chain.py): built inline,
+# each draw made new strategy objects for Hypothesis to validate and label again.
+_SIZE = st.integers(2, 10)
+_CLASS = st.sampled_from(["L4", "T4"])
+_GPUS = st.integers(1, 8)
+_ZONE = st.sampled_from(["a", "b", "c", None])
+_MODEL_COUNT = st.integers(2, 5)
+_PRIORITY = st.integers(0, 1)
+_CLASSES = st.lists(st.sampled_from(["L4", "T4"]), min_size=1, max_size=2)
+_REPLICAS = st.integers(1, 14)
+_SPREAD_BY = st.sampled_from([None, None, "zone"])
+_0_TO_8 = st.integers(0, 8)
+_BOOL = st.booleans()
+
+
 @st.composite
 def _crowded(draw: st.DrawFn) -> tuple[list[Demand], list[Node], int, bool]:
     """Several models of one or two one-node shapes stacked on a few nodes: the case
     the partner index (``Group.partner_keys``) serves, with models with and without
     ``spread_by`` (whose swaps the index treats differently) side by side."""
-    size = draw(st.integers(2, 10))
+    size = draw(_SIZE)
     nodes = [
         node(
             f"n{i}",
-            draw(st.sampled_from(["L4", "T4"])),
-            draw(st.integers(1, 8)),
-            labels={"zone": z} if (z := draw(st.sampled_from(["a", "b", "c", None]))) else None,
+            draw(_CLASS),
+            draw(_GPUS),
+            labels={"zone": z} if (z := draw(_ZONE)) else None,
         )
         for i in range(size)
     ]
     demands = []
-    for i in range(draw(st.integers(2, 5))):
-        profiles = tuple(
-            profile(f"p{c}", c, 1, priority=draw(st.integers(0, 1)))
-            for c in draw(st.lists(st.sampled_from(["L4", "T4"]), min_size=1, max_size=2))
-        )
+    for i in range(draw(_MODEL_COUNT)):
+        profiles = tuple(profile(f"p{c}", c, 1, priority=draw(_PRIORITY)) for c in draw(_CLASSES))
         demands.append(
             Demand(
                 f"m{i}",
-                draw(st.integers(1, 14)),
+                draw(_REPLICAS),
                 profiles,
-                priority=draw(st.integers(0, 1)),
-                spread_by=draw(st.sampled_from([None, None, "zone"])),
+                priority=draw(_PRIORITY),
+                spread_by=draw(_SPREAD_BY),
             )
         )
-    return demands, nodes, draw(st.integers(0, 8)), draw(st.booleans())
+    return demands, nodes, draw(_0_TO_8), draw(_BOOL)
 
 
 def _outcome(out: Repaired) -> tuple[object, ...]:
