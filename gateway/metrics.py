@@ -7,7 +7,9 @@ the ``llmgw_gateway_ttft_seconds`` and ``llmgw_gateway_tpot_seconds`` histograms
 ``llmgw_gateway_prefix_predicted_tokens_total{model}`` (the ``prefix`` profile's guesses,
 beside the engines' own counts in ``GET /routing``); per client token and the model that
 served, ``llmgw_gateway_tokens_total{client,model,kind}`` (kind: ``prompt``, ``cached``,
-``completion``; the engine's own ``usage``, cached being part of prompt); and the
+``completion``; the engine's own ``usage``, cached being part of prompt, held to what
+the request could use: ``llmgw_gateway_usage_implausible_total{model}`` counts the
+answers whose counts were held, gateway.stages.plausible); and the
 control plane's reachability (``llmgw_gateway_control_plane_up``,
 ``llmgw_gateway_table_age_seconds``, ``llmgw_gateway_control_plane_switches_total{server}``).
 Label children are looked up once per model and kept: a labelled look-up costs more
@@ -153,6 +155,14 @@ class Metrics:
             ["client", "model", "kind"],
             registry=r,
         )
+        self.usage_implausible = Counter(
+            "llmgw_gateway_usage_implausible",
+            "Answers whose token counts (the engine's usage, else the gateway's count) were "
+            "above what the request could use and were charged at that bound "
+            "(gateway.stages.plausible), by the model that served",
+            ["model"],
+            registry=r,
+        )
         self.prefix_predicted_tokens = Counter(
             "llmgw_gateway_prefix_predicted_tokens",
             "Prompt tokens the prefix router guessed the engine had cached, by model "
@@ -225,6 +235,10 @@ class Metrics:
         if found is None:
             found = self._requests[model, outcome] = self.requests.labels(model, outcome)
         return found
+
+    def implausible(self, model: str) -> Counter:
+        """``usage_implausible{model}``'s child (rare: looked up each time)."""
+        return self.usage_implausible.labels(model)
 
     def prefix_predicted(self, model: str) -> Counter:
         found = self._prefix.get(model)

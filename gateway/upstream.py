@@ -147,10 +147,15 @@ def _encode(value: dict[str, str]) -> bytes:
 
 
 def _tokens(data: Any) -> int | None:
+    """The count of a /tokenize answer: ``count``, else the ids' number; None for none.
+    A ``count`` is the engine's word: one past ``admission.MAX_INT`` (an engine's int32;
+    JSON gives Python integers of up to 4,300 digits) is no count, as one not a whole
+    number is: its digits went into the refusal's message (a 4 KB
+    ``context_length_exceeded``), the reservation and the log line."""
     if not isinstance(data, dict):
         return None
     count = data.get("count")
-    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+    if type(count) is int and 0 <= count <= admission.MAX_INT:
         return count
     tokens = data.get("tokens")
     return len(tokens) if isinstance(tokens, list) else None

@@ -240,6 +240,10 @@ def ours(
     ``key``/``label``: another variant of ours (``--variant``), with a control plane of
     its own. ``more_upstreams``: a replica at each of these stubs too; ``routing``: the
     model's routing profile."""
+    # The command line is checked before a control plane is started for it: a variant
+    # whose command does not format is named at once, and nothing was started to stop
+    # (a control plane takes seconds to start and, on a busy machine, a minute).
+    _argv(command, llmgw="llmgw", server="http://127.0.0.1:1", token_file="-", port=1, label=label)
     home = "control" if key == "ours" else "control-" + key.replace(":", "-")
     control = ControlPlane(
         llmgw,
@@ -251,19 +255,14 @@ def ours(
         slots=slots,
     ).start()
     port = free_port()
-    try:
-        argv = shlex.split(
-            command.format(
-                llmgw=control.llmgw,
-                server=control.url,
-                token_file=control.gateway_token_file,
-                host="127.0.0.1",
-                port=port,
-            )
-        )
-    except (KeyError, IndexError, ValueError) as exc:
-        control.stop()
-        raise Unavailable(f"{label}: {command!r} does not format: {exc!r}") from exc
+    argv = _argv(
+        command,
+        llmgw=control.llmgw,
+        server=control.url,
+        token_file=str(control.gateway_token_file),
+        port=port,
+        label=label,
+    )
     return Target(
         key=key,
         label=label,
@@ -274,6 +273,21 @@ def ours(
         headers={"Authorization": f"Bearer {control.tokens['client']}"},
         control=control,
     )
+
+
+def _argv(
+    command: str, *, llmgw: str, server: str, token_file: str, port: int, label: str
+) -> list[str]:
+    """``--ours``'s command line with its fields filled in; Unavailable if it does not
+    format or split."""
+    try:
+        return shlex.split(
+            command.format(
+                llmgw=llmgw, server=server, token_file=token_file, host="127.0.0.1", port=port
+            )
+        )
+    except (KeyError, IndexError, ValueError) as exc:
+        raise Unavailable(f"{label}: {command!r} does not format: {exc!r}") from exc
 
 
 def direct(upstream_port: int) -> Target:

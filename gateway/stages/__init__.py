@@ -4,7 +4,8 @@
 applied to one request), ``routing`` (the routing profiles as functions of request,
 table and load; slow start), ``setaside`` (failing replicas set aside for a growing
 while), ``sse`` (a streamed answer's framing, judged piece by piece as it passes),
-``quota`` (a client token's limits: reserve at admission, settle to the engine's usage).
+``quota`` (a client token's limits: reserve at admission, settle to the engine's usage),
+``plausible`` (what an engine's usage may charge: at most what the request could use).
 The proxy (``gateway.proxy``) calls them in order; none of them does I/O or knows of the
 others' callers.
 

@@ -100,6 +100,9 @@ class Request:
     token_ids: int  # prompt tokens given as ids (completions/embeddings): counted exactly
     session: str | None  # the `user` field (an x-session-id header wins at the edge)
     text: str  # the prompt's text, joined: only for /tokenize, never logged
+    # A content part neither text nor an image (audio, video...): tokens not in the
+    # body's bytes (gateway.stages.plausible).
+    media: bool = False
 
 
 def _len_utf8(s: str) -> int:
@@ -187,11 +190,11 @@ def parse_request(body: Any, kind: str, raw: bytes | None = None) -> Request:
     session = user if isinstance(user, str) and user else None
     tools = bool(body.get("tools")) or bool(body.get("functions"))
     if kind == CHAT:
-        texts, images, messages = _chat_texts(body)
+        texts, images, media, messages = _chat_texts(body)
         token_ids = 0
     else:
         texts, token_ids = _prompt_texts(body, "prompt" if kind == COMPLETIONS else "input")
-        images, messages = False, 0
+        images, media, messages = False, False, 0
     text = "\n".join(texts)
     return Request(
         kind=kind,
@@ -206,6 +209,7 @@ def parse_request(body: Any, kind: str, raw: bytes | None = None) -> Request:
         token_ids=token_ids,
         session=session,
         text=text,
+        media=media,
     )
 
 
@@ -381,20 +385,21 @@ def fits(
         asked = f" plus {req.max_tokens_field} {completion}" if req.max_tokens is not None else ""
         raise Refusal(
             400,
-            f"model {m.name!r}: the prompt is {prompt_tokens} tokens ({how}){asked}, above "
-            f"{w.why}; shorten the prompt or ask for fewer tokens",
+            f"model {m.name!r}: the prompt is {_digits(prompt_tokens)} tokens ({how})"
+            f"{asked}, above {w.why}; shorten the prompt or ask for fewer tokens",
             param="messages" if req.kind == CHAT else "prompt",
             code="context_length_exceeded",
         )
 
 
-def _chat_texts(body: Mapping[str, Any]) -> tuple[list[str], bool, int]:
-    """The texts of ``messages``, whether any part is an image, and how many messages."""
+def _chat_texts(body: Mapping[str, Any]) -> tuple[list[str], bool, bool, int]:
+    """The texts of ``messages``, whether any part is an image, whether any is another
+    part not text (audio, video...), and how many messages."""
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise Refusal(400, "`messages` must be a non-empty list", param="messages")
     texts: list[str] = []
-    images = False
+    images = media = False
     for m in raw:
         if not isinstance(m, dict):
             raise Refusal(400, "each of `messages` must be an object", param="messages")
@@ -410,7 +415,9 @@ def _chat_texts(body: Mapping[str, Any]) -> tuple[list[str], bool, int]:
                     texts.append(part["text"])
                 elif kind_of in ("image_url", "input_image", "image"):
                     images = True
-    return texts, images, len(raw)
+                elif kind_of != "text":
+                    media = True
+    return texts, images, media, len(raw)
 
 
 def _prompt_texts(body: Mapping[str, Any], name: str) -> tuple[list[str], int]:

@@ -13,24 +13,14 @@ it states in words (``within_stated_rules``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schemathesis import BaseSchema, GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    negative_data_rejection,
-    positive_data_acceptance,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from catalog import load_declared
 from catalog.forms.durations import parse_duration
@@ -39,6 +29,10 @@ from events.read.replay import Replayer
 from events.storage.backends import open_log
 from llmgw.api.rendering.schemas import HTTP_URL, NODE_LABEL, PRINTABLE
 from tests.api.server import ApiServer, Tokens, running
+
+if TYPE_CHECKING:
+    import schemathesis
+    from schemathesis import BaseSchema
 
 pytestmark = pytest.mark.slow
 
@@ -52,21 +46,33 @@ _PRINTABLE_CHARACTERS = st.characters(
 )
 _NO_SPACE = st.characters(exclude_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"))
 _WHITESPACE = st.text(st.sampled_from(" \t\u3000\x1f"), max_size=2)
-schemathesis.openapi.format(PRINTABLE, st.text(_PRINTABLE_CHARACTERS, max_size=40))
-schemathesis.openapi.format(
-    HTTP_URL,
-    st.builds(
-        "".join,
-        st.tuples(
-            st.sampled_from(["http://", "https://"]),
-            st.text(_PRINTABLE_CHARACTERS, min_size=1, max_size=30),
+
+
+# schemathesis is imported by the fixtures and the test that use it, not when the module is
+# collected: every xdist worker collects every module, and schemathesis's import (its
+# pytest plugin too, which pyproject's addopts turns off: nothing here uses it) cost each
+# of the seven processes of `make test` about 0.5-1 s of CPU for one module's tests.
+@functools.cache
+def _formats() -> None:
+    """schemathesis's formats for the document's own (once a process, before a schema)."""
+    import schemathesis
+
+    schemathesis.openapi.format(PRINTABLE, st.text(_PRINTABLE_CHARACTERS, max_size=40))
+    schemathesis.openapi.format(
+        HTTP_URL,
+        st.builds(
+            "".join,
+            st.tuples(
+                st.sampled_from(["http://", "https://"]),
+                st.text(_PRINTABLE_CHARACTERS, min_size=1, max_size=30),
+            ),
         ),
-    ),
-)
-schemathesis.openapi.format(
-    NODE_LABEL,
-    st.builds("".join, st.tuples(_WHITESPACE, st.text(_NO_SPACE, max_size=20), _WHITESPACE)),
-)
+    )
+    schemathesis.openapi.format(
+        NODE_LABEL,
+        st.builds("".join, st.tuples(_WHITESPACE, st.text(_NO_SPACE, max_size=20), _WHITESPACE)),
+    )
+
 
 EXAMPLES = 12  # per operation and generation mode: the whole module stays well under a minute
 # The writes get more valid cases: the more that is accepted, the more the replay check below
@@ -80,15 +86,27 @@ MORE = {
     ("POST", "/v1/usage"): 30,
 }
 
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-    negative_data_rejection,
-    positive_data_acceptance,
-]
+
+def _checks() -> list[Callable[..., Any]]:
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        negative_data_rejection,
+        positive_data_acceptance,
+        response_headers_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    return [
+        not_a_server_error,
+        status_code_conformance,
+        content_type_conformance,
+        response_headers_conformance,
+        response_schema_conformance,
+        negative_data_rejection,
+        positive_data_acceptance,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +124,9 @@ def replay_check(fuzzed: ApiServer) -> LogReplayCheck:
 def api_schema(fuzzed: ApiServer, tokens: Tokens) -> BaseSchema:
     # The operator's token through the document's own security scheme: generated
     # requests carry it, and invalid ones are invalid for some other reason.
+    import schemathesis
+
+    _formats()
     config = schemathesis.Config.from_dict(
         {"auth": {"openapi": {"bearer": {"bearer": tokens.operator}}}}
     )
@@ -154,11 +175,12 @@ TAKE_INPUT = {op for op in OPERATIONS if "{" in op[1] or op[0] != "GET"} | {
     ("GET", "/v1/diff"),
     ("GET", "/v1/usage"),
 }
+# The modes by schemathesis's own names (GenerationMode's values), not imported at collection.
 CASES = [
-    pytest.param(method, path, mode, id=f"{method} {path} {mode.value}")
+    pytest.param(method, path, mode, id=f"{method} {path} {mode}")
     for method, path in OPERATIONS
-    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
-    if mode is GenerationMode.POSITIVE or (method, path) in TAKE_INPUT
+    for mode in ("positive", "negative")
+    if mode == "positive" or (method, path) in TAKE_INPUT
 ]
 
 
@@ -176,21 +198,23 @@ def test_every_operation_of_the_document_is_fuzzed(api_schema: BaseSchema) -> No
 def test_no_input_makes_the_api_fail_or_write_an_invalid_model(
     method: str,
     path: str,
-    mode: GenerationMode,
+    mode: str,
     api_schema: BaseSchema,
     replay_check: LogReplayCheck,
 ) -> None:
+    from schemathesis import GenerationMode
+
+    generation_mode = GenerationMode(mode)
+    checks = _checks()
     operation = api_schema[path][method]
 
-    strategy = operation.as_strategy(generation_mode=mode)
-    if mode is GenerationMode.POSITIVE:
+    strategy = operation.as_strategy(generation_mode=generation_mode)
+    if generation_mode is GenerationMode.POSITIVE:
         strategy = strategy.map(within_stated_rules)
 
     @given(case=strategy)
     @settings(
-        max_examples=MORE.get((method, path), EXAMPLES)
-        if mode is GenerationMode.POSITIVE
-        else EXAMPLES,
+        max_examples=MORE.get((method, path), EXAMPLES) if mode == "positive" else EXAMPLES,
         deadline=None,
         derandomize=True,
         database=None,
@@ -200,7 +224,7 @@ def test_no_input_makes_the_api_fail_or_write_an_invalid_model(
         # Not schemathesis's 10 s: on a loaded 2-core CI machine an accepted write can take
         # longer, and the verdict must not depend on the machine's speed.
         response = case.call(timeout=300)
-        case.validate_response(response, checks=CHECKS)
+        case.validate_response(response, checks=checks)
         if method in ("POST", "DELETE", "PUT") and response.status_code < 300:
             replay_check.assert_log_replays_cleanly()
 

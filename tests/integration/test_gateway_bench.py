@@ -167,7 +167,8 @@ def test_a_variant_that_cannot_start_is_named_and_leaves_no_control_plane_runnin
 ) -> None:
     """A benchmark that gives up on one gateway must not leave its control plane (a real
     ``llmgw serve``) running after the run: on a 2-core machine a stray server skews every
-    later measurement."""
+    later measurement. A command line that does not format is named before any control
+    plane is started for it: no process at all, not even one stopped again."""
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(Unavailable, match="nope"):
         ours(
@@ -180,3 +181,4 @@ def test_a_variant_that_cannot_start_is_named_and_leaves_no_control_plane_runnin
         )
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     assert [p.cmdline() for p in left if p.is_running() and p.status() != "zombie"] == []
+    assert not (tmp_path / "control-ours-bad").exists(), "a control plane was started"

@@ -60,6 +60,37 @@ class Inputs:
     lifecycle: Lifecycle
 
 
+# The strategies `rounds` draws from, made once: built inside the composite, each draw
+# made new strategy objects that Hypothesis validated and labelled again (most of the
+# test's CPU); the same strategies, so the same examples.
+_ROUNDS = st.integers(1, 8)
+_NAME = st.sampled_from(NAMES)
+_SOME_NAMES = st.lists(_NAME, max_size=4, unique=True)
+_ACTIONS = st.sampled_from(["put", "time", "boundary", "offset", "drop"])
+_AGE = st.integers(0, 60)
+_CLASSES = st.sampled_from(["A100", "H100", None])
+_GPUS = st.integers(0, 8)
+_MEMORY = st.none() | st.sampled_from([64.0, 512.0])
+_LABELS = st.dictionaries(st.sampled_from(["zone", "rack"]), st.just("x"))
+_FABRIC = st.none() | st.sampled_from(["f1", "f2"])
+_RESERVED = st.integers(0, 2)
+_SOME_KEYS = st.lists(st.sampled_from(KEYS), max_size=4, unique=True)
+_BOOL = st.booleans()
+_PROFILE = st.sampled_from(["p", "q"])
+_ON_NODES = st.lists(_NAME, min_size=1, max_size=2, unique=True)
+_CARDS = st.integers(1, 4)
+_PLACED_CLASS = st.sampled_from(["A100", None])
+_MEMORY_GB = st.integers(0, 80)
+_PLACED_FABRIC = st.sampled_from(["", "f1"])
+_VERSION = st.sampled_from(["", "v1"])
+_STATES = st.sampled_from([PLACED, STARTING, READY, FAILED])
+_SINCE = st.integers(0, 30)
+_MESSAGE = st.sampled_from(["", "slow"])
+_ENDPOINT = st.none() | st.just("http://10.0.0.1:8000")
+_ONE_IN_SIX = st.integers(0, 5)
+_ONE_IN_FIVE = st.integers(0, 4)
+
+
 @st.composite
 def rounds(draw: st.DrawFn) -> list[Inputs]:
     """A few rounds 10 s apart; each keeps most of the round before's objects (as a
@@ -69,12 +100,12 @@ def rounds(draw: st.DrawFn) -> list[Inputs]:
     current: dict[tuple[str, int], Placement] = {}
     statuses: dict[tuple[str, int], ReplicaStatus] = {}
     cordons: dict[str, Cordon] = {}
-    for i in range(draw(st.integers(1, 8))):
+    for i in range(draw(_ROUNDS)):
         now = T0 + timedelta(seconds=10 * i)
         boundary = now - POLICY.stale_after
-        for name in draw(st.lists(st.sampled_from(NAMES), max_size=4, unique=True)):
+        for name in draw(_SOME_NAMES):
             old = nodes.get(name)
-            action = draw(st.sampled_from(["put", "time", "boundary", "offset", "drop"]))
+            action = draw(_ACTIONS)
             if action == "drop":
                 nodes.pop(name, None)
                 continue
@@ -82,7 +113,7 @@ def rounds(draw: st.DrawFn) -> list[Inputs]:
                 "boundary": boundary,
                 # The boundary's instant in another offset: written otherwise.
                 "offset": boundary.astimezone(PLUS_ONE),
-            }.get(action, now - timedelta(seconds=draw(st.integers(0, 60))))
+            }.get(action, now - timedelta(seconds=draw(_AGE)))
             if old is not None and action != "put":
                 nodes[name] = Node(
                     old.name, old.gpu_class, old.gpus, old.memory_gb, when, old.labels,
@@ -91,13 +122,13 @@ def rounds(draw: st.DrawFn) -> list[Inputs]:
             else:
                 nodes[name] = Node(
                     name,
-                    draw(st.sampled_from(["A100", "H100", None])),
-                    draw(st.integers(0, 8)),
-                    draw(st.none() | st.sampled_from([64.0, 512.0])),
+                    draw(_CLASSES),
+                    draw(_GPUS),
+                    draw(_MEMORY),
                     when,
-                    draw(st.dictionaries(st.sampled_from(["zone", "rack"]), st.just("x"))),
-                    draw(st.none() | st.sampled_from(["f1", "f2"])),
-                    draw(st.integers(0, 2)),
+                    draw(_LABELS),
+                    draw(_FABRIC),
+                    draw(_RESERVED),
                 )  # fmt: skip
         # Every node not touched still at the boundary moves with it (as a placer's
         # nodes do), and those older than it are moved to it.
@@ -107,36 +138,36 @@ def rounds(draw: st.DrawFn) -> list[Inputs]:
                     n.name, n.gpu_class, n.gpus, n.memory_gb, boundary, n.labels, n.fabric,
                     n.gpus_reserved,
                 )  # fmt: skip
-        for key in draw(st.lists(st.sampled_from(KEYS), max_size=4, unique=True)):
-            if draw(st.booleans()) and key in current:
+        for key in draw(_SOME_KEYS):
+            if draw(_BOOL) and key in current:
                 del current[key]
                 statuses.pop(key, None)
                 continue
             current[key] = Placement(
                 key[0],
                 key[1],
-                draw(st.sampled_from(["p", "q"])),
-                tuple(draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=2, unique=True))),
-                draw(st.integers(1, 4)),
-                draw(st.sampled_from(["A100", None])),
-                draw(st.integers(0, 80)),
-                draw(st.sampled_from(["", "f1"])),
-                draw(st.sampled_from(["", "v1"])),
+                draw(_PROFILE),
+                tuple(draw(_ON_NODES)),
+                draw(_CARDS),
+                draw(_PLACED_CLASS),
+                draw(_MEMORY_GB),
+                draw(_PLACED_FABRIC),
+                draw(_VERSION),
             )
             statuses[key] = ReplicaStatus(
-                draw(st.sampled_from([PLACED, STARTING, READY, FAILED])),
-                now - timedelta(seconds=draw(st.integers(0, 30))),
+                draw(_STATES),
+                now - timedelta(seconds=draw(_SINCE)),
                 now - timedelta(seconds=40),
-                message=draw(st.sampled_from(["", "slow"])),
-                endpoint=draw(st.none() | st.just("http://10.0.0.1:8000")),
-                reported=draw(st.booleans()),
+                message=draw(_MESSAGE),
+                endpoint=draw(_ENDPOINT),
+                reported=draw(_BOOL),
             )
-        if draw(st.booleans()):
-            name = draw(st.sampled_from(NAMES))
+        if draw(_BOOL):
+            name = draw(_NAME)
             if cordons.pop(name, None) is None:
                 cordons[name] = Cordon(name, CORDONED, "alice", "maintenance", now)
         placed = sorted(current.items())
-        if len(placed) > 1 and draw(st.integers(0, 5)) == 0:
+        if len(placed) > 1 and draw(_ONE_IN_SIX) == 0:
             placed.reverse()  # out of key order: recorded in full
         out.append(
             Inputs(
@@ -146,7 +177,7 @@ def rounds(draw: st.DrawFn) -> list[Inputs]:
                 Lifecycle(
                     # In key order, as a placer reads them, or (now and then) not.
                     statuses=dict(statuses)
-                    if draw(st.integers(0, 4)) == 0
+                    if draw(_ONE_IN_FIVE) == 0
                     else dict(sorted(statuses.items())),
                     cordons=dict(cordons),
                 ),
