@@ -24,11 +24,9 @@ either: capacity never changed); three passes otherwise.
 from __future__ import annotations
 
 import enum
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count, islice
-from operator import attrgetter
 
 from catalog.definition.views import PlacementProfile
 from scheduler.planner.ejection import eject
@@ -205,18 +203,10 @@ def place_missing(
     (old ones removed this round); ``avoid`` holds, per model, the nodes it
     backs off from, which no strategy chooses.
     """
-    # The replicas kept per model counted in C; the slots they take gathered only for the
-    # models missing some (the only ones an attempt asks about): at 100,000 nodes a round
-    # keeps some 170,000 replicas, a set entry each was a pass of a twentieth of a second.
-    kept = kept if isinstance(kept, Sequence) else list(kept)
-    counted = Counter(map(_model, kept))
-    occupied: dict[str, set[int]] = {
-        d.model: set() for d in demands if max(d.replicas, 0) > counted.get(d.model, 0)
-    }
-    if occupied:
-        for model, replica in map(_slot, kept):
-            if model in occupied:
-                occupied[model].add(replica)
+    occupied: dict[str, set[int]] = {}
+    for placement in kept:
+        occupied.setdefault(placement.model, set()).add(placement.replica)
+    counted = {model: len(slots) for model, slots in occupied.items()}
     for placement in held:
         occupied.setdefault(placement.model, set()).add(placement.replica)
     for model, taken in (reserved or {}).items():
@@ -251,9 +241,6 @@ def place_missing(
             best, best_score = other, score
     return best
 
-
-_model = attrgetter("model")
-_slot = attrgetter("model", "replica")
 
 # Spreading variants of the baselines were tried as well: in catalog order they
 # placed 0.5-4% fewer GPUs than the plain ones on the synthetic fleets and never

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.fit import gpus_fit, memory_fits
@@ -41,7 +40,6 @@ from scheduler.planner.order import placement_order
 from scheduler.planner.packing import Attempt, Option, options
 
 _Key = tuple[int, int, int, str]
-_model = attrgetter("model")
 
 
 @dataclass(slots=True)
@@ -61,10 +59,7 @@ def preempt(demands: Sequence[Demand], attempt: Attempt, kept: list[Placement]) 
     outcome = Preempted(kept=list(kept))
     if not attempt.failed:
         return outcome
-    # Over the models running, gathered in C (not a lookup per replica: 170,000 at 100,000
-    # nodes): the same least priority.
-    running = {*map(_model, kept), *map(_model, attempt.placed)}
-    lowest_running = min((priority[m] for m in running), default=None)
+    lowest_running = min((priority[p.model] for p in (*kept, *attempt.placed)), default=None)
     if lowest_running is None or all(priority[m] <= lowest_running for m in attempt.failed):
         return outcome
     state = _State(attempt, outcome, priority)

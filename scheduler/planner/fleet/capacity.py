@@ -24,7 +24,7 @@ import math
 from bisect import bisect_left, insort
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from operator import attrgetter, itemgetter
-from typing import Any, cast
+from typing import Any
 
 from catalog.definition.views import PlacementProfile
 from scheduler.planner.fleet.fit import (
@@ -55,10 +55,6 @@ class Capacity:
         self._pools: dict[_PoolKey, _Pool] = {}
         self._pools_of_node: dict[str, list[_Pool]] = {}
         self._classes: dict[str | None, list[Node]] | None = None
-        # The fresh nodes' names of each GPU class (None: every node), in name order, for
-        # ``may_fit``: one dictionary shared by every copy (their nodes and freshness are
-        # one), filled on first use.
-        self._fresh_names: dict[str | None, list[str]] = {}
         # Pools in name order, for first fit; built only when a round asks for it.
         self._name_pools: dict[_PoolKey, _NamePool] = {}
         self._name_pools_of_node: dict[str, list[_NamePool]] = {}
@@ -86,7 +82,6 @@ class Capacity:
         other._pools = {}
         other._pools_of_node = {}
         other._classes = self._classes
-        other._fresh_names = self._fresh_names
         other._name_pools = {}
         other._name_pools_of_node = {}
         other._no_fit = set()
@@ -244,44 +239,24 @@ class Capacity:
         need = (key, profile.gpus_per_node, profile.min_memory_gb)
         if need in self._no_fit:
             return False
-        if self._fits_somewhere(profile.gpu_class, profile.gpus_per_node, profile.min_memory_gb):
-            return True
+        candidates = (
+            self._nodes.values()
+            if profile.gpu_class is None
+            else self._by_class().get(profile.gpu_class, ())
+        )
+        gpus, memory_gb = profile.gpus_per_node, profile.min_memory_gb
+        fresh, free_gpus, free_memory = self._fresh, self._free_gpus, self._free_memory
+        for node in candidates:
+            name = node.name
+            if (
+                name in fresh
+                and (gpus == 0 or free_gpus[name] >= gpus)
+                and memory_fits(free_memory[name], memory_gb)
+            ):
+                return True
         # Capacity only shrinks until something is released, which forgets this.
         self._no_fit.add(need)
         return False
-
-    def _fits_somewhere(self, gpu_class: str | None, gpus: int, memory_gb: int) -> bool:
-        """Whether a fresh node of ``gpu_class`` (None: any node) has ``gpus`` free cards and
-        ``memory_gb`` free memory, its labels aside: ``may_fit``'s scan, with the cards and
-        the memory each judged first over the whole class in C (``max``), which answers
-        most asks (none has the cards; every card ask with no memory), the node by node
-        scan left for a need of both whose two maxima are on different nodes."""
-        names = self._fresh_names.get(gpu_class)
-        if names is None:
-            candidates = (
-                self._nodes
-                if gpu_class is None
-                else map(_name, self._by_class().get(gpu_class, ()))
-            )
-            names = self._fresh_names[gpu_class] = list(
-                filter(self._fresh.__contains__, candidates)
-            )
-        if not names:
-            return False
-        free_gpus, free_memory = self._free_gpus, self._free_memory
-        if gpus != 0 and max(map(free_gpus.__getitem__, names)) < gpus:
-            return False
-        if memory_gb <= 0:
-            return True
-        memories = list(map(free_memory.__getitem__, names))
-        # Unknown memory fits (``memory_fits``); with none unknown, the most there is.
-        if None not in memories and max(cast(list[float], memories)) < memory_gb:
-            return False
-        if gpus == 0:
-            return True
-        return any(
-            free_gpus[name] >= gpus and memory_fits(free_memory[name], memory_gb) for name in names
-        )
 
     def eligible(self, profile: PlacementProfile) -> list[str]:
         """The fresh nodes of the profile's class and labels, room or not, by name."""
