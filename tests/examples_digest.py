@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
 _VARIABLE = "LLMGW_HYPOTHESIS_EXAMPLES"
+# An object printed by its default repr carries its address, which differs run to run.
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,6 +51,6 @@ def pytest_configure(config: pytest.Config) -> None:
             # differently by how the strategy drew it.
             "arguments": observation.arguments,
         }
-        out.write(json.dumps(line, default=repr, sort_keys=True) + "\n")
+        out.write(_ADDRESS.sub(" at 0x", json.dumps(line, default=repr, sort_keys=True)) + "\n")
 
     add_observability_callback(record)

@@ -152,31 +152,42 @@ COLUMNS = (
     "reason",
 )
 
+# What `_rows` draws, built once: built in the composite, each was a new strategy that
+# hypothesis validated again on every draw.
+_PG_TEXT = _pg_text()
+_ANY_VALUE = _any_value()
+_UUID = st.uuids()
+_TYPE = st.sampled_from(["model.added", "model.removed", "other"])
+_VERSION = st.integers(-1, 3)
+_PG_VERSION = st.integers(-(2**31), 2**31 - 1)
+_ODD_COLUMNS = st.lists(st.sampled_from(COLUMNS), max_size=3, unique=True)
+_BOOL = st.booleans()
+
 
 @st.composite
 def _rows(draw: st.DrawFn, backend: str) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "event_id": draw(st.uuids()).hex,
+        "event_id": draw(_UUID).hex,
         "command_id": "c",
-        "type": draw(st.sampled_from(["model.added", "model.removed", "other"])),
-        "schema_version": draw(st.integers(-1, 3)),
+        "type": draw(_TYPE),
+        "schema_version": draw(_VERSION),
         "model": None,
-        "payload": draw(_pg_text()),
+        "payload": draw(_PG_TEXT),
         "actor": "a",
         "reason": "",
         "recorded_at": datetime(2026, 1, 1, tzinfo=UTC),
     }
     if backend == "sqlite":
-        for column in draw(st.lists(st.sampled_from(COLUMNS), max_size=3, unique=True)):
-            value = draw(_any_value())
+        for column in draw(_ODD_COLUMNS):
+            value = draw(_ANY_VALUE)
             if value is None and column != "model":
                 continue  # NOT NULL is enforced even by SQLite
             row[column] = value
-        if draw(st.booleans()):
-            row["recorded_at"] = draw(_pg_text())
+        if draw(_BOOL):
+            row["recorded_at"] = draw(_PG_TEXT)
     else:
-        row["schema_version"] = draw(st.integers(-(2**31), 2**31 - 1))
-        row["type"] = draw(_pg_text())[:64]
+        row["schema_version"] = draw(_PG_VERSION)
+        row["type"] = draw(_PG_TEXT)[:64]
     return row
 
 

@@ -31,24 +31,34 @@ NAMES = ["a", "b", "c", "d", "decl"]
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
+# What `operations` draws, built once: built in the composite, each was a new strategy
+# that hypothesis validated again on every draw.
+_NAME = st.sampled_from(NAMES)
+_KIND = st.sampled_from(["add", "add", "add", "remove", "torn"])
+_TP = st.sampled_from([1, 2])
+_FALLBACKS = st.lists(st.sampled_from(NAMES), max_size=1)
+_STEP = st.integers(min_value=-1, max_value=2)
+_BOOL = st.booleans()
+
+
 @st.composite
 def operations(draw: Any) -> tuple[NewEvent, int, bool]:
     """One event as a command or an old release could have written it, the clock's step
     (it may go backwards: the store clamps), and whether a snapshot is taken after it."""
-    name = draw(st.sampled_from(NAMES))
-    kind = draw(st.sampled_from(["add", "add", "add", "remove", "torn"]))
+    name = draw(_NAME)
+    kind = draw(_KIND)
     if kind == "add":
         body = definition(
             name,
-            tp=draw(st.sampled_from([1, 2])),
-            fallbacks=draw(st.lists(st.sampled_from(NAMES), max_size=1)),
+            tp=draw(_TP),
+            fallbacks=draw(_FALLBACKS),
         )
         event = NewEvent("model.added", name, json.dumps({"model": body}))
     elif kind == "remove":
         event = NewEvent("model.removed", name, json.dumps({"name": name}))
     else:
         event = NewEvent("model.added", name, "{torn")
-    return event, draw(st.integers(min_value=-1, max_value=2)), draw(st.booleans())
+    return event, draw(_STEP), draw(_BOOL)
 
 
 @settings(

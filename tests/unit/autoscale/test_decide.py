@@ -42,16 +42,25 @@ policies = st.builds(
 )
 
 
+# What `limits` draws, built once (the upper bound once per lower): built in the
+# composite, each was a new strategy that hypothesis validated again on every draw.
+_LO = st.integers(0, 20)
+_HI_OVER = {lo: st.integers(lo, 40) for lo in range(21)}
+_TTFT = st.none() | st.floats(0.01, 5)
+_TPOT = st.none() | st.floats(0.001, 1)
+_CAPACITY = st.none() | st.floats(0.5, 64)
+
+
 @st.composite
 def limits(draw: st.DrawFn) -> Limits:
-    lo = draw(st.integers(0, 20))
-    hi = draw(st.integers(lo, 40))
+    lo = draw(_LO)
+    hi = draw(_HI_OVER[lo])
     return Limits(
         min=lo,
         max=hi,
-        ttft_p99_s=draw(st.none() | st.floats(0.01, 5)),
-        tpot_p99_s=draw(st.none() | st.floats(0.001, 1)),
-        capacity=draw(st.none() | st.floats(0.5, 64)),
+        ttft_p99_s=draw(_TTFT),
+        tpot_p99_s=draw(_TPOT),
+        capacity=draw(_CAPACITY),
     )
 
 

@@ -15,28 +15,40 @@ from autoscale.windows import Summary, Window
 
 T0 = datetime(2026, 12, 4, 10, 0, tzinfo=UTC)
 latency = st.none() | st.floats(0, 100, allow_nan=False)
+# What `windows` draws, built once (the errors' bound once per request count): built in
+# the composite, each was a new strategy that hypothesis validated again on every draw.
+_RECEIVED_US = st.integers(0, 120_000_000)
+_LENGTH_US = st.integers(1, 10_000_000)
+_REQUESTS = st.integers(0, 50)
+_ERRORS_OF = {requests: st.integers(0, requests) for requests in range(51)}
+_GATEWAY = st.sampled_from(["gw-1", "gw-2", "gw-3"])
+_MODEL = st.sampled_from(["a", "b"])
+_WAITING = st.integers(0, 5)
+_INFLIGHT_MEAN = st.floats(0, 1e4, allow_nan=False)
+_INFLIGHT_MAX = st.integers(0, 100)
+_REPLICAS = st.integers(0, 8)
 
 
 @st.composite
 def windows(draw: st.DrawFn) -> Window:
-    received = T0 + timedelta(microseconds=draw(st.integers(0, 120_000_000)))
-    length = timedelta(microseconds=draw(st.integers(1, 10_000_000)))
-    requests = draw(st.integers(0, 50))
+    received = T0 + timedelta(microseconds=draw(_RECEIVED_US))
+    length = timedelta(microseconds=draw(_LENGTH_US))
+    requests = draw(_REQUESTS)
     return Window(
-        gateway=draw(st.sampled_from(["gw-1", "gw-2", "gw-3"])),
-        model=draw(st.sampled_from(["a", "b"])),
+        gateway=draw(_GATEWAY),
+        model=draw(_MODEL),
         start=received - length,
         end=received,
         received_at=received,
         requests=requests,
-        errors=draw(st.integers(0, requests)),
-        waiting=draw(st.integers(0, 5)),
-        inflight_mean=draw(st.floats(0, 1e4, allow_nan=False)),
-        inflight_max=draw(st.integers(0, 100)),
+        errors=draw(_ERRORS_OF[requests]),
+        waiting=draw(_WAITING),
+        inflight_mean=draw(_INFLIGHT_MEAN),
+        inflight_max=draw(_INFLIGHT_MAX),
         queue_wait_p99_s=draw(latency),
         ttft_p99_s=draw(latency),
         tpot_p99_s=draw(latency),
-        replica_count=draw(st.integers(0, 8)),
+        replica_count=draw(_REPLICAS),
     )
 
 

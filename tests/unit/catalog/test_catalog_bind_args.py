@@ -20,17 +20,22 @@ from catalog.definition.bind_args import BIND_FLAGS, bind_flag, check_no_bind_ar
 from catalog.reading.declared import load_declared
 from tests.support import dump_yaml
 
+# What `bind_items` draws, built once (the cut once per flag): built in the composite,
+# each was a new strategy that hypothesis validated again on every draw.
+_KNOWN = st.sampled_from(BIND_FLAGS)
+_CUT = {known: st.integers(3, len(known)) for known in BIND_FLAGS}
+_BOOL = st.booleans()
+_VALUE = st.sampled_from(["0.0.0.0", "8000", "/tmp/s"])
+
 
 @st.composite
 def bind_items(draw: st.DrawFn) -> str:
     """A bind flag as args may spell it: whole, abbreviated (--hos), any case, =value."""
-    known = draw(st.sampled_from(BIND_FLAGS))
-    flag = known[: draw(st.integers(3, len(known)))]
-    if draw(st.booleans()):
+    known = draw(_KNOWN)
+    flag = known[: draw(_CUT[known])]
+    if draw(_BOOL):
         flag = flag.upper()
-    return flag + (
-        ("=" + draw(st.sampled_from(["0.0.0.0", "8000", "/tmp/s"]))) if draw(st.booleans()) else ""
-    )
+    return flag + (("=" + draw(_VALUE)) if draw(_BOOL) else "")
 
 
 other_items = st.sampled_from(

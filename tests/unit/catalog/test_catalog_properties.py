@@ -61,22 +61,33 @@ string_maps = st.dictionaries(names, any_text, max_size=3)
 labels = st.dictionaries(tokens("-._/"), st.just("") | tokens("-._:/"), max_size=3)
 
 
+# Strategies the composites and tests in this module draw, built once (those that depend on
+# an earlier draw, once per value it can take): an inline one is built and validated anew.
+_BOOL = st.booleans()
+_TP = st.integers(1, 8)
+_PP = st.integers(0, 4)
+_NODES_OF = {
+    total: st.sampled_from([n for n in range(1, total + 1) if total % n == 0])
+    for total in {tp * max(pp, 1) for tp in range(1, 9) for pp in range(5)}
+}
+
+
 @st.composite
 def gpu_shapes(draw: st.DrawFn) -> dict[str, Any]:
     """tp, pp, nodes and gpus_per_node that add up, written or left to defaults."""
-    tp = draw(st.integers(1, 8))
-    pp = draw(st.integers(0, 4))
+    tp = draw(_TP)
+    pp = draw(_PP)
     total = tp * max(pp, 1)
-    nodes = draw(st.sampled_from([n for n in range(1, total + 1) if total % n == 0]))
+    nodes = draw(_NODES_OF[total])
     gpus_per_node = total // nodes
     shape: dict[str, Any] = {"tp": tp}
-    if pp or draw(st.booleans()):
+    if pp or draw(_BOOL):
         shape["pp"] = pp
-    if nodes > 1 or draw(st.booleans()):
+    if nodes > 1 or draw(_BOOL):
         shape["nodes"] = nodes
-    if gpus_per_node != max(tp // nodes, 1) or draw(st.booleans()):
+    if gpus_per_node != max(tp // nodes, 1) or draw(_BOOL):
         shape["gpus_per_node"] = gpus_per_node
-    if tp == 1 and draw(st.booleans()):
+    if tp == 1 and draw(_BOOL):
         del shape["tp"]  # the default
     return shape
 
@@ -95,25 +106,28 @@ _PROFILE_OPTIONAL: dict[str, st.SearchStrategy[Any]] = {
     "priority": st.integers(-10, 10),
     "startup_timeout": durations,
 }
+_GPU_SHAPES = gpu_shapes()
+_CPU_NODES = st.integers(-1, 1)
+_CPU_GPUS_PER_NODE = st.integers(-2, 8)
 
 
 @st.composite
 def valid_profiles(draw: st.DrawFn, name: str) -> dict[str, Any]:
     profile: dict[str, Any] = {"name": name}
-    if draw(st.booleans()):
+    if draw(_BOOL):
         profile["engine"] = "llamacpp"  # a CPU profile
-        if draw(st.booleans()):
-            profile["nodes"] = draw(st.integers(-1, 1))
-        if draw(st.booleans()):
-            profile["gpus_per_node"] = draw(st.integers(-2, 8))
+        if draw(_BOOL):
+            profile["nodes"] = draw(_CPU_NODES)
+        if draw(_BOOL):
+            profile["gpus_per_node"] = draw(_CPU_GPUS_PER_NODE)
     else:
         engine = draw(_ENGINES)
         if engine is not None:
             profile["engine"] = engine
         profile["gpu_class"] = draw(_GPU_CLASSES)
-        profile.update(draw(gpu_shapes()))
+        profile.update(draw(_GPU_SHAPES))
     for key, strategy in _PROFILE_OPTIONAL.items():
-        if draw(st.booleans()):
+        if draw(_BOOL):
             profile[key] = draw(strategy)
     return profile
 
@@ -122,6 +136,9 @@ _PROFILE_NAME_LISTS = st.lists(profile_names, min_size=1, max_size=3, unique_by=
 _SOURCES = printable_text.map(str.strip).filter(bool)
 _FALLBACK_LISTS = st.lists(names, max_size=3)
 _ROUTING_PROFILE_NAMES = st.sampled_from(["", *ROUTING_PROFILES])
+_LOW = st.integers(-3, 5)
+_HIGH_OVER = {low: st.one_of(st.just(0), st.integers(max(low, 0), 10)) for low in range(-3, 6)}
+_CONTEXT_LENGTH = st.integers(0, 10**6)
 
 
 @st.composite
@@ -133,7 +150,7 @@ def valid_definitions(draw: st.DrawFn) -> dict[str, Any]:
         "source": draw(_SOURCES),
         "profiles": [draw(valid_profiles(p)) for p in profiles],
     }
-    if draw(st.booleans()):
+    if draw(_BOOL):
         raw["aliases"] = draw(
             st.lists(
                 names.filter(lambda a: a.casefold() != name.casefold()),
@@ -141,20 +158,20 @@ def valid_definitions(draw: st.DrawFn) -> dict[str, Any]:
                 unique_by=str.casefold,
             )
         )
-    if draw(st.booleans()):
+    if draw(_BOOL):
         raw["fallbacks"] = draw(_FALLBACK_LISTS)
-    if draw(st.booleans()):
-        low = draw(st.integers(-3, 5))
-        high = draw(st.one_of(st.just(0), st.integers(max(low, 0), 10)))
+    if draw(_BOOL):
+        low = draw(_LOW)
+        high = draw(_HIGH_OVER[low])
         raw["scaling"] = {"min": low, "max": high}
-    if draw(st.booleans()):
+    if draw(_BOOL):
         raw["slo"] = {"ttft_p99": draw(durations), "tpot_p99": draw(durations)}
-    if draw(st.booleans()):
-        raw["capabilities"] = {"tools": draw(st.booleans()), "vision": draw(st.booleans())}
-    if draw(st.booleans()):
-        raw["context_length"] = draw(st.integers(0, 10**6))
+    if draw(_BOOL):
+        raw["capabilities"] = {"tools": draw(_BOOL), "vision": draw(_BOOL)}
+    if draw(_BOOL):
+        raw["context_length"] = draw(_CONTEXT_LENGTH)
         raw["max_output"] = draw(st.integers(0, raw["context_length"]))
-    if draw(st.booleans()):
+    if draw(_BOOL):
         raw["routing_profile"] = draw(_ROUTING_PROFILE_NAMES)
     return raw
 
@@ -228,32 +245,39 @@ def corrupt(draw: st.DrawFn, target: dict[str, Any]) -> None:
 _COUNT_FIELDS = st.sampled_from(["tp", "pp", "nodes", "gpus_per_node", "min_memory_gb"])
 _CORRUPTIONS = st.sampled_from([0, 0, 0, 1, 2])
 _ODD_NAMES = st.one_of(any_text, wild_scalars)
+_ONE_IN_TEN = st.integers(0, 9)
+_ONE_IN_FIVE = st.integers(0, 4)
+_ONE_IN_THREE = st.integers(0, 2)
+_MISCOUNTS = st.integers(1, 3)
+_MISCOUNT = st.integers(-3, 9)
+_SCALE = st.integers(-5, 5)
+_VALID_DEFINITIONS = valid_definitions()
 
 
 @st.composite
 def arbitrary_definitions(draw: st.DrawFn) -> object:
     """Mostly near-valid definitions with a few things wrong; now and then not a mapping."""
-    if draw(st.integers(0, 9)) == 0:
+    if draw(_ONE_IN_TEN) == 0:
         return draw(wild_values)
-    raw = draw(valid_definitions())
+    raw = draw(_VALID_DEFINITIONS)
     profiles: list[dict[str, Any]] = raw["profiles"]
-    if draw(st.booleans()):
+    if draw(_BOOL):
         # Counts that need not add up, negatives included.
-        for _ in range(draw(st.integers(1, 3))):
+        for _ in range(draw(_MISCOUNTS)):
             p = draw(st.sampled_from(profiles))
             key = draw(_COUNT_FIELDS)
-            p[key] = draw(st.integers(-3, 9))
-    if draw(st.integers(0, 4)) == 0:
+            p[key] = draw(_MISCOUNT)
+    if draw(_ONE_IN_FIVE) == 0:
         draw(st.sampled_from(profiles)).pop("gpu_class", None)
-    if draw(st.integers(0, 2)) == 0:
+    if draw(_ONE_IN_THREE) == 0:
         target = draw(st.sampled_from([*profiles, raw.setdefault("slo", {})]))
         key = "startup_timeout" if target is not raw["slo"] else "ttft_p99"
         target[key] = draw(wild_durations)
-    if draw(st.integers(0, 9)) == 0:
+    if draw(_ONE_IN_TEN) == 0:
         profiles.append(dict(profiles[0]))  # a profile name twice
-    if draw(st.integers(0, 4)) == 0:
-        raw["scaling"] = {"min": draw(st.integers(-5, 5)), "max": draw(st.integers(-5, 5))}
-    if draw(st.integers(0, 9)) == 0:
+    if draw(_ONE_IN_FIVE) == 0:
+        raw["scaling"] = {"min": draw(_SCALE), "max": draw(_SCALE)}
+    if draw(_ONE_IN_TEN) == 0:
         raw["name"] = draw(_ODD_NAMES)
     for _ in range(draw(_CORRUPTIONS)):
         nested = [v for v in raw.values() if isinstance(v, dict)]
@@ -328,10 +352,15 @@ def simple_model(name: str, source: str, aliases: list[str], fallbacks: list[str
     )
 
 
+_CHOSEN = st.lists(st.sampled_from(POOL[:4]), max_size=3, unique=True)
+_BATCH_SIZE = st.integers(1, 3)
+_POOL_NAME = st.sampled_from(POOL)
+
+
 @st.composite
 def declared_catalogs(draw: st.DrawFn) -> Catalog:
     """A valid declared catalog over part of the pool, its fallbacks within itself."""
-    chosen = draw(st.lists(st.sampled_from(POOL[:4]), max_size=3, unique=True))
+    chosen = draw(_CHOSEN)
     free = [n for n in POOL[:5] if n not in chosen]
     aliases = draw(st.lists(st.sampled_from(free), max_size=1)) if chosen else []
     owners = {a: draw(st.sampled_from(chosen)) for a in aliases}
@@ -356,14 +385,14 @@ def present_keys(state: CatalogState) -> list[str]:
 def draw_batch(data: st.DataObject, state: CatalogState) -> list[Model]:
     """One to three models; fallbacks mostly to what exists or to earlier batch members."""
     batch: list[Model] = []
-    for _ in range(data.draw(st.integers(1, 3), label="batch size")):
-        name = data.draw(st.sampled_from(POOL), label="name")
+    for _ in range(data.draw(_BATCH_SIZE, label="batch size")):
+        name = data.draw(_POOL_NAME, label="name")
         others = [n for n in POOL if n != name]
         aliases = data.draw(st.lists(st.sampled_from(others), max_size=1), label="aliases")
         known = present_keys(state) + [k for m in batch for k in (m.name, *m.aliases)]
         targets = st.sampled_from(known) if known else st.nothing()
         fallbacks = data.draw(
-            st.lists(st.one_of(targets, targets, st.sampled_from(POOL)), max_size=2),
+            st.lists(st.one_of(targets, targets, _POOL_NAME), max_size=2),
             label="fallbacks",
         )
         batch.append(simple_model(name, f"runtime/{name}", aliases, fallbacks))
@@ -377,7 +406,7 @@ def draw_removal(data: st.DataObject, state: CatalogState) -> str:
     depended_on = sorted(
         {t for m in snapshot.models() for t in snapshot.fallbacks_of(m.name) if t != m.name}
     )
-    choices = [st.sampled_from(POOL)]
+    choices = [_POOL_NAME]
     if runtime:
         choices += [st.sampled_from(runtime)] * 3
     if depended_on:

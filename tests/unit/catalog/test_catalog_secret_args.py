@@ -51,17 +51,24 @@ def _refusal(args: list[str], engine: str = "") -> CatalogError:
 
 
 words = st.text(st.sampled_from(string.ascii_lowercase), min_size=1, max_size=6)
+# What the composites below draw, built once: built in each draw, each was a new strategy
+# that hypothesis validated again every time.
+_BOOL = st.booleans()
+_KNOWN_FLAG = st.sampled_from(["--api-key", "--hf-token", "--token", "--password", "-hft"])
+_HEAD = st.lists(words, max_size=3)
+_LAST = st.sampled_from(sorted(SECRET_FLAG_WORDS))
+_SEP = st.sampled_from(["-", "_"])
 
 
 @st.composite
 def secret_flags(draw: st.DrawFn) -> str:
     """A long flag whose last word carries a secret (--api-key, --x-y-token, ...), or one
     of the engines' own (llama.cpp's -hft), in any case of its words."""
-    if draw(st.booleans()):
-        return draw(st.sampled_from(["--api-key", "--hf-token", "--token", "--password", "-hft"]))
-    head = draw(st.lists(words, max_size=3))
-    last = draw(st.sampled_from(sorted(SECRET_FLAG_WORDS)))
-    sep = draw(st.sampled_from(["-", "_"]))
+    if draw(_BOOL):
+        return draw(_KNOWN_FLAG)
+    head = draw(_HEAD)
+    last = draw(_LAST)
+    sep = draw(_SEP)
     return "--" + sep.join([*head, last])
 
 
@@ -69,22 +76,25 @@ values = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_si
 plain_values = values.filter(lambda v: not v.startswith("--") and not looks_like_key(v))
 
 
+_KEY_PREFIX = st.sampled_from(KEY_PREFIXES)
+_KEY_REST = st.text(st.sampled_from(KEY_CHARS), min_size=MIN_PREFIXED, max_size=60)
+_KEY_BODY = st.text(
+    st.sampled_from(string.ascii_letters + string.digits),
+    min_size=MIN_RANDOM_RUN - 3,
+    max_size=60,
+)
+
+
 @st.composite
 def prefixed_keys(draw: st.DrawFn) -> str:
-    prefix = draw(st.sampled_from(KEY_PREFIXES))
-    return prefix + draw(st.text(st.sampled_from(KEY_CHARS), min_size=MIN_PREFIXED, max_size=60))
+    prefix = draw(_KEY_PREFIX)
+    return prefix + draw(_KEY_REST)
 
 
 @st.composite
 def random_keys(draw: st.DrawFn) -> str:
     """Base62 key material: a run of MIN_RANDOM_RUN or more with upper, lower and digits."""
-    body = draw(
-        st.text(
-            st.sampled_from(string.ascii_letters + string.digits),
-            min_size=MIN_RANDOM_RUN - 3,
-            max_size=60,
-        )
-    )
+    body = draw(_KEY_BODY)
     return "".join(draw(st.permutations([*body, "A", "z", "7"])))
 
 

@@ -39,20 +39,31 @@ def _case(text: str, flips: list[bool]) -> str:
     return "".join(c.lower() if f else c for c, f in zip(text, flips, strict=True))
 
 
+# What the composites below draw, built once (the case flips once per length): built in
+# each draw, each was a new strategy that hypothesis validated again every time.
+_FLIPS = {
+    n: st.lists(st.booleans(), min_size=n, max_size=n)
+    for n in {len(w) for w in [*SECRET_WORDS, *SECRET_PARTS]}
+}
+_PART = st.sampled_from(SECRET_PARTS)
+_BEFORE = st.one_of(st.just(""), affix.map(lambda a: a + "_"))
+_AFTER = st.one_of(st.just(""), affix.map(lambda a: "." + a))
+
+
 @st.composite
 def secret_names(draw: st.DrawFn) -> str:
     word = draw(words)
-    flips = draw(st.lists(st.booleans(), min_size=len(word), max_size=len(word)))
+    flips = draw(_FLIPS[len(word)])
     return draw(affix) + _case(word, flips) + draw(affix)
 
 
 @st.composite
 def secret_part_names(draw: st.DrawFn) -> str:
     """A name holding a secret's word as a whole part: MYSQL_PWD, db.pass, X-CREDS."""
-    part = draw(st.sampled_from(SECRET_PARTS))
-    flips = draw(st.lists(st.booleans(), min_size=len(part), max_size=len(part)))
-    before = draw(st.one_of(st.just(""), affix.map(lambda a: a + "_")))
-    after = draw(st.one_of(st.just(""), affix.map(lambda a: "." + a)))
+    part = draw(_PART)
+    flips = draw(_FLIPS[len(part)])
+    before = draw(_BEFORE)
+    after = draw(_AFTER)
     name = before + _case(part, flips) + after
     assume(name.upper() not in NOT_SECRET_NAMES)
     return name

@@ -168,19 +168,29 @@ _PROFILE_OPTIONAL: dict[str, st.SearchStrategy[Any]] = {
 _PROFILE_KEYS = st.lists(st.sampled_from(sorted(_PROFILE_OPTIONAL)), unique=True)
 
 
+# The strategies the composites and tests below draw from, made once (so too the node
+# counts each tp allows): an inline strategy is a new object hypothesis validates again.
+_ONE_IN_SIX = st.integers(0, 5)
+_ENGINE = st.sampled_from(["vllm", "sim", "sglang"])
+_GPU_CLASS = st.sampled_from(["A100", "T4", "H100", "l40s"])
+_TP = st.sampled_from([1, 2, 4, 8])
+_BOOL = st.booleans()
+_NODES = {tp: st.sampled_from([n for n in (1, 2, 4) if tp % n == 0]) for tp in (1, 2, 4, 8)}
+
+
 @st.composite
 def valid_profiles(draw: st.DrawFn, name: str) -> dict[str, Any]:
-    cpu = draw(st.integers(0, 5)) == 0
+    cpu = draw(_ONE_IN_SIX) == 0
     body: dict[str, Any] = {"name": name}
     if cpu:
         body["engine"] = "llamacpp"
     else:
-        body["engine"] = draw(st.sampled_from(["vllm", "sim", "sglang"]))
-        body["gpu_class"] = draw(st.sampled_from(["A100", "T4", "H100", "l40s"]))
-        tp = draw(st.sampled_from([1, 2, 4, 8]))
+        body["engine"] = draw(_ENGINE)
+        body["gpu_class"] = draw(_GPU_CLASS)
+        tp = draw(_TP)
         body["tp"] = tp
-        if draw(st.booleans()):
-            nodes = draw(st.sampled_from([n for n in (1, 2, 4) if tp % n == 0]))
+        if draw(_BOOL):
+            nodes = draw(_NODES[tp])
             body["nodes"] = nodes
             body["gpus_per_node"] = tp // nodes
     for key in draw(_PROFILE_KEYS):
@@ -234,10 +244,13 @@ def valid_bodies(draw: st.DrawFn) -> dict[str, Any]:
     return body
 
 
+_VALID_BODIES = valid_bodies()
+
+
 @st.composite
 def stored_models(draw: st.DrawFn) -> Model:
     try:
-        model = parse_model(draw(valid_bodies()))
+        model = parse_model(draw(_VALID_BODIES))
     except CatalogError:
         assume(False)
         raise
@@ -348,27 +361,34 @@ def _at(root: Any, path: tuple[Any, ...]) -> Any:
     return root
 
 
+# Made once, as above (the paths, drawn from the payload at hand, cannot be).
+_STEPS = st.integers(1, 3)
+_KIND = st.sampled_from(["replace", "delete", "extra", "wrap", "stringify"])
+_EXTRA_KEY = st.one_of(st.sampled_from(_KNOWN_KEYS), st.text(max_size=4))
+_AN_ODD = st.sampled_from(_ODD)
+
+
 @st.composite
 def mutated(draw: st.DrawFn, data: dict[str, Any]) -> dict[str, Any]:
     """One to three structural changes anywhere in a payload."""
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(draw(_STEPS)):
         paths = _paths(data)
         path = draw(st.sampled_from(paths))
-        kind = draw(st.sampled_from(["replace", "delete", "extra", "wrap", "stringify"]))
+        kind = draw(_KIND)
         if not path:
             kind = "extra"
         if kind == "extra":
             target = _at(data, path)
             if isinstance(target, dict):
-                key = draw(st.one_of(st.sampled_from(_KNOWN_KEYS), st.text(max_size=4)))
+                key = draw(_EXTRA_KEY)
                 # A copy: an odd value that is a dict or a list may be changed by a later
                 # step, and the shared one would then differ from one example to the next.
-                target[key] = copy.deepcopy(draw(st.sampled_from(_ODD)))
+                target[key] = copy.deepcopy(draw(_AN_ODD))
             continue
         parent, last = _at(data, path[:-1]), path[-1]
         old = parent[last]
         if kind == "replace":
-            parent[last] = copy.deepcopy(draw(st.sampled_from(_ODD)))
+            parent[last] = copy.deepcopy(draw(_AN_ODD))
         elif kind == "delete":
             del parent[last]
         elif kind == "wrap":
@@ -391,77 +411,88 @@ def test_a_mutated_payload_is_never_accepted_unless_the_general_path_accepts_it_
     _check(text.encode("utf-8", "surrogatepass"))
 
 
+# The respellings' strategies, made once, as above.
+_TRICK = st.integers(0, 13)
+_TWICE_KEY = st.sampled_from(["name", "source", "profiles", "scaling", "context_length"])
+_INNER_KEY = st.sampled_from(["tp", "name", "weight", "min", "tools", "env", "engine"])
+_TRAILER = st.sampled_from([" ", "\n", "\t", "\r", " x", "}", "\ufeff", "\x00", "\u00a0"])
+_LEADER = st.sampled_from(["\ufeff", " ", "[", "\n", "\x0b", "\u00a0"])
+_NUMBER_FROM = st.sampled_from([": 1,", ": 2,", ": 0,", ": 1.0,", ": 0.0,", ": 1}", ": 4,"])
+_NUMBER_TO = st.sampled_from([": 1.0,", ": 1e0,", ": 1E0,", ": -0,", ": 01,", ": 1.,", ": +1,"])
+_ESCAPE_FROM = st.sampled_from(['"', '"name": "'])
+_ESCAPE_TO = st.sampled_from(
+    [
+        '"\\u0000',
+        '"\x00',
+        '"\t',
+        '"\x7f',
+        '"\\ud800',
+        '"\\udc00\\ud800',
+        '"\\ud83d\\ude00',
+        '"\ud800',
+        '"\\/',
+        '"\\x41',
+        '"\u2028',
+    ]
+)
+_MODEL_KEY = st.sampled_from(['"Model"', '"model "', '"mode"'])
+_LITERAL = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1e-400"])
+_WHITESPACE = st.sampled_from([" ", "\n\t", "\r\n", "\x0c", "\u3000"])
+_HOW_MANY = st.integers(1, 5)
+_LEVELS = st.sampled_from([30, 31, 32, 40])
+
+
 def _respell(draw: Callable[[st.SearchStrategy[Any]], Any], text: str) -> str:
     """The same text changed in ways two JSON parsers might read differently."""
-    trick = draw(st.integers(0, 13))
+    trick = draw(_TRICK)
     if trick == 0:  # a key written twice, the first or the second one odd
-        odd = json.dumps(draw(st.sampled_from(_ODD)))
-        key = draw(st.sampled_from(["name", "source", "profiles", "scaling", "context_length"]))
-        first = draw(st.booleans())
+        odd = json.dumps(draw(_AN_ODD))
+        key = draw(_TWICE_KEY)
+        first = draw(_BOOL)
         spliced = f'"{key}": {odd}, ' if first else ""
         text = text.replace('{"model": {', '{"model": {' + spliced, 1)
         if not first:
             text = text.replace('"model": {', '"model": {' + f'"{key}": {odd}, ', 1)
             text = text.replace('}, "declared_digest"', f', "{key}": {odd}}}, "declared_digest"', 1)
     elif trick == 1:  # the same key twice inside a profile or a section
-        key = draw(st.sampled_from(["tp", "name", "weight", "min", "tools", "env", "engine"]))
-        value = json.dumps(draw(st.sampled_from(_ODD)))
+        key = draw(_INNER_KEY)
+        value = json.dumps(draw(_AN_ODD))
         text = text.replace(f'"{key}": ', f'"{key}": {value}, "{key}": ', 1)
     elif trick == 2:
-        text += draw(
-            st.sampled_from([" ", "\n", "\t", "\r", " x", "}", "\ufeff", "\x00", "\u00a0"])
-        )
+        text += draw(_TRAILER)
     elif trick == 3:
-        text = draw(st.sampled_from(["\ufeff", " ", "[", "\n", "\x0b", "\u00a0"])) + text
+        text = draw(_LEADER) + text
     elif trick == 4:  # a number spelt otherwise
-        old = draw(st.sampled_from([": 1,", ": 2,", ": 0,", ": 1.0,", ": 0.0,", ": 1}", ": 4,"]))
-        new = draw(
-            st.sampled_from([": 1.0,", ": 1e0,", ": 1E0,", ": -0,", ": 01,", ": 1.,", ": +1,"])
-        )
+        old = draw(_NUMBER_FROM)
+        new = draw(_NUMBER_TO)
         text = text.replace(old, new, 1)
     elif trick == 5:  # escapes and raw characters inside strings
-        frm = draw(st.sampled_from(['"', '"name": "']))
-        to = draw(
-            st.sampled_from(
-                [
-                    '"\\u0000',
-                    '"\x00',
-                    '"\t',
-                    '"\x7f',
-                    '"\\ud800',
-                    '"\\udc00\\ud800',
-                    '"\\ud83d\\ude00',
-                    '"\ud800',
-                    '"\\/',
-                    '"\\x41',
-                    '"\u2028',
-                ]
-            )
-        )
+        frm = draw(_ESCAPE_FROM)
+        to = draw(_ESCAPE_TO)
         if frm == '"':
             # Inside the first string value after a colon.
             text = text.replace(': "', ": " + to, 1)
         else:
             text = text.replace(frm, '"name": ' + to, 1)
     elif trick == 6:
-        text = text.replace('"model"', draw(st.sampled_from(['"Model"', '"model "', '"mode"'])), 1)
+        text = text.replace('"model"', draw(_MODEL_KEY), 1)
     elif trick == 7:  # cut short
         text = text[: draw(st.integers(0, max(len(text) - 1, 0)))]
     elif trick == 8:  # literals json.loads reads and JSON does not have
-        lit = draw(st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1e-400"]))
+        lit = draw(_LITERAL)
         text = text.replace(": 1.0", ": " + lit, 1).replace(": 0,", ": " + lit + ",", 1)
     elif trick == 9:  # whitespace where JSON allows it and where it does not
-        ws = draw(st.sampled_from([" ", "\n\t", "\r\n", "\x0c", "\u3000"]))
-        text = text.replace(": ", ":" + ws, draw(st.integers(1, 5))).replace(", ", "," + ws, 2)
+        ws = draw(_WHITESPACE)
+        text = text.replace(": ", ":" + ws, draw(_HOW_MANY)).replace(", ", "," + ws, 2)
     elif trick == 10:  # declared_digest of other shapes
-        digest = json.dumps(draw(st.sampled_from(_ODD)))
+        digest = json.dumps(draw(_AN_ODD))
         text = text.replace('"declared_digest": ', f'"declared_digest": {digest}, "x": ', 1)
     elif trick == 11:  # not an object at all
         text = draw(
             st.sampled_from(["[" + text + "]", "null", "1", '"x"', "", "{}", '{"model": null}'])
         )
     elif trick == 12:  # nested deeper than the general path reads
-        levels = draw(st.sampled_from([30, 31, 32, 40]))
+        levels = draw(_LEVELS)
         deep = "[" * levels + "]" * levels
         text = text.replace('"declared_digest": ', f'"declared_digest": {deep}, "d": ', 1)
     return text

@@ -162,17 +162,26 @@ def test_the_writers_catalog_is_the_one_a_replay_of_its_log_gives() -> None:
 NAMES = ["a", "b", "c", "d", "decl", "d-alias"]
 
 
+# What `_commands_to_run` draws, built once: built in the composite, each was a new
+# strategy that hypothesis validated again on every draw.
+_COMMANDS = st.integers(min_value=1, max_value=12)
+_KIND = st.sampled_from(["add", "add", "apply", "remove"])
+_BATCH = st.integers(min_value=1, max_value=3)
+_NAME = st.sampled_from(NAMES)
+_SOME_NAMES = st.lists(st.sampled_from(NAMES), max_size=2, unique=True)
+
+
 @st.composite
 def _commands_to_run(draw: st.DrawFn) -> list[tuple[str, list[Model]]]:
     out: list[tuple[str, list[Model]]] = []
-    for _ in range(draw(st.integers(min_value=1, max_value=12))):
-        kind = draw(st.sampled_from(["add", "add", "apply", "remove"]))
-        count = draw(st.integers(min_value=1, max_value=3)) if kind == "add" else 1
+    for _ in range(draw(_COMMANDS)):
+        kind = draw(_KIND)
+        count = draw(_BATCH) if kind == "add" else 1
         batch = []
         for _ in range(count):
-            name = draw(st.sampled_from(NAMES))
-            aliases = draw(st.lists(st.sampled_from(NAMES), max_size=2, unique=True))
-            fallbacks = draw(st.lists(st.sampled_from(NAMES), max_size=2, unique=True))
+            name = draw(_NAME)
+            aliases = draw(_SOME_NAMES)
+            fallbacks = draw(_SOME_NAMES)
             batch.append(model(name, aliases=[f"{a}-x" for a in aliases], fallbacks=fallbacks))
         out.append((kind, batch))
     return out

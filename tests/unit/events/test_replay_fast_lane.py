@@ -37,6 +37,11 @@ DECLARED = Catalog.build(
 
 # Mostly names the grammar accepts, so that many events get as far as the catalog.
 _NAME = st.sampled_from(NAMES * 4 + ODD)
+# The rest of what `_event` draws, built once: built in the composite, each was a new
+# strategy that hypothesis validated again on every draw.
+_KIND = st.sampled_from(["add", "add", "add", "remove", "remove", "replace"])
+_SOME_NAMES = st.lists(_NAME, max_size=2)
+_SOURCE = st.sampled_from(SOURCES[:2] * 4 + SOURCES[2:])
 
 
 STORED = model("template").to_definition()
@@ -48,7 +53,7 @@ def _name(draw: st.DrawFn) -> str:
 
 @st.composite
 def _event(draw: st.DrawFn) -> tuple[str, int, str]:
-    kind = draw(st.sampled_from(["add", "add", "add", "remove", "remove", "replace"]))
+    kind = draw(_KIND)
     if kind == "remove":
         return "model.removed", 1, json.dumps({"name": _name(draw)})
     # As the commands store a definition (normalised, every key), so that the quick
@@ -57,9 +62,9 @@ def _event(draw: st.DrawFn) -> tuple[str, int, str]:
     body = {
         **STORED,
         "name": _name(draw),
-        "aliases": draw(st.lists(_NAME, max_size=2)),
-        "fallbacks": draw(st.lists(_NAME, max_size=2)),
-        "source": draw(st.sampled_from(SOURCES[:2] * 4 + SOURCES[2:])),
+        "aliases": draw(_SOME_NAMES),
+        "fallbacks": draw(_SOME_NAMES),
+        "source": draw(_SOURCE),
     }
     payload = json.dumps({"model": body, "declared_digest": None})
     return (
@@ -69,9 +74,12 @@ def _event(draw: st.DrawFn) -> tuple[str, int, str]:
     )
 
 
+_EVENTS = st.lists(_event(), min_size=1, max_size=25)
+
+
 @st.composite
 def _logs(draw: st.DrawFn) -> list[tuple[str, int, str]]:
-    return draw(st.lists(_event(), min_size=1, max_size=25))
+    return draw(_EVENTS)
 
 
 def _replay(log: list[tuple[str, int, str]], *, lean: bool) -> Replayer:

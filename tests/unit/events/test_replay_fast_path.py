@@ -111,17 +111,19 @@ def _optional(odd: bool) -> tuple[dict[str, st.SearchStrategy[Any]], st.SearchSt
 _ONE_IN_5 = st.integers(0, 4)
 _DEFINITION_NAMES = st.sampled_from(["llama", " x", ""])
 _SOURCES = st.sampled_from(["org/m", ""])
+_PROFILE_COUNT = {odd: st.integers(0 if odd else 1, 3) for odd in (False, True)}
+_PROFILES = {(i, odd): profiles(i, odd) for i in range(3) for odd in (False, True)}
 
 
 @st.composite
 def definitions(draw: st.DrawFn) -> dict[str, Any]:
     # Mostly plausible definitions (so that many are valid), some with anything in them.
     odd = draw(_ONE_IN_5) == 3
-    count = draw(st.integers(0 if odd else 1, 3))
+    count = draw(_PROFILE_COUNT[odd])
     body: dict[str, Any] = {
         "name": draw(_DEFINITION_NAMES) if odd else "llama",
         "source": draw(_SOURCES) if odd else "org/m",
-        "profiles": [draw(profiles(i, odd)) for i in range(count)],
+        "profiles": [draw(_PROFILES[i, odd]) for i in range(count)],
     }
     optional, keys = _optional(odd)
     for key in draw(keys):
@@ -133,12 +135,14 @@ _TRICKS = st.integers(0, 9)
 _TRAILERS = st.sampled_from([" ", "\n", " x", "}", "\ufeff"])
 _LEADERS = st.sampled_from(["\ufeff", " ", "[", "\n"])
 _ESCAPED = st.sampled_from(['"ll\\u0061ma"', '"\\ud800"'])
+_DEFINITIONS = definitions()
+_BOOL = st.booleans()
 
 
 @st.composite
 def payload_texts(draw: st.DrawFn) -> str:
-    body = draw(definitions())
-    text = json.dumps({"model": body, "declared_digest": None}, sort_keys=draw(st.booleans()))
+    body = draw(_DEFINITIONS)
+    text = json.dumps({"model": body, "declared_digest": None}, sort_keys=draw(_BOOL))
     trick = draw(_TRICKS)
     if trick == 1:  # a key written twice: both parsers must keep the same one
         text = text.replace('{"model": {', '{"model": {"name": "dup", ', 1)

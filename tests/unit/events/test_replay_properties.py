@@ -27,6 +27,20 @@ _KINDS = st.sampled_from(["add", "add", "add", "replace", "remove", "remove", "g
 _NAMES = st.sampled_from(NAMES)
 _NAME_LISTS = st.lists(st.sampled_from(NAMES), max_size=2, unique=True)
 _COUNTS = st.integers(min_value=0, max_value=30)
+_BOOL = st.booleans()
+# The garbage a name's event may be, per name (its payloads dumped once, too).
+_GARBAGE = {
+    name: st.sampled_from(
+        [
+            ("model.added", "{torn", 1),
+            ("model.renamed", "{}", 1),
+            ("model.added", json.dumps({"model": definition(name)}), 7),
+            ("model.replaced", json.dumps({"model": definition(name)}), 2),
+            ("model.removed", "[]", 1),
+        ]
+    )
+    for name in NAMES
+}
 
 
 def _payload(draw: st.DrawFn) -> tuple[str, str, int]:
@@ -36,7 +50,7 @@ def _payload(draw: st.DrawFn) -> tuple[str, str, int]:
         extra: dict[str, Any] = {}
         aliases = draw(_NAME_LISTS)
         fallbacks = draw(_NAME_LISTS)
-        if draw(st.booleans()):
+        if draw(_BOOL):
             # An invalid definition: the arithmetic does not add up.
             extra["profiles"] = [{"name": "p", "gpu_class": "A100", "tp": 4, "nodes": 3}]
         body = definition(name, aliases=aliases, fallbacks=fallbacks, **extra)
@@ -45,17 +59,7 @@ def _payload(draw: st.DrawFn) -> tuple[str, str, int]:
         return "model.added", json.dumps({"model": body}), 1
     if kind == "remove":
         return "model.removed", json.dumps({"name": name}), 1
-    return draw(
-        st.sampled_from(
-            [
-                ("model.added", "{torn", 1),
-                ("model.renamed", "{}", 1),
-                ("model.added", json.dumps({"model": definition(name)}), 7),
-                ("model.replaced", json.dumps({"model": definition(name)}), 2),
-                ("model.removed", "[]", 1),
-            ]
-        )
-    )
+    return draw(_GARBAGE[name])
 
 
 @st.composite
@@ -128,7 +132,7 @@ def current_logs(draw: st.DrawFn) -> list[StoredEvent]:
     events = []
     for position in range(1, count + 1):
         type_, payload, version = _payload(draw)
-        if type_ == "model.added" and payload.startswith('{"model"') and draw(st.booleans()):
+        if type_ == "model.added" and payload.startswith('{"model"') and draw(_BOOL):
             body = json.loads(payload)["model"]
             try:
                 payload = definition_payload(parse_model(body), None)

@@ -40,15 +40,24 @@ def _stored(position: int, event: NewEvent) -> StoredEvent:
     )  # fmt: skip
 
 
+# What `definitions` draws, built once: built in the composite, each was a new strategy
+# that hypothesis validated again on every draw.
+_NAME = st.sampled_from(NAMES)
+_ALIASES = st.lists(st.sampled_from(ALIASES), max_size=2, unique=True)
+_FALLBACKS = st.lists(st.sampled_from([*NAMES, *ALIASES, "d"]), max_size=2, unique=True)
+_TP = st.sampled_from([1, 2])
+_MIN = st.integers(0, 2)
+
+
 @st.composite
 def definitions(draw: st.DrawFn) -> Model:
-    name = draw(st.sampled_from(NAMES))
+    name = draw(_NAME)
     return model(
         name,
-        aliases=draw(st.lists(st.sampled_from(ALIASES), max_size=2, unique=True)),
-        fallbacks=draw(st.lists(st.sampled_from([*NAMES, *ALIASES, "d"]), max_size=2, unique=True)),
-        tp=draw(st.sampled_from([1, 2])),
-        scaling={"min": draw(st.integers(0, 2))},
+        aliases=draw(_ALIASES),
+        fallbacks=draw(_FALLBACKS),
+        tp=draw(_TP),
+        scaling={"min": draw(_MIN)},
     )
 
 
