@@ -20,9 +20,13 @@ it, and no zone contains it). Pure: the planner computes it every round
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import groupby
+from operator import attrgetter
 
 from scheduler.planner.fleet.inventory import Node
 from scheduler.planner.fleet.placements import Demand, Placement, Resilience, same_objects
+
+_model = attrgetter("model")
 
 # Groups of replicas sharing nodes larger than this get the safe lower bound.
 _SEARCH_LIMIT = 16
@@ -52,9 +56,16 @@ def resilience(
 ) -> tuple[Resilience, ...]:
     """Each demanded model's resilience under ``placements``, in demand order. ``memo``:
     the round before's figures (``ResilienceMemo``), reused where they provably hold."""
+    # Grouped by runs of one model (``groupby``, in C): the plan's kept and new placements
+    # come in slot order, so some 6,000 runs at 100,000 nodes instead of a step for each of
+    # 170,000 placements; each model's list is its placements in the order given, as ever.
     by_model: dict[str, list[Placement]] = {}
-    for p in placements:
-        by_model.setdefault(p.model, []).append(p)
+    for model, run in groupby(placements, _model):
+        mine = by_model.get(model)
+        if mine is None:
+            by_model[model] = list(run)
+        else:
+            mine.extend(run)
     kept = {} if memo is None else memo.kept
     now: dict[str, tuple[Demand, list[Placement], object, Resilience]] = {}
     out = []

@@ -12,6 +12,7 @@ look-ups each; this is the whole of a round in which nothing changed.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from operator import attrgetter, is_
@@ -366,9 +367,7 @@ class _Keeper:
         if memo.nodes_of is None:
             memo.nodes_of = list(map(_nodes_of, ordered))
         nodes_of = memo.nodes_of
-        gone_at = (
-            [i for i, names in enumerate(nodes_of) if not lost.isdisjoint(names)] if lost else []
-        )
+        gone_at = _meeting(lost, nodes_of) if lost else []
         # ``keep_off_lost``'s removals, in its order (``valid``'s: slot order, one a slot).
         for placement in sorted((ordered[i] for i in gone_at), key=_slot_order):
             self.drop(placement, self._lost_reason(min(n for n in placement.nodes if n in lost)))
@@ -380,10 +379,10 @@ class _Keeper:
             start_gpus, start_memory = memo.start
             for name in touched:
                 free_gpus[name], free_memory[name] = start_gpus[name], start_memory[name]
-            for i, names in enumerate(nodes_of):
-                if i in gone or touched.isdisjoint(names):
+            for i in _meeting(touched, nodes_of):
+                if i in gone:
                     continue
-                placement = ordered[i]
+                names, placement = nodes_of[i], ordered[i]
                 for name in names:
                     if name in touched:
                         free_gpus[name] -= placement.gpus_per_node
@@ -538,3 +537,18 @@ def _full_order(placement: Placement) -> tuple[str, int, str, tuple[str, ...], i
         placement.gpu_class or "",
         placement.memory_gb_per_node,
     )
+
+
+def _meeting(names: AbstractSet[str], nodes_of: list[tuple[str, ...]]) -> list[int]:
+    """The indices, ascending, of the entries of ``nodes_of`` holding any of ``names``:
+    each entry judged in C (``isdisjoint`` mapped, then ``list.index`` for each one
+    met), not a step of Python for each of 170,000 kept placements when one node is lost."""
+    disjoint = list(map(names.isdisjoint, nodes_of))
+    met: list[int] = []
+    at = -1
+    while True:
+        try:
+            at = disjoint.index(False, at + 1)
+        except ValueError:
+            return met
+        met.append(at)

@@ -23,7 +23,7 @@ import heapq
 import math
 from bisect import bisect_left, insort
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from catalog.definition.views import PlacementProfile
@@ -38,6 +38,7 @@ from scheduler.planner.fleet.inventory import Node
 
 _PoolKey = tuple[str | None, tuple[tuple[str, str], ...]]
 _second = itemgetter(1)
+_name = attrgetter("name")
 
 
 class Capacity:
@@ -47,7 +48,7 @@ class Capacity:
         """``nodes`` is the whole inventory (names unique); only ``fresh`` ones get new work."""
         # Sorted by name so that pools, and therefore every tie, are independent
         # of the order the inventory arrived in.
-        self._nodes = {node.name: node for node in sorted(nodes, key=lambda n: n.name)}
+        self._nodes = {node.name: node for node in sorted(nodes, key=_name)}
         self._fresh = fresh
         self._free_gpus = {node.name: node.gpus - node.gpus_reserved for node in nodes}
         self._free_memory = {node.name: node.memory_gb for node in nodes}
@@ -821,9 +822,25 @@ class PoolMemo:
                 if profile.gpu_class is None
                 else by_class.get(profile.gpu_class, ())
             )
-            names = [n.name for n in candidates if n.name in fresh and _eligible_node(n, profile)]
+            # ``_eligible_node`` of each candidate, inline, its class already the profile's
+            # (a CPU profile's pool asks every node: 100,000 calls at 100,000 nodes).
+            selector = tuple(profile.node_selector.items())
+            if selector:
+                names = [
+                    n.name
+                    for n in candidates
+                    if n.name in fresh and all(n.labels.get(k) == v for k, v in selector)
+                ]
+            else:
+                names = [n.name for n in candidates if n.name in fresh]
             pool = self.pools[key] = _Pool()
-            pool.fill(sorted(_entry_of(name, self.gpus, self.memory) for name in names))
+            gpus, memory = self.gpus, self.memory
+            pool.fill(
+                sorted(
+                    (max(gpus[name], 0), math.inf if (free := memory[name]) is None else free, name)
+                    for name in names
+                )
+            )
             self.members[key] = set(names)
             self.profiles[key] = profile
             for name in names:

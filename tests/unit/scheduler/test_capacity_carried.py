@@ -210,3 +210,53 @@ def test_gangs_kept_by_fabric_choose_what_a_scan_chooses(data: st.DataObject) ->
         taken = draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True))
         gpus, memory = draw(st.sampled_from([1, 4, -4])), draw(st.sampled_from([0, 64, -64]))
         capacity.consume(taken, gpus, memory)
+
+
+# Every kind of need ``may_fit`` is asked: cards alone, memory alone, both, neither, for
+# a class, for any node (a CPU profile), and a class no node has.
+MAY_FIT = [
+    *PROFILES,
+    profile("big", "A100", 8, memory_gb=200),
+    profile("mem", "A100", 1, memory_gb=120),
+    profile("h100", "H100", 1),
+    cpu_profile("tiny"),
+    cpu_profile("huge", memory_gb=300),
+]
+
+
+def _fits_by_scan(
+    capacity: Capacity, nodes: list[Node], fresh: set[str], p: PlacementProfile
+) -> bool:
+    """``may_fit``'s answer as a scan node by node says it."""
+    return any(
+        n.name in fresh
+        and (p.gpu_class is None or n.gpu_class == p.gpu_class)
+        and (p.gpus_per_node == 0 or capacity.free_gpus(n.name) >= p.gpus_per_node)
+        and (
+            p.min_memory_gb <= 0
+            or (free := capacity.free_memory(n.name)) is None
+            or free >= p.min_memory_gb
+        )
+        for n in nodes
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_may_fit_answers_as_a_scan_of_every_node(data: st.DataObject) -> None:
+    """``may_fit`` judges the cards and the memory over a whole class first (``max``):
+    the same answer as a scan node by node, after any consuming and releasing, and on
+    copies (which share the classes' fresh names)."""
+    nodes = data.draw(fleets())
+    names = [n.name for n in nodes]
+    fresh = set(data.draw(st.lists(st.sampled_from(names), unique=True)))
+    capacity = Capacity(nodes, fresh)
+    for step in range(3):
+        for taken, gpus, memory in data.draw(_takes(names)):
+            if data.draw(st.booleans()):
+                capacity.release(taken, gpus, memory)
+            else:
+                capacity.take(taken, gpus, memory)
+        for p in MAY_FIT:
+            assert capacity.may_fit(p) == _fits_by_scan(capacity, nodes, fresh, p), (step, p)
+        capacity = capacity.copy()
